@@ -1,0 +1,109 @@
+// tpcli::dist — collectives, per-device view (jax.shard_map style).
+//
+// Every member of a group makes the same calls in the same order. A Group is a small value handle
+// over a backend (threads in one process, or ZeroMQ across processes): backends implement
+// `Communicator`; users only see `Group`. A size-1 group is a no-op fast path. The handle counts
+// the bytes each call moves for this device (into the device's CommStats).
+//
+// Shard states (ggml's vocabulary): *split* along an axis, *mirrored* (same on every member),
+// *partial* (each member holds a term of a sum). all_sum: partial -> mirrored; reduce_scatter:
+// partial -> split; all_gather: split -> mirrored.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tpcli::dist {
+
+// Raised in every waiting member when any member of the run fails (exception, dead peer,
+// timeout). The message names the failing rank and what it said.
+class CollectiveAborted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CommStats {
+  uint64_t bytes_sent = 0;      // bytes this device put on the wire (or into shared buffers)
+  uint64_t bytes_received = 0;  // bytes this device read from other members
+  uint64_t calls = 0;
+  void add(uint64_t sent, uint64_t received) { bytes_sent += sent; bytes_received += received; ++calls; }
+};
+
+using Perm = std::vector<std::pair<int, int>>;  // (source, destination) pairs, ranks in the group
+
+// Backend contract. One object per member; called only from that member's thread.
+// Argument checks (sizes, ranks) are done by Group before these are called.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void all_sum(std::span<float> x) = 0;
+  virtual void all_max(std::span<float> x) = 0;
+  // out = concat over members m of in_m; counts[m] = in_m.size() (known to every member).
+  virtual void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) = 0;
+  // out = chunk `rank` of the elementwise sum of every member's in; chunks are given by counts.
+  virtual void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) = 0;
+  // send_counts[m] floats of in (consecutive, in member order) go to member m; returns what arrived,
+  // in source order, and fills recv_counts[m] = floats received from m.
+  virtual std::vector<float> all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                          std::vector<int64_t>& recv_counts) = 0;
+  // JAX ppermute: each (src, dst) sends src's in to dst's out; members that are no destination get zeros.
+  virtual void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) = 0;
+  virtual void broadcast(std::span<float> x, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+class Group {
+ public:
+  Group() = default;  // the size-1 group of a lone device
+  Group(std::shared_ptr<Communicator> comm, CommStats* stats);
+
+  int rank() const;
+  int size() const;
+
+  // psum: partial -> mirrored, in place.
+  void all_sum(std::span<float> x);
+  void all_max(std::span<float> x);
+  // pmean: all_sum then divide by size().
+  void mean(std::span<float> x);
+  // Tiled all_gather: out.size() == size() * in.size(); out = concat of every member's in.
+  void all_gather(std::span<const float> in, std::span<float> out);
+  // Uneven all_gather: counts[m] = member m's in.size() (every member passes the same counts).
+  void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts);
+  // psum_scatter: in.size() == n on every member; out = this member's chunk of the sum, where the n
+  // elements are dealt out by even_split (the first n % size members get one more).
+  void reduce_scatter(std::span<const float> in, std::span<float> out);
+  // Equal chunks: in.size() == out.size() == size() * chunk; chunk m of in goes to member m, chunk m
+  // of out came from member m. Errors if in.size() is not a multiple of size().
+  void all_to_all(std::span<const float> in, std::span<float> out);
+  // Ragged: see Communicator::all_to_all_v.
+  std::vector<float> all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                  std::vector<int64_t>& recv_counts);
+  // Sources unique, destinations unique, ranks in [0, size()); in.size() == out.size().
+  void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm);
+  void broadcast(std::span<float> x, int root);
+  void barrier();
+
+  const CommStats* stats() const { return stats_; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;  // null: size-1 group
+  CommStats* stats_ = nullptr;          // this device's counters (may be null)
+};
+
+// The even split used everywhere a length is dealt out over parts: part i gets
+// n / parts + (i < n % parts ? 1 : 0) elements, starting after the parts before it.
+struct Range {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+Range even_split(int64_t n, int parts, int index);
+std::vector<int64_t> even_split_counts(int64_t n, int parts);
+
+}  // namespace tpcli::dist

@@ -1,0 +1,77 @@
+// tpcli::dist — the SPMD runtime: one device per mesh position, each running the same function.
+//
+//   run_on_mesh(mesh, [&](Device& dev) { ... dev.axis("model").all_sum(x); ... });
+//
+// A device is a thread with memory of its own (or, with the ZeroMQ backend, a process).
+// Nothing is shared between devices except what collectives move. If any device throws, every
+// device waiting in a collective is woken with CollectiveAborted, all threads are joined, and
+// run_on_mesh rethrows the first error as DeviceError, naming the device's rank.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dist/group.h"
+#include "dist/mesh.h"
+
+namespace tpcli::dist {
+
+class Trace;  // Chrome-trace recorder (dist/trace.h); null when tracing is off
+
+class DeviceError : public std::runtime_error {
+ public:
+  DeviceError(int rank, const std::string& what)
+      : std::runtime_error("device " + std::to_string(rank) + ": " + what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+class Backend;  // creates the communicators of a run (dist/backend.h)
+
+class Device {
+ public:
+  int rank() const { return rank_; }
+  const Mesh& mesh() const { return mesh_; }
+  const std::vector<int>& coords() const { return coords_; }
+  int coord(std::string_view axis) const;  // 0 if the mesh has no such axis
+
+  Group& world();                                  // every device of the mesh
+  Group& axis(std::string_view name);              // along one axis (size 1 if the mesh lacks it)
+  Group& axes(const std::vector<std::string>& names);  // along several axes (created on first use;
+                                                       // every member must ask in the same order)
+  std::mt19937& rng() { return rng_; }             // seeded from (seed, rank)
+  CommStats& stats() { return stats_; }
+  Trace* trace() { return trace_; }
+
+  Device(int rank, Mesh mesh, Backend& backend, uint64_t seed, Trace* trace);
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+ private:
+  int rank_;
+  Mesh mesh_;
+  std::vector<int> coords_;
+  Backend& backend_;
+  std::mt19937 rng_;
+  CommStats stats_;
+  Trace* trace_;
+  std::vector<std::pair<std::vector<std::string>, Group>> groups_;  // cache, keyed by axis list
+};
+
+struct RunOptions {
+  uint64_t seed = 0;
+  Trace* trace = nullptr;
+  // BLIS threads per device; 0 = automatic (cores / devices, at least 1).
+  int blas_threads = 0;
+};
+
+void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, const RunOptions& options = {});
+
+}  // namespace tpcli::dist

@@ -1,0 +1,33 @@
+// tpcli::tensor — the one door to BLIS. Nothing else includes blis.h.
+//
+// Row-major everywhere. Transposes are expressed as flags (BLIS takes strides, so no copy).
+// Threads: each calling thread sets its own BLIS thread count (thread-local), so D device threads
+// on C cores never ask for D x C threads. Default: 1.
+#pragma once
+
+#include <cstdint>
+
+namespace tpcli::tensor {
+
+enum class Trans { No, Yes };
+
+// C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C.  lda/ldb/ldc are row strides of the stored
+// (untransposed) matrices: A is stored [m,k] (Trans::No) or [k,m] (Trans::Yes).
+void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Common case, contiguous: out[m,n] (+)= inp[m,k] @ weight[n,k]^T  — the Linear layer layout
+// (weight rows are output features, as in PyTorch, llama2.c and MLX).
+void matmul_wt(float* out, const float* inp, const float* weight, int64_t m, int64_t n, int64_t k,
+               bool accumulate = false);
+
+// Decode-shaped product: out[n] = weight[n,k] @ x[k]. Memory-bound; a dedicated kernel, not gemm.
+void matvec(float* out, const float* weight, const float* x, int64_t n, int64_t k);
+
+// Threads BLIS may use for calls made from the current thread (>= 1).
+void set_blas_threads(int n);
+int blas_threads();
+// Cores this process may use (std::thread::hardware_concurrency, at least 1).
+int available_cores();
+
+}  // namespace tpcli::tensor

@@ -1,0 +1,62 @@
+#include "tensor/tensor.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace tpcli::tensor {
+
+int64_t numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("tensor: negative dimension in shape " + to_string(shape));
+    n *= d;
+  }
+  return n;
+}
+
+std::string to_string(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(static_cast<size_t>(numel(shape_)), 0.0f) {}
+
+Tensor::Tensor(Shape shape, std::vector<float> values) : shape_(std::move(shape)), data_(std::move(values)) {
+  if (static_cast<int64_t>(data_.size()) != numel(shape_))
+    throw std::invalid_argument("tensor: " + std::to_string(data_.size()) + " values do not fill shape " +
+                                to_string(shape_));
+}
+
+int64_t Tensor::dim(int axis) const {
+  int n = rank();
+  int a = axis < 0 ? axis + n : axis;
+  if (a < 0 || a >= n) throw std::out_of_range("tensor: axis " + std::to_string(axis) + " of shape " + to_string(shape_));
+  return shape_[static_cast<size_t>(a)];
+}
+
+static int64_t row_size(const Shape& shape) {
+  return shape.empty() ? 1 : numel(Shape(shape.begin() + 1, shape.end()));
+}
+
+std::span<float> Tensor::rows(int64_t first, int64_t count) {
+  int64_t r = row_size(shape_);
+  if (first < 0 || count < 0 || (first + count) * r > numel())
+    throw std::out_of_range("tensor: rows [" + std::to_string(first) + ", +" + std::to_string(count) + ") of " +
+                            to_string(shape_));
+  return std::span<float>(data_).subspan(static_cast<size_t>(first * r), static_cast<size_t>(count * r));
+}
+
+std::span<const float> Tensor::rows(int64_t first, int64_t count) const {
+  return const_cast<Tensor*>(this)->rows(first, count);
+}
+
+void Tensor::fill(float value) { std::fill(data_.begin(), data_.end(), value); }
+
+void Tensor::reshape(Shape shape) {
+  if (tensor::numel(shape) != numel())
+    throw std::invalid_argument("tensor: cannot reshape " + to_string(shape_) + " to " + to_string(shape));
+  shape_ = std::move(shape);
+}
+
+}  // namespace tpcli::tensor
