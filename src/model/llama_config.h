@@ -1,0 +1,62 @@
+// tpcli::model — the blueprint of a Llama model and the table of its parameters.
+//
+// Dimension legend: C dim, F hidden_dim (ffn), L n_layers, NH n_heads, NKV n_kv_heads,
+// HS head size = C / NH, V vocab_size, E n_experts, K top_k.
+//
+// The parameter table drives allocation, loading, saving, sharding and the optimizer: no code
+// lists parameters by hand anywhere else.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tpcli::model {
+
+struct LlamaConfig {
+  int dim = 0;         // C
+  int hidden_dim = 0;  // F
+  int n_layers = 0;    // L
+  int n_heads = 0;     // NH
+  int n_kv_heads = 0;  // NKV (divides NH)
+  int vocab_size = 0;  // V
+  int seq_len = 0;     // longest context
+  bool shared_classifier = true;  // classifier weight is the token embedding
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  // Mixture of experts (0 experts = dense feed-forward).
+  int n_experts = 0;  // E
+  int top_k = 0;      // K
+  int expert_hidden_dim = 0;  // 0 = hidden_dim
+  float moe_aux_loss = 0.0f;
+  std::optional<float> capacity_factor;
+
+  int head_size() const { return dim / n_heads; }
+  int kv_dim() const { return head_size() * n_kv_heads; }
+  bool is_moe() const { return n_experts > 0; }
+  int64_t parameter_count() const;
+  // Throws std::invalid_argument naming the field when the dims don't fit together.
+  void validate() const;
+};
+
+// How a parameter is split over the tensor-parallel group (see model/shard_plan.h for the counts).
+enum class Split {
+  Replicated,  // norms, embedding: the same on every device
+  Rows,        // output features split (AllToSharded: wq, wk, wv, w1, w3; classifier by vocab rows)
+  Columns,     // input features split (ShardedToAll: wo, w2)
+};
+
+struct ParamSpec {
+  std::string name;      // "tok_embeddings", "layers.3.wq", ...
+  tensor::Shape shape;   // full (unsharded) shape, [out, in] for matrices
+  Split split = Split::Replicated;
+  bool weight_decay = false;  // 2-D weights (matrices and embedding) decay; norm gains never
+};
+
+// In llama2.c checkpoint order (per-kind arrays across layers are listed layer by layer).
+std::vector<ParamSpec> llama_parameters(const LlamaConfig& config);
+
+}  // namespace tpcli::model
