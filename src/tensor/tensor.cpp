@@ -20,10 +20,10 @@ std::string to_string(const Shape& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(static_cast<size_t>(numel(shape_)), 0.0f) {}
+Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(static_cast<size_t>(tensor::numel(shape_)), 0.0f) {}
 
 Tensor::Tensor(Shape shape, std::vector<float> values) : shape_(std::move(shape)), data_(std::move(values)) {
-  if (static_cast<int64_t>(data_.size()) != numel(shape_))
+  if (static_cast<int64_t>(data_.size()) != tensor::numel(shape_))
     throw std::invalid_argument("tensor: " + std::to_string(data_.size()) + " values do not fill shape " +
                                 to_string(shape_));
 }
