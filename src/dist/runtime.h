@@ -67,6 +67,11 @@ class Device {
 
 struct RunOptions {
   uint64_t seed = 0;
+  // The transport. Null: the thread backend (every device a thread of this process).
+  // The ZeroMQ backend (devices in several processes) is made by dist/zmq_backend.h.
+  std::function<std::unique_ptr<Backend>(const Mesh&)> make_backend;
+  // Mesh ranks this process runs as threads. Empty: all of them (the thread backend).
+  std::vector<int> local_ranks;
   Trace* trace = nullptr;
   // BLIS threads per device; 0 = automatic (cores / devices, at least 1).
   int blas_threads = 0;
