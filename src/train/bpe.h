@@ -1,0 +1,22 @@
+// tpcli::train — the door from training data to the llama2.c BPE tokenizer (model/tokenizer.h).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tpcli::model {
+class Tokenizer;
+}
+
+namespace tpcli::train {
+
+std::shared_ptr<const model::Tokenizer> load_bpe(const std::string& path);
+int bpe_vocab_size(const model::Tokenizer& tokenizer);
+// The corpus as tokens: no BOS, no EOS (a training text is one long stream).
+std::vector<int> bpe_encode(const model::Tokenizer& tokenizer, std::string_view text);
+std::string bpe_decode(const model::Tokenizer& tokenizer, std::span<const int> tokens);
+
+}  // namespace tpcli::train

@@ -1,0 +1,102 @@
+// tpcli::train — the training corpus: tokenize a text file, split it, and cut replayable batches.
+//
+// Dimension legend: B global batch rows, B_local = rows of this data rank, D data ranks,
+// T sequence length (tokens per row), N tokens in a split.
+//
+// Batches are a pure function of (step, row): a run can be resumed, re-split over another mesh, or
+// replayed by another framework step for step. With shuffle = false, row r of step s is the window
+// starting at o = ((s*B + r)*T) mod (N - T - 1) (issue 4); with shuffle = true, o is drawn from a
+// generator seeded by (seed, s), so every data rank and every resumed run draws the same offsets.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tpcli::model {
+class Tokenizer;
+}
+
+namespace tpcli::train {
+
+enum class TokenizerKind { Chars, Bytes, Llama2c };
+
+// The text <-> token mapping a training run uses; recorded in checkpoints so inference needs no flag.
+class TextTokenizer {
+ public:
+  // nanoGPT's character vocabulary: the sorted unique bytes of the corpus; token = index.
+  static TextTokenizer chars(std::string_view corpus);
+  // The vocabulary given explicitly (as stored in a checkpoint): chars[i] is token i.
+  static TextTokenizer chars_from_vocab(std::string vocab);
+  // Raw bytes: vocab 256, token = byte value.
+  static TextTokenizer bytes();
+  // A llama2.c tokenizer.bin (vocab_size read from the file).
+  static TextTokenizer llama2c(const std::string& path);
+
+  TokenizerKind kind() const { return kind_; }
+  std::string kind_name() const;  // "chars" | "bytes" | "llama2c"
+  int vocab_size() const;
+  const std::string& vocab() const { return vocab_; }  // chars: the vocabulary, in token order
+  const std::string& path() const { return path_; }    // llama2c: the tokenizer file
+
+  // Corpus encoding (no BOS). Chars: throws naming the byte when it is not in the vocabulary.
+  std::vector<int> encode(std::string_view text) const;
+  std::string decode(std::span<const int> tokens) const;
+
+  TextTokenizer(const TextTokenizer&) = default;
+  TextTokenizer& operator=(const TextTokenizer&) = default;
+  ~TextTokenizer();
+
+ private:
+  TextTokenizer() = default;
+  TokenizerKind kind_ = TokenizerKind::Bytes;
+  std::string vocab_;
+  std::string path_;
+  std::shared_ptr<const model::Tokenizer> bpe_;  // llama2c only
+  int char_to_token_[256] = {};                   // chars only; -1 when absent
+};
+
+// Read a whole text file; one-line error naming the path when it cannot be read or is empty.
+std::string read_text_file(const std::string& path);
+
+// The tokens of a corpus, first 90% for training and the rest for validation.
+struct Corpus {
+  std::vector<int> train;  // (N_train,)
+  std::vector<int> val;    // (N_val,)
+};
+Corpus split_corpus(std::vector<int> tokens);
+
+// Window offsets for the rows of a step; the same formula on every data rank and every run.
+class BatchSampler {
+ public:
+  // tokens: the split to sample (kept by reference: it must outlive the sampler).
+  // Throws when the split is too short for one window of T + 1 tokens.
+  BatchSampler(std::span<const int> tokens, int batch_size, int seq_len, bool shuffle, uint64_t seed);
+
+  // Offset of global row `row` of step `step`.
+  int64_t offset(int64_t step, int row) const;
+  // Rows [row_begin, row_end) of step `step`: inputs and targets, each ((row_end-row_begin) * T,).
+  void fill(int64_t step, int row_begin, int row_end, std::span<int> inputs, std::span<int> targets) const;
+
+  int batch_size() const { return batch_size_; }
+  int seq_len() const { return seq_len_; }
+
+ private:
+  std::span<const int> tokens_;
+  int batch_size_;
+  int seq_len_;
+  bool shuffle_;
+  uint64_t seed_;
+};
+
+// Rows of the global batch that data rank d of D takes: [d*B/D, (d+1)*B/D).
+struct RowRange {
+  int begin = 0;
+  int end = 0;
+};
+RowRange data_rows(int batch_size, int data_ranks, int data_rank);
+
+}  // namespace tpcli::train
