@@ -1,0 +1,367 @@
+// tpcli::nn — mixture-of-experts feed-forward (see moe.h for the algorithm and gradient semantics).
+//
+// Dimension legend: N tokens here, C dim, FE expert hidden (FL = FE_local), E experts,
+// EL experts owned here, K top-k, G expert-group size, A rows sent, R rows received.
+#include "nn/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/blas.h"
+
+namespace tpcli::nn {
+
+using tensor::gemm;
+using tensor::Trans;
+
+dist::Range local_experts(int n_experts, int size, int rank) { return dist::even_split(n_experts, size, rank); }
+
+int expert_owner(int e, int n_experts, int size) {
+  for (int m = 0; m < size; ++m) {
+    dist::Range r = local_experts(n_experts, size, m);
+    if (e >= r.offset && e < r.offset + r.count) return m;
+  }
+  throw std::out_of_range("moe: expert " + std::to_string(e) + " not in [0, " + std::to_string(n_experts) + ")");
+}
+
+namespace {
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+int64_t hidden_local(const MoeSizes& s, const dist::Group* tensor) {
+  return tensor ? dist::even_split(s.hidden, tensor->size(), tensor->rank()).count : s.hidden;
+}
+
+void expect_size(const char* what, size_t got, int64_t want) {
+  if (static_cast<int64_t>(got) != want)
+    throw std::invalid_argument(std::string("moe: ") + what + " has " + std::to_string(got) + " floats, expected " +
+                                std::to_string(want));
+}
+
+void check(const MoeSizes& s, const MoeWeights& w, int64_t el, int64_t fl) {
+  if (s.n_experts < 1 || s.top_k < 1 || s.top_k > s.n_experts)
+    throw std::invalid_argument("moe: top_k = " + std::to_string(s.top_k) + " must be in [1, n_experts = " +
+                                std::to_string(s.n_experts) + "]");
+  if (s.capacity_factor && !(*s.capacity_factor > 0.0f))
+    throw std::invalid_argument("moe: capacity_factor = " + std::to_string(*s.capacity_factor) + " must be > 0");
+  expect_size("router", w.router.size(), s.n_experts * s.dim);
+  expect_size("experts.w1", w.w1.size(), el * fl * s.dim);
+  expect_size("experts.w2", w.w2.size(), el * s.dim * fl);
+  expect_size("experts.w3", w.w3.size(), el * fl * s.dim);
+}
+
+// Bytes that leave / arrive at this member in one all_to_all_v (the self chunk stays put).
+void count_bytes(MoeStats& st, std::span<const int64_t> send_floats, std::span<const int64_t> recv_floats, int self) {
+  for (size_t m = 0; m < send_floats.size(); ++m) {
+    if (static_cast<int>(m) == self) continue;
+    st.bytes_sent += 4 * static_cast<uint64_t>(send_floats[m]);
+    st.bytes_received += 4 * static_cast<uint64_t>(recv_floats[m]);
+  }
+}
+
+std::vector<int64_t> times(std::span<const int64_t> rows, int64_t c) {
+  std::vector<int64_t> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) out[i] = rows[i] * c;
+  return out;
+}
+
+// all_to_all_v of rows of width c; checks that what arrived is what the counts promised.
+std::vector<float> exchange_rows(dist::Group& g, std::span<const float> in, std::span<const int64_t> send_rows,
+                                 std::span<const int64_t> expect_rows, int64_t c, MoeStats& st) {
+  std::vector<int64_t> send = times(send_rows, c), recv;
+  std::vector<float> out = g.all_to_all_v(in, send, recv);
+  std::vector<int64_t> want = times(expect_rows, c);
+  if (recv != want) throw std::runtime_error("moe: all_to_all_v delivered other counts than announced");
+  count_bytes(st, send, recv, g.rank());
+  return out;
+}
+
+// probs = softmax(x @ router^T); top-k experts (ties -> lower index); gates renormalised over them.
+void route(MoeActivations& a, std::span<const float> inp, std::span<const float> router, const MoeSizes& s) {
+  const int64_t N = a.n_tokens, C = s.dim;
+  const int E = s.n_experts, K = s.top_k;
+  a.probs.assign(static_cast<size_t>(N * E), 0.0f);  // [N, E]
+  a.expert.resize(static_cast<size_t>(N * K));       // [N, K]
+  a.gate.resize(static_cast<size_t>(N * K));         // [N, K]
+  if (N > 0) tensor::matmul_wt(a.probs.data(), inp.data(), router.data(), N, E, C);
+  std::vector<int32_t> order(static_cast<size_t>(E));  // [E]
+  for (int64_t t = 0; t < N; ++t) {
+    float* p = a.probs.data() + t * E;
+    float mx = *std::max_element(p, p + E), sum = 0.0f;
+    for (int e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (int e = 0; e < E; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [p](int32_t i, int32_t j) { return p[i] > p[j] || (p[i] == p[j] && i < j); });
+    float chosen = 0.0f;
+    for (int k = 0; k < K; ++k) chosen += p[order[static_cast<size_t>(k)]];
+    for (int k = 0; k < K; ++k) {
+      a.expert[static_cast<size_t>(t * K + k)] = order[static_cast<size_t>(k)];
+      a.gate[static_cast<size_t>(t * K + k)] = p[order[static_cast<size_t>(k)]] / chosen;
+    }
+  }
+}
+
+// Decide which assignments are kept (capacity) and their row in the expert-sorted send buffer.
+// Returns kept[E]; fills a.row and the pre-drop counts in a.stats.tokens_per_expert (local).
+std::vector<int64_t> plan_rows(MoeActivations& a, const MoeSizes& s) {
+  const int64_t N = a.n_tokens;
+  const int E = s.n_experts, K = s.top_k;
+  std::vector<int64_t> wanted(static_cast<size_t>(E), 0), kept(static_cast<size_t>(E), 0);  // [E]
+  for (int32_t e : a.expert) ++wanted[static_cast<size_t>(e)];
+  int64_t cap = N * K;
+  if (s.capacity_factor) cap = static_cast<int64_t>(std::ceil(*s.capacity_factor * static_cast<double>(N * K) / E));
+  a.row.assign(static_cast<size_t>(N * K), -1);
+  // First choices first, each in token order: the priority order of GShard/Switch.
+  for (int k = 0; k < K; ++k)
+    for (int64_t t = 0; t < N; ++t) {
+      auto e = static_cast<size_t>(a.expert[static_cast<size_t>(t * K + k)]);
+      if (kept[e] < cap) a.row[static_cast<size_t>(t * K + k)] = static_cast<int64_t>(e) << 32 | kept[e]++;
+    }
+  std::vector<int64_t> first(static_cast<size_t>(E), 0);  // [E] first send row of each expert
+  for (int e = 1; e < E; ++e) first[static_cast<size_t>(e)] = first[static_cast<size_t>(e - 1)] + kept[static_cast<size_t>(e - 1)];
+  for (int64_t& r : a.row)
+    if (r >= 0) r = first[static_cast<size_t>(r >> 32)] + (r & 0xffffffff);
+  a.stats.tokens_per_expert = wanted;
+  a.stats.assignments = N * K;
+  a.stats.dropped = N * K - std::accumulate(kept.begin(), kept.end(), int64_t{0});
+  return kept;
+}
+
+// Group-wide assignment counts -> f_e, and the aux loss with this device's P_e.
+void balance_loss(MoeActivations& a, const MoeSizes& s, dist::Group& experts) {
+  const int E = s.n_experts;
+  std::vector<float> counts(static_cast<size_t>(E) + 1);  // [E + 1]: counts, then N
+  for (int e = 0; e < E; ++e) counts[static_cast<size_t>(e)] = static_cast<float>(a.stats.tokens_per_expert[static_cast<size_t>(e)]);
+  counts[static_cast<size_t>(E)] = static_cast<float>(a.n_tokens);
+  experts.all_sum(counts);
+  const float total = counts[static_cast<size_t>(E)] * static_cast<float>(s.top_k);
+  a.fraction.assign(static_cast<size_t>(E), 0.0f);  // [E]
+  float aux = 0.0f;
+  for (int e = 0; e < E; ++e) {
+    a.stats.tokens_per_expert[static_cast<size_t>(e)] = static_cast<int64_t>(counts[static_cast<size_t>(e)]);
+    a.fraction[static_cast<size_t>(e)] = total > 0 ? counts[static_cast<size_t>(e)] / total : 0.0f;
+    float mean_p = 0.0f;
+    for (int64_t t = 0; t < a.n_tokens; ++t) mean_p += a.probs[static_cast<size_t>(t * E + e)];
+    if (a.n_tokens > 0) mean_p /= static_cast<float>(a.n_tokens);
+    aux += a.fraction[static_cast<size_t>(e)] * mean_p;
+  }
+  a.stats.aux_loss = s.aux_coef * static_cast<float>(E) * aux;
+}
+
+// Learn from the per-expert counts how many rows each source sends for each local expert, and lay
+// out the expert-major receive buffer.
+void plan_receive(MoeActivations& a, const std::vector<int64_t>& kept, const MoeSizes& s, dist::Group& experts) {
+  const int G = experts.size(), E = s.n_experts;
+  const dist::Range mine = local_experts(E, G, experts.rank());
+  const int64_t EL = mine.count;
+  std::vector<float> meta(kept.begin(), kept.end());  // [E]: member m gets the counts of its experts
+  std::vector<int64_t> meta_send(static_cast<size_t>(G)), meta_expect(static_cast<size_t>(G), EL);
+  a.send_counts.assign(static_cast<size_t>(G), 0);
+  for (int m = 0; m < G; ++m) {
+    dist::Range r = local_experts(E, G, m);
+    meta_send[static_cast<size_t>(m)] = r.count;
+    for (int64_t e = r.offset; e < r.offset + r.count; ++e) a.send_counts[static_cast<size_t>(m)] += kept[static_cast<size_t>(e)];
+  }
+  std::vector<float> from = exchange_rows(experts, meta, meta_send, meta_expect, 1, a.stats);  // [G, EL]
+  auto cnt = [&](int src, int64_t j) { return static_cast<int64_t>(from[static_cast<size_t>(src * EL + j)]); };
+  a.recv_counts.assign(static_cast<size_t>(G), 0);
+  a.expert_offsets.assign(static_cast<size_t>(EL) + 1, 0);
+  for (int src = 0; src < G; ++src)
+    for (int64_t j = 0; j < EL; ++j) {
+      a.recv_counts[static_cast<size_t>(src)] += cnt(src, j);
+      a.expert_offsets[static_cast<size_t>(j) + 1] += cnt(src, j);
+    }
+  for (int64_t j = 0; j < EL; ++j) a.expert_offsets[static_cast<size_t>(j) + 1] += a.expert_offsets[static_cast<size_t>(j)];
+  // Source s's block lists its rows for local expert 0, then 1, ...; expert-major puts all sources'
+  // rows of expert j together (source order inside).
+  a.to_expert_major.clear();
+  std::vector<int64_t> fill(a.expert_offsets.begin(), a.expert_offsets.end() - 1);  // [EL]
+  for (int src = 0; src < G; ++src)
+    for (int64_t j = 0; j < EL; ++j)
+      for (int64_t i = 0; i < cnt(src, j); ++i) a.to_expert_major.push_back(fill[static_cast<size_t>(j)]++);
+  a.stats.rows_sent = std::accumulate(a.send_counts.begin(), a.send_counts.end(), int64_t{0});
+  a.stats.rows_received = a.expert_offsets.back();
+}
+
+// dst[perm[i]] = src[i] (forward = true) or dst[i] = src[perm[i]], rows of width c.
+void permute_rows(std::span<float> dst, std::span<const float> src, const std::vector<int64_t>& perm, int64_t c,
+                  bool forward) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    const int64_t from = forward ? static_cast<int64_t>(i) : perm[i], to = forward ? perm[i] : static_cast<int64_t>(i);
+    std::memcpy(dst.data() + to * c, src.data() + from * c, static_cast<size_t>(c) * sizeof(float));
+  }
+}
+
+// ye[R,C] = SwiGLU of every local expert over its block of xe (grouped matmul).
+void experts_forward(std::vector<float>& ye, MoeActivations& a, const MoeWeights& w, int64_t C, int64_t FL) {
+  const int64_t R = a.expert_offsets.back(), EL = static_cast<int64_t>(a.expert_offsets.size()) - 1;
+  a.h1.resize(static_cast<size_t>(R * FL));  // [R, FL]
+  a.h3.resize(static_cast<size_t>(R * FL));  // [R, FL]
+  std::vector<float> act(static_cast<size_t>(R * FL));  // [R, FL] silu(h1) * h3
+  ye.assign(static_cast<size_t>(R * C), 0.0f);          // [R, C]
+  for (int64_t j = 0; j < EL; ++j) {
+    const int64_t off = a.expert_offsets[static_cast<size_t>(j)], n = a.expert_offsets[static_cast<size_t>(j) + 1] - off;
+    if (n == 0 || FL == 0) continue;
+    const float* x = a.xe.data() + off * C;
+    float *h1 = a.h1.data() + off * FL, *h3 = a.h3.data() + off * FL, *ac = act.data() + off * FL;
+    tensor::matmul_wt(h1, x, w.w1.data() + j * FL * C, n, FL, C);
+    tensor::matmul_wt(h3, x, w.w3.data() + j * FL * C, n, FL, C);
+    for (int64_t i = 0; i < n * FL; ++i) ac[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+    tensor::matmul_wt(ye.data() + off * C, ac, w.w2.data() + j * C * FL, n, C, FL);
+  }
+}
+
+// The reverse of experts_forward: dxe[R,C] = d(ye)/d(xe)^T dye; expert weight gradients +=.
+void experts_backward(std::vector<float>& dxe, const MoeGrads& g, const std::vector<float>& dye, const MoeWeights& w,
+                      const MoeActivations& a, int64_t C, int64_t FL) {
+  const int64_t R = a.expert_offsets.back(), EL = static_cast<int64_t>(a.expert_offsets.size()) - 1;
+  dxe.assign(static_cast<size_t>(R * C), 0.0f);  // [R, C]
+  std::vector<float> act(static_cast<size_t>(R * FL)), dh1(static_cast<size_t>(R * FL)),
+      dh3(static_cast<size_t>(R * FL));  // [R, FL] each
+  for (int64_t j = 0; j < EL; ++j) {
+    const int64_t off = a.expert_offsets[static_cast<size_t>(j)], n = a.expert_offsets[static_cast<size_t>(j) + 1] - off;
+    if (n == 0 || FL == 0) continue;
+    const float *x = a.xe.data() + off * C, *dy = dye.data() + off * C;
+    const float *h1 = a.h1.data() + off * FL, *h3 = a.h3.data() + off * FL;
+    float *ac = act.data() + off * FL, *d1 = dh1.data() + off * FL, *d3 = dh3.data() + off * FL;
+    const float *w1 = w.w1.data() + j * FL * C, *w2 = w.w2.data() + j * C * FL, *w3 = w.w3.data() + j * FL * C;
+    for (int64_t i = 0; i < n * FL; ++i) ac[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+    gemm(Trans::Yes, Trans::No, C, FL, n, 1.0f, dy, C, ac, FL, 1.0f, g.w2.data() + j * C * FL, FL);  // dw2 += dy^T act
+    gemm(Trans::No, Trans::No, n, FL, C, 1.0f, dy, C, w2, FL, 0.0f, d1, FL);                        // dact = dy w2
+    for (int64_t i = 0; i < n * FL; ++i) {
+      const float sg = sigmoid(h1[i]), dact = d1[i];
+      d3[i] = dact * h1[i] * sg;
+      d1[i] = dact * h3[i] * sg * (1.0f + h1[i] * (1.0f - sg));
+    }
+    gemm(Trans::Yes, Trans::No, FL, C, n, 1.0f, d1, FL, x, C, 1.0f, g.w1.data() + j * FL * C, C);  // dw1 += dh1^T x
+    gemm(Trans::Yes, Trans::No, FL, C, n, 1.0f, d3, FL, x, C, 1.0f, g.w3.data() + j * FL * C, C);  // dw3 += dh3^T x
+    gemm(Trans::No, Trans::No, n, C, FL, 1.0f, d1, FL, w1, C, 0.0f, dxe.data() + off * C, C);      // dx = dh1 w1
+    gemm(Trans::No, Trans::No, n, C, FL, 1.0f, d3, FL, w3, C, 1.0f, dxe.data() + off * C, C);      //    + dh3 w3
+  }
+}
+
+}  // namespace
+
+float moe_forward(std::span<float> out, MoeActivations& a, std::span<const float> inp, const MoeWeights& w,
+                  const MoeSizes& s, int64_t n_tokens, dist::Group& experts, dist::Group* tensor) {
+  const int64_t N = n_tokens, C = s.dim, FL = hidden_local(s, tensor);
+  const int K = s.top_k;
+  const int64_t EL = local_experts(s.n_experts, experts.size(), experts.rank()).count;
+  check(s, w, EL, FL);
+  expect_size("moe input", inp.size(), N * C);
+  expect_size("moe output", out.size(), N * C);
+  a.n_tokens = N;
+  a.stats = MoeStats{};
+
+  // router -> softmax -> top-k -> gates; load-balancing statistics over the group
+  route(a, inp, w.router, s);
+  std::vector<int64_t> kept = plan_rows(a, s);
+  balance_loss(a, s, experts);
+
+  // dispatch: tokens sorted by expert, to the owners of the experts
+  plan_receive(a, kept, s, experts);
+  const int64_t A = a.stats.rows_sent, R = a.stats.rows_received;
+  std::vector<float> send(static_cast<size_t>(A * C));  // [A, C]
+  for (int64_t i = 0; i < N * K; ++i)
+    if (a.row[static_cast<size_t>(i)] >= 0)
+      std::memcpy(send.data() + a.row[static_cast<size_t>(i)] * C, inp.data() + (i / K) * C, static_cast<size_t>(C) * sizeof(float));
+  std::vector<float> recv = exchange_rows(experts, send, a.send_counts, a.recv_counts, C, a.stats);  // [R, C]
+  a.xe.resize(static_cast<size_t>(R * C));  // [R, C]
+  permute_rows(a.xe, recv, a.to_expert_major, C, true);
+
+  // experts (grouped matmul); a tensor-parallel expert ends in an all-sum (ShardedToAll)
+  std::vector<float> ye;  // [R, C]
+  experts_forward(ye, a, w, C, FL);
+  if (tensor) tensor->all_sum(ye);
+
+  // return trip, then combine with the gates
+  permute_rows(recv, ye, a.to_expert_major, C, false);
+  a.y = exchange_rows(experts, recv, a.recv_counts, a.send_counts, C, a.stats);  // [A, C]
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (int64_t i = 0; i < N * K; ++i) {
+    const int64_t r = a.row[static_cast<size_t>(i)];
+    if (r < 0) continue;
+    const float gt = a.gate[static_cast<size_t>(i)];
+    const float* y = a.y.data() + r * C;
+    float* o = out.data() + (i / K) * C;
+    for (int64_t c = 0; c < C; ++c) o[c] += gt * y[c];
+  }
+  return a.stats.aux_loss;
+}
+
+void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const float> dout, float d_aux,
+                  std::span<const float> inp, const MoeWeights& w, MoeActivations& a, const MoeSizes& s,
+                  dist::Group& experts, dist::Group* tensor) {
+  const int64_t N = a.n_tokens, C = s.dim, FL = hidden_local(s, tensor);
+  const int E = s.n_experts, K = s.top_k;
+  const int64_t A = a.stats.rows_sent;
+  expect_size("moe dout", dout.size(), N * C);
+  expect_size("moe dinp", dinp.size(), N * C);
+  expect_size("moe router grad", g.router.size(), E * C);
+  expect_size("moe experts.w1 grad", g.w1.size(), static_cast<int64_t>(w.w1.size()));
+  expect_size("moe experts.w2 grad", g.w2.size(), static_cast<int64_t>(w.w2.size()));
+  expect_size("moe experts.w3 grad", g.w3.size(), static_cast<int64_t>(w.w3.size()));
+
+  // combine backward: gate gradients, and each kept row's output gradient (send order)
+  std::vector<float> dgate(static_cast<size_t>(N * K), 0.0f);  // [N, K]
+  std::vector<float> dy(static_cast<size_t>(A * C), 0.0f);     // [A, C]
+  for (int64_t i = 0; i < N * K; ++i) {
+    const int64_t r = a.row[static_cast<size_t>(i)];
+    if (r < 0) continue;
+    const float gt = a.gate[static_cast<size_t>(i)];
+    const float *y = a.y.data() + r * C, *d = dout.data() + (i / K) * C;
+    float* dyr = dy.data() + r * C;
+    float dot = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      dot += d[c] * y[c];
+      dyr[c] = gt * d[c];
+    }
+    dgate[static_cast<size_t>(i)] = dot;
+  }
+
+  // return trip backward = dispatch direction; experts backward; dispatch backward = return direction
+  std::vector<float> recv = exchange_rows(experts, dy, a.send_counts, a.recv_counts, C, a.stats);  // [R, C]
+  std::vector<float> dye(recv.size());  // [R, C]
+  permute_rows(dye, recv, a.to_expert_major, C, true);
+  std::vector<float> dxe;  // [R, C]
+  experts_backward(dxe, g, dye, w, a, C, FL);
+  if (tensor) tensor->all_sum(dxe);  // each FE slice holds a term of dx (AllToSharded backward)
+  permute_rows(recv, dxe, a.to_expert_major, C, false);
+  std::vector<float> dxb = exchange_rows(experts, recv, a.recv_counts, a.send_counts, C, a.stats);  // [A, C]
+  for (int64_t i = 0; i < N * K; ++i) {
+    const int64_t r = a.row[static_cast<size_t>(i)];
+    if (r < 0) continue;
+    const float* src = dxb.data() + r * C;
+    float* d = dinp.data() + (i / K) * C;
+    for (int64_t c = 0; c < C; ++c) d[c] += src[c];
+  }
+
+  // gates = chosen probs / their sum; aux loss; softmax; router
+  std::vector<float> dlogits(static_cast<size_t>(N * E), 0.0f);  // [N, E] first dprobs, then dlogits
+  const float aux_scale = N > 0 ? d_aux * s.aux_coef * static_cast<float>(E) / static_cast<float>(N) : 0.0f;
+  for (int64_t t = 0; t < N; ++t) {
+    const float* p = a.probs.data() + t * E;
+    float* dp = dlogits.data() + t * E;
+    float chosen = 0.0f, gdg = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      chosen += p[a.expert[static_cast<size_t>(t * K + k)]];
+      gdg += a.gate[static_cast<size_t>(t * K + k)] * dgate[static_cast<size_t>(t * K + k)];
+    }
+    for (int k = 0; k < K; ++k) dp[a.expert[static_cast<size_t>(t * K + k)]] = (dgate[static_cast<size_t>(t * K + k)] - gdg) / chosen;
+    for (int e = 0; e < E; ++e) dp[e] += aux_scale * a.fraction[static_cast<size_t>(e)];
+    float pdp = 0.0f;
+    for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
+    for (int e = 0; e < E; ++e) dp[e] = p[e] * (dp[e] - pdp);
+  }
+  if (N > 0) {
+    gemm(Trans::Yes, Trans::No, E, C, N, 1.0f, dlogits.data(), E, inp.data(), C, 1.0f, g.router.data(), C);
+    gemm(Trans::No, Trans::No, N, C, E, 1.0f, dlogits.data(), E, w.router.data(), C, 1.0f, dinp.data(), C);
+  }
+}
+
+}  // namespace tpcli::nn
