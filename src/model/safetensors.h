@@ -1,0 +1,84 @@
+// tpcli::model — safetensors files (the project's own checkpoints): read through mmap, write
+// atomically. Only F32 tensors.
+//
+// Layout: u64 little-endian N, then N bytes of JSON
+//   {"__metadata__": {"key": "value", ...}, "NAME": {"dtype": "F32", "shape": [..],
+//    "data_offsets": [begin, end]}, ...}
+// (padded with spaces so the data starts 8-byte aligned), then the data; offsets are relative to
+// the start of the data.
+//
+// Metadata keys used by tpcli (all values are strings):
+//   "format"                      "tpcli"                 who wrote it
+//   "model.dim", "model.hidden_dim", "model.n_layers", "model.n_heads", "model.n_kv_heads",
+//   "model.vocab_size", "model.seq_len"                     integers (decimal)
+//   "model.shared_classifier"     "true" | "false"
+//   "model.norm_eps", "model.rope_theta", "model.moe_aux_loss"   floats, "%.9g"
+//   "model.n_experts", "model.top_k", "model.expert_hidden_dim"  integers
+//   "model.capacity_factor"       float; absent when unset
+//   "tokenizer"                   path of the llama2.c tokenizer.bin the model was trained with,
+//                                 absolute or relative to the checkpoint's folder (`tpcli infer`
+//                                 uses it when -z is not given)
+// Parameter tensors are named as in llama_parameters() ("tok_embeddings", "layers.0.wq", ...); other
+// tensors (optimizer state, ...) may sit beside them under other names. Training state keys are the
+// training code's business ("train.*" is suggested).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/llama2c.h"  // MappedFile
+#include "model/llama_config.h"
+#include "model/weights.h"
+#include "tensor/tensor.h"
+
+namespace tpcli::model {
+
+using Metadata = std::map<std::string, std::string>;
+
+// LlamaConfig <-> "model.*" metadata keys. from: throws std::runtime_error naming `origin` and the
+// missing or malformed key; validates the config.
+void config_to_metadata(const LlamaConfig& config, Metadata& metadata);
+LlamaConfig config_from_metadata(const Metadata& metadata, const std::string& origin);
+
+struct TensorView {
+  std::string name;
+  tensor::Shape shape;
+  std::span<const float> data;  // numel(shape) floats, row-major
+};
+
+// Writes tensors + metadata (temp file + rename). Throws std::invalid_argument for a tensor whose
+// data size does not match its shape or a duplicate name, std::runtime_error for I/O failures.
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors, const Metadata& metadata);
+// Every parameter of `weights` plus its config in the metadata (merged over `metadata`).
+void write_safetensors(const std::string& path, const WeightSource& weights, Metadata metadata = {});
+
+// A safetensors file, mapped. Header errors are one line naming the file and what is wrong.
+class SafetensorsFile : public WeightSource {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+
+  const Metadata& metadata() const { return metadata_; }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  const TensorView& tensor(const std::string& name) const;  // throws std::out_of_range naming it
+  std::vector<std::string> names() const;                    // sorted
+  const std::string& path() const { return map_.path(); }
+
+  // WeightSource: needs the "model.*" metadata keys. When "model.dim" is present, the constructor
+  // reads the config and checks every parameter's presence and shape; config() throws
+  // std::runtime_error when the file has no model config.
+  bool has_model_config() const { return config_.has_value(); }
+  const LlamaConfig& config() const override;
+  std::span<const float> get(const std::string& name) const override;
+
+ private:
+  MappedFile map_;
+  Metadata metadata_;
+  std::map<std::string, TensorView> tensors_;
+  std::optional<LlamaConfig> config_;
+};
+
+}  // namespace tpcli::model
