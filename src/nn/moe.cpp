@@ -343,6 +343,7 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
 
   // gates = chosen probs / their sum; aux loss; softmax; router
   std::vector<float> dlogits(static_cast<size_t>(N * E), 0.0f);  // [N, E] first dprobs, then dlogits
+  std::vector<float> dl(static_cast<size_t>(E));                 // [E] one token's dlogits
   const float aux_scale = N > 0 ? d_aux * s.aux_coef * static_cast<float>(E) / static_cast<float>(N) : 0.0f;
   for (int64_t t = 0; t < N; ++t) {
     const float* p = a.probs.data() + t * E;
@@ -354,9 +355,14 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
     }
     for (int k = 0; k < K; ++k) dp[a.expert[static_cast<size_t>(t * K + k)]] = (dgate[static_cast<size_t>(t * K + k)] - gdg) / chosen;
     for (int e = 0; e < E; ++e) dp[e] += aux_scale * a.fraction[static_cast<size_t>(e)];
-    float pdp = 0.0f;
-    for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
-    for (int e = 0; e < E; ++e) dp[e] = p[e] * (dp[e] - pdp);
+    // softmax VJP p_j (dp_j - sum_i p_i dp_i), written as p_j sum_i p_i (dp_j - dp_i): a peaked
+    // router (p_j near 1) would otherwise lose 1 - p_j to cancellation.
+    for (int j = 0; j < E; ++j) {
+      float acc = 0.0f;
+      for (int i = 0; i < E; ++i) acc += p[i] * (dp[j] - dp[i]);
+      dl[static_cast<size_t>(j)] = p[j] * acc;
+    }
+    std::copy(dl.begin(), dl.end(), dp);
   }
   if (N > 0) {
     gemm(Trans::Yes, Trans::No, E, C, N, 1.0f, dlogits.data(), E, inp.data(), C, 1.0f, g.router.data(), C);
