@@ -1,15 +1,27 @@
 #include "train/bpe.h"
 
-#include <stdexcept>
+#include "model/tokenizer.h"
 
 namespace tpcli::train {
 
-// Placeholder until model/tokenizer.h lands.
-std::shared_ptr<const model::Tokenizer> load_bpe(const std::string& path) {
-  throw std::runtime_error(path + ": llama2.c tokenizers are not available for training yet");
+std::shared_ptr<const model::Tokenizer> load_bpe(const std::string& path, int vocab_size) {
+  return std::make_shared<const model::Tokenizer>(path, vocab_size);
 }
-int bpe_vocab_size(const model::Tokenizer&) { return 0; }
-std::vector<int> bpe_encode(const model::Tokenizer&, std::string_view) { return {}; }
-std::string bpe_decode(const model::Tokenizer&, std::span<const int>) { return {}; }
+
+int bpe_vocab_size(const model::Tokenizer& tokenizer) { return tokenizer.vocab_size(); }
+
+std::vector<int> bpe_encode(const model::Tokenizer& tokenizer, std::string_view text) {
+  return tokenizer.encode(text, /*bos=*/false, /*eos=*/false);
+}
+
+std::string bpe_decode(const model::Tokenizer& tokenizer, std::span<const int> tokens) {
+  std::string text;
+  int prev = 0;  // not BOS: keep every leading space
+  for (int token : tokens) {
+    text += tokenizer.decode(prev, token);
+    prev = token;
+  }
+  return text;
+}
 
 }  // namespace tpcli::train

@@ -13,7 +13,7 @@ class Tokenizer;
 
 namespace tpcli::train {
 
-std::shared_ptr<const model::Tokenizer> load_bpe(const std::string& path);
+std::shared_ptr<const model::Tokenizer> load_bpe(const std::string& path, int vocab_size);
 int bpe_vocab_size(const model::Tokenizer& tokenizer);
 // The corpus as tokens: no BOS, no EOS (a training text is one long stream).
 std::vector<int> bpe_encode(const model::Tokenizer& tokenizer, std::string_view text);

@@ -44,11 +44,11 @@ TextTokenizer TextTokenizer::bytes() {
   return t;
 }
 
-TextTokenizer TextTokenizer::llama2c(const std::string& path) {
+TextTokenizer TextTokenizer::llama2c(const std::string& path, int vocab_size) {
   TextTokenizer t;
   t.kind_ = TokenizerKind::Llama2c;
   t.path_ = path;
-  t.bpe_ = load_bpe(path);
+  t.bpe_ = load_bpe(path, vocab_size);
   return t;
 }
 

@@ -33,14 +33,15 @@ class TextTokenizer {
   static TextTokenizer chars_from_vocab(std::string vocab);
   // Raw bytes: vocab 256, token = byte value.
   static TextTokenizer bytes();
-  // A llama2.c tokenizer.bin (vocab_size read from the file).
-  static TextTokenizer llama2c(const std::string& path);
+  // A llama2.c tokenizer.bin holding exactly vocab_size pieces (the model's vocab_size).
+  static TextTokenizer llama2c(const std::string& path, int vocab_size);
 
   TokenizerKind kind() const { return kind_; }
   std::string kind_name() const;  // "chars" | "bytes" | "llama2c"
   int vocab_size() const;
   const std::string& vocab() const { return vocab_; }  // chars: the vocabulary, in token order
   const std::string& path() const { return path_; }    // llama2c: the tokenizer file
+  const model::Tokenizer* bpe() const { return bpe_.get(); }  // llama2c: the BPE tokenizer
 
   // Corpus encoding (no BOS). Chars: throws naming the byte when it is not in the vocabulary.
   std::vector<int> encode(std::string_view text) const;

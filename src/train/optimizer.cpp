@@ -49,9 +49,18 @@ void AdamW::step(std::span<const Slot> slots, double lr) {
 double local_grad_sq(std::span<const Slot> slots) {
   double total = 0.0;
   for (const Slot& s : slots) {
-    double sum = 0.0;
-    for (float g : s.grad) sum += static_cast<double>(g) * g;
-    total += s.norm_weight * sum;
+    if (s.row_norm_weights.empty()) {
+      double sum = 0.0;
+      for (float g : s.grad) sum += static_cast<double>(g) * g;
+      total += s.norm_weight * sum;
+      continue;
+    }
+    const size_t rows = s.row_norm_weights.size(), row = s.grad.size() / rows;
+    for (size_t r = 0; r < rows; ++r) {
+      double sum = 0.0;
+      for (float g : s.grad.subspan(r * row, row)) sum += static_cast<double>(g) * g;
+      total += s.row_norm_weights[r] * sum;
+    }
   }
   return total;
 }

@@ -31,6 +31,9 @@ struct Slot {
   // over the tensor group and the data axis counts 1 / (D * TP) on each device, so summing
   // norm_weight * |grad|^2 over the world counts every distinct element once.
   double norm_weight = 1.0;
+  // When not empty, replaces norm_weight row by row (the slice is row_norm_weights.size() equal
+  // rows): KV heads shared by some tensor devices and not others (model/shard_plan.h).
+  std::vector<double> row_norm_weights;
 };
 
 class AdamW {

@@ -1,0 +1,131 @@
+// tpcli::train — the training loop: data parallelism over one mesh axis, tensor parallelism over
+// another, both at once.
+//
+// Dimension legend: B global batch rows, B_local = B / D rows of this data rank, D data ranks,
+// TP tensor-parallel devices, T tokens per row.
+//
+// Every device runs the same body (SPMD):
+//   build its Llama shard (random init from the seed, init_from, or the checkpoint it resumes)
+//   each step s:
+//     all_max(stop flag) over the world          every device agrees on the step it stops at
+//     rows [d*B/D, (d+1)*B/D) of batch s         (train/data.h: a pure function of s)
+//     forward_backward -> local grads            (tensor collectives inside the model)
+//     pmean grads over the data axis             (expert weights: scaled by 1/G instead, nn/moe.h)
+//     global norm: all_sum over the world of each device's weighted sum of squares
+//     clip, AdamW with lr(s)
+//   every eval_every steps: validation loss (pmean over the data axis); checkpoint
+// The loss of step s is the mean cross-entropy over all B*T targets of that step, before the update.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/mesh.h"
+#include "model/llama_config.h"
+#include "model/weights.h"
+#include "train/data.h"
+#include "train/optimizer.h"
+
+namespace tpcli::model {
+class Llama;
+}
+namespace tpcli::dist {
+class Device;
+class Group;
+}
+
+namespace tpcli::train {
+
+struct TrainOptions {
+  // Mesh and the roles of its axes.
+  dist::Mesh mesh;
+  std::string data_axis = "data";
+  std::string tensor_axis = "model";
+  std::string expert_axis;  // "" = the data axis
+  int blas_threads = 0;     // per device; 0 = automatic
+
+  // Model: the initial weights (null = random_weights(model, seed)).
+  model::LlamaConfig model;
+  std::shared_ptr<const model::WeightSource> init;
+
+  // Data.
+  std::shared_ptr<const Corpus> corpus;
+  std::shared_ptr<const TextTokenizer> tokenizer;
+  bool shuffle = true;
+
+  // Optimisation.
+  int64_t steps = 2000;
+  int batch_size = 12;
+  int seq_len = 64;
+  uint64_t seed = 1337;
+  LrSchedule schedule;
+  AdamWOptions adamw;
+  double grad_clip = 1.0;  // 0 = off
+
+  // Evaluation, checkpoints, output.
+  int eval_every = 250;  // 0 = never (a final evaluation still runs when eval_batches > 0)
+  int eval_batches = 20;
+  std::string out_dir;   // "" = no files (tests)
+  std::optional<int> save_every;  // nullopt = at each evaluation and at the end
+  bool resume = false;   // continue from out_dir/latest.safetensors
+  int log_every = 10;    // progress line cadence when stderr is not a terminal
+  bool progress = true;  // progress line on stderr
+  int sample_tokens = 200;
+  std::string metadata_note;  // "train.config": the config file, for the record
+
+  // Set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint.
+  const std::atomic<bool>* stop = nullptr;
+  // Called on world rank 0 after every step (tests read the loss sequence).
+  std::function<void(int64_t step, double loss)> on_step;
+};
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of completed steps
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+  std::optional<double> val_loss;
+};
+
+struct TrainResult {
+  std::vector<StepRecord> records;  // this run's steps (a resumed run: from the resume step on)
+  int64_t start_step = 0;
+  int64_t end_step = 0;
+  bool interrupted = false;
+  std::string checkpoint;  // path of the last checkpoint written ("" if none)
+  std::string sample;      // generated text ("" if none)
+  double seconds = 0;
+};
+
+// Throws std::invalid_argument with one line when the options cannot work (mesh vs heads/batch,
+// missing axis roles, corpus too short, ...): call before starting anything long.
+void check_options(const TrainOptions& options);
+
+TrainResult train(const TrainOptions& options);
+
+// ---- pieces of a step, shared with tests and benchmarks ----
+
+// How one device's parameters combine across the mesh.
+struct ParallelAxes {
+  dist::Group* data = nullptr;    // the data-parallel group
+  dist::Group* world = nullptr;   // every device (for the global norm)
+  int data_size = 1;              // D
+  int tensor_size = 1;            // TP
+  int expert_group_size = 1;      // G (MoE): devices the experts are dealt over
+  bool experts_on_data_axis = true;
+};
+
+// Gradients of the model's loss over this device's rows, averaged so that every device holds the
+// gradient of the mean loss over the global batch (pmean over data; expert weights scaled by 1/G).
+// Returns the mean loss over the global batch (pmean of the local mean losses).
+double data_parallel_gradients(model::Llama& llama, const ParallelAxes& axes, std::span<const int> inputs,
+                               std::span<const int> targets, int rows, int seq_len);
+
+// The optimizer's view of the model's parameters, with the global-norm weights set.
+std::vector<Slot> make_slots(model::Llama& llama, const model::LlamaConfig& config, const ParallelAxes& axes,
+                             int tensor_rank);
+
+}  // namespace tpcli::train
