@@ -1,3 +1,106 @@
-// Placeholder entry point; replaced by the CLI helper.
-#include <cstdio>
-int main() { std::puts("tpcli " TPCLI_VERSION); return 0; }
+// tpcli — entry point: builds the CLI11 app from the registered subcommands (cli/commands.h) and
+// turns errors into one line and an exit code:
+//   bad flags (CLI11 parse errors)            -> CLI11's message, exit 2
+//   config::ConfigError                       -> "FILE:LINE:COL: message", exit 2
+//   cli::UsageError                           -> "tpcli SUBCOMMAND: message", exit 2
+//   any other exception                       -> "tpcli: message", exit 1
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+#include "config/run_config.h"
+
+namespace {
+
+using tpcli::cli::Command;
+
+// The subcommands tpcli always shows, in help order; unregistered ones get a placeholder.
+const std::pair<const char*, const char*> REQUIRED_COMMANDS[] = {
+    {"train", "Train a model from a TOML run config"},
+    {"infer", "Generate text with a model split over devices"},
+    {"init", "Write a randomly initialised model checkpoint"},
+    {"export", "Convert a checkpoint to another format"},
+    {"inspect", "Describe a config or checkpoint file"},
+    {"launch", "Run a command as N processes connected by ZeroMQ"},
+    {"bench", "Benchmarks"},
+};
+
+void add_placeholder(CLI::App& sub) {
+  sub.allow_extras();  // any flags: the answer is the same
+  sub.callback([] { throw tpcli::cli::UsageError("not implemented yet"); });
+}
+
+const Command* find_command(const std::string& name) {
+  for (const auto& command : tpcli::cli::commands())
+    if (command.name == name) return &command;
+  return nullptr;
+}
+
+void add_bench(CLI::App& app, const char* description) {
+  CLI::App* bench = app.add_subcommand("bench", description);
+  if (tpcli::cli::benches().empty()) {
+    add_placeholder(*bench);
+    return;
+  }
+  for (const auto& b : tpcli::cli::benches()) b.setup(*bench->add_subcommand(b.name, b.description));
+  bench->require_subcommand(1);
+}
+
+// "tpcli bench matmul": the chain of subcommands the user ran.
+std::string command_path(const CLI::App& app) {
+  std::string path = "tpcli";
+  const CLI::App* current = &app;
+  while (current) {
+    auto chosen = current->get_subcommands();
+    current = chosen.empty() ? nullptr : chosen.front();
+    if (current) path += " " + current->get_name();
+  }
+  return path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tpcli: train and run Llama-style transformers split over a mesh of devices", "tpcli"};
+  app.set_version_flag("--version", std::string("tpcli ") + TPCLI_VERSION);
+  app.require_subcommand(1);
+  try {
+    for (const auto& [name, description] : REQUIRED_COMMANDS) {
+      if (std::string(name) == "bench") {
+        add_bench(app, description);
+      } else if (const Command* command = find_command(name)) {
+        command->setup(*app.add_subcommand(command->name, command->description));
+      } else {
+        add_placeholder(*app.add_subcommand(name, std::string(description) + " (not implemented yet)"));
+      }
+    }
+    for (const auto& command : tpcli::cli::commands()) {
+      const bool required = std::any_of(std::begin(REQUIRED_COMMANDS), std::end(REQUIRED_COMMANDS),
+                                        [&](const auto& r) { return command.name == r.first; });
+      if (!required) command.setup(*app.add_subcommand(command.name, command.description));
+    }
+  } catch (const std::exception& e) {  // two files registered the same name: a build mistake
+    std::cerr << "tpcli: internal error while building the command line: " << e.what() << "\n";
+    return 1;
+  }
+
+  try {
+    app.parse(argc, argv);  // runs the chosen subcommand's callback
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help / --version exit 0; bad flags 2
+  } catch (const CLI::Error& e) {     // CLI::RuntimeError(code): the command printed its own message
+    return app.exit(e);
+  } catch (const tpcli::config::ConfigError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const tpcli::cli::UsageError& e) {
+    std::cerr << command_path(app) << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tpcli: " << e.what() << "\n";
+    return 1;
+  }
+}

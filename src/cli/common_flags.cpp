@@ -1,0 +1,57 @@
+#include "cli/common_flags.h"
+
+#include <CLI/CLI.hpp>
+
+namespace tpcli::cli {
+
+std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::Option* devices = nullptr;
+  if (which & FLAG_DEVICES)
+    devices = sub.add_option("--devices", flags->devices, "run on N devices along one axis (the tensor axis)")
+                  ->check(CLI::Range(1, 1 << 16))
+                  ->type_name("N");
+  if (which & FLAG_MESH) {
+    auto* mesh = sub.add_option("--mesh", flags->mesh, "ordered mesh axes, e.g. data=2,model=4 (overrides [mesh] axes)")
+                     ->type_name("AXES");
+    if (devices) mesh->excludes(devices);
+  }
+  if (which & FLAG_SET)
+    sub.add_option("--set", flags->set, "override a config key, e.g. --set train.steps=10 (repeatable)")
+        ->type_name("KEY=VALUE")
+        ->allow_extra_args(false);  // one value per --set, so a following positional stays positional
+  if (which & FLAG_TRACE)
+    sub.add_option("--trace", flags->trace, "write a Chrome-trace JSON of every device's compute and collectives")
+        ->type_name("FILE");
+  if (which & FLAG_BACKEND)
+    sub.add_option("--backend", flags->backend, "device transport (overrides [mesh] backend)")
+        ->check(CLI::IsMember({"threads", "zmq"}))
+        ->type_name("threads|zmq");
+  return flags;
+}
+
+config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
+  config::RunConfig config = config::load_run_config(path, flags.set);
+  if (flags.devices)
+    config::set_mesh_axes(config, {{config.mesh.tensor_axis, *flags.devices}}, "--devices " + std::to_string(*flags.devices));
+  if (!flags.mesh.empty()) config::set_mesh_axes(config, config::parse_mesh_axes(flags.mesh), "--mesh " + flags.mesh);
+  if (!flags.backend.empty()) config::set_backend(config, flags.backend, "--backend " + flags.backend);
+  return config;
+}
+
+dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback) {
+  if (flags.devices) return dist::Mesh::line(*flags.devices, "model");
+  if (flags.mesh.empty()) return fallback;
+  std::vector<dist::MeshAxis> axes;
+  for (const auto& axis : config::parse_mesh_axes(flags.mesh)) axes.push_back({axis.name, axis.size});
+  return dist::Mesh(std::move(axes));
+}
+
+dist::Mesh to_mesh(const config::MeshSection& mesh) {
+  if (mesh.axes.empty()) return dist::Mesh::line(1, mesh.tensor_axis);
+  std::vector<dist::MeshAxis> axes;
+  for (const auto& axis : mesh.axes) axes.push_back({axis.name, axis.size});
+  return dist::Mesh(std::move(axes));
+}
+
+}  // namespace tpcli::cli

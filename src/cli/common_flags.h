@@ -1,0 +1,67 @@
+// tpcli::cli — the flags every mesh-running subcommand shares, and how they become a config/mesh.
+//
+//   void setup_train(CLI::App& sub) {
+//     auto flags = add_run_flags(sub);                 // --devices --mesh --set --trace --backend
+//     auto path = std::make_shared<std::string>();
+//     sub.add_option("config", *path, "run config (TOML)")->required();
+//     sub.callback([flags, path] {
+//       config::RunConfig config = load_config(*path, *flags);   // --set, then --devices/--mesh/--backend
+//       dist::Mesh mesh = to_mesh(config.mesh);
+//       ...
+//     });
+//   }
+//
+// Commands without a config file (infer) use mesh_from_flags(). The flags object is returned as a
+// shared_ptr so the sub-app's callback can own it (CLI11 writes into it while parsing).
+//
+// Precedence: the config file < --set overrides < --devices / --mesh / --backend.
+// --devices N is one axis of N devices named after the tensor axis ("model" unless the config's
+// [mesh] tensor_axis says otherwise); --mesh data=2,model=4 lists axes in order. The two flags
+// exclude each other. Errors are config::ConfigError (exit 2, one line).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/run_config.h"
+#include "dist/mesh.h"
+
+namespace CLI {
+class App;
+}
+
+namespace tpcli::cli {
+
+struct RunFlags {
+  std::optional<int> devices;    // --devices N
+  std::string mesh;              // --mesh data=2,model=4 ("" = not given)
+  std::vector<std::string> set;  // --set section.key=value (repeatable)
+  std::string trace;             // --trace FILE: Chrome-trace JSON ("" = off)
+  std::string backend;           // --backend threads|zmq ("" = the config's, else threads)
+};
+
+// Which flags add_run_flags adds (bit set).
+enum RunFlagBits : unsigned {
+  FLAG_DEVICES = 1u << 0,
+  FLAG_MESH = 1u << 1,
+  FLAG_SET = 1u << 2,
+  FLAG_TRACE = 1u << 3,
+  FLAG_BACKEND = 1u << 4,
+  FLAG_ALL = 0x1fu,
+};
+
+std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which = FLAG_ALL);
+
+// Loads `path` through config::load_run_config with flags.set, then applies --devices / --mesh /
+// --backend (re-validating the mesh roles against the new axes).
+config::RunConfig load_config(const std::string& path, const RunFlags& flags);
+
+// The mesh of --devices / --mesh alone (no config): `fallback` when neither flag was given.
+dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback = dist::Mesh::line(1));
+
+// The dist::Mesh of a validated [mesh] section (one device on axis "model" when no axes given).
+dist::Mesh to_mesh(const config::MeshSection& mesh);
+
+}  // namespace tpcli::cli

@@ -1,0 +1,136 @@
+// tpcli inspect FILE — says what a file is and what it holds: a run config (validated, with its
+// mesh, model dims and parameter count) or a models/*.toml file. Checkpoint formats plug in
+// through register_inspector (cli/inspect.h).
+#include "cli/inspect.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/model_from_config.h"
+#include "model/llama_config.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+std::vector<Inspector>& inspector_list() {
+  static std::vector<Inspector> list;
+  return list;
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+void describe_model(const model::LlamaConfig& c, std::ostream& out) {
+  out << "  model      dim " << c.dim << ", hidden_dim " << c.hidden_dim << ", " << c.n_layers << " layers, " << c.n_heads
+      << " heads (" << c.n_kv_heads << " kv, head size " << c.head_size() << "), vocab " << c.vocab_size << ", seq_len "
+      << c.seq_len << (c.shared_classifier ? ", shared classifier" : ", separate classifier") << "\n";
+  if (c.is_moe())
+    out << "  experts    " << c.n_experts << " experts, top_k " << c.top_k << ", expert_hidden_dim "
+        << (c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim) << ", aux loss " << number(c.moe_aux_loss)
+        << (c.capacity_factor ? ", capacity factor " + number(*c.capacity_factor) : std::string()) << "\n";
+  out << "  parameters " << with_commas(c.parameter_count()) << "\n";
+}
+
+void describe_model_file(const std::string& path, std::ostream& out) {
+  const config::ModelSection section = config::load_model_config(path);
+  out << path << ": model config\n";
+  if (!section.vocab_size) {
+    out << "  (vocab_size not set: it comes from the run's tokenizer)\n";
+    describe_model(model_from_config(section, 256), out);
+    out << "  (parameter count shown for vocab_size = 256)\n";
+  } else {
+    describe_model(model_from_config(section), out);
+  }
+}
+
+void describe_run_config(const config::RunConfig& config, std::ostream& out) {
+  const config::MeshSection& m = config.mesh;
+  out << config.path << ": run config\n";
+  out << "  mesh       " << (m.axes.empty() ? "(none: 1 device)" : m.axes_string()) << ", " << m.device_count()
+      << " device(s), " << config::to_string(m.backend) << " backend\n";
+  out << "  roles      data axis '" << m.data_axis << "' = " << m.axis_size(m.data_axis) << ", tensor axis '"
+      << m.tensor_axis << "' = " << m.axis_size(m.tensor_axis) << ", expert axis '" << m.experts_axis()
+      << "' = " << m.axis_size(m.experts_axis()) << "\n";
+  if (config.model.config) out << "  model file " << *config.model.config << "\n";
+  if (config.model.init_from) out << "  init from  " << *config.model.init_from << "\n";
+  const bool bytes = config.data.tokenizer == config::TokenizerKind::Bytes;
+  if (config.model.dim) {
+    if (config.model.vocab_size || bytes) {
+      describe_model(model_from_config(config.model, bytes ? std::optional<int>(256) : std::nullopt), out);
+    } else {
+      describe_model(model_from_config(config.model, 256), out);
+      out << "  (vocab_size comes from the tokenizer; parameters counted with vocab_size = 256)\n";
+    }
+  }
+  const config::DataSection& d = config.data;
+  out << "  data       " << (d.path ? *d.path : "(no corpus)") << ", tokenizer "
+      << (d.tokenizer == config::TokenizerKind::File ? d.tokenizer_path : config::to_string(d.tokenizer))
+      << (d.shuffle ? ", shuffled" : ", replayable order (shuffle = false)") << "\n";
+  const config::TrainSection& t = config.train;
+  out << "  train      " << t.steps << " steps, batch " << t.batch_size << " x seq_len "
+      << (t.seq_len ? std::to_string(*t.seq_len) : "(model's)") << ", seed " << t.seed << "\n";
+  out << "  optimizer  AdamW lr " << number(t.lr) << " -> " << number(t.min_lr) << " (" << config::to_string(t.decay)
+      << ", warm-up " << t.warmup_steps << "), weight decay " << number(t.weight_decay) << ", betas (" << number(t.beta1)
+      << ", " << number(t.beta2) << "), eps " << number(t.eps) << ", grad clip "
+      << (t.grad_clip > 0 ? number(t.grad_clip) : "off") << "\n";
+  out << "  output     " << t.out_dir << " (eval every " << t.eval_every << " steps x " << t.eval_batches
+      << " batches, log every " << t.log_every << ", sample " << t.sample_tokens << " tokens)\n";
+}
+
+void setup_inspect(CLI::App& sub) {
+  auto flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_SET | FLAG_BACKEND);
+  auto path = std::make_shared<std::string>();
+  sub.add_option("file", *path, "a run config, a models/*.toml file or a checkpoint")->required()->type_name("FILE");
+  sub.callback([flags, path] {
+    for (const auto& inspector : inspectors()) {
+      if (inspector.accepts(*path)) {
+        inspector.describe(*path, std::cout);
+        return;
+      }
+    }
+    if (!std::filesystem::exists(*path)) throw UsageError(*path + ": no such file");
+    if (std::filesystem::path(*path).extension() != ".toml")
+      throw UsageError(*path + ": unknown file kind (expected a .toml run or model config" +
+                       (inspectors().empty() ? std::string(")") : ", or a checkpoint") + ")");
+    if (config::is_model_file(*path)) {
+      if (!flags->set.empty() || flags->devices || !flags->mesh.empty())
+        throw UsageError("--set, --devices and --mesh apply to run configs, and " + *path + " is a model file");
+      describe_model_file(*path, std::cout);
+    } else {
+      const config::RunConfig config = load_config(*path, *flags);
+      to_mesh(config.mesh);
+      describe_run_config(config, std::cout);
+    }
+  });
+}
+
+const bool registered = register_command({"inspect", "Describe a config or checkpoint file", setup_inspect});
+
+}  // namespace
+
+bool register_inspector(Inspector inspector) {
+  inspector_list().push_back(std::move(inspector));
+  return true;
+}
+
+const std::vector<Inspector>& inspectors() { return inspector_list(); }
+
+}  // namespace tpcli::cli

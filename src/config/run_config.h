@@ -1,0 +1,166 @@
+// tpcli::config — the TOML schema of a run and its strict validation.
+//
+// A run config (configs/*.toml) has four sections, every one optional:
+//
+//   [mesh]  axes = { data = 2, model = 4 }   # ordered as written; ranks are row-major over them
+//           data_axis = "data"  tensor_axis = "model"  expert_axis = <data_axis>
+//           backend = "threads" | "zmq"
+//   [model] config = "models/tiny.toml"      # dims from a model file (see load_model_config) ...
+//           dim = 64 ...                     # ... and/or inline; inline keys override the file's
+//           init_from = "path.bin"           # llama2.c .bin or tpcli .safetensors
+//   [data]  path = "corpus.txt"  tokenizer = "chars" | "bytes" | "path/tokenizer.bin"  shuffle = true
+//   [train] steps, batch_size, seq_len, seed, lr, min_lr, warmup_steps, decay, weight_decay,
+//           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
+//           sample_tokens, save_every
+//
+// A model file (models/*.toml) holds the model dims as TOP-LEVEL keys (no [model] header):
+//   dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, n_experts, top_k,
+//   moe_aux_loss, expert_hidden_dim, capacity_factor, shared_classifier, norm_eps, rope_theta.
+//
+// Relative paths (model.config, model.init_from, data.path, data.tokenizer when a file) are
+// resolved against the config file's folder first, then the current directory; train.out_dir is
+// taken as written (relative to the current directory).
+//
+// Every problem is a ConfigError whose message is "FILE:LINE:COL: message" (or "FILE: message"
+// when no position applies, "--set KEY=VALUE: message" for an override). This layer depends on
+// nothing else of tpcli: the mesh here is a plain list of axes; cli/ turns it into a dist::Mesh and
+// the model section into a model::LlamaConfig.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tpcli::config {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where each key came from: "mesh.axes.model" -> "configs/x.toml:3:10". Lets later stages (the
+// trainer checking that the mesh divides the heads, say) point at the line to fix.
+class SourceMap {
+ public:
+  SourceMap() = default;
+  explicit SourceMap(std::string file) : file_(std::move(file)) {}
+  const std::string& file() const { return file_; }
+  // "FILE:LINE:COL" of `key`, or "FILE" when the key was not written in the file.
+  std::string where(std::string_view key) const;
+  void set(std::string key, std::string location) { where_[std::move(key)] = std::move(location); }
+  bool has(std::string_view key) const { return where_.find(std::string(key)) != where_.end(); }
+
+ private:
+  std::string file_;
+  std::map<std::string, std::string, std::less<>> where_;
+};
+
+struct MeshAxisConfig {
+  std::string name;
+  int size = 1;
+  bool operator==(const MeshAxisConfig&) const = default;
+};
+
+enum class BackendKind { Threads, Zmq };
+
+struct MeshSection {
+  std::vector<MeshAxisConfig> axes;  // declaration order; empty = not given (one device)
+  std::string data_axis = "data";    // splits the batch
+  std::string tensor_axis = "model"; // splits the weights
+  std::optional<std::string> expert_axis;  // splits the experts; not given = data_axis
+  BackendKind backend = BackendKind::Threads;
+
+  const std::string& experts_axis() const { return expert_axis ? *expert_axis : data_axis; }
+  int device_count() const;               // product of the axis sizes (1 when empty)
+  int axis_size(std::string_view name) const;  // 1 when the axis is absent
+  std::string axes_string() const;        // "data=2,model=4" ("" when empty)
+};
+
+// Model dims as written. Optional where "not given" matters: a dim may come from init_from's
+// checkpoint or (vocab_size) from the tokenizer; cli/model_from_config fills the rest.
+struct ModelSection {
+  std::optional<std::string> config;     // resolved path of the models/*.toml file, if any
+  std::optional<std::string> init_from;  // resolved path of a checkpoint to start from
+  std::optional<int> dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
+  std::optional<int> n_experts, top_k, expert_hidden_dim;
+  std::optional<double> moe_aux_loss, capacity_factor, norm_eps, rope_theta;
+  std::optional<bool> shared_classifier;
+  SourceMap source;  // keys without the "model." prefix: "dim" -> "models/tiny.toml:1:7"
+};
+
+enum class TokenizerKind { Chars, Bytes, File };
+
+struct DataSection {
+  std::optional<std::string> path;  // resolved corpus path; must exist when given
+  TokenizerKind tokenizer = TokenizerKind::Chars;
+  std::string tokenizer_path;  // resolved, when tokenizer == File
+  bool shuffle = true;
+};
+
+enum class DecayKind { Cosine, Constant };
+
+struct TrainSection {
+  int steps = 2000;
+  int batch_size = 12;           // global batch, split over the data axis
+  std::optional<int> seq_len;    // not given = the model's seq_len
+  uint64_t seed = 1337;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_steps = 100;
+  DecayKind decay = DecayKind::Cosine;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double eps = 1e-8;
+  double grad_clip = 1.0;        // 0 = off
+  int eval_every = 250;          // 0 = never
+  int eval_batches = 20;
+  std::string out_dir;           // default "runs/<config file stem>"
+  int log_every = 10;
+  int sample_tokens = 200;       // length of the sample generated at the end (0 = none)
+  std::optional<int> save_every; // not given = at every evaluation and at the end
+};
+
+struct RunConfig {
+  std::string path;  // the config file as given
+  MeshSection mesh;
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  SourceMap source;  // full keys: "train.steps" -> "configs/x.toml:12:9"; "--set train.steps=5"
+
+  std::string where(std::string_view key) const { return source.where(key); }
+};
+
+// Loads and validates a run config. `overrides` are "section.key=value" strings (--set), applied
+// before validation; the value is parsed as a TOML value and, failing that, taken as a string.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Loads a models/*.toml file (top-level dims, validated for types and ranges).
+ModelSection load_model_config(const std::string& path);
+
+// True when `path` is a models/*.toml file (top-level dims, no sections) rather than a run config.
+// Throws ConfigError when the file is missing or not valid TOML.
+bool is_model_file(const std::string& path);
+
+// Parses "data=2,model=4" (the --mesh flag). Throws ConfigError("--mesh VALUE: ...") on empty
+// or duplicate names, sizes that are not integers >= 1, or a malformed list.
+std::vector<MeshAxisConfig> parse_mesh_axes(std::string_view text);
+
+// Replaces the mesh axes (from --devices / --mesh, which override the file) and re-checks the
+// axis roles against them; `origin` names the flag in errors and in the source map.
+void set_mesh_axes(RunConfig& config, std::vector<MeshAxisConfig> axes, const std::string& origin);
+
+// Sets the backend from a flag value ("threads" | "zmq").
+void set_backend(RunConfig& config, const std::string& value, const std::string& origin);
+
+// Enum names, for printing.
+std::string to_string(BackendKind kind);
+std::string to_string(TokenizerKind kind);
+std::string to_string(DecayKind kind);
+
+}  // namespace tpcli::config
