@@ -1,0 +1,213 @@
+// safetensors: a hand-made file (bytes written out from the format's spec) parses; what we write
+// has the spec's layout and reads back; corrupt headers are one-line errors.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "model/random_init.h"
+#include "model/safetensors.h"
+
+using namespace tpcli::model;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("tpcli_test_st_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string le64(uint64_t n) {
+  std::string s(8, '\0');
+  std::memcpy(s.data(), &n, 8);
+  return s;
+}
+
+std::string floats(std::initializer_list<float> values) {
+  std::string s;
+  for (float v : values) s.append(reinterpret_cast<const char*>(&v), 4);
+  return s;
+}
+
+// A file as the Python safetensors library lays it out: header, then data in offset order.
+std::string hand_made_file() {
+  const std::string header =
+      R"({"b":{"dtype":"F32","shape":[3],"data_offsets":[16,28]},)"
+      R"( "__metadata__" : {"note":"tab\there \"q\" \u00e9"},)"
+      R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  return le64(header.size()) + header + floats({1, 2, 3, 4}) + floats({-1.5f, 0.25f, 1e30f});
+}
+
+LlamaConfig small_config() {
+  LlamaConfig c;
+  c.dim = 16;
+  c.hidden_dim = 24;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 1;
+  c.vocab_size = 11;
+  c.seq_len = 8;
+  c.shared_classifier = false;
+  c.norm_eps = 1e-6f;
+  c.rope_theta = 500000.0f;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: a hand-made file parses (order, offsets, escapes)", "[safetensors]") {
+  const std::string path = temp_path("hand.safetensors");
+  write_bytes(path, hand_made_file());
+  SafetensorsFile f(path);
+  CHECK(f.names() == std::vector<std::string>{"a", "b"});
+  CHECK(f.tensor("a").shape == tpcli::tensor::Shape{2, 2});
+  CHECK(std::vector<float>(f.tensor("a").data.begin(), f.tensor("a").data.end()) == std::vector<float>{1, 2, 3, 4});
+  CHECK(std::vector<float>(f.tensor("b").data.begin(), f.tensor("b").data.end()) ==
+        std::vector<float>{-1.5f, 0.25f, 1e30f});
+  CHECK(f.metadata().at("note") == "tab\there \"q\" \xC3\xA9");
+  CHECK_FALSE(f.has_model_config());
+  CHECK_THROWS_WITH(f.config(), Catch::Contains("no model config"));
+  CHECK_THROWS_AS(f.tensor("c"), std::out_of_range);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("safetensors: written files follow the spec's layout and read back", "[safetensors]") {
+  const std::string path = temp_path("written.safetensors");
+  const std::vector<float> a{1, 2, 3, 4, 5, 6};
+  const std::vector<float> b{7};
+  write_safetensors(path, {{"x.y", {2, 3}, a}, {"scalar", {}, b}}, {{"k", "v\"\n"}});
+  const std::string bytes = read_bytes(path);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK((8 + n) % 8 == 0);  // data aligned
+  CHECK(bytes.size() == 8 + n + 7 * 4);
+  const std::string header = bytes.substr(8, n);
+  CHECK(header.find(R"("x.y":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})") != std::string::npos);
+  CHECK(header.find(R"("scalar":{"dtype":"F32","shape":[],"data_offsets":[24,28]})") != std::string::npos);
+  CHECK(header.find(R"("__metadata__":{"k":"v\"\n"})") != std::string::npos);
+  float first;
+  std::memcpy(&first, bytes.data() + 8 + n, 4);
+  CHECK(first == 1.0f);
+
+  SafetensorsFile f(path);
+  CHECK(f.metadata().at("k") == "v\"\n");
+  CHECK(f.tensor("scalar").data[0] == 7.0f);
+  CHECK(f.tensor("x.y").data[5] == 6.0f);
+  CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+  CHECK_THROWS_AS(write_safetensors(path, {{"a", {3}, a}}, {}), std::invalid_argument);  // 6 values for [3]
+  CHECK_THROWS_AS(write_safetensors(path, {{"a", {1}, b}, {"a", {1}, b}}, {}), std::invalid_argument);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("safetensors: a model with its config in the metadata round-trips", "[safetensors]") {
+  const LlamaConfig c = small_config();
+  const TensorWeights w = random_weights(c, 3);
+  const std::string path = temp_path("model.safetensors");
+  write_safetensors(path, w, {{"tokenizer", "tok512.bin"}, {"train.step", "12"}});
+  SafetensorsFile f(path);
+  REQUIRE(f.has_model_config());
+  const LlamaConfig& r = f.config();
+  CHECK(r.dim == c.dim);
+  CHECK(r.hidden_dim == c.hidden_dim);
+  CHECK(r.n_layers == c.n_layers);
+  CHECK(r.n_heads == c.n_heads);
+  CHECK(r.n_kv_heads == c.n_kv_heads);
+  CHECK(r.vocab_size == c.vocab_size);
+  CHECK(r.seq_len == c.seq_len);
+  CHECK(r.shared_classifier == c.shared_classifier);
+  CHECK(r.norm_eps == c.norm_eps);
+  CHECK(r.rope_theta == c.rope_theta);
+  CHECK_FALSE(r.capacity_factor.has_value());
+  CHECK(f.metadata().at("tokenizer") == "tok512.bin");
+  CHECK(f.metadata().at("train.step") == "12");
+  for (const auto& p : llama_parameters(c)) {
+    INFO(p.name);
+    auto x = w.get(p.name), y = f.get(p.name);
+    REQUIRE(x.size() == y.size());
+    CHECK(std::memcmp(x.data(), y.data(), x.size_bytes()) == 0);
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("safetensors: MoE config fields survive the metadata", "[safetensors]") {
+  LlamaConfig c = small_config();
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.expert_hidden_dim = 12;
+  c.moe_aux_loss = 0.01f;
+  c.capacity_factor = 1.25f;
+  Metadata m;
+  config_to_metadata(c, m);
+  const LlamaConfig r = config_from_metadata(m, "test");
+  CHECK(r.n_experts == 4);
+  CHECK(r.top_k == 2);
+  CHECK(r.expert_hidden_dim == 12);
+  CHECK(r.moe_aux_loss == 0.01f);
+  REQUIRE(r.capacity_factor.has_value());
+  CHECK(*r.capacity_factor == 1.25f);
+  m["model.n_heads"] = "five";
+  CHECK_THROWS_WITH(config_from_metadata(m, "ckpt.safetensors"), Catch::Contains("ckpt.safetensors: metadata model.n_heads"));
+  m["model.n_heads"] = "3";
+  CHECK_THROWS_WITH(config_from_metadata(m, "ckpt.safetensors"), Catch::Contains("does not divide"));
+  m.erase("model.dim");
+  CHECK_THROWS_WITH(config_from_metadata(m, "ckpt.safetensors"), Catch::Contains("'model.dim' is missing"));
+}
+
+TEST_CASE("safetensors: corrupt files are one-line errors naming the file", "[safetensors]") {
+  const std::string path = temp_path("corrupt.safetensors");
+  const std::string good = hand_made_file();
+  uint64_t n;
+  std::memcpy(&n, good.data(), 8);
+  const std::string header = good.substr(8, n), data = good.substr(8 + n);
+  auto error_of = [&](const std::string& bytes) -> std::string {
+    write_bytes(path, bytes);
+    try {
+      SafetensorsFile f(path);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  auto with_header = [&](const std::string& h) { return le64(h.size()) + h + data; };
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"empty file", ""},
+      {"short length", "abc"},
+      {"length beyond the file", le64(1u << 20) + header + data},
+      {"huge length", le64(~0ull) + header},
+      {"not JSON", with_header("hello world")},
+      {"unterminated object", with_header(R"({"a":{"dtype":"F32")")},
+      {"trailing garbage", with_header(header + "x")},
+      {"bad dtype", with_header(R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})")},
+      {"offsets past the data", with_header(R"({"a":{"dtype":"F32","shape":[100],"data_offsets":[0,400]}})")},
+      {"offsets vs shape", with_header(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})")},
+      {"negative dim", with_header(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})")},
+      {"reversed offsets", with_header(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})")},
+      {"metadata not strings", with_header(R"({"__metadata__":{"k":1}})")},
+      {"deep nesting", with_header(R"({"a":)" + std::string(100, '[') + std::string(100, ']') + "}")},
+      {"truncated data", good.substr(0, good.size() - 4)},
+  };
+  for (const auto& [what, bytes] : cases) {
+    INFO(what);
+    const std::string msg = error_of(bytes);
+    INFO(msg);
+    CHECK(msg.rfind(path, 0) == 0);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+  // A model config whose tensors do not match it.
+  Metadata m;
+  config_to_metadata(small_config(), m);
+  write_safetensors(path, {{"tok_embeddings", {2}, std::vector<float>{1, 2}}}, m);
+  CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains("tok_embeddings"));
+  std::filesystem::remove(path);
+}
