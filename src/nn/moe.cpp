@@ -370,4 +370,129 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
   }
 }
 
+// ---- MoeFeedForward ----
+
+namespace {
+
+// This member's slice of a full [E, FE, C] (rows_of_fe) or [E, C, FE] expert tensor.
+tensor::Tensor slice_experts(std::span<const float> full, dist::Range experts, dist::Range hidden, int64_t C,
+                             int64_t FE, bool rows_of_fe) {
+  const int64_t EL = experts.count, FL = hidden.count;
+  tensor::Tensor out(rows_of_fe ? tensor::Shape{EL, FL, C} : tensor::Shape{EL, C, FL});
+  for (int64_t j = 0; j < EL; ++j) {
+    const float* e = full.data() + (experts.offset + j) * FE * C;
+    float* o = out.data() + j * FL * C;
+    if (rows_of_fe)
+      std::copy(e + hidden.offset * C, e + (hidden.offset + FL) * C, o);
+    else
+      for (int64_t c = 0; c < C; ++c) std::copy(e + c * FE + hidden.offset, e + c * FE + hidden.offset + FL, o + c * FL);
+  }
+  return out;
+}
+
+// Collective over the tensor group: [EL, FL, C] / [EL, C, FL] slices -> [EL, FE, C] / [EL, C, FE].
+std::vector<float> gather_hidden(dist::Group& g, const tensor::Tensor& local, int64_t EL, int64_t C, int64_t FE,
+                                 bool rows_of_fe) {
+  const int T = g.size();
+  std::vector<int64_t> counts(static_cast<size_t>(T));
+  for (int m = 0; m < T; ++m) counts[static_cast<size_t>(m)] = EL * dist::even_split(FE, T, m).count * C;
+  std::vector<float> all(static_cast<size_t>(EL * FE * C)), out(all.size());  // [T pieces], [EL, FE, C]
+  g.all_gather_v(local.span(), all, counts);
+  const float* src = all.data();
+  for (int m = 0; m < T; ++m) {
+    const dist::Range h = dist::even_split(FE, T, m);
+    for (int64_t j = 0; j < EL; ++j, src += h.count * C) {
+      float* e = out.data() + j * FE * C;
+      if (rows_of_fe)
+        std::copy(src, src + h.count * C, e + h.offset * C);
+      else
+        for (int64_t c = 0; c < C; ++c) std::copy(src + c * h.count, src + (c + 1) * h.count, e + c * FE + h.offset);
+    }
+  }
+  return out;
+}
+
+// Collective over the expert group: every member's [EL_m, X] -> [E, X].
+tensor::Tensor gather_experts(dist::Group& g, std::span<const float> local, int E, tensor::Shape full) {
+  const int64_t X = tensor::numel(full) / E;
+  std::vector<int64_t> counts(static_cast<size_t>(g.size()));
+  for (int m = 0; m < g.size(); ++m) counts[static_cast<size_t>(m)] = local_experts(E, g.size(), m).count * X;
+  tensor::Tensor out(std::move(full));
+  g.all_gather_v(local, out.span(), counts);
+  return out;
+}
+
+}  // namespace
+
+MoeFeedForward::MoeFeedForward(const MoeSizes& sizes, std::span<const float> router, std::span<const float> w1,
+                               std::span<const float> w2, std::span<const float> w3, dist::Group experts,
+                               dist::Group tensor, std::string prefix)
+    : sizes_(sizes), experts_(std::move(experts)), tensor_(std::move(tensor)), prefix_(std::move(prefix)) {
+  const int64_t C = sizes_.dim, FE = sizes_.hidden, E = sizes_.n_experts;
+  if (E < 1) throw std::invalid_argument("moe: n_experts = " + std::to_string(E) + " must be >= 1");
+  if (tensor_.size() > FE)
+    throw std::invalid_argument("moe: cannot split expert_hidden_dim = " + std::to_string(FE) + " over " +
+                                std::to_string(tensor_.size()) + " tensor-parallel devices");
+  expect_size((prefix_ + "router").c_str(), router.size(), E * C);
+  expect_size((prefix_ + "experts.w1").c_str(), w1.size(), E * FE * C);
+  expect_size((prefix_ + "experts.w2").c_str(), w2.size(), E * C * FE);
+  expect_size((prefix_ + "experts.w3").c_str(), w3.size(), E * FE * C);
+  mine_ = local_experts(sizes_.n_experts, experts_.size(), experts_.rank());
+  hidden_ = dist::even_split(FE, tensor_.size(), tensor_.rank());
+  router_ = tensor::Tensor({E, C}, std::vector<float>(router.begin(), router.end()));
+  w1_ = slice_experts(w1, mine_, hidden_, C, FE, true);
+  w2_ = slice_experts(w2, mine_, hidden_, C, FE, false);
+  w3_ = slice_experts(w3, mine_, hidden_, C, FE, true);
+}
+
+MoeWeights MoeFeedForward::weights() const { return {router_.span(), w1_.span(), w2_.span(), w3_.span()}; }
+
+MoeGrads MoeFeedForward::grads() {
+  if (router_grad_.empty()) {
+    router_grad_ = tensor::Tensor(router_.shape());
+    w1_grad_ = tensor::Tensor(w1_.shape());
+    w2_grad_ = tensor::Tensor(w2_.shape());
+    w3_grad_ = tensor::Tensor(w3_.shape());
+  }
+  return {router_grad_.span(), w1_grad_.span(), w2_grad_.span(), w3_grad_.span()};
+}
+
+void MoeFeedForward::forward(float* out, const float* inp, int64_t N) {
+  const size_t n = static_cast<size_t>(N * sizes_.dim);
+  moe_forward({out, n}, acts_, {inp, n}, weights(), sizes_, N, experts_, tensor_or_null());
+}
+
+void MoeFeedForward::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+  const size_t n = static_cast<size_t>(N * sizes_.dim);
+  if (N != acts_.n_tokens) throw std::logic_error("moe: backward on " + std::to_string(N) + " rows after a forward on " +
+                                                  std::to_string(acts_.n_tokens));
+  moe_backward({dinp, n}, grads(), {dout, n}, 1.0f, {inp, n}, weights(), acts_, sizes_, experts_, tensor_or_null());
+}
+
+std::vector<ParamRef> MoeFeedForward::parameters() {
+  grads();
+  return {{prefix_ + "router", &router_, &router_grad_},
+          {prefix_ + "experts.w1", &w1_, &w1_grad_},
+          {prefix_ + "experts.w2", &w2_, &w2_grad_},
+          {prefix_ + "experts.w3", &w3_, &w3_grad_}};
+}
+
+std::vector<std::pair<std::string, tensor::Tensor>> MoeFeedForward::gather_full() {
+  const int64_t C = sizes_.dim, FE = sizes_.hidden, EL = mine_.count;
+  const int E = sizes_.n_experts;
+  std::vector<std::pair<std::string, tensor::Tensor>> out;
+  out.emplace_back(prefix_ + "router", router_);
+  const std::vector<float> w1 = gather_hidden(tensor_, w1_, EL, C, FE, true);
+  const std::vector<float> w2 = gather_hidden(tensor_, w2_, EL, C, FE, false);
+  const std::vector<float> w3 = gather_hidden(tensor_, w3_, EL, C, FE, true);
+  out.emplace_back(prefix_ + "experts.w1", gather_experts(experts_, w1, E, {E, FE, C}));
+  out.emplace_back(prefix_ + "experts.w2", gather_experts(experts_, w2, E, {E, C, FE}));
+  out.emplace_back(prefix_ + "experts.w3", gather_experts(experts_, w3, E, {E, FE, C}));
+  return out;
+}
+
+int64_t MoeFeedForward::parameter_bytes() const {
+  return static_cast<int64_t>(sizeof(float)) * (router_.numel() + w1_.numel() + w2_.numel() + w3_.numel());
+}
+
 }  // namespace tpcli::nn

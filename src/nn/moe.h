@@ -58,9 +58,13 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/group.h"
+#include "nn/feed_forward.h"
+#include "tensor/tensor.h"
 
 namespace tpcli::nn {
 
@@ -136,5 +140,49 @@ float moe_forward(std::span<float> out, MoeActivations& acts, std::span<const fl
 void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const float> dout, float d_aux,
                   std::span<const float> inp, const MoeWeights& w, MoeActivations& acts, const MoeSizes& sizes,
                   dist::Group& experts, dist::Group* tensor = nullptr);
+
+// The MoE as a transformer block's feed-forward (model/llama.cpp picks it when config.is_moe()).
+// Input and output [N, C] are mirrored over the tensor group and split (each member its own
+// tokens) over the expert group. Experts: member e of the expert group owns local_experts(E, G, e);
+// with a tensor group of size T > 1 every expert's FE is split over it as well (w1/w3 rows,
+// w2 columns, dist::even_split), so tpcli infer runs a MoE model on any device count <= FE.
+// Parameter names: PREFIX + "router" [E, C], "experts.w1" [E, FE, C], "experts.w2" [E, C, FE],
+// "experts.w3" [E, FE, C] (full shapes; this device holds [EL, FL, C] etc.). The constructor does
+// no communication (it slices full tensors).
+class MoeFeedForward : public FeedForward {
+ public:
+  // router [E, C], w1/w3 [E, FE, C], w2 [E, C, FE]: the FULL tensors; this device keeps its slices.
+  MoeFeedForward(const MoeSizes& sizes, std::span<const float> router, std::span<const float> w1,
+                 std::span<const float> w2, std::span<const float> w3, dist::Group experts, dist::Group tensor,
+                 std::string prefix);
+
+  void forward(float* out, const float* inp, int64_t N) override;
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N) override;
+  std::vector<ParamRef> parameters() override;
+  // Collective over the tensor group, then the expert group: every member of both must call it.
+  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override;
+  float aux_loss() const override { return acts_.stats.aux_loss; }
+  int64_t parameter_bytes() const override;
+
+  // Routing and traffic of the last forward (+ backward): per-expert counts, drops, bytes.
+  const MoeStats& stats() const { return acts_.stats; }
+  const MoeSizes& sizes() const { return sizes_; }
+
+ private:
+  MoeWeights weights() const;
+  MoeGrads grads();
+  dist::Group* tensor_or_null() { return tensor_.size() > 1 ? &tensor_ : nullptr; }
+
+  MoeSizes sizes_;
+  dist::Group experts_, tensor_;
+  std::string prefix_;
+  dist::Range mine_;    // local experts, of E
+  dist::Range hidden_;  // this member's rows of FE
+  tensor::Tensor router_, router_grad_;  // [E, C]
+  tensor::Tensor w1_, w1_grad_;          // [EL, FL, C]
+  tensor::Tensor w2_, w2_grad_;          // [EL, C, FL]
+  tensor::Tensor w3_, w3_grad_;          // [EL, FL, C]
+  MoeActivations acts_;
+};
 
 }  // namespace tpcli::nn

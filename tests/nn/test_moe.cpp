@@ -23,6 +23,14 @@ using tpcli::dist::Device;
 using tpcli::dist::Mesh;
 using Vec = std::vector<double>;
 
+// Tiny matrices: one BLIS thread per device (several OpenMP threads per tiny gemm crawl on a
+// loaded 2-core machine).
+tpcli::dist::RunOptions one_thread() {
+  tpcli::dist::RunOptions o;
+  o.blas_threads = 1;
+  return o;
+}
+
 struct Problem {
   int64_t C = 12, F = 20;
   int E = 4, K = 2;
@@ -229,7 +237,7 @@ Result expert_parallel(const Problem& p, int G) {
       std::copy(drouter.begin(), drouter.end(), r.drouter.begin());
       r.counts = acts.stats.tokens_per_expert;
     }
-  });
+  }, one_thread());
   return r;
 }
 
@@ -393,10 +401,83 @@ TEST_CASE("moe: bytes moved are exactly the ragged rows (no padding)", "[nn][moe
     const int64_t from_others = acts.stats.rows_received - (N * p.K - to_others);
     CHECK(static_cast<int64_t>(acts.stats.bytes_sent) == 4 * (meta_out + (to_others + from_others) * C));
     CHECK(static_cast<int64_t>(acts.stats.bytes_received) == 4 * (ex.count * 3 + (to_others + from_others) * C));
-  });
+  }, one_thread());
   // What the group sends, it receives.
   CHECK(std::accumulate(sent.begin(), sent.end(), int64_t{0}) ==
         std::accumulate(received.begin(), received.end(), int64_t{0}));
   CHECK(std::accumulate(rows_sent.begin(), rows_sent.end(), int64_t{0}) ==
         std::accumulate(rows_received.begin(), rows_received.end(), int64_t{0}));
+}
+
+TEST_CASE("moe: MoeFeedForward with experts also tensor-parallel equals the plain method", "[nn][moe]") {
+  // Mesh data x model: tokens split over data (the expert axis), mirrored over model, which splits
+  // every expert's hidden rows (AllToSharded w1/w3, ShardedToAll w2 inside each expert).
+  for (auto [G, T] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{2, 3}, std::pair{4, 2}}) {
+    INFO("data = " << G << ", model = " << T);
+    Problem p = make_problem(4, 2, G, 24, static_cast<uint32_t>(G * 10 + T));
+    // The layer's loss is sum(dout * out) + sum over devices of aux_d (its backward uses d_aux = 1);
+    // with equal chunks that is the reference with d_aux = G.
+    for (int64_t n : p.chunks) REQUIRE(n == p.chunks[0]);
+    p.d_aux = G;
+    const Result ref = reference(p);
+    const int64_t C = p.C, F = p.F;
+    const int E = p.E;
+    tpcli::nn::MoeSizes s{C, F, E, p.K, static_cast<float>(p.coef), std::nullopt};
+    std::vector<float> router(p.router.begin(), p.router.end()), w1(p.w1.begin(), p.w1.end()),
+        w2(p.w2.begin(), p.w2.end()), w3(p.w3.begin(), p.w3.end());
+    Result ep;
+    ep.out.assign(ref.out.size(), 0);
+    ep.dx = ep.out;
+    ep.drouter.assign(ref.drouter.size(), 0);
+    ep.dw1.assign(ref.dw1.size(), 0);
+    ep.dw2.assign(ref.dw2.size(), 0);
+    ep.dw3.assign(ref.dw3.size(), 0);
+    std::mutex mu;
+    bool gathered_ok = true, names_ok = true;
+    tpcli::dist::run_on_mesh(Mesh({{"data", G}, {"model", T}}), [&](Device& dev) {
+      auto& data = dev.axis("data");
+      const int d = data.rank(), m = dev.axis("model").rank();
+      tpcli::nn::MoeFeedForward ffn(s, router, w1, w2, w3, data, dev.axis("model"), "layers.0.");
+      const int64_t first = std::accumulate(p.chunks.begin(), p.chunks.begin() + d, int64_t{0}), N = p.chunks[d];
+      std::vector<float> x(&p.x[first * C], &p.x[first * C] + N * C), dout(&p.dout[first * C], &p.dout[first * C] + N * C);
+      std::vector<float> out(x.size()), dx(x.size());
+      ffn.forward(out.data(), x.data(), N);
+      auto params = ffn.parameters();
+      for (auto& q : params) q.grad->zero();
+      ffn.backward(dx.data(), dout.data(), x.data(), N);
+      data.all_sum(params[0].grad->span());
+      const auto full = ffn.gather_full();
+      std::lock_guard lock(mu);
+      const char* names[] = {"layers.0.router", "layers.0.experts.w1", "layers.0.experts.w2", "layers.0.experts.w3"};
+      for (int i = 0; i < 4; ++i) names_ok = names_ok && params[static_cast<size_t>(i)].name == names[i];
+      const std::vector<float>* want[] = {&router, &w1, &w2, &w3};
+      for (int i = 0; i < 4; ++i)
+        gathered_ok = gathered_ok && full[static_cast<size_t>(i)].first == names[i] &&
+                      std::equal(want[i]->begin(), want[i]->end(), full[static_cast<size_t>(i)].second.data());
+      if (m == 0) {
+        std::copy(out.begin(), out.end(), ep.out.begin() + first * C);
+        std::copy(dx.begin(), dx.end(), ep.dx.begin() + first * C);
+        ep.aux += ffn.aux_loss() * static_cast<double>(N) / static_cast<double>(p.tokens());
+      }
+      if (d == 0 && m == 0) {
+        std::copy(params[0].grad->data(), params[0].grad->data() + params[0].grad->numel(), ep.drouter.begin());
+        ep.counts = ffn.stats().tokens_per_expert;
+      }
+      // expert grads: local experts x local hidden rows, scattered into the full layout
+      const auto ex = tpcli::nn::local_experts(E, G, d);
+      const auto h = tpcli::dist::even_split(F, T, m);
+      for (int64_t j = 0; j < ex.count; ++j) {
+        const int64_t e = ex.offset + j;
+        for (int64_t i = 0; i < h.count; ++i)
+          for (int64_t c = 0; c < C; ++c) {
+            ep.dw1[(e * F + h.offset + i) * C + c] = (*params[1].grad)[(j * h.count + i) * C + c];
+            ep.dw3[(e * F + h.offset + i) * C + c] = (*params[3].grad)[(j * h.count + i) * C + c];
+            ep.dw2[(e * C + c) * F + h.offset + i] = (*params[2].grad)[(j * C + c) * h.count + i];
+          }
+      }
+    }, one_thread());
+    CHECK(names_ok);
+    CHECK(gathered_ok);
+    require_match(ep, ref);
+  }
 }
