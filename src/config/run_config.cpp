@@ -36,6 +36,12 @@ std::string key_location(const toml::key& key, const toml::node& node, const std
   throw ConfigError(where + ": " + message);
 }
 
+std::string format_number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
 std::string type_name(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::table: return "a table";
@@ -49,6 +55,10 @@ std::string type_name(const toml::node& node) {
 }
 
 std::string show(const toml::node& node) {
+  if (node.is_string()) {
+    const std::string& text = node.as_string()->get();
+    return "\"" + (text.size() > 40 ? text.substr(0, 37) + "..." : text) + "\"";
+  }
   std::ostringstream out;
   node.visit([&](auto&& concrete) { out << concrete; });
   std::string text = out.str();
@@ -74,12 +84,14 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 std::string unknown_key_message(const std::string& full_key, std::string_view key,
                                 const std::vector<std::string_view>& known) {
   std::string message = "unknown key '" + full_key + "'";
-  for (auto candidate : known)
-    if (edit_distance(key, candidate) <= 2) return message + " (did you mean '" + std::string(candidate) + "'?)";
-  message += "; known keys:";
   for (auto candidate : known) {
-    message += ' ';
-    message += candidate;
+    const bool prefix = key.size() >= 3 && (candidate.starts_with(key) || key.starts_with(candidate));
+    if (edit_distance(key, candidate) <= 2 || prefix) return message + " (did you mean '" + std::string(candidate) + "'?)";
+  }
+  message += "; known: ";
+  for (size_t i = 0; i < known.size(); ++i) {
+    if (i) message += ", ";
+    message += known[i];
   }
   return message;
 }
@@ -254,9 +266,23 @@ bool valid_axis_name(std::string_view name) {
   });
 }
 
-// [mesh]. `override_rank` orders axes that came from --set after those written in the file.
-void read_mesh(const toml::table& table, const std::string& file, const std::vector<std::string>& override_sources,
-               SourceMap& source, MeshSection& mesh) {
+// The axis names of [mesh] axes in the order the file writes them.
+std::vector<std::string> axis_order_in_file(const toml::table& root) {
+  const toml::node* axes = root.at_path("mesh.axes").node();
+  if (!axes || !axes->is_table()) return {};
+  std::vector<std::tuple<uint32_t, uint32_t, std::string>> positions;
+  for (auto&& [key, node] : *axes->as_table())
+    positions.emplace_back(node.source().begin.line, node.source().begin.column, std::string(key.str()));
+  std::sort(positions.begin(), positions.end());
+  std::vector<std::string> names;
+  for (auto& [line, column, name] : positions) names.push_back(name);
+  return names;
+}
+
+// [mesh]. `file_axis_order` is axis_order_in_file() of the file before --set; `override_sources`
+// the "--set ..." origins in flag order.
+void read_mesh(const toml::table& table, const std::string& file, const std::vector<std::string>& file_axis_order,
+               const std::vector<std::string>& override_sources, SourceMap& source, MeshSection& mesh) {
   Reader r(table, "mesh.", file, source);
   r.reject_unknown({"axes", "data_axis", "tensor_axis", "expert_axis", "backend"});
   if (const toml::node* axes_node = r.find("axes")) {
@@ -264,22 +290,24 @@ void read_mesh(const toml::table& table, const std::string& file, const std::vec
     const toml::table& axes = *axes_node->as_table();
     if (axes.empty()) fail(r.where(*axes_node), "mesh.axes must name at least one axis");
     Reader axis_reader(axes, "mesh.axes.", file, source);
-    // toml++ keeps tables sorted by key: recover the declaration order from source positions.
-    using Order = std::tuple<size_t, uint32_t, uint32_t>;  // (origin: file 0 / nth override + 1, line, column)
+    // toml++ keeps tables sorted by key: the file's order comes from source positions (taken
+    // before --set moved any node), axes added by --set follow in the order of the flags.
+    using Order = std::tuple<size_t, size_t, uint32_t, uint32_t>;  // (file index, nth --set, line, column)
     std::vector<std::pair<Order, MeshAxisConfig>> ordered;
     for (auto&& [key, node] : axes) {
       const std::string name(key.str());
       if (!valid_axis_name(name))
         fail(key_location(key, node, file), "mesh axis name '" + name + "' must be letters, digits, '_' or '-'");
       const int size = static_cast<int>(*axis_reader.integer(name, 1, 1 << 16));
-      size_t origin = 0;
-      if (node.source().path && *node.source().path != file) {
-        auto it = std::find(override_sources.begin(), override_sources.end(), *node.source().path);
-        origin = static_cast<size_t>(it - override_sources.begin()) + 1;
-      }
-      ordered.push_back({Order{origin, node.source().begin.line, node.source().begin.column}, {name, size}});
+      const size_t in_file = static_cast<size_t>(std::find(file_axis_order.begin(), file_axis_order.end(), name) -
+                                                 file_axis_order.begin());
+      size_t nth_set = 0;
+      if (node.source().path && *node.source().path != file)
+        nth_set = static_cast<size_t>(std::find(override_sources.begin(), override_sources.end(), *node.source().path) -
+                                      override_sources.begin());
+      ordered.push_back({Order{in_file, nth_set, node.source().begin.line, node.source().begin.column}, {name, size}});
     }
-    std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [order, axis] : ordered) mesh.axes.push_back(axis);
   }
   auto axis_name = [&](std::string_view key) -> std::optional<std::string> {
@@ -361,7 +389,7 @@ void read_train(const toml::table& table, const std::string& file, SourceMap& so
   number_key(train.grad_clip, "grad_clip", non_negative);
   if (train.min_lr > train.lr)
     fail(source.where(source.has("train.min_lr") ? "train.min_lr" : "train.lr"),
-         "train.min_lr = " + std::to_string(train.min_lr) + " must be <= train.lr = " + std::to_string(train.lr));
+         "train.min_lr = " + format_number(train.min_lr) + " must be <= train.lr = " + format_number(train.lr));
   if (auto decay = r.choice("decay", {"cosine", "constant"})) train.decay = *decay == 0 ? DecayKind::Cosine : DecayKind::Constant;
   if (auto out_dir = r.string("out_dir")) train.out_dir = *out_dir;
 }
@@ -410,38 +438,51 @@ void check_cross_sections(const RunConfig& config) {
 
 // ---------------------------------------------------------------- --set overrides
 
+// Moves every leaf of `from` into `into`, merging tables that both have.
+void merge_tables(toml::table& into, toml::table& from, const std::string& origin) {
+  for (auto&& [key, node] : from) {
+    toml::node* existing = into.get(key.str());
+    if (existing && existing->is_table() && node.is_table()) {
+      merge_tables(*existing->as_table(), *node.as_table(), origin);
+    } else if (existing && !existing->is_table() && node.is_table()) {
+      fail(origin, "'" + std::string(key.str()) + "' is " + type_name(*existing) + " in the file, not a table");
+    } else {
+      into.insert_or_assign(key, std::move(node));
+    }
+  }
+}
+
+std::string toml_basic_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+// "train.steps=10": the value as TOML (10, 1e-3, true, "x", { data = 2 }) and, failing that, as a
+// plain string. Parsed as the TOML line `train.steps = 10` whose nodes carry the override as
+// their source, so errors about it name the flag.
 void apply_override(toml::table& root, const std::string& text) {
   const std::string origin = std::string(SET_PREFIX) + text;
   const size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) fail(origin, "expected SECTION.KEY=VALUE");
+  if (eq == std::string::npos || eq == 0) fail(origin, "expected SECTION.KEY=VALUE (e.g. train.steps=10)");
   const std::string key_path = text.substr(0, eq);
   const std::string value_text = text.substr(eq + 1);
-  std::vector<std::string> keys;
-  for (size_t start = 0;;) {
-    const size_t dot = key_path.find('.', start);
-    keys.push_back(key_path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (keys.back().empty()) fail(origin, "empty key in '" + key_path + "'");
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  if (keys.size() < 2) fail(origin, "expected SECTION.KEY=VALUE (e.g. train.steps=10), got key '" + key_path + "'");
-  // The value as TOML (10, 1e-3, true, "x", { data = 2 }) and, failing that, as a plain string.
+  if (key_path.find('.') == std::string::npos)
+    fail(origin, "expected SECTION.KEY=VALUE (e.g. train.steps=10), got key '" + key_path + "'");
   toml::table snippet;
   try {
-    snippet = toml::parse("value = " + value_text, origin);
+    snippet = toml::parse(key_path + " = " + value_text, std::string_view(origin));
   } catch (const toml::parse_error&) {
-    snippet = toml::table{};
-    snippet.insert("value", value_text);
+    try {
+      snippet = toml::parse(key_path + " = " + toml_basic_string(value_text), std::string_view(origin));
+    } catch (const toml::parse_error& e) {
+      fail(origin, "'" + key_path + "' is not a valid key path (" + std::string(e.description()) + ")");
+    }
   }
-  toml::table* table = &root;
-  for (size_t i = 0; i + 1 < keys.size(); ++i) {
-    toml::node* next = table->get(keys[i]);
-    if (!next) next = &table->insert(keys[i], toml::table{}).first->second;
-    if (!next->is_table())
-      fail(origin, "'" + keys[i] + "' is " + type_name(*next) + ", not a table, so it has no key '" + keys[i + 1] + "'");
-    table = next->as_table();
-  }
-  table->insert_or_assign(keys.back(), std::move(*snippet.get("value")));
+  merge_tables(root, snippet, origin);
 }
 
 }  // namespace
@@ -509,6 +550,7 @@ bool is_model_file(const std::string& path) {
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   toml::table root = parse_toml_file(path);
+  const std::vector<std::string> file_axis_order = axis_order_in_file(root);
   std::vector<std::string> override_sources;
   for (const auto& text : overrides) {
     apply_override(root, text);
@@ -520,11 +562,10 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   for (auto&& [key, node] : root) {
     static const std::vector<std::string_view> sections = {"mesh", "model", "data", "train"};
     if (std::find(sections.begin(), sections.end(), key.str()) == sections.end())
-      fail(key_location(key, node, path), unknown_key_message(std::string(key.str()), key.str(), sections) +
-                                             " (a run config has sections [mesh], [model], [data], [train])");
+      fail(key_location(key, node, path), unknown_key_message(std::string(key.str()), key.str(), sections));
   }
   const fs::path base_dir = fs::path(path).parent_path();
-  read_mesh(section_table(root, "mesh", path), path, override_sources, config.source, config.mesh);
+  read_mesh(section_table(root, "mesh", path), path, file_axis_order, override_sources, config.source, config.mesh);
   read_model(section_table(root, "model", path), path, base_dir, config.source, config.model);
   read_data(section_table(root, "data", path), path, base_dir, config.source, config.data);
   read_train(section_table(root, "train", path), path, config.source, config.train);

@@ -1,0 +1,230 @@
+// cli/: the tpcli binary as a user meets it, run as a subprocess (TPCLI_BINARY): exit codes,
+// one-line errors, help, placeholders, config validation before any work, inspect.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+#include "config/temp_dir.h"
+
+using tpcli::testing::TempDir;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string quote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Runs tpcli with `args` (stdin closed), capturing stdout, stderr and the exit code.
+Result run(const std::vector<std::string>& args) {
+  TempDir capture;
+  std::string command = quote(TPCLI_BINARY);
+  for (const auto& arg : args) command += " " + quote(arg);
+  command += " </dev/null >" + quote((capture.path() / "out").string()) + " 2>" + quote((capture.path() / "err").string());
+  const int status = std::system(command.c_str());
+  Result result;
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = read_file(capture.path() / "out");
+  result.err = read_file(capture.path() / "err");
+  return result;
+}
+
+int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+
+// "FILE:LINE:COL" of `marker` in `text`, counted from 1.
+std::string where(const std::string& file, const std::string& text, const std::string& marker) {
+  const size_t at = text.find(marker);
+  REQUIRE(at != std::string::npos);
+  const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+  const size_t line_start = text.rfind('\n', at);
+  const size_t column = line_start == std::string::npos || line == 1 ? at + 1 : at - line_start;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+const char* MODEL = "dim = 64\nhidden_dim = 172\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\nvocab_size = 65\nseq_len = 64\n";
+
+}  // namespace
+
+TEST_CASE("tpcli --version prints the version and exits 0") {
+  const Result r = run({"--version"});
+  CHECK(r.code == 0);
+  CHECK(r.out == std::string("tpcli ") + TPCLI_VERSION + "\n");
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("tpcli --help lists every required subcommand, each with its own --help") {
+  const Result r = run({"--help"});
+  CHECK(r.code == 0);
+  for (const char* name : {"train", "infer", "init", "export", "inspect", "launch", "bench"}) {
+    INFO(name);
+    CHECK(r.out.find(std::string("\n  ") + name + " ") != std::string::npos);
+    const Result sub = run({name, "--help"});
+    CHECK(sub.code == 0);
+    CHECK(sub.out.find("Usage:") != std::string::npos);
+    CHECK(sub.out.find(name) != std::string::npos);
+  }
+}
+
+TEST_CASE("placeholder subcommands say so in one line and exit 2") {
+  const Result help = run({"--help"});
+  std::istringstream lines(help.out);
+  int placeholders = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("(not implemented yet)") == std::string::npos) continue;
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    INFO(name);
+    const Result r = run({name, "--any-flag", "x"});
+    CHECK(r.code == 2);
+    CHECK(r.err == "tpcli " + name + ": not implemented yet\n");
+    CHECK(r.out.empty());
+    ++placeholders;
+  }
+  if (placeholders == 0) WARN("every required subcommand is implemented: no placeholder left to check");
+}
+
+TEST_CASE("command-line mistakes exit 2 with CLI11's message") {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {}, {"no-such-command"}, {"inspect"}, {"inspect", "--no-such-flag", "x.toml"}, {"train"}}) {
+    const Result r = run(args);
+    INFO(args.size());
+    CHECK(r.code == 2);
+    CHECK_FALSE(r.err.empty());
+    CHECK(r.out.empty());
+  }
+  const Result both = run({"inspect", "--devices", "2", "--mesh", "data=2", "x.toml"});
+  CHECK(both.code == 2);
+  CHECK(both.err.find("excludes") != std::string::npos);
+}
+
+TEST_CASE("a bad config makes train and inspect exit 2 with one FILE:LINE:COL line") {
+  TempDir dir;
+  const std::string text = "[mesh]\naxes = { data = 2, model = 0 }\n";
+  const std::string path = dir.write("bad.toml", text);
+  const std::string expected = where(path, text, "0 }") + ": mesh.axes.model = 0 must be >= 1\n";
+  for (const char* command : {"train", "inspect"}) {
+    INFO(command);
+    const Result r = run({command, path});
+    CHECK(r.code == 2);
+    CHECK(r.err == expected);
+    CHECK(line_count(r.err) == 1);
+    CHECK(r.out.empty());
+  }
+  const Result missing = run({"train", (dir.path() / "none.toml").string()});
+  CHECK(missing.code == 2);
+  CHECK(missing.err == (dir.path() / "none.toml").string() + ": no such file\n");
+}
+
+TEST_CASE("train rejects a bad config before doing anything") {
+  TempDir dir;
+  dir.write("corpus.txt", "to be or not to be, that is the question\n");
+  dir.write("model.toml", MODEL);
+  const std::string out_dir = (dir.path() / "out").string();
+  const std::string good = "[model]\nconfig = \"model.toml\"\n[data]\npath = \"corpus.txt\"\n[train]\nsteps = 2\nbatch_size = 4\n"
+                           "out_dir = \"" + out_dir + "\"\n";
+  struct Case {
+    std::string extra;  // appended to the [train] section, or flags
+    std::vector<std::string> flags;
+    std::string needle;  // in the one-line error
+  };
+  const std::vector<Case> cases = {
+      {"stepz = 3\n", {}, "unknown key 'train.stepz'"},
+      {"lr = \"fast\"\n", {}, "train.lr must be a number"},
+      {"", {"--set", "train.batch_size=0"}, "--set train.batch_size=0: train.batch_size = 0 must be >= 1"},
+      {"", {"--mesh", "data=3"}, "train.batch_size = 4 is not divisible by the data axis 'data' = 3 (mesh data=3)"},
+      {"", {"--mesh", "data=2,data=2"}, "--mesh data=2,data=2: axis 'data' appears twice"},
+      {"", {"--mesh", "data=0"}, "--mesh data=0: axis data = 0 must be >= 1"},
+      {"", {"--set", "data.path=nowhere.txt"}, "data.path = \"nowhere.txt\": no such file"},
+      {"", {"--set", "model.n_heads=3"}, "n_heads = 3 does not divide dim = 64"},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    const std::string path = dir.write("run" + std::to_string(n++) + ".toml", good + c.extra);
+    std::vector<std::string> args = {"train", path};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const Result r = run(args);
+    INFO(c.needle);
+    CHECK(r.code == 2);
+    CHECK(line_count(r.err) == 1);
+    CHECK(r.err.find(c.needle) != std::string::npos);
+    CHECK(r.out.empty());
+    CHECK_FALSE(std::filesystem::exists(out_dir));
+  }
+}
+
+TEST_CASE("inspect describes a run config: mesh in order, roles, parameter count") {
+  TempDir dir;
+  dir.write("model.toml", MODEL);
+  const std::string path = dir.write("run.toml", "[mesh]\naxes = { model = 2, data = 2 }\n[model]\nconfig = \"model.toml\"\n");
+  const Result r = run({"inspect", path});
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out.find("run config") != std::string::npos);
+  CHECK(r.out.find("model=2,data=2, 4 device(s)") != std::string::npos);
+  CHECK(r.out.find("data axis 'data' = 2, tensor axis 'model' = 2") != std::string::npos);
+  // Llama parameter count by hand: embedding V*C, per layer 2 norms + wq, wo (C*C) + wk, wv
+  // (KV*C) + w1, w2, w3 (F*C), final norm C; the classifier is shared.
+  const long C = 64, F = 172, L = 2, V = 65, KV = 64 / 4 * 2;
+  const long expected = V * C + L * (2 * C + 2 * C * C + 2 * KV * C + 3 * F * C) + C;
+  std::string digits;
+  for (char ch : std::to_string(expected)) digits += ch;
+  std::string with_commas;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) with_commas += ',';
+    with_commas += digits[i];
+  }
+  CHECK(r.out.find("parameters " + with_commas + "\n") != std::string::npos);
+
+  const Result flagged = run({"inspect", path, "--mesh", "data=2,model=4", "--set", "train.steps=7"});
+  CHECK(flagged.code == 0);
+  CHECK(flagged.out.find("data=2,model=4, 8 device(s)") != std::string::npos);
+  CHECK(flagged.out.find("7 steps") != std::string::npos);
+
+  const Result devices = run({"inspect", path, "--devices", "4"});
+  CHECK(devices.code == 0);
+  CHECK(devices.out.find("model=4, 4 device(s)") != std::string::npos);
+}
+
+TEST_CASE("inspect describes a model file and points at the dim that does not fit") {
+  TempDir dir;
+  const std::string good = dir.write("tiny.toml", MODEL);
+  const Result r = run({"inspect", good});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("model config") != std::string::npos);
+  CHECK(r.out.find("4 heads (2 kv, head size 16)") != std::string::npos);
+
+  const std::string bad_text = "dim = 64\nhidden_dim = 172\nn_layers = 2\nn_heads = 3\nvocab_size = 65\nseq_len = 64\n";
+  const std::string bad = dir.write("bad.toml", bad_text);
+  const Result e = run({"inspect", bad});
+  CHECK(e.code == 2);
+  CHECK(e.err == where(bad, bad_text, "3\n") + ": n_heads = 3 does not divide dim = 64\n");
+
+  const std::string missing = dir.write("missing.toml", "dim = 64\nn_heads = 4\n");
+  const Result m = run({"inspect", missing});
+  CHECK(m.code == 2);
+  CHECK(m.err == missing + ": model.hidden_dim is missing (set it in [model] or in the file named by model.config)\n");
+
+  const Result unknown = run({"inspect", dir.write("notes.txt", "hello")});
+  CHECK(unknown.code == 2);
+  CHECK(line_count(unknown.err) == 1);
+  CHECK(unknown.err.find("unknown file kind") != std::string::npos);
+}
