@@ -1,6 +1,7 @@
 // tpcli — entry point: builds the CLI11 app from the registered subcommands (cli/commands.h) and
 // turns errors into one line and an exit code:
 //   bad flags (CLI11 parse errors)            -> CLI11's message, exit 2
+//   CLI::RuntimeError(code) from a command    -> exit code, nothing printed (the command did)
 //   config::ConfigError                       -> "FILE:LINE:COL: message", exit 2
 //   cli::UsageError                           -> "tpcli SUBCOMMAND: message", exit 2
 //   any other exception                       -> "tpcli: message", exit 1
@@ -89,10 +90,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
     return 0;
+  } catch (const CLI::RuntimeError& e) {  // CLI::RuntimeError(code): the command printed its own
+    return e.get_exit_code();             // message. A ParseError in CLI11 2.1: catch it first.
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help / --version exit 0; bad flags 2
-  } catch (const CLI::Error& e) {     // CLI::RuntimeError(code): the command printed its own message
-    return app.exit(e);
+  } catch (const CLI::Error& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const tpcli::config::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return 2;
