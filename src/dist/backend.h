@@ -18,6 +18,9 @@ class Backend {
   // Mark the run failed: every member blocked in (or later entering) a collective throws
   // CollectiveAborted carrying this message. Idempotent; the first message wins.
   virtual void abort(int failed_rank, const std::string& message) = 0;
+  // Device `rank` returned from its body. A member still waiting for it in a collective can never
+  // be released, so backends that can tell should fail such waits instead of hanging. Optional.
+  virtual void device_finished(int rank) {}
 };
 
 }  // namespace tpcli::dist

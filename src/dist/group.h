@@ -57,12 +57,19 @@ class Communicator {
   virtual void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) = 0;
   virtual void broadcast(std::span<float> x, int root) = 0;
   virtual void barrier() = 0;
+  // Equal chunks (in.size() == out.size() == size() * chunk). Default: through all_to_all_v and a
+  // copy; backends override it when they can write into out directly.
+  virtual void all_to_all(std::span<const float> in, std::span<float> out);
 };
+
+class Trace;  // dist/trace.h
 
 class Group {
  public:
   Group() = default;  // the size-1 group of a lone device
   Group(std::shared_ptr<Communicator> comm, CommStats* stats);
+  // Same, and every collective is recorded as a span on `track` of `trace` (when not null).
+  Group(std::shared_ptr<Communicator> comm, CommStats* stats, Trace* trace, int track);
 
   int rank() const;
   int size() const;
@@ -95,6 +102,8 @@ class Group {
  private:
   std::shared_ptr<Communicator> comm_;  // null: size-1 group
   CommStats* stats_ = nullptr;          // this device's counters (may be null)
+  Trace* trace_ = nullptr;              // collective spans go here (may be null)
+  int track_ = 0;
 };
 
 // The even split used everywhere a length is dealt out over parts: part i gets

@@ -8,6 +8,7 @@
 // run_on_mesh rethrows the first error as DeviceError, naming the device's rank.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <random>
@@ -62,7 +63,8 @@ class Device {
   std::mt19937 rng_;
   CommStats stats_;
   Trace* trace_;
-  std::vector<std::pair<std::vector<std::string>, Group>> groups_;  // cache, keyed by axis list
+  // Cache keyed by axis list; a deque so references handed out by axis()/axes() stay valid.
+  std::deque<std::pair<std::vector<std::string>, Group>> groups_;
 };
 
 struct RunOptions {

@@ -1,0 +1,237 @@
+// tpcli::dist — the Group handle: argument checks, the size-1 fast path, byte counting, trace spans.
+//
+// n = elements a member passes, S = group size, r = this member's rank in the group.
+// Bytes are counted as the direct (point-to-point) algorithm moves them: what of this member's data
+// other members receive (sent) and what of theirs lands here (received); own data is free.
+#include "dist/group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "dist/trace.h"
+
+namespace tpcli::dist {
+
+namespace {
+
+constexpr uint64_t F = sizeof(float);
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string("group.") + op + ": " + what);
+}
+
+bool overlap(const float* a, size_t na, const float* b, size_t nb) {
+  if (na == 0 || nb == 0) return false;
+  return a < b + nb && b < a + na;
+}
+
+int64_t sum_counts(const char* op, std::span<const int64_t> counts) {
+  int64_t total = 0;
+  for (size_t m = 0; m < counts.size(); ++m) {
+    if (counts[m] < 0) fail(op, "counts[" + std::to_string(m) + "] = " + std::to_string(counts[m]) + " is negative");
+    total += counts[m];
+  }
+  return total;
+}
+
+}  // namespace
+
+void Communicator::all_to_all(std::span<const float> in, std::span<float> out) {
+  std::vector<int64_t> send(static_cast<size_t>(size()), static_cast<int64_t>(in.size()) / size()), recv;
+  std::vector<float> got = all_to_all_v(in, send, recv);
+  std::copy(got.begin(), got.end(), out.begin());
+}
+
+Group::Group(std::shared_ptr<Communicator> comm, CommStats* stats) : comm_(std::move(comm)), stats_(stats) {}
+
+Group::Group(std::shared_ptr<Communicator> comm, CommStats* stats, Trace* trace, int track)
+    : comm_(std::move(comm)), stats_(stats), trace_(trace), track_(track) {}
+
+int Group::rank() const { return comm_ ? comm_->rank() : 0; }
+int Group::size() const { return comm_ ? comm_->size() : 1; }
+
+// Counts one call's bytes and records its trace span when it ends (also on an exception).
+class CallScope {
+ public:
+  CallScope(CommStats* stats, Trace* trace, int track, const char* name, uint64_t sent, uint64_t received)
+      : span_(trace, track, name, "collective", static_cast<int64_t>(sent + received)) {
+    if (stats) stats->add(sent, received);
+  }
+
+ private:
+  TraceSpan span_;
+};
+
+void Group::all_sum(std::span<float> x) {
+  const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
+  CallScope scope(stats_, trace_, track_, "all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S);
+  if (S > 1) comm_->all_sum(x);
+}
+
+void Group::all_max(std::span<float> x) {
+  const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
+  CallScope scope(stats_, trace_, track_, "all_max", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S);
+  if (S > 1) comm_->all_max(x);
+}
+
+void Group::mean(std::span<float> x) {
+  all_sum(x);
+  if (size() == 1) return;
+  const float inv = 1.0f / static_cast<float>(size());
+  for (float& v : x) v *= inv;
+}
+
+void Group::all_gather(std::span<const float> in, std::span<float> out) {
+  if (out.size() != in.size() * static_cast<size_t>(size()))
+    fail("all_gather", "out has " + std::to_string(out.size()) + " floats, expected size " + std::to_string(size()) +
+                           " x in " + std::to_string(in.size()));
+  std::vector<int64_t> counts(static_cast<size_t>(size()), static_cast<int64_t>(in.size()));
+  all_gather_v(in, out, counts);
+}
+
+void Group::all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) {
+  const int S = size(), r = rank();
+  if (counts.size() != static_cast<size_t>(S))
+    fail("all_gather", std::to_string(counts.size()) + " counts for a group of " + std::to_string(S));
+  const int64_t total = sum_counts("all_gather", counts);
+  if (static_cast<int64_t>(in.size()) != counts[static_cast<size_t>(r)])
+    fail("all_gather", "member " + std::to_string(r) + " passes " + std::to_string(in.size()) +
+                           " floats but counts say " + std::to_string(counts[static_cast<size_t>(r)]));
+  if (static_cast<int64_t>(out.size()) != total)
+    fail("all_gather", "out has " + std::to_string(out.size()) + " floats, counts sum to " + std::to_string(total));
+  const int64_t own_offset = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
+  // In place is allowed only when in is exactly this member's chunk of out.
+  if (overlap(in.data(), in.size(), out.data(), out.size()) && in.data() != out.data() + own_offset)
+    fail("all_gather", "in overlaps out other than as this member's own chunk");
+  const uint64_t own = in.size() * F;
+  CallScope scope(stats_, trace_, track_, "all_gather", own * static_cast<uint64_t>(S - 1),
+                  static_cast<uint64_t>(total) * F - own);
+  if (S > 1) {
+    comm_->all_gather_v(in, out, counts);
+  } else if (!in.empty() && in.data() != out.data()) {
+    std::memcpy(out.data(), in.data(), in.size() * F);
+  }
+}
+
+void Group::reduce_scatter(std::span<const float> in, std::span<float> out) {
+  const int S = size(), r = rank();
+  const std::vector<int64_t> counts = even_split_counts(static_cast<int64_t>(in.size()), S);
+  const int64_t mine = counts[static_cast<size_t>(r)];
+  if (static_cast<int64_t>(out.size()) != mine)
+    fail("reduce_scatter", "out has " + std::to_string(out.size()) + " floats; member " + std::to_string(r) + " of " +
+                               std::to_string(S) + " keeps " + std::to_string(mine) + " of " +
+                               std::to_string(in.size()) + " (even_split)");
+  const int64_t own_offset = even_split(static_cast<int64_t>(in.size()), S, r).offset;
+  if (overlap(in.data(), in.size(), out.data(), out.size()) && out.data() != in.data() + own_offset)
+    fail("reduce_scatter", "out overlaps in other than as this member's own chunk");
+  const uint64_t b = in.size() * F, own = out.size() * F;
+  CallScope scope(stats_, trace_, track_, "reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1));
+  if (S > 1) {
+    comm_->reduce_scatter_v(in, out, counts);
+  } else if (!in.empty() && in.data() != out.data()) {
+    std::memcpy(out.data(), in.data(), in.size() * F);
+  }
+}
+
+void Group::all_to_all(std::span<const float> in, std::span<float> out) {
+  const int S = size();
+  if (in.size() != out.size())
+    fail("all_to_all", "in has " + std::to_string(in.size()) + " floats but out has " + std::to_string(out.size()));
+  if (in.size() % static_cast<size_t>(S) != 0)
+    fail("all_to_all", std::to_string(in.size()) + " floats do not split into " + std::to_string(S) +
+                           " equal chunks (use all_to_all_v for ragged chunks)");
+  if (overlap(in.data(), in.size(), out.data(), out.size())) fail("all_to_all", "in and out overlap");
+  const uint64_t moved = (in.size() - in.size() / static_cast<size_t>(S)) * F;
+  CallScope scope(stats_, trace_, track_, "all_to_all", moved, moved);
+  if (S > 1) {
+    comm_->all_to_all(in, out);
+  } else if (!in.empty()) {
+    std::memcpy(out.data(), in.data(), in.size() * F);
+  }
+}
+
+std::vector<float> Group::all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                       std::vector<int64_t>& recv_counts) {
+  const int S = size(), r = rank();
+  if (send_counts.size() != static_cast<size_t>(S))
+    fail("all_to_all_v", std::to_string(send_counts.size()) + " send counts for a group of " + std::to_string(S));
+  const int64_t total = sum_counts("all_to_all_v", send_counts);
+  if (total != static_cast<int64_t>(in.size()))
+    fail("all_to_all_v", "send counts sum to " + std::to_string(total) + " but in has " + std::to_string(in.size()) +
+                             " floats");
+  if (S == 1) {
+    CallScope scope(stats_, trace_, track_, "all_to_all_v", 0, 0);
+    recv_counts.assign(1, total);
+    return std::vector<float>(in.begin(), in.end());
+  }
+  std::vector<float> out;
+  {
+    TraceSpan span(trace_, track_, "all_to_all_v", "collective");
+    out = comm_->all_to_all_v(in, send_counts, recv_counts);
+  }
+  const uint64_t self = static_cast<uint64_t>(send_counts[static_cast<size_t>(r)]) * F;
+  if (stats_) stats_->add(in.size() * F - self, out.size() * F - self);
+  return out;
+}
+
+void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) {
+  const int S = size(), r = rank();
+  if (in.size() != out.size())
+    fail("ppermute", "in has " + std::to_string(in.size()) + " floats but out has " + std::to_string(out.size()));
+  std::vector<char> is_src(static_cast<size_t>(S), 0), is_dst(static_cast<size_t>(S), 0);
+  bool sends = false, receives = false;
+  for (const auto& [src, dst] : perm) {
+    if (src < 0 || src >= S || dst < 0 || dst >= S)
+      fail("ppermute", "pair (" + std::to_string(src) + ", " + std::to_string(dst) + ") outside group of " +
+                           std::to_string(S));
+    if (is_src[static_cast<size_t>(src)]++) fail("ppermute", "source " + std::to_string(src) + " appears twice");
+    if (is_dst[static_cast<size_t>(dst)]++) fail("ppermute", "destination " + std::to_string(dst) + " appears twice");
+    sends |= src == r && dst != r;
+    receives |= dst == r && src != r;
+  }
+  if (overlap(in.data(), in.size(), out.data(), out.size()) && in.data() != out.data())
+    fail("ppermute", "in and out overlap");
+  if (in.data() == out.data() && !in.empty() && S > 1) fail("ppermute", "in and out are the same buffer");
+  const uint64_t b = in.size() * F;
+  CallScope scope(stats_, trace_, track_, "ppermute", sends ? b : 0, receives ? b : 0);
+  if (S > 1) {
+    comm_->ppermute(in, out, perm);
+  } else if (perm.empty()) {
+    std::fill(out.begin(), out.end(), 0.0f);
+  } else if (in.data() != out.data() && !in.empty()) {
+    std::memcpy(out.data(), in.data(), b);
+  }
+}
+
+void Group::broadcast(std::span<float> x, int root) {
+  const int S = size();
+  if (root < 0 || root >= S)
+    fail("broadcast", "root " + std::to_string(root) + " outside group of " + std::to_string(S));
+  const uint64_t b = x.size() * F;
+  const bool is_root = rank() == root;
+  CallScope scope(stats_, trace_, track_, "broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0,
+                  is_root ? 0 : b);
+  if (S > 1) comm_->broadcast(x, root);
+}
+
+void Group::barrier() {
+  CallScope scope(stats_, trace_, track_, "barrier", 0, 0);
+  if (size() > 1) comm_->barrier();
+}
+
+Range even_split(int64_t n, int parts, int index) {
+  if (n < 0 || parts < 1 || index < 0 || index >= parts)
+    throw std::invalid_argument("even_split: cannot take part " + std::to_string(index) + " of " +
+                                std::to_string(n) + " split into " + std::to_string(parts));
+  const int64_t base = n / parts, extra = n % parts;
+  return {index * base + std::min<int64_t>(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+std::vector<int64_t> even_split_counts(int64_t n, int parts) {
+  std::vector<int64_t> counts(static_cast<size_t>(parts));
+  for (int i = 0; i < parts; ++i) counts[static_cast<size_t>(i)] = even_split(n, parts, i).count;
+  return counts;
+}
+
+}  // namespace tpcli::dist

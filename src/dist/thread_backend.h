@@ -1,0 +1,48 @@
+// tpcli::dist — the thread backend: every device is a thread of this process.
+//
+// One ThreadBackend (a "fabric") per run holds a shared state per member set, created lazily under
+// a mutex the first time any member asks for it. Collectives exchange pointers to the members' own
+// buffers through that state and synchronise with a counting barrier that spins briefly and then
+// blocks in std::atomic::wait (8 devices on 2 cores is normal; spinning alone collapses there).
+// Small reductions go through per-member staging buffers and cost one barrier.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dist/backend.h"
+
+namespace tpcli::dist {
+
+struct ThreadGroupState;  // thread_backend.cpp
+
+class ThreadBackend : public Backend {
+ public:
+  // world_size: devices in the run (bounds ranks; with the core count it sets how long waits spin).
+  explicit ThreadBackend(int world_size);
+  ~ThreadBackend() override;
+
+  std::shared_ptr<Communicator> communicator(int rank, const std::vector<int>& members) override;
+  void abort(int failed_rank, const std::string& message) override;
+  void device_finished(int rank) override;
+
+  // Read by waiting members (lock-free).
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  const std::string& abort_message() const { return abort_message_; }  // valid once aborted()
+  int spin_limit() const { return spin_limit_; }
+
+ private:
+  int world_size_;
+  int spin_limit_;
+  std::atomic<bool> aborted_{false};
+  std::string abort_message_;  // written once, before aborted_ is set
+  std::mutex mutex_;           // guards groups_ and finished_
+  std::map<std::vector<int>, std::shared_ptr<ThreadGroupState>> groups_;
+  std::vector<char> finished_;  // by rank
+};
+
+}  // namespace tpcli::dist

@@ -1,0 +1,199 @@
+// tpcli::tensor — the one door to BLIS (the only file that includes blis.h).
+//
+// m, n, k: rows of op(A) and C, columns of op(B) and C, the shared (summed) dimension.
+// Row-major matrices are handed to BLIS as (row stride, column stride) pairs, so a transpose is a
+// swap of strides and never a copy. Each calling thread carries its own BLIS thread count in a
+// thread-local rntm_t, so device threads never oversubscribe the cores between them.
+#include "tensor/blas.h"
+
+#include <blis.h>
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+// gcc 12 warns inside avx512fintrin.h's _mm512_reduce_add_ps (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+
+namespace tpcli::tensor {
+
+namespace {
+
+thread_local int t_blas_threads = 1;
+
+// BLIS reads BLIS_ARCH_TYPE once, when it initialises: pick the AVX-512 (skx) kernels before that
+// when the CPU has avx512f (~2x the haswell kernels BLIS chooses on its own here). A value the user
+// set in the environment wins.
+void init_blis() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+#if defined(__x86_64__)
+    if (std::getenv("BLIS_ARCH_TYPE") == nullptr && __builtin_cpu_supports("avx512f"))
+      setenv("BLIS_ARCH_TYPE", std::to_string(static_cast<int>(BLIS_ARCH_SKX)).c_str(), 0);
+#endif
+    bli_init();
+  });
+}
+
+void check_dims(const char* op, int64_t m, int64_t n, int64_t k) {
+  if (m < 0 || n < 0 || k < 0)
+    throw std::invalid_argument(std::string("blas.") + op + ": negative size m=" + std::to_string(m) +
+                                " n=" + std::to_string(n) + " k=" + std::to_string(k));
+}
+
+// C[m,n] *= beta (beta == 0 overwrites, so NaNs in C do not survive).
+void scale(float* c, int64_t ldc, int64_t m, int64_t n, float beta) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f) std::fill(row, row + n, 0.0f);
+    else for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+  }
+}
+
+float dot(const float* w, const float* x, int64_t k);
+
+// out[i] (+)= w[i,:] . x for rows [r0, r1) of w[n,k]. Four rows at a time: x is loaded once per
+// four rows of weight and four independent accumulator chains hide the FMA latency.
+void matvec_rows(float* out, const float* w, const float* x, int64_t r0, int64_t r1, int64_t k, bool acc) {
+  int64_t i = r0;
+#if defined(__AVX512F__)
+  for (; i + 4 <= r1; i += 4) {
+    const float* w0 = w + i * k;
+    const float* w1 = w0 + k;
+    const float* w2 = w1 + k;
+    const float* w3 = w2 + k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + p);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + p), xv, a3);
+    }
+    if (p < k) {
+      const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + p);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w3 + p), xv, a3);
+    }
+    const float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
+                        _mm512_reduce_add_ps(a3)};
+    for (int j = 0; j < 4; ++j) out[i + j] = acc ? out[i + j] + s[j] : s[j];
+  }
+#elif defined(__AVX2__)
+  for (; i + 4 <= r1; i += 4) {
+    const float* wr[4] = {w + i * k, w + (i + 1) * k, w + (i + 2) * k, w + (i + 3) * k};
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + p);
+      for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[j] + p), xv, a[j]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, a[j]);
+      float s = 0.0f;
+      for (float v : lanes) s += v;
+      for (int64_t q = p; q < k; ++q) s += wr[j][q] * x[q];
+      out[i + j] = acc ? out[i + j] + s : s;
+    }
+  }
+#endif
+  for (; i < r1; ++i) {
+    const float s = dot(w + i * k, x, k);
+    out[i] = acc ? out[i] + s : s;
+  }
+}
+
+float dot(const float* w, const float* x, int64_t k) {
+  int64_t p = 0;
+  float s = 0.0f;
+#if defined(__AVX512F__)
+  __m512 a = _mm512_setzero_ps();
+  for (; p + 16 <= k; p += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + p), _mm512_loadu_ps(x + p), a);
+  s = _mm512_reduce_add_ps(a);
+#endif
+  for (; p < k; ++p) s += w[p] * x[p];
+  return s;
+}
+
+void matvec_impl(float* out, const float* weight, const float* x, int64_t n, int64_t k, bool acc) {
+  const int threads = t_blas_threads;
+  // Threads pay off only when the matrix is far larger than the cost of waking them.
+  if (threads > 1 && n * k >= (int64_t{1} << 18) && n >= 4 * threads) {
+#pragma omp parallel num_threads(threads)
+    {
+      // Row blocks that are multiples of 4 keep the 4-row kernel busy.
+      const int t = omp_get_thread_num();
+      const int T = omp_get_num_threads();
+      const int64_t per = ((n + T - 1) / T + 3) / 4 * 4;
+      const int64_t r0 = std::min<int64_t>(n, t * per), r1 = std::min<int64_t>(n, r0 + per);
+      matvec_rows(out, weight, x, r0, r1, k, acc);
+    }
+    return;
+  }
+  matvec_rows(out, weight, x, 0, n, k, acc);
+}
+
+}  // namespace
+
+void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_dims("gemm", m, n, k);
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.0f) {
+    scale(c, ldc, m, n, beta);
+    return;
+  }
+  init_blis();
+  // op(A)[i,p]: stored [m,k] -> strides (lda, 1); stored [k,m] -> strides (1, lda). Same for B.
+  const inc_t rsa = trans_a == Trans::No ? lda : 1, csa = trans_a == Trans::No ? 1 : lda;
+  const inc_t rsb = trans_b == Trans::No ? ldb : 1, csb = trans_b == Trans::No ? 1 : ldb;
+  rntm_t rntm = BLIS_RNTM_INITIALIZER;
+  bli_rntm_init(&rntm);
+  bli_rntm_set_num_threads(t_blas_threads, &rntm);
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, const_cast<float*>(a), rsa, csa,
+               const_cast<float*>(b), rsb, csb, &beta, c, ldc, 1, nullptr, &rntm);
+}
+
+void matmul_wt(float* out, const float* inp, const float* weight, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  check_dims("matmul_wt", m, n, k);
+  if (m == 1) {  // decode: memory-bound, BLIS is slow and uneven here
+    matvec_impl(out, weight, inp, n, k, accumulate);
+    return;
+  }
+  gemm(Trans::No, Trans::Yes, m, n, k, 1.0f, inp, k, weight, k, accumulate ? 1.0f : 0.0f, out, n);
+}
+
+void matvec(float* out, const float* weight, const float* x, int64_t n, int64_t k) {
+  check_dims("matvec", 1, n, k);
+  matvec_impl(out, weight, x, n, k, false);
+}
+
+void set_blas_threads(int n) {
+  if (n < 1) throw std::invalid_argument("blas: thread count " + std::to_string(n) + " < 1");
+  t_blas_threads = n;
+}
+
+int blas_threads() { return t_blas_threads; }
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace tpcli::tensor

@@ -1,0 +1,253 @@
+// Collective checks against serial references, reusable by every backend.
+//
+// Each check runs *inside* a member's body: it builds this member's input from a shared seed,
+// calls the collective, rebuilds every member's input from the same seed, computes the serial
+// reference and throws std::runtime_error naming the op, sizes, member and element on a mismatch.
+// Nothing is shared between members, so the checks work for threads and for processes alike; a
+// backend's test only needs a RunGroup that runs a body on every member of an N-member group and
+// propagates the first exception (run_on_mesh does: DeviceError).
+//
+// S = group size, r = this member's rank in the group, n = floats per member.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dist/group.h"
+
+namespace tpcli::testing {
+
+using dist::Group;
+
+// Runs body(group) on every member of a group of `members` devices; throws the first failure.
+using RunGroup = std::function<void(int members, const std::function<void(Group&)>& body)>;
+
+// Member m's input for a check with this seed: n floats uniform in [-1, 1), from a seeded mt19937.
+inline std::vector<float> member_input(uint64_t seed, int member, int64_t n) {
+  std::mt19937 rng(static_cast<uint32_t>(seed * 1000003u + static_cast<uint64_t>(member) * 7919u + 17u));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+// Throws on the first element where |got - want| > tol (tol = 0: exact; NaN never matches).
+inline void expect_close(const std::string& what, std::span<const float> got, std::span<const float> want, float tol,
+                         int rank) {
+  std::ostringstream os;
+  if (got.size() != want.size()) {
+    os << what << ": member " << rank << " got " << got.size() << " floats, expected " << want.size();
+    throw std::runtime_error(os.str());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      os << what << ": member " << rank << " element " << i << " = " << got[i] << ", expected " << want[i];
+      throw std::runtime_error(os.str());
+    }
+  }
+}
+
+inline std::string label(const char* op, const Group& g, int64_t n) {
+  return std::string(op) + " (S=" + std::to_string(g.size()) + ", n=" + std::to_string(n) + ")";
+}
+
+// Serial reduction in member order.
+inline std::vector<float> serial_sum(uint64_t seed, int S, int64_t n) {
+  std::vector<float> ref(static_cast<size_t>(n), 0.0f);
+  for (int m = 0; m < S; ++m) {
+    std::vector<float> x = member_input(seed, m, n);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += x[i];
+  }
+  return ref;
+}
+
+inline float sum_tol(int S) { return 1e-5f * static_cast<float>(S); }
+
+inline void check_all_sum(Group& g, int64_t n, uint64_t seed) {
+  std::vector<float> x = member_input(seed, g.rank(), n);
+  g.all_sum(x);
+  expect_close(label("all_sum", g, n), x, serial_sum(seed, g.size(), n), sum_tol(g.size()), g.rank());
+}
+
+inline void check_mean(Group& g, int64_t n, uint64_t seed) {
+  std::vector<float> x = member_input(seed, g.rank(), n);
+  g.mean(x);
+  std::vector<float> ref = serial_sum(seed, g.size(), n);
+  for (float& v : ref) v /= static_cast<float>(g.size());
+  expect_close(label("mean", g, n), x, ref, sum_tol(g.size()), g.rank());
+}
+
+inline void check_all_max(Group& g, int64_t n, uint64_t seed) {
+  std::vector<float> x = member_input(seed, g.rank(), n);
+  g.all_max(x);
+  std::vector<float> ref(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
+  for (int m = 0; m < g.size(); ++m) {
+    std::vector<float> y = member_input(seed, m, n);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = std::max(ref[i], y[i]);
+  }
+  expect_close(label("all_max", g, n), x, ref, 0.0f, g.rank());
+}
+
+// Output buffers start as NaN so an element the collective forgot to write fails the check.
+inline std::vector<float> nan_buffer(int64_t n) {
+  return std::vector<float>(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
+}
+
+inline void check_all_gather(Group& g, int64_t n, uint64_t seed) {
+  std::vector<float> in = member_input(seed, g.rank(), n), out = nan_buffer(n * g.size()), ref;
+  g.all_gather(in, out);
+  for (int m = 0; m < g.size(); ++m) {
+    std::vector<float> y = member_input(seed, m, n);
+    ref.insert(ref.end(), y.begin(), y.end());
+  }
+  expect_close(label("all_gather", g, n), out, ref, 0.0f, g.rank());
+}
+
+// Counts every member derives from the shared seed: uniform in [0, max_count], some forced to zero.
+inline std::vector<int64_t> shared_counts(uint64_t seed, int S, int64_t max_count) {
+  std::mt19937 rng(static_cast<uint32_t>(seed ^ 0x9e3779b9u));
+  std::uniform_int_distribution<int64_t> count(0, max_count);
+  std::vector<int64_t> counts(static_cast<size_t>(S));
+  for (int64_t& c : counts) c = rng() % 4 == 0 ? 0 : count(rng);
+  return counts;
+}
+
+inline void check_all_gather_v(Group& g, int64_t max_count, uint64_t seed) {
+  const std::vector<int64_t> counts = shared_counts(seed, g.size(), max_count);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<float> in = member_input(seed, g.rank(), counts[static_cast<size_t>(g.rank())]);
+  std::vector<float> out = nan_buffer(total), ref;
+  g.all_gather_v(in, out, counts);
+  for (int m = 0; m < g.size(); ++m) {
+    std::vector<float> y = member_input(seed, m, counts[static_cast<size_t>(m)]);
+    ref.insert(ref.end(), y.begin(), y.end());
+  }
+  expect_close(label("all_gather_v", g, total), out, ref, 0.0f, g.rank());
+}
+
+inline void check_reduce_scatter(Group& g, int64_t n, uint64_t seed) {
+  const dist::Range mine = dist::even_split(n, g.size(), g.rank());
+  std::vector<float> in = member_input(seed, g.rank(), n), out = nan_buffer(mine.count);
+  g.reduce_scatter(in, out);
+  const std::vector<float> sum = serial_sum(seed, g.size(), n);
+  const std::vector<float> ref(sum.begin() + mine.offset, sum.begin() + mine.offset + mine.count);
+  expect_close(label("reduce_scatter", g, n), out, ref, sum_tol(g.size()), g.rank());
+}
+
+// chunk floats go from every member to every member.
+inline void check_all_to_all(Group& g, int64_t chunk, uint64_t seed) {
+  const int S = g.size(), r = g.rank();
+  std::vector<float> in = member_input(seed, r, chunk * S), out = nan_buffer(chunk * S), ref;
+  g.all_to_all(in, out);
+  for (int m = 0; m < S; ++m) {
+    std::vector<float> y = member_input(seed, m, chunk * S);
+    ref.insert(ref.end(), y.begin() + r * chunk, y.begin() + (r + 1) * chunk);
+  }
+  expect_close(label("all_to_all", g, chunk * S), out, ref, 0.0f, r);
+}
+
+// counts[src][dst] from the shared seed, uniform in [0, max_count] with many zeros.
+inline void check_all_to_all_v(Group& g, int64_t max_count, uint64_t seed) {
+  const int S = g.size(), r = g.rank();
+  std::vector<std::vector<int64_t>> counts;  // [S][S]
+  for (int m = 0; m < S; ++m) counts.push_back(shared_counts(seed + static_cast<uint64_t>(m) * 31u, S, max_count));
+  auto input_of = [&](int m) {
+    const auto& c = counts[static_cast<size_t>(m)];
+    return member_input(seed, m, std::accumulate(c.begin(), c.end(), int64_t{0}));
+  };
+  std::vector<float> in = input_of(r), ref;
+  std::vector<int64_t> recv_counts;
+  std::vector<float> out = g.all_to_all_v(in, counts[static_cast<size_t>(r)], recv_counts);
+  std::vector<int64_t> want_counts;
+  for (int m = 0; m < S; ++m) {
+    const auto& c = counts[static_cast<size_t>(m)];
+    const int64_t off = std::accumulate(c.begin(), c.begin() + r, int64_t{0});
+    std::vector<float> y = input_of(m);
+    ref.insert(ref.end(), y.begin() + off, y.begin() + off + c[static_cast<size_t>(r)]);
+    want_counts.push_back(c[static_cast<size_t>(r)]);
+  }
+  if (recv_counts != want_counts)
+    throw std::runtime_error(label("all_to_all_v", g, static_cast<int64_t>(in.size())) + ": member " +
+                             std::to_string(r) + " got wrong receive counts");
+  expect_close(label("all_to_all_v", g, static_cast<int64_t>(in.size())), out, ref, 0.0f, r);
+}
+
+// A random permutation of the members from the shared seed; `partial` drops about half the pairs.
+inline dist::Perm shared_perm(uint64_t seed, int S, bool partial) {
+  std::mt19937 rng(static_cast<uint32_t>(seed * 2654435761u + 1u));
+  std::vector<int> dst(static_cast<size_t>(S));
+  std::iota(dst.begin(), dst.end(), 0);
+  std::shuffle(dst.begin(), dst.end(), rng);
+  dist::Perm perm;
+  for (int m = 0; m < S; ++m)
+    if (!partial || rng() % 2 == 0) perm.emplace_back(m, dst[static_cast<size_t>(m)]);
+  std::shuffle(perm.begin(), perm.end(), rng);  // order of pairs must not matter
+  return perm;
+}
+
+inline void check_ppermute(Group& g, int64_t n, uint64_t seed, bool partial) {
+  const dist::Perm perm = shared_perm(seed, g.size(), partial);
+  std::vector<float> in = member_input(seed, g.rank(), n), out = nan_buffer(n);
+  g.ppermute(in, out, perm);
+  std::vector<float> ref(static_cast<size_t>(n), 0.0f);
+  for (const auto& [src, dst] : perm)
+    if (dst == g.rank()) ref = member_input(seed, src, n);
+  expect_close(label(partial ? "ppermute (partial)" : "ppermute", g, n), out, ref, 0.0f, g.rank());
+}
+
+inline void check_broadcast(Group& g, int64_t n, int root, uint64_t seed) {
+  std::vector<float> x = member_input(seed, g.rank(), n);
+  g.broadcast(x, root);
+  expect_close(label("broadcast", g, n), x, member_input(seed, root, n), 0.0f, g.rank());
+}
+
+// Every collective once at length n (chunk-based ones with n per chunk or as the max count).
+inline void check_every_collective(Group& g, int64_t n, uint64_t seed) {
+  check_all_sum(g, n, seed + 1);
+  check_all_max(g, n, seed + 2);
+  check_mean(g, n, seed + 3);
+  check_all_gather(g, n, seed + 4);
+  check_all_gather_v(g, n, seed + 5);
+  check_reduce_scatter(g, n, seed + 6);
+  check_all_to_all(g, n, seed + 7);
+  check_all_to_all_v(g, n, seed + 8);
+  check_ppermute(g, n, seed + 9, false);
+  check_ppermute(g, n, seed + 10, true);
+  check_broadcast(g, n, g.size() - 1, seed + 11);
+  g.barrier();
+}
+
+// `ops` collectives back to back in an order and with sizes every member derives from `seed`.
+// Sizes are log-uniform up to max_n, so both the small (staged) and the large paths are hit.
+inline void check_random_sequence(Group& g, int ops, int64_t max_n, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<double> log_n(0.0, std::log(static_cast<double>(max_n) + 1.0));
+  for (int i = 0; i < ops; ++i) {
+    const int64_t n = static_cast<int64_t>(std::exp(log_n(rng))) - 1;
+    const uint64_t s = rng();
+    switch (rng() % 10) {
+      case 0: check_all_sum(g, n, s); break;
+      case 1: check_all_max(g, n, s); break;
+      case 2: check_all_gather(g, n / g.size(), s); break;
+      case 3: check_all_gather_v(g, n / g.size(), s); break;
+      case 4: check_reduce_scatter(g, n, s); break;
+      case 5: check_all_to_all(g, n / g.size(), s); break;
+      case 6: check_all_to_all_v(g, n / g.size(), s); break;
+      case 7: check_ppermute(g, n, s, rng() % 2 == 0); break;
+      case 8: check_broadcast(g, n, static_cast<int>(s % static_cast<uint64_t>(g.size())), s); break;
+      default: g.barrier(); break;
+    }
+  }
+}
+
+}  // namespace tpcli::testing
