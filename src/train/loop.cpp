@@ -166,6 +166,12 @@ static model::TensorWeights gather_as_weights(model::Llama& llama, std::vector<t
   return full;
 }
 
+model::TensorWeights gather_gradients(model::Llama& llama) {
+  std::vector<tensor::Tensor> grads;
+  for (auto& p : llama.parameters()) grads.push_back(*p.grad);
+  return gather_as_weights(llama, grads);
+}
+
 struct SaveInfo {
   std::string path;
   int64_t step = 0;

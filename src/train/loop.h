@@ -128,4 +128,8 @@ double data_parallel_gradients(model::Llama& llama, const ParallelAxes& axes, st
 std::vector<Slot> make_slots(model::Llama& llama, const model::LlamaConfig& config, const ParallelAxes& axes,
                              int tensor_rank);
 
+// Collective over the tensor group: every parameter's full gradient (the model gathers its
+// gradients the way it gathers its weights).
+model::TensorWeights gather_gradients(model::Llama& llama);
+
 }  // namespace tpcli::train

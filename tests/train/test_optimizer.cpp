@@ -13,7 +13,7 @@ TEST_CASE("AdamW: two steps of a three-element parameter match the hand-computed
   std::vector<float> p = {1.0f, -2.0f, 0.5f};
   std::vector<float> g(3);
   AdamW adam({.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1}, {3});
-  std::vector<Slot> slots = {{p, g, true, 1.0}};
+  std::vector<Slot> slots = {{p, g, true, 1.0, {}}};
   // Step 1: g = (0.5, -1, 0). p = p(1 - lr wd) - lr * m_hat / (sqrt(v_hat) + eps), lr = 0.1.
   g = {0.5f, -1.0f, 0.0f};
   adam.step(slots, 0.1);
@@ -32,7 +32,7 @@ TEST_CASE("AdamW: two steps of a three-element parameter match the hand-computed
 TEST_CASE("AdamW: no weight decay on slots without decay (norm gains)") {
   std::vector<float> p = {1.0f}, g = {0.0f};
   AdamW adam({.weight_decay = 0.5}, {1});
-  std::vector<Slot> slots = {{p, g, false, 1.0}};
+  std::vector<Slot> slots = {{p, g, false, 1.0, {}}};
   adam.step(slots, 0.1);
   CHECK(p[0] == 1.0f);  // zero gradient, no decay: unchanged
   slots[0].decay = true;
@@ -42,7 +42,7 @@ TEST_CASE("AdamW: no weight decay on slots without decay (norm gains)") {
 
 TEST_CASE("global norm clipping follows clip_grad_norm_ and counts weighted slots") {
   std::vector<float> a = {3.0f, 0.0f}, ga = {3.0f, 0.0f}, b = {0.0f}, gb = {4.0f};
-  std::vector<Slot> slots = {{a, ga, true, 1.0}, {b, gb, false, 0.5}};
+  std::vector<Slot> slots = {{a, ga, true, 1.0, {}}, {b, gb, false, 0.5, {}}};
   // 9 * 1 + 16 * 0.5 = 17
   CHECK(local_grad_sq(slots) == Approx(17.0));
   double scale = clip_grads(slots, 5.0, 1.0);
