@@ -481,3 +481,44 @@ TEST_CASE("moe: MoeFeedForward with experts also tensor-parallel equals the plai
     require_match(ep, ref);
   }
 }
+
+TEST_CASE("moe: the load-balancing loss alone evens out a skewed router (loads within 2x of even)", "[nn][moe]") {
+  // Start with nearly every token on expert 0; descend the aux loss only (dout = 0) on 2 devices.
+  for (int K : {1, 2}) {
+    INFO("K = " << K);
+    Problem p = make_problem(4, K, 2, 256, 11);
+    for (int64_t t = 0; t < p.tokens(); ++t) p.x[t * p.C] = 1.0 + std::abs(p.x[t * p.C]);
+    p.router[0] = 3.0;
+    const int64_t C = p.C, F = p.F;
+    const int E = p.E;
+    tpcli::nn::MoeSizes s{C, F, E, K, 1.0f, std::nullopt};
+    std::vector<int64_t> first_counts, last_counts;
+    tpcli::dist::run_on_mesh(Mesh::line(2, "data"), [&](Device& dev) {
+      auto& g = dev.axis("data");
+      const int d = g.rank();
+      const int64_t N = p.chunks[d], first = d * p.chunks[0];
+      const auto ex = tpcli::nn::local_experts(E, 2, d);
+      std::vector<float> x(&p.x[first * C], &p.x[first * C] + N * C), router(p.router.begin(), p.router.end());
+      std::vector<float> w1(static_cast<size_t>(ex.count * F * C), 0.1f), w2 = w1, w3 = w1, dw1(w1.size()), dw2(w1.size()),
+          dw3(w1.size());
+      std::vector<float> out(x.size()), dx(x.size()), dout(x.size(), 0.0f), drouter(router.size());
+      tpcli::nn::MoeActivations acts;
+      for (int step = 0; step < 100; ++step) {
+        tpcli::nn::moe_forward(out, acts, x, {router, w1, w2, w3}, s, N, g);
+        if (step == 0) first_counts = acts.stats.tokens_per_expert;
+        std::fill(drouter.begin(), drouter.end(), 0.0f);
+        tpcli::nn::moe_backward(dx, {drouter, dw1, dw2, dw3}, dout, 1.0f, x, {router, w1, w2, w3}, acts, s, g);
+        g.mean(drouter);  // data-parallel: the router is replicated
+        for (size_t i = 0; i < router.size(); ++i) router[i] -= 2.0f * drouter[i];
+      }
+      tpcli::nn::moe_forward(out, acts, x, {router, w1, w2, w3}, s, N, g);
+      if (d == 0) last_counts = acts.stats.tokens_per_expert;
+    }, one_thread());
+    const double even = static_cast<double>(p.tokens() * K) / p.E;
+    CHECK(*std::max_element(first_counts.begin(), first_counts.end()) > 1.5 * even);  // skewed at the start
+    for (int64_t n : last_counts) {
+      CHECK(static_cast<double>(n) <= 2 * even);
+      CHECK(static_cast<double>(n) >= even / 2);
+    }
+  }
+}
