@@ -1,0 +1,106 @@
+#include "train/train_setup.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "model/llama2c.h"
+#include "model/safetensors.h"
+#include "train/checkpoint.h"
+
+namespace tpcli::train {
+
+static dist::Mesh to_dist_mesh(const config::MeshSection& section) {
+  std::vector<dist::MeshAxis> axes;
+  for (const auto& a : section.axes) axes.push_back({a.name, a.size});
+  if (axes.empty()) axes.push_back({section.tensor_axis, 1});
+  return dist::Mesh(axes);
+}
+
+static std::shared_ptr<const model::WeightSource> open_weights(const std::string& path) {
+  if (path.ends_with(".safetensors")) return std::make_shared<model::SafetensorsFile>(path);
+  return std::make_shared<model::Llama2cFile>(path);
+}
+
+Prepared prepare(const config::RunConfig& config, bool resume,
+                 const std::function<model::LlamaConfig(std::optional<int>)>& model_config) {
+  using config::ConfigError;
+  Prepared p;
+  TrainOptions& o = p.options;
+  const auto& t = config.train;
+
+  // Data: the corpus and its tokenizer.
+  if (!config.data.path) throw ConfigError(config.path + ": data.path is required to train (the corpus, a text file)");
+  try {
+    p.corpus_text = read_text_file(*config.data.path);
+  } catch (const std::exception& e) {
+    throw ConfigError(config.where("data.path") + ": " + e.what());
+  }
+  std::optional<TextTokenizer> tokenizer;
+  if (config.data.tokenizer == config::TokenizerKind::Chars) tokenizer = TextTokenizer::chars(p.corpus_text);
+  if (config.data.tokenizer == config::TokenizerKind::Bytes) tokenizer = TextTokenizer::bytes();
+  std::optional<int> tokenizer_vocab;
+  if (tokenizer) tokenizer_vocab = tokenizer->vocab_size();
+
+  // Model: from init_from's checkpoint, or the [model] section.
+  try {
+    if (config.model.init_from) {
+      o.init = open_weights(*config.model.init_from);
+      o.model = o.init->config();
+    } else {
+      o.model = model_config(tokenizer_vocab);
+    }
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConfigError(config.where("model.init_from") + ": " + e.what());
+  }
+  if (!tokenizer) {
+    try {
+      tokenizer = TextTokenizer::llama2c(config.data.tokenizer_path, o.model.vocab_size);
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
+    }
+  }
+  o.tokenizer = std::make_shared<const TextTokenizer>(*tokenizer);
+  try {
+    o.corpus = std::make_shared<const Corpus>(split_corpus(tokenizer->encode(p.corpus_text)));
+  } catch (const std::exception& e) {
+    throw ConfigError(config.where("data.path") + ": " + e.what());
+  }
+
+  // Mesh and its roles.
+  o.mesh = to_dist_mesh(config.mesh);
+  o.data_axis = config.mesh.data_axis;
+  o.tensor_axis = config.mesh.tensor_axis;
+  o.expert_axis = config.mesh.experts_axis();
+
+  // Optimisation and output.
+  o.steps = t.steps;
+  o.batch_size = t.batch_size;
+  o.seq_len = t.seq_len.value_or(o.model.seq_len);
+  o.seed = t.seed;
+  o.schedule = {t.lr, t.min_lr, t.warmup_steps, t.steps,
+                t.decay == config::DecayKind::Cosine ? Decay::Cosine : Decay::Constant};
+  o.adamw = {t.beta1, t.beta2, t.eps, t.weight_decay};
+  o.grad_clip = t.grad_clip;
+  o.eval_every = t.eval_every;
+  o.eval_batches = t.eval_batches;
+  o.out_dir = t.out_dir;
+  o.save_every = t.save_every;
+  o.log_every = t.log_every;
+  o.sample_tokens = t.sample_tokens;
+  o.shuffle = config.data.shuffle;
+  o.resume = resume;
+  o.metadata_note = config.path;
+
+  try {
+    check_options(o);
+  } catch (const std::exception& e) {
+    throw ConfigError(config.path + ": " + e.what());
+  }
+  if (resume && !std::filesystem::exists(latest_checkpoint(o.out_dir)))
+    throw ConfigError(config.where("train.out_dir") + ": --resume: no checkpoint " + latest_checkpoint(o.out_dir));
+  return p;
+}
+
+}  // namespace tpcli::train
