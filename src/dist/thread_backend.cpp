@@ -216,16 +216,24 @@ class ThreadCommunicator : public Communicator {
     const bool staged = most <= STAGED_MAX;  // counts are the same on every member: same decision
     Descriptor& d = begin(Op::AllGather, static_cast<int64_t>(in.size()));
     d.key = hash(counts);
+    d.inout = out.data();
     publish(d, in, staged);
     sync();
     check_same_key("counts differ between members");
-    int64_t off = 0;
-    for (int m = 0; m < size(); ++m) {
-      const Descriptor& o = peer(m);
-      copy_floats(out.data() + off, m == r_ ? in.data() : o.src, counts[static_cast<size_t>(m)]);
-      off += counts[static_cast<size_t>(m)];
+    if (staged) {  // pull every staged chunk into out
+      int64_t off = 0;
+      for (int m = 0; m < size(); ++m) {
+        copy_floats(out.data() + off, m == r_ ? in.data() : peer(m).src, counts[static_cast<size_t>(m)]);
+        off += counts[static_cast<size_t>(m)];
+      }
+      return;
     }
-    if (!staged) sync_again();
+    // Push this member's chunk into every member's out: in is read once, each out written once
+    // (only member r writes chunk r anywhere, so an in-place member's own chunk stays untouched).
+    int64_t own = 0;
+    for (int m = 0; m < r_; ++m) own += counts[static_cast<size_t>(m)];
+    for (int m = 0; m < size(); ++m) copy_floats(peer(m).inout + own, in.data(), static_cast<int64_t>(in.size()));
+    sync_again();
   }
 
   void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
@@ -378,8 +386,11 @@ class ThreadCommunicator : public Communicator {
   }
 
   // all_sum / all_max. Small: everyone reduces every staged copy (one barrier). Large: member r
-  // reduces slice r of every member's buffer into its own buffer, then copies the other slices from
-  // their owners — about 1.5x the memory traffic of the bound, spread over all members.
+  // owns slice r; it reduces that slice across every member's buffer, block by block, and writes
+  // the result straight back into every member's buffer while the block is still in cache. Each
+  // buffer is read once and written once: exactly the memory traffic of the bound. Only member r
+  // touches slice r of any buffer, so there is no conflict; the closing barrier keeps each buffer
+  // alive until the others have written into it.
   template <class Reduce>
   void reduce_all(Op op, std::span<float> x, Reduce reduce) {
     const int64_t n = static_cast<int64_t>(x.size());
@@ -394,19 +405,16 @@ class ThreadCommunicator : public Communicator {
       reduce_into(x.data(), sources().data(), S, 0, n, reduce);
       return;
     }
-    // Slices aligned to 16 floats (a cache line) so members never share a line they write.
+    // Slices aligned to 16 floats (a cache line) so two members never write the same line.
     const int64_t per = ((n + S - 1) / S + 15) / 16 * 16;
-    auto slice = [&](int m) {
-      const int64_t lo = std::min(n, m * per);
-      return std::pair<int64_t, int64_t>(lo, std::min(n, lo + per) - lo);
-    };
-    const auto [lo, len] = slice(r_);
-    reduce_into(x.data() + lo, sources().data(), S, lo, len, reduce);
-    sync_again();
-    for (int m = 0; m < S; ++m) {
-      if (m == r_) continue;
-      const auto [mlo, mlen] = slice(m);
-      copy_floats(x.data() + mlo, peer(m).inout + mlo, mlen);
+    const int64_t lo = std::min(n, r_ * per), len = std::min(n, lo + per) - lo;
+    std::vector<float*> bufs(static_cast<size_t>(S));  // [S] every member's buffer
+    for (int m = 0; m < S; ++m) bufs[static_cast<size_t>(m)] = peer(m).inout;
+    alignas(64) float acc[BLOCK];  // [BLOCK] reduction of one block
+    for (int64_t b = lo; b < lo + len; b += BLOCK) {
+      const int64_t blen = std::min(BLOCK, lo + len - b);
+      reduce_into(acc, bufs.data(), S, b, blen, reduce);
+      for (float* buf : bufs) copy_floats(buf + b, acc, blen);
     }
     sync_again();
   }

@@ -1,0 +1,202 @@
+// tpcli bench collectives — the thread backend's collectives against the memory-bandwidth bound.
+//
+// For each device count D and buffer size B (bytes per device: all_sum's buffer, all_gather's
+// output, reduce_scatter's and all_to_all's input) it reports the median time of one call,
+// the algorithmic bandwidth B / time, and the fraction of the bound:
+//   bound time = (bytes any algorithm must read + write, over all devices) / copy traffic rate,
+// where the copy traffic rate (read + written bytes per second) is measured by memcpy of the same
+// D x B bytes on min(D, cores) threads in the same run. Minimum traffic per op:
+//   all_sum: read D*B, write D*B       all_gather: read B, write D*B
+//   reduce_scatter: read D*B, write B  all_to_all: read D*B, write D*B
+// A bare barrier is timed too, to compare small collectives against it.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "dist/runtime.h"
+#include "tensor/blas.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchCollectivesOptions {
+  std::vector<int> devices{2, 4, 8};
+  std::vector<std::string> sizes{"4K", "64K", "1M", "4M", "16M", "64M"};
+  std::vector<std::string> ops{"all_sum", "all_gather", "reduce_scatter", "all_to_all"};
+  int reps = 7;  // batches; the median is reported
+};
+
+int64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw UsageError("bench collectives: size '" + text + "' is not a number (e.g. 4K, 16M)");
+  }
+  const std::string unit = text.substr(used);
+  double scale = 1;
+  if (unit == "K" || unit == "KB" || unit == "k") scale = 1024;
+  else if (unit == "M" || unit == "MB") scale = 1024 * 1024;
+  else if (unit == "G" || unit == "GB") scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B") throw UsageError("bench collectives: unknown unit in size '" + text + "'");
+  const auto bytes = static_cast<int64_t>(value * scale);
+  if (bytes < 4) throw UsageError("bench collectives: size '" + text + "' is below one float");
+  return bytes;
+}
+
+std::string format_bytes(int64_t b) {
+  char buf[32];
+  if (b >= (1 << 20) && b % (1 << 20) == 0) std::snprintf(buf, sizeof buf, "%lld MB", static_cast<long long>(b >> 20));
+  else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%lld KB", static_cast<long long>(b >> 10));
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Calls per timed batch: enough that a batch of small calls is not just timer noise.
+int iterations_for(int64_t bytes) { return static_cast<int>(std::clamp<int64_t>((8 << 20) / bytes, 1, 400)); }
+
+struct Timing {
+  double op_s = 0;          // median seconds per call
+  double copy_rate = 0;     // median memcpy traffic rate, bytes read + written per second
+};
+
+// Times `call` (seconds per call, batches of iters calls between barriers, on device 0) and, in
+// alternation with it so both see the same machine load, memcpy of copy_bytes in total split over
+// the first copy_threads devices (each copying its own buffers). Medians over reps.
+Timing time_collective(int devices, int reps, int iters, int64_t copy_bytes, int copy_threads,
+                       const std::function<void(dist::Device&)>& setup, const std::function<void(dist::Device&)>& call) {
+  std::vector<double> per_call, rates;
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    setup(dev);
+    dist::Group& world = dev.world();
+    const bool copier = copy_bytes > 0 && dev.rank() < copy_threads;
+    const size_t share = copier ? static_cast<size_t>(copy_bytes / copy_threads) : 0;
+    std::vector<char> src(share, 1), dst(share, 0);  // this device's memcpy buffers
+    const int copy_iters = copy_bytes > 0 ? iterations_for(std::max<int64_t>(1, copy_bytes / copy_threads)) : 0;
+    call(dev);  // warm-up: first touch of the buffers, lazily made groups
+    for (int r = 0; r < reps; ++r) {
+      if (copy_bytes > 0) {
+        world.barrier();
+        const auto c0 = Clock::now();
+        for (int i = 0; i < copy_iters && copier; ++i) std::memcpy(dst.data(), src.data(), share);
+        world.barrier();
+        const double s = std::chrono::duration<double>(Clock::now() - c0).count();
+        if (dev.rank() == 0) rates.push_back(2.0 * static_cast<double>(share) * copy_threads * copy_iters / s);
+      }
+      world.barrier();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) call(dev);
+      world.barrier();
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (dev.rank() == 0) per_call.push_back(s / iters);
+    }
+  });
+  return {median(per_call), median(rates)};
+}
+
+struct OpSpec {
+  const char* name;
+  // Minimum bytes read + written over all devices for buffer size B on D devices.
+  double (*traffic)(double B, int D);
+};
+
+const OpSpec OPS[] = {
+    {"all_sum", [](double B, int D) { return 2.0 * D * B; }},
+    {"all_gather", [](double B, int D) { return B + D * B; }},
+    {"reduce_scatter", [](double B, int D) { return D * B + B; }},
+    {"all_to_all", [](double B, int D) { return 2.0 * D * B; }},
+};
+
+// Per-device buffers of one op, made inside the device thread (device memory is its own).
+struct Buffers {
+  std::vector<float> a, b;
+};
+
+void run_op(const std::string& op, dist::Group& g, Buffers& buf) {
+  if (op == "all_sum") g.all_sum(buf.a);
+  else if (op == "all_gather") g.all_gather(std::span<const float>(buf.a).first(buf.b.size() / static_cast<size_t>(g.size())), buf.b);
+  else if (op == "reduce_scatter") g.reduce_scatter(buf.a, buf.b);
+  else if (op == "all_to_all") g.all_to_all(buf.a, buf.b);
+}
+
+void run_bench_collectives(const BenchCollectivesOptions& o) {
+  std::vector<int64_t> sizes;
+  for (const std::string& s : o.sizes) sizes.push_back(parse_bytes(s));
+  for (int d : o.devices)
+    if (d < 1 || d > 256) throw UsageError("bench collectives: --devices " + std::to_string(d) + " is not in [1, 256]");
+  for (const std::string& op : o.ops)
+    if (std::none_of(std::begin(OPS), std::end(OPS), [&](const OpSpec& s) { return op == s.name; }))
+      throw UsageError("bench collectives: unknown op '" + op + "' (all_sum, all_gather, reduce_scatter, all_to_all)");
+  if (o.reps < 1) throw UsageError("bench collectives: --reps must be >= 1");
+  const int cores = tensor::available_cores();
+  std::printf("tpcli bench collectives: thread backend, %d cores, median of %d batches\n", cores, o.reps);
+  std::printf("bound = minimum bytes read+written / memcpy traffic rate of the same bytes on min(D, cores) threads\n\n");
+  for (int D : o.devices) {
+    const double barrier_s =
+        time_collective(D, o.reps, 400, 0, 1, [](dist::Device&) {}, [](dist::Device& dev) { dev.world().barrier(); }).op_s;
+    std::printf("D=%d  barrier %.2f us\n", D, barrier_s * 1e6);
+    std::printf("  %-15s %8s %12s %12s %12s %12s %9s\n", "op", "size", "median_us", "algbw_GB/s", "memcpy_GB/s",
+                "bound_us", "of_bound");
+    for (int64_t B : sizes) {
+      const int64_t floats = std::max<int64_t>(D, B / 4 / D * D);  // a multiple of D (all_to_all, gather)
+      const double bytes = static_cast<double>(floats) * 4;
+      for (const OpSpec& spec : OPS) {
+        if (std::find(o.ops.begin(), o.ops.end(), spec.name) == o.ops.end()) continue;
+        const std::string op = spec.name;
+        std::vector<Buffers> bufs(static_cast<size_t>(D));
+        const Timing t = time_collective(
+            D, o.reps, iterations_for(static_cast<int64_t>(bytes)), static_cast<int64_t>(bytes) * D, std::min(D, cores),
+            [&](dist::Device& dev) {
+              Buffers& b = bufs[static_cast<size_t>(dev.rank())];
+              const size_t n = static_cast<size_t>(floats);
+              if (op == "all_sum") b.a.assign(n, 1.0f);
+              if (op == "all_gather") { b.a.assign(n / static_cast<size_t>(D), 1.0f); b.b.assign(n, 0.0f); }
+              if (op == "reduce_scatter") { b.a.assign(n, 1.0f); b.b.assign(n / static_cast<size_t>(D), 0.0f); }
+              if (op == "all_to_all") { b.a.assign(n, 1.0f); b.b.assign(n, 0.0f); }
+            },
+            [&](dist::Device& dev) { run_op(op, dev.world(), bufs[static_cast<size_t>(dev.rank())]); });
+        const double s = t.op_s, copy_rate = t.copy_rate;
+        const double bound = spec.traffic(bytes, D) / copy_rate;
+        std::printf("  %-15s %8s %12.2f %12.2f %12.2f %12.2f %8.0f%%\n", spec.name,
+                    format_bytes(static_cast<int64_t>(bytes)).c_str(), s * 1e6, bytes / s / 1e9, copy_rate / 2 / 1e9,
+                    bound * 1e6, 100.0 * bound / s);
+        if (op == "all_sum" && B <= 4096)
+          std::printf("  %-15s %8s %12.2f x barrier (target <= 3x)\n", "", "", s / barrier_s);
+      }
+    }
+    std::printf("\n");
+  }
+}
+
+void setup_bench_collectives(CLI::App& sub) {
+  auto o = std::make_shared<BenchCollectivesOptions>();
+  sub.add_option("--devices", o->devices, "Device counts, e.g. 2,4,8")->delimiter(',')->capture_default_str();
+  sub.add_option("--sizes", o->sizes, "Bytes per device, e.g. 4K,1M,64M")->delimiter(',')->capture_default_str();
+  sub.add_option("--ops", o->ops, "all_sum,all_gather,reduce_scatter,all_to_all")->delimiter(',')->capture_default_str();
+  sub.add_option("--reps", o->reps, "Timed batches per point (median reported)")->capture_default_str();
+  sub.callback([o] { run_bench_collectives(*o); });
+}
+
+const bool registered = register_bench(
+    {"collectives", "Collective time and bandwidth vs the memory-bandwidth bound (thread backend)", setup_bench_collectives});
+
+}  // namespace
+
+}  // namespace tpcli::cli
