@@ -4,6 +4,8 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "model/llama.h"
+
 namespace tpcli::model {
 
 GenerateOptions normalized(GenerateOptions o, int seq_len) {
@@ -16,7 +18,7 @@ GenerateOptions normalized(GenerateOptions o, int seq_len) {
 }
 
 GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
-                        std::FILE* out) {
+                        std::FILE* out, const ArgmaxFn& argmax) {
   const std::vector<int> prompt = tokenizer.encode(options.prompt, /*bos=*/true, /*eos=*/false);
   const int vocab = tokenizer.vocab_size();
   Sampler sampler(vocab, options.temperature, options.topp, options.seed);
@@ -37,14 +39,23 @@ GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, co
   int token = prompt[0];
   int pos = 0;
   result.tokens.push_back(token);
+  const bool greedy_shortcut = options.temperature == 0.0f && argmax;
   while (pos < options.steps) {
-    const std::span<const float> full = forward(token, pos);
-    if (static_cast<int>(full.size()) != vocab)
-      throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, tokenizer has " +
-                               std::to_string(vocab) + " tokens");
     int next;
+    std::span<const float> full;
+    int greedy = -1;
+    if (greedy_shortcut) {
+      greedy = argmax(token, pos);
+    } else {
+      full = forward(token, pos);
+      if (static_cast<int>(full.size()) != vocab)
+        throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, tokenizer has " +
+                                 std::to_string(vocab) + " tokens");
+    }
     if (pos < static_cast<int>(prompt.size()) - 1) {
       next = prompt[static_cast<size_t>(pos) + 1];  // still inside the prompt: force it
+    } else if (greedy_shortcut) {
+      next = greedy;
     } else {
       logits.assign(full.begin(), full.end());
       next = sampler.sample(logits);
@@ -66,6 +77,50 @@ GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, co
     result.tokens_per_second = seconds > 0 ? (pos - 1) / seconds : 0;
   }
   return result;
+}
+
+MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
+                               std::FILE* out, const dist::RunOptions& run_options) {
+  check_tensor_devices(weights.config(), mesh.axis_size("model"));  // a clear error before any thread starts
+  std::vector<GenerateResult> results(static_cast<size_t>(mesh.size()));  // [devices], one slot each
+  std::vector<DeviceReport> reports(static_cast<size_t>(mesh.size()));
+  dist::run_on_mesh(
+      mesh,
+      [&](dist::Device& dev) {
+        Llama model(weights, dev.axis("model"));
+        const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
+        results[static_cast<size_t>(dev.rank())] =
+            loop([&](int token, int pos) { return model.forward(token, pos); },
+                 [&](int token, int pos) { return model.forward_argmax(token, pos); }, dev.rank() == 0 ? out : nullptr);
+        DeviceReport& r = reports[static_cast<size_t>(dev.rank())];
+        r.parameter_bytes = model.parameter_bytes();
+        r.kv_cache_bytes = model.kv_cache_bytes();
+        r.bytes_moved = dev.stats().bytes_sent + dev.stats().bytes_received - moved_before;
+      },
+      run_options);
+  // Devices that ran in this process (all of them with the thread backend) must agree.
+  size_t first = 0;
+  while (first < results.size() && results[first].tokens.empty()) ++first;
+  if (first == results.size()) return {GenerateResult{}, std::move(reports)};
+  for (size_t d = first + 1; d < results.size(); ++d)
+    if (!results[d].tokens.empty() && results[d].tokens != results[first].tokens)
+      throw std::logic_error("device " + std::to_string(d) + " picked different tokens than device " +
+                             std::to_string(first));
+  return {std::move(results[first]), std::move(reports)};
+}
+
+MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
+                                    const GenerateOptions& options, std::FILE* out,
+                                    const dist::RunOptions& run_options) {
+  if (tokenizer.vocab_size() != weights.config().vocab_size)
+    throw std::invalid_argument("tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                                " tokens but the model's vocab_size is " + std::to_string(weights.config().vocab_size));
+  return run_model_on_mesh(
+      weights, mesh,
+      [&](const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE* device_out) {
+        return generate(forward, tokenizer, options, device_out, argmax);
+      },
+      out, run_options);
 }
 
 }  // namespace tpcli::model

@@ -16,8 +16,11 @@
 #include <string_view>
 #include <vector>
 
+#include "dist/mesh.h"
+#include "dist/runtime.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "model/weights.h"
 
 namespace tpcli::model {
 
@@ -43,9 +46,42 @@ struct GenerateResult {
   double tokens_per_second = 0;  // llama2.c's figure: (positions - 1) over the time after the first
 };
 
+// Greedy shortcut: the argmax token after feeding (token, pos), KV cache advanced (first max wins).
+using ArgmaxFn = std::function<int(int token, int pos)>;
+
 // `out` (may be null) receives the text as it is produced, flushed per token like run.c.
-// The options must be normalized already.
+// The options must be normalized already. With temperature 0 and `argmax` given, argmax replaces
+// forward + sampler (same tokens, and a sharded model need not gather the logits).
 GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
-                        std::FILE* out);
+                        std::FILE* out, const ArgmaxFn& argmax = nullptr);
+
+// What one device of a mesh run reports.
+struct DeviceReport {
+  int64_t parameter_bytes = 0;  // this device's shard of the weights
+  int64_t kv_cache_bytes = 0;   // this device's KV cache
+  uint64_t bytes_moved = 0;     // sent + received through collectives during generation
+};
+
+struct MeshGenerateResult {
+  GenerateResult result;               // device 0's (every device's is checked to be identical)
+  std::vector<DeviceReport> devices;   // by mesh rank
+};
+
+// One device's generation loop, given its model's entry points; returns its GenerateResult.
+// `out` is the stream for device 0 and null for the others.
+using DeviceLoop = std::function<GenerateResult(const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE* out)>;
+
+// Runs `loop` on every device of `mesh`, each with its shard of `weights` (tensor-parallel over the
+// mesh axis "model"). Every device must pick the same tokens (checked: std::logic_error otherwise).
+// Throws std::invalid_argument when the model axis does not fit the model (more devices than
+// heads) and dist::DeviceError for failures inside a device.
+MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
+                               std::FILE* out, const dist::RunOptions& run_options = {});
+
+// llama2.c's generation on a mesh: run_model_on_mesh with generate(); the same sampler state on every
+// device, so the same tokens; device 0 writes to `out`.
+MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
+                                    const GenerateOptions& options, std::FILE* out,
+                                    const dist::RunOptions& run_options = {});
 
 }  // namespace tpcli::model

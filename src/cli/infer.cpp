@@ -1,0 +1,121 @@
+// tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT] [-n STEPS]
+//             [-t TEMPERATURE] [-p TOPP] [-s SEED]
+// llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
+// the speed, per-device memory and the bytes collectives moved per token.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/model_file.h"
+#include "model/generate.h"
+#include "model/shard_plan.h"
+#include "model/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/sample.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+struct InferFlags {
+  std::string model;
+  std::string tokenizer;  // "" = from the checkpoint's metadata, else llama2.c's "tokenizer.bin"
+  std::string prompt;
+  int steps = 256;
+  float temperature = 1.0f;
+  float topp = 0.9f;
+  long long seed = 0;  // 0 = from the clock
+};
+
+// A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
+// train::generate_text (no BOS, no BPE); everything else is llama2.c's generate with a tokenizer.bin.
+model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opened, const dist::Mesh& mesh,
+                                   const model::GenerateOptions& options) {
+  const model::LlamaConfig& config = opened.weights->config();
+  auto kind = opened.metadata.find("tokenizer.kind");
+  if (f.tokenizer.empty() && kind != opened.metadata.end() && kind->second != "llama2c") {
+    std::optional<train::TextTokenizer> text_tokenizer;
+    try {
+      text_tokenizer = train::tokenizer_from_metadata(opened.metadata, f.model, config.vocab_size);
+    } catch (const std::runtime_error& e) {
+      throw UsageError(e.what());
+    }
+    return model::run_model_on_mesh(
+        *opened.weights, mesh,
+        [&](const model::ForwardFn& forward, const model::ArgmaxFn&, std::FILE* out) {
+          const auto start = std::chrono::steady_clock::now();
+          train::TextSample sample =
+              train::generate_text(forward, *text_tokenizer, options.prompt, options.steps, config.seq_len,
+                                   options.temperature, options.topp, options.seed, out);
+          if (out) std::fputc('\n', out);
+          model::GenerateResult r;
+          r.text = sample.text + "\n";
+          r.tokens = std::move(sample.tokens);
+          r.positions = static_cast<int>(r.tokens.size()) - 1;
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          r.tokens_per_second = seconds > 0 ? r.positions / seconds : 0;
+          return r;
+        },
+        stdout);
+  }
+  const std::string tokenizer_path = !f.tokenizer.empty() ? f.tokenizer : opened.tokenizer.value_or("tokenizer.bin");
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  try {
+    tokenizer = std::make_unique<model::Tokenizer>(tokenizer_path, config.vocab_size);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout);
+}
+
+void run_infer(const InferFlags& f, const RunFlags& run_flags) {
+  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  OpenedModel opened = open_model(f.model);
+  const model::LlamaConfig& config = opened.weights->config();
+  try {
+    model::check_tensor_devices(config, mesh.axis_size("model"));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  model::GenerateOptions options;
+  options.prompt = f.prompt;
+  options.steps = f.steps;
+  options.temperature = f.temperature;
+  options.topp = f.topp;
+  options.seed = static_cast<uint64_t>(f.seed);  // as run.c: a negative int wraps around
+  options = model::normalized(options, config.seq_len);
+
+  const model::MeshGenerateResult r = generate(f, opened, mesh, options);
+  std::fflush(stdout);
+
+  if (r.result.positions > 1) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
+  const double per_token = r.result.positions > 0 ? 1.0 / r.result.positions : 0.0;
+  for (size_t d = 0; d < r.devices.size(); ++d) {
+    const model::DeviceReport& dev = r.devices[d];
+    std::fprintf(stderr, "device %zu: parameters %.2f MB, KV cache %.2f MB, moved %.1f KB/token\n", d,
+                 dev.parameter_bytes / 1e6, dev.kv_cache_bytes / 1e6, dev.bytes_moved * per_token / 1e3);
+  }
+}
+
+void setup_infer(CLI::App& sub) {
+  auto flags = std::make_shared<InferFlags>();
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
+  sub.add_option("-z,--tokenizer", flags->tokenizer,
+                 "llama2.c tokenizer.bin (default: the checkpoint's recorded tokenizer, else ./tokenizer.bin)");
+  sub.add_option("-i,--prompt", flags->prompt, "input prompt");
+  sub.add_option("-n,--steps", flags->steps, "positions to run, prompt included; 0 = seq_len")->capture_default_str();
+  sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
+  sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();
+  sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
+  sub.callback([flags, run_flags] { run_infer(*flags, *run_flags); });
+}
+
+const bool registered = register_command({"infer", "Generate text with a model split over devices", setup_infer});
+
+}  // namespace
+
+}  // namespace tpcli::cli

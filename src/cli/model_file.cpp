@@ -1,0 +1,79 @@
+#include "cli/model_file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "cli/commands.h"
+#include "cli/inspect.h"
+#include "model/llama2c.h"
+#include "model/safetensors.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+bool looks_like_safetensors(const std::string& path) {
+  if (path.ends_with(".safetensors")) return true;
+  std::ifstream in(path, std::ios::binary);
+  char head[9] = {};
+  return in.read(head, 9) && head[8] == '{';
+}
+
+void describe_config(const model::LlamaConfig& c, std::ostream& out) {
+  out << "  model      dim " << c.dim << ", hidden_dim " << c.hidden_dim << ", " << c.n_layers << " layers, "
+      << c.n_heads << " heads (" << c.n_kv_heads << " kv), vocab " << c.vocab_size << ", seq_len " << c.seq_len
+      << (c.shared_classifier ? ", shared classifier" : ", separate classifier") << "\n";
+  out << "  parameters " << c.parameter_count() << " (" << c.parameter_count() * 4 / 1e6 << " MB as f32)\n";
+}
+
+const bool inspector_registered = register_inspector(
+    {"model checkpoint",
+     [](const std::string& path) { return path.ends_with(".bin") || path.ends_with(".safetensors"); },
+     [](const std::string& path, std::ostream& out) {
+       if (looks_like_safetensors(path)) {
+         try {
+           model::SafetensorsFile f(path);
+           out << path << ": safetensors checkpoint, " << f.names().size() << " tensors\n";
+           if (f.has_model_config()) describe_config(f.config(), out);
+           for (const auto& [k, v] : f.metadata())
+             if (!k.starts_with("model.")) out << "  " << k << " = " << v << "\n";
+         } catch (const std::runtime_error& e) {
+           throw UsageError(e.what());
+         }
+         return;
+       }
+       try {
+         model::Llama2cFile f(path);
+         out << path << ": llama2.c checkpoint\n";
+         describe_config(f.config(), out);
+       } catch (const std::runtime_error& e) {
+         throw UsageError(e.what());
+       }
+     }});
+
+}  // namespace
+
+OpenedModel open_model(const std::string& path) {
+  OpenedModel opened;
+  try {
+    if (looks_like_safetensors(path)) {
+      auto file = std::make_unique<model::SafetensorsFile>(path);
+      file->config();  // a checkpoint without a model config is an input error here
+      if (auto it = file->metadata().find("tokenizer"); it != file->metadata().end()) {
+        std::filesystem::path tok(it->second);
+        if (tok.is_relative()) tok = std::filesystem::path(path).parent_path() / tok;
+        opened.tokenizer = tok.string();
+      }
+      opened.metadata = file->metadata();
+      opened.weights = std::move(file);
+    } else {
+      opened.weights = std::make_unique<model::Llama2cFile>(path);
+    }
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  return opened;
+}
+
+}  // namespace tpcli::cli
