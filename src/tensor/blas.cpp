@@ -189,6 +189,11 @@ void set_blas_threads(int n) {
 
 int blas_threads() { return t_blas_threads; }
 
+const char* blas_kernels() {
+  init_blis();
+  return bli_arch_string(bli_arch_query_id());
+}
+
 int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -27,7 +27,9 @@ void matvec(float* out, const float* weight, const float* x, int64_t n, int64_t 
 // Threads BLIS may use for calls made from the current thread (>= 1).
 void set_blas_threads(int n);
 int blas_threads();
-// Cores this process may use (std::thread::hardware_concurrency, at least 1).
+// Cores this process may use (its CPU affinity mask, at least 1).
 int available_cores();
+// The BLIS kernel set in use ("skx", "haswell", "zen3", ...), for benchmark reports.
+const char* blas_kernels();
 
 }  // namespace tpcli::tensor

@@ -1,0 +1,142 @@
+// tpcli bench matmul — BLIS sgemm and the decode matvec against a naive loop, in one run.
+//
+// Square C[n,n] = A[n,n] @ B[n,n] for each --sizes n, with 1 and all cores; the decode shape
+// out[1,N] = x[1,K] @ W[N,K]^T (memory-bound: reported also as weight GB/s) through BLIS gemm
+// with m = 1, through tensor::matvec, and through a naive dot-product loop.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "cli/commands.h"
+#include "tensor/blas.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchMatmulOptions {
+  std::vector<int64_t> sizes{512, 1024, 2048};
+  std::vector<int> threads;  // empty: 1 and all cores
+  int64_t decode_n = 4096, decode_k = 4096;
+  int reps = 5;
+};
+
+// Median seconds of fn over reps calls, after one warm-up call.
+double time_median(int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<float> random_floats(std::mt19937& rng, int64_t n) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// The textbook loop in its cache-friendly i-k-j order (the compiler vectorises the j loop), over the
+// first `rows` rows of C.
+void naive_gemm(float* c, const float* a, const float* b, int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* ci = c + i * n;
+    std::fill(ci, ci + n, 0.0f);
+    for (int64_t p = 0; p < n; ++p) {
+      const float aip = a[i * n + p];
+      const float* bp = b + p * n;
+      for (int64_t j = 0; j < n; ++j) ci[j] += aip * bp[j];
+    }
+  }
+}
+
+void naive_matvec(float* out, const float* w, const float* x, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < n; ++i) {
+    float s = 0.0f;
+    for (int64_t p = 0; p < k; ++p) s += w[i * k + p] * x[p];
+    out[i] = s;
+  }
+}
+
+void run_bench_matmul(const BenchMatmulOptions& o) {
+  std::vector<int> threads = o.threads;
+  if (threads.empty()) threads = {1, tensor::available_cores()};
+  threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+  for (int t : threads)
+    if (t < 1) throw UsageError("bench matmul: --threads " + std::to_string(t) + " < 1");
+  for (int64_t n : o.sizes)
+    if (n < 1 || n > 16384) throw UsageError("bench matmul: size " + std::to_string(n) + " not in [1, 16384]");
+  if (o.reps < 1) throw UsageError("bench matmul: --reps must be >= 1");
+  const int saved = tensor::blas_threads();
+  std::mt19937 rng(1);
+  std::printf("tpcli bench matmul: BLIS kernels '%s', %d cores, median of %d\n\n", tensor::blas_kernels(),
+              tensor::available_cores(), o.reps);
+  std::printf("%-28s %8s %12s %10s\n", "C[n,n] = A @ B", "threads", "median_ms", "GFLOP/s");
+  for (int64_t n : o.sizes) {
+    const auto a = random_floats(rng, n * n), b = random_floats(rng, n * n);
+    std::vector<float> c(static_cast<size_t>(n * n));
+    const double flops = 2.0 * static_cast<double>(n) * n * n;
+    for (int t : threads) {
+      tensor::set_blas_threads(t);
+      const double s = time_median(o.reps, [&] {
+        tensor::gemm(tensor::Trans::No, tensor::Trans::No, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      });
+      std::printf("%-28s %8d %12.3f %10.1f\n", ("BLIS sgemm n=" + std::to_string(n)).c_str(), t, s * 1e3, flops / s / 1e9);
+    }
+    // The naive loop on enough rows for ~0.25 GFLOP, so large n stays quick; rate is per row anyway.
+    const int64_t rows = std::clamp<int64_t>((int64_t{1} << 27) / (n * n), 1, n);
+    const double s = time_median(std::min(o.reps, 3), [&] { naive_gemm(c.data(), a.data(), b.data(), rows, n); });
+    const std::string label = "naive loop n=" + std::to_string(n) + (rows < n ? " (" + std::to_string(rows) + " rows)" : "");
+    std::printf("%-28s %8d %12.3f %10.1f\n", label.c_str(), 1, s * 1e3,
+                2.0 * static_cast<double>(rows) * n * n / s / 1e9);
+  }
+
+  const int64_t N = o.decode_n, K = o.decode_k;
+  const auto w = random_floats(rng, N * K), x = random_floats(rng, K);
+  std::vector<float> out(static_cast<size_t>(N));
+  const double flops = 2.0 * static_cast<double>(N) * K, bytes = 4.0 * static_cast<double>(N) * K;
+  std::printf("\n%-28s %8s %12s %10s %10s\n", ("decode 1x" + std::to_string(K) + "x" + std::to_string(N)).c_str(), "threads",
+              "median_ms", "GFLOP/s", "weight_GB/s");
+  auto report = [&](const char* name, int t, double s) {
+    std::printf("%-28s %8d %12.3f %10.1f %10.1f\n", name, t, s * 1e3, flops / s / 1e9, bytes / s / 1e9);
+  };
+  for (int t : threads) {
+    tensor::set_blas_threads(t);
+    report("BLIS sgemm m=1", t, time_median(o.reps, [&] {
+      tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, 1, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, out.data(), N);
+    }));
+    report("tensor::matvec", t, time_median(o.reps, [&] { tensor::matvec(out.data(), w.data(), x.data(), N, K); }));
+  }
+  report("naive dot loop", 1, time_median(o.reps, [&] { naive_matvec(out.data(), w.data(), x.data(), N, K); }));
+  tensor::set_blas_threads(saved);
+}
+
+void setup_bench_matmul(CLI::App& sub) {
+  auto o = std::make_shared<BenchMatmulOptions>();
+  sub.add_option("--sizes", o->sizes, "Square sizes n")->delimiter(',')->capture_default_str();
+  sub.add_option("--threads", o->threads, "BLIS thread counts (default: 1 and all cores)")->delimiter(',');
+  sub.add_option("--decode-n", o->decode_n, "Decode shape: output features N")->capture_default_str();
+  sub.add_option("--decode-k", o->decode_k, "Decode shape: input features K")->capture_default_str();
+  sub.add_option("--reps", o->reps, "Timed repetitions (median reported)")->capture_default_str();
+  sub.callback([o] { run_bench_matmul(*o); });
+}
+
+const bool registered =
+    register_bench({"matmul", "BLIS sgemm and the decode matvec vs a naive loop", setup_bench_matmul});
+
+}  // namespace
+
+}  // namespace tpcli::cli
