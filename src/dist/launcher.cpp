@@ -1,0 +1,328 @@
+// tpcli::dist — the process launcher: fork/exec (or ssh) N ranks, forward their output, stop all
+// ranks when one fails.
+#include "dist/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+namespace tpcli::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Set by SIGINT/SIGTERM while launch() runs: a signal handler can only talk through a static.
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+void write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // reader gone: drop the output, keep supervising
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void note(int fd, const std::string& line) {
+  const std::string s = "tpcli launch: " + line + "\n";
+  write_all(fd, s.data(), s.size());
+}
+
+// One pipe from a rank: raw pass-through, or whole lines prefixed with the rank.
+struct Stream {
+  int fd = -1;         // read end, -1 once closed
+  int to_fd = 2;       // where it goes
+  bool raw = false;
+  std::string prefix;  // "[r] "
+  std::string pending; // partial line
+
+  void forward(const char* data, size_t n) {
+    if (raw) return write_all(to_fd, data, n);
+    pending.append(data, n);
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      const std::string line = prefix + pending.substr(start, nl + 1 - start);
+      write_all(to_fd, line.data(), line.size());
+    }
+    pending.erase(0, start);
+  }
+  void close_stream() {
+    if (!pending.empty()) forward("\n", 1);
+    ::close(fd);
+    fd = -1;
+  }
+};
+
+struct Rank {
+  pid_t pid = -1;
+  std::optional<int> exit_code;  // set once reaped
+  Stream out, err;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int pick_free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (s >= 0) ::close(s);
+    throw LaunchError("cannot find a free port on 127.0.0.1: " + std::string(std::strerror(errno)));
+  }
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+void check_port_free(int port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as ZeroMQ binds
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = s >= 0 && ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  const int err = errno;
+  if (s >= 0) ::close(s);
+  if (!ok)
+    throw LaunchError("--port " + std::to_string(port) + ": 127.0.0.1:" + std::to_string(port) + " is not free (" +
+                      std::strerror(err) + "); choose another port, or omit --port to pick a free one");
+}
+
+// The argv a rank runs: the command itself (local) or ssh to its host with the environment inline.
+std::vector<std::string> rank_argv(const std::vector<std::string>& command, const std::vector<std::string>& env,
+                                   const std::string& host) {
+  if (host.empty()) return command;
+  char cwd[4096];
+  const std::string dir = ::getcwd(cwd, sizeof cwd) ? cwd : ".";
+  std::string remote = "cd " + shell_quote(dir) + " && exec env";  // same paths on every host
+  for (const std::string& e : env) remote += " " + shell_quote(e);
+  for (const std::string& a : command) remote += " " + shell_quote(a);
+  return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host, remote};
+}
+
+// Forks one rank. The child dies with the launcher (PR_SET_PDEATHSIG) and gets its own env.
+Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int rank, const LaunchOptions& o) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+    throw LaunchError("cannot create pipes: " + std::string(std::strerror(errno)));
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw LaunchError("cannot fork rank " + std::to_string(rank) + ": " + std::strerror(errno));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    const std::string msg = "tpcli launch: rank " + std::to_string(rank) + ": cannot run " + argv[0] + ": " +
+                            std::strerror(errno) + "\n";
+    write_all(2, msg.data(), msg.size());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  Rank r;
+  r.pid = pid;
+  const std::string prefix = "[" + std::to_string(rank) + "] ";
+  r.out = Stream{out[0], (rank == 0 || o.tag_output) ? o.out_fd : o.err_fd, rank == 0 && !o.tag_output, prefix, {}};
+  r.err = Stream{err[0], o.err_fd, false, prefix, {}};
+  return r;
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe(int code) {
+  if (code > 128) return "was killed by signal " + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
+  return "exited with code " + std::to_string(code);
+}
+
+// Reads what is ready on the ranks' pipes (waiting up to `wait_ms`).
+void pump(std::vector<Rank>& ranks, int wait_ms) {
+  std::vector<pollfd> fds;
+  std::vector<Stream*> streams;
+  for (Rank& r : ranks)
+    for (Stream* s : {&r.out, &r.err})
+      if (s->fd >= 0) {
+        fds.push_back({s->fd, POLLIN, 0});
+        streams.push_back(s);
+      }
+  if (fds.empty()) {
+    ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
+    return;
+  }
+  if (::poll(fds.data(), fds.size(), wait_ms) <= 0) return;
+  char buf[65536];
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+    if (n > 0) {
+      streams[i]->forward(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      streams[i]->close_stream();
+    }
+  }
+}
+
+}  // namespace
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw LaunchError("cannot find this executable (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::vector<std::string> read_hostfile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw LaunchError("--hostfile " + path + ": cannot open");
+  std::vector<std::string> hosts;
+  std::string line;
+  for (int no = 1; std::getline(f, line); ++no) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream s(line);
+    std::string host, extra;
+    if (!(s >> host)) continue;
+    int slots = 1;
+    if (s >> extra) {
+      if (extra.rfind("slots=", 0) != 0) throw LaunchError(path + ":" + std::to_string(no) + ": expected 'host [slots=N]'");
+      try {
+        slots = std::stoi(extra.substr(6));
+      } catch (const std::exception&) {
+        slots = 0;
+      }
+      if (slots < 1) throw LaunchError(path + ":" + std::to_string(no) + ": slots must be a positive integer");
+    }
+    for (int i = 0; i < slots; ++i) hosts.push_back(host);
+  }
+  if (hosts.empty()) throw LaunchError("--hostfile " + path + ": no hosts in it");
+  return hosts;
+}
+
+int launch(const LaunchOptions& o, std::vector<std::string> command) {
+  if (command.empty()) throw LaunchError("no command to launch (usage: tpcli launch -n N -- tpcli infer ...)");
+  if (o.processes < 1) throw LaunchError("-n " + std::to_string(o.processes) + ": need at least 1 rank");
+  if (o.devices_per_process < 1) throw LaunchError("--devices-per-process must be at least 1");
+  if (o.timeout_s < 1) throw LaunchError("--timeout must be at least 1 second");
+  const bool local = o.hosts.empty();
+  if (command[0] == "tpcli") command[0] = self_executable();  // the same build on every rank
+  int port = o.port;
+  if (port == 0) port = local ? pick_free_port() : 29500;
+  if (port < 1 || port > 65535) throw LaunchError("--port " + std::to_string(port) + " is not a TCP port");
+  if (local && o.port != 0) check_port_free(port);
+  const std::string transport = o.transport.empty() ? (local ? "ipc" : "tcp") : o.transport;
+  const std::string host0 = local ? "127.0.0.1" : o.hosts[0];
+
+  struct sigaction stop{}, old_int{}, old_term{};
+  stop.sa_handler = on_stop_signal;
+  sigemptyset(&stop.sa_mask);
+  g_stop_signal = 0;
+  sigaction(SIGINT, &stop, &old_int);
+  sigaction(SIGTERM, &stop, &old_term);
+
+  std::vector<Rank> ranks;
+  std::optional<std::pair<int, int>> failed;  // (rank, exit code)
+  std::optional<Clock::time_point> stopping;  // SIGTERM sent at
+  auto stop_all = [&] {
+    if (stopping) return;
+    stopping = Clock::now();
+    for (Rank& r : ranks)
+      if (!r.exit_code) ::kill(r.pid, SIGTERM);
+  };
+  try {
+    for (int i = 0; i < o.processes; ++i) {
+      const std::string host = local ? "" : o.hosts[static_cast<size_t>(i) % o.hosts.size()];
+      const std::vector<std::string> env{
+          "TPCLI_RANK=" + std::to_string(i),
+          "TPCLI_WORLD_SIZE=" + std::to_string(o.processes),
+          "TPCLI_COORDINATOR=tcp://" + host0 + ":" + std::to_string(port),
+          "TPCLI_HOST=" + (local ? std::string("127.0.0.1") : host),
+          "TPCLI_TRANSPORT=" + transport,
+          "TPCLI_TIMEOUT=" + std::to_string(o.timeout_s),
+          "TPCLI_DEVICES_PER_PROCESS=" + std::to_string(o.devices_per_process)};
+      ranks.push_back(spawn(rank_argv(command, env, host), env, i, o));
+    }
+  } catch (const std::exception&) {
+    stop_all();
+    for (Rank& r : ranks) ::waitpid(r.pid, nullptr, 0);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    throw;
+  }
+
+  for (;;) {
+    pump(ranks, 50);
+    bool running = false;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      Rank& r = ranks[i];
+      if (r.exit_code) continue;
+      int status = 0;
+      if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        r.exit_code = exit_code_of(status);
+        if (*r.exit_code != 0 && !failed && !stopping) {
+          failed = {static_cast<int>(i), *r.exit_code};
+          note(o.err_fd, "rank " + std::to_string(i) + " " + describe(*r.exit_code) +
+                             (o.stop_on_failure ? "; stopping the other ranks" : ""));
+          if (o.stop_on_failure) stop_all();
+        }
+      } else {
+        running = true;
+      }
+    }
+    if (g_stop_signal && !stopping) {
+      note(o.err_fd, std::string("got ") + strsignal(g_stop_signal) + "; stopping all ranks");
+      if (!failed) failed = {-1, 128 + g_stop_signal};
+      stop_all();
+    }
+    if (stopping && running && Clock::now() - *stopping > std::chrono::duration<double>(o.kill_grace_s))
+      for (Rank& r : ranks)
+        if (!r.exit_code) ::kill(r.pid, SIGKILL);
+    bool open = false;
+    for (Rank& r : ranks) open |= r.out.fd >= 0 || r.err.fd >= 0;
+    if (!running && !open) break;
+    if (!running && stopping) {  // grandchildren may hold the pipes open: don't wait on them
+      pump(ranks, 0);
+      for (Rank& r : ranks)
+        for (Stream* s : {&r.out, &r.err})
+          if (s->fd >= 0) s->close_stream();
+      break;
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  return failed ? failed->second : 0;
+}
+
+}  // namespace tpcli::dist

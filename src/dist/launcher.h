@@ -1,0 +1,53 @@
+// tpcli::dist — the process launcher behind `tpcli launch`: N ranks of one command, each told its
+// place through the environment (as MLX's launcher does with MLX_RANK):
+//
+//   TPCLI_RANK, TPCLI_WORLD_SIZE, TPCLI_COORDINATOR (tcp://host0:port, bound by rank 0),
+//   TPCLI_HOST (the address a rank binds its inbox on), TPCLI_TRANSPORT (ipc when every rank is
+//   local, tcp across hosts), TPCLI_TIMEOUT, TPCLI_DEVICES_PER_PROCESS.
+//
+// Output: rank 0's stdout is passed through byte for byte (it is the run's output: redirect it,
+// diff it); every other stream goes to stderr one line at a time, prefixed "[rank] ". With
+// tag_output every line of every rank is prefixed, stdout lines to stdout.
+//
+// When a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after a grace
+// period; launch returns the failed rank's exit code (128 + signal for a signal). Local ranks die
+// with the launcher (PR_SET_PDEATHSIG), so a killed launcher leaves no orphans.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tpcli::dist {
+
+struct LaunchOptions {
+  int processes = 1;                 // -n: ranks to start
+  std::vector<std::string> hosts;    // empty: all on this machine; else rank r runs on hosts[r % size] over ssh
+  int port = 0;                      // coordinator port; 0: a free one (local) or 29500 (hosts)
+  int timeout_s = 30;                // passed to the ranks (TPCLI_TIMEOUT)
+  int devices_per_process = 1;       // passed to the ranks (TPCLI_DEVICES_PER_PROCESS)
+  std::string transport;             // "" (ipc when local, tcp across hosts), "tcp" or "ipc"
+  bool tag_output = false;           // prefix rank 0's stdout too
+  int out_fd = 1;                    // where forwarded stdout goes
+  int err_fd = 2;                    // where forwarded stderr (and the launcher's notes) go
+  double kill_grace_s = 3.0;         // SIGTERM -> SIGKILL delay when stopping the ranks
+  bool stop_on_failure = true;       // false: let the other ranks notice a failure themselves (tests)
+};
+
+// Bad launch options (port in use, empty command, unreadable hostfile): one line, before any start.
+class LaunchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs `command` as options.processes ranks and waits for all of them. A command starting with
+// "tpcli" runs this very executable. Returns 0 if every rank succeeded, else the first failure's code.
+int launch(const LaunchOptions& options, std::vector<std::string> command);
+
+// One host per line; blank lines and '#' comments are skipped; "host slots=N" repeats the host N times.
+std::vector<std::string> read_hostfile(const std::string& path);
+
+// The path of the running executable (/proc/self/exe).
+std::string self_executable();
+
+}  // namespace tpcli::dist

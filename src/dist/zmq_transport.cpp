@@ -1,0 +1,516 @@
+// tpcli::dist — ZeroMQ transport: start-up through the coordinator, mailboxes, failure detection.
+//
+// Wire format of one chunk: two frames, a WireHeader and the payload (floats, or text for ABORT).
+#include "dist/zmq_transport.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "dist/group.h"
+
+namespace tpcli::dist {
+
+namespace {
+
+constexpr uint32_t MAGIC = 0x7470636c;  // "tpcl"
+enum class Kind : uint32_t { DATA = 1, ABORT = 2, BYE = 3 };
+
+struct WireHeader {
+  uint32_t magic = MAGIC;
+  uint32_t kind = 0;
+  uint64_t comm = 0;
+  uint64_t seq = 0;
+  int32_t src = 0;  // mesh rank (DATA) or process (ABORT, BYE)
+  int32_t dst = 0;
+  int64_t total = 0;   // floats in the whole message
+  int64_t offset = 0;  // of this chunk
+};
+
+constexpr auto POLL_SLICE = std::chrono::milliseconds(20);
+constexpr auto DROP_GRACE = std::chrono::milliseconds(500);  // a BYE may still be on its way
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("zmq: " + what); }
+
+int env_int(const char* name, int fallback, bool required) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    if (required) fail(std::string(name) + " is not set (start ranks with `tpcli launch`)");
+    return fallback;
+  }
+  try {
+    size_t used = 0;
+    int x = std::stoi(v, &used);
+    if (used != std::strlen(v)) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    fail(std::string(name) + "=" + v + " is not an integer");
+  }
+}
+
+std::string env_str(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// Identifies the executable by content, so copies of one build on several hosts agree.
+uint64_t binary_hash() {
+  static const uint64_t hash = [] {
+    std::ifstream f("/proc/self/exe", std::ios::binary);
+    std::vector<char> buf(size_t{1} << 20);
+    uint64_t h = fnv1a("");
+    while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0)
+      h = fnv1a(std::string_view(buf.data(), static_cast<size_t>(f.gcount())), h);
+    return h;
+  }();
+  return hash;
+}
+
+std::string hex(uint64_t x) {
+  std::ostringstream s;
+  s << std::hex << x;
+  return s.str();
+}
+
+struct Hello {
+  int rank = -1, world = 0, devices_per_process = 0, mesh_size = 0;
+  std::string version, binary, config, inbox;
+
+  std::string encode() const {
+    std::ostringstream s;
+    s << "HELLO " << rank << ' ' << world << ' ' << devices_per_process << ' ' << mesh_size << ' ' << version << ' '
+      << binary << ' ' << config << ' ' << inbox;
+    return s.str();
+  }
+  static Hello decode(const std::string& text) {
+    Hello h;
+    std::istringstream s(text);
+    std::string tag;
+    s >> tag >> h.rank >> h.world >> h.devices_per_process >> h.mesh_size >> h.version >> h.binary >> h.config >>
+        h.inbox;
+    if (tag != "HELLO" || !s) fail("malformed hello from a peer: '" + text + "' (is this a tpcli rank?)");
+    return h;
+  }
+};
+
+// The first difference between a joining rank and rank 0, as a one-line error; empty if none.
+std::string mismatch(const Hello& h, const Hello& root) {
+  const std::string r = "rank " + std::to_string(h.rank);
+  if (h.world != root.world)
+    return r + " was started with TPCLI_WORLD_SIZE=" + std::to_string(h.world) + " but rank 0 with " +
+           std::to_string(root.world) + " (wrong rank count)";
+  if (h.rank < 1 || h.rank >= root.world) return r + " is outside the world of " + std::to_string(root.world);
+  if (h.version != root.version || h.binary != root.binary)
+    return r + " runs tpcli " + h.version + " (build " + h.binary + ") but rank 0 runs " + root.version + " (build " +
+           root.binary + "): every host needs the same binary";
+  if (h.devices_per_process != root.devices_per_process)
+    return r + " has " + std::to_string(h.devices_per_process) + " devices per process but rank 0 has " +
+           std::to_string(root.devices_per_process);
+  if (h.mesh_size != root.mesh_size)
+    return r + " runs a mesh of " + std::to_string(h.mesh_size) + " devices but rank 0 of " +
+           std::to_string(root.mesh_size);
+  if (h.config != root.config)
+    return r + " has config hash " + h.config + " but rank 0 has " + root.config + ": every rank must run the same command";
+  return {};
+}
+
+std::string frame_text(const zmq::message_t& m) { return std::string(static_cast<const char*>(m.data()), m.size()); }
+
+}  // namespace
+
+uint64_t fnv1a(std::string_view bytes, uint64_t h) {
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool ZmqConfig::in_env() {
+  const char* v = std::getenv("TPCLI_RANK");
+  return v && *v;
+}
+
+ZmqConfig ZmqConfig::from_env() {
+  ZmqConfig c;
+  c.rank = env_int("TPCLI_RANK", 0, true);
+  c.world_size = env_int("TPCLI_WORLD_SIZE", 1, true);
+  c.coordinator = env_str("TPCLI_COORDINATOR", "");
+  if (c.coordinator.empty()) fail("TPCLI_COORDINATOR is not set (start ranks with `tpcli launch`)");
+  if (c.coordinator.find("://") == std::string::npos) c.coordinator = "tcp://" + c.coordinator;
+  c.transport = env_str("TPCLI_TRANSPORT", c.transport);
+  c.host = env_str("TPCLI_HOST", c.host);
+  c.devices_per_process = env_int("TPCLI_DEVICES_PER_PROCESS", 1, false);
+  c.timeout_s = env_int("TPCLI_TIMEOUT", 30, false);
+  if (c.world_size < 1) fail("TPCLI_WORLD_SIZE=" + std::to_string(c.world_size) + " must be at least 1");
+  if (c.rank < 0 || c.rank >= c.world_size)
+    fail("TPCLI_RANK=" + std::to_string(c.rank) + " is outside TPCLI_WORLD_SIZE=" + std::to_string(c.world_size));
+  if (c.devices_per_process < 1)
+    fail("TPCLI_DEVICES_PER_PROCESS=" + std::to_string(c.devices_per_process) + " must be at least 1");
+  if (c.timeout_s <= 0) fail("TPCLI_TIMEOUT must be a positive number of seconds");
+  if (c.transport != "tcp" && c.transport != "ipc") fail("TPCLI_TRANSPORT=" + c.transport + " must be tcp or ipc");
+  // Same command line on every rank (the launcher starts them all with one).
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  c.config_hash = fnv1a(std::string((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>()));
+  return c;
+}
+
+// ---- start-up ----
+
+ZmqTransport::ZmqTransport(const ZmqConfig& config, int mesh_size)
+    : config_(config), mesh_size_(mesh_size), context_(1), inbox_(context_, zmq::socket_type::pull) {
+  const int P = config_.world_size, K = config_.devices_per_process;
+  if (mesh_size != P * K)
+    fail("the mesh has " + std::to_string(mesh_size) + " devices but the run has " + std::to_string(P) +
+         " processes x " + std::to_string(K) + " devices per process = " + std::to_string(P * K) +
+         " (wrong rank count: launch with -n " + std::to_string(mesh_size / K) + ")");
+  said_bye_.assign(static_cast<size_t>(P), 0);
+  dropped_.assign(static_cast<size_t>(P), std::nullopt);
+  bind_inbox();
+  Hello me{config_.rank, P, K, mesh_size, TPCLI_VERSION, hex(binary_hash()), hex(config_.config_hash), inbox_address_};
+  std::vector<std::string> inboxes = config_.rank == 0 ? coordinate(me.encode()) : ask_coordinator(me.encode());
+  connect_peers(inboxes);
+}
+
+void ZmqTransport::bind_inbox() {
+  inbox_.set(zmq::sockopt::rcvhwm, 0);
+  inbox_.set(zmq::sockopt::linger, 0);
+  std::string address = config_.transport == "ipc"
+                            ? "ipc://@tpcli-" + std::to_string(getpid()) + "-" + hex(reinterpret_cast<uintptr_t>(this))
+                            : "tcp://" + config_.host + ":*";
+  try {
+    inbox_.bind(address);
+  } catch (const zmq::error_t& e) {
+    fail("rank " + std::to_string(config_.rank) + " cannot bind its inbox at " + address + ": " + e.what());
+  }
+  inbox_address_ = inbox_.get(zmq::sockopt::last_endpoint);
+}
+
+// Rank 0: bind the coordinator, collect every rank's hello, check, answer with the inbox table.
+std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
+  const Hello root = Hello::decode(my_hello);
+  zmq::socket_t router(context_, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 1000);
+  try {
+    router.bind(config_.coordinator);
+  } catch (const zmq::error_t& e) {
+    fail("rank 0 cannot bind the coordinator at " + config_.coordinator + ": " + e.what() +
+         (e.num() == EADDRINUSE ? " (port in use: choose another with --port)" : ""));
+  }
+  std::vector<std::string> inboxes(static_cast<size_t>(config_.world_size));
+  std::vector<std::string> identities(static_cast<size_t>(config_.world_size));
+  inboxes[0] = root.inbox;
+  int joined = 1;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(config_.timeout_s);
+  std::string error;
+  while (joined < config_.world_size && error.empty()) {
+    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, POLL_SLICE);
+    if (Clock::now() > deadline) {
+      std::string missing;
+      for (int r = 1; r < config_.world_size; ++r)
+        if (inboxes[static_cast<size_t>(r)].empty()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      fail("rank(s) " + missing + " did not reach the coordinator at " + config_.coordinator + " within " +
+           std::to_string(static_cast<int>(config_.timeout_s)) + " s (not started, or a wrong rank count)");
+    }
+    if (!(item.revents & ZMQ_POLLIN)) continue;
+    std::vector<zmq::message_t> frames;
+    (void)zmq::recv_multipart(router, std::back_inserter(frames));
+    if (frames.size() != 2) continue;
+    const Hello h = Hello::decode(frame_text(frames[1]));
+    error = mismatch(h, root);
+    if (error.empty() && !inboxes[static_cast<size_t>(h.rank)].empty()) error = "rank " + std::to_string(h.rank) + " joined twice";
+    const std::string id = frame_text(frames[0]);
+    if (!error.empty()) {  // tell the offender too, even if its rank is out of range
+      router.send(zmq::buffer(id), zmq::send_flags::sndmore);
+      router.send(zmq::buffer("ERROR " + error));
+      break;
+    }
+    inboxes[static_cast<size_t>(h.rank)] = h.inbox;
+    identities[static_cast<size_t>(h.rank)] = id;
+    ++joined;
+  }
+  std::string answer = error.empty() ? "TABLE" : "ERROR " + error;
+  if (error.empty())
+    for (const std::string& a : inboxes) answer += " " + a;
+  for (int r = 1; r < config_.world_size; ++r) {
+    const std::string& id = identities[static_cast<size_t>(r)];
+    if (id.empty()) continue;
+    router.send(zmq::buffer(id), zmq::send_flags::sndmore);
+    router.send(zmq::buffer(answer));
+  }
+  if (!error.empty()) fail(error);
+  return inboxes;
+}
+
+// Ranks > 0: send the hello, wait for the table (or rank 0's error).
+std::vector<std::string> ZmqTransport::ask_coordinator(const std::string& my_hello) {
+  zmq::socket_t dealer(context_, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  try {
+    dealer.connect(config_.coordinator);
+  } catch (const zmq::error_t& e) {
+    fail("rank " + std::to_string(config_.rank) + " cannot use the coordinator address " + config_.coordinator + ": " +
+         e.what());
+  }
+  dealer.send(zmq::buffer(my_hello));
+  zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<int64_t>(config_.timeout_s * 1000)));
+  if (!(item.revents & ZMQ_POLLIN))
+    fail("rank " + std::to_string(config_.rank) + " got no answer from the coordinator at " + config_.coordinator +
+         " within " + std::to_string(static_cast<int>(config_.timeout_s)) +
+         " s (is rank 0 running and reachable? are all ranks started?)");
+  zmq::message_t reply;
+  (void)dealer.recv(reply);
+  std::istringstream s(frame_text(reply));
+  std::string tag;
+  s >> tag;
+  if (tag == "ERROR") {
+    std::string rest;
+    std::getline(s, rest);
+    fail(rest.substr(rest.find_first_not_of(' ')) + " (reported by rank 0)");
+  }
+  std::vector<std::string> inboxes;
+  for (std::string a; s >> a;) inboxes.push_back(a);
+  if (tag != "TABLE" || static_cast<int>(inboxes.size()) != config_.world_size)
+    fail("malformed answer from the coordinator at " + config_.coordinator);
+  return inboxes;
+}
+
+void ZmqTransport::connect_peers(const std::vector<std::string>& inboxes) {
+  const int P = config_.world_size;
+  peers_.resize(static_cast<size_t>(P));
+  monitors_.resize(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p) {
+    if (p == config_.rank) continue;
+    zmq::socket_t push(context_, zmq::socket_type::push);
+    push.set(zmq::sockopt::sndhwm, 0);
+    push.set(zmq::sockopt::linger, 1000);
+    // Connection-closed events of this socket tell us that process p went away.
+    const std::string monitor_address = "inproc://tpcli-monitor-" + std::to_string(p);
+    if (zmq_socket_monitor(push.handle(), monitor_address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+      fail("cannot monitor the connection to rank " + std::to_string(p) + ": " + zmq_strerror(zmq_errno()));
+    zmq::socket_t monitor(context_, zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(monitor_address);
+    push.connect(inboxes[static_cast<size_t>(p)]);
+    peers_[static_cast<size_t>(p)] = std::move(push);
+    monitors_[static_cast<size_t>(p)] = std::move(monitor);
+  }
+}
+
+// ---- shut-down: BYE to every peer, wait for theirs (a final barrier), then close ----
+
+ZmqTransport::~ZmqTransport() {
+  bool clean;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    clean = !abort_message_;
+  }
+  if (clean) {
+    try {
+      send_control(static_cast<uint32_t>(Kind::BYE), "");
+      const auto deadline = Clock::now() + std::chrono::duration<double>(config_.timeout_s);
+      for (;;) {
+        poll_once(POLL_SLICE);
+        std::lock_guard<std::mutex> lock(mutex_);
+        bool all = true;
+        for (int p = 0; p < config_.world_size; ++p)
+          all &= p == config_.rank || said_bye_[static_cast<size_t>(p)] || dropped_[static_cast<size_t>(p)].has_value();
+        if (all || abort_message_ || Clock::now() > deadline) break;
+      }
+    } catch (const std::exception&) {
+      clean = false;  // closing anyway
+    }
+  }
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    if (!peers_[p]) continue;
+    zmq_socket_monitor(peers_[p].handle(), nullptr, 0);
+    if (!clean) peers_[p].set(zmq::sockopt::linger, 0);
+    monitors_[p].close();
+    peers_[p].close();
+  }
+  inbox_.close();
+  context_.close();
+}
+
+// ---- messages ----
+
+void ZmqTransport::send(const MessageKey& key, std::span<const float> data) {
+  const int64_t total = static_cast<int64_t>(data.size());
+  if (is_local(key.dst)) {  // same process: straight into the mailbox
+    std::lock_guard<std::mutex> lock(mutex_);
+    mailbox_[key].push_back(Chunk{total, 0, zmq::message_t(data.data(), data.size_bytes())});
+    arrived_.notify_all();
+    return;
+  }
+  const int64_t per_chunk = static_cast<int64_t>(CHUNK_BYTES / sizeof(float));
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  zmq::socket_t& socket = peers_[static_cast<size_t>(process_of(key.dst))];
+  int64_t offset = 0;
+  do {
+    const int64_t n = std::min(per_chunk, total - offset);
+    WireHeader h{MAGIC, static_cast<uint32_t>(Kind::DATA), key.comm, key.seq, key.src, key.dst, total, offset};
+    socket.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
+    socket.send(zmq::const_buffer(data.data() + offset, static_cast<size_t>(n) * sizeof(float)), zmq::send_flags::none);
+    offset += n;
+  } while (offset < total);
+}
+
+void ZmqTransport::send_control(uint32_t kind, const std::string& text) {
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  WireHeader h{MAGIC, kind, 0, 0, config_.rank, 0, 0, 0};
+  for (auto& socket : peers_) {
+    if (!socket) continue;
+    socket.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    socket.send(zmq::buffer(text), zmq::send_flags::dontwait);
+  }
+}
+
+int64_t ZmqTransport::receive(const MessageKey& key, const char* what, const Visitor& visit) {
+  int64_t got = 0, total = -1;
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto since = Clock::now();
+  while (total < 0 || got < total) {
+    if (std::optional<Chunk> chunk = pop(key)) {
+      lock.unlock();
+      const int64_t n = static_cast<int64_t>(chunk->payload.size() / sizeof(float));
+      visit(chunk->total, chunk->offset, std::span<const float>(chunk->payload.data<float>(), static_cast<size_t>(n)));
+      total = chunk->total;
+      got += n;
+      since = Clock::now();
+      lock.lock();
+      continue;
+    }
+    check_wait(key, what, since);
+    if (polling_) {
+      arrived_.wait_for(lock, POLL_SLICE);
+      continue;
+    }
+    polling_ = true;
+    lock.unlock();
+    try {
+      poll_once(POLL_SLICE);
+    } catch (...) {
+      lock.lock();
+      polling_ = false;
+      arrived_.notify_all();
+      throw;
+    }
+    lock.lock();
+    polling_ = false;
+    arrived_.notify_all();
+  }
+  return total;
+}
+
+std::optional<ZmqTransport::Chunk> ZmqTransport::pop(const MessageKey& key) {
+  auto it = mailbox_.find(key);
+  if (it == mailbox_.end()) return std::nullopt;
+  Chunk c = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) mailbox_.erase(it);
+  return c;
+}
+
+// Reads whatever arrived (waiting up to `wait` for something) and files it under mutex_.
+void ZmqTransport::poll_once(std::chrono::milliseconds wait) {
+  std::vector<zmq::pollitem_t> items{{inbox_.handle(), 0, ZMQ_POLLIN, 0}};
+  for (auto& m : monitors_)
+    if (m) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
+  zmq::poll(items.data(), items.size(), wait);
+  std::vector<std::vector<zmq::message_t>> messages;
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(inbox_, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+    messages.push_back(std::move(frames));
+  }
+  std::vector<int> dropped;
+  for (size_t p = 0; p < monitors_.size(); ++p) {
+    if (!monitors_[p]) continue;
+    std::vector<zmq::message_t> event;
+    while (zmq::recv_multipart(monitors_[p], std::back_inserter(event), zmq::recv_flags::dontwait)) {
+      uint16_t id = 0;
+      if (!event.empty() && event[0].size() >= sizeof id) std::memcpy(&id, event[0].data(), sizeof id);
+      if (id == ZMQ_EVENT_DISCONNECTED) dropped.push_back(static_cast<int>(p));
+      event.clear();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& frames : messages) file_message(frames);
+  for (int p : dropped)
+    if (!dropped_[static_cast<size_t>(p)]) dropped_[static_cast<size_t>(p)] = Clock::now();
+}
+
+void ZmqTransport::file_message(std::vector<zmq::message_t>& frames) {
+  WireHeader h;
+  if (frames.size() != 2 || frames[0].size() != sizeof h) return;  // not ours: ignore
+  std::memcpy(&h, frames[0].data(), sizeof h);
+  if (h.magic != MAGIC) return;
+  switch (static_cast<Kind>(h.kind)) {
+    case Kind::DATA:
+      mailbox_[MessageKey{h.comm, h.seq, h.src, h.dst}].push_back(Chunk{h.total, h.offset, std::move(frames[1])});
+      break;
+    case Kind::ABORT:
+      if (!abort_message_) abort_message_ = frame_text(frames[1]);
+      break;
+    case Kind::BYE:
+      if (h.src >= 0 && h.src < config_.world_size) said_bye_[static_cast<size_t>(h.src)] = 1;
+      break;
+  }
+}
+
+std::string ZmqTransport::process_name(int process) const {
+  const int K = config_.devices_per_process;
+  if (K == 1) return "rank " + std::to_string(process);
+  return "process " + std::to_string(process) + " (devices " + std::to_string(process * K) + "-" +
+         std::to_string(process * K + K - 1) + ")";
+}
+
+// Throws if the wait for `key` can no longer succeed (or took too long). Called with mutex_ held.
+void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::time_point since) {
+  if (abort_message_) throw CollectiveAborted(*abort_message_);
+  const auto now = Clock::now();
+  const std::string here = "device " + std::to_string(key.dst) + " in " + what;
+  std::string error;
+  for (int p = 0; p < config_.world_size && error.empty(); ++p) {
+    const auto& at = dropped_[static_cast<size_t>(p)];
+    if (at && !said_bye_[static_cast<size_t>(p)] && now - *at > DROP_GRACE)
+      error = "lost " + process_name(p) + ": its connection closed while " + here + " (the process died or was killed)";
+  }
+  const int src = process_of(key.src);
+  if (error.empty() && src != config_.rank && said_bye_[static_cast<size_t>(src)])
+    error = process_name(src) + " finished its run while " + here + " waits for it (ranks ran different collectives)";
+  if (error.empty() && now - since > std::chrono::duration<double>(config_.timeout_s))
+    error = "timed out after " + std::to_string(static_cast<int>(config_.timeout_s)) + " s: " + here +
+            " got nothing from " + process_name(src) + " (stuck or unreachable; raise --timeout if it is only slow)";
+  if (error.empty()) return;
+  abort_message_ = "zmq: " + error;
+  arrived_.notify_all();
+  // Tell the peers now, so that they fail with the same message rather than waiting to time out.
+  WireHeader h{MAGIC, static_cast<uint32_t>(Kind::ABORT), 0, 0, config_.rank, 0, 0, 0};
+  {
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    for (auto& socket : peers_) {
+      if (!socket) continue;
+      socket.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      socket.send(zmq::buffer(*abort_message_), zmq::send_flags::dontwait);
+    }
+  }
+  throw CollectiveAborted(*abort_message_);
+}
+
+void ZmqTransport::abort(const std::string& message, bool tell_peers) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abort_message_) return;  // the first message wins
+    abort_message_ = message;
+    arrived_.notify_all();
+  }
+  if (tell_peers) send_control(static_cast<uint32_t>(Kind::ABORT), message);
+}
+
+}  // namespace tpcli::dist

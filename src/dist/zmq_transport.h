@@ -1,0 +1,127 @@
+// tpcli::dist — the ZeroMQ transport under the zmq backend: one per process and run.
+//
+// Every process binds one PULL socket (its inbox) and connects one PUSH socket to every other
+// process's inbox. Start-up goes through a coordinator that rank 0 binds at TPCLI_COORDINATOR:
+// each rank sends HELLO (rank, world size, devices per process, version, binary hash, config hash,
+// inbox address); rank 0 checks them and answers with the table of inbox addresses, or with an
+// error naming the offending rank.
+//
+// Messages are point-to-point between mesh ranks, tagged (communicator, call, phase, source,
+// destination). Large ones travel in chunks of CHUNK_BYTES, so the receiver reduces chunk i while
+// chunk i+1 is on the wire. A message between two devices of the same process never touches a
+// socket: it is copied into the destination's mailbox (shared memory).
+//
+// Receiving: one waiting thread at a time polls the sockets and files what arrives into mailboxes;
+// the others wait on a condition variable. A wait fails (CollectiveAborted) when the run is
+// aborted (locally or by an ABORT from a peer), when a peer process's connection drops without its
+// BYE, or after `timeout` without the expected message; the error names the rank.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+namespace tpcli::dist {
+
+struct ZmqConfig {
+  int rank = 0;                     // this process (TPCLI_RANK)
+  int world_size = 1;               // processes in the run (TPCLI_WORLD_SIZE)
+  std::string coordinator;          // rank 0's rendezvous, "tcp://127.0.0.1:29500" (TPCLI_COORDINATOR)
+  std::string transport = "tcp";    // inbox transport: "tcp" (any host) or "ipc" (all on one host) (TPCLI_TRANSPORT)
+  std::string host = "127.0.0.1";   // address this process binds its tcp inbox on (TPCLI_HOST)
+  int devices_per_process = 1;      // thread devices per process (TPCLI_DEVICES_PER_PROCESS)
+  double timeout_s = 30.0;          // longest wait for a peer (TPCLI_TIMEOUT)
+  uint64_t config_hash = 0;         // must agree on every rank: from_env() hashes the command line;
+                                    // callers may mix in more (fnv1a(config_text, config_hash))
+
+  // Reads the TPCLI_* variables; throws a one-line error naming a missing or bad variable.
+  static ZmqConfig from_env();
+  // True when TPCLI_RANK is set (this process was started by `tpcli launch` or alike).
+  static bool in_env();
+};
+
+// A 64-bit FNV-1a hash, for config hashes and the binary hash.
+uint64_t fnv1a(std::string_view bytes, uint64_t h = 14695981039346656037ull);
+
+struct MessageKey {
+  uint64_t comm = 0;  // communicator id
+  uint64_t seq = 0;   // call number within the communicator * PHASES + phase
+  int32_t src = 0;    // mesh ranks
+  int32_t dst = 0;
+  auto operator<=>(const MessageKey&) const = default;
+};
+
+class ZmqTransport {
+ public:
+  static constexpr size_t CHUNK_BYTES = size_t{1} << 20;
+
+  // Binds, meets the other ranks through the coordinator, connects. Throws on any start-up error.
+  ZmqTransport(const ZmqConfig& config, int mesh_size);
+  ~ZmqTransport();
+  ZmqTransport(const ZmqTransport&) = delete;
+  ZmqTransport& operator=(const ZmqTransport&) = delete;
+
+  int process_of(int mesh_rank) const { return mesh_rank / config_.devices_per_process; }
+  bool is_local(int mesh_rank) const { return process_of(mesh_rank) == config_.rank; }
+  const ZmqConfig& config() const { return config_; }
+
+  // Sends data (floats) from key.src to key.dst. Never blocks on the receiver.
+  void send(const MessageKey& key, std::span<const float> data);
+  // Receives the message `key`, chunk by chunk: visit(total, offset, chunk) in order, where total is
+  // the message's length in floats. Returns total. `what` names the collective for errors.
+  using Visitor = std::function<void(int64_t total, int64_t offset, std::span<const float> chunk)>;
+  int64_t receive(const MessageKey& key, const char* what, const Visitor& visit);
+
+  // Fails every present and future wait with `message` (the first one wins); tells the peers.
+  void abort(const std::string& message, bool tell_peers = true);
+
+ private:
+  struct Chunk {
+    int64_t total = 0;   // floats in the whole message
+    int64_t offset = 0;  // of this chunk
+    zmq::message_t payload;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  void bind_inbox();
+  std::vector<std::string> coordinate(const std::string& my_hello);
+  std::vector<std::string> ask_coordinator(const std::string& my_hello);
+  void connect_peers(const std::vector<std::string>& inboxes);
+  void poll_once(std::chrono::milliseconds wait);                    // called without mutex_
+  void file_message(std::vector<zmq::message_t>& frames);           // called with mutex_
+  void check_wait(const MessageKey& key, const char* what, Clock::time_point since);  // with mutex_
+  std::optional<Chunk> pop(const MessageKey& key);                  // with mutex_
+  void send_control(uint32_t kind, const std::string& text);
+  std::string process_name(int process) const;
+
+  ZmqConfig config_;
+  int mesh_size_;
+  zmq::context_t context_;
+  zmq::socket_t inbox_;                          // PULL, bound
+  std::string inbox_address_;
+  std::vector<zmq::socket_t> peers_;             // PUSH to process p's inbox (empty for self)
+  std::vector<zmq::socket_t> monitors_;          // PAIR receiving disconnect events of peers_[p]
+  std::mutex send_mutex_;                        // guards peers_ (sockets are not thread-safe)
+
+  std::mutex mutex_;                             // guards everything below
+  std::condition_variable arrived_;
+  bool polling_ = false;                         // one thread polls the sockets at a time
+  std::map<MessageKey, std::deque<Chunk>> mailbox_;
+  std::optional<std::string> abort_message_;
+  std::vector<char> said_bye_;                   // by process
+  std::vector<std::optional<Clock::time_point>> dropped_;  // by process: connection closed at
+};
+
+}  // namespace tpcli::dist

@@ -1,0 +1,306 @@
+// The ZeroMQ backend and the launcher, with real processes: the test binary launches copies of
+// itself (the hidden test case "zmq child rank") through dist::launch, one per rank, and each runs
+// the shared collective checks (tests/dist/collective_checks.h) against serial references.
+// Start-up errors are tested in-process, with one thread per "rank" (each its own ZeroMQ context).
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <zmq.hpp>
+
+#include "dist/collective_checks.h"
+#include "dist/launcher.h"
+#include "dist/runtime.h"
+#include "dist/zmq_backend.h"
+
+using namespace tpcli::dist;
+using namespace tpcli::testing;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Ran {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string slurp(FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string s;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+// Runs `command` through the launcher, capturing what it forwards.
+Ran run_launch(LaunchOptions o, const std::vector<std::string>& command) {
+  FILE* out = std::tmpfile();
+  FILE* err = std::tmpfile();
+  o.out_fd = fileno(out);
+  o.err_fd = fileno(err);
+  const auto t0 = Clock::now();
+  Ran r;
+  r.code = launch(o, command);
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+// `processes` copies of this test binary, each running `scenario` as one rank.
+Ran run_ranks(int processes, const std::string& scenario, int devices_per_process = 1, bool stop_on_failure = true) {
+  LaunchOptions o;
+  o.processes = processes;
+  o.devices_per_process = devices_per_process;
+  o.timeout_s = 20;
+  o.stop_on_failure = stop_on_failure;
+  return run_launch(o, {"env", "TPCLI_ZMQ_TEST=" + scenario, self_executable(), "zmq child rank"});
+}
+
+int free_port() {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::rep);
+  s.bind("tcp://127.0.0.1:*");
+  const std::string ep = s.get(zmq::sockopt::last_endpoint);
+  return std::stoi(ep.substr(ep.rfind(':') + 1));
+}
+
+ZmqConfig local_config(int rank, int world, int port, double timeout_s = 5) {
+  ZmqConfig c;
+  c.rank = rank;
+  c.world_size = world;
+  c.coordinator = "tcp://127.0.0.1:" + std::to_string(port);
+  c.timeout_s = timeout_s;
+  return c;
+}
+
+// The error a rank's start-up throws ("" if it started), run in a thread of its own.
+std::future<std::string> start_rank(ZmqConfig config, int mesh_size) {
+  return std::async(std::launch::async, [config, mesh_size] {
+    try {
+      ZmqBackend backend(config, Mesh::line(mesh_size));
+      return std::string();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  });
+}
+
+// ---- what a child rank runs ----
+
+void every_size(Group& g, uint64_t seed) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{20000}})
+    check_every_collective(g, n, seed + static_cast<uint64_t>(n));
+  // Over 1 MB per message: chunked; the sums exact (member order, as the thread backend).
+  const int64_t big = 700001;
+  std::vector<float> x = member_input(seed, g.rank(), big);
+  g.all_sum(x);
+  expect_close("all_sum exact", x, serial_sum(seed, g.size(), big), 0.0f, g.rank());
+  check_reduce_scatter(g, big, seed + 1);
+  check_all_gather(g, 300000, seed + 2);
+  check_broadcast(g, 300000, 1 % g.size(), seed + 3);
+  check_all_to_all_v(g, 300000, seed + 4);
+  check_random_sequence(g, 150, 100000, seed + 5);
+}
+
+void child_body(const std::string& scenario, Device& dev) {
+  if (scenario == "collectives") {
+    every_size(dev.world(), 42);
+  } else if (scenario == "mesh2x2") {
+    for (const std::vector<std::string>& axes :
+         std::vector<std::vector<std::string>>{{"data"}, {"model"}, {"data", "model"}}) {
+      const std::vector<int> members = dev.mesh().group_members(dev.rank(), axes);
+      for (int64_t n : {int64_t{1}, int64_t{5000}, int64_t{40000}})
+        check_every_collective(dev.axes(axes), n, 1000 * static_cast<uint64_t>(members[0]) + static_cast<uint64_t>(n));
+    }
+  } else if (scenario == "die") {  // device 1 is killed in the middle of a run of collectives
+    std::vector<float> x(100000, 1.0f);
+    for (int i = 0; i < 1000; ++i) {
+      if (i == 3 && dev.rank() == 1) ::raise(SIGKILL);
+      dev.world().all_sum(x);
+      std::fill(x.begin(), x.end(), 1.0f);
+    }
+  } else {
+    throw std::runtime_error("unknown TPCLI_ZMQ_TEST scenario " + scenario);
+  }
+}
+
+Mesh child_mesh(const std::string& scenario, int devices) {
+  if (scenario == "mesh2x2") return Mesh({{"data", 2}, {"model", 2}});
+  if (scenario == "wrong_count") return Mesh::line(2);
+  return Mesh::line(devices);
+}
+
+}  // namespace
+
+// Hidden: run by the tests below, once per rank, through the launcher.
+TEST_CASE("zmq child rank", "[.zmq_child]") {
+  const char* scenario = std::getenv("TPCLI_ZMQ_TEST");
+  REQUIRE(scenario);
+  const ZmqConfig config = ZmqConfig::from_env();
+  RunOptions options;
+  use_zmq_backend(options, config);
+  try {
+    run_on_mesh(child_mesh(scenario, config.world_size * config.devices_per_process),
+                [&](Device& dev) { child_body(scenario, dev); }, options);
+  } catch (const std::exception& e) {
+    std::cerr << "child error: " << e.what() << std::endl;
+    throw;
+  }
+}
+
+TEST_CASE("zmq: every collective over 2/3/4 processes matches the serial reference") {
+  for (int n : {2, 3, 4}) {
+    INFO(n << " processes");
+    const Ran r = run_ranks(n, "collectives");
+    INFO(r.err);
+    CHECK(r.code == 0);
+  }
+}
+
+TEST_CASE("zmq: sub-groups along each axis of a 2x2 mesh over 4 processes") {
+  const Ran r = run_ranks(4, "mesh2x2");
+  INFO(r.err);
+  CHECK(r.code == 0);
+}
+
+TEST_CASE("zmq: 2 devices per process (shared memory inside and ZeroMQ between)") {
+  const Ran a = run_ranks(2, "collectives", 2);
+  INFO(a.err);
+  CHECK(a.code == 0);
+  const Ran b = run_ranks(2, "mesh2x2", 2);
+  INFO(b.err);
+  CHECK(b.code == 0);
+}
+
+TEST_CASE("zmq: a rank killed mid-collective makes every other rank fail promptly and name it") {
+  // The launcher would stop the others itself: let them find out on their own.
+  const Ran r = run_ranks(3, "die", 1, false);
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.seconds < 15);  // well inside the 20 s timeout: the dropped connection is noticed
+  CHECK(r.err.find("[0] child error: device 0: zmq: lost rank 1") != std::string::npos);
+  CHECK(r.err.find("[2] child error: device 2: zmq: lost rank 1") != std::string::npos);
+  CHECK(r.err.find("rank 1 was killed by signal 9") != std::string::npos);
+}
+
+TEST_CASE("zmq: a wrong rank count is a one-line error") {
+  const Ran r = run_ranks(3, "wrong_count");  // a 2-device mesh over 3 processes
+  CHECK(r.code != 0);
+  CHECK(r.err.find("the mesh has 2 devices but the run has 3 processes") != std::string::npos);
+
+  // Ranks that disagree on the world size: rank 0 names the offender, which hears it too.
+  const int port = free_port();
+  auto root = start_rank(local_config(0, 2, port), 2);
+  auto other = start_rank(local_config(1, 3, port), 3);
+  const std::string e0 = root.get(), e1 = other.get();
+  CHECK(e0 == "zmq: rank 1 was started with TPCLI_WORLD_SIZE=3 but rank 0 with 2 (wrong rank count)");
+  CHECK(e1 == e0 + " (reported by rank 0)");
+}
+
+TEST_CASE("zmq: ranks with different configs refuse to start and name the rank") {
+  const int port = free_port();
+  ZmqConfig c0 = local_config(0, 2, port), c1 = local_config(1, 2, port);
+  c0.config_hash = 1;
+  c1.config_hash = 2;
+  auto root = start_rank(c0, 2);
+  auto other = start_rank(c1, 2);
+  const std::string e0 = root.get(), e1 = other.get();
+  CHECK(e0.find("rank 1 has config hash 2 but rank 0 has 1") != std::string::npos);
+  CHECK(e1.find("rank 1 has config hash 2 but rank 0 has 1") != std::string::npos);
+
+  // And with equal hashes the same pair starts.
+  c1.config_hash = 1;
+  auto ok0 = start_rank(c0, 2);
+  auto ok1 = start_rank(c1, 2);
+  CHECK(ok0.get() == "");
+  CHECK(ok1.get() == "");
+}
+
+TEST_CASE("zmq: a coordinator port in use is a one-line error") {
+  zmq::context_t ctx;
+  zmq::socket_t squatter(ctx, zmq::socket_type::rep);
+  squatter.bind("tcp://127.0.0.1:*");
+  const std::string ep = squatter.get(zmq::sockopt::last_endpoint);
+  const int port = std::stoi(ep.substr(ep.rfind(':') + 1));
+
+  const std::string e = start_rank(local_config(0, 1, port), 1).get();
+  CHECK(e == "zmq: rank 0 cannot bind the coordinator at " + ep +
+                 ": Address already in use (port in use: choose another with --port)");
+
+  LaunchOptions o;
+  o.processes = 2;
+  o.port = port;
+  CHECK_THROWS_WITH(launch(o, {"true"}), Catch::Contains("--port " + std::to_string(port)) &&
+                                              Catch::Contains("is not free"));
+}
+
+TEST_CASE("zmq: an unreachable coordinator is a one-line error after the timeout") {
+  const auto t0 = Clock::now();
+  const std::string e = start_rank(local_config(1, 2, free_port(), 1.0), 2).get();
+  CHECK(e.find("rank 1 got no answer from the coordinator at tcp://127.0.0.1:") == 5);
+  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 5);
+}
+
+TEST_CASE("launch: rank 0's stdout passes through and the rest is prefixed on stderr") {
+  LaunchOptions o;
+  o.processes = 3;
+  const Ran r = run_launch(o, {"sh", "-c", "printf 'out %s' $TPCLI_RANK; echo; echo err $TPCLI_RANK >&2"});
+  CHECK(r.code == 0);
+  CHECK(r.out == "out 0\n");
+  CHECK(r.err.find("[0] err 0\n") != std::string::npos);
+  CHECK(r.err.find("[1] out 1\n") != std::string::npos);
+  CHECK(r.err.find("[2] err 2\n") != std::string::npos);
+
+  o.tag_output = true;
+  const Ran t = run_launch(o, {"sh", "-c", "echo out $TPCLI_RANK"});
+  CHECK(t.out.find("[0] out 0\n") != std::string::npos);
+  CHECK(t.out.find("[2] out 2\n") != std::string::npos);
+}
+
+TEST_CASE("launch: the environment tells each rank its place") {
+  LaunchOptions o;
+  o.processes = 2;
+  o.port = free_port();
+  o.timeout_s = 7;
+  o.tag_output = true;
+  const Ran r = run_launch(o, {"sh", "-c", "echo $TPCLI_RANK/$TPCLI_WORLD_SIZE $TPCLI_COORDINATOR $TPCLI_TIMEOUT"});
+  const std::string tail = " tcp://127.0.0.1:" + std::to_string(o.port) + " 7\n";
+  CHECK(r.out.find("[0] 0/2" + tail) != std::string::npos);
+  CHECK(r.out.find("[1] 1/2" + tail) != std::string::npos);
+}
+
+TEST_CASE("launch: one failing rank stops the others and gives its exit code") {
+  LaunchOptions o;
+  o.processes = 3;
+  const Ran r = run_launch(o, {"sh", "-c", "if [ $TPCLI_RANK = 2 ]; then exit 5; fi; exec sleep 60"});
+  CHECK(r.code == 5);
+  CHECK(r.seconds < 10);  // the sleepers were stopped, not waited for
+  CHECK(r.err.find("tpcli launch: rank 2 exited with code 5; stopping the other ranks") != std::string::npos);
+
+  // A rank that ignores SIGTERM is killed after the grace period.
+  o.kill_grace_s = 0.5;
+  const Ran k = run_launch(o, {"sh", "-c", "if [ $TPCLI_RANK = 0 ]; then exit 3; fi; trap '' TERM; sleep 60"});
+  CHECK(k.code == 3);
+  CHECK(k.seconds < 10);
+}
+
+TEST_CASE("launch: bad options are one-line errors before anything starts") {
+  LaunchOptions o;
+  o.processes = 0;
+  CHECK_THROWS_WITH(launch(o, {"true"}), "-n 0: need at least 1 rank");
+  o.processes = 1;
+  CHECK_THROWS_WITH(launch(o, {}), Catch::Contains("no command to launch"));
+  CHECK_THROWS_WITH(read_hostfile("/nonexistent/hosts"), "--hostfile /nonexistent/hosts: cannot open");
+}
