@@ -1,0 +1,486 @@
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "nn/attention.h"
+#include "nn/cross_entropy.h"
+#include "nn/embedding.h"
+#include "nn/gather.h"
+#include "nn/rmsnorm.h"
+#include "tensor/blas.h"
+
+namespace tpcli::model {
+
+using tensor::Tensor;
+
+struct Llama::Layer {
+  Tensor attention_norm, attention_norm_grad;  // [C]
+  Tensor ffn_norm, ffn_norm_grad;              // [C]
+  nn::AllToShardedLinear qkv;                  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
+  nn::ShardedToAllLinear wo;                   // [C, QL]
+  std::unique_ptr<nn::FeedForward> ffn;        // dense SwiGLU, or MoE (make_feed_forward)
+  std::vector<float> k_cache, v_cache;         // [S, KVL]
+};
+
+// Activations saved by the training forward for the backward.
+struct Llama::Acts {
+  int64_t B = 0, T = 0;
+  struct PerLayer {
+    std::vector<float> x_in;   // [N, C] residual stream entering the block
+    std::vector<float> xn1;    // [N, C] attention_norm output
+    std::vector<float> rstd1;  // [N]
+    std::vector<float> qkv;    // [N, QL+2KVL] after RoPE
+    std::vector<float> att;    // [B, NH_L, T, T] softmax probabilities
+    std::vector<float> y;      // [N, QL] attention output (wo input)
+    std::vector<float> xm;     // [N, C] residual after attention
+    std::vector<float> xn2;    // [N, C] ffn_norm output
+    std::vector<float> rstd2;  // [N]
+  };
+  std::vector<PerLayer> layers;
+  std::vector<float> x_final;  // [N, C] residual stream after the last block
+  std::vector<float> xf;       // [N, C] final norm output
+  std::vector<float> rstdf;    // [N]
+  std::vector<float> probs;    // [N, VL] softmax (this device's vocabulary columns)
+  std::vector<float> losses;   // [N]
+  std::vector<float> tmp;      // [N, C] scratch
+};
+
+namespace {
+
+Tensor copy_full(const WeightSource& w, const ParamSpec& spec) {
+  auto src = w.get(spec.name);
+  if (static_cast<int64_t>(src.size()) != tensor::numel(spec.shape))
+    throw std::invalid_argument("llama: parameter '" + spec.name + "' has " + std::to_string(src.size()) +
+                                " values, expected " + tensor::to_string(spec.shape));
+  return Tensor(spec.shape, std::vector<float>(src.begin(), src.end()));
+}
+
+std::span<const float> checked(const WeightSource& w, const std::string& name, int64_t expected) {
+  auto src = w.get(name);
+  if (static_cast<int64_t>(src.size()) != expected)
+    throw std::invalid_argument("llama: parameter '" + name + "' has " + std::to_string(src.size()) +
+                                " values, expected " + std::to_string(expected));
+  return src;
+}
+
+// The feed-forward of block `l`. MoE: the MoE helper's layer (nn/moe.h) is plugged in here.
+std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const LlamaConfig& c, int l,
+                                                   const ShardPlan& plan, const std::vector<ShardPlan>& all,
+                                                   dist::Group group) {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  if (c.is_moe()) throw std::invalid_argument("llama: mixture-of-experts blocks are not built in this version");
+  const int64_t C = c.dim, F = c.hidden_dim;
+  std::vector<dist::Range> ranges;
+  for (const auto& q : all) ranges.push_back(q.ffn);
+  Tensor w1 = nn::slice_rows(checked(w, p + "w1", F * C).data(), C, plan.ffn);
+  Tensor w3 = nn::slice_rows(checked(w, p + "w3", F * C).data(), C, plan.ffn);
+  Tensor w2 = nn::slice_columns(checked(w, p + "w2", C * F).data(), C, F, {plan.ffn});
+  return std::make_unique<nn::SwiGluFeedForward>(std::move(w1), std::move(w3), std::move(w2), group, p,
+                                                 std::move(ranges), F);
+}
+
+}  // namespace
+
+Llama::~Llama() = default;
+Llama::Llama(Llama&&) noexcept = default;
+Llama& Llama::operator=(Llama&&) noexcept = default;
+
+Llama::Llama(const WeightSource& weights, dist::Group tensor_group)
+    : config_(weights.config()), group_(std::move(tensor_group)) {
+  config_.validate();
+  specs_ = llama_parameters(config_);
+  all_plans_ = plan_all_shards(config_, group_.size());
+  plan_ = all_plans_[static_cast<size_t>(group_.rank())];
+  const int64_t C = config_.dim, HS = config_.head_size(), KV = config_.kv_dim(), S = config_.seq_len;
+  const int kv_mul = config_.n_heads / config_.n_kv_heads;
+  for (int h = 0; h < plan_.heads.count; ++h) kv_of_.push_back(plan_.kv_head_of(h, kv_mul));
+  rope_ = nn::RopeTable(config_.seq_len, static_cast<int>(HS), config_.rope_theta);
+
+  const auto spec = [&](const std::string& name) -> const ParamSpec& {
+    for (const auto& s : specs_)
+      if (s.name == name) return s;
+    throw std::logic_error("llama: no spec " + name);
+  };
+  tok_embeddings_ = copy_full(weights, spec("tok_embeddings"));
+  norm_ = copy_full(weights, spec("norm"));
+  if (!config_.shared_classifier)
+    output_ = nn::Linear(nn::slice_rows(checked(weights, "output", int64_t(config_.vocab_size) * C).data(), C, plan_.vocab));
+
+  const dist::Range q_rows = plan_.q_rows(), kv_rows = plan_.kv_rows();
+  layers_.resize(static_cast<size_t>(config_.n_layers));
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Layer& L = layers_[static_cast<size_t>(l)];
+    L.attention_norm = copy_full(weights, spec(p + "attention_norm"));
+    L.ffn_norm = copy_full(weights, spec(p + "ffn_norm"));
+    L.attention_norm_grad = Tensor({C});
+    L.ffn_norm_grad = Tensor({C});
+    std::vector<nn::Linear> parts;
+    parts.emplace_back(nn::slice_rows(checked(weights, p + "wq", C * C).data(), C, q_rows));
+    parts.emplace_back(nn::slice_rows(checked(weights, p + "wk", KV * C).data(), C, kv_rows));
+    parts.emplace_back(nn::slice_rows(checked(weights, p + "wv", KV * C).data(), C, kv_rows));
+    L.qkv = nn::AllToShardedLinear(std::move(parts), group_);
+    L.wo = nn::ShardedToAllLinear(nn::Linear(nn::slice_columns(checked(weights, p + "wo", C * C).data(), C, C, {q_rows})),
+                                  group_);
+    L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_);
+    L.k_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
+    L.v_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
+  }
+  norm_grad_ = Tensor({C});
+
+  x_.resize(static_cast<size_t>(C));
+  xb_.resize(static_cast<size_t>(C));
+  xb2_.resize(static_cast<size_t>(C));
+  qkv_.resize(static_cast<size_t>(q_rows.count + 2 * kv_rows.count));
+  y_.resize(static_cast<size_t>(q_rows.count));
+  att_.resize(static_cast<size_t>(S));
+  logits_local_.resize(static_cast<size_t>(plan_.vocab.count));
+  logits_.resize(static_cast<size_t>(config_.vocab_size));
+  for (const auto& q : all_plans_) vocab_counts_.push_back(q.vocab.count);
+}
+
+// logits_local[N, VL] = x[N, C] @ W_cls[VL, C]^T: the classifier as an AllToShardedLinear split by
+// vocabulary rows; when shared, its rows are this device's rows of the (replicated) embedding.
+void Llama::classifier_forward(float* logits_local, const float* x, int64_t N) const {
+  const int64_t C = config_.dim, VL = plan_.vocab.count;
+  if (!config_.shared_classifier) {
+    output_.forward(logits_local, x, N);
+    return;
+  }
+  const float* w = tok_embeddings_.data() + plan_.vocab.offset * C;
+  if (N == 1)
+    tensor::matvec(logits_local, w, x, VL, C);
+  else
+    tensor::matmul_wt(logits_local, x, w, N, VL, C);
+}
+
+std::span<const float> Llama::forward(int token, int pos) {
+  const int64_t C = config_.dim, V = config_.vocab_size;
+  if (pos < 0 || pos >= config_.seq_len)
+    throw std::out_of_range("llama: position " + std::to_string(pos) + " outside [0, seq_len = " +
+                            std::to_string(config_.seq_len) + ")");
+  const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
+                                 config_.head_size(), kv_of_};
+  const int64_t QL = shape.q_dim(), KVL = shape.kv_dim();
+  float* x = x_.data();
+  nn::embedding_forward(x, &token, tok_embeddings_.data(), 1, V, C);
+  for (auto& L : layers_) {
+    // attention rmsnorm, then q, k, v of the local heads (no communication)
+    nn::rmsnorm_forward(xb_.data(), nullptr, x, L.attention_norm.data(), 1, C, config_.norm_eps);
+    L.qkv.forward(qkv_.data(), xb_.data(), 1);
+    // RoPE on q and k, then k and v into the cache at pos
+    rope_.forward(qkv_.data(), shape.heads, pos);
+    rope_.forward(qkv_.data() + QL, shape.kv_heads, pos);
+    std::copy(qkv_.begin() + QL, qkv_.begin() + QL + KVL, L.k_cache.begin() + pos * KVL);
+    std::copy(qkv_.begin() + QL + KVL, qkv_.begin() + QL + 2 * KVL, L.v_cache.begin() + pos * KVL);
+    nn::attention_decode(y_.data(), att_.data(), qkv_.data(), L.k_cache.data(), L.v_cache.data(), pos, shape);
+    // wo over the local heads' columns, all_sum; residual connection back into x
+    L.wo.forward(xb2_.data(), y_.data(), 1);
+    for (int64_t i = 0; i < C; ++i) x[i] += xb2_[static_cast<size_t>(i)];
+    // ffn rmsnorm, feed-forward (ends in an all_sum), residual
+    nn::rmsnorm_forward(xb_.data(), nullptr, x, L.ffn_norm.data(), 1, C, config_.norm_eps);
+    L.ffn->forward(xb2_.data(), xb_.data(), 1);
+    for (int64_t i = 0; i < C; ++i) x[i] += xb2_[static_cast<size_t>(i)];
+  }
+  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), 1, C, config_.norm_eps);
+  if (group_.size() == 1) {
+    classifier_forward(logits_.data(), x, 1);
+  } else {
+    classifier_forward(logits_local_.data(), x, 1);
+    group_.all_gather_v(logits_local_, logits_, vocab_counts_);
+  }
+  return logits_;
+}
+
+int Llama::forward_argmax(int token, int pos) {
+  // Reuse forward's body up to the local logits by running it on a 1-device path when possible.
+  if (group_.size() == 1) {
+    auto logits = forward(token, pos);
+    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  forward(token, pos);  // TODO(perf): stop before the gather; the gather is small next to the weights
+  return static_cast<int>(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+}
+
+// ---- training ----
+
+float Llama::train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
+  const int64_t N = int64_t(B) * T, C = config_.dim, V = config_.vocab_size, VL = plan_.vocab.count;
+  if (B < 1 || T < 1 || T > config_.seq_len)
+    throw std::invalid_argument("llama: batch " + std::to_string(B) + " x " + std::to_string(T) +
+                                " needs B >= 1 and 1 <= T <= seq_len = " + std::to_string(config_.seq_len));
+  if (static_cast<int64_t>(tokens.size()) != N || static_cast<int64_t>(targets.size()) != N)
+    throw std::invalid_argument("llama: tokens/targets must hold B*T = " + std::to_string(N) + " ids");
+  for (int t : targets)
+    if (t < 0 || t >= V) throw std::out_of_range("llama: target " + std::to_string(t) + " outside the vocabulary");
+  const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
+                                 config_.head_size(), kv_of_};
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
+  if (!acts_) acts_ = std::make_unique<Acts>();
+  Acts& A = *acts_;
+  A.B = B;
+  A.T = T;
+  A.layers.resize(layers_.size());
+  auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
+
+  std::vector<float> x(static_cast<size_t>(N * C));  // [N, C] residual stream
+  nn::embedding_forward(x.data(), tokens.data(), tok_embeddings_.data(), N, V, C);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& L = layers_[l];
+    auto& a = A.layers[l];
+    a.x_in = x;
+    size(a.xn1, N * C); size(a.rstd1, N); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
+    size(a.y, N * QL); size(a.xm, N * C); size(a.xn2, N * C); size(a.rstd2, N); size(A.tmp, N * C);
+    nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), a.x_in.data(), L.attention_norm.data(), N, C, config_.norm_eps);
+    L.qkv.forward(a.qkv.data(), a.xn1.data(), N);
+    for (int64_t n = 0; n < N; ++n) {
+      const int pos = static_cast<int>(n % T);
+      rope_.forward(a.qkv.data() + n * QKV, shape.heads, pos);
+      rope_.forward(a.qkv.data() + n * QKV + QL, shape.kv_heads, pos);
+    }
+    nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, shape);
+    L.wo.forward(A.tmp.data(), a.y.data(), N);  // all_sum
+    for (int64_t i = 0; i < N * C; ++i) a.xm[i] = a.x_in[i] + A.tmp[i];
+    nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), N, C, config_.norm_eps);
+    L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
+    for (int64_t i = 0; i < N * C; ++i) x[i] = a.xm[i] + A.tmp[i];
+  }
+  A.x_final = std::move(x);
+  size(A.xf, N * C); size(A.rstdf, N); size(A.probs, N * VL); size(A.losses, N);
+  nn::rmsnorm_forward(A.xf.data(), A.rstdf.data(), A.x_final.data(), norm_.data(), N, C, config_.norm_eps);
+  classifier_forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
+  float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
+                                         plan_.vocab.offset, N, VL, group_);
+  for (const auto& L : layers_) loss += L.ffn->aux_loss();
+  return loss;
+}
+
+void Llama::train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
+  Acts& A = *acts_;
+  const int64_t N = int64_t(B) * T, C = config_.dim, V = config_.vocab_size, VL = plan_.vocab.count;
+  const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
+                                 config_.head_size(), kv_of_};
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
+
+  // softmax cross-entropy, mean over N
+  std::vector<float> dlogits(static_cast<size_t>(N * VL), 0.0f);  // [N, VL]
+  nn::cross_entropy_backward(dlogits.data(), A.probs.data(), targets.data(), plan_.vocab.offset, N, VL,
+                             1.0f / static_cast<float>(N));
+  // classifier (AllToSharded by vocab rows): dxf = all_sum(dlogits @ W_cls); dW_cls += dlogits^T xf
+  std::vector<float> dxf(static_cast<size_t>(N * C), 0.0f);  // [N, C]
+  if (config_.shared_classifier) {
+    const float* w = tok_embeddings_.data() + plan_.vocab.offset * C;
+    tensor::gemm(tensor::Trans::No, tensor::Trans::No, N, C, VL, 1.0f, dlogits.data(), VL, w, C, 0.0f, dxf.data(), C);
+    // The classifier gradient covers only this device's vocabulary rows; the embedding is
+    // replicated, so every device adds every device's rows (all_gather_v) to keep it mirrored.
+    std::vector<float> dw(static_cast<size_t>(VL * C), 0.0f);  // [VL, C]
+    tensor::gemm(tensor::Trans::Yes, tensor::Trans::No, VL, C, N, 1.0f, dlogits.data(), VL, A.xf.data(), C, 0.0f,
+                 dw.data(), C);
+    std::vector<dist::Range> vocab_ranges;
+    for (const auto& q : all_plans_) vocab_ranges.push_back(q.vocab);
+    Tensor full = nn::gather_rows(group_, dw.data(), vocab_ranges, V, C);
+    for (int64_t i = 0; i < V * C; ++i) tok_embeddings_grad_[i] += full[i];
+  } else {
+    output_.backward(dxf.data(), dlogits.data(), A.xf.data(), N);
+  }
+  group_.all_sum(dxf);
+
+  std::vector<float> dx(static_cast<size_t>(N * C), 0.0f);    // [N, C] gradient of the residual stream
+  std::vector<float> dxn(static_cast<size_t>(N * C));         // [N, C]
+  std::vector<float> dy(static_cast<size_t>(N * QL));         // [N, QL]
+  std::vector<float> dqkv(static_cast<size_t>(N * QKV));      // [N, QL+2KVL]
+  nn::rmsnorm_backward(dx.data(), norm_grad_.data(), dxf.data(), A.x_final.data(), norm_.data(), A.rstdf.data(), N, C);
+  for (size_t li = layers_.size(); li-- > 0;) {
+    Layer& L = layers_[li];
+    auto& a = A.layers[li];
+    // feed-forward branch: x_out = xm + ffn(ffn_norm(xm))
+    std::fill(dxn.begin(), dxn.end(), 0.0f);
+    L.ffn->backward(dxn.data(), dx.data(), a.xn2.data(), N);
+    nn::rmsnorm_backward(dx.data(), L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(),
+                         a.rstd2.data(), N, C);
+    // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
+    std::fill(dy.begin(), dy.end(), 0.0f);
+    L.wo.backward(dy.data(), dx.data(), a.y.data(), N);
+    std::fill(dqkv.begin(), dqkv.end(), 0.0f);
+    nn::attention_backward(dqkv.data(), dy.data(), a.qkv.data(), a.att.data(), B, T, shape);
+    for (int64_t n = 0; n < N; ++n) {
+      const int pos = static_cast<int>(n % T);
+      rope_.backward(dqkv.data() + n * QKV, shape.heads, pos);
+      rope_.backward(dqkv.data() + n * QKV + QL, shape.kv_heads, pos);
+    }
+    std::fill(dxn.begin(), dxn.end(), 0.0f);
+    L.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
+    nn::rmsnorm_backward(dx.data(), L.attention_norm_grad.data(), dxn.data(), a.x_in.data(), L.attention_norm.data(),
+                         a.rstd1.data(), N, C);
+  }
+  nn::embedding_backward(tok_embeddings_grad_.data(), dx.data(), tokens.data(), N, C);
+}
+
+void Llama::ensure_grads() {
+  if (tok_embeddings_grad_.empty()) tok_embeddings_grad_ = Tensor(tok_embeddings_.shape());
+  if (!config_.shared_classifier) output_.grad();
+  for (auto& L : layers_) {
+    for (int i = 0; i < L.qkv.n_parts(); ++i) L.qkv.part(i).grad();
+    L.wo.local().grad();
+    L.ffn->parameters();  // allocates its grads
+  }
+}
+
+// KV heads held by several devices: each holder's wk/wv gradient covers only its own query heads;
+// summing over the holders (an all_sum of the full [KV, C] rows, zero where not held) gives every
+// holder the full gradient, so the replicated rows stay identical after an optimizer step.
+void Llama::sync_replicated_kv_grads(const std::vector<Tensor>& before) {
+  const int64_t C = config_.dim, KV = config_.kv_dim();
+  const dist::Range rows = plan_.kv_rows();
+  std::vector<float> full(static_cast<size_t>(2 * KV * C));  // [2, KV, C]
+  size_t b = 0;
+  for (auto& L : layers_) {
+    std::fill(full.begin(), full.end(), 0.0f);
+    for (int part = 1; part <= 2; ++part) {
+      const Tensor& g = L.qkv.part(part).grad();
+      const Tensor& prev = before[b + static_cast<size_t>(part - 1)];
+      float* dst = full.data() + (part - 1) * KV * C + rows.offset * C;
+      for (int64_t i = 0; i < g.numel(); ++i) dst[i] = g[i] - prev[i];  // this call's contribution
+    }
+    group_.all_sum(full);
+    for (int part = 1; part <= 2; ++part) {
+      Tensor& g = L.qkv.part(part).grad();
+      const Tensor& prev = before[b + static_cast<size_t>(part - 1)];
+      const float* src = full.data() + (part - 1) * KV * C + rows.offset * C;
+      for (int64_t i = 0; i < g.numel(); ++i) g[i] = prev[i] + src[i];
+    }
+    b += 2;
+  }
+}
+
+float Llama::forward_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
+  ensure_grads();
+  std::vector<Tensor> before;  // wk, wv grads per layer before this call (replicated KV only)
+  if (plan_.kv_replicated)
+    for (auto& L : layers_) {
+      before.push_back(L.qkv.part(1).grad());
+      before.push_back(L.qkv.part(2).grad());
+    }
+  float loss = train_forward(tokens, targets, B, T);
+  train_backward(tokens, targets, B, T);
+  if (plan_.kv_replicated) sync_replicated_kv_grads(before);
+  return loss;
+}
+
+float Llama::loss(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
+  return train_forward(tokens, targets, B, T);
+}
+
+std::vector<float> Llama::forward_logits(std::span<const int> tokens, int B, int T) {
+  std::vector<int> targets(tokens.size(), 0);
+  train_forward(tokens, targets, B, T);
+  // Recompute logits from the saved final norm output (the probabilities overwrote them).
+  const int64_t N = int64_t(B) * T, C = config_.dim, V = config_.vocab_size, VL = plan_.vocab.count;
+  std::vector<float> local(static_cast<size_t>(N * VL));  // [N, VL]
+  classifier_forward(local.data(), acts_->xf.data(), N);
+  std::vector<dist::Range> cols;
+  for (const auto& q : all_plans_) cols.push_back(q.vocab);
+  Tensor full = nn::gather_columns(group_, local.data(), cols, N, V);
+  (void)C;
+  return std::vector<float>(full.span().begin(), full.span().end());
+}
+
+// ---- parameters ----
+
+std::vector<Llama::Parameter> Llama::parameters() {
+  ensure_grads();
+  std::map<std::string, std::pair<Tensor*, Tensor*>> mine;
+  mine["tok_embeddings"] = {&tok_embeddings_, &tok_embeddings_grad_};
+  mine["norm"] = {&norm_, &norm_grad_};
+  if (!config_.shared_classifier) mine["output"] = {&output_.weight(), &output_.grad()};
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& L = layers_[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    mine[p + "attention_norm"] = {&L.attention_norm, &L.attention_norm_grad};
+    mine[p + "ffn_norm"] = {&L.ffn_norm, &L.ffn_norm_grad};
+    mine[p + "wq"] = {&L.qkv.part(0).weight(), &L.qkv.part(0).grad()};
+    mine[p + "wk"] = {&L.qkv.part(1).weight(), &L.qkv.part(1).grad()};
+    mine[p + "wv"] = {&L.qkv.part(2).weight(), &L.qkv.part(2).grad()};
+    mine[p + "wo"] = {&L.wo.local().weight(), &L.wo.local().grad()};
+    for (auto& r : L.ffn->parameters()) mine[r.name] = {r.value, r.grad};
+  }
+  std::vector<Parameter> out;
+  for (const auto& s : specs_) {
+    auto it = mine.find(s.name);
+    if (it == mine.end()) throw std::logic_error("llama: parameter '" + s.name + "' not held by the model");
+    out.push_back({&s, it->second.first, it->second.second});
+  }
+  return out;
+}
+
+void Llama::zero_grad() {
+  for (auto& p : parameters()) p.grad->zero();
+}
+
+TensorWeights Llama::gather_weights() { return gather(false); }
+
+TensorWeights Llama::gather_grads() {
+  ensure_grads();
+  return gather(true);
+}
+
+// Collective: full tensors from every device's shards, in llama_parameters order. The FFN's come
+// from the layer itself (weights), or are assembled by their spec's split (grads).
+TensorWeights Llama::gather(bool grads) {
+  const int64_t C = config_.dim, V = config_.vocab_size, KV = config_.kv_dim(), F = config_.hidden_dim;
+  std::vector<dist::Range> q_rows, kv_rows, vocab, ffn;
+  for (const auto& q : all_plans_) {
+    q_rows.push_back(q.q_rows());
+    kv_rows.push_back(q.kv_rows());
+    vocab.push_back(q.vocab);
+    ffn.push_back(q.ffn);
+  }
+  auto pick = [&](Tensor& value, Tensor& grad) -> const float* { return grads ? grad.data() : value.data(); };
+  TensorWeights out(config_);
+  out.set("tok_embeddings", grads ? tok_embeddings_grad_ : tok_embeddings_);
+  out.set("norm", grads ? norm_grad_ : norm_);
+  if (!config_.shared_classifier)
+    out.set("output", nn::gather_rows(group_, pick(output_.weight(), output_.grad()), vocab, V, C));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& L = layers_[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    out.set(p + "attention_norm", grads ? L.attention_norm_grad : L.attention_norm);
+    out.set(p + "ffn_norm", grads ? L.ffn_norm_grad : L.ffn_norm);
+    out.set(p + "wq", nn::gather_rows(group_, pick(L.qkv.part(0).weight(), L.qkv.part(0).grad()), q_rows, C, C));
+    out.set(p + "wk", nn::gather_rows(group_, pick(L.qkv.part(1).weight(), L.qkv.part(1).grad()), kv_rows, KV, C));
+    out.set(p + "wv", nn::gather_rows(group_, pick(L.qkv.part(2).weight(), L.qkv.part(2).grad()), kv_rows, KV, C));
+    out.set(p + "wo", nn::gather_columns(group_, pick(L.wo.local().weight(), L.wo.local().grad()), q_rows, C, C));
+    if (!grads) {
+      for (auto& [name, t] : L.ffn->gather_full()) out.set(name, std::move(t));
+    } else if (!config_.is_moe()) {
+      auto refs = L.ffn->parameters();  // w1, w2, w3
+      out.set(p + "w1", nn::gather_rows(group_, refs[0].grad->data(), ffn, F, C));
+      out.set(p + "w2", nn::gather_columns(group_, refs[1].grad->data(), ffn, C, F));
+      out.set(p + "w3", nn::gather_rows(group_, refs[2].grad->data(), ffn, F, C));
+    }
+  }
+  return out;
+}
+
+int64_t Llama::parameter_bytes() const {
+  int64_t n = tok_embeddings_.numel() + norm_.numel() + output_.weight().numel();
+  int64_t bytes = 0;
+  for (const auto& L : layers_) {
+    n += L.attention_norm.numel() + L.ffn_norm.numel() + L.wo.local().weight().numel();
+    for (int i = 0; i < L.qkv.n_parts(); ++i) n += L.qkv.part(i).weight().numel();
+    bytes += L.ffn->parameter_bytes();
+  }
+  return bytes + n * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t Llama::kv_cache_bytes() const {
+  int64_t n = 0;
+  for (const auto& L : layers_) n += static_cast<int64_t>(L.k_cache.size() + L.v_cache.size());
+  return n * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace tpcli::model

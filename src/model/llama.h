@@ -1,0 +1,107 @@
+// tpcli::model — one tensor-parallel device's shard of a Llama model: decode, batched training
+// forward/backward, parameters.
+//
+// Dimension legend: B batch, T time, N = B*T rows, C dim, V vocab, S seq_len, L layers,
+// NH/NKV query/kv heads, HS head size; *_L = this device's part (QL = NH_L*HS, KVL = NKV_L*HS,
+// FL ffn rows, VL vocab rows). Which part is this device's: model/shard_plan.h.
+//
+// Sharding (MLX's Llama recipe), per block:
+//   x -[attention_norm]-> AllToSharded(wq|wk|wv) -> RoPE, attention on local heads
+//     -> ShardedToAll(wo) (all_sum) -> + x
+//   x -[ffn_norm]-> FeedForward (dense: AllToSharded(w1|w3), SwiGLU, ShardedToAll(w2); or MoE) -> + x
+// then final norm -> classifier split by vocabulary rows (AllToSharded) -> logits gathered
+// (all_gather_v) in decode, or a vocab-split cross-entropy in training.
+// Replicated parameters (embedding, norms) get identical gradients on every device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dist/group.h"
+#include "model/llama_config.h"
+#include "model/shard_plan.h"
+#include "model/weights.h"
+#include "nn/feed_forward.h"
+#include "nn/linear.h"
+#include "nn/rope.h"
+#include "tensor/tensor.h"
+
+namespace tpcli::model {
+
+class Llama {
+ public:
+  // Copies only this device's slices of each tensor. tensor_group: the devices that split the weights.
+  Llama(const WeightSource& weights, dist::Group tensor_group);
+  ~Llama();
+  Llama(Llama&&) noexcept;
+  Llama& operator=(Llama&&) noexcept;
+
+  const LlamaConfig& config() const { return config_; }
+  const ShardPlan& plan() const { return plan_; }
+
+  // Decode one token at position pos (0 <= pos < seq_len), filling the KV cache at pos.
+  // Returns the logits [V], full vocabulary on every device (valid until the next call).
+  std::span<const float> forward(int token, int pos);
+  // Like forward, but only the greedy token: each device's local argmax, reduced across devices
+  // (moves 2 floats per device instead of the logits). Ties go to the lowest token id.
+  int forward_argmax(int token, int pos);
+
+  // Training. tokens/targets: [B*T] (B sequences of T, T <= seq_len). Returns the mean
+  // cross-entropy over the B*T targets; accumulates (+=) every parameter's grad.
+  float forward_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  // The same loss without gradients.
+  float loss(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  // Batched forward; returns logits [B*T, V] gathered on every device (tests, prompt checks).
+  std::vector<float> forward_logits(std::span<const int> tokens, int B, int T);
+
+  struct Parameter {
+    const ParamSpec* spec;
+    tensor::Tensor* value;  // this device's shard
+    tensor::Tensor* grad;   // same shape as value
+  };
+  // In llama_parameters order. Allocates the gradients on first use.
+  std::vector<Parameter> parameters();
+  void zero_grad();
+  // Collective over the tensor group: the full weights, for saving.
+  TensorWeights gather_weights();
+  // Collective: the full gradients, by parameter name (dense models; tests and diagnostics).
+  TensorWeights gather_grads();
+
+  int64_t parameter_bytes() const;  // this device's parameter values
+  int64_t kv_cache_bytes() const;   // this device's KV cache
+
+ private:
+  struct Layer;
+  struct Acts;
+  float train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  void train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  void classifier_forward(float* logits_local, const float* x, int64_t N) const;
+  void sync_replicated_kv_grads(const std::vector<tensor::Tensor>& before);
+  void ensure_grads();
+  TensorWeights gather(bool grads);
+
+  LlamaConfig config_;
+  std::vector<ParamSpec> specs_;
+  dist::Group group_;
+  ShardPlan plan_;
+  std::vector<ShardPlan> all_plans_;
+  std::vector<int> kv_of_;  // [NH_L] local kv head of each local query head
+  nn::RopeTable rope_;
+
+  tensor::Tensor tok_embeddings_;       // [V, C] replicated
+  tensor::Tensor tok_embeddings_grad_;  // [V, C] or empty
+  tensor::Tensor norm_, norm_grad_;     // [C]
+  nn::Linear output_;                   // [VL, C] unshared classifier rows (empty when shared)
+  std::vector<Layer> layers_;
+
+  // decode state
+  std::vector<float> x_, xb_, xb2_, qkv_, y_, att_;  // [C], [C], [C], [QL+2KVL], [QL], [S]
+  std::vector<float> logits_local_, logits_;        // [VL], [V]
+  std::vector<int64_t> vocab_counts_;               // [T] vocab rows of each device
+
+  std::unique_ptr<Acts> acts_;  // training activations, sized for the last B*T
+};
+
+}  // namespace tpcli::model

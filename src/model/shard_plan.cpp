@@ -1,0 +1,66 @@
+#include "model/shard_plan.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace tpcli::model {
+
+namespace {
+
+void require_at_least(int64_t have, const char* what, int devices) {
+  if (have < devices)
+    throw std::invalid_argument("cannot split " + std::to_string(have) + " " + what + " over " +
+                                std::to_string(devices) + " devices: use at most " + std::to_string(have) +
+                                " tensor-parallel devices");
+}
+
+// KV heads used by query heads [first, first + count): contiguous, since head h uses h / kv_mul.
+dist::Range kv_heads_for(dist::Range heads, int kv_mul) {
+  int64_t first = heads.offset / kv_mul;
+  int64_t last = (heads.offset + heads.count - 1) / kv_mul;
+  return {first, last - first + 1};
+}
+
+}  // namespace
+
+void check_tensor_devices(const LlamaConfig& config, int devices) {
+  if (devices < 1) throw std::invalid_argument("tensor-parallel devices = " + std::to_string(devices) + " must be >= 1");
+  require_at_least(config.n_heads, "heads", devices);
+  require_at_least(config.hidden_dim, "ffn rows (hidden_dim)", devices);
+  require_at_least(config.vocab_size, "vocabulary rows", devices);
+  if (config.is_moe())
+    require_at_least(config.expert_hidden_dim ? config.expert_hidden_dim : config.hidden_dim,
+                     "expert ffn rows", devices);
+}
+
+std::vector<ShardPlan> plan_all_shards(const LlamaConfig& config, int devices) {
+  check_tensor_devices(config, devices);
+  const int kv_mul = config.n_heads / config.n_kv_heads;
+  const int fe = config.expert_hidden_dim ? config.expert_hidden_dim : config.hidden_dim;
+  std::vector<ShardPlan> plans(static_cast<size_t>(devices));
+  std::vector<int> holders(static_cast<size_t>(config.n_kv_heads), 0);
+  for (int r = 0; r < devices; ++r) {
+    ShardPlan& p = plans[static_cast<size_t>(r)];
+    p.devices = devices;
+    p.rank = r;
+    p.head_size = config.head_size();
+    p.heads = dist::even_split(config.n_heads, devices, r);
+    p.kv_heads = kv_heads_for(p.heads, kv_mul);
+    p.ffn = dist::even_split(config.hidden_dim, devices, r);
+    p.expert_ffn = dist::even_split(fe, devices, r);
+    p.vocab = dist::even_split(config.vocab_size, devices, r);
+    for (int64_t k = p.kv_heads.offset; k < p.kv_heads.offset + p.kv_heads.count; ++k) ++holders[static_cast<size_t>(k)];
+  }
+  bool replicated = false;
+  for (int h : holders) replicated = replicated || h > 1;
+  for (auto& p : plans) p.kv_replicated = replicated;
+  return plans;
+}
+
+ShardPlan plan_shards(const LlamaConfig& config, int devices, int rank) {
+  if (rank < 0 || rank >= devices)
+    throw std::invalid_argument("shard plan: rank " + std::to_string(rank) + " outside [0, " + std::to_string(devices) + ")");
+  return plan_all_shards(config, devices)[static_cast<size_t>(rank)];
+}
+
+}  // namespace tpcli::model

@@ -1,0 +1,23 @@
+// tpcli::nn — softmax cross-entropy over vocabulary-split logits.
+//
+// Dimension legend: N rows, V vocabulary, VL this device's vocabulary rows [v0, v0 + VL).
+// Communication: two collectives of N floats (all_max of the row maxima, all_sum of the row
+// exp-sums and target logits); on a size-1 group both are no-ops.
+#pragma once
+
+#include <cstdint>
+
+#include "dist/group.h"
+
+namespace tpcli::nn {
+
+// probs[N, VL] = this device's columns of softmax(logits) (probs may alias logits);
+// losses[N] = -log p(target). Returns the mean of losses. targets are global token ids.
+float cross_entropy_forward(float* losses, float* probs, const float* logits, const int* targets, int64_t v0,
+                            int64_t N, int64_t VL, dist::Group& group);
+// dlogits[N, VL] += dloss * (probs - onehot(target)), dloss the gradient of each row's loss
+// (1/N for the mean). No communication.
+void cross_entropy_backward(float* dlogits, const float* probs, const int* targets, int64_t v0, int64_t N, int64_t VL,
+                            float dloss);
+
+}  // namespace tpcli::nn

@@ -1,0 +1,74 @@
+// tpcli::nn — the feed-forward half of a transformer block, behind an interface so the
+// mixture-of-experts layer (nn/moe.h) can take the dense layer's place (model/llama.cpp,
+// make_feed_forward, picks one per block).
+//
+// Dimension legend: N rows, C channels, F hidden features, FL this device's hidden rows.
+// Input and output are mirrored [N, C] (the same on every tensor-parallel device); what happens
+// inside is the layer's business, including its communication.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dist/group.h"
+#include "nn/linear.h"
+#include "tensor/tensor.h"
+
+namespace tpcli::nn {
+
+// A parameter of this device: its name as in model::llama_parameters, its local value and grad.
+struct ParamRef {
+  std::string name;
+  tensor::Tensor* value = nullptr;
+  tensor::Tensor* grad = nullptr;
+};
+
+class FeedForward {
+ public:
+  virtual ~FeedForward() = default;
+  // out[N, C] = ffn(inp[N, C]); both mirrored. A collective. Saves what backward needs.
+  virtual void forward(float* out, const float* inp, int64_t N) = 0;
+  // dinp[N, C] += ... (mirrored); parameter grads +=. Follows forward on the same inp and N.
+  virtual void backward(float* dinp, const float* dout, const float* inp, int64_t N) = 0;
+  // This device's parameters (grads allocated).
+  virtual std::vector<ParamRef> parameters() = 0;
+  // Collective: every parameter's full tensor, by name (for saving).
+  virtual std::vector<std::pair<std::string, tensor::Tensor>> gather_full() = 0;
+  // Extra training loss of the last forward (MoE load balancing), already in the returned loss's
+  // units; its gradient is added by backward. 0 for the dense layer.
+  virtual float aux_loss() const { return 0.0f; }
+  virtual int64_t parameter_bytes() const = 0;
+};
+
+// The dense SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
+//   w1|w3: one AllToShardedLinear with two segments (rows FL of each) -> h13[N, 2*FL]
+//   w2:    ShardedToAllLinear over FL columns -> all_sum -> out[N, C]
+// Communication: one all_sum of [N, C] in forward, one in backward.
+class SwiGluFeedForward : public FeedForward {
+ public:
+  // w1, w3: [FL, C]; w2: [C, FL]; prefix: "layers.3."; ffn_ranges: every member's FL rows of F.
+  SwiGluFeedForward(tensor::Tensor w1, tensor::Tensor w3, tensor::Tensor w2, dist::Group group, std::string prefix,
+                    std::vector<dist::Range> ffn_ranges, int64_t hidden_dim);
+
+  void forward(float* out, const float* inp, int64_t N) override;
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N) override;
+  std::vector<ParamRef> parameters() override;
+  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override;
+  int64_t parameter_bytes() const override;
+
+ private:
+  AllToShardedLinear w13_;  // parts: w1 [FL, C], w3 [FL, C]
+  ShardedToAllLinear w2_;   // [C, FL]
+  dist::Group group_;
+  std::string prefix_;
+  std::vector<dist::Range> ffn_ranges_;
+  int64_t hidden_dim_;
+  std::vector<float> h13_;  // [N, 2*FL] saved
+  std::vector<float> g_;    // [N, FL] saved
+  std::vector<float> dg_;   // [N, FL] scratch
+  std::vector<float> dh13_; // [N, 2*FL] scratch
+};
+
+}  // namespace tpcli::nn

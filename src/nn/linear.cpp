@@ -1,0 +1,170 @@
+#include "nn/linear.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "tensor/blas.h"
+
+namespace tpcli::nn {
+
+using tensor::Tensor;
+using tensor::Trans;
+
+Linear::Linear(Tensor weight) : weight_(std::move(weight)) {
+  if (weight_.rank() != 2)
+    throw std::invalid_argument("linear: weight must be [out, in], got " + tensor::to_string(weight_.shape()));
+}
+
+Tensor& Linear::grad() {
+  if (grad_.empty()) grad_ = Tensor(weight_.shape());
+  return grad_;
+}
+
+void Linear::forward(float* out, const float* inp, int64_t N, int64_t ld_out) const {
+  const int64_t OUT = out_features(), IN = in_features();
+  if (N == 1) {  // decode: memory-bound matrix-vector product
+    tensor::matvec(out, weight_.data(), inp, OUT, IN);
+    return;
+  }
+  tensor::gemm(Trans::No, Trans::Yes, N, OUT, IN, 1.0f, inp, IN, weight_.data(), IN, 0.0f, out, ld_out ? ld_out : OUT);
+}
+
+void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t ld_dout) {
+  const int64_t OUT = out_features(), IN = in_features();
+  const int64_t ld = ld_dout ? ld_dout : OUT;
+  if (dinp)  // dinp[N, IN] += dout[N, OUT] @ W[OUT, IN]
+    tensor::gemm(Trans::No, Trans::No, N, IN, OUT, 1.0f, dout, ld, weight_.data(), IN, 1.0f, dinp, IN);
+  // dW[OUT, IN] += dout^T[OUT, N] @ inp[N, IN]
+  tensor::gemm(Trans::Yes, Trans::No, OUT, IN, N, 1.0f, dout, ld, inp, IN, 1.0f, grad().data(), IN);
+}
+
+// ---- AllToShardedLinear ----
+
+AllToShardedLinear::AllToShardedLinear(std::vector<Linear> parts, dist::Group group)
+    : parts_(std::move(parts)), group_(std::move(group)) {
+  if (parts_.empty()) throw std::invalid_argument("all-to-sharded linear: no parts");
+  for (const auto& p : parts_) {
+    if (p.in_features() != parts_[0].in_features())
+      throw std::invalid_argument("all-to-sharded linear: parts have different input sizes");
+    out_local_ += p.out_features();
+  }
+}
+
+void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const {
+  int64_t col = 0;
+  for (const auto& p : parts_) {
+    if (p.out_features() > 0) p.forward(out + col, inp, N, out_local_);
+    col += p.out_features();
+  }
+}
+
+void AllToShardedLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+  const int64_t IN = in_features();
+  dinp_partial_.assign(static_cast<size_t>(N * IN), 0.0f);  // [N, IN]
+  int64_t col = 0;
+  for (auto& p : parts_) {
+    if (p.out_features() > 0) p.backward(dinp_partial_.data(), dout + col, inp, N, out_local_);
+    col += p.out_features();
+  }
+  group_.all_sum(dinp_partial_);  // sum_gradients: partial -> mirrored
+  if (!dinp) return;
+  for (int64_t i = 0; i < N * IN; ++i) dinp[i] += dinp_partial_[static_cast<size_t>(i)];
+}
+
+// ---- ShardedToAllLinear ----
+
+ShardedToAllLinear::ShardedToAllLinear(Linear local, dist::Group group)
+    : local_(std::move(local)), group_(std::move(group)) {}
+
+void ShardedToAllLinear::forward(float* out, const float* inp, int64_t N) {
+  const int64_t OUT = out_features();
+  if (in_features() > 0)
+    local_.forward(out, inp, N);
+  else
+    std::fill(out, out + N * OUT, 0.0f);
+  group_.all_sum(std::span<float>(out, static_cast<size_t>(N * OUT)));  // partial -> mirrored
+}
+
+void ShardedToAllLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+  if (in_features() > 0) local_.backward(dinp, dout, inp, N);
+}
+
+// ---- shard_linear / shard_inplace ----
+
+std::vector<Segment> even_segments(int64_t n, int parts, const dist::Group& group) {
+  if (parts < 1 || n % parts != 0)
+    throw std::invalid_argument("shard_linear: " + std::to_string(parts) + " segments do not divide " + std::to_string(n));
+  std::vector<Segment> segs;
+  for (int s = 0; s < parts; ++s) segs.push_back({n / parts, dist::even_split(n / parts, group.size(), group.rank())});
+  return segs;
+}
+
+Tensor slice_rows(const float* full, int64_t cols, dist::Range r) {
+  Tensor t({r.count, cols});
+  std::copy(full + r.offset * cols, full + (r.offset + r.count) * cols, t.data());
+  return t;
+}
+
+Tensor slice_columns(const float* full, int64_t rows, int64_t cols, const std::vector<dist::Range>& ranges) {
+  int64_t local = 0;
+  for (auto r : ranges) local += r.count;
+  Tensor t({rows, local});
+  for (int64_t i = 0; i < rows; ++i) {
+    float* dst = t.data() + i * local;
+    for (auto r : ranges) dst = std::copy(full + i * cols + r.offset, full + i * cols + r.offset + r.count, dst);
+  }
+  return t;
+}
+
+namespace {
+
+// Absolute ranges of the split dimension (length n) that this device keeps, segment by segment.
+std::vector<dist::Range> local_ranges(int64_t n, const dist::Group& group, std::vector<Segment> segments) {
+  if (segments.empty()) segments.push_back({n, dist::even_split(n, group.size(), group.rank())});
+  std::vector<dist::Range> ranges;
+  int64_t start = 0;
+  for (const auto& s : segments) {
+    if (s.local.offset < 0 || s.local.count < 0 || s.local.offset + s.local.count > s.size)
+      throw std::invalid_argument("shard_linear: local range [" + std::to_string(s.local.offset) + ", +" +
+                                  std::to_string(s.local.count) + ") outside a segment of " + std::to_string(s.size));
+    ranges.push_back({start + s.local.offset, s.local.count});
+    start += s.size;
+  }
+  if (start != n)
+    throw std::invalid_argument("shard_linear: segments add up to " + std::to_string(start) + ", the weight has " +
+                                std::to_string(n));
+  return ranges;
+}
+
+}  // namespace
+
+ShardedLinear shard_linear(const Linear& linear, Sharding sharding, dist::Group group, std::vector<Segment> segments) {
+  const Tensor& w = linear.weight();
+  const int64_t OUT = linear.out_features(), IN = linear.in_features();
+  if (sharding == Sharding::AllToSharded) {
+    std::vector<Linear> parts;
+    for (auto r : local_ranges(OUT, group, std::move(segments))) parts.emplace_back(slice_rows(w.data(), IN, r));
+    return AllToShardedLinear(std::move(parts), std::move(group));
+  }
+  auto ranges = local_ranges(IN, group, std::move(segments));
+  return ShardedToAllLinear(Linear(slice_columns(w.data(), OUT, IN, ranges)), std::move(group));
+}
+
+void shard_inplace(Linear& linear, Sharding sharding, const dist::Group& group, std::vector<Segment> segments) {
+  const Tensor& w = linear.weight();
+  const int64_t OUT = linear.out_features(), IN = linear.in_features();
+  if (sharding == Sharding::AllToSharded) {
+    std::vector<dist::Range> ranges = local_ranges(OUT, group, std::move(segments));
+    int64_t rows = 0;
+    for (auto r : ranges) rows += r.count;
+    Tensor local({rows, IN});
+    float* dst = local.data();
+    for (auto r : ranges) dst = std::copy(w.data() + r.offset * IN, w.data() + (r.offset + r.count) * IN, dst);
+    linear = Linear(std::move(local));
+  } else {
+    linear = Linear(slice_columns(w.data(), OUT, IN, local_ranges(IN, group, std::move(segments))));
+  }
+}
+
+}  // namespace tpcli::nn

@@ -1,0 +1,51 @@
+#include "nn/rope.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace tpcli::nn {
+
+RopeTable::RopeTable(int seq_len, int head_size, float theta) : seq_len_(seq_len), head_size_(head_size) {
+  if (head_size % 2 != 0) throw std::invalid_argument("rope: head size " + std::to_string(head_size) + " is odd");
+  const int half = head_size / 2;
+  cos_.resize(static_cast<size_t>(seq_len) * half);
+  sin_.resize(cos_.size());
+  for (int pos = 0; pos < seq_len; ++pos)
+    for (int i = 0; i < half; ++i) {
+      float freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_size));
+      float val = static_cast<float>(pos) * freq;
+      cos_[static_cast<size_t>(pos) * half + i] = cosf(val);
+      sin_[static_cast<size_t>(pos) * half + i] = sinf(val);
+    }
+}
+
+void RopeTable::forward(float* x, int heads, int pos) const {
+  const int half = head_size_ / 2;
+  const float* c = cos_.data() + static_cast<size_t>(pos) * half;
+  const float* s = sin_.data() + static_cast<size_t>(pos) * half;
+  for (int h = 0; h < heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * head_size_;
+    for (int i = 0; i < half; ++i) {
+      float v0 = v[2 * i], v1 = v[2 * i + 1];
+      v[2 * i] = v0 * c[i] - v1 * s[i];
+      v[2 * i + 1] = v0 * s[i] + v1 * c[i];
+    }
+  }
+}
+
+void RopeTable::backward(float* dx, int heads, int pos) const {
+  const int half = head_size_ / 2;
+  const float* c = cos_.data() + static_cast<size_t>(pos) * half;
+  const float* s = sin_.data() + static_cast<size_t>(pos) * half;
+  for (int h = 0; h < heads; ++h) {
+    float* g = dx + static_cast<int64_t>(h) * head_size_;
+    for (int i = 0; i < half; ++i) {  // transpose of the rotation
+      float g0 = g[2 * i], g1 = g[2 * i + 1];
+      g[2 * i] = g0 * c[i] + g1 * s[i];
+      g[2 * i + 1] = -g0 * s[i] + g1 * c[i];
+    }
+  }
+}
+
+}  // namespace tpcli::nn

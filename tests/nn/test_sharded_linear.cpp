@@ -1,0 +1,214 @@
+// Sharded layers on 1..4 devices against the unsharded layer (serial reference on one thread).
+// Device threads only record results; all CHECKs run on the main thread.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "dist/runtime.h"
+#include "fd_check.h"
+#include "nn/cross_entropy.h"
+#include "nn/linear.h"
+
+using namespace tpcli;
+using nn::testing::random_vector;
+
+namespace {
+
+// Full-size reference products.
+struct Reference {
+  std::vector<float> out, dinp, dw;  // [N, OUT], [N, IN], [OUT, IN]
+};
+
+Reference reference(const std::vector<float>& w, const std::vector<float>& x, const std::vector<float>& dout, int64_t N,
+                    int64_t OUT, int64_t IN) {
+  nn::Linear lin(tensor::Tensor({OUT, IN}, w));
+  Reference r;
+  r.out.assign(N * OUT, 0.0f);
+  r.dinp.assign(N * IN, 0.0f);
+  lin.forward(r.out.data(), x.data(), N);
+  lin.backward(r.dinp.data(), dout.data(), x.data(), N);
+  r.dw.assign(lin.grad().span().begin(), lin.grad().span().end());
+  return r;
+}
+
+// Absolute ranges of each segment's local part for device `rank` of `T`.
+std::vector<dist::Range> ranges_of(const std::vector<int64_t>& segs, int T, int rank) {
+  std::vector<dist::Range> out;
+  int64_t start = 0;
+  for (int64_t s : segs) {
+    auto r = dist::even_split(s, T, rank);
+    out.push_back({start + r.offset, r.count});
+    start += s;
+  }
+  return out;
+}
+
+std::vector<nn::Segment> segments_of(const std::vector<int64_t>& segs, int T, int rank) {
+  std::vector<nn::Segment> out;
+  for (int64_t s : segs) out.push_back({s, dist::even_split(s, T, rank)});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("AllToShardedLinear with segments equals the full Linear on 1..4 devices", "[nn][sharded]") {
+  std::mt19937 rng(11);
+  const int64_t N = 3, IN = 6;
+  const std::vector<int64_t> segs = {5, 3, 3};  // a fused q|k|v, uneven splits
+  const int64_t OUT = 11;
+  auto w = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng), dout = random_vector(N * OUT, rng);
+  const Reference ref = reference(w, x, dout, N, OUT, IN);
+  for (int T = 1; T <= 4; ++T) {
+    DYNAMIC_SECTION(T << " devices") {
+      std::vector<std::vector<float>> outs(T), dinps(T), dws(T);
+      dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+        dist::Group& g = dev.axis("model");
+        nn::Linear full(tensor::Tensor({OUT, IN}, w));
+        auto sharded = std::get<nn::AllToShardedLinear>(
+            nn::shard_linear(full, nn::Sharding::AllToSharded, g, segments_of(segs, T, g.rank())));
+        const int64_t OL = sharded.out_features();
+        std::vector<float> out(N * OL), dl(N * OL), dinp(N * IN, 0.0f);
+        sharded.forward(out.data(), x.data(), N);
+        // this device's columns of dout, in the same local order
+        int64_t c = 0;
+        for (auto r : ranges_of(segs, T, g.rank())) {
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t j = 0; j < r.count; ++j) dl[n * OL + c + j] = dout[n * OUT + r.offset + j];
+          c += r.count;
+        }
+        sharded.backward(dinp.data(), dl.data(), x.data(), N);
+        std::vector<float> dw;
+        for (int i = 0; i < sharded.n_parts(); ++i)
+          for (float v : sharded.part(i).grad().span()) dw.push_back(v);
+        outs[g.rank()] = out;
+        dinps[g.rank()] = dinp;
+        dws[g.rank()] = dw;
+      });
+      for (int r = 0; r < T; ++r) {
+        const int64_t OL = static_cast<int64_t>(outs[r].size()) / N;
+        int64_t c = 0;
+        std::vector<float> dw_expected;
+        for (auto rg : ranges_of(segs, T, r)) {
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t j = 0; j < rg.count; ++j)
+              CHECK(outs[r][n * OL + c + j] == Approx(ref.out[n * OUT + rg.offset + j]).epsilon(1e-5));
+          for (int64_t j = 0; j < rg.count * IN; ++j) dw_expected.push_back(ref.dw[rg.offset * IN + j]);
+          c += rg.count;
+        }
+        REQUIRE(dws[r].size() == dw_expected.size());
+        for (size_t i = 0; i < dw_expected.size(); ++i) CHECK(dws[r][i] == Approx(dw_expected[i]).epsilon(1e-5));
+        // sum_gradients: every device holds the full input gradient
+        for (int64_t i = 0; i < N * IN; ++i) CHECK(dinps[r][i] == Approx(ref.dinp[i]).epsilon(1e-5).margin(1e-6));
+      }
+    }
+  }
+}
+
+TEST_CASE("ShardedToAllLinear equals the full Linear on 1..4 devices", "[nn][sharded]") {
+  std::mt19937 rng(12);
+  const int64_t N = 2, OUT = 5;
+  const std::vector<int64_t> segs = {7, 3};
+  const int64_t IN = 10;
+  auto w = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng), dout = random_vector(N * OUT, rng);
+  const Reference ref = reference(w, x, dout, N, OUT, IN);
+  for (int T = 1; T <= 4; ++T) {
+    DYNAMIC_SECTION(T << " devices") {
+      std::vector<std::vector<float>> outs(T), dinps(T), dws(T);
+      dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+        dist::Group& g = dev.axis("model");
+        nn::Linear full(tensor::Tensor({OUT, IN}, w));
+        auto sharded = std::get<nn::ShardedToAllLinear>(
+            nn::shard_linear(full, nn::Sharding::ShardedToAll, g, segments_of(segs, T, g.rank())));
+        const int64_t IL = sharded.in_features();
+        std::vector<float> xl;  // this device's input columns
+        for (int64_t n = 0; n < N; ++n)
+          for (auto r : ranges_of(segs, T, g.rank()))
+            for (int64_t j = 0; j < r.count; ++j) xl.push_back(x[n * IN + r.offset + j]);
+        std::vector<float> out(N * OUT), dinp(N * IL, 0.0f);
+        sharded.forward(out.data(), xl.data(), N);
+        sharded.backward(dinp.data(), dout.data(), xl.data(), N);
+        outs[g.rank()] = out;
+        dinps[g.rank()] = dinp;
+        dws[g.rank()].assign(sharded.local().grad().span().begin(), sharded.local().grad().span().end());
+      });
+      for (int r = 0; r < T; ++r) {
+        for (int64_t i = 0; i < N * OUT; ++i) CHECK(outs[r][i] == Approx(ref.out[i]).epsilon(1e-5).margin(1e-6));
+        const auto rg = ranges_of(segs, T, r);
+        int64_t IL = 0;
+        for (auto q : rg) IL += q.count;
+        for (int64_t n = 0; n < N; ++n) {
+          int64_t c = 0;
+          for (auto q : rg) {
+            for (int64_t j = 0; j < q.count; ++j)
+              CHECK(dinps[r][n * IL + c + j] == Approx(ref.dinp[n * IN + q.offset + j]).epsilon(1e-5));
+            c += q.count;
+          }
+        }
+        for (int64_t o = 0; o < OUT; ++o) {
+          int64_t c = 0;
+          for (auto q : rg) {
+            for (int64_t j = 0; j < q.count; ++j)
+              CHECK(dws[r][o * IL + c + j] == Approx(ref.dw[o * IN + q.offset + j]).epsilon(1e-5));
+            c += q.count;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("shard_inplace keeps a plain Linear holding the same slice", "[nn][sharded]") {
+  std::mt19937 rng(13);
+  const int64_t OUT = 7, IN = 4;
+  auto w = random_vector(OUT * IN, rng);
+  std::vector<std::vector<float>> got(3);
+  dist::run_on_mesh(dist::Mesh::line(3), [&](dist::Device& dev) {
+    dist::Group& g = dev.axis("model");
+    nn::Linear lin(tensor::Tensor({OUT, IN}, w));
+    nn::shard_inplace(lin, nn::Sharding::AllToSharded, g);
+    got[g.rank()].assign(lin.weight().span().begin(), lin.weight().span().end());
+  });
+  for (int r = 0; r < 3; ++r) {
+    auto rg = dist::even_split(OUT, 3, r);
+    REQUIRE(got[r].size() == static_cast<size_t>(rg.count * IN));
+    for (int64_t i = 0; i < rg.count * IN; ++i) CHECK(got[r][i] == w[rg.offset * IN + i]);
+  }
+  nn::Linear bad(tensor::Tensor({OUT, IN}, w));
+  dist::Group single;
+  CHECK_THROWS_WITH(nn::shard_linear(bad, nn::Sharding::AllToSharded, single, {{3, {0, 3}}}),
+                    Catch::Contains("segments add up to 3"));
+}
+
+TEST_CASE("vocabulary-split cross-entropy equals the single-device one", "[nn][sharded][cross_entropy]") {
+  std::mt19937 rng(14);
+  const int64_t N = 4, V = 11;
+  auto logits = random_vector(N * V, rng, 3.0f);
+  std::vector<int> targets = {0, 10, 5, 7};
+  dist::Group single;
+  std::vector<float> l(N), p(N * V), d(N * V, 0.0f);
+  const float ref = nn::cross_entropy_forward(l.data(), p.data(), logits.data(), targets.data(), 0, N, V, single);
+  nn::cross_entropy_backward(d.data(), p.data(), targets.data(), 0, N, V, 1.0f / N);
+  for (int T = 2; T <= 4; ++T) {
+    std::vector<float> losses(T);
+    std::vector<std::vector<float>> grads(T);
+    dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+      dist::Group& g = dev.axis("model");
+      auto r = dist::even_split(V, T, g.rank());
+      std::vector<float> local(N * r.count), ll(N), pl(N * r.count), dl(N * r.count, 0.0f);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < r.count; ++j) local[n * r.count + j] = logits[n * V + r.offset + j];
+      losses[g.rank()] = nn::cross_entropy_forward(ll.data(), pl.data(), local.data(), targets.data(), r.offset, N,
+                                                   r.count, g);
+      nn::cross_entropy_backward(dl.data(), pl.data(), targets.data(), r.offset, N, r.count, 1.0f / N);
+      grads[g.rank()] = dl;
+    });
+    for (int r = 0; r < T; ++r) {
+      CHECK(losses[r] == Approx(ref).epsilon(1e-5));
+      auto rg = dist::even_split(V, T, r);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < rg.count; ++j)
+          CHECK(grads[r][n * rg.count + j] == Approx(d[n * V + rg.offset + j]).epsilon(1e-5).margin(1e-7));
+    }
+  }
+}
