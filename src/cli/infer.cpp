@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
+#include "dist/zmq_backend.h"
 #include "model/generate.h"
 #include "model/shard_plan.h"
 #include "model/tokenizer.h"
@@ -33,7 +34,7 @@ struct InferFlags {
 // A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
 // train::generate_text (no BOS, no BPE); everything else is llama2.c's generate with a tokenizer.bin.
 model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opened, const dist::Mesh& mesh,
-                                   const model::GenerateOptions& options) {
+                                   const model::GenerateOptions& options, const dist::RunOptions& run_options) {
   const model::LlamaConfig& config = opened.weights->config();
   auto kind = opened.metadata.find("tokenizer.kind");
   if (f.tokenizer.empty() && kind != opened.metadata.end() && kind->second != "llama2c") {
@@ -59,7 +60,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
           r.tokens_per_second = seconds > 0 ? r.positions / seconds : 0;
           return r;
         },
-        stdout);
+        stdout, run_options);
   }
   const std::string tokenizer_path = !f.tokenizer.empty() ? f.tokenizer : opened.tokenizer.value_or("tokenizer.bin");
   std::unique_ptr<model::Tokenizer> tokenizer;
@@ -68,7 +69,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
-  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout);
+  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options);
 }
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
@@ -88,7 +89,9 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   options.seed = static_cast<uint64_t>(f.seed);  // as run.c: a negative int wraps around
   options = model::normalized(options, config.seq_len);
 
-  const model::MeshGenerateResult r = generate(f, opened, mesh, options);
+  dist::RunOptions run_options;
+  dist::select_backend(run_options, run_flags.backend);  // zmq: only this process's devices run here
+  const model::MeshGenerateResult r = generate(f, opened, mesh, options, run_options);
   std::fflush(stdout);
 
   if (r.result.positions > 1) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
@@ -102,7 +105,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
 void setup_infer(CLI::App& sub) {
   auto flags = std::make_shared<InferFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "llama2.c tokenizer.bin (default: the checkpoint's recorded tokenizer, else ./tokenizer.bin)");

@@ -304,3 +304,29 @@ TEST_CASE("launch: bad options are one-line errors before anything starts") {
   CHECK_THROWS_WITH(launch(o, {}), Catch::Contains("no command to launch"));
   CHECK_THROWS_WITH(read_hostfile("/nonexistent/hosts"), "--hostfile /nonexistent/hosts: cannot open");
 }
+
+TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the thread backend prints") {
+  const std::string data = std::string(TPCLI_SHARED_DIR) + "/data/";
+  if (!std::ifstream(data + "stories260K.bin") || !std::ifstream(data + "tok512.bin")) {
+    WARN("SKIPPED: " << data << "stories260K.bin or tok512.bin is absent");
+    return;
+  }
+  for (int n : {2, 4}) {
+    INFO(n << " devices");
+    const std::vector<std::string> infer{TPCLI_BINARY, "infer", "--model", data + "stories260K.bin", "-z",
+                                         data + "tok512.bin", "-t", "0", "-i", "Once upon a time",
+                                         "--devices", std::to_string(n)};
+    LaunchOptions one;
+    const Ran threads = run_launch(one, infer);  // a single process: the thread backend
+    REQUIRE(threads.code == 0);
+    REQUIRE(threads.out.rfind("Once upon a time", 0) == 0);
+    std::vector<std::string> over_zmq = infer;
+    over_zmq.insert(over_zmq.end(), {"--backend", "zmq"});
+    LaunchOptions o;
+    o.processes = n;
+    const Ran zmq = run_launch(o, over_zmq);
+    INFO(zmq.err);
+    CHECK(zmq.code == 0);
+    CHECK(zmq.out == threads.out);
+  }
+}
