@@ -13,6 +13,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_from_config.h"
 #include "model/llama_config.h"
+#include "model/shard_plan.h"
 
 namespace tpcli::cli {
 
@@ -49,6 +50,21 @@ void describe_model(const model::LlamaConfig& c, std::ostream& out) {
   out << "  parameters " << with_commas(c.parameter_count()) << "\n";
 }
 
+// How the tensor axis splits the model: "heads 2,2,1,1 · kv heads 1,1,1,1 · ffn rows 43,43,43,43".
+void describe_shards(const model::LlamaConfig& c, int devices, std::ostream& out) {
+  if (devices <= 1) return;
+  std::string heads, kv, ffn, vocab;
+  for (const auto& plan : model::plan_all_shards(c, devices)) {
+    const char* sep = heads.empty() ? "" : ",";
+    heads += sep + std::to_string(plan.heads.count);
+    kv += sep + std::to_string(plan.kv_heads.count);
+    ffn += sep + std::to_string(c.is_moe() ? plan.expert_ffn.count : plan.ffn.count);
+    vocab += sep + std::to_string(plan.vocab.count);
+  }
+  out << "  per tensor device: heads " << heads << "; kv heads " << kv << (c.is_moe() ? "; expert ffn rows " : "; ffn rows ")
+      << ffn << "; vocab rows " << vocab << "\n";
+}
+
 void describe_model_file(const std::string& path, std::ostream& out) {
   const config::ModelSection section = config::load_model_config(path);
   out << path << ": model config\n";
@@ -73,12 +89,12 @@ void describe_run_config(const config::RunConfig& config, std::ostream& out) {
   if (config.model.init_from) out << "  init from  " << *config.model.init_from << "\n";
   const bool bytes = config.data.tokenizer == config::TokenizerKind::Bytes;
   if (config.model.dim) {
-    if (config.model.vocab_size || bytes) {
-      describe_model(model_from_config(config.model, bytes ? std::optional<int>(256) : std::nullopt), out);
-    } else {
-      describe_model(model_from_config(config.model, 256), out);
-      out << "  (vocab_size comes from the tokenizer; parameters counted with vocab_size = 256)\n";
-    }
+    const bool vocab_known = config.model.vocab_size || bytes;
+    const model::LlamaConfig c = model_from_config(config.model, config.model.vocab_size ? std::optional<int>() : 256);
+    check_model_fits_mesh(config, c);
+    describe_model(c, out);
+    if (!vocab_known) out << "  (vocab_size comes from the tokenizer; parameters counted with vocab_size = 256)\n";
+    describe_shards(c, m.axis_size(m.tensor_axis), out);
   }
   const config::DataSection& d = config.data;
   out << "  data       " << (d.path ? *d.path : "(no corpus)") << ", tokenizer "

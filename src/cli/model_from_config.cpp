@@ -1,6 +1,8 @@
 #include "cli/model_from_config.h"
 
 #include <stdexcept>
+
+#include "model/shard_plan.h"
 #include <string>
 
 namespace tpcli::cli {
@@ -53,6 +55,16 @@ model::LlamaConfig model_from_config(const config::ModelSection& section, std::o
     throw config::ConfigError(section.source.where(field) + ": " + message);
   }
   return c;
+}
+
+void check_model_fits_mesh(const config::RunConfig& config, const model::LlamaConfig& model) {
+  const std::string key = "mesh.axes." + config.mesh.tensor_axis;
+  const int devices = config.mesh.axis_size(config.mesh.tensor_axis);
+  try {
+    model::check_tensor_devices(model, devices);
+  } catch (const std::invalid_argument& e) {
+    throw config::ConfigError(config.where(key) + ": " + key + " = " + std::to_string(devices) + ": " + e.what());
+  }
 }
 
 }  // namespace tpcli::cli

@@ -15,4 +15,9 @@ namespace tpcli::cli {
 model::LlamaConfig model_from_config(const config::ModelSection& section,
                                      std::optional<int> tokenizer_vocab = std::nullopt);
 
+// Checks that `model` can be split over the run's tensor axis (model::check_tensor_devices: at most
+// one device per query head, ...). Errors point at the tensor axis's size in the file or flag:
+// "configs/x.toml:2:25: mesh.axes.model = 12: cannot split 8 heads over 12 devices ...".
+void check_model_fits_mesh(const config::RunConfig& config, const model::LlamaConfig& model);
+
 }  // namespace tpcli::cli

@@ -202,6 +202,15 @@ TEST_CASE("inspect describes a run config: mesh in order, roles, parameter count
   const Result devices = run({"inspect", path, "--devices", "4"});
   CHECK(devices.code == 0);
   CHECK(devices.out.find("model=4, 4 device(s)") != std::string::npos);
+  // 4 heads over 4 devices: one each; 2 kv heads, each held by the 2 devices whose heads use it;
+  // 172 ffn rows dealt 43 each; 65 vocabulary rows 17,16,16,16.
+  CHECK(devices.out.find("per tensor device: heads 1,1,1,1; kv heads 1,1,1,1; ffn rows 43,43,43,43; vocab rows 17,16,16,16") !=
+        std::string::npos);
+
+  const Result too_many = run({"inspect", path, "--devices", "8"});
+  CHECK(too_many.code == 2);
+  CHECK(line_count(too_many.err) == 1);
+  CHECK(too_many.err.rfind("--devices 8: mesh.axes.model = 8: cannot split 4 heads over 8 devices", 0) == 0);
 }
 
 TEST_CASE("inspect describes a model file and points at the dim that does not fit") {

@@ -371,7 +371,7 @@ TEST_CASE("inline [model] keys override the model file and point at their own li
   CHECK(c.where("model.n_heads") == where(run, run_text, "8"));
 }
 
-TEST_CASE("--set overrides parse TOML values, fall back to strings, and win over the file") {
+TEST_CASE("overrides (--set) parse TOML values, fall back to strings, and win over the file") {
   TempDir dir;
   dir.write("corpus.txt", "abc");
   const std::string path = dir.write("run.toml", "[train]\nsteps = 100\n");
@@ -388,7 +388,7 @@ TEST_CASE("--set overrides parse TOML values, fall back to strings, and win over
   CHECK(c.where("train.lr") == "--set train.lr=3e-4");
 }
 
-TEST_CASE("--set errors name the flag") {
+TEST_CASE("override (--set) errors name the flag") {
   TempDir dir;
   const std::string path = dir.write("run.toml", "[train]\nsteps = 100\n");
   auto err = [&](const std::string& set) { return error_of([&] { load_run_config(path, {set}); }); };
