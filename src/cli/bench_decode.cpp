@@ -50,12 +50,17 @@ float read_all(const float* x, size_t n) {
   return s;
 }
 
-// Best read bandwidth (bytes/s) of `threads` threads, each streaming its own buffer (first touched
-// by itself), over a few passes started together.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Median read bandwidth (bytes/s) of `threads` threads, each streaming its own buffer (first
+// touched by itself), over passes started together. Medians on both sides of the comparison keep
+// it fair on a machine shared with other work.
 double measure_read_bandwidth(int threads, size_t total_bytes) {
   const size_t per_thread = total_bytes / static_cast<size_t>(threads) / sizeof(float);
-  constexpr int PASSES = 6;
-  std::vector<double> pass_seconds(PASSES, 0.0);  // [PASSES] slowest thread's time of each pass
+  constexpr int PASSES = 10;
   std::vector<std::vector<double>> times(static_cast<size_t>(threads), std::vector<double>(PASSES));
   std::barrier sync(threads);
   volatile float sink = 0;
@@ -73,13 +78,13 @@ double measure_read_bandwidth(int threads, size_t total_bytes) {
     });
   for (auto& th : pool) th.join();
   (void)sink;
-  double best = 0;
-  for (int p = 1; p < PASSES; ++p) {  // pass 0 warms up
+  std::vector<double> bandwidths;  // [PASSES - 1]; pass 0 warms up
+  for (int p = 1; p < PASSES; ++p) {
     double slowest = 0;
     for (int t = 0; t < threads; ++t) slowest = std::max(slowest, times[static_cast<size_t>(t)][static_cast<size_t>(p)]);
-    best = std::max(best, static_cast<double>(per_thread * sizeof(float)) * threads / slowest);
+    bandwidths.push_back(static_cast<double>(per_thread * sizeof(float)) * threads / slowest);
   }
-  return best;
+  return median(bandwidths);
 }
 
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
@@ -110,7 +115,8 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const double bandwidth = measure_read_bandwidth(roofline_threads, static_cast<size_t>(f.bandwidth_mb) << 20);
   const double roofline = bandwidth / (weight_bytes + kv_bytes);
 
-  std::vector<double> seconds(static_cast<size_t>(devices), 0.0);  // [devices] timed loop
+  // [devices][tokens] wall time of each timed step (devices run in lockstep through collectives)
+  std::vector<std::vector<double>> step_seconds(static_cast<size_t>(devices), std::vector<double>(f.tokens));
   std::vector<int64_t> param_bytes(static_cast<size_t>(devices)), kv_cache_bytes(static_cast<size_t>(devices));
   std::vector<uint64_t> moved(static_cast<size_t>(devices));
   dist::RunOptions options;
@@ -123,29 +129,37 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
         for (int pos = 0; pos < f.warmup; ++pos) token = model::sample_argmax(llama.forward(token, pos));
         dev.world().barrier();
         const uint64_t moved0 = dev.stats().bytes_sent + dev.stats().bytes_received;
-        const auto t0 = Clock::now();
-        for (int pos = f.warmup; pos < f.warmup + f.tokens; ++pos)
-          token = model::sample_argmax(llama.forward(token, pos));
-        dev.world().barrier();
         const auto d = static_cast<size_t>(dev.rank());
-        seconds[d] = std::chrono::duration<double>(Clock::now() - t0).count();
+        for (int i = 0; i < f.tokens; ++i) {
+          const auto t0 = Clock::now();
+          token = model::sample_argmax(llama.forward(token, f.warmup + i));
+          step_seconds[d][static_cast<size_t>(i)] = std::chrono::duration<double>(Clock::now() - t0).count();
+        }
+        dev.world().barrier();
         moved[d] = dev.stats().bytes_sent + dev.stats().bytes_received - moved0;
         param_bytes[d] = llama.parameter_bytes();
         kv_cache_bytes[d] = llama.kv_cache_bytes();
       },
       options);
 
-  const double tok_s = f.tokens / *std::max_element(seconds.begin(), seconds.end());
+  std::vector<double> steps(static_cast<size_t>(f.tokens), 0.0);  // [tokens] slowest device's step
+  double total = 0;
+  for (int i = 0; i < f.tokens; ++i) {
+    for (int d = 0; d < devices; ++d)
+      steps[static_cast<size_t>(i)] = std::max(steps[static_cast<size_t>(i)], step_seconds[static_cast<size_t>(d)][static_cast<size_t>(i)]);
+    total += steps[static_cast<size_t>(i)];
+  }
+  const double tok_s = 1.0 / median(steps);
   std::printf("model        %s: dim %d, %d layers, %d heads (%d kv), vocab %d, %.1f M parameters\n", f.model.c_str(),
               c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.parameter_count() / 1e6);
   std::printf("mesh         %s: %d device(s) x %d thread(s) on %d core(s)\n", mesh.to_string().c_str(), devices, threads,
               cores);
   std::printf("bytes/token  %.1f MB weights + %.2f MB KV cache (positions %d..%d)\n", weight_bytes / 1e6, kv_bytes / 1e6,
               f.warmup, f.warmup + f.tokens - 1);
-  std::printf("bandwidth    %.2f GB/s read with %d thread(s) -> roofline %.2f tok/s\n", bandwidth / 1e9,
+  std::printf("bandwidth    %.2f GB/s (median) read with %d thread(s) -> roofline %.2f tok/s\n", bandwidth / 1e9,
               roofline_threads, roofline);
-  std::printf("decode       %.2f tok/s (%.2f ms/token) = %.1f%% of the roofline\n", tok_s, 1e3 / tok_s,
-              100.0 * tok_s / roofline);
+  std::printf("decode       %.2f tok/s (median step %.2f ms; mean %.2f tok/s) = %.1f%% of the roofline\n", tok_s,
+              1e3 / tok_s, f.tokens / total, 100.0 * tok_s / roofline);
   for (int d = 0; d < devices; ++d)
     std::printf("device %-5d parameters %.1f MB, KV cache %.1f MB, moved %.1f KB/token\n", d,
                 param_bytes[static_cast<size_t>(d)] / 1e6, kv_cache_bytes[static_cast<size_t>(d)] / 1e6,
