@@ -1,0 +1,190 @@
+// tpcli bench collectives-zmq — the ZeroMQ backend next to the thread backend, in the same run.
+//
+// For each process count P: the thread backend with P devices in this process, then P local
+// processes over ZeroMQ (started through dist::launch; each is this binary in the hidden --worker
+// mode, rank 0 reports). Per op and buffer size B (bytes per device, as `bench collectives`):
+// median time of one call (latency for small B), algorithmic bandwidth B / time, and zmq / threads.
+// The target: all_sum of 4 MB and more within 2x of the thread backend on loopback.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "dist/launcher.h"
+#include "dist/runtime.h"
+#include "dist/zmq_backend.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::vector<int> processes{2, 4};
+  std::vector<std::string> sizes{"4K", "64K", "1M", "4M", "16M"};
+  std::vector<std::string> ops{"all_sum", "all_gather", "reduce_scatter", "all_to_all"};
+  int reps = 5;
+  std::string transport = "ipc";
+  bool worker = false;  // hidden: one rank of the zmq measurement
+};
+
+int64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw UsageError("bench collectives-zmq: size '" + text + "' is not a number (e.g. 4K, 16M)");
+  }
+  const std::string unit = text.substr(used);
+  const double scale = unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit.empty() || unit == "B" ? 1.0 : -1.0;
+  if (scale < 0) throw UsageError("bench collectives-zmq: unknown unit in size '" + text + "' (B, K or M)");
+  return std::max<int64_t>(4, static_cast<int64_t>(v * scale));
+}
+
+int iterations_for(int64_t bytes) { return static_cast<int>(std::clamp<int64_t>((8 << 20) / bytes, 1, 200)); }
+
+struct Buffers {
+  std::vector<float> a, b;  // [floats] input, [floats or floats / D] output
+};
+
+void make_buffers(const std::string& op, int64_t floats, int D, Buffers& b) {
+  const size_t n = static_cast<size_t>(floats), per = n / static_cast<size_t>(D);
+  if (op == "all_sum") b.a.assign(n, 1.0f);
+  if (op == "all_gather") { b.a.assign(per, 1.0f); b.b.assign(n, 0.0f); }
+  if (op == "reduce_scatter") { b.a.assign(n, 1.0f); b.b.assign(per, 0.0f); }
+  if (op == "all_to_all") { b.a.assign(n, 1.0f); b.b.assign(n, 0.0f); }
+}
+
+void call_op(const std::string& op, dist::Group& g, Buffers& b) {
+  if (op == "all_sum") g.all_sum(b.a);
+  else if (op == "all_gather") g.all_gather(b.a, b.b);
+  else if (op == "reduce_scatter") g.reduce_scatter(b.a, b.b);
+  else if (op == "all_to_all") g.all_to_all(b.a, b.b);
+  else g.barrier();
+}
+
+// Seconds per call of every (op, size), measured inside one run_on_mesh; device 0's medians.
+using Results = std::map<std::pair<std::string, int64_t>, double>;
+
+Results measure(const Options& o, int D, const dist::RunOptions& run_options) {
+  std::vector<int64_t> sizes;
+  for (const std::string& s : o.sizes) sizes.push_back(parse_size(s));
+  std::vector<std::string> ops = o.ops;
+  ops.insert(ops.begin(), "barrier");
+  Results results;
+  dist::run_on_mesh(
+      dist::Mesh::line(D),
+      [&](dist::Device& dev) {
+        dist::Group& world = dev.world();
+        for (const std::string& op : ops) {
+          for (int64_t B : op == "barrier" ? std::vector<int64_t>{4} : sizes) {
+            const int64_t floats = std::max<int64_t>(D, B / 4 / D * D);
+            Buffers buf;
+            make_buffers(op, floats, D, buf);
+            const int iters = op == "barrier" ? 200 : iterations_for(floats * 4);
+            call_op(op, world, buf);  // warm-up
+            std::vector<double> per_call;
+            for (int r = 0; r < o.reps; ++r) {
+              world.barrier();
+              const auto t0 = Clock::now();
+              for (int i = 0; i < iters; ++i) call_op(op, world, buf);
+              world.barrier();
+              per_call.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+            }
+            std::sort(per_call.begin(), per_call.end());
+            if (dev.rank() == 0) results[{op, floats * 4}] = per_call[per_call.size() / 2];
+          }
+        }
+      },
+      run_options);
+  return results;
+}
+
+// The hidden worker: one rank of a zmq run; rank 0 prints "op bytes seconds" lines.
+void run_worker(const Options& o) {
+  const dist::ZmqConfig config = dist::ZmqConfig::from_env();
+  dist::RunOptions run_options;
+  dist::use_zmq_backend(run_options, config);
+  const Results r = measure(o, config.world_size * config.devices_per_process, run_options);
+  for (const auto& [key, seconds] : r) std::printf("%s %lld %.9g\n", key.first.c_str(), static_cast<long long>(key.second), seconds);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+Results measure_zmq(const Options& o, int P) {
+  dist::LaunchOptions launch;
+  launch.processes = P;
+  launch.transport = o.transport;
+  FILE* out = std::tmpfile();
+  launch.out_fd = fileno(out);
+  const int code = dist::launch(launch, {"tpcli", "bench", "collectives-zmq", "--worker", "--sizes", join(o.sizes),
+                                         "--ops", join(o.ops), "--reps", std::to_string(o.reps)});
+  std::rewind(out);
+  Results r;
+  char op[64];
+  long long bytes = 0;
+  double seconds = 0;
+  while (std::fscanf(out, "%63s %lld %lf", op, &bytes, &seconds) == 3) r[{op, bytes}] = seconds;
+  std::fclose(out);
+  if (code != 0) throw std::runtime_error("bench collectives-zmq: the zmq ranks failed (exit code " + std::to_string(code) + ")");
+  return r;
+}
+
+void run_bench(const Options& o) {
+  if (o.worker) return run_worker(o);
+  for (int P : o.processes)
+    if (P < 2 || P > 16) throw UsageError("bench collectives-zmq: --processes " + std::to_string(P) + " is not in [2, 16]");
+  std::printf("tpcli bench collectives-zmq: %s between local processes vs threads, median of %d batches\n\n",
+              o.transport.c_str(), o.reps);
+  for (int P : o.processes) {
+    const Results threads = measure(o, P, {});
+    const Results zmq = measure_zmq(o, P);
+    std::printf("P=%d  barrier: threads %.1f us, zmq %.1f us\n", P, threads.at({"barrier", 4 * P}) * 1e6,
+                zmq.count({"barrier", 4 * P}) ? zmq.at({"barrier", 4 * P}) * 1e6 : 0.0);
+    std::printf("  %-15s %10s %12s %12s %12s %12s %9s\n", "op", "bytes", "threads_us", "zmq_us", "threads_GB/s",
+                "zmq_GB/s", "zmq/thr");
+    for (const auto& [key, t] : threads) {
+      if (key.first == "barrier" || !zmq.count(key)) continue;
+      const double z = zmq.at(key), b = static_cast<double>(key.second);
+      std::printf("  %-15s %10lld %12.1f %12.1f %12.2f %12.2f %8.2fx\n", key.first.c_str(),
+                  static_cast<long long>(key.second), t * 1e6, z * 1e6, b / t / 1e9, b / z / 1e9, z / t);
+    }
+    std::printf("\n");
+  }
+}
+
+void setup(CLI::App& sub) {
+  auto o = std::make_shared<Options>();
+  sub.add_option("--processes", o->processes, "process counts, e.g. 2,4")->delimiter(',')->capture_default_str();
+  sub.add_option("--sizes", o->sizes, "bytes per device, e.g. 4K,4M")->delimiter(',')->capture_default_str();
+  sub.add_option("--ops", o->ops, "all_sum,all_gather,reduce_scatter,all_to_all")->delimiter(',')->capture_default_str();
+  sub.add_option("--reps", o->reps, "timed batches per point (median reported)")->capture_default_str();
+  sub.add_option("--transport", o->transport, "ipc or tcp (127.0.0.1)")->check(CLI::IsMember({"ipc", "tcp"}))->capture_default_str();
+  sub.add_flag("--worker", o->worker, "internal: one rank of the zmq measurement")->group("");
+  sub.callback([o] {
+    if (o->reps < 1) throw UsageError("bench collectives-zmq: --reps must be >= 1");
+    for (const std::string& op : o->ops)
+      if (op != "all_sum" && op != "all_gather" && op != "reduce_scatter" && op != "all_to_all")
+        throw UsageError("bench collectives-zmq: unknown op '" + op + "'");
+    run_bench(*o);
+  });
+}
+
+const bool registered = register_bench(
+    {"collectives-zmq", "ZeroMQ backend vs thread backend: latency and bandwidth per size, P local processes", setup});
+
+}  // namespace
+
+}  // namespace tpcli::cli
