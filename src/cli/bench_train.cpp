@@ -1,0 +1,128 @@
+// tpcli bench train --config C [--meshes 1x1,1x2,2x1] [--steps N] — training throughput of a run
+// config on several meshes (data x model), as tokens/s and model FLOPs utilisation (MFU) against
+// the BLIS sgemm peak measured in the same run.
+//
+// Model FLOPs per token (PaLM's appendix B): 6 * (matmul parameters, the classifier included, the
+// embedding lookup not) + 12 * L * C * T for attention scores and values (forward + backward).
+// Peak: single-thread sgemm GFLOP/s on 1024^3 (best of 3) times the cores the mesh can use
+// (min(devices, cores)).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/model_from_config.h"
+#include "tensor/blas.h"
+#include "train/loop.h"
+#include "train/train_setup.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+struct BenchTrainOptions {
+  std::string config;
+  std::vector<std::string> meshes = {"1x1", "1x2", "2x1"};
+  int steps = 10;   // timed
+  int warmup = 2;   // untimed, first
+  int blas_threads = 0;  // per device; 0 = automatic (cores / devices)
+  std::vector<std::string> set;
+};
+
+double sgemm_peak_gflops() {
+  const int n = 1024;
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : b) x = u(rng);
+  const int saved = tensor::blas_threads();
+  tensor::set_blas_threads(1);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::min(best, s);  // the first call warms BLIS up
+  }
+  tensor::set_blas_threads(saved);
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+double flops_per_token(const model::LlamaConfig& c, int T) {
+  const double C = c.dim, L = c.n_layers, V = c.vocab_size;
+  double matmul = static_cast<double>(c.parameter_count()) - V * C;  // no embedding lookup ...
+  matmul += V * C;                                                   // ... but the classifier matmul
+  for (int l = 0; l < c.n_layers; ++l) matmul -= 2 * C;              // norm gains are no matmul
+  matmul -= C;
+  return 6.0 * matmul + 12.0 * L * C * T;
+}
+
+void run(const BenchTrainOptions& o, const RunFlags& flags) {
+  config::RunConfig base = load_config(o.config, flags);
+  const double peak1 = sgemm_peak_gflops();
+  const int cores = tensor::available_cores();
+  std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "
+              "(1 thread, 1024^3), %d cores\n",
+              o.config.c_str(), o.warmup, o.steps, peak1, cores);
+  std::printf("%-8s %8s %12s %12s %10s %8s\n", "mesh", "devices", "step ms", "tokens/s", "GFLOP/s", "MFU");
+  double base_tps = 0;
+  for (const std::string& m : o.meshes) {
+    int D = 0, TP = 0;
+    char x = 0;
+    std::istringstream in(m);
+    if (!(in >> D >> x >> TP) || x != 'x' || D < 1 || TP < 1)
+      throw UsageError("--meshes " + m + ": expected DATAxMODEL, e.g. 2x1");
+    config::RunConfig cfg = base;
+    config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
+    train::Prepared p = train::prepare(cfg, false, [&](std::optional<int> vocab) {
+      return model_from_config(cfg.model, vocab);
+    });
+    train::TrainOptions& t = p.options;
+    t.steps = o.warmup + o.steps;
+    t.schedule.total_steps = t.steps;
+    t.out_dir.clear();
+    t.eval_batches = 0;
+    t.sample_tokens = 0;
+    t.progress = false;
+    t.blas_threads = o.blas_threads;
+    auto result = train::train(t);
+    std::vector<double> step_s;
+    for (size_t i = static_cast<size_t>(o.warmup); i < result.records.size(); ++i)
+      step_s.push_back(static_cast<double>(t.batch_size) * t.seq_len / result.records[i].tokens_per_s);
+    std::sort(step_s.begin(), step_s.end());
+    const double median = step_s[step_s.size() / 2];
+    const double tps = static_cast<double>(t.batch_size) * t.seq_len / median;
+    const double gflops = tps * flops_per_token(t.model, t.seq_len) / 1e9;
+    const double mfu = gflops / (peak1 * std::min(D * TP, cores));
+    if (base_tps == 0) base_tps = tps;
+    std::printf("%-8s %8d %12.1f %12.0f %10.2f %7.1f%%   (%.2fx the first mesh)\n", m.c_str(), D * TP, median * 1e3,
+                tps, gflops, 100 * mfu, tps / base_tps);
+    std::fflush(stdout);
+  }
+}
+
+void setup_bench_train(CLI::App& sub) {
+  auto o = std::make_shared<BenchTrainOptions>();
+  auto flags = add_run_flags(sub, FLAG_SET);
+  sub.add_option("--config", o->config, "run config (TOML), e.g. configs/shakespeare-char.toml")->required();
+  sub.add_option("--meshes", o->meshes, "meshes to compare, DATAxMODEL")->delimiter(',')->capture_default_str();
+  sub.add_option("--steps", o->steps, "timed steps per mesh (median reported)")->capture_default_str();
+  sub.add_option("--warmup", o->warmup, "untimed steps first")->capture_default_str();
+  sub.add_option("--blas-threads", o->blas_threads, "BLIS threads per device (0 = cores / devices)")
+      ->capture_default_str();
+  sub.callback([o, flags] { run(*o, *flags); });
+}
+
+const bool registered =
+    register_bench({"train", "Training tokens/s and MFU vs sgemm peak on several meshes", setup_bench_train});
+
+}  // namespace
+
+}  // namespace tpcli::cli
