@@ -70,9 +70,16 @@ std::span<const float> checked(const WeightSource& w, const std::string& name, i
 // The feed-forward of block `l`. MoE: the MoE helper's layer (nn/moe.h) is plugged in here.
 std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const LlamaConfig& c, int l,
                                                    const ShardPlan& plan, const std::vector<ShardPlan>& all,
-                                                   dist::Group group) {
+                                                   dist::Group group, dist::Group experts) {
   const std::string p = "layers." + std::to_string(l) + ".";
-  if (c.is_moe()) throw std::invalid_argument("llama: mixture-of-experts blocks are not built in this version");
+  if (c.is_moe()) {
+    const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
+    const nn::MoeSizes sizes{C, FE, c.n_experts, c.top_k, c.moe_aux_loss, c.capacity_factor};
+    return std::make_unique<nn::MoeFeedForward>(sizes, checked(w, p + "router", E * C),
+                                                checked(w, p + "experts.w1", E * FE * C),
+                                                checked(w, p + "experts.w2", E * C * FE),
+                                                checked(w, p + "experts.w3", E * FE * C), experts, group, p);
+  }
   const int64_t C = c.dim, F = c.hidden_dim;
   std::vector<dist::Range> ranges;
   for (const auto& q : all) ranges.push_back(q.ffn);
@@ -89,8 +96,8 @@ Llama::~Llama() = default;
 Llama::Llama(Llama&&) noexcept = default;
 Llama& Llama::operator=(Llama&&) noexcept = default;
 
-Llama::Llama(const WeightSource& weights, dist::Group tensor_group)
-    : config_(weights.config()), group_(std::move(tensor_group)) {
+Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group)
+    : config_(weights.config()), group_(std::move(tensor_group)), expert_group_(std::move(expert_group)) {
   config_.validate();
   specs_ = llama_parameters(config_);
   all_plans_ = plan_all_shards(config_, group_.size());
@@ -126,7 +133,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group)
     L.qkv = nn::AllToShardedLinear(std::move(parts), group_);
     L.wo = nn::ShardedToAllLinear(nn::Linear(nn::slice_columns(checked(weights, p + "wo", C * C).data(), C, C, {q_rows})),
                                   group_);
-    L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_);
+    L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_);
     L.k_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
     L.v_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
   }
@@ -475,6 +482,13 @@ int64_t Llama::parameter_bytes() const {
     bytes += L.ffn->parameter_bytes();
   }
   return bytes + n * static_cast<int64_t>(sizeof(float));
+}
+
+std::vector<nn::MoeStats> Llama::moe_stats() const {
+  std::vector<nn::MoeStats> out;
+  for (const auto& L : layers_)
+    if (const auto* moe = dynamic_cast<const nn::MoeFeedForward*>(L.ffn.get())) out.push_back(moe->stats());
+  return out;
 }
 
 int64_t Llama::kv_cache_bytes() const {

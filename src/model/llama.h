@@ -25,6 +25,7 @@
 #include "model/weights.h"
 #include "nn/feed_forward.h"
 #include "nn/linear.h"
+#include "nn/moe.h"
 #include "nn/rope.h"
 #include "tensor/tensor.h"
 
@@ -33,7 +34,10 @@ namespace tpcli::model {
 class Llama {
  public:
   // Copies only this device's slices of each tensor. tensor_group: the devices that split the weights.
-  Llama(const WeightSource& weights, dist::Group tensor_group);
+  // expert_group (MoE only): the devices the experts are dealt out over, each with its own tokens
+  // (nn/moe.h; the mesh's expert axis, by default the data axis). Size 1: every expert here.
+  // With a MoE model, every forward is a collective over the expert group as well.
+  Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {});
   ~Llama();
   Llama(Llama&&) noexcept;
   Llama& operator=(Llama&&) noexcept;
@@ -70,6 +74,9 @@ class Llama {
   TensorWeights gather_grads();
 
   int64_t parameter_bytes() const;  // this device's parameter values
+  // MoE: per block, what the last forward (+ backward) routed and moved: per-expert token counts
+  // over the expert group, drops, bytes (nn/moe.h). Empty for a dense model.
+  std::vector<nn::MoeStats> moe_stats() const;
   int64_t kv_cache_bytes() const;   // this device's KV cache
 
  private:
@@ -85,6 +92,7 @@ class Llama {
   LlamaConfig config_;
   std::vector<ParamSpec> specs_;
   dist::Group group_;
+  dist::Group expert_group_;  // MoE: the experts are dealt out over it
   ShardPlan plan_;
   std::vector<ShardPlan> all_plans_;
   std::vector<int> kv_of_;  // [NH_L] local kv head of each local query head

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "dist/runtime.h"
@@ -210,7 +211,7 @@ static void save_checkpoint(model::Llama& llama, AdamW& adam, const SaveInfo& in
 // The moments stored in a checkpoint, sliced into this device's shards: a model built from them
 // (same config, same tensor group) holds exactly the local slices.
 static void load_moments(const model::SafetensorsFile& file, const model::LlamaConfig& config, dist::Group& tensor_group,
-                         const char* prefix, std::vector<tensor::Tensor>& out) {
+                         dist::Group& expert_group, const char* prefix, std::vector<tensor::Tensor>& out) {
   model::TensorWeights source(config);
   for (const auto& spec : model::llama_parameters(config)) {
     const std::string name = prefix + spec.name;
@@ -218,7 +219,7 @@ static void load_moments(const model::SafetensorsFile& file, const model::LlamaC
     auto data = file.tensor(name).data;
     source.set(spec.name, tensor::Tensor(spec.shape, std::vector<float>(data.begin(), data.end())));
   }
-  model::Llama shards(source, tensor_group);
+  model::Llama shards(source, tensor_group, expert_group);
   auto params = shards.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].value->numel() != out[i].numel())
@@ -308,7 +309,8 @@ TrainResult train(const TrainOptions& o) {
     const bool writer = dev.rank() == 0;
     ParallelAxes axes{&data, &world, D, TP, o.mesh.axis_size(expert_axis), expert_axis == o.data_axis};
 
-    model::Llama llama(*source, tp);
+    dist::Group& experts = dev.axis(expert_axis);  // MoE: the experts are dealt out over it (nn/moe.h)
+    model::Llama llama(*source, tp, experts);
     std::vector<Slot> slots = make_slots(llama, o.model, axes, tp.rank());
     std::vector<int64_t> sizes;
     for (const Slot& s : slots) sizes.push_back(static_cast<int64_t>(s.value.size()));
@@ -321,8 +323,8 @@ TrainResult train(const TrainOptions& o) {
       }
     }
     if (resume_file) {
-      load_moments(*resume_file, o.model, tp, EXP_AVG_PREFIX, adam.exp_avg());
-      load_moments(*resume_file, o.model, tp, EXP_AVG_SQ_PREFIX, adam.exp_avg_sq());
+      load_moments(*resume_file, o.model, tp, experts, EXP_AVG_PREFIX, adam.exp_avg());
+      load_moments(*resume_file, o.model, tp, experts, EXP_AVG_SQ_PREFIX, adam.exp_avg_sq());
       adam.set_steps(start_step);
     }
 
@@ -411,9 +413,17 @@ TrainResult train(const TrainOptions& o) {
         progress.message("interrupted: stopped after step " + std::to_string(step) + ", checkpoint saved");
     }
 
-    // A sample from the trained model, on data rank 0's tensor group.
+    // A sample from the trained model, on data rank 0's tensor group. With experts spread over an
+    // expert group (MoE), every decode step would be a collective over it: data rank 0 samples from
+    // a copy that holds every expert (gather_weights is a collective, so every device calls it).
+    std::optional<model::Llama> all_experts;
+    if (o.sample_tokens > 0 && experts.size() > 1) {
+      model::TensorWeights full = llama.gather_weights();
+      if (data.rank() == 0) all_experts.emplace(full, tp);
+    }
+    model::Llama& sampler = all_experts ? *all_experts : llama;
     if (o.sample_tokens > 0 && data.rank() == 0) {
-      auto forward = [&](int token, int pos) -> std::span<const float> { return llama.forward(token, pos); };
+      auto forward = [&](int token, int pos) -> std::span<const float> { return sampler.forward(token, pos); };
       const int steps = std::min(o.sample_tokens + 1, o.model.seq_len);
       std::string text;
       if (o.tokenizer->kind() == TokenizerKind::Llama2c) {
