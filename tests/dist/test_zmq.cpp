@@ -59,11 +59,13 @@ Ran run_launch(LaunchOptions o, const std::vector<std::string>& command) {
 }
 
 // `processes` copies of this test binary, each running `scenario` as one rank.
-Ran run_ranks(int processes, const std::string& scenario, int devices_per_process = 1, bool stop_on_failure = true) {
+Ran run_ranks(int processes, const std::string& scenario, int devices_per_process = 1, bool stop_on_failure = true,
+              int timeout_s = 20) {
   LaunchOptions o;
   o.processes = processes;
   o.devices_per_process = devices_per_process;
-  o.timeout_s = 20;
+  o.timeout_s = timeout_s;
+  o.kill_grace_s = 1;
   o.stop_on_failure = stop_on_failure;
   return run_launch(o, {"env", "TPCLI_ZMQ_TEST=" + scenario, self_executable(), "zmq child rank"});
 }
@@ -131,6 +133,15 @@ void child_body(const std::string& scenario, Device& dev) {
       dev.world().all_sum(x);
       std::fill(x.begin(), x.end(), 1.0f);
     }
+  } else if (scenario == "throw" || scenario == "stop") {  // device 1 fails / freezes mid-run
+    std::vector<float> x(1000, 1.0f);
+    for (int i = 0; i < 1000; ++i) {
+      if (i == 3 && dev.rank() == 1) {
+        if (scenario == "throw") throw std::runtime_error("boom");
+        ::raise(SIGSTOP);
+      }
+      dev.world().all_sum(x);
+    }
   } else {
     throw std::runtime_error("unknown TPCLI_ZMQ_TEST scenario " + scenario);
   }
@@ -193,6 +204,24 @@ TEST_CASE("zmq: a rank killed mid-collective makes every other rank fail promptl
   CHECK(r.err.find("[0] child error: device 0: zmq: lost rank 1") != std::string::npos);
   CHECK(r.err.find("[2] child error: device 2: zmq: lost rank 1") != std::string::npos);
   CHECK(r.err.find("rank 1 was killed by signal 9") != std::string::npos);
+}
+
+TEST_CASE("zmq: a rank that throws ends every rank's run with its message") {
+  const Ran r = run_ranks(3, "throw", 1, false);
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.seconds < 15);
+  CHECK(r.err.find("[0] child error: device 0: device 1 failed: boom") != std::string::npos);
+  CHECK(r.err.find("[2] child error: device 2: device 1 failed: boom") != std::string::npos);
+}
+
+TEST_CASE("zmq: a frozen rank makes the others time out naming it and the launcher stops all") {
+  const Ran r = run_ranks(2, "stop", 1, true, 2);  // 2 s timeout
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.seconds < 15);
+  CHECK(r.err.find("[0] child error: device 0: zmq: timed out after 2 s: device 0 in all_sum got nothing from rank 1") !=
+        std::string::npos);
 }
 
 TEST_CASE("zmq: a wrong rank count is a one-line error") {
