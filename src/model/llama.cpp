@@ -165,7 +165,7 @@ void Llama::classifier_forward(float* logits_local, const float* x, int64_t N) c
     tensor::matmul_wt(logits_local, x, w, N, VL, C);
 }
 
-std::span<const float> Llama::forward(int token, int pos) {
+float* Llama::decode_local(int token, int pos) {
   const int64_t C = config_.dim, V = config_.vocab_size;
   if (pos < 0 || pos >= config_.seq_len)
     throw std::out_of_range("llama: position " + std::to_string(pos) + " outside [0, seq_len = " +
@@ -194,23 +194,31 @@ std::span<const float> Llama::forward(int token, int pos) {
     for (int64_t i = 0; i < C; ++i) x[i] += xb2_[static_cast<size_t>(i)];
   }
   nn::rmsnorm_forward(x, nullptr, x, norm_.data(), 1, C, config_.norm_eps);
-  if (group_.size() == 1) {
-    classifier_forward(logits_.data(), x, 1);
-  } else {
-    classifier_forward(logits_local_.data(), x, 1);
-    group_.all_gather_v(logits_local_, logits_, vocab_counts_);
-  }
+  // classifier: this device's vocabulary rows (alone, straight into the full logits)
+  float* local = group_.size() == 1 ? logits_.data() : logits_local_.data();
+  classifier_forward(local, x, 1);
+  return local;
+}
+
+std::span<const float> Llama::forward(int token, int pos) {
+  decode_local(token, pos);
+  if (group_.size() > 1) group_.all_gather_v(logits_local_, logits_, vocab_counts_);  // split -> mirrored
   return logits_;
 }
 
 int Llama::forward_argmax(int token, int pos) {
-  // Reuse forward's body up to the local logits by running it on a 1-device path when possible.
-  if (group_.size() == 1) {
-    auto logits = forward(token, pos);
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  forward(token, pos);  // TODO(perf): stop before the gather; the gather is small next to the weights
-  return static_cast<int>(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+  const float* local = decode_local(token, pos);
+  const int64_t VL = plan_.vocab.count;
+  const int64_t best = std::max_element(local, local + VL) - local;  // first maximum, as llama2.c
+  if (group_.size() == 1) return static_cast<int>(best);
+  // Reduce (value, token) pairs instead of gathering the logits: 2 floats per device.
+  const float mine[2] = {local[best], static_cast<float>(plan_.vocab.offset + best)};
+  std::vector<float> all(static_cast<size_t>(2 * group_.size()));  // [T, 2]
+  group_.all_gather(mine, all);
+  size_t winner = 0;  // devices hold ascending vocabulary ranges: strict > keeps the lowest token on ties
+  for (size_t d = 1; d < static_cast<size_t>(group_.size()); ++d)
+    if (all[2 * d] > all[2 * winner]) winner = d;
+  return static_cast<int>(all[2 * winner + 1]);
 }
 
 // ---- training ----

@@ -85,6 +85,8 @@ class Llama {
   float train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   void train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   void classifier_forward(float* logits_local, const float* x, int64_t N) const;
+  // Decode up to this device's logits [VL]; returns them (logits_ itself on a lone device).
+  float* decode_local(int token, int pos);
   void sync_replicated_kv_grads(const std::vector<tensor::Tensor>& before);
   void ensure_grads();
   TensorWeights gather(bool grads);

@@ -359,3 +359,25 @@ TEST_CASE("gather_weights returns the original weights; byte counts; errors", "[
   CHECK_THROWS_WITH(dist::run_on_mesh(dist::Mesh::line(12), [&](dist::Device& dev) { model::Llama m(wb, dev.axis("model")); }),
                     Catch::Contains("cannot split 8 heads over 12 devices"));
 }
+
+TEST_CASE("forward_argmax (argmax reduced across devices) picks the 1-device logits' argmax", "[llama][decode]") {
+  for (const auto& s : shapes()) {
+    const auto w = random_weights(s.config, 91);
+    const auto tokens = random_tokens(6, s.config.vocab_size, 92);
+    const auto ref = decode_logits(w, 1, tokens)[0];
+    const int V = s.config.vocab_size;
+    std::vector<int> expected;
+    for (size_t p = 0; p < tokens.size(); ++p)
+      expected.push_back(static_cast<int>(std::max_element(ref.begin() + p * V, ref.begin() + (p + 1) * V) -
+                                          (ref.begin() + p * V)));
+    for (int T = 1; T <= s.max_devices; ++T) {
+      std::vector<std::vector<int>> got(T);
+      dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+        model::Llama m(w, dev.axis("model"));
+        for (size_t p = 0; p < tokens.size(); ++p) got[dev.rank()].push_back(m.forward_argmax(tokens[p], int(p)));
+      });
+      INFO(s.name << " on " << T << " devices");
+      for (int r = 0; r < T; ++r) CHECK(got[r] == expected);
+    }
+  }
+}
