@@ -14,6 +14,7 @@
 #include "cli/model_from_config.h"
 #include "model/llama_config.h"
 #include "model/shard_plan.h"
+#include "train/data.h"
 
 namespace tpcli::cli {
 
@@ -77,6 +78,15 @@ void describe_model_file(const std::string& path, std::ostream& out) {
   }
 }
 
+// The vocabulary the run's tokenizer will have, when it does not depend on the model: 256 for
+// bytes, the corpus's distinct characters for chars (read with the trainer's own tokenizer).
+std::optional<int> corpus_vocab_size(const config::DataSection& data) {
+  if (data.tokenizer == config::TokenizerKind::Bytes) return 256;
+  if (data.tokenizer == config::TokenizerKind::Chars && data.path)
+    return train::TextTokenizer::chars(train::read_text_file(*data.path)).vocab_size();
+  return std::nullopt;
+}
+
 void describe_run_config(const config::RunConfig& config, std::ostream& out) {
   const config::MeshSection& m = config.mesh;
   out << config.path << ": run config\n";
@@ -87,10 +97,10 @@ void describe_run_config(const config::RunConfig& config, std::ostream& out) {
       << "' = " << m.axis_size(m.experts_axis()) << "\n";
   if (config.model.config) out << "  model file " << *config.model.config << "\n";
   if (config.model.init_from) out << "  init from  " << *config.model.init_from << "\n";
-  const bool bytes = config.data.tokenizer == config::TokenizerKind::Bytes;
   if (config.model.dim) {
-    const bool vocab_known = config.model.vocab_size || bytes;
-    const model::LlamaConfig c = model_from_config(config.model, config.model.vocab_size ? std::optional<int>() : 256);
+    const std::optional<int> tokenizer_vocab = corpus_vocab_size(config.data);
+    const bool vocab_known = config.model.vocab_size || tokenizer_vocab;
+    const model::LlamaConfig c = model_from_config(config.model, vocab_known ? tokenizer_vocab : 256);
     check_model_fits_mesh(config, c);
     describe_model(c, out);
     if (!vocab_known) out << "  (vocab_size comes from the tokenizer; parameters counted with vocab_size = 256)\n";

@@ -37,7 +37,10 @@ std::string quote(const std::string& arg) {
 Result run(const std::vector<std::string>& args) {
   TempDir capture;
   std::string command = quote(TPCLI_BINARY);
-  for (const auto& arg : args) command += " " + quote(arg);
+  for (const auto& arg : args) {
+    command += ' ';
+    command += quote(arg);
+  }
   command += " </dev/null >" + quote((capture.path() / "out").string()) + " 2>" + quote((capture.path() / "err").string());
   const int status = std::system(command.c_str());
   Result result;
@@ -57,6 +60,17 @@ std::string where(const std::string& file, const std::string& text, const std::s
   const size_t line_start = text.rfind('\n', at);
   const size_t column = line_start == std::string::npos || line == 1 ? at + 1 : at - line_start;
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+// 1234567 -> "1,234,567", as inspect prints counts.
+std::string with_commas(long n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 const char* MODEL = "dim = 64\nhidden_dim = 172\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\nvocab_size = 65\nseq_len = 64\n";
@@ -185,14 +199,7 @@ TEST_CASE("inspect describes a run config: mesh in order, roles, parameter count
   // (KV*C) + w1, w2, w3 (F*C), final norm C; the classifier is shared.
   const long C = 64, F = 172, L = 2, V = 65, KV = 64 / 4 * 2;
   const long expected = V * C + L * (2 * C + 2 * C * C + 2 * KV * C + 3 * F * C) + C;
-  std::string digits;
-  for (char ch : std::to_string(expected)) digits += ch;
-  std::string with_commas;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) with_commas += ',';
-    with_commas += digits[i];
-  }
-  CHECK(r.out.find("parameters " + with_commas + "\n") != std::string::npos);
+  CHECK(r.out.find("parameters " + with_commas(expected) + "\n") != std::string::npos);
 
   const Result flagged = run({"inspect", path, "--mesh", "data=2,model=4", "--set", "train.steps=7"});
   CHECK(flagged.code == 0);
@@ -211,6 +218,18 @@ TEST_CASE("inspect describes a run config: mesh in order, roles, parameter count
   CHECK(too_many.code == 2);
   CHECK(line_count(too_many.err) == 1);
   CHECK(too_many.err.rfind("--devices 8: mesh.axes.model = 8: cannot split 4 heads over 8 devices", 0) == 0);
+}
+
+TEST_CASE("inspect takes vocab_size from a chars corpus when the model leaves it out") {
+  TempDir dir;
+  dir.write("corpus.txt", "to be or not to be");  // 7 distinct characters: t o ' ' b e r n
+  const std::string path = dir.write(
+      "run.toml", "[model]\ndim = 16\nhidden_dim = 32\nn_layers = 1\nn_heads = 2\nseq_len = 8\n[data]\npath = \"corpus.txt\"\n");
+  const Result r = run({"inspect", path});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("vocab 7, seq_len 8") != std::string::npos);
+  const long C = 16, F = 32, V = 7;
+  CHECK(r.out.find("parameters " + with_commas(V * C + (2 * C + 4 * C * C + 3 * F * C) + C) + "\n") != std::string::npos);
 }
 
 TEST_CASE("inspect describes a model file and points at the dim that does not fit") {
