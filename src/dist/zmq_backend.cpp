@@ -265,6 +265,8 @@ void ZmqBackend::abort(int failed_rank, const std::string& message) {
   transport_->abort("device " + std::to_string(failed_rank) + " failed: " + message);
 }
 
+void ZmqBackend::device_finished(int rank) { transport_->device_finished(rank); }
+
 std::vector<int> zmq_local_ranks(const ZmqConfig& config) {
   std::vector<int> ranks(static_cast<size_t>(config.devices_per_process));
   std::iota(ranks.begin(), ranks.end(), config.rank * config.devices_per_process);

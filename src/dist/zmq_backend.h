@@ -44,6 +44,7 @@ class ZmqBackend : public Backend {
 
   std::shared_ptr<Communicator> communicator(int rank, const std::vector<int>& members) override;
   void abort(int failed_rank, const std::string& message) override;
+  void device_finished(int rank) override;
 
  private:
   std::shared_ptr<ZmqTransport> transport_;

@@ -168,6 +168,7 @@ ZmqTransport::ZmqTransport(const ZmqConfig& config, int mesh_size)
          " processes x " + std::to_string(K) + " devices per process = " + std::to_string(P * K) +
          " (wrong rank count: launch with -n " + std::to_string(mesh_size / K) + ")");
   said_bye_.assign(static_cast<size_t>(P), 0);
+  finished_.assign(static_cast<size_t>(mesh_size), 0);
   dropped_.assign(static_cast<size_t>(P), std::nullopt);
   bind_inbox();
   Hello me{config_.rank, P, K, mesh_size, TPCLI_VERSION, hex(binary_hash()), hex(config_.config_hash), inbox_address_};
@@ -484,6 +485,9 @@ void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::ti
   const int src = process_of(key.src);
   if (error.empty() && src != config_.rank && said_bye_[static_cast<size_t>(src)])
     error = process_name(src) + " finished its run while " + here + " waits for it (ranks ran different collectives)";
+  if (error.empty() && src == config_.rank && finished_[static_cast<size_t>(key.src)])
+    error = "device " + std::to_string(key.src) + " finished its run while " + here +
+            " waits for it (devices ran different collectives)";
   if (error.empty() && now - since > std::chrono::duration<double>(config_.timeout_s))
     error = "timed out after " + std::to_string(static_cast<int>(config_.timeout_s)) + " s: " + here +
             " got nothing from " + process_name(src) + " (stuck or unreachable; raise --timeout if it is only slow)";
@@ -501,6 +505,12 @@ void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::ti
     }
   }
   throw CollectiveAborted(*abort_message_);
+}
+
+void ZmqTransport::device_finished(int mesh_rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (mesh_rank >= 0 && mesh_rank < mesh_size_) finished_[static_cast<size_t>(mesh_rank)] = 1;
+  arrived_.notify_all();
 }
 
 void ZmqTransport::abort(const std::string& message, bool tell_peers) {

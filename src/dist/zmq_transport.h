@@ -84,6 +84,8 @@ class ZmqTransport {
   using Visitor = std::function<void(int64_t total, int64_t offset, std::span<const float> chunk)>;
   int64_t receive(const MessageKey& key, const char* what, const Visitor& visit);
 
+  // A local device returned from its body: waits for its messages can no longer succeed.
+  void device_finished(int mesh_rank);
   // Fails every present and future wait with `message` (the first one wins); tells the peers.
   void abort(const std::string& message, bool tell_peers = true);
 
@@ -121,6 +123,7 @@ class ZmqTransport {
   std::map<MessageKey, std::deque<Chunk>> mailbox_;
   std::optional<std::string> abort_message_;
   std::vector<char> said_bye_;                   // by process
+  std::vector<char> finished_;                   // by mesh rank: local devices that returned
   std::vector<std::optional<Clock::time_point>> dropped_;  // by process: connection closed at
 };
 

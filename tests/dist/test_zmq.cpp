@@ -133,6 +133,9 @@ void child_body(const std::string& scenario, Device& dev) {
       dev.world().all_sum(x);
       std::fill(x.begin(), x.end(), 1.0f);
     }
+  } else if (scenario == "early_return") {  // device 1 skips the collective its peers make
+    std::vector<float> x(10, 1.0f);
+    if (dev.rank() != 1) dev.world().all_sum(x);
   } else if (scenario == "throw" || scenario == "stop") {  // device 1 fails / freezes mid-run
     std::vector<float> x(1000, 1.0f);
     for (int i = 0; i < 1000; ++i) {
@@ -222,6 +225,14 @@ TEST_CASE("zmq: a frozen rank makes the others time out naming it and the launch
   CHECK(r.seconds < 15);
   CHECK(r.err.find("[0] child error: device 0: zmq: timed out after 2 s: device 0 in all_sum got nothing from rank 1") !=
         std::string::npos);
+}
+
+TEST_CASE("zmq: a device that returns while a device of its process waits for it fails the run") {
+  const Ran r = run_ranks(2, "early_return", 2, false);  // devices 0 and 1 share process 0
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.seconds < 15);
+  CHECK(r.err.find("device 1 finished its run while device 0 in all_sum waits for it") != std::string::npos);
 }
 
 TEST_CASE("zmq: a wrong rank count is a one-line error") {
