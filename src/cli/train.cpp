@@ -76,8 +76,8 @@ void setup_train(CLI::App& sub) {
                   suggested_prompt(prepared.corpus_text).c_str());
     }
     if (result.interrupted)
-      std::printf("interrupted at step %lld: continue with  tpcli train %s --resume\n",
-                  static_cast<long long>(result.end_step), config.path.c_str());
+      std::printf("interrupted at step %lld: to continue, run the same command with --resume\n",
+                  static_cast<long long>(result.end_step));
     std::fflush(stdout);
   });
 }
