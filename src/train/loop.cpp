@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -144,6 +145,15 @@ static std::string metrics_line(const StepRecord& r) {
                      ", \"lr\": " + json_number(r.lr) + ", \"grad_norm\": " + json_number(r.grad_norm) +
                      ", \"tokens_per_s\": " + json_number(r.tokens_per_s);
   if (r.val_loss) line += ", \"val_loss\": " + json_number(*r.val_loss);
+  if (!r.expert_tokens.empty()) {  // MoE: per-block expert loads and the traffic of device 0
+    line += ", \"expert_tokens\": [";
+    for (size_t l = 0; l < r.expert_tokens.size(); ++l) {
+      line += l ? ", [" : "[";
+      for (size_t e = 0; e < r.expert_tokens[l].size(); ++e) line += (e ? ", " : "") + std::to_string(r.expert_tokens[l][e]);
+      line += "]";
+    }
+    line += "], \"moe_bytes_sent\": " + std::to_string(r.moe_bytes_sent) + ", \"moe_dropped\": " + std::to_string(r.moe_dropped);
+  }
   return line + "}\n";
 }
 
@@ -373,6 +383,11 @@ TrainResult train(const TrainOptions& o) {
       adam.step(slots, lr);
 
       StepRecord rec{step + 1, loss, lr, norm, 0, std::nullopt};
+      for (const nn::MoeStats& m : llama.moe_stats()) {  // before evaluate() routes other tokens
+        rec.expert_tokens.push_back(m.tokens_per_expert);
+        rec.moe_bytes_sent += m.bytes_sent;
+        rec.moe_dropped += m.dropped;
+      }
       const bool last_step = step + 1 == o.steps;
       const bool eval_now = val_batches && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last_step);
       if (eval_now) rec.val_loss = evaluate();
@@ -392,6 +407,16 @@ TrainResult train(const TrainOptions& o) {
           std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s",
                         static_cast<long long>(step + 1), static_cast<long long>(o.steps), loss, lr, rate,
                         format_duration(elapsed / done * static_cast<double>(o.steps - step - 1)).c_str());
+          if (!rec.expert_tokens.empty()) {  // MoE: the busiest expert's load over an even share
+            double worst = 0;
+            for (const auto& counts : rec.expert_tokens) {
+              int64_t total = 0, most = 0;
+              for (int64_t c : counts) total += c, most = std::max(most, c);
+              if (total > 0) worst = std::max(worst, static_cast<double>(most) * counts.size() / total);
+            }
+            std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " | expert load max %.2fx even",
+                          worst);
+          }
           if (rec.val_loss) {
             std::snprintf(buf + std::strlen(buf), sizeof buf - std::strlen(buf), " | val %.4f", *rec.val_loss);
             progress.keep(buf);

@@ -88,6 +88,12 @@ struct StepRecord {
   int64_t step = 0;  // 1-based: the number of completed steps
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   std::optional<double> val_loss;
+  // MoE only (empty for a dense model): per block, the assignments each expert got this step over
+  // the expert group (before capacity drops); device 0's bytes sent by the MoE all_to_all_v calls
+  // (forward + backward, all blocks); device 0's assignments dropped by a capacity factor.
+  std::vector<std::vector<int64_t>> expert_tokens;
+  uint64_t moe_bytes_sent = 0;
+  int64_t moe_dropped = 0;
 };
 
 struct TrainResult {
