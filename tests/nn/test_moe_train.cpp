@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,8 +37,10 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-// Trains with `mesh` (e.g. "data = 2"), returns the "loss" of every metrics.jsonl record.
-std::vector<double> train_losses(const std::string& name, const std::string& mesh, int steps, const std::string& corpus) {
+// Trains with `mesh` (e.g. "data = 2"), returns the "loss" of every metrics.jsonl record; when
+// `load` is given, also each record's largest expert load over an even share (any block).
+std::vector<double> train_losses(const std::string& name, const std::string& mesh, int steps, const std::string& corpus,
+                                 std::vector<double>* load = nullptr) {
   const fs::path out = scratch() / name, config = scratch() / (name + ".toml");
   std::ofstream(config) << "[mesh]\naxes = { " << mesh << " }\n"
                         << "[model]\ndim = 32\nhidden_dim = 64\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\nseq_len = 32\n"
@@ -59,6 +62,19 @@ std::vector<double> train_losses(const std::string& name, const std::string& mes
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (std::regex_search(line, m, loss)) losses.push_back(std::stod(m[1]));
+    if (!load) continue;
+    const std::regex block(R"(\[([0-9, ]+)\])");  // one block's counts inside "expert_tokens"
+    const std::string tokens = line.substr(line.find("\"expert_tokens\""));
+    double worst = 0;
+    for (auto it = std::sregex_iterator(tokens.begin(), tokens.end(), block); it != std::sregex_iterator(); ++it) {
+      std::vector<double> counts;
+      std::istringstream list((*it)[1].str());
+      for (std::string c; std::getline(list, c, ',');) counts.push_back(std::stod(c));
+      double total = 0, most = 0;
+      for (double c : counts) total += c, most = std::max(most, c);
+      worst = std::max(worst, most * static_cast<double>(counts.size()) / total);
+    }
+    load->push_back(worst);
   }
   REQUIRE(static_cast<int>(losses.size()) == steps);
   return losses;
@@ -82,13 +98,20 @@ TEST_CASE("moe train: expert-parallel runs replay the single-device loss sequenc
   }
 }
 
-TEST_CASE("moe train: the loss falls on tiny-shakespeare", "[nn][moe][train]") {
+TEST_CASE("moe train: the loss falls on tiny-shakespeare; expert loads within 2x of even after warm-up",
+          "[nn][moe][train]") {
   const std::string corpus = std::string(TPCLI_SHARED_DIR) + "/data/tinyshakespeare.txt";
   if (!fs::exists(corpus)) {
     WARN("SKIPPED: " << corpus << " is absent (needs ../shared)");
     return;
   }
-  const std::vector<double> losses = train_losses("fall", "data = 2", 60, corpus);
+  std::vector<double> load;
+  const std::vector<double> losses = train_losses("fall", "data = 2", 60, corpus, &load);
   INFO("first " << losses.front() << ", last " << losses.back());
   CHECK(losses.back() < losses.front() - 1.0);
+  REQUIRE(load.size() == losses.size());
+  for (size_t s = 10; s < load.size(); ++s) {  // after the 5 warm-up steps and a few more
+    INFO("step " << s + 1);
+    CHECK(load[s] <= 2.0);
+  }
 }
