@@ -3,7 +3,10 @@
 // first logits to 1e-4.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +14,7 @@
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
+#include "model/safetensors.h"
 #include "reference_files.h"
 #include "reference_forward.h"
 
@@ -128,4 +132,56 @@ TEST_CASE("golden: more devices than heads is a clear error", "[golden][sharded]
   Tokenizer tok(shared_path("data/tok512.bin"), 512);
   GenerateOptions o = normalized({"", 4, 0.0f, 0.9f, 1}, 512);
   CHECK_THROWS_AS(generate_on_mesh(weights, tok, tpcli::dist::Mesh::line(9), o, nullptr), std::invalid_argument);
+}
+
+namespace {
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// stdout of the tpcli binary (stderr discarded); empty on a non-zero exit.
+std::string tpcli_stdout(const std::string& args) {
+  const std::string out = (std::filesystem::temp_directory_path() / ("tpcli_golden_" + std::to_string(::getpid()))).string();
+  const int status = std::system((std::string(TPCLI_BINARY) + " " + args + " >" + out + " 2>/dev/null").c_str());
+  std::string text = status == 0 ? read_file_bytes(out) : "";
+  std::filesystem::remove(out);
+  return text;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string run_flags(const RunCase& c) {
+  std::ostringstream f;
+  f << " -t " << c.temperature << " -p " << c.topp << " -n " << c.steps << " -i " << shell_quote(c.prompt);
+  if (c.seed) f << " -s " << c.seed;
+  return f.str();
+}
+
+}  // namespace
+
+TEST_CASE("golden: tpcli infer prints run's stdout exactly (llama2.c .bin and safetensors)", "[golden][cli]") {
+  TPCLI_REQUIRE_SHARED("reference/llama2c_stories260K.tsv");
+  const std::string model = shared_path("data/stories260K.bin"), tok = shared_path("data/tok512.bin");
+  const auto cases = read_run_cases();
+  // A safetensors copy recording its tokenizer: -z becomes optional.
+  const std::string st = (std::filesystem::temp_directory_path() /
+                          ("tpcli_golden_" + std::to_string(::getpid()) + ".safetensors")).string();
+  write_safetensors(st, Llama2cFile(model), {{"tokenizer.kind", "llama2c"}, {"tokenizer", tok}});
+  const int device_counts[] = {1, 4, 7, 2, 5, 3, 8, 6};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const RunCase& c = cases[i];
+    const int devices = device_counts[i % 8];
+    INFO(c.name << " on " << devices << " devices");
+    CHECK(tpcli_stdout("infer --model " + model + " -z " + tok + " --devices " + std::to_string(devices) + run_flags(c)) ==
+          c.stdout_text);
+    CHECK(tpcli_stdout("infer --model " + st + " --mesh model=" + std::to_string(9 - devices) + run_flags(c)) ==
+          c.stdout_text);
+  }
+  std::filesystem::remove(st);
 }
