@@ -9,7 +9,7 @@
 
 using namespace tpcli::train;
 
-TEST_CASE("chars tokenizer: sorted unique characters, round trip") {
+TEST_CASE("chars tokenizer: sorted unique characters and a round trip") {
   auto tok = TextTokenizer::chars("hello world\n");
   CHECK(tok.vocab() == "\n dehlorw");
   CHECK(tok.vocab_size() == 9);
@@ -27,7 +27,7 @@ TEST_CASE("bytes tokenizer: token = byte value") {
   CHECK(tok.decode(ids) == "A\xff");
 }
 
-TEST_CASE("split: first 90% train, rest validate") {
+TEST_CASE("split: first 90% train and the rest validate") {
   std::vector<int> t(1000);
   std::iota(t.begin(), t.end(), 0);
   auto c = split_corpus(t);
@@ -55,7 +55,7 @@ TEST_CASE("unshuffled batches follow o = ((s*B + r)*T) mod (n - T - 1)") {
   }
 }
 
-TEST_CASE("data ranks take rows [d*B/D, (d+1)*B/D) and together cover the global batch") {
+TEST_CASE("data ranks take rows d*B/D up to (d+1)*B/D and together cover the global batch") {
   std::vector<int> t(300);
   std::iota(t.begin(), t.end(), 0);
   for (bool shuffle : {false, true}) {
@@ -76,7 +76,7 @@ TEST_CASE("data ranks take rows [d*B/D, (d+1)*B/D) and together cover the global
   }
 }
 
-TEST_CASE("shuffled batches: seeded, reproducible, differ by seed and step, stay in range") {
+TEST_CASE("shuffled batches are seeded and reproducible and differ by seed and step and stay in range") {
   std::vector<int> t(10000);
   std::iota(t.begin(), t.end(), 0);
   BatchSampler a(t, 8, 32, true, 1337), b(t, 8, 32, true, 1337), c(t, 8, 32, true, 1338);

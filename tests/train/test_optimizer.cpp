@@ -54,7 +54,7 @@ TEST_CASE("global norm clipping follows clip_grad_norm_ and counts weighted slot
   CHECK(ga[0] == Approx(3.0 / 5.0).epsilon(1e-6));
 }
 
-TEST_CASE("lr schedule: warm-up, cosine to min_lr, constant") {
+TEST_CASE("lr schedule: warm-up then cosine to min_lr or constant") {
   LrSchedule s{.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10, .total_steps = 110, .decay = Decay::Cosine};
   CHECK(s.at(0) == Approx(1e-3 / 11));
   CHECK(s.at(9) == Approx(1e-3 * 10 / 11));
