@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "dist/collective_checks.h"
 #include "dist/runtime.h"
 #include "dist/trace.h"
 #include "tensor/blas.h"
@@ -210,4 +211,25 @@ TEST_CASE("runtime: a trace records compute and collective spans per device as C
   CHECK(json.find("\"traceEvents\"") != std::string::npos);
   CHECK(json.find("\"name\":\"all_sum\"") != std::string::npos);
   CHECK(json.find("\"tid\":1") != std::string::npos);
+}
+
+TEST_CASE("runtime: a device failing at a random point of a random collective sequence never hangs the run") {
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int devices = trial % 2 == 0 ? 3 : 8;
+    const int failing = static_cast<int>(rng() % static_cast<uint32_t>(devices));
+    const int fail_at = static_cast<int>(rng() % 60);
+    const uint64_t seed = rng();
+    INFO("trial " << trial << ": device " << failing << " of " << devices << " fails after " << fail_at << " ops");
+    expect_failure(
+        Mesh::line(devices),
+        [&](Device& dev) {
+          if (dev.rank() == failing) {
+            tpcli::testing::check_random_sequence(dev.world(), fail_at, 20000, seed);
+            throw std::runtime_error("injected failure");
+          }
+          tpcli::testing::check_random_sequence(dev.world(), 60, 20000, seed);
+        },
+        failing, "injected failure");
+  }
 }
