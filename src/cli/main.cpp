@@ -5,7 +5,10 @@
 //   config::ConfigError                       -> "FILE:LINE:COL: message", exit 2
 //   cli::UsageError                           -> "tpcli SUBCOMMAND: message", exit 2
 //   any other exception                       -> "tpcli: message", exit 1
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -63,7 +66,17 @@ std::string command_path(const CLI::App& app) {
 
 }  // namespace
 
+// libgomp reads OMP_WAIT_POLICY when the program loads, before main. Its default spins, and
+// spinning BLIS threads starve the device threads on a busy 2-core machine (TOOLCHAIN.md measured
+// 5-20x slowdowns), so a run without an explicit policy re-executes itself with "passive".
+static void ensure_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // only returns on failure: then run with the default policy
+}
+
 int main(int argc, char** argv) {
+  ensure_passive_openmp(argv);
   CLI::App app{"tpcli: train and run Llama-style transformers split over a mesh of devices", "tpcli"};
   app.set_version_flag("--version", std::string("tpcli ") + TPCLI_VERSION);
   app.require_subcommand(1);

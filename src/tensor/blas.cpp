@@ -149,6 +149,16 @@ void matvec_impl(float* out, const float* weight, const float* x, int64_t n, int
 
 }  // namespace
 
+// Small products run on one thread: a BLIS fork-join costs tens of microseconds on a quiet
+// machine and whole scheduler slices on a busy one (a 1-device training step measured 13x slower
+// on 2 threads than on 1 under load), more than a small gemm takes.
+constexpr int64_t MIN_FLOPS_PER_EXTRA_THREAD = int64_t{1} << 26;
+
+static int gemm_threads(int64_t m, int64_t n, int64_t k) {
+  const int64_t flops = 2 * m * n * k;
+  return flops >= MIN_FLOPS_PER_EXTRA_THREAD * (t_blas_threads - 1) ? t_blas_threads : 1;
+}
+
 void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check_dims("gemm", m, n, k);
@@ -163,7 +173,7 @@ void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float a
   const inc_t rsb = trans_b == Trans::No ? ldb : 1, csb = trans_b == Trans::No ? 1 : ldb;
   rntm_t rntm = BLIS_RNTM_INITIALIZER;
   bli_rntm_init(&rntm);
-  bli_rntm_set_num_threads(t_blas_threads, &rntm);
+  bli_rntm_set_num_threads(gemm_threads(m, n, k), &rntm);
   bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, const_cast<float*>(a), rsa, csa,
                const_cast<float*>(b), rsb, csb, &beta, c, ldc, 1, nullptr, &rntm);
 }
