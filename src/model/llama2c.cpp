@@ -1,4 +1,5 @@
 #include "model/llama2c.h"
+#include "model/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -138,7 +139,7 @@ std::span<const float> Llama2cFile::get(const std::string& name) const {
 
 namespace {
 
-void write_floats(std::ofstream& out, std::span<const float> values) {
+void write_floats(std::ostream& out, std::span<const float> values) {
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size_bytes()));
 }
 
@@ -152,10 +153,7 @@ void write_llama2c(const std::string& path, const WeightSource& weights) {
     throw std::invalid_argument(path + ": llama2.c checkpoints fix norm_eps = 1e-5 and rope_theta = 10000 (model has " +
                                 std::to_string(c.norm_eps) + ", " + std::to_string(c.rope_theta) + ")");
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot open for writing");
+  write_atomically(path, [&](std::ostream& out) {
     const int32_t header[HEADER_INTS] = {c.dim,        c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
                                          c.shared_classifier ? c.vocab_size : -c.vocab_size, c.seq_len};
     out.write(reinterpret_cast<const char*>(header), sizeof(header));
@@ -179,15 +177,7 @@ void write_llama2c(const std::string& path, const WeightSource& weights) {
     write_floats(out, real);
     write_floats(out, imag);
     if (!c.shared_classifier) write_floats(out, weights.get("output"));
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error(path + ": cannot rename " + tmp + " into place: " + ec.message());
-  }
+  });
 }
 
 }  // namespace tpcli::model

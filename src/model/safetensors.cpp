@@ -1,4 +1,5 @@
 #include "model/safetensors.h"
+#include "model/atomic_file.h"
 
 #include <algorithm>
 #include <charconv>
@@ -333,24 +334,13 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
   header += "}";
   while ((8 + header.size()) % 8 != 0) header += ' ';
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot open for writing");
+  write_atomically(path, [&](std::ostream& out) {
     const uint64_t n = header.size();  // little-endian host (x86-64)
     out.write(reinterpret_cast<const char*>(&n), sizeof(n));
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     for (const auto& t : tensors)
       out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size_bytes()));
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error(path + ": cannot rename " + tmp + " into place: " + ec.message());
-  }
+  });
 }
 
 void write_safetensors(const std::string& path, const WeightSource& weights, Metadata metadata) {

@@ -1,4 +1,5 @@
 #include "model/tokenizer.h"
+#include "model/atomic_file.h"
 
 #include <array>
 #include <cstdint>
@@ -192,10 +193,7 @@ std::string_view Tokenizer::printable_piece(std::string_view piece) {
 }
 
 void Tokenizer::save(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot open for writing");
+  write_atomically(path, [&](std::ostream& out) {
     const int32_t max_len = max_token_length_;
     out.write(reinterpret_cast<const char*>(&max_len), sizeof(max_len));
     for (size_t i = 0; i < pieces_.size(); ++i) {
@@ -204,12 +202,7 @@ void Tokenizer::save(const std::string& path) const {
       out.write(reinterpret_cast<const char*>(&len), sizeof(len));
       out.write(pieces_[i].data(), len);
     }
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path + ": cannot rename " + tmp + " into place: " + ec.message());
+  });
 }
 
 }  // namespace tpcli::model
