@@ -69,6 +69,11 @@ Prepared prepare(const config::RunConfig& config, bool resume,
   }
 
   // Mesh and its roles.
+  // The training loop runs every device as a thread of this process; over ZeroMQ it would need
+  // one metrics/checkpoint writer per run rather than per process. Refuse rather than ignore it.
+  if (config.mesh.backend == config::BackendKind::Zmq)
+    throw ConfigError(config.where("mesh.backend") +
+                      ": training runs on the threads backend only (the zmq backend serves infer)");
   o.mesh = to_dist_mesh(config.mesh);
   o.data_axis = config.mesh.data_axis;
   o.tensor_axis = config.mesh.tensor_axis;
