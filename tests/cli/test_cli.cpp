@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <vector>
 
-#include "config/temp_dir.h"
+#include "support/temp_dir.h"
 
 using tpcli::testing::TempDir;
 

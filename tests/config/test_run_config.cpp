@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/run_config.h"
-#include "config/temp_dir.h"
+#include "support/temp_dir.h"
 
 using tpcli::config::ConfigError;
 using tpcli::config::load_model_config;

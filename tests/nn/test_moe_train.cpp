@@ -4,6 +4,8 @@
 // tensor axis; and the loss falls. The reference is the single-device run.
 #include <catch2/catch.hpp>
 
+#include "support/temp_dir.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,21 +22,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("tpcli_test_moe_train_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
+using tpcli::testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+// One scratch folder for the whole test binary, removed when it exits.
+const fs::path& scratch() {
+  static const tpcli::testing::TempDir dir;
+  return dir.path();
 }
 
 // Trains with `mesh` (e.g. "data = 2"), returns the "loss" of every metrics.jsonl record; when

@@ -3,6 +3,8 @@
 // file gives the same greedy tokens in infer as the checkpoint it came from.
 #include <catch2/catch.hpp>
 
+#include "support/temp_dir.h"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -21,24 +23,15 @@ struct Run {
   std::string out, err;
 };
 
-fs::path scratch() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("tpcli_test_cli_train_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+using tpcli::testing::slurp;
+
+// One scratch folder for the whole test binary, removed when it exits.
+const fs::path& scratch() {
+  static const tpcli::testing::TempDir dir;
+  return dir.path();
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Run tpcli(const std::string& args) {
+Run run_tpcli(const std::string& args) {
   const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
   const std::string cmd = std::string("cd ") + TPCLI_SOURCE_DIR + " && OMP_WAIT_POLICY=passive " + TPCLI_BINARY + " " +
                           args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
@@ -88,7 +81,7 @@ TEST_CASE("tpcli train: bad configs fail with one line before training starts") 
   for (const auto& c : cases) {
     INFO(c.name);
     const std::string path = write_config("bad.toml", c.config);
-    Run r = tpcli("train " + path + " " + c.flags);
+    Run r = run_tpcli("train " + path + " " + c.flags);
     INFO("stderr: " << r.err);
     CHECK(r.code == 2);
     CHECK(lines_of(r.err) == 1);
@@ -100,14 +93,14 @@ TEST_CASE("tpcli train: bad configs fail with one line before training starts") 
 TEST_CASE("tpcli train: a short run on a 2x2 mesh leaves a checkpoint infer reads with no other flag") {
   fs::remove_all(scratch() / "run");
   const std::string path = write_config("ok.toml", config_text("data = 2, model = 2"));
-  Run r = tpcli("train " + path);
+  Run r = run_tpcli("train " + path);
   INFO("stderr: " << r.err << "\nstdout: " << r.out);
   REQUIRE(r.code == 0);
   const fs::path ckpt = scratch() / "run" / "latest.safetensors";
   CHECK(fs::exists(ckpt));
   CHECK(lines_of(slurp(scratch() / "run" / "metrics.jsonl")) == 3);
   CHECK(r.out.find("tpcli infer --model " + ckpt.string()) != std::string::npos);
-  Run g = tpcli("infer --model " + ckpt.string() + " -i \"ROMEO:\" -n 30 -t 0");
+  Run g = run_tpcli("infer --model " + ckpt.string() + " -i \"ROMEO:\" -n 30 -t 0");
   INFO("infer stderr: " << g.err);
   CHECK(g.code == 0);
   CHECK(g.out.rfind("ROMEO:", 0) == 0);
@@ -122,16 +115,16 @@ TEST_CASE("tpcli export --to llama2c: the .bin gives the same greedy tokens in i
   }
   fs::remove_all(scratch() / "run");
   const std::string path = write_config("bpe.toml", config_text("data = 1, model = 2", ""));
-  Run r = tpcli("train " + path + " --set data.tokenizer=" + tok + " --set model.vocab_size=512");
+  Run r = run_tpcli("train " + path + " --set data.tokenizer=" + tok + " --set model.vocab_size=512");
   INFO("train stderr: " << r.err);
   REQUIRE(r.code == 0);
   const std::string ckpt = (scratch() / "run" / "latest.safetensors").string();
   const std::string bin = (scratch() / "exported.bin").string();
-  Run e = tpcli("export --to llama2c --model " + ckpt + " --out " + bin);
+  Run e = run_tpcli("export --to llama2c --model " + ckpt + " --out " + bin);
   INFO("export stderr: " << e.err);
   REQUIRE(e.code == 0);
-  Run a = tpcli("infer --model " + ckpt + " -z " + tok + " -i \"Once upon a time\" -n 24 -t 0");
-  Run b = tpcli("infer --model " + bin + " -z " + tok + " -i \"Once upon a time\" -n 24 -t 0");
+  Run a = run_tpcli("infer --model " + ckpt + " -z " + tok + " -i \"Once upon a time\" -n 24 -t 0");
+  Run b = run_tpcli("infer --model " + bin + " -z " + tok + " -i \"Once upon a time\" -n 24 -t 0");
   INFO("infer stderr: " << a.err << " / " << b.err);
   REQUIRE(a.code == 0);
   REQUIRE(b.code == 0);

@@ -1,9 +1,11 @@
-// A scratch folder per test, removed at the end; files written into it by relative name.
+// Test support shared by the suites: a scratch folder removed at the end (files written into it
+// by relative name), a scoped working directory, and reading a whole file.
 #pragma once
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <unistd.h>
 
@@ -51,5 +53,12 @@ class ScopedCwd {
  private:
   std::filesystem::path previous_;
 };
+
+inline std::string slurp(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace tpcli::testing
