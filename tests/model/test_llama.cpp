@@ -21,15 +21,8 @@ using model::TensorWeights;
 namespace {
 
 LlamaConfig make_config(int dim, int heads, int kv_heads, int hidden, int layers, int vocab, bool shared) {
-  LlamaConfig c;
-  c.dim = dim;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.hidden_dim = hidden;
-  c.n_layers = layers;
-  c.vocab_size = vocab;
-  c.seq_len = 16;
-  c.shared_classifier = shared;
+  LlamaConfig c{.dim = dim, .hidden_dim = hidden, .n_layers = layers, .n_heads = heads, .n_kv_heads = kv_heads,
+      .vocab_size = vocab, .seq_len = 16, .shared_classifier = shared};
   return c;
 }
 

@@ -104,15 +104,8 @@ TEST_CASE("llama2c: writing stories260K back reproduces llama2.c's file", "[llam
 }
 
 TEST_CASE("llama2c: unshared classifier round trip (negative vocab_size)", "[llama2c]") {
-  LlamaConfig c;
-  c.dim = 16;
-  c.hidden_dim = 40;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 37;
-  c.seq_len = 8;
-  c.shared_classifier = false;
+  LlamaConfig c{.dim = 16, .hidden_dim = 40, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 37,
+      .seq_len = 8, .shared_classifier = false};
   const TensorWeights w = random_weights(c, 7);
   const std::string out = temp_path("unshared.bin");
   write_llama2c(out, w);
@@ -138,16 +131,8 @@ TEST_CASE("llama2c: unshared classifier round trip (negative vocab_size)", "[lla
 }
 
 TEST_CASE("llama2c: the writer refuses what the format cannot hold", "[llama2c]") {
-  LlamaConfig c;
-  c.dim = 8;
-  c.hidden_dim = 8;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.vocab_size = 5;
-  c.seq_len = 4;
-  c.n_experts = 2;
-  c.top_k = 1;
+  LlamaConfig c{.dim = 8, .hidden_dim = 8, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 5,
+      .seq_len = 4, .n_experts = 2, .top_k = 1};
   CHECK_THROWS_WITH(write_llama2c(temp_path("moe.bin"), random_weights(c, 1)), Catch::Contains("mixture-of-experts"));
   c.n_experts = 0;
   c.top_k = 0;

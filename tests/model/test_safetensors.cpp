@@ -50,17 +50,8 @@ std::string hand_made_file() {
 }
 
 LlamaConfig small_config() {
-  LlamaConfig c;
-  c.dim = 16;
-  c.hidden_dim = 24;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 1;
-  c.vocab_size = 11;
-  c.seq_len = 8;
-  c.shared_classifier = false;
-  c.norm_eps = 1e-6f;
-  c.rope_theta = 500000.0f;
+  LlamaConfig c{.dim = 16, .hidden_dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1, .vocab_size = 11,
+      .seq_len = 8, .shared_classifier = false, .norm_eps = 1e-6f, .rope_theta = 500000.0f};
   return c;
 }
 

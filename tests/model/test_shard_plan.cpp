@@ -12,14 +12,8 @@ using tpcli::model::plan_all_shards;
 namespace {
 
 LlamaConfig shape(int dim, int heads, int kv_heads, int hidden, int vocab) {
-  LlamaConfig c;
-  c.dim = dim;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.hidden_dim = hidden;
-  c.vocab_size = vocab;
-  c.n_layers = 1;
-  c.seq_len = 8;
+  LlamaConfig c{.dim = dim, .hidden_dim = hidden, .n_layers = 1, .n_heads = heads, .n_kv_heads = kv_heads,
+      .vocab_size = vocab, .seq_len = 8};
   return c;
 }
 

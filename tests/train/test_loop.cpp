@@ -35,15 +35,8 @@ std::string synthetic_text(size_t words, uint32_t seed) {
 }
 
 model::LlamaConfig tiny_config(int vocab) {
-  model::LlamaConfig c;
-  c.dim = 32;
-  c.hidden_dim = 64;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = vocab;
-  c.seq_len = 32;
-  c.shared_classifier = false;
+  model::LlamaConfig c{.dim = 32, .hidden_dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = vocab,
+      .seq_len = 32, .shared_classifier = false};
   return c;
 }
 

@@ -18,15 +18,8 @@ using namespace tpcli;
 namespace {
 
 model::LlamaConfig small_config() {
-  model::LlamaConfig c;
-  c.dim = 32;
-  c.hidden_dim = 56;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 37;
-  c.seq_len = 16;
-  c.shared_classifier = false;
+  model::LlamaConfig c{.dim = 32, .hidden_dim = 56, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 37,
+      .seq_len = 16, .shared_classifier = false};
   return c;
 }
 
