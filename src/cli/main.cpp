@@ -20,34 +20,17 @@ namespace {
 
 using tpcli::cli::Command;
 
-// The subcommands tpcli always shows, in help order; unregistered ones get a placeholder.
-const std::pair<const char*, const char*> REQUIRED_COMMANDS[] = {
-    {"train", "Train a model from a TOML run config"},
-    {"infer", "Generate text with a model split over devices"},
-    {"init", "Write a randomly initialised model checkpoint"},
-    {"export", "Convert a checkpoint to another format"},
-    {"inspect", "Describe a config or checkpoint file"},
-    {"launch", "Run a command as N processes connected by ZeroMQ"},
-    {"bench", "Benchmarks"},
-};
+// The subcommands every tpcli build has, in help order (each file in cli/ registers its own).
+constexpr const char* HELP_ORDER[] = {"train", "infer", "init", "export", "inspect", "launch"};
 
-void add_placeholder(CLI::App& sub) {
-  sub.allow_extras();  // any flags: the answer is the same
-  sub.callback([] { throw tpcli::cli::UsageError("not implemented yet"); });
-}
-
-const Command* find_command(const std::string& name) {
+const Command& find_command(const std::string& name) {
   for (const auto& command : tpcli::cli::commands())
-    if (command.name == name) return &command;
-  return nullptr;
+    if (command.name == name) return command;
+  throw std::logic_error("subcommand '" + name + "' is not linked into this build");
 }
 
-void add_bench(CLI::App& app, const char* description) {
-  CLI::App* bench = app.add_subcommand("bench", description);
-  if (tpcli::cli::benches().empty()) {
-    add_placeholder(*bench);
-    return;
-  }
+void add_bench(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   for (const auto& b : tpcli::cli::benches()) b.setup(*bench->add_subcommand(b.name, b.description));
   bench->require_subcommand(1);
 }
@@ -81,21 +64,17 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tpcli ") + TPCLI_VERSION);
   app.require_subcommand(1);
   try {
-    for (const auto& [name, description] : REQUIRED_COMMANDS) {
-      if (std::string(name) == "bench") {
-        add_bench(app, description);
-      } else if (const Command* command = find_command(name)) {
-        command->setup(*app.add_subcommand(command->name, command->description));
-      } else {
-        add_placeholder(*app.add_subcommand(name, std::string(description) + " (not implemented yet)"));
-      }
+    for (const char* name : HELP_ORDER) {
+      const Command& command = find_command(name);
+      command.setup(*app.add_subcommand(command.name, command.description));
     }
+    add_bench(app);
     for (const auto& command : tpcli::cli::commands()) {
-      const bool required = std::any_of(std::begin(REQUIRED_COMMANDS), std::end(REQUIRED_COMMANDS),
-                                        [&](const auto& r) { return command.name == r.first; });
-      if (!required) command.setup(*app.add_subcommand(command.name, command.description));
+      const bool placed = std::any_of(std::begin(HELP_ORDER), std::end(HELP_ORDER),
+                                      [&](const char* name) { return command.name == name; });
+      if (!placed) command.setup(*app.add_subcommand(command.name, command.description));
     }
-  } catch (const std::exception& e) {  // two files registered the same name: a build mistake
+  } catch (const std::exception& e) {  // a missing or doubly registered command: a build mistake
     std::cerr << "tpcli: internal error while building the command line: " << e.what() << "\n";
     return 1;
   }

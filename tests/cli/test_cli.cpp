@@ -1,5 +1,5 @@
 // cli/: the tpcli binary as a user meets it, run as a subprocess (TPCLI_BINARY): exit codes,
-// one-line errors, help, placeholders, config validation before any work, inspect.
+// one-line errors, help, config validation before any work, inspect.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -97,23 +97,14 @@ TEST_CASE("tpcli --help lists every required subcommand, each with its own --hel
   }
 }
 
-TEST_CASE("placeholder subcommands say so in one line and exit 2") {
-  const Result help = run({"--help"});
-  std::istringstream lines(help.out);
-  int placeholders = 0;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.find("(not implemented yet)") == std::string::npos) continue;
-    std::istringstream words(line);
-    std::string name;
-    words >> name;
+TEST_CASE("every subcommand of the issue is implemented and has its own help") {
+  for (const char* name : {"train", "infer", "init", "export", "inspect", "launch", "bench"}) {
     INFO(name);
-    const Result r = run({name, "--any-flag", "x"});
-    CHECK(r.code == 2);
-    CHECK(r.err == "tpcli " + name + ": not implemented yet\n");
-    CHECK(r.out.empty());
-    ++placeholders;
+    const Result r = run({name, "--help"});
+    CHECK(r.code == 0);
+    CHECK(r.out.find(std::string("tpcli ") + name) != std::string::npos);  // "Usage: tpcli NAME ..."
+    CHECK(r.out.find("not implemented") == std::string::npos);
   }
-  if (placeholders == 0) WARN("every required subcommand is implemented: no placeholder left to check");
 }
 
 TEST_CASE("command-line mistakes exit 2 with CLI11's message") {
