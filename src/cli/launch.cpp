@@ -3,6 +3,9 @@
 //   tpcli launch -n 2 -- tpcli infer --model m.bin -z tok.bin -i "Once upon a time" --backend zmq
 //   tpcli launch -n 4 --hosts 10.0.0.1,10.0.0.2 --port 29500 -- tpcli train run.toml --backend zmq
 //
+// With --hosts/--hostfile each rank runs through `ssh -o BatchMode=yes` ($TPCLI_SSH replaces "ssh"),
+// in the same directory, with the same absolute path to tpcli on every host.
+//
 // Rank 0's stdout is the run's output, passed through unchanged; everything else goes to stderr
 // prefixed "[rank] " (--tag-output prefixes rank 0's stdout too). The exit code is the first
 // failing rank's.
@@ -35,7 +38,9 @@ std::vector<std::string> split_hosts(const std::string& list) {
 void setup_launch(CLI::App& sub) {
   auto f = std::make_shared<LaunchFlags>();
   sub.add_option("-n,--processes", f->options.processes, "number of ranks (processes) to start")->required();
-  auto* hosts = sub.add_option("--hosts", f->hosts, "comma-separated hosts, ranks dealt round-robin (over ssh)");
+  auto* hosts = sub.add_option("--hosts", f->hosts,
+                               "comma-separated hosts ([user@]IPv4 address or name), ranks dealt round-robin, "
+                               "started over ssh");
   sub.add_option("--hostfile", f->hostfile, "file with one host per line ('host slots=N' repeats it)")
       ->excludes(hosts);
   sub.add_option("--port", f->options.port, "coordinator port on rank 0's host (default: a free one locally, 29500 with hosts)");
@@ -47,7 +52,16 @@ void setup_launch(CLI::App& sub) {
       ->check(CLI::IsMember({"ipc", "tcp"}));
   sub.add_flag("--tag-output", f->options.tag_output, "prefix rank 0's stdout with [0] too");
   sub.add_option("command", f->command, "the command each rank runs, after --")->required();
-  sub.footer("Example: tpcli launch -n 2 -- tpcli infer --model m.bin -z tok.bin -i \"Once\" --backend zmq");
+  sub.footer(
+      "Example: tpcli launch -n 2 -- tpcli infer --model m.bin -z tok.bin -i \"Once\" --backend zmq\n"
+      "With --hosts/--hostfile, rank r runs on host r % hosts over `ssh -o BatchMode=yes` (no password\n"
+      "prompts: set up keys), cd'd to this directory, with \"tpcli\" meaning this executable's absolute\n"
+      "path, which must exist on every host. Ranks bind on their host's address and rank 0 binds the\n"
+      "coordinator on the first host's at --port. A remote rank is stopped (SIGTERM, then SIGKILL)\n"
+      "when its ssh connection closes.\n"
+      "Environment: TPCLI_SSH replaces the ssh command (default \"ssh\", split at spaces; e.g.\n"
+      "TPCLI_SSH=\"ssh -p 2222\"); it is called as: TPCLI_SSH -o BatchMode=yes -o ConnectTimeout=S -T\n"
+      "HOST 'REMOTE COMMAND'.");
   sub.callback([f] {
     dist::LaunchOptions options = f->options;
     if (!f->hosts.empty()) options.hosts = split_hosts(f->hosts);

@@ -1,9 +1,10 @@
 // tpcli::dist — the process launcher: fork/exec (or ssh) N ranks, forward their output, stop all
-// ranks when one fails.
+// ranks when one fails. The ssh command line and the remote wrapper are described in launcher.h.
 #include "dist/launcher.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -71,8 +73,16 @@ struct Stream {
 
 struct Rank {
   pid_t pid = -1;
+  std::string host;              // "" when local, else as given in --hosts
+  int lifeline = -1;             // ssh ranks: write end of their stdin; closing it stops the remote rank
   std::optional<int> exit_code;  // set once reaped
   Stream out, err;
+
+  std::string name(int i) const { return "rank " + std::to_string(i) + (host.empty() ? "" : " (on " + host + ")"); }
+  void close_lifeline() {
+    if (lifeline >= 0) ::close(lifeline);
+    lifeline = -1;
+  }
 };
 
 std::string shell_quote(const std::string& s) {
@@ -113,22 +123,86 @@ void check_port_free(int port) {
                       std::strerror(err) + "); choose another port, or omit --port to pick a free one");
 }
 
+// The IPv4 address a rank on `host` binds and is reached at: "user@name" -> name, resolved here.
+std::string host_address(const std::string& host) {
+  const std::string name = host.substr(host.find('@') + 1);  // npos + 1 == 0: no user
+  in_addr numeric{};
+  if (::inet_pton(AF_INET, name.c_str(), &numeric) == 1) return name;
+  if (name.find(':') != std::string::npos)
+    throw LaunchError("host " + host + ": IPv6 addresses are not supported yet; give the host's IPv4 address");
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || !found)
+    throw LaunchError("host " + host + ": cannot resolve " + name + " on this machine (" + ::gai_strerror(rc) +
+                      "); give the host's IPv4 address (ranks bind and connect by address)");
+  char text[INET_ADDRSTRLEN] = "";
+  ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
+  ::freeaddrinfo(found);
+  return text;
+}
+
+// The ssh client and its leading arguments: options.ssh, else $TPCLI_SSH, else "ssh"; split at spaces.
+std::vector<std::string> ssh_command(const std::string& configured) {
+  std::string text = configured;
+  if (text.empty()) {
+    const char* v = std::getenv("TPCLI_SSH");
+    text = v && *v ? v : "ssh";
+  }
+  std::vector<std::string> words;
+  std::istringstream s(text);
+  for (std::string w; s >> w;) words.push_back(w);
+  if (words.empty()) throw LaunchError("TPCLI_SSH='" + text + "' names no command");
+  return words;
+}
+
+// Runs on the remote host as `sh -c REMOTE_WRAPPER tpcli-rank CWD COMMAND...` (see launcher.h): cd,
+// start COMMAND in a session of its own (setsid, where present), and stop its process group when
+// stdin (the launcher's lifeline) closes: SIGTERM, then SIGKILL 3 s later. Exits with COMMAND's code
+// (128 + signal when a signal ended it; the shell's "Killed" note is dropped: the launcher says so),
+// so ssh's own 255 keeps meaning "ssh failed".
+constexpr const char* REMOTE_WRAPPER =
+    "cd \"$1\" || exit 1; shift; "
+    "command -v setsid >/dev/null 2>&1 && set -- setsid \"$@\"; "
+    "exec 3<&0; "
+    "\"$@\" </dev/null & rank=$!; "
+    "(trap 'kill $c; exit 0' TERM; cat <&3 >/dev/null & c=$!; wait $c; "
+    "kill -s TERM -- -$rank || kill -s TERM $rank; "
+    "for i in 1 2 3; do sleep 1; kill -0 $rank || exit 0; done; "
+    "kill -s KILL -- -$rank || kill -s KILL $rank) >/dev/null 2>&1 & watch=$!; "
+    "exec 3<&-; wait $rank 2>/dev/null; code=$?; kill $watch 2>/dev/null; exit $code";
+
 // The argv a rank runs: the command itself (local) or ssh to its host with the environment inline.
 std::vector<std::string> rank_argv(const std::vector<std::string>& command, const std::vector<std::string>& env,
-                                   const std::string& host) {
+                                   const std::string& host, const LaunchOptions& o) {
   if (host.empty()) return command;
   char cwd[4096];
   const std::string dir = ::getcwd(cwd, sizeof cwd) ? cwd : ".";
-  std::string remote = "cd " + shell_quote(dir) + " && exec env";  // same paths on every host
-  for (const std::string& e : env) remote += " " + shell_quote(e);
-  for (const std::string& a : command) remote += " " + shell_quote(a);
-  return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host, remote};
+  std::string remote = "exec env";
+  auto append = [&](const std::string& word) {  // (not `" " + string&&`: gcc 12 -Wrestrict false positive)
+    remote += ' ';
+    remote += shell_quote(word);
+  };
+  for (const std::string& e : env) append(e);
+  remote += " sh -c";
+  append(REMOTE_WRAPPER);
+  remote += " tpcli-rank";
+  append(dir);
+  for (const std::string& a : command) append(a);
+  std::vector<std::string> argv = ssh_command(o.ssh);
+  const std::string connect_timeout = "ConnectTimeout=" + std::to_string(std::min(o.timeout_s, 10));
+  argv.insert(argv.end(), {"-o", "BatchMode=yes", "-o", connect_timeout, "-T", host, remote});
+  return argv;
 }
 
-// Forks one rank. The child dies with the launcher (PR_SET_PDEATHSIG) and gets its own env.
-Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int rank, const LaunchOptions& o) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+// Forks one rank. The child dies with the launcher (PR_SET_PDEATHSIG) and gets its own env. A
+// remote rank's stdin is a pipe the launcher holds (Rank::lifeline); a local rank's is inherited.
+Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int rank, const std::string& host,
+           const LaunchOptions& o) {
+  int out[2], err[2], in[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || (!host.empty() && ::pipe2(in, O_CLOEXEC) != 0))
     throw LaunchError("cannot create pipes: " + std::string(std::strerror(errno)));
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
@@ -136,6 +210,7 @@ Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>&
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
+    if (in[0] >= 0) ::dup2(in[0], 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
@@ -150,9 +225,12 @@ Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>&
   }
   ::close(out[1]);
   ::close(err[1]);
+  if (in[0] >= 0) ::close(in[0]);
   Rank r;
   r.pid = pid;
-  const std::string prefix = "[" + std::to_string(rank) + "] ";
+  r.host = host;
+  r.lifeline = in[1];
+  const std::string prefix = std::string("[") + std::to_string(rank) + "] ";
   r.out = Stream{out[0], (rank == 0 || o.tag_output) ? o.out_fd : o.err_fd, rank == 0 && !o.tag_output, prefix, {}};
   r.err = Stream{err[0], o.err_fd, false, prefix, {}};
   return r;
@@ -167,6 +245,14 @@ int exit_code_of(int status) {
 std::string describe(int code) {
   if (code > 128) return "was killed by signal " + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
   return "exited with code " + std::to_string(code);
+}
+
+// Why rank `i` failed, in one line.
+std::string failure(const Rank& r, int i, int code) {
+  if (!r.host.empty() && code == 255)
+    return "rank " + std::to_string(i) + ": ssh to " + r.host +
+           " failed with exit code 255 (host unreachable, login refused, or connection lost)";
+  return r.name(i) + " " + describe(code);
 }
 
 // Reads what is ready on the ranks' pipes (waiting up to `wait_ms`).
@@ -192,6 +278,23 @@ void pump(std::vector<Rank>& ranks, int wait_ms) {
       streams[i]->forward(buf, static_cast<size_t>(n));
     } else if (n == 0 || errno != EINTR) {
       streams[i]->close_stream();
+    }
+  }
+}
+
+// Reads what a reaped rank left in its pipes, without waiting (grandchildren may keep them open).
+void drain(Rank& r) {
+  char buf[65536];
+  for (Stream* s : {&r.out, &r.err}) {
+    while (s->fd >= 0) {
+      pollfd p{s->fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) break;
+      const ssize_t n = ::read(s->fd, buf, sizeof buf);
+      if (n > 0) {
+        s->forward(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        s->close_stream();
+      }
     }
   }
 }
@@ -243,7 +346,20 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
   if (port < 1 || port > 65535) throw LaunchError("--port " + std::to_string(port) + " is not a TCP port");
   if (local && o.port != 0) check_port_free(port);
   const std::string transport = o.transport.empty() ? (local ? "ipc" : "tcp") : o.transport;
-  const std::string host0 = local ? "127.0.0.1" : o.hosts[0];
+  // Each host's address, as ranks bind it (TPCLI_HOST) and peers reach it; one loopback address is
+  // fine only if every rank is on that host.
+  std::vector<std::string> addresses;
+  for (const std::string& h : o.hosts) addresses.push_back(host_address(h));
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const bool alone = std::all_of(addresses.begin(), addresses.end(), [&](auto& a) { return a == addresses[i]; });
+    if (addresses[i].rfind("127.", 0) == 0 && !alone)
+      throw LaunchError("host " + o.hosts[i] + " is " + addresses[i] +
+                        " (loopback) on this machine, which the other hosts cannot reach; give its IPv4 address");
+    if (transport == "ipc" && !alone)
+      throw LaunchError("--transport ipc needs every rank on one host, but the hosts include " + o.hosts[0] + " and " +
+                        o.hosts[i] + "; use tcp");
+  }
+  const std::string host0 = local ? "127.0.0.1" : addresses[0];
 
   struct sigaction stop{}, old_int{}, old_term{};
   stop.sa_handler = on_stop_signal;
@@ -258,25 +374,32 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
   auto stop_all = [&] {
     if (stopping) return;
     stopping = Clock::now();
-    for (Rank& r : ranks)
+    for (Rank& r : ranks) {
+      r.close_lifeline();
       if (!r.exit_code) ::kill(r.pid, SIGTERM);
+    }
   };
   try {
     for (int i = 0; i < o.processes; ++i) {
-      const std::string host = local ? "" : o.hosts[static_cast<size_t>(i) % o.hosts.size()];
+      const size_t h = local ? 0 : static_cast<size_t>(i) % o.hosts.size();
+      const std::string host = local ? "" : o.hosts[h];
       const std::vector<std::string> env{
           "TPCLI_RANK=" + std::to_string(i),
           "TPCLI_WORLD_SIZE=" + std::to_string(o.processes),
           "TPCLI_COORDINATOR=tcp://" + host0 + ":" + std::to_string(port),
-          "TPCLI_HOST=" + (local ? std::string("127.0.0.1") : host),
+          "TPCLI_HOST=" + (local ? std::string("127.0.0.1") : addresses[h]),
           "TPCLI_TRANSPORT=" + transport,
           "TPCLI_TIMEOUT=" + std::to_string(o.timeout_s),
           "TPCLI_DEVICES_PER_PROCESS=" + std::to_string(o.devices_per_process)};
-      ranks.push_back(spawn(rank_argv(command, env, host), env, i, o));
+      ranks.push_back(spawn(rank_argv(command, env, host, o), env, i, host, o));
     }
   } catch (const std::exception&) {
     stop_all();
-    for (Rank& r : ranks) ::waitpid(r.pid, nullptr, 0);
+    for (Rank& r : ranks) {
+      ::waitpid(r.pid, nullptr, 0);
+      for (Stream* s : {&r.out, &r.err})
+        if (s->fd >= 0) s->close_stream();
+    }
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     throw;
@@ -291,9 +414,11 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
       int status = 0;
       if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
         r.exit_code = exit_code_of(status);
+        r.close_lifeline();
         if (*r.exit_code != 0 && !failed && !stopping) {
           failed = {static_cast<int>(i), *r.exit_code};
-          note(o.err_fd, "rank " + std::to_string(i) + " " + describe(*r.exit_code) +
+          drain(r);  // its last words (ssh's error, say) before the note
+          note(o.err_fd, failure(r, static_cast<int>(i), *r.exit_code) +
                              (o.stop_on_failure ? "; stopping the other ranks" : ""));
           if (o.stop_on_failure) stop_all();
         }
@@ -320,6 +445,7 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
       break;
     }
   }
+  for (Rank& r : ranks) r.close_lifeline();
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   return failed ? failed->second : 0;

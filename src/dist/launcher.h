@@ -5,13 +5,29 @@
 //   TPCLI_HOST (the address a rank binds its inbox on), TPCLI_TRANSPORT (ipc when every rank is
 //   local, tcp across hosts), TPCLI_TIMEOUT, TPCLI_DEVICES_PER_PROCESS.
 //
+// With hosts, rank r runs on hosts[r % size] through `ssh -o BatchMode=yes -o ConnectTimeout=S -T
+// host CMD` (S = min(timeout, 10)); the ssh command itself is $TPCLI_SSH (default "ssh", split at
+// spaces). ssh forwards no environment, so CMD carries the TPCLI_* variables (and only those), every
+// word shell-quoted:
+//
+//   exec env TPCLI_RANK=1 ... sh -c WRAPPER tpcli-rank CWD COMMAND...
+//
+// WRAPPER cds to the launcher's working directory (same paths on every host), starts COMMAND in a
+// session of its own and watches its stdin, a pipe from the launcher. When that pipe closes (the
+// launcher stops the rank or dies, or the connection drops) it sends COMMAND's process group
+// SIGTERM, then SIGKILL 3 s later: a tty-less ssh gives the remote side no SIGHUP, so this lifeline
+// is what stops remote ranks (as mpirun's daemons kill their processes when they lose mpirun).
+// "tpcli" in COMMAND becomes this executable's absolute path, which must exist on every host.
+// TPCLI_HOST and the coordinator are each host's IPv4 address (a name is resolved on the launcher's
+// machine; "user@host" binds on host). ssh's exit code 255 is reported as a failure to reach the host.
+//
 // Output: rank 0's stdout is passed through byte for byte (it is the run's output: redirect it,
 // diff it); every other stream goes to stderr one line at a time, prefixed "[rank] ". With
 // tag_output every line of every rank is prefixed, stdout lines to stdout.
 //
 // When a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after a grace
-// period; launch returns the failed rank's exit code (128 + signal for a signal). Local ranks die
-// with the launcher (PR_SET_PDEATHSIG), so a killed launcher leaves no orphans.
+// period; launch returns the failed rank's exit code (128 + signal for a signal). Local ranks (and
+// ssh clients) die with the launcher (PR_SET_PDEATHSIG), so a killed launcher leaves no orphans.
 #pragma once
 
 #include <stdexcept>
@@ -32,9 +48,11 @@ struct LaunchOptions {
   int err_fd = 2;                    // where forwarded stderr (and the launcher's notes) go
   double kill_grace_s = 3.0;         // SIGTERM -> SIGKILL delay when stopping the ranks
   bool stop_on_failure = true;       // false: let the other ranks notice a failure themselves (tests)
+  std::string ssh;                   // with hosts: the ssh command, split at spaces; empty: $TPCLI_SSH or "ssh"
 };
 
-// Bad launch options (port in use, empty command, unreadable hostfile): one line, before any start.
+// Bad launch options (port in use, empty command, unreadable hostfile, unresolvable host): one line,
+// before any start.
 class LaunchError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
