@@ -48,11 +48,13 @@ class ZmqCommunicator : public Communicator {
   void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
     const uint64_t call = calls_++;
     const std::vector<int64_t> off = offsets_of(counts);
+    // In place (Group allows `in` to be this member's chunk of out) the receives write elsewhere.
     for (int m = 0; m < size(); ++m)
       if (m != r_) send(m, call, 0, in);
     if (!in.empty()) std::memmove(out.data() + off[r_], in.data(), in.size_bytes());
     for (int m = 0; m < size(); ++m)
       if (m != r_) receive_into(m, call, 0, "all_gather", out.subspan(off[m], counts[m]));
+    flush("all_gather");
   }
 
   void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
@@ -60,8 +62,9 @@ class ZmqCommunicator : public Communicator {
     const std::vector<int64_t> off = offsets_of(counts);
     for (int m = 0; m < size(); ++m)
       if (m != r_) send(m, call, 0, in.subspan(off[m], counts[m]));
-    std::vector<float> acc(static_cast<size_t>(counts[r_]));  // [counts[r]] the sum of slice r
+    const std::span<float> acc = scratch(counts[r_]);  // [counts[r]] the sum of slice r
     reduce_in_order(acc, in.subspan(off[r_], counts[r_]), call, 0, "reduce_scatter", SumOp{});
+    flush("reduce_scatter");  // out may be this member's chunk of in (Group allows it): sent parts first
     std::copy(acc.begin(), acc.end(), out.begin());
   }
 
@@ -80,12 +83,13 @@ class ZmqCommunicator : public Communicator {
         out.insert(out.end(), own.begin(), own.end());
       } else {
         t_->receive(key_from(m, call, 0), "all_to_all_v", [&](int64_t total, int64_t at, std::span<const float> c) {
-          if (at == 0) out.resize(base + static_cast<size_t>(total));
+          out.resize(base + static_cast<size_t>(total));  // chunks may come in any order
           std::copy(c.begin(), c.end(), out.begin() + static_cast<std::ptrdiff_t>(base + at));
         });
       }
       recv_counts[static_cast<size_t>(m)] = static_cast<int64_t>(out.size() - base);
     }
+    flush("all_to_all_v");
     return out;
   }
 
@@ -97,6 +101,7 @@ class ZmqCommunicator : public Communicator {
     std::copy_n(in.begin() + r_ * chunk, chunk, out.begin() + r_ * chunk);
     for (int m = 0; m < size(); ++m)
       if (m != r_) receive_into(m, call, 0, "all_to_all", out.subspan(m * chunk, chunk));
+    flush("all_to_all");
   }
 
   void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override {
@@ -113,6 +118,7 @@ class ZmqCommunicator : public Communicator {
     } else {
       receive_into(*from, call, 0, "ppermute", out);
     }
+    flush("ppermute");
   }
 
   void broadcast(std::span<float> x, int root) override {
@@ -125,6 +131,7 @@ class ZmqCommunicator : public Communicator {
       } else {
         receive_into(root, call, 0, "broadcast", x);
       }
+      flush("broadcast");
       return;
     }
     // Scatter the slices from the root, then every member passes its slice to the non-roots.
@@ -139,9 +146,10 @@ class ZmqCommunicator : public Communicator {
     }
     for (int m = 0; m < S; ++m)
       if (m != r_ && m != root) send(m, call, 1, slice(r_));
-    if (r_ == root) return;
-    for (int m = 0; m < S; ++m)
-      if (m != r_) receive_into(m, call, 1, "broadcast", slice(m));
+    if (r_ != root)
+      for (int m = 0; m < S; ++m)
+        if (m != r_) receive_into(m, call, 1, "broadcast", slice(m));
+    flush("broadcast");
   }
 
   void barrier() override {
@@ -150,6 +158,7 @@ class ZmqCommunicator : public Communicator {
       if (m != r_) send(m, call, 0, {});
     for (int m = 0; m < size(); ++m)
       if (m != r_) receive_into(m, call, 0, "barrier", {});
+    flush("barrier");
   }
 
  private:
@@ -163,6 +172,8 @@ class ZmqCommunicator : public Communicator {
   }
 
   void send(int m, uint64_t call, int phase, std::span<const float> data) { t_->send(key_to(m, call, phase), data); }
+  // Waits until this member's sends have left its buffers.
+  void flush(const char* what) { t_->flush(what, members_[static_cast<size_t>(r_)]); }
 
   // The message from member m must fill `out` exactly.
   void receive_into(int m, uint64_t call, int phase, const char* what, std::span<float> out) {
@@ -182,11 +193,15 @@ class ZmqCommunicator : public Communicator {
 
   // acc = x_0 op x_1 op ... op x_{S-1} in member order, where x_r is `mine` and the others arrive as
   // messages (phase) of acc.size() floats. The same order as the thread backend: identical bits.
+  // acc may be mine itself when r <= 1 (x_1 then waits in place for x_0 op x_1).
   template <class Op>
   void reduce_in_order(std::span<float> acc, std::span<const float> mine, uint64_t call, int phase, const char* what,
                        Op op) {
+    const bool in_place = !acc.empty() && acc.data() == mine.data();
+    if (in_place && r_ > 1) throw std::logic_error("zmq: in-place reduction needs member 0 or 1");
     for (int m = 0; m < size(); ++m) {
       if (m == r_) {
+        if (in_place) continue;
         if (m == 0) {
           std::copy(mine.begin(), mine.end(), acc.begin());
         } else {
@@ -197,7 +212,9 @@ class ZmqCommunicator : public Communicator {
       t_->receive(key_from(m, call, phase), what, [&](int64_t n, int64_t at, std::span<const float> c) {
         if (n != static_cast<int64_t>(acc.size())) length_error(what, m, n, acc.size());
         float* a = acc.data() + at;
-        if (m == 0) {
+        if (m == 0 && in_place) {
+          for (size_t i = 0; i < c.size(); ++i) a[i] = op(c[i], a[i]);
+        } else if (m == 0) {
           std::copy(c.begin(), c.end(), a);
         } else {
           for (size_t i = 0; i < c.size(); ++i) a[i] = op(a[i], c[i]);
@@ -214,8 +231,9 @@ class ZmqCommunicator : public Communicator {
     if (n <= SMALL_FLOATS) {
       for (int m = 0; m < S; ++m)
         if (m != r_) send(m, call, 0, x);
-      std::vector<float> acc(x.size());  // [n]
+      const std::span<float> acc = scratch(n);  // [n]
       reduce_in_order(acc, x, call, 0, what, op);
+      flush(what);  // x was sent: it must have left before it is overwritten
       std::copy(acc.begin(), acc.end(), x.begin());
       return;
     }
@@ -224,16 +242,29 @@ class ZmqCommunicator : public Communicator {
     auto slice = [&](int m) { return x.subspan(off[m], counts[m]); };
     for (int m = 0; m < S; ++m)
       if (m != r_) send(m, call, 0, slice(m));
-    std::vector<float> acc(static_cast<size_t>(counts[r_]));  // [counts[r]] the reduced slice r
+    // Slice r was not sent, so members 0 and 1 reduce into it directly.
+    const std::span<float> acc = r_ <= 1 ? slice(r_) : scratch(counts[r_]);  // [counts[r]] reduced slice r
     reduce_in_order(acc, slice(r_), call, 0, what, op);
-    std::copy(acc.begin(), acc.end(), slice(r_).begin());
+    // Phase 1 overwrites the slices phase 0 sent. Their receivers are all in phase 0 (or done with
+    // it), so this cannot wait for anything but their reading.
+    flush(what);
+    if (acc.data() != slice(r_).data()) std::copy(acc.begin(), acc.end(), slice(r_).begin());
     for (int m = 0; m < S; ++m)
       if (m != r_) send(m, call, 1, slice(r_));
     for (int m = 0; m < S; ++m)
       if (m != r_) receive_into(m, call, 1, what, slice(m));
+    flush(what);
+  }
+
+  // A reduction's accumulator, kept between calls: a fresh one per call would page-fault in every
+  // byte of a large all_sum again.
+  std::span<float> scratch(int64_t n) {
+    if (scratch_.size() < static_cast<size_t>(n)) scratch_.resize(static_cast<size_t>(n));
+    return std::span<float>(scratch_.data(), static_cast<size_t>(n));
   }
 
   std::shared_ptr<ZmqTransport> t_;
+  std::vector<float> scratch_;  // see scratch()
   std::vector<int> members_;  // [S] mesh ranks, ascending
   int r_;
   uint64_t id_;        // the same on every member of this communicator

@@ -12,8 +12,10 @@
 //   reduce_scatter, all_gather, all_to_all(_v), ppermute   direct sends to each destination
 //   broadcast                         root sends x; large x with S > 2: scatter from the root, then
 //                                     all-gather of the slices
-// Sends never wait for the receiver (unbounded queues), so every collective posts its sends first
-// and then receives: no ordering can deadlock. Messages over 1 MB travel in chunks, reduced as they
+// Sends never wait for the receiver (unbounded queues, or a ring send left pending), so every
+// collective posts its sends first and then receives: no ordering can deadlock. A ring send reads
+// the caller's buffer until the transport's flush(), so a collective flushes before it overwrites
+// anything it sent and before it returns. Messages over 1 MB travel in chunks, reduced as they
 // arrive.
 //
 // Start-up and failure handling: dist/zmq_transport.h. Use from a command:

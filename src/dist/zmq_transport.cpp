@@ -5,6 +5,9 @@
 
 #include <unistd.h>
 
+#include <thread>
+
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -17,7 +20,7 @@ namespace tpcli::dist {
 namespace {
 
 constexpr uint32_t MAGIC = 0x7470636c;  // "tpcl"
-enum class Kind : uint32_t { DATA = 1, ABORT = 2, BYE = 3 };
+enum class Kind : uint32_t { DATA = 1, ABORT = 2, BYE = 3, ATTACH = 4 };  // ATTACH text: "1" rings mapped, "0" not
 
 struct WireHeader {
   uint32_t magic = MAGIC;
@@ -78,11 +81,13 @@ std::string hex(uint64_t x) {
 struct Hello {
   int rank = -1, world = 0, devices_per_process = 0, mesh_size = 0;
   std::string version, binary, config, inbox;
+  std::string host = "-";  // hash of host_identity()
+  std::string rings = "-"; // ShmSegment descriptor, "-" without shared memory
 
   std::string encode() const {
     std::ostringstream s;
     s << "HELLO " << rank << ' ' << world << ' ' << devices_per_process << ' ' << mesh_size << ' ' << version << ' '
-      << binary << ' ' << config << ' ' << inbox;
+      << binary << ' ' << config << ' ' << inbox << ' ' << host << ' ' << rings;
     return s.str();
   }
   static Hello decode(const std::string& text) {
@@ -90,11 +95,20 @@ struct Hello {
     std::istringstream s(text);
     std::string tag;
     s >> tag >> h.rank >> h.world >> h.devices_per_process >> h.mesh_size >> h.version >> h.binary >> h.config >>
-        h.inbox;
+        h.inbox >> h.host >> h.rings;
     if (tag != "HELLO" || !s) fail("malformed hello from a peer: '" + text + "' (is this a tpcli rank?)");
     return h;
   }
+  // This rank's entry in the coordinator's table: how the others reach it.
+  std::string table_entry() const { return inbox + "|" + host + "|" + rings; }
 };
+
+// Field i of a table entry (0 inbox, 1 host, 2 rings).
+std::string entry_field(const std::string& entry, int i) {
+  size_t start = 0;
+  for (; i > 0; --i) start = entry.find('|', start) + 1;
+  return entry.substr(start, entry.find('|', start) - start);
+}
 
 // The first difference between a joining rank and rank 0, as a one-line error; empty if none.
 std::string mismatch(const Hello& h, const Hello& root) {
@@ -151,6 +165,7 @@ ZmqConfig ZmqConfig::from_env() {
   c.host = env_str("TPCLI_HOST", c.host);
   c.devices_per_process = env_int("TPCLI_DEVICES_PER_PROCESS", 1, false);
   c.timeout_s = env_int("TPCLI_TIMEOUT", 30, false);
+  c.shared_memory = env_int("TPCLI_SHM", 1, false) != 0;
   if (c.world_size < 1) fail("TPCLI_WORLD_SIZE=" + std::to_string(c.world_size) + " must be at least 1");
   if (c.rank < 0 || c.rank >= c.world_size)
     fail("TPCLI_RANK=" + std::to_string(c.rank) + " is outside TPCLI_WORLD_SIZE=" + std::to_string(c.world_size));
@@ -178,8 +193,18 @@ ZmqTransport::ZmqTransport(const ZmqConfig& config, int mesh_size)
   dropped_.assign(static_cast<size_t>(P), std::nullopt);
   bind_inbox();
   Hello me{config_.rank, P, K, mesh_size, TPCLI_VERSION, hex(binary_hash()), hex(config_.config_hash), inbox_address_};
-  std::vector<std::string> inboxes = config_.rank == 0 ? coordinate(me.encode()) : ask_coordinator(me.encode());
-  connect_peers(inboxes);
+  if (config_.shared_memory && P > 1) {
+    try {
+      own_segment_ = ShmSegment::create(P);
+      me.host = hex(fnv1a(host_identity()));
+      me.rings = own_segment_.descriptor();
+    } catch (const std::exception&) {
+      // No shared memory here: every byte goes over the sockets.
+    }
+  }
+  const std::vector<std::string> table = config_.rank == 0 ? coordinate(me.encode()) : ask_coordinator(me.encode());
+  connect_peers(table);
+  attach_shared_memory(table);
 }
 
 void ZmqTransport::bind_inbox() {
@@ -207,9 +232,9 @@ std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
     fail("rank 0 cannot bind the coordinator at " + config_.coordinator + ": " + e.what() +
          (e.num() == EADDRINUSE ? " (port in use: choose another with --port)" : ""));
   }
-  std::vector<std::string> inboxes(static_cast<size_t>(config_.world_size));
+  std::vector<std::string> table(static_cast<size_t>(config_.world_size));
   std::vector<std::string> identities(static_cast<size_t>(config_.world_size));
-  inboxes[0] = root.inbox;
+  table[0] = root.table_entry();
   int joined = 1;
   const auto deadline = Clock::now() + std::chrono::duration<double>(config_.timeout_s);
   std::string error;
@@ -219,7 +244,7 @@ std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
     if (Clock::now() > deadline) {
       std::string missing;
       for (int r = 1; r < config_.world_size; ++r)
-        if (inboxes[static_cast<size_t>(r)].empty()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        if (table[static_cast<size_t>(r)].empty()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       fail("rank(s) " + missing + " did not reach the coordinator at " + config_.coordinator + " within " +
            std::to_string(static_cast<int>(config_.timeout_s)) + " s (not started, or a wrong rank count)");
     }
@@ -229,20 +254,20 @@ std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
     if (frames.size() != 2) continue;
     const Hello h = Hello::decode(frame_text(frames[1]));
     error = mismatch(h, root);
-    if (error.empty() && !inboxes[static_cast<size_t>(h.rank)].empty()) error = "rank " + std::to_string(h.rank) + " joined twice";
+    if (error.empty() && !table[static_cast<size_t>(h.rank)].empty()) error = "rank " + std::to_string(h.rank) + " joined twice";
     const std::string id = frame_text(frames[0]);
     if (!error.empty()) {  // tell the offender too, even if its rank is out of range
       router.send(zmq::buffer(id), zmq::send_flags::sndmore);
       router.send(zmq::buffer("ERROR " + error));
       break;
     }
-    inboxes[static_cast<size_t>(h.rank)] = h.inbox;
+    table[static_cast<size_t>(h.rank)] = h.table_entry();
     identities[static_cast<size_t>(h.rank)] = id;
     ++joined;
   }
   std::string answer = error.empty() ? "TABLE" : "ERROR " + error;
   if (error.empty())
-    for (const std::string& a : inboxes) answer += " " + a;
+    for (const std::string& a : table) answer += " " + a;
   for (int r = 1; r < config_.world_size; ++r) {
     const std::string& id = identities[static_cast<size_t>(r)];
     if (id.empty()) continue;
@@ -250,7 +275,7 @@ std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
     router.send(zmq::buffer(answer));
   }
   if (!error.empty()) fail(error);
-  return inboxes;
+  return table;
 }
 
 // Ranks > 0: send the hello, wait for the table (or rank 0's error).
@@ -280,14 +305,14 @@ std::vector<std::string> ZmqTransport::ask_coordinator(const std::string& my_hel
     std::getline(s, rest);
     fail(rest.substr(rest.find_first_not_of(' ')) + " (reported by rank 0)");
   }
-  std::vector<std::string> inboxes;
-  for (std::string a; s >> a;) inboxes.push_back(a);
-  if (tag != "TABLE" || static_cast<int>(inboxes.size()) != config_.world_size)
+  std::vector<std::string> table;
+  for (std::string a; s >> a;) table.push_back(a);
+  if (tag != "TABLE" || static_cast<int>(table.size()) != config_.world_size)
     fail("malformed answer from the coordinator at " + config_.coordinator);
-  return inboxes;
+  return table;
 }
 
-void ZmqTransport::connect_peers(const std::vector<std::string>& inboxes) {
+void ZmqTransport::connect_peers(const std::vector<std::string>& table) {
   const int P = config_.world_size;
   peers_.resize(static_cast<size_t>(P));
   monitors_.resize(static_cast<size_t>(P));
@@ -303,10 +328,65 @@ void ZmqTransport::connect_peers(const std::vector<std::string>& inboxes) {
     zmq::socket_t monitor(context_, zmq::socket_type::pair);
     monitor.set(zmq::sockopt::linger, 0);
     monitor.connect(monitor_address);
-    push.connect(inboxes[static_cast<size_t>(p)]);
+    push.connect(entry_field(table[static_cast<size_t>(p)], 0));
     peers_[static_cast<size_t>(p)] = std::move(push);
     monitors_[static_cast<size_t>(p)] = std::move(monitor);
   }
+}
+
+// Maps the segments of peers on this host, tells every peer whether it did (ATTACH), and waits for
+// theirs: a pair uses rings only when both sides mapped, so both agree without further talk.
+void ZmqTransport::attach_shared_memory(const std::vector<std::string>& table) {
+  const int P = config_.world_size, me = config_.rank;
+  shared_.assign(static_cast<size_t>(P), 0);
+  peer_segments_.resize(static_cast<size_t>(P));
+  pending_.resize(static_cast<size_t>(P));
+  ring_mutex_ = std::make_unique<std::mutex[]>(static_cast<size_t>(P));
+  attach_answer_.assign(static_cast<size_t>(P), -1);
+  if (P == 1) return;
+  const std::string my_host = entry_field(table[static_cast<size_t>(me)], 1);
+  int processes_here = 0;
+  for (int p = 0; p < P; ++p) {
+    const std::string& entry = table[static_cast<size_t>(p)];
+    const bool same_host = own_segment_ && entry_field(entry, 1) == my_host && entry_field(entry, 2) != "-";
+    processes_here += same_host;
+    if (p == me) continue;
+    if (same_host) {
+      try {
+        peer_segments_[static_cast<size_t>(p)] = ShmSegment::open(entry_field(entry, 2), P);
+      } catch (const std::exception&) {
+        // Not reachable after all (another user, a container boundary): sockets it is.
+      }
+    }
+    std::lock_guard<std::mutex> lock(send_mutex_);
+    const WireHeader h{MAGIC, static_cast<uint32_t>(Kind::ATTACH), 0, 0, me, 0, 0, 0};
+    zmq::socket_t& socket = peers_[static_cast<size_t>(p)];
+    socket.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
+    socket.send(zmq::buffer(std::string(peer_segments_[static_cast<size_t>(p)] ? "1" : "0")));
+  }
+  const auto since = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      bool all = true;
+      for (int p = 0; p < P; ++p) all &= p == me || attach_answer_[static_cast<size_t>(p)] >= 0;
+      if (all) break;
+      for (int p = 0; p < P; ++p)
+        if (p != me && attach_answer_[static_cast<size_t>(p)] < 0) check_flush(p, "start-up", since);
+    }
+    poll_once(POLL_SLICE);
+  }
+  all_shared_ = true;
+  for (int p = 0; p < P; ++p) {
+    if (p == me) continue;
+    const size_t i = static_cast<size_t>(p);
+    shared_[i] = peer_segments_[i] && attach_answer_[i] == 1;
+    if (!shared_[i]) peer_segments_[i] = ShmSegment();
+    all_shared_ &= shared_[i] != 0;
+  }
+  // Spinning pays only while every waiting device has a core of its own.
+  const int devices_here = processes_here * config_.devices_per_process;
+  spin_ = devices_here <= static_cast<int>(std::thread::hardware_concurrency()) ? 2000 : 0;
 }
 
 // ---- shut-down: BYE to every peer, wait for theirs (a final barrier), then close ----
@@ -349,14 +429,22 @@ ZmqTransport::~ZmqTransport() {
 void ZmqTransport::send(const MessageKey& key, std::span<const float> data) {
   const int64_t total = static_cast<int64_t>(data.size());
   if (is_local(key.dst)) {  // same process: straight into the mailbox
-    std::lock_guard<std::mutex> lock(mutex_);
-    mailbox_[key].push_back(Chunk{total, 0, zmq::message_t(data.data(), data.size_bytes())});
-    arrived_.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      mailbox_[key].push_back(Chunk{total, 0, zmq::message_t(data.data(), data.size_bytes())});
+    }
+    wake_local_waiters();
+    return;
+  }
+  const int q = process_of(key.dst);
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  if (shared_[static_cast<size_t>(q)]) {  // into q's ring now, or as soon as it has room
+    pending_[static_cast<size_t>(q)].push_back(PendingSend{key, data.data(), total, 0});
+    write_pending(q);
     return;
   }
   const int64_t per_chunk = static_cast<int64_t>(CHUNK_BYTES / sizeof(float));
-  std::lock_guard<std::mutex> lock(send_mutex_);
-  zmq::socket_t& socket = peers_[static_cast<size_t>(process_of(key.dst))];
+  zmq::socket_t& socket = peers_[static_cast<size_t>(q)];
   int64_t offset = 0;
   do {
     const int64_t n = std::min(per_chunk, total - offset);
@@ -365,6 +453,65 @@ void ZmqTransport::send(const MessageKey& key, std::span<const float> data) {
     socket.send(zmq::const_buffer(data.data() + offset, static_cast<size_t>(n) * sizeof(float)), zmq::send_flags::none);
     offset += n;
   } while (offset < total);
+}
+
+// Writes queued sends to `process` while its ring has room (records of at most MAX_RECORD_FLOATS,
+// a zero-length message as one empty record). True when none is left.
+bool ZmqTransport::write_pending(int process) {
+  std::deque<PendingSend>& queue = pending_[static_cast<size_t>(process)];
+  if (aborted_.load(std::memory_order_acquire)) queue.clear();  // the callers' data may be gone
+  ShmSegment& ring = peer_segments_[static_cast<size_t>(process)];
+  while (!queue.empty()) {
+    PendingSend& s = queue.front();
+    const int64_t n = std::min(ShmSegment::MAX_RECORD_FLOATS, s.total - s.sent);
+    const RingRecord h{s.key.comm, s.key.seq, s.key.src, s.key.dst, s.total, s.sent, n, 0};
+    if (!ring.try_write(config_.rank, h, s.data + s.sent)) return false;
+    ring.ring_bell();
+    s.sent += n;
+    if (s.sent >= s.total) queue.pop_front();
+  }
+  return true;
+}
+
+int ZmqTransport::progress_sends() {
+  std::lock_guard<std::mutex> lock(send_mutex_);
+  int waiting = 0;
+  for (size_t q = 0; q < pending_.size(); ++q)
+    if (!pending_[q].empty() && !write_pending(static_cast<int>(q))) ++waiting;
+  return waiting;
+}
+
+void ZmqTransport::flush(const char* what, int device) {
+  if (!own_segment_) return;  // socket sends copy the data at once
+  auto since = Clock::now();
+  int64_t left = INT64_MAX;  // floats of `device` still queued
+  for (;;) {
+    const uint32_t bell = own_segment_.bell();
+    int blocked_on = -1;
+    int64_t now_left = 0;
+    {
+      std::lock_guard<std::mutex> lock(send_mutex_);
+      for (size_t q = 0; q < pending_.size(); ++q) {
+        if (pending_[q].empty() || write_pending(static_cast<int>(q))) continue;
+        for (const PendingSend& s : pending_[q]) {
+          if (s.key.src != device) continue;
+          now_left += s.total - s.sent;
+          blocked_on = static_cast<int>(q);
+        }
+      }
+    }
+    if (blocked_on < 0) return;
+    if (now_left < left) since = Clock::now();
+    left = now_left;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      check_flush(blocked_on, what, since);
+    }
+    // Collectives flush only once their receivers are sure to take what they sent, so this wait
+    // ends by itself. Should it not (nothing moved for a whole wait), empty our rings into the
+    // mailboxes in case a peer waits for room in them: slower, but it cannot hang.
+    if (!wait_for_traffic(bell)) drain_rings();
+  }
 }
 
 void ZmqTransport::send_control(uint32_t kind, const std::string& text) {
@@ -378,40 +525,138 @@ void ZmqTransport::send_control(uint32_t kind, const std::string& text) {
 }
 
 int64_t ZmqTransport::receive(const MessageKey& key, const char* what, const Visitor& visit) {
+  const int src = process_of(key.src);
+  const bool from_ring = src != config_.rank && shared_[static_cast<size_t>(src)];
   int64_t got = 0, total = -1;
-  std::unique_lock<std::mutex> lock(mutex_);
   auto since = Clock::now();
   while (total < 0 || got < total) {
-    if (std::optional<Chunk> chunk = pop(key)) {
-      lock.unlock();
-      const int64_t n = static_cast<int64_t>(chunk->payload.size() / sizeof(float));
-      visit(chunk->total, chunk->offset, std::span<const float>(chunk->payload.data<float>(), static_cast<size_t>(n)));
-      total = chunk->total;
-      got += n;
-      since = Clock::now();
-      lock.lock();
-      continue;
+    const uint32_t bell = own_segment_ ? own_segment_.bell() : 0;  // before looking: no lost wake-up
+    const Took took = from_ring ? take_from_ring(src, key, visit, total, got) : take_from_mailbox(key, visit, total, got);
+    if (took == Took::Mine) since = Clock::now();
+    if (took != Took::Nothing) continue;
+    progress_sends();  // the peer we wait for may itself wait for room in its ring
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      check_wait(key, what, since);
     }
-    check_wait(key, what, since);
-    if (polling_) {
-      arrived_.wait_for(lock, POLL_SLICE);
-      continue;
-    }
-    polling_ = true;
-    lock.unlock();
-    try {
-      poll_once(POLL_SLICE);
-    } catch (...) {
-      lock.lock();
-      polling_ = false;
-      arrived_.notify_all();
-      throw;
-    }
+    wait_for_traffic(bell);
+  }
+  return total;
+}
+
+ZmqTransport::Took ZmqTransport::take_from_mailbox(const MessageKey& key, const Visitor& visit, int64_t& total,
+                                                   int64_t& got) {
+  std::optional<Chunk> chunk;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    chunk = pop(key);
+  }
+  if (!chunk) return Took::Nothing;
+  const int64_t n = static_cast<int64_t>(chunk->payload.size() / sizeof(float));
+  visit(chunk->total, chunk->offset, std::span<const float>(chunk->payload.data<float>(), static_cast<size_t>(n)));
+  total = chunk->total;
+  got += n;
+  return Took::Mine;
+}
+
+// The record at the head of `process`'s ring: ours is visited in place; another device's is moved
+// to the mailbox so the ring keeps flowing.
+ZmqTransport::Took ZmqTransport::take_from_ring(int process, const MessageKey& key, const Visitor& visit,
+                                                int64_t& total, int64_t& got) {
+  std::lock_guard<std::mutex> ring_lock(ring_mutex_[static_cast<size_t>(process)]);
+  // The mailbox first: what another thread moved there from this ring is older than the ring's head.
+  if (take_from_mailbox(key, visit, total, got) == Took::Mine) return Took::Mine;
+  RingRecord h;
+  std::span<const float> payload;
+  if (!own_segment_.peek(process, h, payload)) return Took::Nothing;
+  if (MessageKey{h.comm, h.seq, h.src, h.dst} != key) {
+    file_ring_record(process, h, payload);
+    return Took::Other;
+  }
+  visit(h.total, h.offset, payload);
+  own_segment_.consume(process, h);
+  peer_segments_[static_cast<size_t>(process)].ring_bell();  // its sends may wait for this room
+  total = h.total;
+  got += h.floats;
+  return Took::Mine;
+}
+
+void ZmqTransport::file_ring_record(int process, const RingRecord& h, std::span<const float> payload) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    mailbox_[MessageKey{h.comm, h.seq, h.src, h.dst}].push_back(
+        Chunk{h.total, h.offset, zmq::message_t(payload.data(), payload.size_bytes())});
+  }
+  own_segment_.consume(process, h);
+  peer_segments_[static_cast<size_t>(process)].ring_bell();
+  wake_local_waiters();
+}
+
+void ZmqTransport::drain_rings() {
+  for (size_t p = 0; p < shared_.size(); ++p) {
+    if (!shared_[p]) continue;
+    std::lock_guard<std::mutex> ring_lock(ring_mutex_[p]);
+    RingRecord h;
+    std::span<const float> payload;
+    while (own_segment_.peek(static_cast<int>(p), h, payload)) file_ring_record(static_cast<int>(p), h, payload);
+  }
+}
+
+// Sleeps until something may have changed. With rings to every peer: on our doorbell, reading the
+// sockets (control messages, dropped connections) every POLL_SLICE. Otherwise one thread polls the
+// sockets and the rest wait for it; briefly when rings must be watched too. False when our doorbell
+// stayed silent throughout.
+bool ZmqTransport::wait_for_traffic(uint32_t bell) {
+  if (all_shared_) {
+    const bool rang = own_segment_.wait_bell(bell, POLL_SLICE, spin_);
+    const int64_t now = Clock::now().time_since_epoch().count();
+    const int64_t slice = std::chrono::duration_cast<Clock::duration>(POLL_SLICE).count();
+    if (now - last_control_poll_ns_.load(std::memory_order_relaxed) > slice) poll_control();
+    return rang;
+  }
+  const auto slice = own_segment_ ? std::chrono::milliseconds(1) : POLL_SLICE;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (polling_) {
+    arrived_.wait_for(lock, slice);
+    return !own_segment_ || own_segment_.bell() != bell;
+  }
+  polling_ = true;
+  lock.unlock();
+  try {
+    poll_once(slice);
+  } catch (...) {
     lock.lock();
     polling_ = false;
     arrived_.notify_all();
+    throw;
   }
-  return total;
+  lock.lock();
+  polling_ = false;
+  arrived_.notify_all();
+  return !own_segment_ || own_segment_.bell() != bell;
+}
+
+void ZmqTransport::poll_control() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (polling_) return;
+    polling_ = true;
+  }
+  last_control_poll_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  try {
+    poll_once(std::chrono::milliseconds(0));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    polling_ = false;
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  polling_ = false;
+}
+
+void ZmqTransport::wake_local_waiters() {
+  arrived_.notify_all();
+  if (own_segment_) own_segment_.ring_bell();
 }
 
 std::optional<ZmqTransport::Chunk> ZmqTransport::pop(const MessageKey& key) {
@@ -463,9 +708,13 @@ void ZmqTransport::file_message(std::vector<zmq::message_t>& frames) {
       break;
     case Kind::ABORT:
       if (!abort_message_) abort_message_ = frame_text(frames[1]);
+      aborted_.store(true, std::memory_order_release);
       break;
     case Kind::BYE:
       if (h.src >= 0 && h.src < config_.world_size) said_bye_[static_cast<size_t>(h.src)] = 1;
+      break;
+    case Kind::ATTACH:
+      if (h.src >= 0 && h.src < config_.world_size) attach_answer_[static_cast<size_t>(h.src)] = frame_text(frames[1]) == "1";
       break;
   }
 }
@@ -497,10 +746,29 @@ void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::ti
   if (error.empty() && now - since > std::chrono::duration<double>(config_.timeout_s))
     error = "timed out after " + std::to_string(static_cast<int>(config_.timeout_s)) + " s: " + here +
             " got nothing from " + process_name(src) + " (stuck or unreachable; raise --timeout if it is only slow)";
-  if (error.empty()) return;
+  if (!error.empty()) fail_run(error);
+}
+
+// Throws if queued sends to `process` can never leave (or waited too long). Called with mutex_ held.
+void ZmqTransport::check_flush(int process, const char* what, Clock::time_point since) {
+  if (abort_message_) throw CollectiveAborted(*abort_message_);
+  const size_t p = static_cast<size_t>(process);
+  const auto now = Clock::now();
+  if (dropped_[p] && !said_bye_[p] && now - *dropped_[p] > DROP_GRACE)
+    fail_run("lost " + process_name(process) + ": its connection closed during " + what +
+             " (the process died or was killed)");
+  if (now - since > std::chrono::duration<double>(config_.timeout_s))
+    fail_run("timed out after " + std::to_string(static_cast<int>(config_.timeout_s)) + " s: " + process_name(process) +
+             " took nothing from rank " + std::to_string(config_.rank) + " during " + what +
+             " (stuck or unreachable; raise --timeout if it is only slow)");
+}
+
+// Ends the run with `error`: every waiting device here throws it, and the peers are told now, so
+// that they fail with the same message rather than waiting to time out. Called with mutex_ held.
+void ZmqTransport::fail_run(const std::string& error) {
   abort_message_ = "zmq: " + error;
-  arrived_.notify_all();
-  // Tell the peers now, so that they fail with the same message rather than waiting to time out.
+  aborted_.store(true, std::memory_order_release);
+  wake_local_waiters();
   WireHeader h{MAGIC, static_cast<uint32_t>(Kind::ABORT), 0, 0, config_.rank, 0, 0, 0};
   {
     std::lock_guard<std::mutex> lock(send_mutex_);
@@ -514,9 +782,11 @@ void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::ti
 }
 
 void ZmqTransport::device_finished(int mesh_rank) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (mesh_rank >= 0 && mesh_rank < mesh_size_) finished_[static_cast<size_t>(mesh_rank)] = 1;
-  arrived_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (mesh_rank >= 0 && mesh_rank < mesh_size_) finished_[static_cast<size_t>(mesh_rank)] = 1;
+  }
+  wake_local_waiters();
 }
 
 void ZmqTransport::abort(const std::string& message, bool tell_peers) {
@@ -524,8 +794,9 @@ void ZmqTransport::abort(const std::string& message, bool tell_peers) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (abort_message_) return;  // the first message wins
     abort_message_ = message;
-    arrived_.notify_all();
+    aborted_.store(true, std::memory_order_release);
   }
+  wake_local_waiters();
   if (tell_peers) send_control(static_cast<uint32_t>(Kind::ABORT), message);
 }
 

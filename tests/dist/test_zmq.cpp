@@ -58,16 +58,18 @@ Ran run_launch(LaunchOptions o, const std::vector<std::string>& command) {
   return r;
 }
 
-// `processes` copies of this test binary, each running `scenario` as one rank.
+// `processes` copies of this test binary, each running `scenario` as one rank. shared_memory false:
+// every byte over sockets, even between these local processes (TPCLI_SHM=0).
 Ran run_ranks(int processes, const std::string& scenario, int devices_per_process = 1, bool stop_on_failure = true,
-              int timeout_s = 20) {
+              int timeout_s = 20, bool shared_memory = true) {
   LaunchOptions o;
   o.processes = processes;
   o.devices_per_process = devices_per_process;
   o.timeout_s = timeout_s;
   o.kill_grace_s = 1;
   o.stop_on_failure = stop_on_failure;
-  return run_launch(o, {"env", "TPCLI_ZMQ_TEST=" + scenario, self_executable(), "zmq child rank"});
+  return run_launch(o, {"env", "TPCLI_ZMQ_TEST=" + scenario, shared_memory ? "TPCLI_SHM=1" : "TPCLI_SHM=0",
+                        self_executable(), "zmq child rank"});
 }
 
 int free_port() {
@@ -116,9 +118,43 @@ void every_size(Group& g, uint64_t seed) {
   check_random_sequence(g, 150, 100000, seed + 5);
 }
 
+// Messages larger than a shared-memory ring (8 MB): sends wait for room while receivers drain, and
+// collectives whose output overlaps their input must not overwrite what is still being sent.
+void beyond_ring(Group& g, uint64_t seed) {
+  const int S = g.size(), r = g.rank();
+  const int64_t big = 2'200'000 * S;  // 8.8 MB slices
+  std::vector<float> x = member_input(seed, r, big);
+  g.all_sum(x);
+  expect_close("all_sum beyond the ring", x, serial_sum(seed, S, big), 0.0f, r);
+  check_reduce_scatter(g, big, seed + 1);
+  check_broadcast(g, 2'200'000, S - 1, seed + 2);
+
+  // In place, as Group allows: all_gather from this member's chunk of out, reduce_scatter into this
+  // member's chunk of in.
+  const int64_t n = 2'200'000;
+  std::vector<float> gathered = nan_buffer(n * S);
+  const std::vector<float> own = member_input(seed + 3, r, n);
+  std::copy(own.begin(), own.end(), gathered.begin() + r * n);
+  g.all_gather(std::span<const float>(gathered).subspan(static_cast<size_t>(r * n), static_cast<size_t>(n)), gathered);
+  for (int m = 0; m < S; ++m) {
+    const std::vector<float> y = member_input(seed + 3, m, n);
+    const auto got = std::span<const float>(gathered).subspan(static_cast<size_t>(m * n), static_cast<size_t>(n));
+    expect_close("all_gather in place", got, y, 0.0f, r);
+  }
+
+  std::vector<float> scattered = member_input(seed + 4, r, n * S);
+  const auto mine = std::span<float>(scattered).subspan(static_cast<size_t>(r * n), static_cast<size_t>(n));
+  g.reduce_scatter(scattered, mine);
+  const std::vector<float> sum = serial_sum(seed + 4, S, n * S);
+  expect_close("reduce_scatter in place", mine, std::span<const float>(sum).subspan(static_cast<size_t>(r * n), static_cast<size_t>(n)),
+               sum_tol(S), r);
+}
+
 void child_body(const std::string& scenario, Device& dev) {
   if (scenario == "collectives") {
     every_size(dev.world(), 42);
+  } else if (scenario == "beyond_ring") {
+    beyond_ring(dev.world(), 7);
   } else if (scenario == "mesh2x2") {
     for (const std::vector<std::string>& axes :
          std::vector<std::vector<std::string>>{{"data"}, {"model"}, {"data", "model"}}) {
@@ -181,6 +217,27 @@ TEST_CASE("zmq: every collective over 2/3/4 processes matches the serial referen
     INFO(r.err);
     CHECK(r.code == 0);
   }
+}
+
+TEST_CASE("zmq: every collective over sockets only (TPCLI_SHM=0) matches the serial reference") {
+  for (int n : {2, 3}) {
+    INFO(n << " processes");
+    const Ran r = run_ranks(n, "collectives", 1, true, 20, false);
+    INFO(r.err);
+    CHECK(r.code == 0);
+  }
+}
+
+TEST_CASE("zmq: messages beyond a shared-memory ring, and in-place collectives, over rings and sockets") {
+  for (const auto& [n, shared_memory] : std::vector<std::pair<int, bool>>{{2, true}, {3, true}, {2, false}}) {
+    INFO(n << " processes, shared memory " << shared_memory);
+    const Ran r = run_ranks(n, "beyond_ring", 1, true, 20, shared_memory);
+    INFO(r.err);
+    CHECK(r.code == 0);
+  }
+  const Ran k2 = run_ranks(2, "beyond_ring", 2);  // 2 devices per process share the rings
+  INFO(k2.err);
+  CHECK(k2.code == 0);
 }
 
 TEST_CASE("zmq: sub-groups along each axis of a 2x2 mesh over 4 processes") {
@@ -266,6 +323,23 @@ TEST_CASE("zmq: ranks with different configs refuse to start and name the rank")
   auto ok1 = start_rank(c1, 2);
   CHECK(ok0.get() == "");
   CHECK(ok1.get() == "");
+}
+
+TEST_CASE("zmq: ranks on one host move data through shared memory unless TPCLI_SHM=0") {
+  for (bool shared_memory : {true, false}) {
+    const int port = free_port();
+    auto start = [&](int rank) {
+      return std::async(std::launch::async, [=] {
+        ZmqConfig c = local_config(rank, 2, port);
+        c.shared_memory = shared_memory;
+        ZmqTransport transport(c, 2);
+        return transport.uses_shared_memory(1 - rank);
+      });
+    };
+    auto a = start(0), b = start(1);
+    CHECK(a.get() == shared_memory);
+    CHECK(b.get() == shared_memory);
+  }
 }
 
 TEST_CASE("zmq: a coordinator port in use is a one-line error") {
