@@ -9,6 +9,9 @@
 //   all_sum: read D*B, write D*B       all_gather: read B, write D*B
 //   reduce_scatter: read D*B, write B  all_to_all: read D*B, write D*B
 // A bare barrier is timed too, to compare small collectives against it.
+//
+// --backend zmq instead runs each device count as that many local processes over the ZeroMQ
+// backend, next to the thread backend in the same run (cli/bench_collectives_zmq.h).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
 #include "dist/runtime.h"
 #include "tensor/blas.h"
@@ -35,6 +39,8 @@ struct BenchCollectivesOptions {
   std::vector<std::string> sizes{"4K", "64K", "1M", "4M", "16M", "64M"};
   std::vector<std::string> ops{"all_sum", "all_gather", "reduce_scatter", "all_to_all"};
   int reps = 7;  // batches; the median is reported
+  std::string backend = "threads";
+  std::string transport = "ipc";  // zmq only
 };
 
 int64_t parse_bytes(const std::string& text) {
@@ -191,7 +197,22 @@ void setup_bench_collectives(CLI::App& sub) {
   sub.add_option("--sizes", o->sizes, "Bytes per device, e.g. 4K,1M,64M")->delimiter(',')->capture_default_str();
   sub.add_option("--ops", o->ops, "all_sum,all_gather,reduce_scatter,all_to_all")->delimiter(',')->capture_default_str();
   sub.add_option("--reps", o->reps, "Timed batches per point (median reported)")->capture_default_str();
-  sub.callback([o] { run_bench_collectives(*o); });
+  sub.add_option("--backend", o->backend, "threads, or zmq: each device count as local processes, next to threads")
+      ->check(CLI::IsMember({"threads", "zmq"}))
+      ->capture_default_str();
+  sub.add_option("--transport", o->transport, "zmq only: ipc or tcp (127.0.0.1) between processes")
+      ->check(CLI::IsMember({"ipc", "tcp"}))
+      ->capture_default_str();
+  sub.callback([o, &sub] {
+    if (o->backend == "threads") return run_bench_collectives(*o);
+    ZmqBenchOptions z;
+    if (sub.count("--devices")) z.processes = o->devices;  // default 2,4: 8 processes on 2 cores say little
+    z.sizes = o->sizes;
+    z.ops = o->ops;
+    z.reps = o->reps;
+    z.transport = o->transport;
+    run_bench_collectives_zmq(z);
+  });
 }
 
 const bool registered = register_bench(

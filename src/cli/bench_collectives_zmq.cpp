@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
 #include "dist/launcher.h"
 #include "dist/runtime.h"
@@ -26,14 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Options {
-  std::vector<int> processes{2, 4};
-  std::vector<std::string> sizes{"4K", "64K", "1M", "4M", "16M"};
-  std::vector<std::string> ops{"all_sum", "all_gather", "reduce_scatter", "all_to_all"};
-  int reps = 5;
-  std::string transport = "ipc";
-  bool worker = false;  // hidden: one rank of the zmq measurement
-};
+using Options = ZmqBenchOptions;
 
 int64_t parse_size(const std::string& text) {
   size_t used = 0;
@@ -142,10 +136,12 @@ Results measure_zmq(const Options& o, int P) {
   return r;
 }
 
-void run_bench(const Options& o) {
+}  // namespace
+
+void run_bench_collectives_zmq(const ZmqBenchOptions& o) {
   if (o.worker) return run_worker(o);
   for (int P : o.processes)
-    if (P < 2 || P > 16) throw UsageError("bench collectives-zmq: --processes " + std::to_string(P) + " is not in [2, 16]");
+    if (P < 2 || P > 16) throw UsageError("bench collectives (zmq): " + std::to_string(P) + " processes is not in [2, 16]");
   std::printf("tpcli bench collectives-zmq: %s between local processes vs threads, median of %d batches\n\n",
               o.transport.c_str(), o.reps);
   for (int P : o.processes) {
@@ -165,6 +161,8 @@ void run_bench(const Options& o) {
   }
 }
 
+namespace {
+
 void setup(CLI::App& sub) {
   auto o = std::make_shared<Options>();
   sub.add_option("--processes", o->processes, "process counts, e.g. 2,4")->delimiter(',')->capture_default_str();
@@ -178,7 +176,7 @@ void setup(CLI::App& sub) {
     for (const std::string& op : o->ops)
       if (op != "all_sum" && op != "all_gather" && op != "reduce_scatter" && op != "all_to_all")
         throw UsageError("bench collectives-zmq: unknown op '" + op + "'");
-    run_bench(*o);
+    run_bench_collectives_zmq(*o);
   });
 }
 
