@@ -66,6 +66,9 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
 
 void run(const BenchTrainOptions& o, const RunFlags& flags) {
   config::RunConfig base = load_config(o.config, flags);
+  if (base.mesh.backend == config::BackendKind::Zmq)  // one mesh after another in this process
+    throw config::ConfigError(base.where("mesh.backend") + ": bench train runs on the threads backend (for zmq, time "
+                              "`tpcli launch -n P -- tpcli train CONFIG --backend zmq`)");
   const double peak1 = sgemm_peak_gflops();
   const int cores = tensor::available_cores();
   std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "

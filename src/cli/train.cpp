@@ -2,14 +2,25 @@
 //
 // Everything the config names is checked before the first step: the mesh against the heads and
 // the batch, the corpus, the tokenizer against the vocabulary. Errors are one line (exit 2).
-// Ctrl-C stops after the current step, saves a checkpoint and exits cleanly.
+// Ctrl-C (or SIGTERM) stops after the current step, saves a checkpoint and exits cleanly; the
+// same signal again exits at once.
+//
+// Over ZeroMQ (`tpcli launch -n P [--devices-per-process K] -- tpcli train CONFIG --backend zmq`,
+// or [mesh] backend = "zmq"), every rank runs this command on its share of the mesh (P*K devices);
+// only the rank hosting device 0 writes out_dir and prints. On Ctrl-C the launcher also sends
+// SIGTERM to every rank: the ranks agree on the step to stop at, as with threads.
 #include <CLI/CLI.hpp>
+#include <pthread.h>
+#include <signal.h>
+
 #include <atomic>
-#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
@@ -22,9 +33,50 @@ namespace tpcli::cli {
 namespace {
 
 std::atomic<bool> stop_requested{false};
+std::atomic<bool> got_sigint{false}, got_sigterm{false};
 
-extern "C" void on_sigint(int) {
-  if (stop_requested.exchange(true)) std::_Exit(130);  // a second Ctrl-C: leave now
+// Each signal counts on its own: Ctrl-C under `tpcli launch` brings a SIGINT (the terminal) and a
+// SIGTERM (the launcher), and that is still a first request.
+extern "C" void on_stop_signal(int sig) {
+  if ((sig == SIGINT ? got_sigint : got_sigterm).exchange(true)) std::_Exit(128 + sig);  // again: leave now
+  stop_requested = true;
+}
+
+// train::train on a thread that blocks SIGINT and SIGTERM, as do the device, ZeroMQ and BLIS threads
+// it starts: the signals reach only this thread, waiting in join, so no system call of theirs
+// fails with EINTR (a ZeroMQ poll would throw).
+train::TrainResult train_stoppable(const train::TrainOptions& o) {
+  struct sigaction action {}, old_int{}, old_term{};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+  sigset_t stop_signals, previous;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+  train::TrainResult result;
+  std::exception_ptr error;
+  try {
+    std::thread worker([&] {
+      try {
+        result = train::train(o);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    worker.join();
+  } catch (...) {  // could not start the thread
+    error = std::current_exception();
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (error) std::rethrow_exception(error);
+  return result;
 }
 
 // Prompt for the final hint: the first characters of the corpus's first line, like "ROMEO:".
@@ -50,13 +102,15 @@ void setup_train(CLI::App& sub) {
     });
     train::TrainOptions& o = prepared.options;
     o.stop = &stop_requested;
+    const bool writer = train::is_writer_process(o);  // the other ranks of a zmq run print nothing
 
-    std::fprintf(stderr, "tpcli train: %s on mesh %s (data axis '%s', tensor axis '%s'), %lld parameters, %zu train / %zu val tokens\n",
-                 config.path.c_str(), o.mesh.to_string().c_str(), o.data_axis.c_str(), o.tensor_axis.c_str(),
-                 static_cast<long long>(o.model.parameter_count()), o.corpus->train.size(), o.corpus->val.size());
-    auto previous = std::signal(SIGINT, on_sigint);
-    train::TrainResult result = train::train(o);
-    std::signal(SIGINT, previous);
+    if (writer)
+      std::fprintf(stderr,
+                   "tpcli train: %s on mesh %s (data axis '%s', tensor axis '%s'), %lld parameters, %zu train / %zu val tokens\n",
+                   config.path.c_str(), o.mesh.to_string().c_str(), o.data_axis.c_str(), o.tensor_axis.c_str(),
+                   static_cast<long long>(o.model.parameter_count()), o.corpus->train.size(), o.corpus->val.size());
+    train::TrainResult result = train_stoppable(o);
+    if (!writer) return;
 
     if (!result.sample.empty()) std::printf("---- sample ----\n%s\n----------------\n", result.sample.c_str());
     const auto& last = result.records;

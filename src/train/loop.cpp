@@ -68,6 +68,10 @@ void check_options(const TrainOptions& o) {
   if (o.resume && o.out_dir.empty()) fail("--resume needs train.out_dir");
 }
 
+bool is_writer_process(const TrainOptions& o) {
+  return o.local_ranks.empty() || std::find(o.local_ranks.begin(), o.local_ranks.end(), 0) != o.local_ranks.end();
+}
+
 // ---- pieces of a step ----
 
 double data_parallel_gradients(model::Llama& llama, const ParallelAxes& axes, std::span<const int> inputs,
@@ -291,12 +295,15 @@ TrainResult train(const TrainOptions& o) {
   }
   if (!source) source = std::make_shared<model::TensorWeights>(model::random_weights(o.model, o.seed));
 
-  if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
+  // Device 0 alone writes the run's files (over ZeroMQ the other processes share its out_dir, and
+  // resume reads it there), once the backend has started: processes that fail to meet write nothing.
   std::ofstream metrics;
-  if (!o.out_dir.empty()) {
+  auto open_metrics = [&] {
+    if (o.out_dir.empty()) return;
+    std::filesystem::create_directories(o.out_dir);
     metrics.open(std::filesystem::path(o.out_dir) / "metrics.jsonl", o.resume ? std::ios::app : std::ios::trunc);
     if (!metrics) throw std::runtime_error(o.out_dir + "/metrics.jsonl: cannot open for writing");
-  }
+  };
 
   BatchSampler train_batches(o.corpus->train, B, T, o.shuffle, o.seed);
   std::optional<BatchSampler> val_batches;
@@ -312,12 +319,25 @@ TrainResult train(const TrainOptions& o) {
   dist::RunOptions run_options;
   run_options.seed = o.seed;
   run_options.blas_threads = o.blas_threads;
+  run_options.make_backend = o.make_backend;
+  run_options.local_ranks = o.local_ranks;
   dist::run_on_mesh(o.mesh, [&](dist::Device& dev) {
     dist::Group& data = dev.axis(o.data_axis);
     dist::Group& tp = dev.axis(o.tensor_axis);
     dist::Group& world = dev.world();
     const bool writer = dev.rank() == 0;
+    if (writer) open_metrics();
     ParallelAxes axes{&data, &world, D, TP, o.mesh.axis_size(expert_axis), expert_axis == o.data_axis};
+    if (resume_file && !o.local_ranks.empty()) {
+      // Over ZeroMQ every process read the checkpoint on its own: they must resume the same step.
+      float steps[2] = {static_cast<float>(start_step), -static_cast<float>(start_step)};  // max, -min
+      world.all_max(std::span<float>(steps, 2));
+      if (steps[0] != -steps[1])
+        throw std::runtime_error(latest_checkpoint(o.out_dir) + ": the processes resume from different steps (" +
+                                 std::to_string(static_cast<int64_t>(-steps[1])) + " to " +
+                                 std::to_string(static_cast<int64_t>(steps[0])) +
+                                 "): every process must read the same checkpoint (one shared out_dir)");
+    }
 
     dist::Group& experts = dev.axis(expert_axis);  // MoE: the experts are dealt out over it (nn/moe.h)
     model::Llama llama(*source, tp, experts);

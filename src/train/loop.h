@@ -15,6 +15,10 @@
 //     clip, AdamW with lr(s)
 //   every eval_every steps: validation loss (pmean over the data axis); checkpoint
 // The loss of step s is the mean cross-entropy over all B*T targets of that step, before the update.
+//
+// Over the ZeroMQ backend (make_backend, local_ranks) each process runs its own devices; the one
+// hosting device 0 is the run's only writer (out_dir, metrics, checkpoints, progress, result),
+// the others create no file and leave TrainResult's records, checkpoint and sample empty.
 #pragma once
 
 #include <atomic>
@@ -35,6 +39,7 @@ namespace tpcli::model {
 class Llama;
 }
 namespace tpcli::dist {
+class Backend;
 class Device;
 class Group;
 }
@@ -48,6 +53,11 @@ struct TrainOptions {
   std::string tensor_axis = "model";
   std::string expert_axis;  // "" = the data axis
   int blas_threads = 0;     // per device; 0 = automatic
+  // The transport (dist/runtime.h RunOptions, set by dist::use_zmq_backend): null and empty = the
+  // thread backend, every device a thread of this process. Otherwise this process runs
+  // `local_ranks` only.
+  std::function<std::unique_ptr<dist::Backend>(const dist::Mesh&)> make_backend;
+  std::vector<int> local_ranks;
 
   // Model: the initial weights (null = random_weights(model, seed)).
   model::LlamaConfig model;
@@ -109,6 +119,10 @@ struct TrainResult {
 // Throws std::invalid_argument with one line when the options cannot work (mesh vs heads/batch,
 // missing axis roles, corpus too short, ...): call before starting anything long.
 void check_options(const TrainOptions& options);
+
+// True when this process hosts mesh device 0 (always, on the thread backend): the process that
+// writes the run's files and output.
+bool is_writer_process(const TrainOptions& options);
 
 TrainResult train(const TrainOptions& options);
 

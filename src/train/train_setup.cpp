@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "dist/zmq_backend.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
@@ -19,6 +20,41 @@ static dist::Mesh to_dist_mesh(const config::MeshSection& section) {
 static std::shared_ptr<const model::WeightSource> open_weights(const std::string& path) {
   if (path.ends_with(".safetensors")) return std::make_shared<model::SafetensorsFile>(path);
   return std::make_shared<model::Llama2cFile>(path);
+}
+
+// The zmq backend: this process is one rank of `tpcli launch` and runs its share of the mesh.
+static void select_zmq(const config::RunConfig& config, Prepared& p) {
+  using config::ConfigError;
+  TrainOptions& o = p.options;
+  dist::ZmqConfig zmq;
+  try {
+    zmq = dist::ZmqConfig::from_env();
+  } catch (const std::exception& e) {
+    throw ConfigError(config.where("mesh.backend") + ": " + e.what());
+  }
+  const int P = zmq.world_size, K = zmq.devices_per_process, N = o.mesh.size();
+  if (P * K != N)
+    throw ConfigError(config.where("mesh.axes") + ": mesh " + o.mesh.to_string() + " has " + std::to_string(N) +
+                      " devices but `tpcli launch` started " + std::to_string(P) + " processes x " +
+                      std::to_string(K) + " devices per process (launch with -n P --devices-per-process K, P*K = " +
+                      std::to_string(N) + ")");
+  // Every rank reads the config, the corpus and the model on its own: the coordinator refuses to
+  // start ranks that disagree on any of them (the command line is already in the hash).
+  model::Metadata model_keys;
+  model::config_to_metadata(o.model, model_keys);
+  std::string model_text;
+  for (const auto& [key, value] : model_keys) model_text += key + "=" + value + "\n";
+  std::string config_text;
+  try {
+    config_text = read_text_file(config.path);
+  } catch (const std::exception& e) {
+    throw ConfigError(config.path + ": " + e.what());
+  }
+  zmq.config_hash = dist::fnv1a(model_text, dist::fnv1a(p.corpus_text, dist::fnv1a(config_text, zmq.config_hash)));
+  dist::RunOptions run;
+  dist::use_zmq_backend(run, zmq);
+  o.make_backend = std::move(run.make_backend);
+  o.local_ranks = std::move(run.local_ranks);
 }
 
 Prepared prepare(const config::RunConfig& config, bool resume,
@@ -69,12 +105,21 @@ Prepared prepare(const config::RunConfig& config, bool resume,
   }
 
   // Mesh and its roles.
-  // The training loop runs every device as a thread of this process; over ZeroMQ it would need
-  // one metrics/checkpoint writer per run rather than per process. Refuse rather than ignore it.
-  if (config.mesh.backend == config::BackendKind::Zmq)
-    throw ConfigError(config.where("mesh.backend") +
-                      ": training runs on the threads backend only (the zmq backend serves infer)");
   o.mesh = to_dist_mesh(config.mesh);
+  if (config.mesh.backend == config::BackendKind::Zmq) {
+    select_zmq(config, p);
+  } else if (dist::ZmqConfig::in_env()) {
+    // Under `tpcli launch` on threads, every rank would train the whole mesh into the same files.
+    int processes = 1;
+    try {
+      processes = dist::ZmqConfig::from_env().world_size;
+    } catch (const std::exception&) {
+    }
+    if (processes > 1)
+      throw ConfigError(config.where("mesh.backend") + ": backend threads, but `tpcli launch` started " +
+                        std::to_string(processes) +
+                        " processes: each would train the whole mesh into the same out_dir (add --backend zmq)");
+  }
   o.data_axis = config.mesh.data_axis;
   o.tensor_axis = config.mesh.tensor_axis;
   o.expert_axis = config.mesh.experts_axis();

@@ -76,7 +76,7 @@ TEST_CASE("tpcli train: bad configs fail with one line before training starts") 
       {"more tensor devices than heads", config_text("data = 1, model = 8"), "", "heads"},
       {"mesh does not divide batch", config_text("data = 3, model = 1"), "", "batch_size"},
       {"missing corpus", config_text("data = 1, model = 1"), "--set data.path=/nonexistent/corpus.txt", "corpus"},
-      {"zmq backend (not supported for training)", config_text("data = 1, model = 1"), "--backend zmq", "threads"},
+      {"zmq backend outside tpcli launch", config_text("data = 1, model = 1"), "--backend zmq", "tpcli launch"},
   };
   for (const auto& c : cases) {
     INFO(c.name);
