@@ -131,6 +131,17 @@ std::string mismatch(const Hello& h, const Hello& root) {
   return {};
 }
 
+// zmq::poll, where a signal arriving during the wait counts as "nothing yet": callers loop against
+// their own deadline, and a signal (Ctrl-C, SIGTERM from the launcher) is the command's to handle.
+void poll_through_signals(zmq::pollitem_t* items, size_t count, std::chrono::milliseconds wait) {
+  try {
+    zmq::poll(items, count, wait);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+    for (size_t i = 0; i < count; ++i) items[i].revents = 0;
+  }
+}
+
 std::string frame_text(const zmq::message_t& m) { return std::string(static_cast<const char*>(m.data()), m.size()); }
 
 }  // namespace
@@ -240,7 +251,7 @@ std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
   std::string error;
   while (joined < config_.world_size && error.empty()) {
     zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, POLL_SLICE);
+    poll_through_signals(&item, 1, POLL_SLICE);
     if (Clock::now() > deadline) {
       std::string missing;
       for (int r = 1; r < config_.world_size; ++r)
@@ -290,7 +301,10 @@ std::vector<std::string> ZmqTransport::ask_coordinator(const std::string& my_hel
   }
   dealer.send(zmq::buffer(my_hello));
   zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<int64_t>(config_.timeout_s * 1000)));
+  const auto deadline = Clock::now() + std::chrono::duration<double>(config_.timeout_s);
+  do {
+    poll_through_signals(&item, 1, POLL_SLICE);
+  } while (!(item.revents & ZMQ_POLLIN) && Clock::now() < deadline);
   if (!(item.revents & ZMQ_POLLIN))
     fail("rank " + std::to_string(config_.rank) + " got no answer from the coordinator at " + config_.coordinator +
          " within " + std::to_string(static_cast<int>(config_.timeout_s)) +
@@ -673,7 +687,7 @@ void ZmqTransport::poll_once(std::chrono::milliseconds wait) {
   std::vector<zmq::pollitem_t> items{{inbox_.handle(), 0, ZMQ_POLLIN, 0}};
   for (auto& m : monitors_)
     if (m) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
-  zmq::poll(items.data(), items.size(), wait);
+  poll_through_signals(items.data(), items.size(), wait);
   std::vector<std::vector<zmq::message_t>> messages;
   for (;;) {
     std::vector<zmq::message_t> frames;
