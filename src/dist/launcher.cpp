@@ -282,11 +282,12 @@ void pump(std::vector<Rank>& ranks, int wait_ms) {
   }
 }
 
-// Reads what a reaped rank left in its pipes, without waiting (grandchildren may keep them open).
+// Reads what a reaped rank left in its pipes, without waiting (grandchildren may keep them open,
+// and writing: a bounded number of reads).
 void drain(Rank& r) {
   char buf[65536];
   for (Stream* s : {&r.out, &r.err}) {
-    while (s->fd >= 0) {
+    for (int reads = 0; s->fd >= 0 && reads < 16; ++reads) {
       pollfd p{s->fd, POLLIN, 0};
       if (::poll(&p, 1, 0) <= 0) break;
       const ssize_t n = ::read(s->fd, buf, sizeof buf);
