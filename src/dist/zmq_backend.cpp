@@ -51,7 +51,8 @@ class ZmqCommunicator : public Communicator {
     // In place (Group allows `in` to be this member's chunk of out) the receives write elsewhere.
     for (int m = 0; m < size(); ++m)
       if (m != r_) send(m, call, 0, in);
-    if (!in.empty()) std::memmove(out.data() + off[r_], in.data(), in.size_bytes());
+    if (!in.empty() && in.data() != out.data() + off[r_])  // in place: no copy (`in` may still be read)
+      std::memmove(out.data() + off[r_], in.data(), in.size_bytes());
     for (int m = 0; m < size(); ++m)
       if (m != r_) receive_into(m, call, 0, "all_gather", out.subspan(off[m], counts[m]));
     flush("all_gather");
