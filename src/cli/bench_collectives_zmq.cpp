@@ -65,6 +65,18 @@ void call_op(const std::string& op, dist::Group& g, Buffers& b) {
   else g.barrier();
 }
 
+// Barriers for a quarter of a second, timed on member 0 and broadcast, before anything is measured:
+// points measured in the first tens of milliseconds of a fresh set of processes came out several
+// times slower, whatever their own warm-up.
+void settle(dist::Group& world) {
+  const auto until = Clock::now() + std::chrono::milliseconds(250);
+  for (float more = 1; more > 0;) {
+    for (int i = 0; i < 100; ++i) world.barrier();
+    more = world.rank() == 0 && Clock::now() < until ? 1.0f : 0.0f;
+    world.broadcast(std::span<float>(&more, 1), 0);
+  }
+}
+
 // Seconds per call of every (op, size), measured inside one run_on_mesh; device 0's medians.
 using Results = std::map<std::pair<std::string, int64_t>, double>;
 
@@ -78,13 +90,14 @@ Results measure(const Options& o, int D, const dist::RunOptions& run_options) {
       dist::Mesh::line(D),
       [&](dist::Device& dev) {
         dist::Group& world = dev.world();
+        settle(world);
         for (const std::string& op : ops) {
           for (int64_t B : op == "barrier" ? std::vector<int64_t>{4} : sizes) {
             const int64_t floats = std::max<int64_t>(D, B / 4 / D * D);
             Buffers buf;
             make_buffers(op, floats, D, buf);
             const int iters = op == "barrier" ? 200 : iterations_for(floats * 4);
-            call_op(op, world, buf);  // warm-up
+            for (int i = 0; i < iters; ++i) call_op(op, world, buf);  // warm-up: the rings' first pass is slow
             std::vector<double> per_call;
             for (int r = 0; r < o.reps; ++r) {
               world.barrier();

@@ -39,7 +39,7 @@ static_assert(sizeof(RingRecord) == 56);
 class ShmSegment {
  public:
   static constexpr size_t RING_BYTES = size_t{8} << 20;  // per sending process
-  static constexpr int64_t MAX_RECORD_FLOATS = 131072;   // 512 KB: the sender writes record i+1 while
+  static constexpr int64_t MAX_RECORD_FLOATS = 65536;    // 256 KB: the sender writes record i+1 while
                                                          // the receiver reduces record i
 
   // A new segment for a run of `processes` processes.
@@ -69,7 +69,8 @@ class ShmSegment {
   // ---- doorbell: "something arrived or space was freed" ----
   uint32_t bell() const;
   void ring_bell();
-  // Until bell() != seen or `wait` passes (spins `spin` rounds first). True if it rang.
+  // Until bell() != seen or `wait` passes (spins `spin` rounds, then yields a few times, then
+  // sleeps on the futex). True if it rang.
   bool wait_bell(uint32_t seen, std::chrono::microseconds wait, int spin) const;
 
  private:
