@@ -3,6 +3,8 @@
 // Wire format of one chunk: two frames, a WireHeader and the payload (floats, or text for ABORT).
 #include "dist/zmq_transport.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <thread>
@@ -57,6 +59,24 @@ int env_int(const char* name, int fallback, bool required) {
 std::string env_str(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::string(v) : fallback;
+}
+
+// TPCLI_HOST as an IPv4 address ZeroMQ can bind and peers can reach: names are resolved here
+// (ZeroMQ binds only to addresses and interfaces), wildcards refused (peers cannot dial them).
+std::string inbox_host(const std::string& host, int world_size) {
+  if ((host == "*" || host == "0.0.0.0") && world_size > 1)
+    fail("TPCLI_HOST=" + host + " cannot be given to the other ranks: set this host's own address");
+  in_addr numeric{};
+  if (host == "*" || inet_pton(AF_INET, host.c_str(), &numeric) == 1) return host;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || !found)
+    fail("TPCLI_HOST=" + host + " does not resolve to an IPv4 address");
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
+  freeaddrinfo(found);
+  return text;
 }
 
 // Identifies the executable by content, so copies of one build on several hosts agree.
@@ -184,6 +204,7 @@ ZmqConfig ZmqConfig::from_env() {
     fail("TPCLI_DEVICES_PER_PROCESS=" + std::to_string(c.devices_per_process) + " must be at least 1");
   if (c.timeout_s <= 0) fail("TPCLI_TIMEOUT must be a positive number of seconds");
   if (c.transport != "tcp" && c.transport != "ipc") fail("TPCLI_TRANSPORT=" + c.transport + " must be tcp or ipc");
+  if (c.transport == "tcp") c.host = inbox_host(c.host, c.world_size);
   // Same command line on every rank (the launcher starts them all with one).
   std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
   c.config_hash = fnv1a(std::string((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>()));

@@ -342,6 +342,30 @@ TEST_CASE("zmq: ranks on one host move data through shared memory unless TPCLI_S
   }
 }
 
+TEST_CASE("zmq: TPCLI_HOST names resolve to an address, wildcards are refused") {
+  auto config_with_host = [](const char* host) {
+    ::setenv("TPCLI_RANK", "0", 1);
+    ::setenv("TPCLI_WORLD_SIZE", "2", 1);
+    ::setenv("TPCLI_COORDINATOR", "tcp://127.0.0.1:29999", 1);
+    ::setenv("TPCLI_TRANSPORT", "tcp", 1);
+    ::setenv("TPCLI_HOST", host, 1);
+    std::string result;
+    try {
+      result = ZmqConfig::from_env().host;
+    } catch (const std::exception& e) {
+      result = e.what();
+    }
+    for (const char* v : {"TPCLI_RANK", "TPCLI_WORLD_SIZE", "TPCLI_COORDINATOR", "TPCLI_TRANSPORT", "TPCLI_HOST"})
+      ::unsetenv(v);
+    return result;
+  };
+  CHECK(config_with_host("10.1.2.3") == "10.1.2.3");
+  CHECK(config_with_host("localhost") == "127.0.0.1");
+  CHECK(config_with_host("*") == "zmq: TPCLI_HOST=* cannot be given to the other ranks: set this host's own address");
+  CHECK(config_with_host("0.0.0.0").find("cannot be given to the other ranks") != std::string::npos);
+  // (An unresolvable name is not tried: with no reachable DNS server the lookup can take long.)
+}
+
 TEST_CASE("zmq: a coordinator port in use is a one-line error") {
   zmq::context_t ctx;
   zmq::socket_t squatter(ctx, zmq::socket_type::rep);
