@@ -5,6 +5,7 @@
 //   config::ConfigError                       -> "FILE:LINE:COL: message", exit 2
 //   cli::UsageError                           -> "tpcli SUBCOMMAND: message", exit 2
 //   any other exception                       -> "tpcli: message", exit 1
+#include <malloc.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -58,8 +59,20 @@ static void ensure_passive_openmp(char** argv) {
   execv("/proc/self/exe", argv);  // only returns on failure: then run with the default policy
 }
 
+// glibc returns freed memory above 128 KB to the kernel and maps big blocks afresh, so a buffer
+// allocated and freed per step (a 1 MB ZeroMQ message, a collective's temporary) is page-faulted
+// and zeroed again every time; page faults are costly in the VMs these machines are. Keeping up to
+// 256 MB of freed heap and mapping only blocks over 32 MB: all_sum of 4 MB over ZeroMQ sockets
+// went from 10-29 ms to 2.4 ms. (Setting the trim threshold alone would be worse: it also fixes
+// the mmap threshold at its 128 KB default.)
+static void keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 int main(int argc, char** argv) {
   ensure_passive_openmp(argv);
+  keep_freed_memory();
   CLI::App app{"tpcli: train and run Llama-style transformers split over a mesh of devices", "tpcli"};
   app.set_version_flag("--version", std::string("tpcli ") + TPCLI_VERSION);
   app.require_subcommand(1);
