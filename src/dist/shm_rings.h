@@ -38,7 +38,7 @@ static_assert(sizeof(RingRecord) == 56);
 // One process's segment, mapped by its owner (create) or by a peer (open).
 class ShmSegment {
  public:
-  static constexpr size_t RING_BYTES = size_t{8} << 20;  // per sending process
+  static constexpr size_t RING_BYTES = size_t{4} << 20;  // per sending process
   static constexpr int64_t MAX_RECORD_FLOATS = 65536;    // 256 KB: the sender writes record i+1 while
                                                          // the receiver reduces record i
 

@@ -34,7 +34,7 @@ TEST_CASE("shm rings: a peer's mapping sees whole records in order, across many 
   ShmSegment peer = ShmSegment::open(owner.descriptor(), 2);  // what process 1 maps
   const int64_t max = ShmSegment::MAX_RECORD_FLOATS;
   uint64_t written = 0, read = 0;
-  // Odd sizes so that records end at every offset; 2000 records pass the 8 MB ring many times.
+  // Odd sizes so that records end at every offset; 2000 records pass the ring many times.
   auto size_of = [&](uint64_t seq) { return static_cast<int64_t>(seq * 7919 % static_cast<uint64_t>(max + 1)); };
   while (read < 2000) {
     while (written < 2000) {

@@ -118,20 +118,20 @@ void every_size(Group& g, uint64_t seed) {
   check_random_sequence(g, 150, 100000, seed + 5);
 }
 
-// Messages larger than a shared-memory ring (8 MB): sends wait for room while receivers drain, and
+// Messages larger than a shared-memory ring (4 MB): sends wait for room while receivers drain, and
 // collectives whose output overlaps their input must not overwrite what is still being sent.
 void beyond_ring(Group& g, uint64_t seed) {
   const int S = g.size(), r = g.rank();
-  const int64_t big = 2'200'000 * S;  // 8.8 MB slices
+  const int64_t big = 1'100'000 * S;  // 4.4 MB slices
   std::vector<float> x = member_input(seed, r, big);
   g.all_sum(x);
   expect_close("all_sum beyond the ring", x, serial_sum(seed, S, big), 0.0f, r);
   check_reduce_scatter(g, big, seed + 1);
-  check_broadcast(g, 2'200'000, S - 1, seed + 2);
+  check_broadcast(g, 1'100'000, S - 1, seed + 2);
 
   // In place, as Group allows: all_gather from this member's chunk of out, reduce_scatter into this
   // member's chunk of in.
-  const int64_t n = 2'200'000;
+  const int64_t n = 1'100'000;
   std::vector<float> gathered = nan_buffer(n * S);
   const std::vector<float> own = member_input(seed + 3, r, n);
   std::copy(own.begin(), own.end(), gathered.begin() + r * n);
