@@ -282,12 +282,7 @@ TEST_CASE("launch --hosts: a rank killed on its host ends the run naming it, and
   ::kill(pids[1], SIGKILL);
   const int code = run.get();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::fflush(err);
-  std::rewind(err);
-  std::string text;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, err)) > 0;) text.append(buf, n);
-  std::fclose(err);
+  const std::string text = tpcli::testing::slurp_and_close(err);
   INFO(text);
   CHECK(code == 137);
   CHECK(seconds < 15);

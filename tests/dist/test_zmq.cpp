@@ -3,6 +3,8 @@
 // the shared collective checks (tests/dist/collective_checks.h) against serial references.
 // Start-up errors are tested in-process, with one thread per "rank" (each its own ZeroMQ context).
 #include <catch2/catch.hpp>
+
+#include "support/temp_dir.h"
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,16 +35,6 @@ struct Ran {
   double seconds = 0;
 };
 
-std::string slurp(FILE* f) {
-  std::fflush(f);
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
-
 // Runs `command` through the launcher, capturing what it forwards.
 Ran run_launch(LaunchOptions o, const std::vector<std::string>& command) {
   FILE* out = std::tmpfile();
@@ -53,8 +45,8 @@ Ran run_launch(LaunchOptions o, const std::vector<std::string>& command) {
   Ran r;
   r.code = launch(o, command);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.out = slurp(out);
-  r.err = slurp(err);
+  r.out = slurp_and_close(out);
+  r.err = slurp_and_close(err);
   return r;
 }
 
