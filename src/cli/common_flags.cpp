@@ -1,6 +1,11 @@
 #include "cli/common_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "cli/commands.h"
 
 namespace tpcli::cli {
 
@@ -52,6 +57,14 @@ dist::Mesh to_mesh(const config::MeshSection& mesh) {
   std::vector<dist::MeshAxis> axes;
   for (const auto& axis : mesh.axes) axes.push_back({axis.name, axis.size});
   return dist::Mesh(std::move(axes));
+}
+
+void check_trace_path(const std::string& path, bool zmq_backend) {
+  if (zmq_backend)
+    throw UsageError("--trace " + path + ": works on the threads backend only (a zmq rank sees only its own devices)");
+  const std::filesystem::path folder = std::filesystem::absolute(path).parent_path();
+  if (!std::filesystem::is_directory(folder) || ::access(folder.c_str(), W_OK) != 0)
+    throw UsageError("--trace " + path + ": folder " + folder.string() + " does not exist or is not writable");
 }
 
 }  // namespace tpcli::cli

@@ -64,4 +64,8 @@ dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback = d
 // The dist::Mesh of a validated [mesh] section (one device on axis "model" when no axes given).
 dist::Mesh to_mesh(const config::MeshSection& mesh);
 
+// --trace FILE, checked before the run rather than after it: refused on the zmq backend (a rank
+// sees only its own devices) and when FILE's folder cannot be written. UsageError, one line.
+void check_trace_path(const std::string& path, bool zmq_backend);
+
 }  // namespace tpcli::cli

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
+#include "dist/trace.h"
 #include "dist/zmq_backend.h"
 #include "model/generate.h"
 #include "model/shard_plan.h"
@@ -91,8 +93,18 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
   dist::RunOptions run_options;
   dist::select_backend(run_options, run_flags.backend);  // zmq: only this process's devices run here
+  std::optional<dist::Trace> trace;
+  if (!run_flags.trace.empty()) {
+    check_trace_path(run_flags.trace, !run_options.local_ranks.empty());
+    run_options.trace = &trace.emplace();
+  }
   const model::MeshGenerateResult r = generate(f, opened, mesh, options, run_options);
   std::fflush(stdout);
+  if (trace) {
+    trace->write(run_flags.trace);
+    std::fprintf(stderr, "trace: %s (every device's forward passes and collectives; open in ui.perfetto.dev)\n",
+                 run_flags.trace.c_str());
+  }
 
   if (r.result.positions > 1) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
   const double per_token = r.result.positions > 0 ? 1.0 / r.result.positions : 0.0;
@@ -105,7 +117,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
 void setup_infer(CLI::App& sub) {
   auto flags = std::make_shared<InferFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "llama2.c tokenizer.bin (default: the checkpoint's recorded tokenizer, else ./tokenizer.bin)");

@@ -19,12 +19,14 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_from_config.h"
+#include "dist/trace.h"
 #include "train/loop.h"
 #include "train/train_setup.h"
 
@@ -103,6 +105,11 @@ void setup_train(CLI::App& sub) {
     train::TrainOptions& o = prepared.options;
     o.stop = &stop_requested;
     const bool writer = train::is_writer_process(o);  // the other ranks of a zmq run print nothing
+    std::optional<dist::Trace> trace;
+    if (!flags->trace.empty()) {
+      check_trace_path(flags->trace, !o.local_ranks.empty());
+      o.trace = &trace.emplace();
+    }
 
     if (writer)
       std::fprintf(stderr,
@@ -110,6 +117,11 @@ void setup_train(CLI::App& sub) {
                    config.path.c_str(), o.mesh.to_string().c_str(), o.data_axis.c_str(), o.tensor_axis.c_str(),
                    static_cast<long long>(o.model.parameter_count()), o.corpus->train.size(), o.corpus->val.size());
     train::TrainResult result = train_stoppable(o);
+    if (trace) {
+      trace->write(flags->trace);
+      std::fprintf(stderr, "trace: %s (every device's steps and collectives; open in ui.perfetto.dev)\n",
+                   flags->trace.c_str());
+    }
     if (!writer) return;
 
     if (!result.sample.empty()) std::printf("---- sample ----\n%s\n----------------\n", result.sample.c_str());

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "dist/trace.h"
 #include "model/llama.h"
 
 namespace tpcli::model {
@@ -90,8 +91,16 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
         Llama model(weights, dev.axis("model"));
         const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
         results[static_cast<size_t>(dev.rank())] =
-            loop([&](int token, int pos) { return model.forward(token, pos); },
-                 [&](int token, int pos) { return model.forward_argmax(token, pos); }, dev.rank() == 0 ? out : nullptr);
+            loop(
+                [&](int token, int pos) {
+                  dist::TraceSpan span(dev.trace(), dev.rank(), "forward");
+                  return model.forward(token, pos);
+                },
+                [&](int token, int pos) {
+                  dist::TraceSpan span(dev.trace(), dev.rank(), "forward");
+                  return model.forward_argmax(token, pos);
+                },
+                dev.rank() == 0 ? out : nullptr);
         DeviceReport& r = reports[static_cast<size_t>(dev.rank())];
         r.parameter_bytes = model.parameter_bytes();
         r.kv_cache_bytes = model.kv_cache_bytes();

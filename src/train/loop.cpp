@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "dist/runtime.h"
+#include "dist/trace.h"
 #include "model/llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
@@ -321,6 +322,7 @@ TrainResult train(const TrainOptions& o) {
   run_options.blas_threads = o.blas_threads;
   run_options.make_backend = o.make_backend;
   run_options.local_ranks = o.local_ranks;
+  run_options.trace = o.trace;
   dist::run_on_mesh(o.mesh, [&](dist::Device& dev) {
     dist::Group& data = dev.axis(o.data_axis);
     dist::Group& tp = dev.axis(o.tensor_axis);
@@ -363,6 +365,7 @@ TrainResult train(const TrainOptions& o) {
     std::vector<int> inputs(static_cast<size_t>(local_rows * T)), targets(inputs.size());  // (B_local, T)
 
     auto evaluate = [&]() {
+      dist::TraceSpan span(dev.trace(), dev.rank(), "evaluate");
       double sum = 0;
       for (int k = 0; k < o.eval_batches; ++k) {
         val_batches->fill(k, rows.begin, rows.end, inputs, targets);
@@ -374,6 +377,7 @@ TrainResult train(const TrainOptions& o) {
     };
     auto save = [&](int64_t step) {
       if (o.out_dir.empty()) return;
+      dist::TraceSpan span(dev.trace(), dev.rank(), "checkpoint");
       const std::string path = latest_checkpoint(o.out_dir);
       save_checkpoint(llama, adam, {path, step, &o}, writer);
       if (writer) {
@@ -394,13 +398,16 @@ TrainResult train(const TrainOptions& o) {
         break;
       }
       train_batches.fill(step, rows.begin, rows.end, inputs, targets);
+      std::optional<dist::TraceSpan> span(std::in_place, dev.trace(), dev.rank(), "gradients");
       const double loss = data_parallel_gradients(llama, axes, inputs, targets, local_rows, T);
+      span.emplace(dev.trace(), dev.rank(), "optimizer");
       float sq = static_cast<float>(local_grad_sq(slots));
       world.all_sum(std::span<float>(&sq, 1));
       const double norm = std::sqrt(static_cast<double>(sq));
       clip_grads(slots, norm, o.grad_clip);
       const double lr = o.schedule.at(step);
       adam.step(slots, lr);
+      span.reset();
 
       StepRecord rec{step + 1, loss, lr, norm, 0, std::nullopt};
       for (const nn::MoeStats& m : llama.moe_stats()) {  // before evaluate() routes other tokens

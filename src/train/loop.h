@@ -42,6 +42,7 @@ namespace tpcli::dist {
 class Backend;
 class Device;
 class Group;
+class Trace;
 }
 
 namespace tpcli::train {
@@ -90,6 +91,9 @@ struct TrainOptions {
 
   // Set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint.
   const std::atomic<bool>* stop = nullptr;
+  // Records every device's steps (spans "forward+backward", "data-parallel mean", "optimizer",
+  // "evaluate", "checkpoint") and collectives, when not null (dist/trace.h).
+  dist::Trace* trace = nullptr;
   // Called on world rank 0 after every step (tests read the loss sequence).
   std::function<void(int64_t step, double loss)> on_step;
 };

@@ -107,6 +107,57 @@ TEST_CASE("tpcli train: a short run on a 2x2 mesh leaves a checkpoint infer read
   CHECK(g.out.size() > 20);
 }
 
+TEST_CASE("tpcli train --trace and infer --trace: every device's spans and collectives, as Chrome-trace JSON") {
+  fs::remove_all(scratch() / "run");
+  const std::string path = write_config("trace.toml", config_text("data = 2, model = 2"));
+  const fs::path trace = scratch() / "trace.json";
+  Run r = run_tpcli("train " + path + " --trace " + trace.string());
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  const std::string json = slurp(trace);
+  CHECK(json.find("\"traceEvents\":[") != std::string::npos);
+  for (int device = 0; device < 4; ++device) {
+    INFO("device " << device);
+    // One event per line. 3 steps: a gradients and an optimizer span each, and collectives.
+    const std::string tid = "\"tid\":" + std::to_string(device) + ",";
+    int gradients = 0, optimizer = 0, all_sums = 0;
+    std::istringstream lines(json);
+    for (std::string event; std::getline(lines, event);) {
+      if (event.find(tid) == std::string::npos) continue;
+      gradients += event.find("\"name\":\"gradients\"") != std::string::npos;
+      optimizer += event.find("\"name\":\"optimizer\"") != std::string::npos;
+      all_sums += event.find("\"name\":\"all_sum\"") != std::string::npos;
+    }
+    CHECK(gradients == 3);
+    CHECK(optimizer == 3);
+    CHECK(all_sums > 3);
+  }
+
+  // infer --trace: a forward span per token on each device (ROMEO: is 6 prompt tokens + 10 new).
+  const fs::path infer_trace = scratch() / "infer_trace.json";
+  Run g = run_tpcli("infer --model " + (scratch() / "run" / "latest.safetensors").string() +
+                    " -i \"ROMEO:\" -n 10 -t 0 --devices 2 --trace " + infer_trace.string());
+  INFO("infer stderr: " << g.err);
+  REQUIRE(g.code == 0);
+  const std::string infer_json = slurp(infer_trace);
+  for (int device = 0; device < 2; ++device) {
+    const std::string tid = "\"tid\":" + std::to_string(device) + ",";
+    int forwards = 0;
+    std::istringstream lines(infer_json);
+    for (std::string event; std::getline(lines, event);)
+      forwards += event.find(tid) != std::string::npos && event.find("\"name\":\"forward\"") != std::string::npos;
+    CHECK(forwards >= 10);
+  }
+
+  // An unwritable trace path is refused before training, in one line.
+  Run bad = run_tpcli("train " + path + " --trace /nonexistent/folder/trace.json");
+  CHECK(bad.code == 2);
+  CHECK(lines_of(bad.err) == 1);
+  CHECK(bad.err.find("--trace /nonexistent/folder/trace.json: folder /nonexistent/folder does not exist") !=
+        std::string::npos);
+  CHECK(bad.err.find("step ") == std::string::npos);
+}
+
 TEST_CASE("tpcli export --to llama2c: the .bin gives the same greedy tokens in infer") {
   const std::string tok = std::string(TPCLI_SHARED_DIR) + "/data/tok512.bin";
   if (!fs::exists(tok)) {
