@@ -19,10 +19,12 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli/bench_collective_ops.h"
 #include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
 #include "dist/runtime.h"
@@ -43,25 +45,6 @@ struct BenchCollectivesOptions {
   std::string transport = "ipc";  // zmq only
 };
 
-int64_t parse_bytes(const std::string& text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw UsageError("bench collectives: size '" + text + "' is not a number (e.g. 4K, 16M)");
-  }
-  const std::string unit = text.substr(used);
-  double scale = 1;
-  if (unit == "K" || unit == "KB" || unit == "k") scale = 1024;
-  else if (unit == "M" || unit == "MB") scale = 1024 * 1024;
-  else if (unit == "G" || unit == "GB") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "B") throw UsageError("bench collectives: unknown unit in size '" + text + "'");
-  const auto bytes = static_cast<int64_t>(value * scale);
-  if (bytes < 4) throw UsageError("bench collectives: size '" + text + "' is below one float");
-  return bytes;
-}
-
 std::string format_bytes(int64_t b) {
   char buf[32];
   if (b >= (1 << 20) && b % (1 << 20) == 0) std::snprintf(buf, sizeof buf, "%lld MB", static_cast<long long>(b >> 20));
@@ -74,9 +57,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
-
-// Calls per timed batch: enough that a batch of small calls is not just timer noise.
-int iterations_for(int64_t bytes) { return static_cast<int>(std::clamp<int64_t>((8 << 20) / bytes, 1, 400)); }
 
 struct Timing {
   double op_s = 0;          // median seconds per call
@@ -130,27 +110,13 @@ const OpSpec OPS[] = {
     {"all_to_all", [](double B, int D) { return 2.0 * D * B; }},
 };
 
-// Per-device buffers of one op, made inside the device thread (device memory is its own).
-struct Buffers {
-  std::vector<float> a, b;
-};
-
-void run_op(const std::string& op, dist::Group& g, Buffers& buf) {
-  if (op == "all_sum") g.all_sum(buf.a);
-  else if (op == "all_gather") g.all_gather(std::span<const float>(buf.a).first(buf.b.size() / static_cast<size_t>(g.size())), buf.b);
-  else if (op == "reduce_scatter") g.reduce_scatter(buf.a, buf.b);
-  else if (op == "all_to_all") g.all_to_all(buf.a, buf.b);
-}
-
 void run_bench_collectives(const BenchCollectivesOptions& o) {
   std::vector<int64_t> sizes;
   for (const std::string& s : o.sizes) sizes.push_back(parse_bytes(s));
   for (int d : o.devices)
-    if (d < 1 || d > 256) throw UsageError("bench collectives: --devices " + std::to_string(d) + " is not in [1, 256]");
-  for (const std::string& op : o.ops)
-    if (std::none_of(std::begin(OPS), std::end(OPS), [&](const OpSpec& s) { return op == s.name; }))
-      throw UsageError("bench collectives: unknown op '" + op + "' (all_sum, all_gather, reduce_scatter, all_to_all)");
-  if (o.reps < 1) throw UsageError("bench collectives: --reps must be >= 1");
+    if (d < 1 || d > 256) throw UsageError("--devices " + std::to_string(d) + " is not in [1, 256]");
+  check_collective_ops(o.ops);
+  if (o.reps < 1) throw UsageError("--reps must be >= 1");
   const int cores = tensor::available_cores();
   std::printf("tpcli bench collectives: thread backend, %d cores, median of %d batches\n", cores, o.reps);
   std::printf("bound = minimum bytes read+written / memcpy traffic rate of the same bytes on min(D, cores) threads\n\n");
@@ -166,18 +132,11 @@ void run_bench_collectives(const BenchCollectivesOptions& o) {
       for (const OpSpec& spec : OPS) {
         if (std::find(o.ops.begin(), o.ops.end(), spec.name) == o.ops.end()) continue;
         const std::string op = spec.name;
-        std::vector<Buffers> bufs(static_cast<size_t>(D));
+        std::vector<std::optional<CollectiveBuffers>> bufs(static_cast<size_t>(D));  // [D], made by each device
         const Timing t = time_collective(
             D, o.reps, iterations_for(static_cast<int64_t>(bytes)), static_cast<int64_t>(bytes) * D, std::min(D, cores),
-            [&](dist::Device& dev) {
-              Buffers& b = bufs[static_cast<size_t>(dev.rank())];
-              const size_t n = static_cast<size_t>(floats);
-              if (op == "all_sum") b.a.assign(n, 1.0f);
-              if (op == "all_gather") { b.a.assign(n / static_cast<size_t>(D), 1.0f); b.b.assign(n, 0.0f); }
-              if (op == "reduce_scatter") { b.a.assign(n, 1.0f); b.b.assign(n / static_cast<size_t>(D), 0.0f); }
-              if (op == "all_to_all") { b.a.assign(n, 1.0f); b.b.assign(n, 0.0f); }
-            },
-            [&](dist::Device& dev) { run_op(op, dev.world(), bufs[static_cast<size_t>(dev.rank())]); });
+            [&](dist::Device& dev) { bufs[static_cast<size_t>(dev.rank())].emplace(op, floats, D); },
+            [&](dist::Device& dev) { run_collective(op, dev.world(), *bufs[static_cast<size_t>(dev.rank())]); });
         const double s = t.op_s, copy_rate = t.copy_rate;
         const double bound = spec.traffic(bytes, D) / copy_rate;
         std::printf("  %-15s %8s %12.2f %12.2f %12.2f %12.2f %8.0f%%\n", spec.name,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_collective_ops.h"
 #include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
 #include "dist/launcher.h"
@@ -28,42 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 using Options = ZmqBenchOptions;
-
-int64_t parse_size(const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw UsageError("bench collectives-zmq: size '" + text + "' is not a number (e.g. 4K, 16M)");
-  }
-  const std::string unit = text.substr(used);
-  const double scale = unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit.empty() || unit == "B" ? 1.0 : -1.0;
-  if (scale < 0) throw UsageError("bench collectives-zmq: unknown unit in size '" + text + "' (B, K or M)");
-  return std::max<int64_t>(4, static_cast<int64_t>(v * scale));
-}
-
-int iterations_for(int64_t bytes) { return static_cast<int>(std::clamp<int64_t>((8 << 20) / bytes, 1, 200)); }
-
-struct Buffers {
-  std::vector<float> a, b;  // [floats] input, [floats or floats / D] output
-};
-
-void make_buffers(const std::string& op, int64_t floats, int D, Buffers& b) {
-  const size_t n = static_cast<size_t>(floats), per = n / static_cast<size_t>(D);
-  if (op == "all_sum") b.a.assign(n, 1.0f);
-  if (op == "all_gather") { b.a.assign(per, 1.0f); b.b.assign(n, 0.0f); }
-  if (op == "reduce_scatter") { b.a.assign(n, 1.0f); b.b.assign(per, 0.0f); }
-  if (op == "all_to_all") { b.a.assign(n, 1.0f); b.b.assign(n, 0.0f); }
-}
-
-void call_op(const std::string& op, dist::Group& g, Buffers& b) {
-  if (op == "all_sum") g.all_sum(b.a);
-  else if (op == "all_gather") g.all_gather(b.a, b.b);
-  else if (op == "reduce_scatter") g.reduce_scatter(b.a, b.b);
-  else if (op == "all_to_all") g.all_to_all(b.a, b.b);
-  else g.barrier();
-}
 
 // Barriers for a quarter of a second, timed on member 0 and broadcast, before anything is measured:
 // points measured in the first tens of milliseconds of a fresh set of processes came out several
@@ -82,7 +47,7 @@ using Results = std::map<std::pair<std::string, int64_t>, double>;
 
 Results measure(const Options& o, int D, const dist::RunOptions& run_options) {
   std::vector<int64_t> sizes;
-  for (const std::string& s : o.sizes) sizes.push_back(parse_size(s));
+  for (const std::string& s : o.sizes) sizes.push_back(parse_bytes(s));
   std::vector<std::string> ops = o.ops;
   ops.insert(ops.begin(), "barrier");
   Results results;
@@ -94,15 +59,14 @@ Results measure(const Options& o, int D, const dist::RunOptions& run_options) {
         for (const std::string& op : ops) {
           for (int64_t B : op == "barrier" ? std::vector<int64_t>{4} : sizes) {
             const int64_t floats = std::max<int64_t>(D, B / 4 / D * D);
-            Buffers buf;
-            make_buffers(op, floats, D, buf);
+            CollectiveBuffers buf(op, floats, D);
             const int iters = op == "barrier" ? 200 : iterations_for(floats * 4);
-            for (int i = 0; i < iters; ++i) call_op(op, world, buf);  // warm-up: the rings' first pass is slow
+            for (int i = 0; i < iters; ++i) run_collective(op, world, buf);  // warm-up: the rings' first pass is slow
             std::vector<double> per_call;
             for (int r = 0; r < o.reps; ++r) {
               world.barrier();
               const auto t0 = Clock::now();
-              for (int i = 0; i < iters; ++i) call_op(op, world, buf);
+              for (int i = 0; i < iters; ++i) run_collective(op, world, buf);
               world.barrier();
               per_call.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
             }
@@ -145,7 +109,7 @@ Results measure_zmq(const Options& o, int P) {
   double seconds = 0;
   while (std::fscanf(out, "%63s %lld %lf", op, &bytes, &seconds) == 3) r[{op, bytes}] = seconds;
   std::fclose(out);
-  if (code != 0) throw std::runtime_error("bench collectives-zmq: the zmq ranks failed (exit code " + std::to_string(code) + ")");
+  if (code != 0) throw std::runtime_error("the zmq ranks failed (exit code " + std::to_string(code) + ")");
   return r;
 }
 
@@ -153,8 +117,11 @@ Results measure_zmq(const Options& o, int P) {
 
 void run_bench_collectives_zmq(const ZmqBenchOptions& o) {
   if (o.worker) return run_worker(o);
+  check_collective_ops(o.ops);
+  for (const std::string& size : o.sizes) parse_bytes(size);  // a bad one fails before anything runs
+  if (o.reps < 1) throw UsageError("--reps must be >= 1");
   for (int P : o.processes)
-    if (P < 2 || P > 16) throw UsageError("bench collectives (zmq): " + std::to_string(P) + " processes is not in [2, 16]");
+    if (P < 2 || P > 16) throw UsageError("zmq: " + std::to_string(P) + " processes is not in [2, 16]");
   std::printf("tpcli bench collectives-zmq: %s between local processes vs threads, median of %d batches\n\n",
               o.transport.c_str(), o.reps);
   for (int P : o.processes) {
@@ -184,13 +151,7 @@ void setup(CLI::App& sub) {
   sub.add_option("--reps", o->reps, "timed batches per point (median reported)")->capture_default_str();
   sub.add_option("--transport", o->transport, "ipc or tcp (127.0.0.1)")->check(CLI::IsMember({"ipc", "tcp"}))->capture_default_str();
   sub.add_flag("--worker", o->worker, "internal: one rank of the zmq measurement")->group("");
-  sub.callback([o] {
-    if (o->reps < 1) throw UsageError("bench collectives-zmq: --reps must be >= 1");
-    for (const std::string& op : o->ops)
-      if (op != "all_sum" && op != "all_gather" && op != "reduce_scatter" && op != "all_to_all")
-        throw UsageError("bench collectives-zmq: unknown op '" + op + "'");
-    run_bench_collectives_zmq(*o);
-  });
+  sub.callback([o] { run_bench_collectives_zmq(*o); });
 }
 
 const bool registered = register_bench(

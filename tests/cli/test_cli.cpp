@@ -1,6 +1,7 @@
 // cli/: the tpcli binary as a user meets it, run as a subprocess (TPCLI_BINARY): exit codes,
 // one-line errors, help, config validation before any work, inspect.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "support/temp_dir.h"
 
+using tpcli::testing::slurp;
 using tpcli::testing::TempDir;
 
 namespace {
@@ -19,13 +21,6 @@ struct Result {
   int code = -1;
   std::string out, err;
 };
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string quote(const std::string& arg) {
   std::string quoted = "'";
@@ -45,8 +40,8 @@ Result run(const std::vector<std::string>& args) {
   const int status = std::system(command.c_str());
   Result result;
   result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = read_file(capture.path() / "out");
-  result.err = read_file(capture.path() / "err");
+  result.out = slurp(capture.path() / "out");
+  result.err = slurp(capture.path() / "err");
   return result;
 }
 
@@ -119,6 +114,26 @@ TEST_CASE("command-line mistakes exit 2 with CLI11's message") {
   const Result both = run({"inspect", "--devices", "2", "--mesh", "data=2", "x.toml"});
   CHECK(both.code == 2);
   CHECK(both.err.find("excludes") != std::string::npos);
+}
+
+TEST_CASE("bench collectives: bad sizes and ops are one-line errors, on either backend") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"bench", "collectives", "--sizes", "3Q"}, "unknown unit in size '3Q'"},
+           {{"bench", "collectives", "--backend", "zmq", "--sizes", "x"}, "size 'x' is not a number"},
+           {{"bench", "collectives", "--backend", "zmq", "--ops", "all_sum,foo"}, "unknown op 'foo'"},
+           {{"bench", "collectives", "--backend", "zmq", "--reps", "0"}, "--reps must be >= 1"},
+           {{"bench", "collectives", "--backend", "zmq", "--devices", "1"}, "1 processes is not in [2, 16]"}}) {
+    const Result r = run(c.args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.out.empty());  // nothing measured
+  }
 }
 
 TEST_CASE("a bad config makes train and inspect exit 2 with one FILE:LINE:COL line") {
