@@ -644,49 +644,38 @@ void ZmqTransport::drain_rings() {
 bool ZmqTransport::wait_for_traffic(uint32_t bell) {
   if (all_shared_) {
     const bool rang = own_segment_.wait_bell(bell, POLL_SLICE, spin_);
-    const int64_t now = Clock::now().time_since_epoch().count();
-    const int64_t slice = std::chrono::duration_cast<Clock::duration>(POLL_SLICE).count();
-    if (now - last_control_poll_ns_.load(std::memory_order_relaxed) > slice) poll_control();
+    const Clock::rep now = Clock::now().time_since_epoch().count();
+    if (now - last_socket_read_.load(std::memory_order_relaxed) > Clock::duration(POLL_SLICE).count()) {
+      last_socket_read_.store(now, std::memory_order_relaxed);
+      read_sockets(std::chrono::milliseconds(0));
+    }
     return rang;
   }
-  const auto slice = own_segment_ ? std::chrono::milliseconds(1) : POLL_SLICE;
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (polling_) {
-    arrived_.wait_for(lock, slice);
-    return !own_segment_ || own_segment_.bell() != bell;
-  }
-  polling_ = true;
-  lock.unlock();
-  try {
-    poll_once(slice);
-  } catch (...) {
-    lock.lock();
-    polling_ = false;
-    arrived_.notify_all();
-    throw;
-  }
-  lock.lock();
-  polling_ = false;
-  arrived_.notify_all();
+  read_sockets(own_segment_ ? std::chrono::milliseconds(1) : POLL_SLICE);
   return !own_segment_ || own_segment_.bell() != bell;
 }
 
-void ZmqTransport::poll_control() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (polling_) return;
-    polling_ = true;
+// One thread at a time reads the sockets, for up to `wait`; a thread that finds another at it waits
+// on arrived_ instead (up to `wait`), for what that one files.
+void ZmqTransport::read_sockets(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (polling_) {
+    if (wait.count() > 0) arrived_.wait_for(lock, wait);
+    return;
   }
-  last_control_poll_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-  try {
-    poll_once(std::chrono::milliseconds(0));
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    polling_ = false;
-    throw;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  polling_ = false;
+  polling_ = true;
+  lock.unlock();
+  struct Release {  // also when poll_once throws
+    ZmqTransport& t;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> lock(t.mutex_);
+        t.polling_ = false;
+      }
+      t.arrived_.notify_all();
+    }
+  } release{*this};
+  poll_once(wait);
 }
 
 void ZmqTransport::wake_local_waiters() {
@@ -766,12 +755,7 @@ void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::ti
   if (abort_message_) throw CollectiveAborted(*abort_message_);
   const auto now = Clock::now();
   const std::string here = "device " + std::to_string(key.dst) + " in " + what;
-  std::string error;
-  for (int p = 0; p < config_.world_size && error.empty(); ++p) {
-    const auto& at = dropped_[static_cast<size_t>(p)];
-    if (at && !said_bye_[static_cast<size_t>(p)] && now - *at > DROP_GRACE)
-      error = "lost " + process_name(p) + ": its connection closed while " + here + " (the process died or was killed)";
-  }
+  std::string error = lost_peer("while " + here);
   const int src = process_of(key.src);
   if (error.empty() && src != config_.rank && said_bye_[static_cast<size_t>(src)])
     error = process_name(src) + " finished its run while " + here + " waits for it (ranks ran different collectives)";
@@ -784,15 +768,23 @@ void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::ti
   if (!error.empty()) fail_run(error);
 }
 
+// "lost <process>: its connection closed <when> ..." for the first peer whose connection closed
+// without its BYE (after a grace period: the BYE may still be on its way); "" if none. With mutex_.
+std::string ZmqTransport::lost_peer(const std::string& when) const {
+  const auto now = Clock::now();
+  for (int p = 0; p < config_.world_size; ++p) {
+    const auto& at = dropped_[static_cast<size_t>(p)];
+    if (at && !said_bye_[static_cast<size_t>(p)] && now - *at > DROP_GRACE)
+      return "lost " + process_name(p) + ": its connection closed " + when + " (the process died or was killed)";
+  }
+  return {};
+}
+
 // Throws if queued sends to `process` can never leave (or waited too long). Called with mutex_ held.
 void ZmqTransport::check_flush(int process, const char* what, Clock::time_point since) {
   if (abort_message_) throw CollectiveAborted(*abort_message_);
-  const size_t p = static_cast<size_t>(process);
-  const auto now = Clock::now();
-  if (dropped_[p] && !said_bye_[p] && now - *dropped_[p] > DROP_GRACE)
-    fail_run("lost " + process_name(process) + ": its connection closed during " + what +
-             " (the process died or was killed)");
-  if (now - since > std::chrono::duration<double>(config_.timeout_s))
+  if (const std::string lost = lost_peer(std::string("during ") + what); !lost.empty()) fail_run(lost);
+  if (Clock::now() - since > std::chrono::duration<double>(config_.timeout_s))
     fail_run("timed out after " + std::to_string(static_cast<int>(config_.timeout_s)) + " s: " + process_name(process) +
              " took nothing from rank " + std::to_string(config_.rank) + " during " + what +
              " (stuck or unreachable; raise --timeout if it is only slow)");

@@ -134,6 +134,7 @@ class ZmqTransport {
   void check_wait(const MessageKey& key, const char* what, Clock::time_point since);  // with mutex_
   void check_flush(int process, const char* what, Clock::time_point since);          // with mutex_
   [[noreturn]] void fail_run(const std::string& error);                              // with mutex_
+  std::string lost_peer(const std::string& when) const;                              // with mutex_
   std::optional<Chunk> pop(const MessageKey& key);                  // with mutex_
   Took take_from_mailbox(const MessageKey& key, const Visitor& visit, int64_t& total, int64_t& got);
   Took take_from_ring(int process, const MessageKey& key, const Visitor& visit, int64_t& total, int64_t& got);
@@ -142,7 +143,7 @@ class ZmqTransport {
   bool write_pending(int process);                                  // with send_mutex_
   int progress_sends();                                             // processes still waiting
   bool wait_for_traffic(uint32_t bell);
-  void poll_control();
+  void read_sockets(std::chrono::milliseconds wait);
   void wake_local_waiters();
   void send_control(uint32_t kind, const std::string& text);
   std::string process_name(int process) const;
@@ -164,7 +165,7 @@ class ZmqTransport {
   std::unique_ptr<std::mutex[]> ring_mutex_;     // by process: one consumer per inbound ring
   std::vector<std::deque<PendingSend>> pending_; // by process: ring sends waiting for space
   std::atomic<bool> aborted_{false};             // mirrors abort_message_, read without mutex_
-  std::atomic<int64_t> last_control_poll_ns_{0}; // when a doorbell waiter last read the sockets
+  std::atomic<Clock::rep> last_socket_read_{0};  // when a doorbell waiter last read the sockets (ticks)
 
   std::mutex mutex_;                             // guards everything below
   std::condition_variable arrived_;
