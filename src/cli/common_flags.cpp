@@ -3,9 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "dist/trace.h"
 
 namespace tpcli::cli {
 
@@ -65,6 +67,11 @@ void check_trace_path(const std::string& path, bool zmq_backend) {
   const std::filesystem::path folder = std::filesystem::absolute(path).parent_path();
   if (!std::filesystem::is_directory(folder) || ::access(folder.c_str(), W_OK) != 0)
     throw UsageError("--trace " + path + ": folder " + folder.string() + " does not exist or is not writable");
+}
+
+void write_trace(const dist::Trace& trace, const std::string& path, const char* spans) {
+  trace.write(path);
+  std::fprintf(stderr, "trace: %s (every device's %s and collectives; open in ui.perfetto.dev)\n", path.c_str(), spans);
 }
 
 }  // namespace tpcli::cli

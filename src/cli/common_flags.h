@@ -31,6 +31,9 @@
 namespace CLI {
 class App;
 }
+namespace tpcli::dist {
+class Trace;
+}
 
 namespace tpcli::cli {
 
@@ -67,5 +70,7 @@ dist::Mesh to_mesh(const config::MeshSection& mesh);
 // --trace FILE, checked before the run rather than after it: refused on the zmq backend (a rank
 // sees only its own devices) and when FILE's folder cannot be written. UsageError, one line.
 void check_trace_path(const std::string& path, bool zmq_backend);
+// Writes the trace to `path` and says so on stderr; `spans` names what it shows besides collectives.
+void write_trace(const dist::Trace& trace, const std::string& path, const char* spans);
 
 }  // namespace tpcli::cli

@@ -100,11 +100,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   }
   const model::MeshGenerateResult r = generate(f, opened, mesh, options, run_options);
   std::fflush(stdout);
-  if (trace) {
-    trace->write(run_flags.trace);
-    std::fprintf(stderr, "trace: %s (every device's forward passes and collectives; open in ui.perfetto.dev)\n",
-                 run_flags.trace.c_str());
-  }
+  if (trace) write_trace(*trace, run_flags.trace, "forward passes");
 
   if (r.result.positions > 1) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
   const double per_token = r.result.positions > 0 ? 1.0 / r.result.positions : 0.0;

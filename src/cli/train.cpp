@@ -117,11 +117,7 @@ void setup_train(CLI::App& sub) {
                    config.path.c_str(), o.mesh.to_string().c_str(), o.data_axis.c_str(), o.tensor_axis.c_str(),
                    static_cast<long long>(o.model.parameter_count()), o.corpus->train.size(), o.corpus->val.size());
     train::TrainResult result = train_stoppable(o);
-    if (trace) {
-      trace->write(flags->trace);
-      std::fprintf(stderr, "trace: %s (every device's steps and collectives; open in ui.perfetto.dev)\n",
-                   flags->trace.c_str());
-    }
+    if (trace) write_trace(*trace, flags->trace, "steps");
     if (!writer) return;
 
     if (!result.sample.empty()) std::printf("---- sample ----\n%s\n----------------\n", result.sample.c_str());
