@@ -13,6 +13,7 @@
 
 #include "dist/runtime.h"
 #include "model/llama.h"
+#include "nn/fd_check.h"
 
 using namespace tpcli;
 using model::LlamaConfig;
@@ -308,13 +309,7 @@ TEST_CASE("model gradient matches finite differences of the loss", "[llama][grad
     const auto g = ref.grads.get(spec.name);
     for (int probe = 0; probe < 3; ++probe) {
       const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
-      const float saved = t[i], eps = 1e-2f;
-      t[i] = saved + eps;
-      const double up = loss_of();
-      t[i] = saved - eps;
-      const double down = loss_of();
-      t[i] = saved;
-      const double numeric = (up - down) / (2 * eps);
+      const double numeric = nn::testing::central_difference(t[i], loss_of, 1e-2f);
       INFO(spec.name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
       CHECK(std::abs(g[i] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
     }

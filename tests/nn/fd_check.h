@@ -24,19 +24,24 @@ inline double dot(const std::vector<float>& out, const std::vector<float>& w) {
   return s;
 }
 
+// (L(x + eps) - L(x - eps)) / 2 eps, moving the one value x (left as it was).
+inline double central_difference(float& x, const std::function<double()>& loss, float eps = 1e-2f) {
+  const float saved = x;
+  x = saved + eps;
+  const double up = loss();
+  x = saved - eps;
+  const double down = loss();
+  x = saved;
+  return (up - down) / (2.0 * eps);
+}
+
 // Checks analytic[i] against (L(x + eps e_i) - L(x - eps e_i)) / 2 eps for every i of x.
 // Tolerance: |a - n| <= atol + rtol * max(|a|, |n|).
 inline void check_gradient(std::vector<float>& x, const std::vector<float>& analytic, const std::function<double()>& loss,
                            float eps = 1e-2f, double atol = 2e-3, double rtol = 2e-2) {
   REQUIRE(x.size() == analytic.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    const float saved = x[i];
-    x[i] = saved + eps;
-    const double up = loss();
-    x[i] = saved - eps;
-    const double down = loss();
-    x[i] = saved;
-    const double numeric = (up - down) / (2.0 * eps);
+    const double numeric = central_difference(x[i], loss, eps);
     INFO("element " << i << ": analytic " << analytic[i] << ", numeric " << numeric);
     CHECK(std::abs(analytic[i] - numeric) <= atol + rtol * std::max(std::abs(double(analytic[i])), std::abs(numeric)));
   }
