@@ -44,6 +44,22 @@ std::vector<dist::Range> ranges_of(const std::vector<int64_t>& segs, int T, int 
   return out;
 }
 
+// The columns `ranges` of a [rows, width] matrix, in range order: [rows, sum of counts]. What a
+// device holds of a matrix split by columns (inputs of ShardedToAll, outputs of AllToSharded).
+std::vector<float> columns_of(const std::vector<float>& m, int64_t rows, int64_t width,
+                              const std::vector<dist::Range>& ranges) {
+  std::vector<float> out;
+  for (int64_t n = 0; n < rows; ++n)
+    for (const dist::Range& r : ranges)
+      out.insert(out.end(), m.begin() + n * width + r.offset, m.begin() + n * width + r.offset + r.count);
+  return out;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double margin = 0.0) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5).margin(margin));
+}
+
 std::vector<nn::Segment> segments_of(const std::vector<int64_t>& segs, int T, int rank) {
   std::vector<nn::Segment> out;
   for (int64_t s : segs) out.push_back({s, dist::even_split(s, T, rank)});
@@ -68,15 +84,9 @@ TEST_CASE("AllToShardedLinear with segments equals the full Linear on 1..4 devic
         auto sharded = std::get<nn::AllToShardedLinear>(
             nn::shard_linear(full, nn::Sharding::AllToSharded, g, segments_of(segs, T, g.rank())));
         const int64_t OL = sharded.out_features();
-        std::vector<float> out(N * OL), dl(N * OL), dinp(N * IN, 0.0f);
+        std::vector<float> out(N * OL), dinp(N * IN, 0.0f);
         sharded.forward(out.data(), x.data(), N);
-        // this device's columns of dout, in the same local order
-        int64_t c = 0;
-        for (auto r : ranges_of(segs, T, g.rank())) {
-          for (int64_t n = 0; n < N; ++n)
-            for (int64_t j = 0; j < r.count; ++j) dl[n * OL + c + j] = dout[n * OUT + r.offset + j];
-          c += r.count;
-        }
+        const std::vector<float> dl = columns_of(dout, N, OUT, ranges_of(segs, T, g.rank()));  // this device's dout
         sharded.backward(dinp.data(), dl.data(), x.data(), N);
         std::vector<float> dw;
         for (int i = 0; i < sharded.n_parts(); ++i)
@@ -86,20 +96,13 @@ TEST_CASE("AllToShardedLinear with segments equals the full Linear on 1..4 devic
         dws[g.rank()] = dw;
       });
       for (int r = 0; r < T; ++r) {
-        const int64_t OL = static_cast<int64_t>(outs[r].size()) / N;
-        int64_t c = 0;
-        std::vector<float> dw_expected;
-        for (auto rg : ranges_of(segs, T, r)) {
-          for (int64_t n = 0; n < N; ++n)
-            for (int64_t j = 0; j < rg.count; ++j)
-              CHECK(outs[r][n * OL + c + j] == Approx(ref.out[n * OUT + rg.offset + j]).epsilon(1e-5));
-          for (int64_t j = 0; j < rg.count * IN; ++j) dw_expected.push_back(ref.dw[rg.offset * IN + j]);
-          c += rg.count;
-        }
-        REQUIRE(dws[r].size() == dw_expected.size());
-        for (size_t i = 0; i < dw_expected.size(); ++i) CHECK(dws[r][i] == Approx(dw_expected[i]).epsilon(1e-5));
-        // sum_gradients: every device holds the full input gradient
-        for (int64_t i = 0; i < N * IN; ++i) CHECK(dinps[r][i] == Approx(ref.dinp[i]).epsilon(1e-5).margin(1e-6));
+        const auto rg = ranges_of(segs, T, r);
+        check_close(outs[r], columns_of(ref.out, N, OUT, rg));
+        // Weight rows of W [OUT, IN] are the columns of one row of OUT*IN values, ranges scaled by IN.
+        std::vector<dist::Range> weight_rows;
+        for (const dist::Range& q : rg) weight_rows.push_back({q.offset * IN, q.count * IN});
+        check_close(dws[r], columns_of(ref.dw, 1, OUT * IN, weight_rows));
+        check_close(dinps[r], ref.dinp, 1e-6);  // sum_gradients: every device holds the full input gradient
       }
     }
   }
@@ -121,10 +124,7 @@ TEST_CASE("ShardedToAllLinear equals the full Linear on 1..4 devices", "[nn][sha
         auto sharded = std::get<nn::ShardedToAllLinear>(
             nn::shard_linear(full, nn::Sharding::ShardedToAll, g, segments_of(segs, T, g.rank())));
         const int64_t IL = sharded.in_features();
-        std::vector<float> xl;  // this device's input columns
-        for (int64_t n = 0; n < N; ++n)
-          for (auto r : ranges_of(segs, T, g.rank()))
-            for (int64_t j = 0; j < r.count; ++j) xl.push_back(x[n * IN + r.offset + j]);
+        const std::vector<float> xl = columns_of(x, N, IN, ranges_of(segs, T, g.rank()));  // this device's input
         std::vector<float> out(N * OUT), dinp(N * IL, 0.0f);
         sharded.forward(out.data(), xl.data(), N);
         sharded.backward(dinp.data(), dout.data(), xl.data(), N);
@@ -133,26 +133,10 @@ TEST_CASE("ShardedToAllLinear equals the full Linear on 1..4 devices", "[nn][sha
         dws[g.rank()].assign(sharded.local().grad().span().begin(), sharded.local().grad().span().end());
       });
       for (int r = 0; r < T; ++r) {
-        for (int64_t i = 0; i < N * OUT; ++i) CHECK(outs[r][i] == Approx(ref.out[i]).epsilon(1e-5).margin(1e-6));
         const auto rg = ranges_of(segs, T, r);
-        int64_t IL = 0;
-        for (auto q : rg) IL += q.count;
-        for (int64_t n = 0; n < N; ++n) {
-          int64_t c = 0;
-          for (auto q : rg) {
-            for (int64_t j = 0; j < q.count; ++j)
-              CHECK(dinps[r][n * IL + c + j] == Approx(ref.dinp[n * IN + q.offset + j]).epsilon(1e-5));
-            c += q.count;
-          }
-        }
-        for (int64_t o = 0; o < OUT; ++o) {
-          int64_t c = 0;
-          for (auto q : rg) {
-            for (int64_t j = 0; j < q.count; ++j)
-              CHECK(dws[r][o * IL + c + j] == Approx(ref.dw[o * IN + q.offset + j]).epsilon(1e-5));
-            c += q.count;
-          }
-        }
+        check_close(outs[r], ref.out, 1e-6);
+        check_close(dinps[r], columns_of(ref.dinp, N, IN, rg));
+        check_close(dws[r], columns_of(ref.dw, OUT, IN, rg));
       }
     }
   }
