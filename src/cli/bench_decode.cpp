@@ -20,7 +20,6 @@
 #include "dist/runtime.h"
 #include "model/llama.h"
 #include "model/sampler.h"
-#include "model/shard_plan.h"
 #include "tensor/blas.h"
 
 namespace tpcli::cli {
@@ -93,13 +92,8 @@ Bandwidth measure_read_bandwidth(int threads, size_t total_bytes) {
 
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model);
+  OpenedModel opened = open_model(f.model, mesh);
   const model::LlamaConfig& c = opened.weights->config();
-  try {
-    model::check_tensor_devices(c, mesh.axis_size("model"));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
   if (f.tokens < 1 || f.warmup < 0 || f.warmup + f.tokens > c.seq_len)
     throw UsageError("--warmup + --tokens must fit in seq_len = " + std::to_string(c.seq_len));
   const int cores = tensor::available_cores();

@@ -14,7 +14,6 @@
 #include "dist/trace.h"
 #include "dist/zmq_backend.h"
 #include "model/generate.h"
-#include "model/shard_plan.h"
 #include "model/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sample.h"
@@ -76,13 +75,8 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model);
+  OpenedModel opened = open_model(f.model, mesh);
   const model::LlamaConfig& config = opened.weights->config();
-  try {
-    model::check_tensor_devices(config, mesh.axis_size("model"));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
   model::GenerateOptions options;
   options.prompt = f.prompt;
   options.steps = f.steps;

@@ -8,6 +8,7 @@
 #include "cli/inspect.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
+#include "model/shard_plan.h"
 
 namespace tpcli::cli {
 
@@ -71,6 +72,16 @@ OpenedModel open_model(const std::string& path) {
       opened.weights = std::make_unique<model::Llama2cFile>(path);
     }
   } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  return opened;
+}
+
+OpenedModel open_model(const std::string& path, const dist::Mesh& mesh) {
+  OpenedModel opened = open_model(path);
+  try {
+    model::check_tensor_devices(opened.weights->config(), mesh.axis_size("model"));
+  } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
   return opened;

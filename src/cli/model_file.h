@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "dist/mesh.h"
 #include "model/weights.h"
 
 namespace tpcli::cli {
@@ -22,5 +23,8 @@ struct OpenedModel {
 // ".safetensors" files (or files whose 9th byte starts a JSON header) as safetensors, anything else
 // as llama2.c. Throws UsageError with the loader's one-line message.
 OpenedModel open_model(const std::string& path);
+// The same, for a run on `mesh`: also a UsageError when the model cannot be split over its tensor
+// axis "model" (model::check_tensor_devices).
+OpenedModel open_model(const std::string& path, const dist::Mesh& mesh);
 
 }  // namespace tpcli::cli
