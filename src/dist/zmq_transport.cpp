@@ -373,7 +373,6 @@ void ZmqTransport::connect_peers(const std::vector<std::string>& table) {
 // theirs: a pair uses rings only when both sides mapped, so both agree without further talk.
 void ZmqTransport::attach_shared_memory(const std::vector<std::string>& table) {
   const int P = config_.world_size, me = config_.rank;
-  shared_.assign(static_cast<size_t>(P), 0);
   peer_segments_.resize(static_cast<size_t>(P));
   pending_.resize(static_cast<size_t>(P));
   ring_mutex_ = std::make_unique<std::mutex[]>(static_cast<size_t>(P));
@@ -415,9 +414,8 @@ void ZmqTransport::attach_shared_memory(const std::vector<std::string>& table) {
   for (int p = 0; p < P; ++p) {
     if (p == me) continue;
     const size_t i = static_cast<size_t>(p);
-    shared_[i] = peer_segments_[i] && attach_answer_[i] == 1;
-    if (!shared_[i]) peer_segments_[i] = ShmSegment();
-    all_shared_ &= shared_[i] != 0;
+    if (attach_answer_[i] != 1) peer_segments_[i] = ShmSegment();  // the peer could not map ours
+    all_shared_ &= static_cast<bool>(peer_segments_[i]);
   }
   // Spinning pays only while every waiting device has a core of its own.
   const int devices_here = processes_here * config_.devices_per_process;
@@ -473,7 +471,7 @@ void ZmqTransport::send(const MessageKey& key, std::span<const float> data) {
   }
   const int q = process_of(key.dst);
   std::lock_guard<std::mutex> lock(send_mutex_);
-  if (shared_[static_cast<size_t>(q)]) {  // into q's ring now, or as soon as it has room
+  if (uses_shared_memory(q)) {  // into q's ring now, or as soon as it has room
     pending_[static_cast<size_t>(q)].push_back(PendingSend{key, data.data(), total, 0});
     write_pending(q);
     return;
@@ -561,7 +559,7 @@ void ZmqTransport::send_control(uint32_t kind, const std::string& text) {
 
 int64_t ZmqTransport::receive(const MessageKey& key, const char* what, const Visitor& visit) {
   const int src = process_of(key.src);
-  const bool from_ring = src != config_.rank && shared_[static_cast<size_t>(src)];
+  const bool from_ring = src != config_.rank && uses_shared_memory(src);
   int64_t got = 0, total = -1;
   auto since = Clock::now();
   while (total < 0 || got < total) {
@@ -628,8 +626,8 @@ void ZmqTransport::file_ring_record(int process, const RingRecord& h, std::span<
 }
 
 void ZmqTransport::drain_rings() {
-  for (size_t p = 0; p < shared_.size(); ++p) {
-    if (!shared_[p]) continue;
+  for (size_t p = 0; p < peer_segments_.size(); ++p) {
+    if (!peer_segments_[p]) continue;
     std::lock_guard<std::mutex> ring_lock(ring_mutex_[p]);
     RingRecord h;
     std::span<const float> payload;

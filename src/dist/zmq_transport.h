@@ -97,7 +97,7 @@ class ZmqTransport {
   // collective.
   void flush(const char* what, int device);
   // True when messages to (and from) `process` go through shared memory.
-  bool uses_shared_memory(int process) const { return shared_[static_cast<size_t>(process)] != 0; }
+  bool uses_shared_memory(int process) const { return static_cast<bool>(peer_segments_[static_cast<size_t>(process)]); }
   // Receives the message `key`, chunk by chunk: visit(total, offset, chunk) in order, where total is
   // the message's length in floats. Returns total. `what` names the collective for errors.
   using Visitor = std::function<void(int64_t total, int64_t offset, std::span<const float> chunk)>;
@@ -158,8 +158,8 @@ class ZmqTransport {
   std::mutex send_mutex_;                        // guards peers_ (sockets are not thread-safe) and pending_
 
   ShmSegment own_segment_;                       // rings into this process (empty: no shared memory)
-  std::vector<ShmSegment> peer_segments_;        // by process: its segment, where we write our ring
-  std::vector<char> shared_;                     // by process: both sides attached their rings
+  std::vector<ShmSegment> peer_segments_;        // by process: its segment, where we write our ring;
+                                                 // empty unless both sides mapped each other's
   bool all_shared_ = false;                      // every other process is on a ring (no socket data)
   int spin_ = 0;                                 // doorbell polls before sleeping
   std::unique_ptr<std::mutex[]> ring_mutex_;     // by process: one consumer per inbound ring
