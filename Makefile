@@ -5,6 +5,9 @@ DEPS_PACKAGES = g++ cmake pkg-config libblis-dev libtomlplusplus-dev libcli11-de
 # Present when every dependency is installed (checked without root).
 DEPS_PRESENT = $(shell dpkg -s $(DEPS_PACKAGES) >/dev/null 2>&1 && echo yes)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# ccache, when installed, shares compiled objects between build folders and clones.
+CCACHE = $(shell command -v ccache)
+CMAKE_LAUNCHER = $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 
 .PHONY: all build test deps tsan-test asan-test clean demo
 
@@ -17,7 +20,7 @@ ifneq ($(DEPS_PRESENT),yes)
 endif
 
 $(BUILD)/CMakeCache.txt: | deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_LAUNCHER)
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
@@ -27,12 +30,12 @@ test: build
 
 # ThreadSanitizer over the dist tests; AddressSanitizer over the loader/CLI tests.
 tsan-test: deps
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread $(CMAKE_LAUNCHER)
 	cmake --build build-tsan -j $(JOBS) --target test_dist
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L dist --timeout 900
 
 asan-test: deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=address
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=address $(CMAKE_LAUNCHER)
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -L "model|cli|config" --timeout 900
 

@@ -16,6 +16,13 @@
 
 namespace tpcli::model {
 
+// MLX's quantization of a checkpoint's matrices (../shared/QUANT.md).
+struct Quantization {
+  int bits = 4;         // affine: 4 or 8; mxfp8: 8
+  int group_size = 64;  // affine: 32, 64, 128; mxfp8: 32
+  std::string mode = "affine";  // "affine" | "mxfp8"
+};
+
 struct LlamaConfig {
   int dim = 0;         // C
   int hidden_dim = 0;  // F
@@ -33,6 +40,8 @@ struct LlamaConfig {
   int expert_hidden_dim = 0;  // 0 = hidden_dim
   float moe_aux_loss = 0.0f;
   std::optional<float> capacity_factor;
+  // Set when the checkpoint's matrices are quantized (stored as NAME, NAME.scales, NAME.biases).
+  std::optional<Quantization> quantization;
 
   int head_size() const { return dim / n_heads; }
   int kv_dim() const { return head_size() * n_kv_heads; }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -13,13 +14,27 @@
 
 namespace tpcli::model {
 
+// How a tensor is stored in its file. 16-bit floats and packed quantized words stay as they are
+// (the layers read them with their own kernels); WeightSource::get() gives f32.
+enum class DType { F32, F16, BF16, U32, U8 };
+
+struct StoredTensor {
+  DType dtype = DType::F32;
+  tensor::Shape shape;         // as stored (a packed weight: [OUT, IN * bits / 32] words)
+  const void* data = nullptr;  // row-major, little-endian, numel(shape) elements of dtype
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
   virtual const LlamaConfig& config() const = 0;
-  // The full tensor named by llama_parameters(config()), row-major in its ParamSpec shape.
-  // Throws std::out_of_range naming the parameter when absent.
+  // The full tensor named by llama_parameters(config()), row-major in its ParamSpec shape, in f32
+  // (converted or dequantized when stored otherwise). Throws std::out_of_range naming it when absent.
   virtual std::span<const float> get(const std::string& name) const = 0;
+  // The tensor as stored, unconverted: parameter names, and for a quantized weight NAME also
+  // NAME.scales and NAME.biases (../shared/QUANT.md). nullopt when absent or when the source holds
+  // only f32 in memory (then get() is the way).
+  virtual std::optional<StoredTensor> stored(const std::string& name) const { return std::nullopt; }
 };
 
 // Parameters held in memory (random init, tests, safetensors after reading).
