@@ -6,12 +6,8 @@
 // Consumer: read head (acquire), read the record, then publish tail (release).
 #include "dist/shm_rings.h"
 
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sched.h>
-#include <time.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -22,6 +18,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "dist/futex.h"
+
 namespace tpcli::dist {
 
 namespace {
@@ -29,9 +27,6 @@ namespace {
 constexpr uint32_t MAGIC = 0x7470736d;  // "tpsm"
 constexpr size_t PAGE = 4096;
 constexpr size_t LINE = 64;
-// Waiters yield the core a few times before sleeping: with more processes than cores the peer that
-// will ring is often runnable on this very core (4 processes on 2 cores: barrier 104 us -> 16 us).
-constexpr int YIELDS = 8;
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
@@ -54,12 +49,6 @@ std::string link_target(const char* path) {
   char buf[256];
   const ssize_t n = ::readlink(path, buf, sizeof buf - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
 }
 
 }  // namespace
@@ -213,28 +202,18 @@ uint32_t ShmSegment::bell() const { return header().bell.load(std::memory_order_
 void ShmSegment::ring_bell() {
   Header& h = header();
   h.bell.fetch_add(1, std::memory_order_seq_cst);
-  if (h.sleepers.load(std::memory_order_seq_cst) > 0)
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h.bell), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  futex_wake_all(h.bell, h.sleepers, FutexScope::Shared);  // not private: other processes sleep on it
 }
 
+// Spins, then sleeps at once. No sched_yield between the two: beside other busy programs each yield
+// may hand the core to one of them for a whole scheduler slice (dist/futex.h).
 bool ShmSegment::wait_bell(uint32_t seen, std::chrono::microseconds wait, int spin) const {
   Header& h = header();
   for (int i = 0; i < spin; ++i) {
     if (h.bell.load(std::memory_order_acquire) != seen) return true;
     cpu_relax();
   }
-  for (int i = 0; i < YIELDS; ++i) {
-    if (h.bell.load(std::memory_order_acquire) != seen) return true;
-    sched_yield();
-  }
-  h.sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (h.bell.load(std::memory_order_seq_cst) == seen) {
-    timespec t{static_cast<time_t>(wait.count() / 1000000), static_cast<long>(wait.count() % 1000000) * 1000};
-    // Not FUTEX_PRIVATE: the word is shared with other processes.
-    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h.bell), FUTEX_WAIT, seen, &t, nullptr, 0);
-  }
-  h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-  return h.bell.load(std::memory_order_acquire) != seen;
+  return futex_wait(h.bell, seen, h.sleepers, FutexScope::Shared, wait);
 }
 
 std::string host_identity() {

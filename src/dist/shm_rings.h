@@ -69,8 +69,8 @@ class ShmSegment {
   // ---- doorbell: "something arrived or space was freed" ----
   uint32_t bell() const;
   void ring_bell();
-  // Until bell() != seen or `wait` passes (spins `spin` rounds, then yields a few times, then
-  // sleeps on the futex). True if it rang.
+  // Until bell() != seen or `wait` passes (spins `spin` rounds, then sleeps on the futex). True if
+  // it rang.
   bool wait_bell(uint32_t seen, std::chrono::microseconds wait, int spin) const;
 
  private:

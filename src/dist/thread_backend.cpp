@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "dist/futex.h"
 #include "tensor/blas.h"
 
 namespace tpcli::dist {
@@ -39,12 +40,6 @@ const char* op_name(Op op) {
     case Op::Barrier: return "barrier";
   }
   return "?";
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
 }
 
 uint64_t hash(std::span<const int64_t> counts) {
@@ -127,6 +122,7 @@ struct ThreadGroupState {
   // the current one. One word, so a member can take back its arrival atomically (see leave()).
   alignas(64) std::atomic<uint64_t> bar{0};
   alignas(64) std::atomic<uint32_t> wake{0};    // futex word: bumped on completion, abort, a member leaving
+  std::atomic<uint32_t> sleepers{0};            // members asleep on wake (kick skips the syscall without)
   std::atomic<int> finished_member{-1};         // mesh rank of a member that returned from its body
 
   // Throws when the collective can never complete (run aborted, or a member already left).
@@ -144,8 +140,8 @@ struct ThreadGroupState {
   }
 
   void kick() {
-    wake.fetch_add(1, std::memory_order_release);
-    wake.notify_all();
+    wake.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(wake, sleepers, FutexScope::Process);
   }
 
   static uint32_t generation(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
@@ -178,10 +174,12 @@ struct ThreadGroupState {
         cpu_relax();
         continue;
       }
-      const uint32_t w = wake.load(std::memory_order_acquire);
+      // Sleep at once (never yield: see dist/futex.h). Any change after this load — completion,
+      // abort, a member leaving — bumps wake, so the futex returns rather than sleep through it.
+      const uint32_t w = wake.load(std::memory_order_seq_cst);
       if (generation(bar.load(std::memory_order_acquire)) != open_gen) return;
       if (leavable && has_event()) leave(r, open_gen);
-      wake.wait(w, std::memory_order_acquire);
+      futex_wait(wake, w, sleepers, FutexScope::Process);
     }
   }
 

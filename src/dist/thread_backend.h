@@ -3,7 +3,8 @@
 // One ThreadBackend (a "fabric") per run holds a shared state per member set, created lazily under
 // a mutex the first time any member asks for it. Collectives exchange pointers to the members' own
 // buffers through that state and synchronise with a counting barrier that spins briefly and then
-// blocks in std::atomic::wait (8 devices on 2 cores is normal; spinning alone collapses there).
+// sleeps on a futex (dist/futex.h): 8 devices on 2 cores is normal, and there spinning collapses,
+// and so does yielding the core once other programs run beside it.
 // Small reductions go through per-member staging buffers and cost one barrier.
 #pragma once
 
