@@ -1,5 +1,6 @@
 // tpcli bench busy [--model PATH] [--hogs N] [--devices 1,2,4,8] [--tokens K] [--runs R]
-//                  [--train-config C] [--train-meshes 1x1,8x1] [--zmq-processes 2,4]
+//                  [--train-config C] [--train-meshes 1x1,8x1] [--zmq-processes 1,2,4]
+//                  [--parts decode,train,zmq]
 // Many devices on a busy machine: the same work idle and with N CPU-bound processes of the bench's
 // own beside it (what a laptop, a CI runner or a shared box does to a run), side by side.
 //
@@ -65,6 +66,7 @@ struct BusyFlags {
   std::vector<std::string> train_meshes{"1x1", "8x1"};
   int train_steps = 5;
   std::vector<int> zmq_processes{1, 2, 4};
+  std::vector<std::string> parts{"decode", "train", "zmq"};
   bool worker = false;  // hidden: one rank of the zmq decode
 };
 
@@ -230,51 +232,59 @@ void print_header(const char* columns) {
   std::printf("\n%-7s %-14s %10s %10s %10s %12s\n", "", columns, "idle s", "loaded s", "slowdown", "vs first");
 }
 
-void run_bench(const BusyFlags& f) {
-  if (f.worker) return run_worker(f);
+void check_flags(const BusyFlags& f, const model::LlamaConfig& config) {
   if (f.hogs < 1 || f.runs < 1 || f.tokens < 1 || f.train_steps < 1)
     throw UsageError("--hogs, --runs, --tokens and --train-steps must be >= 1");
-  std::string described;
-  const auto weights = load_bench_model(f.model, described);
-  if (f.tokens > weights->config().seq_len)
+  if (f.tokens > config.seq_len)
     throw UsageError("--tokens " + std::to_string(f.tokens) + " exceeds the model's seq_len " +
-                     std::to_string(weights->config().seq_len));
+                     std::to_string(config.seq_len));
   for (int D : f.devices) {
     try {
-      model::check_tensor_devices(weights->config(), D);
+      model::check_tensor_devices(config, D);
     } catch (const std::invalid_argument& e) {
       throw UsageError("--devices " + std::to_string(D) + ": " + e.what());
     }
   }
+}
+
+// One table: a row per setting, "vs first" relative to the first row's slowdown.
+template <class Setting>
+void measure_table(const BusyFlags& f, const char* what, const std::string& columns, const std::vector<Setting>& settings,
+                   const std::function<std::string(const Setting&)>& label,
+                   const std::function<double(const Setting&)>& timed_run) {
+  print_header(columns.c_str());
+  double first = 0;
+  for (const Setting& s : settings) {
+    const double slowdown = measure_row(what, label(s), f.hogs, f.runs, first, [&] { return timed_run(s); });
+    if (first == 0) first = slowdown;
+  }
+}
+
+void run_bench(const BusyFlags& f) {
+  if (f.worker) return run_worker(f);
+  std::string described;
+  const auto weights = load_bench_model(f.model, described);
+  check_flags(f, weights->config());
   std::printf("tpcli bench busy: idle vs %d busy process(es) of its own, %d core(s), median of %d run(s)\n", f.hogs,
               tensor::available_cores(), f.runs);
   std::printf("load average before: %s\n", load_average().c_str());
   std::printf("decode: %d greedy steps of %s\n", f.tokens, described.c_str());
-  print_header("threads");
-  double base = 0;
-  for (int D : f.devices) {
-    const double s = measure_row("decode", std::to_string(D) + " device(s)", f.hogs, f.runs, base,
-                                 [&] { return decode_on_threads(*weights, D, f.tokens); });
-    if (base == 0) base = s;
+  const auto wanted = [&](const char* part) { return std::find(f.parts.begin(), f.parts.end(), part) != f.parts.end(); };
+  if (wanted("decode"))
+    measure_table<int>(
+        f, "decode", "threads", f.devices, [](const int& D) { return std::to_string(D) + " device(s)"; },
+        [&](const int& D) { return decode_on_threads(*weights, D, f.tokens); });
+  if (wanted("train")) {
+    const std::string config_name = std::filesystem::path(f.train_config).filename().string();
+    measure_table<std::string>(
+        f, "train", "train " + std::to_string(f.train_steps) + " steps", f.train_meshes,
+        [&](const std::string& m) { return m + " " + config_name; },
+        [&](const std::string& m) { return train_on_threads(f.train_config, m, f.train_steps); });
   }
-  if (!f.train_meshes.empty()) {
-    print_header(("train " + std::to_string(f.train_steps) + " st").c_str());
-    base = 0;
-    for (const std::string& m : f.train_meshes) {
-      const double s = measure_row("train", m + " " + f.train_config.substr(f.train_config.rfind('/') + 1), f.hogs,
-                                   f.runs, base, [&] { return train_on_threads(f.train_config, m, f.train_steps); });
-      if (base == 0) base = s;
-    }
-  }
-  if (!f.zmq_processes.empty()) {
-    print_header("zmq decode");
-    base = 0;
-    for (int P : f.zmq_processes) {
-      const double s = measure_row("zmq", std::to_string(P) + " process(es)", f.hogs, f.runs, base,
-                                   [&] { return decode_on_processes(f, P); });
-      if (base == 0) base = s;
-    }
-  }
+  if (wanted("zmq"))
+    measure_table<int>(
+        f, "zmq", "zmq decode", f.zmq_processes, [](const int& P) { return std::to_string(P) + " process(es)"; },
+        [&](const int& P) { return decode_on_processes(f, P); });
   std::printf("\nload average after: %s\n", load_average().c_str());
 }
 
@@ -288,12 +298,16 @@ void setup_bench_busy(CLI::App& sub) {
   sub.add_option("--tokens", f->tokens, "decode steps per run")->capture_default_str();
   sub.add_option("--runs", f->runs, "runs per cell (median reported)")->capture_default_str();
   sub.add_option("--train-config", f->train_config, "run config for the training rows")->capture_default_str();
-  sub.add_option("--train-meshes", f->train_meshes, "DATAxMODEL meshes to train on (empty: no training rows)")
+  sub.add_option("--train-meshes", f->train_meshes, "DATAxMODEL meshes to train on")
       ->delimiter(',')
       ->capture_default_str();
   sub.add_option("--train-steps", f->train_steps, "training steps per run")->capture_default_str();
-  sub.add_option("--zmq-processes", f->zmq_processes, "local process counts for the zmq decode (empty: none)")
+  sub.add_option("--zmq-processes", f->zmq_processes, "local process counts for the zmq decode")
       ->delimiter(',')
+      ->capture_default_str();
+  sub.add_option("--parts", f->parts, "what to measure")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"decode", "train", "zmq"}))
       ->capture_default_str();
   sub.add_flag("--worker", f->worker, "internal: one rank of the zmq decode")->group("");
   sub.callback([f] { run_bench(*f); });

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "dist/trace.h"
+#include "dist/zmq_backend.h"
 
 namespace tpcli::cli {
 
@@ -37,17 +38,35 @@ std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which) {
   return flags;
 }
 
+std::optional<int> launched_devices() {
+  if (!dist::ZmqConfig::in_env()) return std::nullopt;
+  try {
+    const dist::ZmqConfig launched = dist::ZmqConfig::from_env();
+    return launched.world_size * launched.devices_per_process;
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
+  }
+}
+
 config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
   config::RunConfig config = config::load_run_config(path, flags.set);
   if (flags.devices)
     config::set_mesh_axes(config, {{config.mesh.tensor_axis, *flags.devices}}, "--devices " + std::to_string(*flags.devices));
   if (!flags.mesh.empty()) config::set_mesh_axes(config, config::parse_mesh_axes(flags.mesh), "--mesh " + flags.mesh);
   if (!flags.backend.empty()) config::set_backend(config, flags.backend, "--backend " + flags.backend);
+  // Neither the file nor a flag gave a mesh: a launched zmq run is the launched world.
+  if (config.mesh.axes.empty() && config.mesh.backend == config::BackendKind::Zmq)
+    if (const std::optional<int> devices = launched_devices())
+      config::set_mesh_axes(config, {{config.mesh.tensor_axis, *devices}},
+                            "the launched world (TPCLI_WORLD_SIZE x TPCLI_DEVICES_PER_PROCESS = " +
+                                std::to_string(*devices) + " devices)");
   return config;
 }
 
 dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback) {
   if (flags.devices) return dist::Mesh::line(*flags.devices, "model");
+  if (flags.mesh.empty() && flags.backend == "zmq")
+    if (const std::optional<int> devices = launched_devices()) return dist::Mesh::line(*devices, "model");
   if (flags.mesh.empty()) return fallback;
   std::vector<dist::MeshAxis> axes;
   for (const auto& axis : config::parse_mesh_axes(flags.mesh)) axes.push_back({axis.name, axis.size});

@@ -15,6 +15,9 @@
 // shared_ptr so the sub-app's callback can own it (CLI11 writes into it while parsing).
 //
 // Precedence: the config file < --set overrides < --devices / --mesh / --backend.
+// Said once: a zmq run started by `tpcli launch -n P [--devices-per-process K]` whose command and
+// config give no mesh runs on the launched world, P*K devices along the tensor axis (as
+// `mlx.launch -n N` gives the script a group of N).
 // --devices N is one axis of N devices named after the tensor axis ("model" unless the config's
 // [mesh] tensor_axis says otherwise); --mesh data=2,model=4 lists axes in order. The two flags
 // exclude each other. Errors are config::ConfigError (exit 2, one line).
@@ -61,7 +64,12 @@ std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which = FLAG_ALL
 // --backend (re-validating the mesh roles against the new axes).
 config::RunConfig load_config(const std::string& path, const RunFlags& flags);
 
-// The mesh of --devices / --mesh alone (no config): `fallback` when neither flag was given.
+// Devices of the run `tpcli launch` started this process into (TPCLI_WORLD_SIZE x
+// TPCLI_DEVICES_PER_PROCESS); nullopt outside launch. A malformed environment is a UsageError.
+std::optional<int> launched_devices();
+
+// The mesh of --devices / --mesh alone (no config). Neither given: the launched world with
+// --backend zmq under `tpcli launch`, else `fallback`.
 dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback = dist::Mesh::line(1));
 
 // The dist::Mesh of a validated [mesh] section (one device on axis "model" when no axes given).

@@ -3,6 +3,7 @@
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
 // the speed, per-device memory and the bytes collectives moved per token.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -73,6 +74,19 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
   return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options);
 }
 
+// Per device: memory and traffic. Under `tpcli launch` (zmq) a rank knows only its own devices,
+// so it reports those (the launcher prefixes the lines of ranks > 0 with "[rank] ").
+void print_device_report(const model::MeshGenerateResult& r, const std::vector<int>& local_ranks) {
+  const double per_token = r.result.positions > 0 ? 1.0 / r.result.positions : 0.0;
+  for (size_t d = 0; d < r.devices.size(); ++d) {
+    if (!local_ranks.empty() && std::find(local_ranks.begin(), local_ranks.end(), static_cast<int>(d)) == local_ranks.end())
+      continue;
+    const model::DeviceReport& dev = r.devices[d];
+    std::fprintf(stderr, "device %zu: parameters %.2f MB, KV cache %.2f MB, moved %.1f KB/token\n", d,
+                 dev.parameter_bytes / 1e6, dev.kv_cache_bytes / 1e6, dev.bytes_moved * per_token / 1e3);
+  }
+}
+
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
@@ -97,12 +111,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   if (trace) write_trace(*trace, run_flags.trace, "forward passes");
 
   if (r.result.positions > 1) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
-  const double per_token = r.result.positions > 0 ? 1.0 / r.result.positions : 0.0;
-  for (size_t d = 0; d < r.devices.size(); ++d) {
-    const model::DeviceReport& dev = r.devices[d];
-    std::fprintf(stderr, "device %zu: parameters %.2f MB, KV cache %.2f MB, moved %.1f KB/token\n", d,
-                 dev.parameter_bytes / 1e6, dev.kv_cache_bytes / 1e6, dev.bytes_moved * per_token / 1e3);
-  }
+  print_device_report(r, run_options.local_ranks);
 }
 
 void setup_infer(CLI::App& sub) {

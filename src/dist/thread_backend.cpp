@@ -163,17 +163,13 @@ struct ThreadGroupState {
       kick();
       return;
     }
-    const int spin_limit = fabric.spin_limit();
-    int spins = 0;
+    const auto ready = [&] {
+      return generation(bar.load(std::memory_order_acquire)) != open_gen || (leavable && has_event());
+    };
+    spin_until(ready, fabric.spin_budget());
     for (;;) {
-      const uint64_t now = bar.load(std::memory_order_acquire);
-      if (generation(now) != open_gen) return;
+      if (generation(bar.load(std::memory_order_acquire)) != open_gen) return;
       if (leavable && has_event()) leave(r, open_gen);
-      if (spins < spin_limit) {
-        ++spins;
-        cpu_relax();
-        continue;
-      }
       // Sleep at once (never yield: see dist/futex.h). Any change after this load — completion,
       // abort, a member leaving — bumps wake, so the futex returns rather than sleep through it.
       const uint32_t w = wake.load(std::memory_order_seq_cst);
@@ -427,7 +423,11 @@ class ThreadCommunicator : public Communicator {
 ThreadBackend::ThreadBackend(int world_size)
     : world_size_(world_size),
       // Spinning only pays while every device can own a core; beyond that, block almost at once.
-      spin_limit_(world_size <= tensor::available_cores() ? 4000 : 16),
+      // A spin pays only when the last member is running on another core right now and arrives
+      // within about a futex wake-up's cost; beyond that it burns a core that the late member, or
+      // another program, needs (4000 pauses, ~70 us, made 2 devices 5-15x slower on a busy machine).
+      spin_budget_(world_size <= tensor::available_cores() ? std::chrono::microseconds(4)
+                                                           : std::chrono::microseconds(0)),
       finished_(static_cast<size_t>(std::max(world_size, 0)), 0) {
   if (world_size < 1) throw std::invalid_argument("thread backend: world size " + std::to_string(world_size) + " < 1");
 }

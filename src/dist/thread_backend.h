@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,7 +24,8 @@ struct ThreadGroupState;  // thread_backend.cpp
 
 class ThreadBackend : public Backend {
  public:
-  // world_size: devices in the run (bounds ranks; with the core count it sets how long waits spin).
+  // world_size: devices in the run (bounds ranks; with the core count it sets how long waits spin
+  // before they sleep).
   explicit ThreadBackend(int world_size);
   ~ThreadBackend() override;
 
@@ -34,11 +36,11 @@ class ThreadBackend : public Backend {
   // Read by waiting members (lock-free).
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   const std::string& abort_message() const { return abort_message_; }  // valid once aborted()
-  int spin_limit() const { return spin_limit_; }
+  std::chrono::nanoseconds spin_budget() const { return spin_budget_; }
 
  private:
   int world_size_;
-  int spin_limit_;
+  std::chrono::nanoseconds spin_budget_;
   std::atomic<bool> aborted_{false};
   std::string abort_message_;  // written once, before aborted_ is set
   std::mutex mutex_;           // guards groups_ and finished_
