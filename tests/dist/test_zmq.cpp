@@ -460,3 +460,40 @@ TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the threa
     CHECK(zmq.out == threads.out);
   }
 }
+
+TEST_CASE("zmq: launched infer without --devices runs on the launched world, each rank reporting its own devices") {
+  const std::string data = std::string(TPCLI_SHARED_DIR) + "/data/";
+  if (!std::ifstream(data + "stories260K.bin") || !std::ifstream(data + "tok512.bin")) {
+    WARN("SKIPPED: " << data << "stories260K.bin or tok512.bin is absent");
+    return;
+  }
+  const std::vector<std::string> infer{TPCLI_BINARY, "infer", "--model", data + "stories260K.bin", "-z",
+                                       data + "tok512.bin", "-t", "0", "-n", "64", "-i", "Once upon a time"};
+  std::vector<std::string> on_threads = infer;
+  on_threads.insert(on_threads.end(), {"--devices", "4"});
+  const Ran threads = run_launch(LaunchOptions{}, on_threads);
+  REQUIRE(threads.code == 0);
+  REQUIRE(threads.out.rfind("Once upon a time", 0) == 0);
+
+  // 2 processes x 2 devices, said once: the mesh is model=4, as --devices 4 on threads.
+  std::vector<std::string> over_zmq = infer;
+  over_zmq.insert(over_zmq.end(), {"--backend", "zmq"});
+  LaunchOptions o;
+  o.processes = 2;
+  o.devices_per_process = 2;
+  const Ran zmq = run_launch(o, over_zmq);
+  INFO(zmq.err);
+  REQUIRE(zmq.code == 0);
+  CHECK(zmq.out == threads.out);
+  // Rank 0 hosts devices 0 and 1, rank 1 devices 2 and 3; nobody reports the other's.
+  for (const char* line : {"[0] device 0: ", "[0] device 1: ", "[1] device 2: ", "[1] device 3: "})
+    CHECK(zmq.err.find(line) != std::string::npos);
+  for (const char* line : {"[0] device 2: ", "[0] device 3: ", "[1] device 0: ", "[1] device 1: ", "0.00 MB"})
+    CHECK(zmq.err.find(line) == std::string::npos);
+
+  // An explicit --devices still wins, and a wrong one is still the one-line error it was.
+  over_zmq.insert(over_zmq.end(), {"--devices", "2"});
+  const Ran wrong = run_launch(o, over_zmq);
+  CHECK(wrong.code != 0);
+  CHECK(wrong.err.find("has 2 devices") != std::string::npos);
+}

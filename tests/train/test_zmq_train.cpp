@@ -54,9 +54,10 @@ Run run_tpcli(const std::string& args) {
 
 // A tiny model on the in-repo corpus: seeded shuffling, constant lr (so a run cut short and
 // resumed with more steps follows the same schedule), validation and a checkpoint every 3 steps.
+// mesh "": no [mesh] section.
 std::string write_config(const std::string& name, const std::string& mesh) {
   const std::string text =
-      "[mesh]\naxes = { " + mesh + " }\n"
+      (mesh.empty() ? std::string() : "[mesh]\naxes = { " + mesh + " }\n") +
       "[model]\ndim = 32\nhidden_dim = 64\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\nseq_len = 32\n"
       "[data]\npath = \"" + std::string(TPCLI_SOURCE_DIR) + "/configs/data/verona.txt\"\ntokenizer = \"chars\"\n"
       "shuffle = true\n"
@@ -171,6 +172,19 @@ TEST_CASE("tpcli train over zmq: the thread backend's losses and checkpoint, one
     }
     CHECK(worst <= 1e-5);
   }
+}
+
+TEST_CASE("tpcli train over zmq: a config without a mesh runs on the launched world (2 processes x 2 devices)") {
+  const std::string config = write_config("no_mesh.toml", "");
+  const fs::path threads_dir = scratch() / "no_mesh_threads", zmq_dir = scratch() / "no_mesh_zmq";
+  const Run threads = run_tpcli(train_command(config, threads_dir, "--devices 4"));
+  INFO("threads stderr: " << threads.err);
+  REQUIRE(threads.code == 0);
+  const Run zmq = run_tpcli(launch(2, 2, train_command(config, zmq_dir)));
+  INFO("zmq stderr: " << zmq.err);
+  REQUIRE(zmq.code == 0);
+  CHECK(zmq.err.find("on mesh model=4") != std::string::npos);
+  check_same(read_metrics(zmq_dir).loss, read_metrics(threads_dir).loss);
 }
 
 TEST_CASE("tpcli train over zmq: --resume reads the shared checkpoint and continues the thread run's losses") {
