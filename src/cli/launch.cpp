@@ -3,6 +3,9 @@
 //   tpcli launch -n 2 -- tpcli infer --model m.bin -z tok.bin -i "Once upon a time" --backend zmq
 //   tpcli launch -n 4 --hosts 10.0.0.1,10.0.0.2 --port 29500 -- tpcli train run.toml --backend zmq
 //
+// A command that names no mesh (no --devices/--mesh, no [mesh] axes) runs on the launched world:
+// N processes x --devices-per-process along the tensor axis (cli/common_flags.h).
+//
 // With --hosts/--hostfile each rank runs through `ssh -o BatchMode=yes` ($TPCLI_SSH replaces "ssh"),
 // in the same directory, with the same absolute path to tpcli on every host.
 //
@@ -54,6 +57,8 @@ void setup_launch(CLI::App& sub) {
   sub.add_option("command", f->command, "the command each rank runs, after --")->required();
   sub.footer(
       "Example: tpcli launch -n 2 -- tpcli infer --model m.bin -z tok.bin -i \"Once\" --backend zmq\n"
+      "A command without --devices/--mesh (or a config without [mesh] axes) runs on the launched world:\n"
+      "-n processes x --devices-per-process devices along the tensor axis.\n"
       "With --hosts/--hostfile, rank r runs on host r % hosts over `ssh -o BatchMode=yes` (no password\n"
       "prompts: set up keys), cd'd to this directory, with \"tpcli\" meaning this executable's absolute\n"
       "path, which must exist on every host. Ranks bind on their host's address and rank 0 binds the\n"
