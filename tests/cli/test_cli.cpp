@@ -136,6 +136,35 @@ TEST_CASE("bench collectives: bad sizes and ops are one-line errors, on either b
   }
 }
 
+TEST_CASE("bench busy: idle and loaded side by side for each device count, bad flags are one-line errors") {
+  const std::string model = std::string(TPCLI_SHARED_DIR) + "/data/stories260K.bin";
+  if (!std::ifstream(model)) {
+    WARN("SKIPPED: " << model << " is absent");
+    return;
+  }
+  const Result r = run({"bench", "busy", "--model", model, "--parts", "decode", "--devices", "1,2", "--tokens", "8",
+                        "--runs", "1", "--hogs", "1"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("idle s   loaded s   slowdown") != std::string::npos);
+  CHECK(r.out.find("decode  1 device(s)") != std::string::npos);
+  CHECK(r.out.find("decode  2 device(s)") != std::string::npos);
+  CHECK(r.out.find("load average after") != std::string::npos);
+  for (const auto& [args, expect] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--devices", "16"}, "--devices 16: "},
+           {{"--tokens", "100000"}, "--tokens 100000 exceeds the model's seq_len 512"},
+           {{"--hogs", "0"}, "must be >= 1"}}) {
+    std::vector<std::string> bad{"bench", "busy", "--model", model};
+    bad.insert(bad.end(), args.begin(), args.end());
+    const Result e = run(bad);
+    INFO(e.err);
+    CHECK(e.code == 2);
+    CHECK(e.err.find(expect) != std::string::npos);
+    CHECK(line_count(e.err) == 1);
+    CHECK(e.out.empty());  // nothing measured
+  }
+}
+
 TEST_CASE("a bad config makes train and inspect exit 2 with one FILE:LINE:COL line") {
   TempDir dir;
   const std::string text = "[mesh]\naxes = { data = 2, model = 0 }\n";
