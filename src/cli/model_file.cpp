@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/inspect.h"
+#include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
@@ -27,6 +28,21 @@ void describe_config(const model::LlamaConfig& c, std::ostream& out) {
       << (c.shared_classifier ? ", shared classifier" : ", separate classifier") << "\n";
   out << "  parameters " << c.parameter_count() << " (" << c.parameter_count() * 4 / 1e6 << " MB as f32)\n";
 }
+
+const bool hf_inspector_registered = register_inspector(
+    {"Hugging Face model directory", [](const std::string& path) { return model::is_hf_model_dir(path); },
+     [](const std::string& path, std::ostream& out) {
+       try {
+         model::HfModelDir dir(path);
+         out << path << ": Hugging Face model directory (" << dir.hf_config().architecture << ", "
+             << (dir.hf_config().torch_dtype.empty() ? "dtype not stated" : dir.hf_config().torch_dtype) << ")\n";
+         describe_config(dir.config(), out);
+         if (const auto& q = dir.config().quantization)
+           out << "  quantized  " << q->mode << ", " << q->bits << " bits, groups of " << q->group_size << "\n";
+       } catch (const std::runtime_error& e) {
+         throw UsageError(e.what());
+       }
+     }});
 
 const bool inspector_registered = register_inspector(
     {"model checkpoint",
@@ -58,7 +74,13 @@ const bool inspector_registered = register_inspector(
 OpenedModel open_model(const std::string& path) {
   OpenedModel opened;
   try {
-    if (looks_like_safetensors(path)) {
+    if (std::filesystem::is_directory(path)) {
+      auto dir = std::make_unique<model::HfModelDir>(path);
+      opened.hf_dir = path;
+      opened.bos_token_id = dir->hf_config().bos_token_id;
+      opened.eos_token_ids = dir->hf_config().eos_token_ids;
+      opened.weights = std::move(dir);
+    } else if (looks_like_safetensors(path)) {
       auto file = std::make_unique<model::SafetensorsFile>(path);
       file->config();  // a checkpoint without a model config is an input error here
       if (auto it = file->metadata().find("tokenizer"); it != file->metadata().end()) {
@@ -75,6 +97,12 @@ OpenedModel open_model(const std::string& path) {
     throw UsageError(e.what());
   }
   return opened;
+}
+
+void apply_dtype_flag(OpenedModel& opened, const std::string& dtype) {
+  if (dtype == "auto") return;
+  if (dtype != "f32") throw UsageError("--dtype " + dtype + ": expected auto or f32");
+  opened.weights = std::make_unique<model::F32Weights>(std::move(opened.weights));
 }
 
 OpenedModel open_model(const std::string& path, const dist::Mesh& mesh) {
