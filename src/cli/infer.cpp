@@ -1,5 +1,5 @@
 // tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT] [-n STEPS]
-//             [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32]
+//             [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
 // PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
 // the speed, per-device memory and the bytes collectives moved per token.
@@ -32,6 +32,7 @@ struct InferFlags {
   float topp = 0.9f;
   long long seed = 0;  // 0 = from the clock
   std::string dtype = "auto";  // "f32": convert 16-bit / quantized weights to f32 on load
+  int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)
 };
 
 // The tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
@@ -87,7 +88,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
-  apply_dtype_flag(opened, f.dtype);
+  apply_load_flags(opened, f.dtype, f.context);
   const model::LlamaConfig& config = opened.weights->config();
   model::GenerateOptions options;
   options.prompt = f.prompt;
@@ -124,6 +125,9 @@ void setup_infer(CLI::App& sub) {
       ->required();
   sub.add_option("--dtype", flags->dtype, "auto: weights as stored (16-bit, quantized); f32: convert on load")
       ->capture_default_str();
+  sub.add_option("--context", flags->context,
+                 "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
+                 "directories: at most 8192)");
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "llama2.c tokenizer.bin (default: the checkpoint's recorded tokenizer, else ./tokenizer.bin)");
   sub.add_option("-i,--prompt", flags->prompt, "input prompt");

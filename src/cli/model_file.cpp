@@ -10,6 +10,7 @@
 #include "model/llama2c.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
+#include "model/weights_view.h"
 
 namespace tpcli::cli {
 
@@ -99,10 +100,15 @@ OpenedModel open_model(const std::string& path) {
   return opened;
 }
 
-void apply_dtype_flag(OpenedModel& opened, const std::string& dtype) {
-  if (dtype == "auto") return;
-  if (dtype != "f32") throw UsageError("--dtype " + dtype + ": expected auto or f32");
-  opened.weights = std::make_unique<model::F32Weights>(std::move(opened.weights));
+void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context) {
+  if (dtype != "auto" && dtype != "f32") throw UsageError("--dtype " + dtype + ": expected auto or f32");
+  if (context < 0) throw UsageError("--context " + std::to_string(context) + " must be >= 0");
+  if (context == 0 && opened.hf_dir) context = DEFAULT_HF_CONTEXT;  // 128K-position models: no 8 GB KV cache
+  if (dtype == "auto" && (context == 0 || context >= opened.weights->config().seq_len)) return;
+  auto view = std::make_unique<model::WeightsView>(std::move(opened.weights));
+  if (dtype == "f32") view->as_f32();
+  if (context > 0) view->limit_context(context);
+  opened.weights = std::move(view);
 }
 
 OpenedModel open_model(const std::string& path, const dist::Mesh& mesh) {

@@ -35,7 +35,11 @@ OpenedModel open_model(const std::string& path);
 OpenedModel open_model(const std::string& path, const dist::Mesh& mesh);
 
 // `--dtype`: "auto" keeps the weights as stored (16-bit or quantized layers where the model has
-// them), "f32" converts (dequantizes) them to f32 on load. UsageError for anything else.
-void apply_dtype_flag(OpenedModel& opened, const std::string& dtype);
+// them), "f32" converts (dequantizes) them to f32 on load. `--context`: positions to allocate the
+// KV cache for, at most the model's seq_len (0: the model's; a Hugging Face directory's
+// max_position_embeddings is capped at DEFAULT_HF_CONTEXT unless --context asks for more).
+// UsageError for a bad value.
+constexpr int DEFAULT_HF_CONTEXT = 8192;
+void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context);
 
 }  // namespace tpcli::cli

@@ -437,12 +437,6 @@ std::span<const float> HfModelDir::get(const std::string& name) const {
   return slot->second;
 }
 
-// ---- F32Weights ----
-
-F32Weights::F32Weights(std::unique_ptr<WeightSource> inner) : inner_(std::move(inner)), config_(inner_->config()) {
-  config_.quantization.reset();
-}
-
 // ---- writing ----
 
 namespace {

@@ -102,19 +102,6 @@ class HfModelDir : public WeightSource {
   mutable std::map<std::string, std::vector<std::byte>> reordered_;  // stored() q/k copies
 };
 
-// A WeightSource that hides how `inner` stores its tensors: stored() is always nullopt and the
-// config has no quantization, so the model computes from get()'s f32 (`infer --dtype f32`).
-class F32Weights : public WeightSource {
- public:
-  explicit F32Weights(std::unique_ptr<WeightSource> inner);
-  const LlamaConfig& config() const override { return config_; }
-  std::span<const float> get(const std::string& name) const override { return inner_->get(name); }
-
- private:
-  std::unique_ptr<WeightSource> inner_;
-  LlamaConfig config_;
-};
-
 struct HfExportOptions {
   DType dtype = DType::BF16;  // F32, F16 or BF16
   int shards = 1;             // > 1: model-0000k-of-0000N.safetensors + model.safetensors.index.json
