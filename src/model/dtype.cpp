@@ -6,7 +6,7 @@
 
 namespace tpcli::model {
 
-size_t dtype_bytes(DType dtype) {
+int dtype_bytes(DType dtype) {
   switch (dtype) {
     case DType::F32: case DType::U32: return 4;
     case DType::F16: case DType::BF16: return 2;

@@ -11,7 +11,7 @@
 
 namespace tpcli::model {
 
-size_t dtype_bytes(DType dtype);
+int dtype_bytes(DType dtype);  // bytes per element
 const char* dtype_name(DType dtype);                            // "F32", "BF16", ... as in safetensors
 std::optional<DType> dtype_from_name(const std::string& name);  // nullopt for an unknown name
 bool is_float(DType dtype);                                     // F32, F16, BF16
