@@ -1,8 +1,13 @@
 // tpcli export --to llama2c --model CKPT --out PATH.bin — a checkpoint (tpcli .safetensors, e.g.
-// runs/NAME/latest.safetensors) as a llama2.c .bin that llama2.c's `run` and `tpcli infer` load.
-// Only the weights travel: the optimizer state stays behind, and the tokenizer must be given to
-// `run` separately (a chars or bytes vocabulary has no llama2.c tokenizer.bin; a model trained with
-// a tokenizer.bin uses that file).
+// runs/NAME/latest.safetensors, a llama2.c .bin or a Hugging Face directory) as a llama2.c .bin
+// that llama2.c's `run` and `tpcli infer` load.
+// tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
+// Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
+// with model.safetensors.index.json) that transformers' LlamaForCausalLM and llama.cpp's
+// convert_hf_to_gguf.py read.
+// Only the weights travel: the optimizer state stays behind, and the tokenizer must be given
+// separately (a chars or bytes vocabulary has no llama2.c tokenizer.bin; a model trained with a
+// tokenizer.bin uses that file; no tokenizer.json is written for --to hf).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
@@ -10,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
+#include "model/hf_model.h"
 #include "model/llama2c.h"
 
 namespace tpcli::cli {
@@ -20,11 +26,42 @@ struct ExportFlags {
   std::string to = "llama2c";
   std::string model;
   std::string out;
+  std::string dtype = "bf16";  // --to hf
+  int shards = 1;              // --to hf
 };
 
+model::DType export_dtype(const std::string& name) {
+  if (name == "bf16") return model::DType::BF16;
+  if (name == "f16") return model::DType::F16;
+  if (name == "f32") return model::DType::F32;
+  throw UsageError("--dtype " + name + ": expected bf16, f16 or f32");
+}
+
+void export_hf(const ExportFlags& f, const OpenedModel& opened) {
+  model::HfExportOptions options;
+  options.dtype = export_dtype(f.dtype);
+  options.shards = f.shards;
+  if (opened.hf_dir) {  // a Hugging Face model keeps its own token ids
+    options.bos_token_id = opened.bos_token_id;
+    options.eos_token_ids = opened.eos_token_ids;
+  }
+  try {
+    model::write_hf_model(f.out, *opened.weights, options);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(f.model + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  std::fprintf(stderr, "wrote %s (Hugging Face LlamaForCausalLM, %s, %d file%s, %lld parameters)\n", f.out.c_str(),
+               f.dtype.c_str(), f.shards, f.shards == 1 ? "" : "s",
+               static_cast<long long>(opened.weights->config().parameter_count()));
+}
+
 void run_export(const ExportFlags& f) {
-  if (f.to != "llama2c") throw UsageError("--to " + f.to + ": the only export format is llama2c");
+  if (f.to != "llama2c" && f.to != "hf") throw UsageError("--to " + f.to + ": expected llama2c or hf");
+  if (f.shards < 1) throw UsageError("--shards " + std::to_string(f.shards) + " must be >= 1");
   OpenedModel opened = open_model(f.model);
+  if (f.to == "hf") return export_hf(f, opened);
   try {
     model::write_llama2c(f.out, *opened.weights);
   } catch (const std::invalid_argument& e) {
@@ -40,13 +77,15 @@ void run_export(const ExportFlags& f) {
 
 void setup_export(CLI::App& sub) {
   auto flags = std::make_shared<ExportFlags>();
-  sub.add_option("--to", flags->to, "format to write (llama2c)")->capture_default_str();
-  sub.add_option("--model", flags->model, "checkpoint to export (.safetensors or .bin)")->required();
-  sub.add_option("--out", flags->out, "output file, e.g. model.bin")->required();
+  sub.add_option("--to", flags->to, "format to write: llama2c or hf")->capture_default_str();
+  sub.add_option("--model", flags->model, "checkpoint to export (.safetensors, .bin or a Hugging Face directory)")->required();
+  sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf)")->required();
+  sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();
+  sub.add_option("--shards", flags->shards, "hf: number of safetensors files")->capture_default_str();
   sub.callback([flags] { run_export(*flags); });
 }
 
-const bool registered = register_command({"export", "Convert a checkpoint to llama2.c's .bin format", setup_export});
+const bool registered = register_command({"export", "Convert a checkpoint to llama2.c's .bin format or a Hugging Face model directory", setup_export});
 
 }  // namespace
 

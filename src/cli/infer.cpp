@@ -1,5 +1,6 @@
 // tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT] [-n STEPS]
-//             [-t TEMPERATURE] [-p TOPP] [-s SEED]
+//             [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
+// PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
 // the speed, per-device memory and the bytes collectives moved per token.
 #include <CLI/CLI.hpp>
@@ -31,7 +32,19 @@ struct InferFlags {
   float temperature = 1.0f;
   float topp = 0.9f;
   long long seed = 0;  // 0 = from the clock
+  std::string dtype = "auto";  // "f32": convert 16-bit / quantized weights to f32 on load
+  int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)
 };
+
+// The tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
+// A Hugging Face directory's own tokenizer is DIR/tokenizer.json (the tokenizer.json reader plugs in
+// here); until then such a model needs -z with a llama2.c tokenizer.bin of the same vocabulary.
+std::string tokenizer_path(const InferFlags& f, const OpenedModel& opened) {
+  if (!f.tokenizer.empty()) return f.tokenizer;
+  if (opened.hf_dir)
+    throw UsageError(*opened.hf_dir + "/tokenizer.json: Hugging Face tokenizers are not read yet: pass -z with a llama2.c tokenizer.bin");
+  return opened.tokenizer.value_or("tokenizer.bin");
+}
 
 // A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
 // train::generate_text (no BOS, no BPE); everything else is llama2.c's generate with a tokenizer.bin.
@@ -64,10 +77,9 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
         },
         stdout, run_options);
   }
-  const std::string tokenizer_path = !f.tokenizer.empty() ? f.tokenizer : opened.tokenizer.value_or("tokenizer.bin");
   std::unique_ptr<model::Tokenizer> tokenizer;
   try {
-    tokenizer = std::make_unique<model::Tokenizer>(tokenizer_path, config.vocab_size);
+    tokenizer = std::make_unique<model::Tokenizer>(tokenizer_path(f, opened), config.vocab_size);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
@@ -90,6 +102,7 @@ void print_device_report(const model::MeshGenerateResult& r, const std::vector<i
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
+  apply_load_flags(opened, f.dtype, f.context);
   const model::LlamaConfig& config = opened.weights->config();
   model::GenerateOptions options;
   options.prompt = f.prompt;
@@ -117,7 +130,13 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 void setup_infer(CLI::App& sub) {
   auto flags = std::make_shared<InferFlags>();
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE);
-  sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
+  sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
+      ->required();
+  sub.add_option("--dtype", flags->dtype, "auto: weights as stored (16-bit, quantized); f32: convert on load")
+      ->capture_default_str();
+  sub.add_option("--context", flags->context,
+                 "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
+                 "directories: at most 8192)");
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "llama2.c tokenizer.bin (default: the checkpoint's recorded tokenizer, else ./tokenizer.bin)");
   sub.add_option("-i,--prompt", flags->prompt, "input prompt");

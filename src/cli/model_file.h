@@ -1,11 +1,12 @@
-// tpcli::cli — opening a model checkpoint of either format (llama2.c .bin or tpcli .safetensors)
-// for infer and bench, with input errors as UsageError.
+// tpcli::cli — opening a model checkpoint (llama2.c .bin, tpcli .safetensors, or a Hugging Face
+// model directory) for infer, export and bench, with input errors as UsageError.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dist/mesh.h"
 #include "model/weights.h"
@@ -18,13 +19,27 @@ struct OpenedModel {
   // the checkpoint's folder (nullopt for llama2.c files, which record none).
   std::optional<std::string> tokenizer;
   std::map<std::string, std::string> metadata;  // a safetensors checkpoint's; empty for llama2.c
+  // A Hugging Face model directory: its path (its tokenizer is DIR/tokenizer.json) and the token
+  // ids of its config.json / generation_config.json. nullopt for the other formats.
+  std::optional<std::string> hf_dir;
+  std::optional<int> bos_token_id;
+  std::vector<int> eos_token_ids;
 };
 
-// ".safetensors" files (or files whose 9th byte starts a JSON header) as safetensors, anything else
-// as llama2.c. Throws UsageError with the loader's one-line message.
+// A directory with a config.json as a Hugging Face model, ".safetensors" files (or files whose 9th
+// byte starts a JSON header) as safetensors, anything else as llama2.c. Throws UsageError with the
+// loader's one-line message.
 OpenedModel open_model(const std::string& path);
 // The same, for a run on `mesh`: also a UsageError when the model cannot be split over its tensor
 // axis "model" (model::check_tensor_devices).
 OpenedModel open_model(const std::string& path, const dist::Mesh& mesh);
+
+// `--dtype`: "auto" keeps the weights as stored (16-bit or quantized layers where the model has
+// them), "f32" converts (dequantizes) them to f32 on load. `--context`: positions to allocate the
+// KV cache for, at most the model's seq_len (0: the model's; a Hugging Face directory's
+// max_position_embeddings is capped at DEFAULT_HF_CONTEXT unless --context asks for more).
+// UsageError for a bad value.
+constexpr int DEFAULT_HF_CONTEXT = 8192;
+void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context);
 
 }  // namespace tpcli::cli

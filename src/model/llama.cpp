@@ -102,10 +102,10 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   specs_ = llama_parameters(config_);
   all_plans_ = plan_all_shards(config_, group_.size());
   plan_ = all_plans_[static_cast<size_t>(group_.rank())];
-  const int64_t C = config_.dim, HS = config_.head_size(), KV = config_.kv_dim(), S = config_.seq_len;
+  const int64_t C = config_.dim, HS = config_.head_size(), KV = config_.kv_dim(), Q = config_.q_dim(), S = config_.seq_len;
   const int kv_mul = config_.n_heads / config_.n_kv_heads;
   for (int h = 0; h < plan_.heads.count; ++h) kv_of_.push_back(plan_.kv_head_of(h, kv_mul));
-  rope_ = nn::RopeTable(config_.seq_len, static_cast<int>(HS), config_.rope_theta);
+  rope_ = nn::RopeTable(config_.seq_len, static_cast<int>(HS), config_.rope_theta, config_.rope_scaling);
 
   const auto spec = [&](const std::string& name) -> const ParamSpec& {
     for (const auto& s : specs_)
@@ -127,11 +127,11 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     L.attention_norm_grad = Tensor({C});
     L.ffn_norm_grad = Tensor({C});
     std::vector<nn::Linear> parts;
-    parts.emplace_back(nn::slice_rows(checked(weights, p + "wq", C * C).data(), C, q_rows));
+    parts.emplace_back(nn::slice_rows(checked(weights, p + "wq", Q * C).data(), C, q_rows));
     parts.emplace_back(nn::slice_rows(checked(weights, p + "wk", KV * C).data(), C, kv_rows));
     parts.emplace_back(nn::slice_rows(checked(weights, p + "wv", KV * C).data(), C, kv_rows));
     L.qkv = nn::AllToShardedLinear(std::move(parts), group_);
-    L.wo = nn::ShardedToAllLinear(nn::Linear(nn::slice_columns(checked(weights, p + "wo", C * C).data(), C, C, {q_rows})),
+    L.wo = nn::ShardedToAllLinear(nn::Linear(nn::slice_columns(checked(weights, p + "wo", C * Q).data(), C, Q, {q_rows})),
                                   group_);
     L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_);
     L.k_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
@@ -446,7 +446,7 @@ TensorWeights Llama::gather_grads() {
 // Collective: full tensors from every device's shards, in llama_parameters order. The FFN's come
 // from the layer itself (weights), or are assembled by their spec's split (grads).
 TensorWeights Llama::gather(bool grads) {
-  const int64_t C = config_.dim, V = config_.vocab_size, KV = config_.kv_dim(), F = config_.hidden_dim;
+  const int64_t C = config_.dim, V = config_.vocab_size, KV = config_.kv_dim(), Q = config_.q_dim(), F = config_.hidden_dim;
   std::vector<dist::Range> q_rows, kv_rows, vocab, ffn;
   for (const auto& q : all_plans_) {
     q_rows.push_back(q.q_rows());
@@ -465,10 +465,10 @@ TensorWeights Llama::gather(bool grads) {
     const std::string p = "layers." + std::to_string(l) + ".";
     out.set(p + "attention_norm", grads ? L.attention_norm_grad : L.attention_norm);
     out.set(p + "ffn_norm", grads ? L.ffn_norm_grad : L.ffn_norm);
-    out.set(p + "wq", nn::gather_rows(group_, pick(L.qkv.part(0).weight(), L.qkv.part(0).grad()), q_rows, C, C));
+    out.set(p + "wq", nn::gather_rows(group_, pick(L.qkv.part(0).weight(), L.qkv.part(0).grad()), q_rows, Q, C));
     out.set(p + "wk", nn::gather_rows(group_, pick(L.qkv.part(1).weight(), L.qkv.part(1).grad()), kv_rows, KV, C));
     out.set(p + "wv", nn::gather_rows(group_, pick(L.qkv.part(2).weight(), L.qkv.part(2).grad()), kv_rows, KV, C));
-    out.set(p + "wo", nn::gather_columns(group_, pick(L.wo.local().weight(), L.wo.local().grad()), q_rows, C, C));
+    out.set(p + "wo", nn::gather_columns(group_, pick(L.wo.local().weight(), L.wo.local().grad()), q_rows, C, Q));
     if (!grads) {
       for (auto& [name, t] : L.ffn->gather_full()) out.set(name, std::move(t));
     } else if (!config_.is_moe()) {

@@ -152,6 +152,10 @@ void write_llama2c(const std::string& path, const WeightSource& weights) {
   if (c.norm_eps != 1e-5f || c.rope_theta != 10000.0f)
     throw std::invalid_argument(path + ": llama2.c checkpoints fix norm_eps = 1e-5 and rope_theta = 10000 (model has " +
                                 std::to_string(c.norm_eps) + ", " + std::to_string(c.rope_theta) + ")");
+  if (c.q_dim() != c.dim)
+    throw std::invalid_argument(path + ": llama2.c checkpoints need head size dim / n_heads (model has head_dim " +
+                                std::to_string(c.head_size()) + ")");
+  if (c.rope_scaling) throw std::invalid_argument(path + ": llama2.c checkpoints cannot hold rope_scaling (llama3)");
 
   write_atomically(path, [&](std::ostream& out) {
     const int32_t header[HEADER_INTS] = {c.dim,        c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,

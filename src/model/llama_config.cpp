@@ -15,13 +15,14 @@ void LlamaConfig::validate() const {
   positive("n_kv_heads", n_kv_heads);
   positive("vocab_size", vocab_size);
   positive("seq_len", seq_len);
-  if (dim % n_heads != 0)
+  if (head_dim < 0) throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + " must be >= 0");
+  if (head_dim == 0 && dim % n_heads != 0)
     throw std::invalid_argument("n_heads = " + std::to_string(n_heads) + " does not divide dim = " + std::to_string(dim));
   if (n_heads % n_kv_heads != 0)
     throw std::invalid_argument("n_kv_heads = " + std::to_string(n_kv_heads) + " does not divide n_heads = " +
                                 std::to_string(n_heads));
   if (head_size() % 2 != 0)
-    throw std::invalid_argument("head size dim / n_heads = " + std::to_string(head_size()) + " must be even for RoPE");
+    throw std::invalid_argument("head size = " + std::to_string(head_size()) + " must be even for RoPE");
   if (n_experts < 0) throw std::invalid_argument("n_experts = " + std::to_string(n_experts) + " must be >= 0");
   if (is_moe() && (top_k < 1 || top_k > n_experts))
     throw std::invalid_argument("top_k = " + std::to_string(top_k) + " must be in [1, n_experts = " +
@@ -30,7 +31,7 @@ void LlamaConfig::validate() const {
 }
 
 std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
-  const int64_t C = c.dim, F = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim();
+  const int64_t C = c.dim, F = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim(), Q = c.q_dim();
   std::vector<ParamSpec> specs;
   auto add = [&](std::string name, tensor::Shape shape, Split split, bool decay) {
     specs.push_back({std::move(name), std::move(shape), split, decay});
@@ -41,10 +42,10 @@ std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
   // llama2.c order: embedding, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm.
   add("tok_embeddings", {V, C}, Split::Replicated, true);
   per_layer("attention_norm", {C}, Split::Replicated, false);
-  per_layer("wq", {C, C}, Split::Rows, true);
+  per_layer("wq", {Q, C}, Split::Rows, true);
   per_layer("wk", {KV, C}, Split::Rows, true);
   per_layer("wv", {KV, C}, Split::Rows, true);
-  per_layer("wo", {C, C}, Split::Columns, true);
+  per_layer("wo", {C, Q}, Split::Columns, true);
   per_layer("ffn_norm", {C}, Split::Replicated, false);
   if (c.is_moe()) {
     const int64_t E = c.n_experts, FE = c.expert_hidden_dim ? c.expert_hidden_dim : F;

@@ -1,7 +1,8 @@
 // tpcli::model — the blueprint of a Llama model and the table of its parameters.
 //
 // Dimension legend: C dim, F hidden_dim (ffn), L n_layers, NH n_heads, NKV n_kv_heads,
-// HS head size = C / NH, V vocab_size, E n_experts, K top_k.
+// HS head size (C / NH unless head_dim says otherwise), Q = NH * HS, V vocab_size, E n_experts,
+// K top_k.
 //
 // The parameter table drives allocation, loading, saving, sharding and the optimizer: no code
 // lists parameters by hand anywhere else.
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/rope.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::model {
@@ -29,11 +31,13 @@ struct LlamaConfig {
   int n_layers = 0;    // L
   int n_heads = 0;     // NH
   int n_kv_heads = 0;  // NKV (divides NH)
+  int head_dim = 0;    // HS when it is not C / NH (Hugging Face's head_dim); 0 = C / NH
   int vocab_size = 0;  // V
   int seq_len = 0;     // longest context
   bool shared_classifier = true;  // classifier weight is the token embedding
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  std::optional<nn::RopeScaling> rope_scaling;  // Llama 3.1+ "llama3" scaling; none for older models
   // Mixture of experts (0 experts = dense feed-forward).
   int n_experts = 0;  // E
   int top_k = 0;      // K
@@ -43,7 +47,8 @@ struct LlamaConfig {
   // Set when the checkpoint's matrices are quantized (stored as NAME, NAME.scales, NAME.biases).
   std::optional<Quantization> quantization;
 
-  int head_size() const { return dim / n_heads; }
+  int head_size() const { return head_dim ? head_dim : dim / n_heads; }
+  int q_dim() const { return head_size() * n_heads; }  // Q: rows of wq, columns of wo
   int kv_dim() const { return head_size() * n_kv_heads; }
   bool is_moe() const { return n_experts > 0; }
   int64_t parameter_count() const;

@@ -1,5 +1,5 @@
-// tpcli::model — safetensors files (the project's own checkpoints): read through mmap, write
-// atomically. Only F32 tensors.
+// tpcli::model — safetensors files (tpcli's own checkpoints, and Hugging Face's): read through
+// mmap, write atomically. dtypes F32, F16, BF16 (floats) and U32, U8 (quantized words and scales).
 //
 // Layout: u64 little-endian N, then N bytes of JSON
 //   {"__metadata__": {"key": "value", ...}, "NAME": {"dtype": "F32", "shape": [..],
@@ -11,10 +11,13 @@
 //   "format"                      "tpcli"                 who wrote it
 //   "model.dim", "model.hidden_dim", "model.n_layers", "model.n_heads", "model.n_kv_heads",
 //   "model.vocab_size", "model.seq_len"                     integers (decimal)
+//   "model.head_dim"              integer; absent when the head size is dim / n_heads
 //   "model.shared_classifier"     "true" | "false"
 //   "model.norm_eps", "model.rope_theta", "model.moe_aux_loss"   floats, "%.9g"
 //   "model.n_experts", "model.top_k", "model.expert_hidden_dim"  integers
 //   "model.capacity_factor"       float; absent when unset
+//   "model.rope_scaling.factor", ".low_freq_factor", ".high_freq_factor"   floats, and
+//   "model.rope_scaling.original_max_position"   integer: Llama 3's rope_scaling; absent when unset
 //   "tokenizer"                   path of the llama2.c tokenizer.bin the model was trained with,
 //                                 absolute or relative to the checkpoint's folder (`tpcli infer`
 //                                 uses it when -z is not given)
@@ -25,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -53,6 +57,12 @@ struct TensorView {
 // Writes tensors + metadata (temp file + rename). Throws std::invalid_argument for a tensor whose
 // data size does not match its shape or a duplicate name, std::runtime_error for I/O failures.
 void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors, const Metadata& metadata);
+// The same for tensors of any dtype (16-bit exports): each data holds numel(shape) elements of its dtype.
+struct NamedTensor {
+  std::string name;
+  StoredTensor tensor;
+};
+void write_stored_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors, const Metadata& metadata);
 // Every parameter of `weights` plus its config in the metadata (merged over `metadata`).
 void write_safetensors(const std::string& path, const WeightSource& weights, Metadata metadata = {});
 
@@ -62,9 +72,11 @@ class SafetensorsFile : public WeightSource {
   explicit SafetensorsFile(const std::string& path);
 
   const Metadata& metadata() const { return metadata_; }
-  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-  const TensorView& tensor(const std::string& name) const;  // throws std::out_of_range naming it
-  std::vector<std::string> names() const;                    // sorted
+  bool has(const std::string& name) const { return stored_.count(name) != 0; }
+  // An F32 tensor; throws std::out_of_range naming it when absent, std::runtime_error when it is
+  // stored in another dtype (get() converts, stored() gives it as it is).
+  const TensorView& tensor(const std::string& name) const;
+  std::vector<std::string> names() const;  // sorted
   const std::string& path() const { return map_.path(); }
 
   // WeightSource: needs the "model.*" metadata keys. When "model.dim" is present, the constructor
@@ -72,13 +84,20 @@ class SafetensorsFile : public WeightSource {
   // std::runtime_error when the file has no model config.
   bool has_model_config() const { return config_.has_value(); }
   const LlamaConfig& config() const override;
+  // F32 tensors: a view into the map. F16/BF16: converted on the first call, kept for later calls
+  // (thread-safe: the devices of a run share one file). Any tensor name, not only parameters.
   std::span<const float> get(const std::string& name) const override;
+  // Every tensor as stored (a view into the map); nullopt when absent.
+  std::optional<StoredTensor> stored(const std::string& name) const override;
 
  private:
   MappedFile map_;
   Metadata metadata_;
-  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, StoredTensor> stored_;  // every tensor
+  std::map<std::string, TensorView> tensors_;   // the F32 ones
   std::optional<LlamaConfig> config_;
+  mutable std::mutex converted_mutex_;
+  mutable std::map<std::string, std::vector<float>> converted_;  // 16-bit tensors as f32, by name
 };
 
 }  // namespace tpcli::model

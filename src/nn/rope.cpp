@@ -6,7 +6,18 @@
 
 namespace tpcli::nn {
 
-RopeTable::RopeTable(int seq_len, int head_size, float theta) : seq_len_(seq_len), head_size_(head_size) {
+float llama3_frequency(float freq, const RopeScaling& s) {
+  const float pi = 3.14159265358979323846f;
+  const float old_context = static_cast<float>(s.original_max_position);
+  const float wavelength = 2.0f * pi / freq;
+  if (wavelength < old_context / s.high_freq_factor) return freq;  // high frequencies: unchanged
+  if (wavelength > old_context / s.low_freq_factor) return freq / s.factor;  // low: stretched
+  const float smooth = (old_context / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0f - smooth) * freq / s.factor + smooth * freq;
+}
+
+RopeTable::RopeTable(int seq_len, int head_size, float theta, std::optional<RopeScaling> scaling)
+    : seq_len_(seq_len), head_size_(head_size) {
   if (head_size % 2 != 0) throw std::invalid_argument("rope: head size " + std::to_string(head_size) + " is odd");
   const int half = head_size / 2;
   cos_.resize(static_cast<size_t>(seq_len) * half);
@@ -14,6 +25,7 @@ RopeTable::RopeTable(int seq_len, int head_size, float theta) : seq_len_(seq_len
   for (int pos = 0; pos < seq_len; ++pos)
     for (int i = 0; i < half; ++i) {
       float freq = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_size));
+      if (scaling) freq = llama3_frequency(freq, *scaling);
       float val = static_cast<float>(pos) * freq;
       cos_[static_cast<size_t>(pos) * half + i] = cosf(val);
       sin_[static_cast<size_t>(pos) * half + i] = sinf(val);

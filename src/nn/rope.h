@@ -3,17 +3,34 @@
 // Dimension legend: S positions (seq_len), HS head size, H heads of the rotated rows.
 // Within every head, the pair (2i, 2i+1) is rotated by the angle pos * theta^(-2i / HS), computed
 // in float exactly as llama2.c's run.c does (powf, then cosf/sinf of pos * freq).
+// Llama 3.1's "llama3" rope_scaling (optional) stretches the low frequencies of long-context
+// models: see llama3_frequency.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace tpcli::nn {
 
+// Hugging Face's rope_scaling {"rope_type": "llama3", ...} (Llama 3.1 / 3.2).
+struct RopeScaling {
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position = 8192;  // original_max_position_embeddings
+};
+
+// The scaled inverse frequency of a pair whose unscaled one is `freq` (transformers'
+// _compute_llama3_parameters): wavelengths 2*pi/freq shorter than original_max_position /
+// high_freq_factor keep freq, longer than original_max_position / low_freq_factor get
+// freq / factor, and those between are interpolated linearly in original_max_position / wavelength.
+float llama3_frequency(float freq, const RopeScaling& scaling);
+
 class RopeTable {
  public:
   RopeTable() = default;
-  RopeTable(int seq_len, int head_size, float theta);
+  RopeTable(int seq_len, int head_size, float theta, std::optional<RopeScaling> scaling = std::nullopt);
 
   int head_size() const { return head_size_; }
   int seq_len() const { return seq_len_; }

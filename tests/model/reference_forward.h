@@ -1,9 +1,11 @@
 // Test reference: llama2.c run.c's forward(), transcribed loop for loop (serial, unsharded, no
 // BLAS), over any WeightSource. The yardstick the sharded model and the generation loop are held to.
 //
-// Dimension legend: C dim, F hidden_dim, L layers, NH/NKV heads, HS head size, V vocab, S seq_len.
+// Dimension legend: C dim, F hidden_dim, L layers, NH/NKV heads, HS head size, Q = NH * HS (C in
+// llama2.c; Hugging Face's head_dim may make it differ), V vocab, S seq_len.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <string>
@@ -16,13 +18,13 @@ namespace tpcli::testing {
 class ReferenceForward {
  public:
   explicit ReferenceForward(const model::WeightSource& w) : w_(w), c_(w.config()) {
-    const size_t C = c_.dim, KV = c_.kv_dim(), S = c_.seq_len, L = c_.n_layers;
+    const size_t C = c_.dim, KV = c_.kv_dim(), S = c_.seq_len, L = c_.n_layers, Q = c_.q_dim();
     x_.resize(C);
-    xb_.resize(C);
+    xb_.resize(std::max(C, Q));
     xb2_.resize(C);
     hb_.resize(c_.hidden_dim);
     hb2_.resize(c_.hidden_dim);
-    q_.resize(C);
+    q_.resize(Q);
     att_.resize(static_cast<size_t>(c_.n_heads) * S);
     logits_.resize(c_.vocab_size);
     key_cache_.resize(L * S * KV);
@@ -31,7 +33,7 @@ class ReferenceForward {
 
   std::span<const float> forward(int token, int pos) {
     const int dim = c_.dim, kv_dim = c_.kv_dim(), kv_mul = c_.n_heads / c_.n_kv_heads, hidden = c_.hidden_dim;
-    const int head_size = c_.head_size();
+    const int head_size = c_.head_size(), q_dim = c_.q_dim();
     const float* emb = w_.get("tok_embeddings").data();
     std::copy(emb + static_cast<size_t>(token) * dim, emb + static_cast<size_t>(token + 1) * dim, x_.begin());
     for (int l = 0; l < c_.n_layers; ++l) {
@@ -40,11 +42,11 @@ class ReferenceForward {
       const size_t loff = static_cast<size_t>(l) * c_.seq_len * kv_dim;
       float* k = key_cache_.data() + loff + static_cast<size_t>(pos) * kv_dim;
       float* v = value_cache_.data() + loff + static_cast<size_t>(pos) * kv_dim;
-      matmul(q_.data(), xb_.data(), w_.get(p + "wq").data(), dim, dim);
+      matmul(q_.data(), xb_.data(), w_.get(p + "wq").data(), dim, q_dim);
       matmul(k, xb_.data(), w_.get(p + "wk").data(), dim, kv_dim);
       matmul(v, xb_.data(), w_.get(p + "wv").data(), dim, kv_dim);
       // RoPE
-      for (int i = 0; i < dim; i += 2) {
+      for (int i = 0; i < q_dim; i += 2) {
         const int head_dim = i % head_size;
         const float freq = 1.0f / powf(10000.0f, head_dim / static_cast<float>(head_size));
         const float val = pos * freq, fcr = cosf(val), fci = sinf(val);
@@ -73,7 +75,7 @@ class ReferenceForward {
           for (int i = 0; i < head_size; ++i) xb[i] += att[t] * vt[i];
         }
       }
-      matmul(xb2_.data(), xb_.data(), w_.get(p + "wo").data(), dim, dim);
+      matmul(xb2_.data(), xb_.data(), w_.get(p + "wo").data(), q_dim, dim);
       for (int i = 0; i < dim; ++i) x_[i] += xb2_[i];
       rmsnorm(xb_.data(), x_.data(), w_.get(p + "ffn_norm").data(), dim);
       matmul(hb_.data(), xb_.data(), w_.get(p + "w1").data(), dim, hidden);

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "model/dtype.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 
@@ -200,5 +201,34 @@ TEST_CASE("safetensors: corrupt files are one-line errors naming the file", "[sa
   config_to_metadata(small_config(), m);
   write_safetensors(path, {{"tok_embeddings", {2}, std::vector<float>{1, 2}}}, m);
   CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains("tok_embeddings"));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("safetensors: F16 and BF16 by their bit patterns, round to nearest even, read back as stored and as f32", "[safetensors]") {
+  const std::vector<uint16_t> f16_bits{0x3C00, 0xC000, 0x0001, 0x7C00, 0x3555};
+  const std::vector<float> f16_values{1.0f, -2.0f, 0x1p-24f, INFINITY, 0.333251953125f};
+  std::vector<float> out(f16_bits.size());
+  to_f32(out.data(), f16_bits.data(), DType::F16, 5);
+  CHECK(out == f16_values);
+  // bf16: the top half of the f32; halfway cases go to the even neighbour.
+  const std::vector<float> f32s{1.0f, 1.00390625f /* 0x3F808000 */, 1.01171875f /* 0x3F818000 */, -3.5f};
+  std::vector<uint16_t> bf(4), h(4);
+  from_f32(bf.data(), f32s.data(), DType::BF16, 4);
+  CHECK(bf == std::vector<uint16_t>{0x3F80, 0x3F80, 0x3F82, 0xC060});
+  from_f32(h.data(), f32s.data(), DType::F16, 4);
+  CHECK(h[0] == 0x3C00);
+  CHECK(h[3] == 0xC300);
+
+  const std::string path = temp_path("half.safetensors");
+  write_stored_safetensors(path, {{"h", {DType::F16, {5}, f16_bits.data()}}, {"b", {DType::BF16, {2, 2}, bf.data()}}},
+                           {{"format", "pt"}});
+  SafetensorsFile f(path);
+  REQUIRE(f.stored("h").has_value());
+  CHECK(f.stored("h")->dtype == DType::F16);
+  CHECK(std::memcmp(f.stored("b")->data, bf.data(), 8) == 0);
+  CHECK(std::vector<float>(f.get("h").begin(), f.get("h").end()) == f16_values);
+  CHECK(std::vector<float>(f.get("b").begin(), f.get("b").end()) == std::vector<float>{1.0f, 1.0f, 1.015625f, -3.5f});
+  CHECK(f.get("b").data() == f.get("b").data());  // converted once, kept
+  CHECK_THROWS_WITH(f.tensor("b"), Catch::Contains(path) && Catch::Contains("BF16"));
   std::filesystem::remove(path);
 }
