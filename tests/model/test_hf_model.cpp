@@ -587,6 +587,13 @@ TEST_CASE("hf: tpcli export --to hf, then tpcli infer --model DIR gives the .bin
   check_usage_error(run_cli(tmp, "export --model " + bin + " --to hf --out " + f32), "already holds a model");
   check_usage_error(run_cli(tmp, "export --model " + bin + " --to hf --dtype f64 --out " + f32 + "x"), "--dtype");
   check_usage_error(run_cli(tmp, "infer --model " + f32 + " --dtype f8 -z " + tok), "--dtype");
+  const Run inspect = run_cli(tmp, "inspect " + two);
+  CHECK(inspect.code == 0);
+  CHECK(inspect.out.find("Hugging Face model directory (LlamaForCausalLM, float32)") != std::string::npos);
+  // --context: a 20-position KV cache runs 20 positions however many -n asks for.
+  const Run short_run = run_cli(tmp, "infer --model " + f32 + " -z " + tok + " -t 0 -n 100 --context 20 --devices 2");
+  CHECK(short_run.code == 0);
+  CHECK(short_run.out == run_cli(tmp, "infer --model " + bin + " -z " + tok + " -t 0 -n 20").out);
 }
 
 TEST_CASE("hf: head_dim other than hidden_size / heads runs like llama2.c's forward, sharded and from a directory", "[hf][sharded]") {
@@ -636,4 +643,35 @@ TEST_CASE("hf: head_dim other than hidden_size / heads runs like llama2.c's forw
       });
       for (double w : worst) CHECK(w < 1e-4);
     }
+}
+
+TEST_CASE("hf: config.json keys: llama3 rope_scaling, generation_config ids, sliding window, untied head", "[hf]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const Llama2cFile bin(shared_path("data/stories260K.bin"));
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "m";
+  write_hf_model(dir.string(), bin, {.dtype = DType::BF16});
+  json config = read_json(dir / "config.json");
+  config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 128}};
+  config["sliding_window"] = 256;
+  config["eos_token_id"] = 2;
+  write_json(dir / "config.json", config);
+  write_json(dir / "generation_config.json", {{"bos_token_id", 1}, {"eos_token_id", {2, 7}}});
+  {
+    const HfModelDir d(dir.string());
+    REQUIRE(d.config().rope_scaling.has_value());
+    CHECK(d.config().rope_scaling->factor == 32.0f);
+    CHECK(d.config().rope_scaling->original_max_position == 128);
+    CHECK(d.config().seq_len == 256);  // the window, not max_position_embeddings (512)
+    CHECK(d.hf_config().eos_token_ids == std::vector<int>{2, 7});
+    CHECK(d.hf_config().torch_dtype == "bfloat16");
+    // Written back out, the scaling survives.
+    write_hf_model((tmp.path() / "again").string(), d, {.dtype = DType::BF16});
+    CHECK(HfModelDir((tmp.path() / "again").string()).config().rope_scaling->high_freq_factor == 4.0f);
+  }
+  // Untied: lm_head.weight is then required.
+  config["tie_word_embeddings"] = false;
+  write_json(dir / "config.json", config);
+  check_one_line_naming(open_error(dir), (dir / "model.safetensors").string(), "lm_head.weight");
 }
