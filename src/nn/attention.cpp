@@ -128,23 +128,28 @@ void attention_cached(float* out, float* att, const float* qkv, float* k_cache, 
     attention_decode(out, att, qkv, k_cache, v_cache, pos, s);
     return;
   }
-  const int64_t ctx = pos + P;  // cache positions any row reads
+  // Rows go in blocks: block [r0, r0 + rows) reads cache positions 0..pos+r0+rows-1 only, so the
+  // masked future a block computes is at most ROWS wide instead of P.
+  constexpr int64_t ROWS = 64;
   const float scale_div = sqrtf(static_cast<float>(HS));
   for (int h = 0; h < s.heads; ++h) {
     const int64_t koff = int64_t(s.kv_of[h]) * HS;
-    // att[P, ctx] = q_h[P, HS] @ k_h[ctx, HS]^T (q rows strided by QKV, cache rows by KVL)
-    tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, P, ctx, HS, 1.0f, qkv + h * HS, QKV, k_cache + koff, KVL,
-                 0.0f, att, ctx);
-    for (int64_t n = 0; n < P; ++n) {  // scale as decode does, softmax over 0..pos+n, zero the future
-      float* a = att + n * ctx;
-      const int64_t seen = pos + n + 1;
-      for (int64_t t = 0; t < seen; ++t) a[t] /= scale_div;
-      softmax(a, seen);
-      std::fill(a + seen, a + ctx, 0.0f);
+    for (int64_t r0 = 0; r0 < P; r0 += ROWS) {
+      const int64_t rows = std::min(ROWS, P - r0), ctx = pos + r0 + rows;  // cache positions read
+      // att[rows, ctx] = q_h[rows, HS] @ k_h[ctx, HS]^T (q rows strided by QKV, cache rows by KVL)
+      tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, rows, ctx, HS, 1.0f, qkv + r0 * QKV + h * HS, QKV,
+                   k_cache + koff, KVL, 0.0f, att, ctx);
+      for (int64_t n = 0; n < rows; ++n) {  // scale as decode does, softmax over 0..pos+r0+n, zero the future
+        float* a = att + n * ctx;
+        const int64_t seen = pos + r0 + n + 1;
+        for (int64_t t = 0; t < seen; ++t) a[t] /= scale_div;
+        softmax(a, seen);
+        std::fill(a + seen, a + ctx, 0.0f);
+      }
+      // out_h[rows, HS] (row stride QL) = att[rows, ctx] @ v_h[ctx, HS]
+      tensor::gemm(tensor::Trans::No, tensor::Trans::No, rows, HS, ctx, 1.0f, att, ctx, v_cache + koff, KVL, 0.0f,
+                   out + r0 * QL + h * HS, QL);
     }
-    // out_h[P, HS] (row stride QL) = att[P, ctx] @ v_h[ctx, HS]
-    tensor::gemm(tensor::Trans::No, tensor::Trans::No, P, HS, ctx, 1.0f, att, ctx, v_cache + koff, KVL, 0.0f,
-                 out + h * HS, QL);
   }
 }
 
