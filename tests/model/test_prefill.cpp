@@ -152,17 +152,20 @@ TEST_CASE("generation: a batched prompt prints what the token-by-token prompt pr
   }
 }
 
-TEST_CASE("memory: per-device parameters add up to the model once, plus the replicated norms", "[llama][memory]") {
+TEST_CASE("memory: per-device parameters add up to the model once, plus the replicated norms; gather_weights is whole",
+          "[llama][memory]") {
   for (const auto& s : shapes()) {
     const auto w = random_weights(s.config, 141);
     const LlamaConfig& c = s.config;
     const int64_t C = c.dim, L = c.n_layers;
     for (int T = 1; T <= s.max_devices; ++T) {
       std::vector<int64_t> params(static_cast<size_t>(T)), caches(static_cast<size_t>(T));
+      std::vector<TensorWeights> gathered(static_cast<size_t>(T), TensorWeights(c));
       dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
         model::Llama m(w, dev.axis("model"));
         params[static_cast<size_t>(dev.rank())] = m.parameter_bytes();
         caches[static_cast<size_t>(dev.rank())] = m.kv_cache_bytes();
+        gathered[static_cast<size_t>(dev.rank())] = m.gather_weights();  // what a checkpoint saves
       });
       // Held more than once: the norm gains (on every device) and KV heads several devices use.
       int64_t kv_rows_held = 0;  // sum over devices of wk (= wv) rows
@@ -178,7 +181,13 @@ TEST_CASE("memory: per-device parameters add up to the model once, plus the repl
       INFO(s.name << " on " << T << " devices");
       CHECK(sum_params == expected_params);
       CHECK(sum_caches == expected_caches);
-      if (c.kv_dim() % T == 0 && c.n_kv_heads % T == 0) CHECK(extra_kv_rows == 0);
+      if (c.n_kv_heads % T == 0) CHECK(extra_kv_rows == 0);
+      for (int r = 0; r < T; ++r)
+        for (const auto& spec : model::llama_parameters(c)) {
+          INFO("device " << r << ": " << spec.name);
+          const auto a = gathered[static_cast<size_t>(r)].get(spec.name), e = w.get(spec.name);
+          CHECK(std::equal(a.begin(), a.end(), e.begin(), e.end()));
+        }
     }
   }
 }
