@@ -63,7 +63,7 @@ double prefill_flops(const model::LlamaConfig& c, int P) {
 }
 
 // GFLOP/s of BLIS sgemm at [P, C] x [C, FL]^T (the w1 product of one device), `threads` threads,
-// in `devices` threads at once (as the devices run); best of a few calls, slowest thread.
+// in `devices` threads at once (as the devices run); best of 11 calls, slowest thread.
 double measure_gemm_gflops(int P, int C, int FL, int threads, int devices) {
   std::vector<double> best(static_cast<size_t>(devices), 1e30);
   std::barrier sync(devices);
@@ -73,7 +73,7 @@ double measure_gemm_gflops(int P, int C, int FL, int threads, int devices) {
       tensor::set_blas_threads(threads);
       std::vector<float> a(static_cast<size_t>(P) * C, 0.5f), w(static_cast<size_t>(FL) * C, 0.25f);
       std::vector<float> out(static_cast<size_t>(P) * FL);
-      for (int rep = 0; rep < 6; ++rep) {
+      for (int rep = 0; rep < 12; ++rep) {
         sync.arrive_and_wait();
         const auto t0 = Clock::now();
         tensor::matmul_wt(out.data(), a.data(), w.data(), P, FL, C);
@@ -191,7 +191,7 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
               "                 would be with a core per thread, when the machine is shared)\n");
   const double cpu_gflops = prefill_flops(c, f.tokens) * batched_cpu / f.tokens / devices / 1e9;
   std::printf("compute         %.1f GFLOP/s per device in the batched pass (by CPU time %.1f = %.0f%% of BLIS sgemm\n"
-              "                here: %.1f GFLOP/s at [%d, %d] x [%d, %d]^T, best of 5)\n",
+              "                here: %.1f GFLOP/s at [%d, %d] x [%d, %d]^T, best of 11)\n",
               per_device_gflops, cpu_gflops, 100.0 * cpu_gflops / gemm_gflops, gemm_gflops, f.tokens, c.dim,
               static_cast<int>(plan.ffn.count), c.dim);
   std::printf("agreement       last position's logits: max |batched - token by token| = %.2e\n", t.max_logit_diff);
