@@ -26,11 +26,7 @@ void embedding_backward(float* dtable, const float* dout, const int* tokens, int
   }
 }
 
-}  // namespace tpcli::nn
-
 // ---- VocabParallelEmbedding ----
-
-namespace tpcli::nn {
 
 VocabParallelEmbedding::VocabParallelEmbedding(tensor::Tensor rows, std::vector<dist::Range> vocab, dist::Group group)
     : rows_(std::move(rows)), vocab_(std::move(vocab)), group_(std::move(group)) {
