@@ -61,10 +61,10 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
     }
     return model::run_model_on_mesh(
         *opened.weights, mesh,
-        [&](const model::ForwardFn& forward, const model::ArgmaxFn&, std::FILE* out) {
+        [&](const model::ModelFns& model, std::FILE* out) {
           const auto start = std::chrono::steady_clock::now();
           train::TextSample sample =
-              train::generate_text(forward, *text_tokenizer, options.prompt, options.steps, config.seq_len,
+              train::generate_text(model.forward, *text_tokenizer, options.prompt, options.steps, config.seq_len,
                                    options.temperature, options.topp, options.seed, out);
           if (out) std::fputc('\n', out);
           model::GenerateResult r;
@@ -123,7 +123,10 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   std::fflush(stdout);
   if (trace) write_trace(*trace, run_flags.trace, "forward passes");
 
-  if (r.result.positions > 1) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
+  if (r.result.prefill_tokens > 0)
+    std::fprintf(stderr, "prompt: %d tokens in one batch, %.1f tok/s\n", r.result.prefill_tokens,
+                 r.result.prefill_tokens_per_second);
+  if (r.result.tokens_per_second > 0) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
   print_device_report(r, run_options.local_ranks);
 }
 

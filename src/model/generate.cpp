@@ -1,5 +1,6 @@
 #include "model/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <stdexcept>
@@ -18,8 +19,8 @@ GenerateOptions normalized(GenerateOptions o, int seq_len) {
   return o;
 }
 
-GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
-                        std::FILE* out, const ArgmaxFn& argmax) {
+GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const GenerateOptions& options,
+                        std::FILE* out) {
   const std::vector<int> prompt = tokenizer.encode(options.prompt, /*bos=*/true, /*eos=*/false);
   const int vocab = tokenizer.vocab_size();
   Sampler sampler(vocab, options.temperature, options.topp, options.seed);
@@ -33,26 +34,44 @@ GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, co
       std::fflush(out);
     }
   };
+  auto checked = [&](std::span<const float> full) {
+    if (static_cast<int>(full.size()) != vocab)
+      throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, tokenizer has " +
+                               std::to_string(vocab) + " tokens");
+    return full;
+  };
 
   using Clock = std::chrono::steady_clock;
-  Clock::time_point start{};
-  bool timing = false;
+  const bool greedy_shortcut = options.temperature == 0.0f && model.argmax;
+  std::span<const float> full;  // [V] logits of the last position run (unless greedy_shortcut)
+  int greedy = -1;              // its argmax (greedy_shortcut)
+
+  // The prompt (up to `steps` positions) in one batch: positions 0..prefilled-1 have run after it.
+  int prefilled = 0;
+  const bool can_prefill = greedy_shortcut ? static_cast<bool>(model.prefill_argmax) : static_cast<bool>(model.prefill);
+  if (can_prefill && prompt.size() > 1 && options.steps > 1) {
+    prefilled = std::min(static_cast<int>(prompt.size()), options.steps);
+    const std::span<const int> batch(prompt.data(), static_cast<size_t>(prefilled));
+    const auto t0 = Clock::now();
+    if (greedy_shortcut) greedy = model.prefill_argmax(batch, 0);
+    else full = checked(model.prefill(batch, 0));
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.prefill_tokens = prefilled;
+    result.prefill_tokens_per_second = seconds > 0 ? prefilled / seconds : 0;
+  }
+  Clock::time_point start = Clock::now();  // end of the first forward call (reset below when it is a decode)
+  const int first_call = std::max(prefilled, 1);  // positions the first forward call ran
+
   int token = prompt[0];
   int pos = 0;
   result.tokens.push_back(token);
-  const bool greedy_shortcut = options.temperature == 0.0f && argmax;
   while (pos < options.steps) {
-    int next;
-    std::span<const float> full;
-    int greedy = -1;
-    if (greedy_shortcut) {
-      greedy = argmax(token, pos);
-    } else {
-      full = forward(token, pos);
-      if (static_cast<int>(full.size()) != vocab)
-        throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, tokenizer has " +
-                                 std::to_string(vocab) + " tokens");
+    if (pos >= prefilled) {  // inside a prefilled prompt every position has run already
+      if (greedy_shortcut) greedy = model.argmax(token, pos);
+      else full = checked(model.forward(token, pos));
+      if (pos == 0) start = Clock::now();
     }
+    int next;
     if (pos < static_cast<int>(prompt.size()) - 1) {
       next = prompt[static_cast<size_t>(pos) + 1];  // still inside the prompt: force it
     } else if (greedy_shortcut) {
@@ -66,18 +85,19 @@ GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, co
     if (next == BOS_TOKEN) break;  // BOS delimits sequences
     emit(Tokenizer::printable_piece(tokenizer.decode(token, next)));
     token = next;
-    if (!timing) {
-      start = Clock::now();
-      timing = true;
-    }
   }
   emit("\n");
   result.positions = pos;
-  if (pos > 1) {
+  if (pos > first_call) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    result.tokens_per_second = seconds > 0 ? (pos - 1) / seconds : 0;
+    result.tokens_per_second = seconds > 0 ? (pos - first_call) / seconds : 0;
   }
   return result;
+}
+
+GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
+                        std::FILE* out, const ArgmaxFn& argmax) {
+  return generate(ModelFns{forward, argmax, nullptr, nullptr}, tokenizer, options, out);
 }
 
 MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
@@ -90,17 +110,24 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
       [&](dist::Device& dev) {
         Llama model(weights, dev.axis("model"));
         const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
-        results[static_cast<size_t>(dev.rank())] =
-            loop(
-                [&](int token, int pos) {
-                  dist::TraceSpan span(dev.trace(), dev.rank(), "forward");
-                  return model.forward(token, pos);
-                },
-                [&](int token, int pos) {
-                  dist::TraceSpan span(dev.trace(), dev.rank(), "forward");
-                  return model.forward_argmax(token, pos);
-                },
-                dev.rank() == 0 ? out : nullptr);
+        ModelFns fns;
+        fns.forward = [&](int token, int pos) {
+          dist::TraceSpan span(dev.trace(), dev.rank(), "forward");
+          return model.forward(token, pos);
+        };
+        fns.argmax = [&](int token, int pos) {
+          dist::TraceSpan span(dev.trace(), dev.rank(), "forward");
+          return model.forward_argmax(token, pos);
+        };
+        fns.prefill = [&](std::span<const int> tokens, int pos) {
+          dist::TraceSpan span(dev.trace(), dev.rank(), "prefill");
+          return model.prefill(tokens, pos);
+        };
+        fns.prefill_argmax = [&](std::span<const int> tokens, int pos) {
+          dist::TraceSpan span(dev.trace(), dev.rank(), "prefill");
+          return model.prefill_argmax(tokens, pos);
+        };
+        results[static_cast<size_t>(dev.rank())] = loop(fns, dev.rank() == 0 ? out : nullptr);
         DeviceReport& r = reports[static_cast<size_t>(dev.rank())];
         r.parameter_bytes = model.parameter_bytes();
         r.kv_cache_bytes = model.kv_cache_bytes();
@@ -120,14 +147,19 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
 
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
-                                    const dist::RunOptions& run_options) {
+                                    const dist::RunOptions& run_options, bool batched_prompt) {
   if (tokenizer.vocab_size() != weights.config().vocab_size)
     throw std::invalid_argument("tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                                 " tokens but the model's vocab_size is " + std::to_string(weights.config().vocab_size));
   return run_model_on_mesh(
       weights, mesh,
-      [&](const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE* device_out) {
-        return generate(forward, tokenizer, options, device_out, argmax);
+      [&](const ModelFns& model, std::FILE* device_out) {
+        ModelFns fns = model;
+        if (!batched_prompt) {
+          fns.prefill = nullptr;
+          fns.prefill_argmax = nullptr;
+        }
+        return generate(fns, tokenizer, options, device_out);
       },
       out, run_options);
 }

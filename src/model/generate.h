@@ -4,6 +4,9 @@
 // is forced, afterwards the sampler picks it; stop after `steps` positions (counting the prompt,
 // BOS included) or when BOS comes out; every token after the first is decoded (leading space
 // stripped after BOS, <0xNN> as its byte) and printed through safe_printf; a final newline.
+// With a model that can prefill, the prompt goes through it in one batch instead of token by
+// token: run.c samples nothing inside the prompt, so the tokens and the text are the same (only the
+// last prompt position's logits are used, and they agree with decode's up to float rounding).
 //
 // Dimension legend: V vocab_size.
 #pragma once
@@ -42,16 +45,37 @@ GenerateOptions normalized(GenerateOptions options, int seq_len);
 struct GenerateResult {
   std::string text;         // exactly the bytes printed to stdout (final newline included)
   std::vector<int> tokens;  // every token fed at positions 0.. plus the last one picked (BOS first)
-  int positions = 0;        // forward passes run
-  double tokens_per_second = 0;  // llama2.c's figure: (positions - 1) over the time after the first
+  int positions = 0;        // positions run (prompt included)
+  // llama2.c's figure: the positions after the first forward call over the time after it. That
+  // call is the whole prompt when it is prefilled, so this is the decode rate.
+  double tokens_per_second = 0;
+  int prefill_tokens = 0;              // prompt positions fed in one batch (0: token by token)
+  double prefill_tokens_per_second = 0;
 };
 
 // Greedy shortcut: the argmax token after feeding (token, pos), KV cache advanced (first max wins).
 using ArgmaxFn = std::function<int(int token, int pos)>;
+// Batched prefill: tokens at positions pos.. in one pass (KV cache filled); the last position's
+// logits [V], or its argmax token.
+using PrefillFn = std::function<std::span<const float>(std::span<const int> tokens, int pos)>;
+using PrefillArgmaxFn = std::function<int(std::span<const int> tokens, int pos)>;
+
+// A model's entry points for generation: forward is required, the rest are optional shortcuts
+// (argmax: greedy without gathering the logits; prefill: the prompt in one batch).
+struct ModelFns {
+  ForwardFn forward;
+  ArgmaxFn argmax;
+  PrefillFn prefill;
+  PrefillArgmaxFn prefill_argmax;  // used only with argmax, for greedy runs
+};
 
 // `out` (may be null) receives the text as it is produced, flushed per token like run.c.
 // The options must be normalized already. With temperature 0 and `argmax` given, argmax replaces
-// forward + sampler (same tokens, and a sharded model need not gather the logits).
+// forward + sampler (same tokens, and a sharded model need not gather the logits). With `prefill`
+// the prompt is fed in one batch.
+GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const GenerateOptions& options,
+                        std::FILE* out);
+// Token by token, as run.c.
 GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
                         std::FILE* out, const ArgmaxFn& argmax = nullptr);
 
@@ -69,7 +93,7 @@ struct MeshGenerateResult {
 
 // One device's generation loop, given its model's entry points; returns its GenerateResult.
 // `out` is the stream for device 0 and null for the others.
-using DeviceLoop = std::function<GenerateResult(const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE* out)>;
+using DeviceLoop = std::function<GenerateResult(const ModelFns& model, std::FILE* out)>;
 
 // Runs `loop` on every device of `mesh`, each with its shard of `weights` (tensor-parallel over the
 // mesh axis "model"). Every device must pick the same tokens (checked: std::logic_error otherwise).
@@ -79,9 +103,10 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
                                std::FILE* out, const dist::RunOptions& run_options = {});
 
 // llama2.c's generation on a mesh: run_model_on_mesh with generate(); the same sampler state on every
-// device, so the same tokens; device 0 writes to `out`.
+// device, so the same tokens; device 0 writes to `out`. batched_prompt = false feeds the prompt
+// token by token (the reference the batched prefill is tested against).
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
-                                    const dist::RunOptions& run_options = {});
+                                    const dist::RunOptions& run_options = {}, bool batched_prompt = true);
 
 }  // namespace tpcli::model

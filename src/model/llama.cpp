@@ -112,10 +112,14 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
       if (s.name == name) return s;
     throw std::logic_error("llama: no spec " + name);
   };
-  tok_embeddings_ = copy_full(weights, spec("tok_embeddings"));
+  const int64_t V = config_.vocab_size;
+  std::vector<dist::Range> vocab_ranges;  // [T] every device's vocabulary rows
+  for (const auto& q : all_plans_) vocab_ranges.push_back(q.vocab);
+  embedding_ = nn::VocabParallelEmbedding(nn::slice_rows(checked(weights, "tok_embeddings", V * C).data(), C, plan_.vocab),
+                                          std::move(vocab_ranges), group_);
   norm_ = copy_full(weights, spec("norm"));
   if (!config_.shared_classifier)
-    output_ = nn::Linear(nn::slice_rows(checked(weights, "output", int64_t(config_.vocab_size) * C).data(), C, plan_.vocab));
+    output_ = nn::Linear(nn::slice_rows(checked(weights, "output", V * C).data(), C, plan_.vocab));
 
   const dist::Range q_rows = plan_.q_rows(), kv_rows = plan_.kv_rows();
   layers_.resize(static_cast<size_t>(config_.n_layers));
@@ -139,75 +143,66 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   }
   norm_grad_ = Tensor({C});
 
-  x_.resize(static_cast<size_t>(C));
-  xb_.resize(static_cast<size_t>(C));
-  xb2_.resize(static_cast<size_t>(C));
-  qkv_.resize(static_cast<size_t>(q_rows.count + 2 * kv_rows.count));
-  y_.resize(static_cast<size_t>(q_rows.count));
-  att_.resize(static_cast<size_t>(S));
   logits_local_.resize(static_cast<size_t>(plan_.vocab.count));
   logits_.resize(static_cast<size_t>(config_.vocab_size));
   for (const auto& q : all_plans_) vocab_counts_.push_back(q.vocab.count);
 }
 
-// logits_local[N, VL] = x[N, C] @ W_cls[VL, C]^T: the classifier as an AllToShardedLinear split by
-// vocabulary rows; when shared, its rows are this device's rows of the (replicated) embedding.
-void Llama::classifier_forward(float* logits_local, const float* x, int64_t N) const {
-  const int64_t C = config_.dim, VL = plan_.vocab.count;
-  if (!config_.shared_classifier) {
-    output_.forward(logits_local, x, N);
-    return;
-  }
-  const float* w = tok_embeddings_.data() + plan_.vocab.offset * C;
-  if (N == 1)
-    tensor::matvec(logits_local, w, x, VL, C);
-  else
-    tensor::matmul_wt(logits_local, x, w, N, VL, C);
-}
+// ---- inference ----
 
-float* Llama::decode_local(int token, int pos) {
-  const int64_t C = config_.dim, V = config_.vocab_size;
-  if (pos < 0 || pos >= config_.seq_len)
-    throw std::out_of_range("llama: position " + std::to_string(pos) + " outside [0, seq_len = " +
-                            std::to_string(config_.seq_len) + ")");
+void Llama::blocks_forward(std::span<const int> tokens, int pos) {
+  const int64_t P = static_cast<int64_t>(tokens.size()), C = config_.dim;
+  if (P < 1 || pos < 0 || pos + P > config_.seq_len)
+    throw std::out_of_range("llama: " + std::to_string(P) + " token(s) at position " + std::to_string(pos) +
+                            " outside [0, seq_len = " + std::to_string(config_.seq_len) + ")");
   const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
                                  config_.head_size(), kv_of_};
-  const int64_t QL = shape.q_dim(), KVL = shape.kv_dim();
-  float* x = x_.data();
-  nn::embedding_forward(x, &token, tok_embeddings_.data(), 1, V, C);
+  const int64_t QL = shape.q_dim(), QKV = shape.qkv_dim();
+  auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
+  Run& r = run_;
+  size(r.x, P * C); size(r.xb, P * C); size(r.xb2, P * C); size(r.qkv, P * QKV); size(r.y, P * QL);
+  size(r.att, P * (pos + P));
+  float* x = r.x.data();
+  embedding_.forward(x, tokens);  // all_gather_v of the rows from their owners
   for (auto& L : layers_) {
     // attention rmsnorm, then q, k, v of the local heads (no communication)
-    nn::rmsnorm_forward(xb_.data(), nullptr, x, L.attention_norm.data(), 1, C, config_.norm_eps);
-    L.qkv.forward(qkv_.data(), xb_.data(), 1);
-    // RoPE on q and k, then k and v into the cache at pos
-    rope_.forward(qkv_.data(), shape.heads, pos);
-    rope_.forward(qkv_.data() + QL, shape.kv_heads, pos);
-    std::copy(qkv_.begin() + QL, qkv_.begin() + QL + KVL, L.k_cache.begin() + pos * KVL);
-    std::copy(qkv_.begin() + QL + KVL, qkv_.begin() + QL + 2 * KVL, L.v_cache.begin() + pos * KVL);
-    nn::attention_decode(y_.data(), att_.data(), qkv_.data(), L.k_cache.data(), L.v_cache.data(), pos, shape);
+    nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.attention_norm.data(), P, C, config_.norm_eps);
+    L.qkv.forward(r.qkv.data(), r.xb.data(), P);
+    // RoPE on q and k of each row at its position
+    for (int64_t n = 0; n < P; ++n) {
+      rope_.forward(r.qkv.data() + n * QKV, shape.heads, pos + static_cast<int>(n));
+      rope_.forward(r.qkv.data() + n * QKV + QL, shape.kv_heads, pos + static_cast<int>(n));
+    }
+    // k, v into the cache at pos.., causal attention over the cache
+    nn::attention_cached(r.y.data(), r.att.data(), r.qkv.data(), L.k_cache.data(), L.v_cache.data(), pos, P, shape);
     // wo over the local heads' columns, all_sum; residual connection back into x
-    L.wo.forward(xb2_.data(), y_.data(), 1);
-    for (int64_t i = 0; i < C; ++i) x[i] += xb2_[static_cast<size_t>(i)];
+    L.wo.forward(r.xb2.data(), r.y.data(), P);
+    for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
     // ffn rmsnorm, feed-forward (ends in an all_sum), residual
-    nn::rmsnorm_forward(xb_.data(), nullptr, x, L.ffn_norm.data(), 1, C, config_.norm_eps);
-    L.ffn->forward(xb2_.data(), xb_.data(), 1);
-    for (int64_t i = 0; i < C; ++i) x[i] += xb2_[static_cast<size_t>(i)];
+    nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.ffn_norm.data(), P, C, config_.norm_eps);
+    L.ffn->forward(r.xb2.data(), r.xb.data(), P);
+    for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
   }
+}
+
+float* Llama::last_logits_local(std::span<const int> tokens, int pos) {
+  const int64_t C = config_.dim;
+  blocks_forward(tokens, pos);
+  float* x = run_.x.data() + (static_cast<int64_t>(tokens.size()) - 1) * C;  // [C] the last position
   nn::rmsnorm_forward(x, nullptr, x, norm_.data(), 1, C, config_.norm_eps);
   // classifier: this device's vocabulary rows (alone, straight into the full logits)
   float* local = group_.size() == 1 ? logits_.data() : logits_local_.data();
-  classifier_forward(local, x, 1);
+  classifier().forward(local, x, 1);
   return local;
 }
 
-std::span<const float> Llama::forward(int token, int pos) {
-  decode_local(token, pos);
-  if (group_.size() > 1) group_.all_gather_v(logits_local_, logits_, vocab_counts_);  // split -> mirrored
+std::span<const float> Llama::gather_logits(const float* local) {
+  if (group_.size() > 1)  // split -> mirrored
+    group_.all_gather_v(std::span<const float>(local, static_cast<size_t>(plan_.vocab.count)), logits_, vocab_counts_);
   return logits_;
 }
 
-int Llama::forward_argmax(int token, int pos) {
-  const float* local = decode_local(token, pos);
+int Llama::argmax_over_devices(const float* local) {
   const int64_t VL = plan_.vocab.count;
   const int64_t best = std::max_element(local, local + VL) - local;  // first maximum, as llama2.c
   if (group_.size() == 1) return static_cast<int>(best);
@@ -219,6 +214,35 @@ int Llama::forward_argmax(int token, int pos) {
   for (size_t d = 1; d < static_cast<size_t>(group_.size()); ++d)
     if (all[2 * d] > all[2 * winner]) winner = d;
   return static_cast<int>(all[2 * winner + 1]);
+}
+
+std::span<const float> Llama::forward(int token, int pos) {
+  return gather_logits(last_logits_local(std::span<const int>(&token, 1), pos));
+}
+
+int Llama::forward_argmax(int token, int pos) {
+  return argmax_over_devices(last_logits_local(std::span<const int>(&token, 1), pos));
+}
+
+std::span<const float> Llama::prefill(std::span<const int> tokens, int pos) {
+  return gather_logits(last_logits_local(tokens, pos));
+}
+
+int Llama::prefill_argmax(std::span<const int> tokens, int pos) {
+  return argmax_over_devices(last_logits_local(tokens, pos));
+}
+
+std::vector<float> Llama::prefill_logits(std::span<const int> tokens, int pos) {
+  const int64_t P = static_cast<int64_t>(tokens.size()), C = config_.dim, V = config_.vocab_size;
+  blocks_forward(tokens, pos);
+  float* x = run_.x.data();  // [P, C]
+  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), P, C, config_.norm_eps);
+  std::vector<float> local(static_cast<size_t>(P * plan_.vocab.count));  // [P, VL]
+  classifier().forward(local.data(), x, P);
+  std::vector<dist::Range> cols;
+  for (const auto& q : all_plans_) cols.push_back(q.vocab);
+  Tensor full = nn::gather_columns(group_, local.data(), cols, P, V);  // [P, V]
+  return std::vector<float>(full.span().begin(), full.span().end());
 }
 
 // ---- training ----
@@ -243,7 +267,7 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
 
   std::vector<float> x(static_cast<size_t>(N * C));  // [N, C] residual stream
-  nn::embedding_forward(x.data(), tokens.data(), tok_embeddings_.data(), N, V, C);
+  embedding_.forward(x.data(), tokens);  // all_gather_v of the rows from their owners
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = layers_[l];
     auto& a = A.layers[l];
@@ -267,7 +291,7 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   A.x_final = std::move(x);
   size(A.xf, N * C); size(A.rstdf, N); size(A.probs, N * VL); size(A.losses, N);
   nn::rmsnorm_forward(A.xf.data(), A.rstdf.data(), A.x_final.data(), norm_.data(), N, C, config_.norm_eps);
-  classifier_forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
+  classifier().forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
   float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
                                          plan_.vocab.offset, N, VL, group_);
   for (const auto& L : layers_) loss += L.ffn->aux_loss();
@@ -276,7 +300,7 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
 
 void Llama::train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
   Acts& A = *acts_;
-  const int64_t N = int64_t(B) * T, C = config_.dim, V = config_.vocab_size, VL = plan_.vocab.count;
+  const int64_t N = int64_t(B) * T, C = config_.dim, VL = plan_.vocab.count;
   const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
                                  config_.head_size(), kv_of_};
   const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
@@ -285,23 +309,10 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
   std::vector<float> dlogits(static_cast<size_t>(N * VL), 0.0f);  // [N, VL]
   nn::cross_entropy_backward(dlogits.data(), A.probs.data(), targets.data(), plan_.vocab.offset, N, VL,
                              1.0f / static_cast<float>(N));
-  // classifier (AllToSharded by vocab rows): dxf = all_sum(dlogits @ W_cls); dW_cls += dlogits^T xf
+  // classifier (AllToSharded by vocab rows): dxf = all_sum(dlogits @ W_cls); dW_cls += dlogits^T xf.
+  // Tied: W_cls is this device's rows of the embedding, so its gradient lands on those rows.
   std::vector<float> dxf(static_cast<size_t>(N * C), 0.0f);  // [N, C]
-  if (config_.shared_classifier) {
-    const float* w = tok_embeddings_.data() + plan_.vocab.offset * C;
-    tensor::gemm(tensor::Trans::No, tensor::Trans::No, N, C, VL, 1.0f, dlogits.data(), VL, w, C, 0.0f, dxf.data(), C);
-    // The classifier gradient covers only this device's vocabulary rows; the embedding is
-    // replicated, so every device adds every device's rows (all_gather_v) to keep it mirrored.
-    std::vector<float> dw(static_cast<size_t>(VL * C), 0.0f);  // [VL, C]
-    tensor::gemm(tensor::Trans::Yes, tensor::Trans::No, VL, C, N, 1.0f, dlogits.data(), VL, A.xf.data(), C, 0.0f,
-                 dw.data(), C);
-    std::vector<dist::Range> vocab_ranges;
-    for (const auto& q : all_plans_) vocab_ranges.push_back(q.vocab);
-    Tensor full = nn::gather_rows(group_, dw.data(), vocab_ranges, V, C);
-    for (int64_t i = 0; i < V * C; ++i) tok_embeddings_grad_[i] += full[i];
-  } else {
-    output_.backward(dxf.data(), dlogits.data(), A.xf.data(), N);
-  }
+  classifier().backward(dxf.data(), dlogits.data(), A.xf.data(), N);
   group_.all_sum(dxf);
 
   std::vector<float> dx(static_cast<size_t>(N * C), 0.0f);    // [N, C] gradient of the residual stream
@@ -332,11 +343,11 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
     nn::rmsnorm_backward(dx.data(), L.attention_norm_grad.data(), dxn.data(), a.x_in.data(), L.attention_norm.data(),
                          a.rstd1.data(), N, C);
   }
-  nn::embedding_backward(tok_embeddings_grad_.data(), dx.data(), tokens.data(), N, C);
+  embedding_.backward(dx.data(), tokens);  // dx is mirrored: each device adds to the rows it owns
 }
 
 void Llama::ensure_grads() {
-  if (tok_embeddings_grad_.empty()) tok_embeddings_grad_ = Tensor(tok_embeddings_.shape());
+  embedding_.rows().grad();
   if (!config_.shared_classifier) output_.grad();
   for (auto& L : layers_) {
     for (int i = 0; i < L.qkv.n_parts(); ++i) L.qkv.part(i).grad();
@@ -396,7 +407,7 @@ std::vector<float> Llama::forward_logits(std::span<const int> tokens, int B, int
   // Recompute logits from the saved final norm output (the probabilities overwrote them).
   const int64_t N = int64_t(B) * T, C = config_.dim, V = config_.vocab_size, VL = plan_.vocab.count;
   std::vector<float> local(static_cast<size_t>(N * VL));  // [N, VL]
-  classifier_forward(local.data(), acts_->xf.data(), N);
+  classifier().forward(local.data(), acts_->xf.data(), N);
   std::vector<dist::Range> cols;
   for (const auto& q : all_plans_) cols.push_back(q.vocab);
   Tensor full = nn::gather_columns(group_, local.data(), cols, N, V);
@@ -409,7 +420,7 @@ std::vector<float> Llama::forward_logits(std::span<const int> tokens, int B, int
 std::vector<Llama::Parameter> Llama::parameters() {
   ensure_grads();
   std::map<std::string, std::pair<Tensor*, Tensor*>> mine;
-  mine["tok_embeddings"] = {&tok_embeddings_, &tok_embeddings_grad_};
+  mine["tok_embeddings"] = {&embedding_.rows().weight(), &embedding_.rows().grad()};
   mine["norm"] = {&norm_, &norm_grad_};
   if (!config_.shared_classifier) mine["output"] = {&output_.weight(), &output_.grad()};
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -456,7 +467,7 @@ TensorWeights Llama::gather(bool grads) {
   }
   auto pick = [&](Tensor& value, Tensor& grad) -> const float* { return grads ? grad.data() : value.data(); };
   TensorWeights out(config_);
-  out.set("tok_embeddings", grads ? tok_embeddings_grad_ : tok_embeddings_);
+  out.set("tok_embeddings", embedding_.gather_full(grads));
   out.set("norm", grads ? norm_grad_ : norm_);
   if (!config_.shared_classifier)
     out.set("output", nn::gather_rows(group_, pick(output_.weight(), output_.grad()), vocab, V, C));
@@ -482,7 +493,7 @@ TensorWeights Llama::gather(bool grads) {
 }
 
 int64_t Llama::parameter_bytes() const {
-  int64_t n = tok_embeddings_.numel() + norm_.numel() + output_.weight().numel();
+  int64_t n = embedding_.rows().weight().numel() + norm_.numel() + output_.weight().numel();
   int64_t bytes = 0;
   for (const auto& L : layers_) {
     n += L.attention_norm.numel() + L.ffn_norm.numel() + L.wo.local().weight().numel();

@@ -11,7 +11,13 @@
 //   x -[ffn_norm]-> FeedForward (dense: AllToSharded(w1|w3), SwiGLU, ShardedToAll(w2); or MoE) -> + x
 // then final norm -> classifier split by vocabulary rows (AllToSharded) -> logits gathered
 // (all_gather_v) in decode, or a vocab-split cross-entropy in training.
-// Replicated parameters (embedding, norms) get identical gradients on every device.
+// The token embedding is split by vocabulary rows too (nn::VocabParallelEmbedding: a lookup is one
+// all_gather_v of the rows' owners); a tied classifier is the same rows. Replicated parameters
+// (norms) get identical gradients on every device.
+//
+// Inference runs P tokens at positions pos..pos+P-1 in one pass: P = 1 is decode (matrix-vector
+// products, llama2.c's operation order), P > 1 a batched prefill (gemm through BLIS, attention over
+// the KV cache two gemms per head); both fill the KV cache at those positions.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,7 @@
 #include "model/llama_config.h"
 #include "model/shard_plan.h"
 #include "model/weights.h"
+#include "nn/embedding.h"
 #include "nn/feed_forward.h"
 #include "nn/linear.h"
 #include "nn/moe.h"
@@ -51,6 +58,16 @@ class Llama {
   // Like forward, but only the greedy token: each device's local argmax, reduced across devices
   // (moves 2 floats per device instead of the logits). Ties go to the lowest token id.
   int forward_argmax(int token, int pos);
+
+  // Batched prefill: tokens[P] at positions pos..pos+P-1 in one pass, filling the KV cache there
+  // (pos + P <= seq_len; pos > 0 continues a sequence, e.g. a chat turn). Returns the logits [V] of
+  // the last position: what feeding the tokens one by one through forward() returns last, up to
+  // float rounding (gemm sums in another order than the decode kernels).
+  std::span<const float> prefill(std::span<const int> tokens, int pos);
+  // The greedy token after the last position, as forward_argmax.
+  int prefill_argmax(std::span<const int> tokens, int pos);
+  // Logits [P, V] of every position (tests, scoring a prompt).
+  std::vector<float> prefill_logits(std::span<const int> tokens, int pos);
 
   // Training. tokens/targets: [B*T] (B sequences of T, T <= seq_len). Returns the mean
   // cross-entropy over the B*T targets; accumulates (+=) every parameter's grad.
@@ -84,9 +101,15 @@ class Llama {
   struct Acts;
   float train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   void train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
-  void classifier_forward(float* logits_local, const float* x, int64_t N) const;
-  // Decode up to this device's logits [VL]; returns them (logits_ itself on a lone device).
-  float* decode_local(int token, int pos);
+  // The classifier's shard [VL, C]: the embedding's rows when shared, else the output rows.
+  nn::Linear& classifier() { return config_.shared_classifier ? embedding_.rows() : output_; }
+  // tokens[P] at pos.. through every block (KV cache filled); the residual stream is left in run_.x.
+  void blocks_forward(std::span<const int> tokens, int pos);
+  // blocks_forward, final norm and classifier of the last position: this device's logits [VL]
+  // (logits_ itself on a lone device).
+  float* last_logits_local(std::span<const int> tokens, int pos);
+  std::span<const float> gather_logits(const float* local);  // [VL] split -> [V] mirrored
+  int argmax_over_devices(const float* local);                // greedy token from [VL] split logits
   void sync_replicated_kv_grads(const std::vector<tensor::Tensor>& before);
   void ensure_grads();
   TensorWeights gather(bool grads);
@@ -100,16 +123,20 @@ class Llama {
   std::vector<int> kv_of_;  // [NH_L] local kv head of each local query head
   nn::RopeTable rope_;
 
-  tensor::Tensor tok_embeddings_;       // [V, C] replicated
-  tensor::Tensor tok_embeddings_grad_;  // [V, C] or empty
-  tensor::Tensor norm_, norm_grad_;     // [C]
-  nn::Linear output_;                   // [VL, C] unshared classifier rows (empty when shared)
+  nn::VocabParallelEmbedding embedding_;  // [VL, C] this device's vocabulary rows
+  tensor::Tensor norm_, norm_grad_;       // [C]
+  nn::Linear output_;                     // [VL, C] unshared classifier rows (empty when shared)
   std::vector<Layer> layers_;
 
-  // decode state
-  std::vector<float> x_, xb_, xb2_, qkv_, y_, att_;  // [C], [C], [C], [QL+2KVL], [QL], [S]
-  std::vector<float> logits_local_, logits_;        // [VL], [V]
-  std::vector<int64_t> vocab_counts_;               // [T] vocab rows of each device
+  // inference state, sized for the last P rows
+  struct Run {
+    std::vector<float> x, xb, xb2;  // [P, C]
+    std::vector<float> qkv;         // [P, QL+2KVL]
+    std::vector<float> y;           // [P, QL]
+    std::vector<float> att;         // [P, pos+P] attention scratch
+  } run_;
+  std::vector<float> logits_local_, logits_;  // [VL], [V]
+  std::vector<int64_t> vocab_counts_;         // [T] vocab rows of each device
 
   std::unique_ptr<Acts> acts_;  // training activations, sized for the last B*T
 };

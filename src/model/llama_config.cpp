@@ -40,7 +40,7 @@ std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
     for (int l = 0; l < c.n_layers; ++l) add("layers." + std::to_string(l) + "." + kind, shape, split, decay);
   };
   // llama2.c order: embedding, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm.
-  add("tok_embeddings", {V, C}, Split::Replicated, true);
+  add("tok_embeddings", {V, C}, Split::Rows, true);  // by vocabulary, as the classifier
   per_layer("attention_norm", {C}, Split::Replicated, false);
   per_layer("wq", {Q, C}, Split::Rows, true);
   per_layer("wk", {KV, C}, Split::Rows, true);

@@ -58,8 +58,9 @@ struct LlamaConfig {
 
 // How a parameter is split over the tensor-parallel group (see model/shard_plan.h for the counts).
 enum class Split {
-  Replicated,  // norms, embedding: the same on every device
-  Rows,        // output features split (AllToSharded: wq, wk, wv, w1, w3; classifier by vocab rows)
+  Replicated,  // norms, MoE routers: the same on every device
+  Rows,        // output features split (AllToSharded: wq, wk, wv, w1, w3); the embedding and the
+               // classifier by vocabulary rows
   Columns,     // input features split (ShardedToAll: wo, w2)
 };
 

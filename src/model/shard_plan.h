@@ -9,7 +9,8 @@
 //     devices' query heads use it (more devices than KV heads, or a device boundary inside a group
 //     of query heads): each holder computes that head's K/V itself, and the gradients of its wk/wv
 //     rows are summed over the holders (see kv_replicated);
-//   - FFN rows (F, and FE for experts) and vocabulary rows are split by dist::even_split.
+//   - FFN rows (F, and FE for experts) and vocabulary rows (the classifier and the token embedding)
+//     are split by dist::even_split.
 #pragma once
 
 #include <vector>

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "tensor/blas.h"
+
 namespace tpcli::nn {
 
 namespace {
@@ -110,6 +112,43 @@ void attention_decode(float* out, float* att, const float* q, const float* k_cac
       const float* v = v_cache + t * KVL + koff;
       const float a = att[t];
       for (int64_t i = 0; i < HS; ++i) o[i] += a * v[i];
+    }
+  }
+}
+
+void attention_cached(float* out, float* att, const float* qkv, float* k_cache, float* v_cache, int pos, int64_t P,
+                      const AttentionShape& s) {
+  const int64_t HS = s.head_size, QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
+  for (int64_t n = 0; n < P; ++n) {  // k and v of each row into the cache at its position
+    const float* row = qkv + n * QKV;
+    std::copy(row + QL, row + QL + KVL, k_cache + (pos + n) * KVL);
+    std::copy(row + QL + KVL, row + QL + 2 * KVL, v_cache + (pos + n) * KVL);
+  }
+  if (P == 1) {
+    attention_decode(out, att, qkv, k_cache, v_cache, pos, s);
+    return;
+  }
+  // Rows go in blocks: block [r0, r0 + rows) reads cache positions 0..pos+r0+rows-1 only, so the
+  // masked future a block computes is at most ROWS wide instead of P.
+  constexpr int64_t ROWS = 64;
+  const float scale_div = sqrtf(static_cast<float>(HS));
+  for (int h = 0; h < s.heads; ++h) {
+    const int64_t koff = int64_t(s.kv_of[h]) * HS;
+    for (int64_t r0 = 0; r0 < P; r0 += ROWS) {
+      const int64_t rows = std::min(ROWS, P - r0), ctx = pos + r0 + rows;  // cache positions read
+      // att[rows, ctx] = q_h[rows, HS] @ k_h[ctx, HS]^T (q rows strided by QKV, cache rows by KVL)
+      tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, rows, ctx, HS, 1.0f, qkv + r0 * QKV + h * HS, QKV,
+                   k_cache + koff, KVL, 0.0f, att, ctx);
+      for (int64_t n = 0; n < rows; ++n) {  // scale as decode does, softmax over 0..pos+r0+n, zero the future
+        float* a = att + n * ctx;
+        const int64_t seen = pos + r0 + n + 1;
+        for (int64_t t = 0; t < seen; ++t) a[t] /= scale_div;
+        softmax(a, seen);
+        std::fill(a + seen, a + ctx, 0.0f);
+      }
+      // out_h[rows, HS] (row stride QL) = att[rows, ctx] @ v_h[ctx, HS]
+      tensor::gemm(tensor::Trans::No, tensor::Trans::No, rows, HS, ctx, 1.0f, att, ctx, v_cache + koff, KVL, 0.0f,
+                   out + r0 * QL + h * HS, QL);
     }
   }
 }

@@ -35,4 +35,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_decode(float* out, float* att_scratch, const float* q, const float* k_cache, const float* v_cache,
                       int pos, const AttentionShape& s);
 
+// Inference over a KV cache, P rows at positions pos..pos+P-1 (a prompt, or one decode step):
+// qkv[P, QL+2*KVL] after RoPE. Writes each row's k and v into k_cache, v_cache [S, KVL] at its
+// position, then out[P, QL]: row n attends to cache positions 0..pos+n (causal; rows before pos
+// must already be filled). att_scratch[P * (pos + P)] (at least).
+// P == 1 is attention_decode (llama2.c's order). P > 1 computes, per head and block of rows, the
+// scores against the positions the block reads as one gemm, masks the future, softmaxes each row,
+// and weighs the values with a second gemm: no per-row calls.
+void attention_cached(float* out, float* att_scratch, const float* qkv, float* k_cache, float* v_cache, int pos,
+                      int64_t P, const AttentionShape& s);
+
 }  // namespace tpcli::nn

@@ -1,9 +1,15 @@
-// tpcli::nn — token embedding lookup.
+// tpcli::nn — token embedding lookup, plain and vocabulary-parallel.
 //
-// Dimension legend: N rows (tokens), V vocabulary, C channels.
+// Dimension legend: N rows (tokens), V vocabulary, C channels; VL = this device's vocabulary rows.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dist/group.h"
+#include "nn/linear.h"
+#include "tensor/tensor.h"
 
 namespace tpcli::nn {
 
@@ -11,5 +17,51 @@ namespace tpcli::nn {
 void embedding_forward(float* out, const int* tokens, const float* table, int64_t N, int64_t V, int64_t C);
 // dtable[V, C] += scatter of dout[N, C] by token.
 void embedding_backward(float* dtable, const float* dout, const int* tokens, int64_t N, int64_t C);
+
+// The embedding table [V, C] split by vocabulary rows over a group (Megatron's
+// VocabParallelEmbedding; the JAX sharding P("model", None)): member m keeps rows vocab[m]
+// (dist::even_split, the classifier's split). Those rows are a Linear [VL, C], so a tied classifier
+// is this very Linear used as an AllToSharded shard (logits_local = x @ rows^T): one copy of the
+// table in the whole group, never one per device.
+//
+// Lookup: the owner of a token holds its row. Every member copies the rows of the prompt tokens it
+// owns (in token order) and one all_gather_v hands everyone every row: P*C floats reach each member
+// for P tokens, one collective per call whatever P is. (An all_sum of rows zero-filled elsewhere
+// reads T times as much; a broadcast serves one owner per call.)
+// The narrow surface (lookup, the rows as a Linear, gather) is what a quantized table would
+// implement too.
+class VocabParallelEmbedding {
+ public:
+  VocabParallelEmbedding() = default;
+  // rows: this member's rows [vocab[rank].count, C]; vocab: every member's rows of V, rank order,
+  // consecutive from 0.
+  VocabParallelEmbedding(tensor::Tensor rows, std::vector<dist::Range> vocab, dist::Group group);
+
+  int64_t vocab_size() const { return vocab_size_; }  // V
+  int64_t dim() const { return rows_.in_features(); }  // C
+  dist::Range local_range() const { return vocab_.at(static_cast<size_t>(group_.rank())); }
+  // This member's rows [VL, C] (value and grad): the parameter, and the tied classifier's shard.
+  Linear& rows() { return rows_; }
+  const Linear& rows() const { return rows_; }
+
+  // out[N, C] (mirrored) = table[tokens[n]]. Every member passes the same tokens. A collective;
+  // a token outside [0, V) throws std::out_of_range on every member before any communication.
+  void forward(float* out, std::span<const int> tokens);
+  // rows.grad[VL, C] += dout[n] for every n whose token this member owns. dout[N, C] is mirrored,
+  // so no communication: the gradient of the table lives on the owners' rows only.
+  void backward(const float* dout, std::span<const int> tokens);
+  // Collective: the full table [V, C] (grads: its gradient).
+  tensor::Tensor gather_full(bool grads);
+
+ private:
+  int owner(int token) const;  // member holding the row of token
+
+  Linear rows_;                     // [VL, C]
+  std::vector<dist::Range> vocab_;  // [T] every member's rows
+  std::vector<int64_t> counts_;     // [T] scratch: floats each member contributes to a lookup
+  int64_t vocab_size_ = 0;
+  dist::Group group_;
+  std::vector<float> mine_, all_;   // [rows owned here, C], [N, C] scratch, in member order
+};
 
 }  // namespace tpcli::nn

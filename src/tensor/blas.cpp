@@ -159,6 +159,16 @@ static int gemm_threads(int64_t m, int64_t n, int64_t k) {
   return flops >= MIN_FLOPS_PER_EXTRA_THREAD * (t_blas_threads - 1) ? t_blas_threads : 1;
 }
 
+// One single-threaded BLIS call: C[m,n] = alpha * A[m,k] @ B[k,n] + beta * C, general strides.
+static void sgemm_one_thread(int64_t m, int64_t n, int64_t k, float alpha, const float* a, inc_t rsa, inc_t csa,
+                             const float* b, inc_t rsb, inc_t csb, float beta, float* c, int64_t ldc) {
+  rntm_t rntm = BLIS_RNTM_INITIALIZER;
+  bli_rntm_init(&rntm);
+  bli_rntm_set_num_threads(1, &rntm);
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, const_cast<float*>(a), rsa, csa,
+               const_cast<float*>(b), rsb, csb, &beta, c, ldc, 1, nullptr, &rntm);
+}
+
 void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check_dims("gemm", m, n, k);
@@ -171,11 +181,30 @@ void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float a
   // op(A)[i,p]: stored [m,k] -> strides (lda, 1); stored [k,m] -> strides (1, lda). Same for B.
   const inc_t rsa = trans_a == Trans::No ? lda : 1, csa = trans_a == Trans::No ? 1 : lda;
   const inc_t rsb = trans_b == Trans::No ? ldb : 1, csb = trans_b == Trans::No ? 1 : ldb;
-  rntm_t rntm = BLIS_RNTM_INITIALIZER;
-  bli_rntm_init(&rntm);
-  bli_rntm_set_num_threads(gemm_threads(m, n, k), &rntm);
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, const_cast<float*>(a), rsa, csa,
-               const_cast<float*>(b), rsb, csb, &beta, c, ldc, 1, nullptr, &rntm);
+  const int threads = gemm_threads(m, n, k);
+  if (threads == 1) {
+    sgemm_one_thread(m, n, k, alpha, a, rsa, csa, b, rsb, csb, beta, c, ldc);
+    return;
+  }
+  // Several threads: independent blocks of C (columns, or rows when C is taller than wide), one
+  // single-threaded BLIS call each. BLIS's own threads meet at spinning barriers inside every
+  // call; when the machine has more runnable threads than cores, one descheduled partner stalls
+  // the others for whole scheduler slices (a 1-device prompt pass on 2 threads measured 20x
+  // slower than 2 devices of 1 thread under load). These blocks meet once, at the end.
+  const bool by_columns = n >= m;
+  const int64_t len = by_columns ? n : m;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t per = ((len + T - 1) / T + 15) / 16 * 16;  // whole 16-float blocks
+    const int64_t lo = std::min<int64_t>(len, t * per), hi = std::min<int64_t>(len, lo + per);
+    if (lo < hi) {
+      if (by_columns)
+        sgemm_one_thread(m, hi - lo, k, alpha, a, rsa, csa, b + lo * csb, rsb, csb, beta, c + lo, ldc);
+      else
+        sgemm_one_thread(hi - lo, n, k, alpha, a + lo * rsa, rsa, csa, b, rsb, csb, beta, c + lo * ldc, ldc);
+    }
+  }
 }
 
 void matmul_wt(float* out, const float* inp, const float* weight, int64_t m, int64_t n, int64_t k, bool accumulate) {

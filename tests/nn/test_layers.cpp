@@ -143,6 +143,38 @@ TEST_CASE("attention (causal, grouped-query) backward matches finite differences
   check_gradient(qkv, dqkv, loss, 1e-3f);
 }
 
+TEST_CASE("attention over the KV cache, P rows at once, equals decode row by row (any start position)",
+          "[nn][attention]") {
+  std::mt19937 rng(41);
+  const int64_t HS = 8, S = 200;  // 150 rows: three row blocks of the batched path
+  std::vector<int> kv_of = {0, 1, 1};
+  nn::AttentionShape s{3, 2, static_cast<int>(HS), kv_of};
+  const int64_t QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
+  for (const auto& [pos, P] : std::vector<std::pair<int, int64_t>>{{0, 150}, {37, 150}, {5, 2}, {0, 1}}) {
+    INFO(P << " rows from position " << pos);
+    const auto prefix = random_vector(pos * QKV, rng), qkv = random_vector(P * QKV, rng);  // [pos, QKV], [P, QKV]
+    // Reference: decode, one row at a time, the cache filled as it goes.
+    std::vector<float> kc(S * KVL), vc(S * KVL), expected(P * QL), scratch(S);
+    auto decode_row = [&](const float* row, int t, float* out) {
+      std::copy(row + QL, row + QL + KVL, kc.begin() + t * KVL);
+      std::copy(row + QL + KVL, row + QKV, vc.begin() + t * KVL);
+      nn::attention_decode(out, scratch.data(), row, kc.data(), vc.data(), t, s);
+    };
+    std::vector<float> ignored(QL);
+    for (int t = 0; t < pos; ++t) decode_row(prefix.data() + t * QKV, t, ignored.data());
+    const auto prefix_k = kc, prefix_v = vc;
+    for (int64_t n = 0; n < P; ++n) decode_row(qkv.data() + n * QKV, pos + static_cast<int>(n), expected.data() + n * QL);
+    // Batched, on a cache holding only the prefix; it must write the rows' k and v itself.
+    std::vector<float> kb = prefix_k, vb = prefix_v, out(P * QL), att(P * (pos + P));
+    nn::attention_cached(out.data(), att.data(), qkv.data(), kb.data(), vb.data(), pos, P, s);
+    CHECK(kb == kc);
+    CHECK(vb == vc);
+    float diff = 0;
+    for (int64_t i = 0; i < P * QL; ++i) diff = std::max(diff, std::abs(out[i] - expected[i]));
+    CHECK(diff <= 1e-5f);
+  }
+}
+
 TEST_CASE("SwiGLU backward matches finite differences", "[nn][swiglu]") {
   std::mt19937 rng(5);
   const int64_t N = 2, F = 5;

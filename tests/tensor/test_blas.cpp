@@ -2,6 +2,7 @@
 // matmul_wt (both the gemm and the decode path), and per-thread BLIS thread counts.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -132,6 +133,24 @@ TEST_CASE("blas: multi-threaded matvec and gemm give the single-thread results")
   matmul_wt(c2.data(), a.data(), w.data(), 200, n, k);
   set_blas_threads(1);
   for (size_t i = 0; i < c1.size(); ++i) REQUIRE(std::fabs(c1[i] - c2[i]) <= 1e-4f * (1.0f + std::fabs(c1[i])));
+}
+
+TEST_CASE("blas: threaded gemm in blocks of rows or of columns, transposed and strided, vs naive loops") {
+  std::mt19937 rng(10);
+  // Taller than wide (blocks of rows), then wider than tall (blocks of columns); 3 threads, so
+  // uneven blocks; op(A) transposed, padded leading dimensions, beta accumulating into C.
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1100, 300, 260}, {300, 1100, 260}}) {
+    INFO(m << " x " << n << " x " << k);
+    const int64_t lda = m + 3, ldb = k + 5, ldc = n + 7;  // A stored [k, m], B stored [n, k]
+    const auto a = random_floats(rng, static_cast<size_t>(k * lda));
+    const auto b = random_floats(rng, static_cast<size_t>(n * ldb));
+    auto c = random_floats(rng, static_cast<size_t>(m * ldc));
+    const auto want = naive_gemm(Trans::Yes, Trans::Yes, m, n, k, 0.5f, a, lda, b, ldb, 2.0f, c, ldc);
+    set_blas_threads(3);
+    gemm(Trans::Yes, Trans::Yes, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), ldc);
+    set_blas_threads(1);
+    check_close(c, want, 1e-4);
+  }
 }
 
 TEST_CASE("blas: thread counts are per calling thread") {
