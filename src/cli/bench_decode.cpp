@@ -1,6 +1,13 @@
 // tpcli bench decode --model PATH [--devices N | --mesh model=N] [--threads T] [--tokens K]
+//                    [--formats f32,bf16,8,4,mxfp8] [--group-size G]
 // Decode tokens/s next to the memory-bandwidth roofline measured in the same run at the same
-// thread count: roofline tok/s = read bandwidth / (weight + KV bytes read per token).
+// thread count: roofline tok/s = read bandwidth / (weight + KV bytes read per token). One row per
+// weight format: the f32 checkpoint as it is, then converted on load (bf16; affine 8-bit and
+// 4-bit, group size G; mxfp8), each against its own bytes per token.
+//
+// Read bandwidth is measured as STREAM does: large buffers (far beyond the caches), several
+// streams read at once by every thread (SIMD loads, independent accumulators), one thread per core
+// in use; the median and best of several passes.
 //
 // Decode reads every weight once per token (the embedding only as the classifier when shared, one
 // row otherwise) plus the KV cache up to the position; the unsharded figure is used, so KV heads
@@ -11,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,8 +27,13 @@
 #include "cli/model_file.h"
 #include "dist/runtime.h"
 #include "model/llama.h"
+#include "model/packed_weights.h"
 #include "model/sampler.h"
 #include "tensor/blas.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace tpcli::cli {
 
@@ -33,20 +46,59 @@ struct BenchFlags {
   int threads = 0;   // per device; 0 = cores / devices (at least 1)
   int tokens = 32;   // timed decode steps
   int warmup = 4;    // untimed steps first
-  int bandwidth_mb = 512;
+  int bandwidth_mb = 1024;
+  std::string formats = "f32,bf16,8,4";
+  int group_size = 64;
 };
 
-// Sum of a buffer with 16 independent accumulators: vectorizes without reassociating, so the loop
-// is bound by memory reads, not by the add latency.
-float read_all(const float* x, size_t n) {
-  float acc[16] = {};
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += x[i + j];
-  float s = 0;
-  for (; i < n; ++i) s += x[i];
-  for (float a : acc) s += a;
-  return s;
+constexpr int STREAMS = 4;  // buffers each thread reads at once
+
+// Sum of STREAMS buffers of n floats each, read side by side with SIMD loads into independent
+// accumulators, so the loop is bound by memory reads, not by the add latency or the decoder.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float read_streams_avx512(const float* const* s, size_t n) {
+  __m512 a[STREAMS] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 b[STREAMS] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (size_t i = 0; i + 32 <= n; i += 32)
+    for (int j = 0; j < STREAMS; ++j) {
+      a[j] = _mm512_add_ps(a[j], _mm512_load_ps(s[j] + i));
+      b[j] = _mm512_add_ps(b[j], _mm512_load_ps(s[j] + i + 16));
+    }
+  float out = 0;
+  for (int j = 0; j < STREAMS; ++j) out += _mm512_reduce_add_ps(_mm512_add_ps(a[j], b[j]));
+  return out;
+}
+__attribute__((target("avx"))) float read_streams_avx(const float* const* s, size_t n) {
+  __m256 a[STREAMS] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 b[STREAMS] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (size_t i = 0; i + 16 <= n; i += 16)
+    for (int j = 0; j < STREAMS; ++j) {
+      a[j] = _mm256_add_ps(a[j], _mm256_load_ps(s[j] + i));
+      b[j] = _mm256_add_ps(b[j], _mm256_load_ps(s[j] + i + 8));
+    }
+  alignas(32) float lanes[8];
+  float out = 0;
+  for (int j = 0; j < STREAMS; ++j) {
+    _mm256_store_ps(lanes, _mm256_add_ps(a[j], b[j]));
+    for (float v : lanes) out += v;
+  }
+  return out;
+}
+#endif
+
+float read_streams(const float* const* s, size_t n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return read_streams_avx512(s, n);
+  if (__builtin_cpu_supports("avx")) return read_streams_avx(s, n);
+#endif
+  float acc[STREAMS][8] = {};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < STREAMS; ++j)
+      for (int k = 0; k < 8; ++k) acc[j][k] += s[j][i + k];
+  float out = 0;
+  for (auto& row : acc)
+    for (float v : row) out += v;
+  return out;
 }
 
 double median(std::vector<double> v) {
@@ -58,11 +110,12 @@ struct Bandwidth {
   double median = 0, best = 0;  // bytes/s
 };
 
-// Read bandwidth of `threads` threads, each streaming its own buffer (first touched by itself),
-// over passes started together. Median and best are both reported, and compared with the median
+// Read bandwidth of `threads` threads, each streaming STREAMS buffers of its own (first touched by
+// itself, 64-byte aligned), over passes started together. Median and best are both reported, and compared with the median
 // and best decode step: like with like, so the ratio stays fair on a machine shared with other work.
 Bandwidth measure_read_bandwidth(int threads, size_t total_bytes) {
-  const size_t per_thread = total_bytes / static_cast<size_t>(threads) / sizeof(float);
+  const size_t per_stream = total_bytes / static_cast<size_t>(threads * STREAMS) / sizeof(float) / 32 * 32;
+  const size_t per_thread = per_stream * STREAMS;
   constexpr int PASSES = 10;
   std::vector<std::vector<double>> times(static_cast<size_t>(threads), std::vector<double>(PASSES));
   std::barrier sync(threads);
@@ -70,11 +123,14 @@ Bandwidth measure_read_bandwidth(int threads, size_t total_bytes) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
-      std::vector<float> buffer(per_thread, 1.0f);  // [per_thread], first touched here
+      std::vector<float> buffer(per_thread + 16, 1.0f);  // [STREAMS, per_stream] (+ alignment), first touched here
+      float* base = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) % 64 / sizeof(float)) % 16;
+      const float* streams[STREAMS];
+      for (int j = 0; j < STREAMS; ++j) streams[j] = base + j * per_stream;
       for (int p = 0; p < PASSES; ++p) {
         sync.arrive_and_wait();
         const auto t0 = Clock::now();
-        const float s = read_all(buffer.data(), buffer.size());
+        const float s = read_streams(streams, per_stream);
         times[static_cast<size_t>(t)][static_cast<size_t>(p)] = std::chrono::duration<double>(Clock::now() - t0).count();
         if (s == -1.0f) sink = s;  // keep the sum alive
       }
@@ -90,6 +146,67 @@ Bandwidth measure_read_bandwidth(int threads, size_t total_bytes) {
   return {median(bandwidths), *std::max_element(bandwidths.begin(), bandwidths.end())};
 }
 
+struct DecodeTiming {
+  double tok_s = 0, best_tok_s = 0, mean_tok_s = 0;
+  std::vector<int64_t> param_bytes, kv_cache_bytes;  // [devices]
+  std::vector<uint64_t> moved;                       // [devices] bytes per timed run
+};
+
+// Greedy decode of f.warmup untimed then f.tokens timed steps on every device; a step's time is the
+// slowest device's (devices run in lockstep through collectives).
+DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& mesh, const BenchFlags& f, int threads) {
+  const int devices = mesh.size();
+  std::vector<std::vector<double>> step_seconds(static_cast<size_t>(devices), std::vector<double>(f.tokens));
+  DecodeTiming out;
+  out.param_bytes.resize(static_cast<size_t>(devices));
+  out.kv_cache_bytes.resize(static_cast<size_t>(devices));
+  out.moved.resize(static_cast<size_t>(devices));
+  dist::RunOptions options;
+  options.blas_threads = threads;
+  dist::run_on_mesh(
+      mesh,
+      [&](dist::Device& dev) {
+        model::Llama llama(weights, dev.axis("model"));
+        int token = 1;
+        for (int pos = 0; pos < f.warmup; ++pos) token = llama.forward_argmax(token, pos);
+        dev.world().barrier();
+        const uint64_t moved0 = dev.stats().bytes_sent + dev.stats().bytes_received;
+        const auto d = static_cast<size_t>(dev.rank());
+        for (int i = 0; i < f.tokens; ++i) {
+          const auto t0 = Clock::now();
+          token = llama.forward_argmax(token, f.warmup + i);
+          step_seconds[d][static_cast<size_t>(i)] = std::chrono::duration<double>(Clock::now() - t0).count();
+        }
+        dev.world().barrier();
+        out.moved[d] = dev.stats().bytes_sent + dev.stats().bytes_received - moved0;
+        out.param_bytes[d] = llama.parameter_bytes();
+        out.kv_cache_bytes[d] = llama.kv_cache_bytes();
+      },
+      options);
+  std::vector<double> steps(static_cast<size_t>(f.tokens), 0.0);  // [tokens] slowest device's step
+  double total = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (const auto& dev : step_seconds) steps[i] = std::max(steps[i], dev[i]);
+    total += steps[i];
+  }
+  out.tok_s = 1.0 / median(steps);
+  out.best_tok_s = 1.0 / *std::min_element(steps.begin(), steps.end());
+  out.mean_tok_s = f.tokens / total;
+  return out;
+}
+
+// Bytes one decode step reads (unsharded) in the weights' stored formats: every matrix once (a
+// shared classifier is the embedding; otherwise the embedding costs one row).
+double weight_bytes_per_token(const model::WeightSource& weights) {
+  const model::LlamaConfig& c = weights.config();
+  double bytes = static_cast<double>(model::shard_bytes(weights, model::plan_shards(c, 1, 0)));
+  if (!c.shared_classifier) {
+    const auto f = model::stored_format(weights, "tok_embeddings");
+    bytes -= static_cast<double>(c.vocab_size - 1) * c.dim * f.bits / 8;
+  }
+  return bytes;
+}
+
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
@@ -100,72 +217,45 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const int devices = mesh.size();
   const int threads = f.threads > 0 ? f.threads : std::max(1, cores / devices);
   const int roofline_threads = std::min(devices * threads, cores);
-
-  // Bytes one decode step reads (unsharded): weights, then the KV cache averaged over the positions.
-  const int64_t C = c.dim, V = c.vocab_size;
-  const double weight_bytes = static_cast<double>(c.parameter_count() - (c.shared_classifier ? 0 : V * C) + C) * 4;
-  double kv_bytes = 0;
-  for (int pos = f.warmup; pos < f.warmup + f.tokens; ++pos)
-    kv_bytes += 2.0 * c.n_layers * (pos + 1) * c.kv_dim() * 4;
+  std::vector<std::pair<std::string, std::optional<tensor::WeightFormat>>> formats;  // label, conversion
+  std::string list = f.formats + ",";
+  for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+    const std::string name = list.substr(at, comma - at);
+    if (name == "f32") formats.emplace_back("f32 (as stored)", std::nullopt);
+    else if (!name.empty()) {
+      const auto format = parse_quantize_flag(name, f.group_size);
+      formats.emplace_back(format->name(), format);
+    }
+  }
+  double kv_bytes = 0;  // the KV cache averaged over the timed positions
+  for (int pos = f.warmup; pos < f.warmup + f.tokens; ++pos) kv_bytes += 2.0 * c.n_layers * (pos + 1) * c.kv_dim() * 4;
   kv_bytes /= f.tokens;
 
-  std::fprintf(stderr, "measuring read bandwidth with %d thread(s)...\n", roofline_threads);
+  std::fprintf(stderr, "measuring read bandwidth with %d thread(s), %d streams each...\n", roofline_threads, STREAMS);
   const Bandwidth bandwidth = measure_read_bandwidth(roofline_threads, static_cast<size_t>(f.bandwidth_mb) << 20);
-  const double roofline = bandwidth.median / (weight_bytes + kv_bytes);
-  const double best_roofline = bandwidth.best / (weight_bytes + kv_bytes);
-
-  // [devices][tokens] wall time of each timed step (devices run in lockstep through collectives)
-  std::vector<std::vector<double>> step_seconds(static_cast<size_t>(devices), std::vector<double>(f.tokens));
-  std::vector<int64_t> param_bytes(static_cast<size_t>(devices)), kv_cache_bytes(static_cast<size_t>(devices));
-  std::vector<uint64_t> moved(static_cast<size_t>(devices));
-  dist::RunOptions options;
-  options.blas_threads = threads;
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        model::Llama llama(*opened.weights, dev.axis("model"));
-        int token = 1;
-        for (int pos = 0; pos < f.warmup; ++pos) token = model::sample_argmax(llama.forward(token, pos));
-        dev.world().barrier();
-        const uint64_t moved0 = dev.stats().bytes_sent + dev.stats().bytes_received;
-        const auto d = static_cast<size_t>(dev.rank());
-        for (int i = 0; i < f.tokens; ++i) {
-          const auto t0 = Clock::now();
-          token = model::sample_argmax(llama.forward(token, f.warmup + i));
-          step_seconds[d][static_cast<size_t>(i)] = std::chrono::duration<double>(Clock::now() - t0).count();
-        }
-        dev.world().barrier();
-        moved[d] = dev.stats().bytes_sent + dev.stats().bytes_received - moved0;
-        param_bytes[d] = llama.parameter_bytes();
-        kv_cache_bytes[d] = llama.kv_cache_bytes();
-      },
-      options);
-
-  std::vector<double> steps(static_cast<size_t>(f.tokens), 0.0);  // [tokens] slowest device's step
-  double total = 0;
-  for (int i = 0; i < f.tokens; ++i) {
-    for (int d = 0; d < devices; ++d)
-      steps[static_cast<size_t>(i)] = std::max(steps[static_cast<size_t>(i)], step_seconds[static_cast<size_t>(d)][static_cast<size_t>(i)]);
-    total += steps[static_cast<size_t>(i)];
-  }
-  const double tok_s = 1.0 / median(steps);
-  const double best_tok_s = 1.0 / *std::min_element(steps.begin(), steps.end());
   std::printf("model        %s: dim %d, %d layers, %d heads (%d kv), vocab %d, %.1f M parameters\n", f.model.c_str(),
               c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.parameter_count() / 1e6);
-  std::printf("mesh         %s: %d device(s) x %d thread(s) on %d core(s)\n", mesh.to_string().c_str(), devices, threads,
-              cores);
-  std::printf("bytes/token  %.1f MB weights + %.2f MB KV cache (positions %d..%d)\n", weight_bytes / 1e6, kv_bytes / 1e6,
-              f.warmup, f.warmup + f.tokens - 1);
-  std::printf("bandwidth    %.2f GB/s read with %d thread(s) (median; best %.2f) -> roofline %.2f tok/s (best %.2f)\n",
-              bandwidth.median / 1e9, roofline_threads, bandwidth.best / 1e9, roofline, best_roofline);
-  std::printf("decode       %.2f tok/s (median step %.2f ms; best %.2f tok/s; mean %.2f tok/s)\n", tok_s, 1e3 / tok_s,
-              best_tok_s, f.tokens / total);
-  std::printf("roofline     %.1f%% (median vs median), %.1f%% (best vs best)\n", 100.0 * tok_s / roofline,
-              100.0 * best_tok_s / best_roofline);
-  for (int d = 0; d < devices; ++d)
-    std::printf("device %-5d parameters %.1f MB, KV cache %.1f MB, moved %.1f KB/token\n", d,
-                param_bytes[static_cast<size_t>(d)] / 1e6, kv_cache_bytes[static_cast<size_t>(d)] / 1e6,
-                moved[static_cast<size_t>(d)] / 1e3 / f.tokens);
+  std::printf("mesh         %s: %d device(s) x %d thread(s) on %d core(s); kernels %s\n", mesh.to_string().c_str(),
+              devices, threads, cores, tensor::isa_name(tensor::detected_isa()));
+  std::printf("bandwidth    %.2f GB/s read with %d thread(s) x %d streams (median; best %.2f)\n", bandwidth.median / 1e9,
+              roofline_threads, STREAMS, bandwidth.best / 1e9);
+  std::printf("%-22s %10s %10s %12s %10s %10s %9s\n", "format", "MB/token", "tok/s", "(best)", "roofline", "% roof",
+              "GB/s");
+  for (const auto& [label, conversion] : formats) {
+    std::unique_ptr<model::WeightSource> converted;
+    if (conversion) converted = std::make_unique<model::ConvertedWeights>(*opened.weights, *conversion);
+    const model::WeightSource& weights = converted ? *converted : *opened.weights;
+    const double bytes = weight_bytes_per_token(weights) + kv_bytes;
+    const DecodeTiming t = time_decode(weights, mesh, f, threads);
+    const double roofline = bandwidth.median / bytes;
+    std::printf("%-22s %10.1f %10.2f %12.2f %10.2f %9.1f%% %9.2f\n", label.c_str(), bytes / 1e6, t.tok_s, t.best_tok_s,
+                roofline, 100.0 * t.tok_s / roofline, t.tok_s * bytes / 1e9);
+    std::fflush(stdout);
+    for (int d = 0; d < devices; ++d)
+      std::printf("  device %d: parameters %.1f MB, KV cache %.1f MB, moved %.1f KB/token\n", d,
+                   t.param_bytes[static_cast<size_t>(d)] / 1e6, t.kv_cache_bytes[static_cast<size_t>(d)] / 1e6,
+                   t.moved[static_cast<size_t>(d)] / 1e3 / f.tokens);
+  }
 }
 
 void setup_bench_decode(CLI::App& sub) {
@@ -176,6 +266,9 @@ void setup_bench_decode(CLI::App& sub) {
   sub.add_option("--tokens", flags->tokens, "timed decode steps")->capture_default_str();
   sub.add_option("--warmup", flags->warmup, "untimed decode steps first")->capture_default_str();
   sub.add_option("--bandwidth-mb", flags->bandwidth_mb, "buffer for the bandwidth measurement")->capture_default_str();
+  sub.add_option("--formats", flags->formats, "weight formats, one row each: f32, bf16, f16, 8, 4, mxfp8")
+      ->capture_default_str();
+  sub.add_option("--group-size", flags->group_size, "affine group size of the 8- and 4-bit rows")->capture_default_str();
   sub.callback([flags, run_flags] { run_bench(*flags, *run_flags); });
 }
 

@@ -1,5 +1,6 @@
 // tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT] [-n STEPS]
 //             [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
+//             [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]]
 // PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
 // the speed, per-device memory and the bytes collectives moved per token.
@@ -34,6 +35,8 @@ struct InferFlags {
   long long seed = 0;  // 0 = from the clock
   std::string dtype = "auto";  // "f32": convert 16-bit / quantized weights to f32 on load
   int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)
+  std::string quantize;  // "" = as stored; 4 | 8 | mxfp8 | bf16 | f16: convert an f32 checkpoint on load
+  int group_size = 64;
 };
 
 // The tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
@@ -101,7 +104,7 @@ void print_device_report(const model::MeshGenerateResult& r, const std::vector<i
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh);
+  OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   const model::LlamaConfig& config = opened.weights->config();
   model::GenerateOptions options;
@@ -147,6 +150,8 @@ void setup_infer(CLI::App& sub) {
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();
   sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
+  sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
+  sub.add_option("--group-size", flags->group_size, "affine group size with --quantize: 32, 64, 128")->capture_default_str();
   sub.callback([flags, run_flags] { run_infer(*flags, *run_flags); });
 }
 

@@ -8,6 +8,7 @@
 #include "cli/inspect.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
+#include "model/packed_weights.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
 #include "model/weights_view.h"
@@ -28,6 +29,31 @@ void describe_config(const model::LlamaConfig& c, std::ostream& out) {
       << c.n_heads << " heads (" << c.n_kv_heads << " kv), vocab " << c.vocab_size << ", seq_len " << c.seq_len
       << (c.shared_classifier ? ", shared classifier" : ", separate classifier") << "\n";
   out << "  parameters " << c.parameter_count() << " (" << c.parameter_count() * 4 / 1e6 << " MB as f32)\n";
+}
+
+// The stored format and the weight bytes each tensor-parallel device holds, for the device counts
+// the model splits over (up to 8).
+void describe_storage(const model::WeightSource& w, std::ostream& out) {
+  const model::LlamaConfig& c = w.config();
+  if (c.quantization)
+    out << "  quantization " << model::weight_format(*c.quantization).name() << " (mode " << c.quantization->mode
+        << ", bits " << c.quantization->bits << ", group_size " << c.quantization->group_size << ")\n";
+  out << "  weight bytes per device (MB):";
+  for (int devices = 1; devices <= std::min(8, c.n_heads); ++devices) {
+    std::vector<model::ShardPlan> plans;
+    try {
+      plans = model::plan_all_shards(c, devices);
+    } catch (const std::invalid_argument&) {
+      continue;  // this count does not split the model
+    }
+    out << (devices == 1 ? " " : " | ") << devices << ":";
+    for (const auto& plan : plans) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), " %.2f", static_cast<double>(model::shard_bytes(w, plan)) / 1e6);
+      out << buf;
+    }
+  }
+  out << "\n";
 }
 
 const bool hf_inspector_registered = register_inspector(
@@ -53,7 +79,10 @@ const bool inspector_registered = register_inspector(
          try {
            model::SafetensorsFile f(path);
            out << path << ": safetensors checkpoint, " << f.names().size() << " tensors\n";
-           if (f.has_model_config()) describe_config(f.config(), out);
+           if (f.has_model_config()) {
+             describe_config(f.config(), out);
+             describe_storage(f, out);
+           }
            for (const auto& [k, v] : f.metadata())
              if (!k.starts_with("model.")) out << "  " << k << " = " << v << "\n";
          } catch (const std::runtime_error& e) {
@@ -65,6 +94,7 @@ const bool inspector_registered = register_inspector(
          model::Llama2cFile f(path);
          out << path << ": llama2.c checkpoint\n";
          describe_config(f.config(), out);
+         describe_storage(f, out);
        } catch (const std::runtime_error& e) {
          throw UsageError(e.what());
        }
@@ -111,14 +141,41 @@ void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context
   opened.weights = std::move(view);
 }
 
-OpenedModel open_model(const std::string& path, const dist::Mesh& mesh) {
+OpenedModel open_model(const std::string& path, const dist::Mesh& mesh,
+                       const std::optional<tensor::WeightFormat>& convert) {
   OpenedModel opened = open_model(path);
   try {
-    model::check_tensor_devices(opened.weights->config(), mesh.axis_size("model"));
+    if (convert) {
+      opened.original = std::move(opened.weights);
+      opened.weights = std::make_unique<model::ConvertedWeights>(*opened.original, *convert);
+    }
+    model::plan_all_shards(opened.weights->config(), mesh.axis_size("model"));  // also checks the split
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    throw UsageError(path + ": " + e.what());
   }
   return opened;
+}
+
+std::optional<tensor::WeightFormat> parse_quantize_flag(const std::string& quantize, int group_size) {
+  if (quantize.empty()) return std::nullopt;
+  if (quantize == "bf16") return tensor::WeightFormat::bf16();
+  if (quantize == "f16") return tensor::WeightFormat::f16();
+  if (quantize == "mxfp8") return tensor::WeightFormat::mxfp8();
+  if (quantize == "4" || quantize == "8") return parse_quantization(std::stoi(quantize), group_size, "affine");
+  throw UsageError("--quantize " + quantize + ": expected 4, 8, mxfp8, bf16 or f16");
+}
+
+tensor::WeightFormat parse_quantization(int bits, int group_size, const std::string& mode) {
+  if (mode == "mxfp8") {
+    if (bits != 8) throw UsageError("--bits " + std::to_string(bits) + ": mxfp8 is 8-bit");
+    if (group_size != 32 && group_size != 64) throw UsageError("--group-size " + std::to_string(group_size) + ": mxfp8 groups are 32");
+    return tensor::WeightFormat::mxfp8();
+  }
+  if (mode != "affine") throw UsageError("--mode " + mode + ": expected affine or mxfp8");
+  if (bits != 4 && bits != 8) throw UsageError("--bits " + std::to_string(bits) + ": expected 4 or 8");
+  if (group_size != 32 && group_size != 64 && group_size != 128)
+    throw UsageError("--group-size " + std::to_string(group_size) + ": expected 32, 64 or 128");
+  return tensor::WeightFormat::affine(bits, group_size);
 }
 
 }  // namespace tpcli::cli

@@ -10,11 +10,13 @@
 
 #include "dist/mesh.h"
 #include "model/weights.h"
+#include "tensor/packed_matrix.h"
 
 namespace tpcli::cli {
 
 struct OpenedModel {
   std::unique_ptr<model::WeightSource> weights;
+  std::unique_ptr<model::WeightSource> original;  // the file, when `weights` converts it on load
   // The tokenizer recorded in a safetensors checkpoint's "tokenizer" metadata, resolved against
   // the checkpoint's folder (nullopt for llama2.c files, which record none).
   std::optional<std::string> tokenizer;
@@ -32,7 +34,15 @@ struct OpenedModel {
 OpenedModel open_model(const std::string& path);
 // The same, for a run on `mesh`: also a UsageError when the model cannot be split over its tensor
 // axis "model" (model::check_tensor_devices).
-OpenedModel open_model(const std::string& path, const dist::Mesh& mesh);
+// With `convert`, an f32 checkpoint is quantized (or stored 16-bit) on load (model::ConvertedWeights).
+OpenedModel open_model(const std::string& path, const dist::Mesh& mesh,
+                       const std::optional<tensor::WeightFormat>& convert = std::nullopt);
+
+// `--quantize 4|8|mxfp8|bf16|f16` with `--group-size 32|64|128` (affine only) as a format;
+// "" = nullopt. UsageError naming the flag for anything else.
+std::optional<tensor::WeightFormat> parse_quantize_flag(const std::string& quantize, int group_size);
+// `quant` as a format, `--bits`/`--group-size`/`--mode` spelled out (tpcli quantize).
+tensor::WeightFormat parse_quantization(int bits, int group_size, const std::string& mode);
 
 // `--dtype`: "auto" keeps the weights as stored (16-bit or quantized layers where the model has
 // them), "f32" converts (dequantizes) them to f32 on load. `--context`: positions to allocate the

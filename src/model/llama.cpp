@@ -11,6 +11,7 @@
 #include "nn/embedding.h"
 #include "nn/gather.h"
 #include "nn/rmsnorm.h"
+#include "model/packed_weights.h"
 #include "tensor/blas.h"
 
 namespace tpcli::model {
@@ -24,6 +25,19 @@ struct Llama::Layer {
   nn::ShardedToAllLinear wo;                   // [C, QL]
   std::unique_ptr<nn::FeedForward> ffn;        // dense SwiGLU, or MoE (make_feed_forward)
   std::vector<float> k_cache, v_cache;         // [S, KVL]
+  // Frozen models: the same two linears over packed weights (qkv and wo above stay empty).
+  bool packed = false;
+  nn::QuantizedAllToShardedLinear qkv_packed;  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
+  nn::QuantizedShardedToAllLinear wo_packed;   // [C, QL]
+
+  void qkv_forward(float* out, const float* inp, int64_t N) const {
+    if (packed) qkv_packed.forward(out, inp, N);
+    else qkv.forward(out, inp, N);
+  }
+  void wo_forward(float* out, const float* inp, int64_t N) {
+    if (packed) wo_packed.forward(out, inp, N);
+    else wo.forward(out, inp, N);
+  }
 };
 
 // Activations saved by the training forward for the backward.
@@ -115,11 +129,14 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   const int64_t V = config_.vocab_size;
   std::vector<dist::Range> vocab_ranges;  // [T] every device's vocabulary rows
   for (const auto& q : all_plans_) vocab_ranges.push_back(q.vocab);
-  embedding_ = nn::VocabParallelEmbedding(nn::slice_rows(checked(weights, "tok_embeddings", V * C).data(), C, plan_.vocab),
-                                          std::move(vocab_ranges), group_);
+  frozen_ = holds_packed_weights(weights);
+  if (!frozen_) {
+    embedding_ = nn::VocabParallelEmbedding(nn::slice_rows(checked(weights, "tok_embeddings", V * C).data(), C, plan_.vocab),
+                                            std::move(vocab_ranges), group_);
+    if (!config_.shared_classifier)
+      output_ = nn::Linear(nn::slice_rows(checked(weights, "output", V * C).data(), C, plan_.vocab));
+  }
   norm_ = copy_full(weights, spec("norm"));
-  if (!config_.shared_classifier)
-    output_ = nn::Linear(nn::slice_rows(checked(weights, "output", V * C).data(), C, plan_.vocab));
 
   const dist::Range q_rows = plan_.q_rows(), kv_rows = plan_.kv_rows();
   layers_.resize(static_cast<size_t>(config_.n_layers));
@@ -130,6 +147,9 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     L.ffn_norm = copy_full(weights, spec(p + "ffn_norm"));
     L.attention_norm_grad = Tensor({C});
     L.ffn_norm_grad = Tensor({C});
+    L.k_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
+    L.v_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
+    if (frozen_) continue;
     std::vector<nn::Linear> parts;
     parts.emplace_back(nn::slice_rows(checked(weights, p + "wq", Q * C).data(), C, q_rows));
     parts.emplace_back(nn::slice_rows(checked(weights, p + "wk", KV * C).data(), C, kv_rows));
@@ -138,9 +158,8 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     L.wo = nn::ShardedToAllLinear(nn::Linear(nn::slice_columns(checked(weights, p + "wo", C * Q).data(), C, Q, {q_rows})),
                                   group_);
     L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_);
-    L.k_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
-    L.v_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
   }
+  if (frozen_) load_packed_layers(weights);
   norm_grad_ = Tensor({C});
 
   logits_local_.resize(static_cast<size_t>(plan_.vocab.count));
@@ -149,6 +168,75 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
 }
 
 // ---- inference ----
+
+void Llama::embed(float* x, std::span<const int> tokens) {
+  if (!frozen_) {
+    embedding_.forward(x, tokens);
+    return;
+  }
+  const int64_t C = config_.dim, V = config_.vocab_size;
+  for (size_t n = 0; n < tokens.size(); ++n) {
+    if (tokens[n] < 0 || tokens[n] >= V)
+      throw std::out_of_range("llama: token " + std::to_string(tokens[n]) + " outside the vocabulary of " + std::to_string(V));
+    tok_embeddings_packed_.dequantize_row(x + static_cast<int64_t>(n) * C, tokens[n]);
+  }
+}
+
+// logits_local[N, VL] = x[N, C] @ W_cls[VL, C]^T (the classifier split by vocabulary rows).
+void Llama::classifier_forward(float* logits_local, const float* x, int64_t N) {
+  const int64_t VL = plan_.vocab.count;
+  if (!frozen_) classifier().forward(logits_local, x, N);
+  else if (config_.shared_classifier) tok_embeddings_packed_.matmul(logits_local, x, N, plan_.vocab.offset, VL, VL);
+  else output_packed_.forward(logits_local, x, N);
+}
+
+// Frozen checkpoints: every matrix in its stored format (f32 ones as f32 PackedMatrix), this
+// device's rows or whole-group columns only; the embedding replicated.
+void Llama::load_packed_layers(const WeightSource& weights) {
+  const int64_t C = config_.dim, Q = config_.q_dim(), KV = config_.kv_dim(), F = config_.hidden_dim,
+                V = config_.vocab_size;
+  const dist::Range q_rows = plan_.q_rows(), kv_rows = plan_.kv_rows();
+  auto rows = [&](const std::string& name, int64_t R, int64_t K, dist::Range r) {
+    return nn::QuantizedLinear(load_packed(weights, name, R, K, r.offset, r.count));
+  };
+  auto columns = [&](const std::string& name, int64_t R, int64_t K, dist::Range c) {
+    return nn::QuantizedLinear(load_packed(weights, name, R, K, 0, R, {{c.offset, c.count}}));
+  };
+  // wo's columns are the local heads' rows; a quantized wo whose groups they cut is kept in f32
+  // for this device (its slice of the dequantized weight), so every device count works.
+  auto wo_columns = [&](const std::string& name) {
+    const tensor::WeightFormat f = stored_format(weights, name);
+    if (!f.quantized() || (q_rows.offset % f.group_size == 0 && q_rows.count % f.group_size == 0))
+      return columns(name, C, Q, q_rows);
+    const Tensor local = nn::slice_columns(checked(weights, name, C * Q).data(), C, Q, {q_rows});  // [C, QL]
+    return nn::QuantizedLinear(tensor::PackedMatrix::from_f32(local.data(), C, q_rows.count, tensor::WeightFormat::f32()));
+  };
+  tok_embeddings_packed_ = load_packed(weights, "tok_embeddings", V, C, 0, V);
+  if (!config_.shared_classifier)
+    output_packed_ = nn::QuantizedAllToShardedLinear({rows("output", V, C, plan_.vocab)}, group_);
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Layer& L = layers_[static_cast<size_t>(l)];
+    L.packed = true;
+    L.qkv_packed = nn::QuantizedAllToShardedLinear(
+        {rows(p + "wq", Q, C, q_rows), rows(p + "wk", KV, C, kv_rows), rows(p + "wv", KV, C, kv_rows)}, group_);
+    L.wo_packed = nn::QuantizedShardedToAllLinear(wo_columns(p + "wo"), group_);
+    if (config_.is_moe()) {  // experts: dequantized to f32 on load (nn/moe.h takes f32)
+      L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_);
+      continue;
+    }
+    L.ffn = std::make_unique<nn::QuantizedSwiGluFeedForward>(
+        nn::QuantizedAllToShardedLinear({rows(p + "w1", F, C, plan_.ffn), rows(p + "w3", F, C, plan_.ffn)}, group_),
+        nn::QuantizedShardedToAllLinear(columns(p + "w2", C, F, plan_.ffn), group_));
+  }
+}
+
+void Llama::require_trainable(const char* what) const {
+  if (frozen_)
+    throw std::invalid_argument(std::string("llama: ") + what + ": the model's weights are " +
+                                (config_.quantization ? weight_format(*config_.quantization).name() : std::string("16-bit")) +
+                                " (frozen); training a quantized model is not supported, train the f32 checkpoint");
+}
 
 void Llama::blocks_forward(std::span<const int> tokens, int pos) {
   const int64_t P = static_cast<int64_t>(tokens.size()), C = config_.dim;
@@ -163,11 +251,11 @@ void Llama::blocks_forward(std::span<const int> tokens, int pos) {
   size(r.x, P * C); size(r.xb, P * C); size(r.xb2, P * C); size(r.qkv, P * QKV); size(r.y, P * QL);
   size(r.att, P * (pos + P));
   float* x = r.x.data();
-  embedding_.forward(x, tokens);  // all_gather_v of the rows from their owners
+  embed(x, tokens);  // all_gather_v of the rows from their owners (frozen: the replicated packed table)
   for (auto& L : layers_) {
     // attention rmsnorm, then q, k, v of the local heads (no communication)
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.attention_norm.data(), P, C, config_.norm_eps);
-    L.qkv.forward(r.qkv.data(), r.xb.data(), P);
+    L.qkv_forward(r.qkv.data(), r.xb.data(), P);
     // RoPE on q and k of each row at its position
     for (int64_t n = 0; n < P; ++n) {
       rope_.forward(r.qkv.data() + n * QKV, shape.heads, pos + static_cast<int>(n));
@@ -176,7 +264,7 @@ void Llama::blocks_forward(std::span<const int> tokens, int pos) {
     // k, v into the cache at pos.., causal attention over the cache
     nn::attention_cached(r.y.data(), r.att.data(), r.qkv.data(), L.k_cache.data(), L.v_cache.data(), pos, P, shape);
     // wo over the local heads' columns, all_sum; residual connection back into x
-    L.wo.forward(r.xb2.data(), r.y.data(), P);
+    L.wo_forward(r.xb2.data(), r.y.data(), P);
     for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
     // ffn rmsnorm, feed-forward (ends in an all_sum), residual
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.ffn_norm.data(), P, C, config_.norm_eps);
@@ -192,7 +280,7 @@ float* Llama::last_logits_local(std::span<const int> tokens, int pos) {
   nn::rmsnorm_forward(x, nullptr, x, norm_.data(), 1, C, config_.norm_eps);
   // classifier: this device's vocabulary rows (alone, straight into the full logits)
   float* local = group_.size() == 1 ? logits_.data() : logits_local_.data();
-  classifier().forward(local, x, 1);
+  classifier_forward(local, x, 1);
   return local;
 }
 
@@ -238,7 +326,7 @@ std::vector<float> Llama::prefill_logits(std::span<const int> tokens, int pos) {
   float* x = run_.x.data();  // [P, C]
   nn::rmsnorm_forward(x, nullptr, x, norm_.data(), P, C, config_.norm_eps);
   std::vector<float> local(static_cast<size_t>(P * plan_.vocab.count));  // [P, VL]
-  classifier().forward(local.data(), x, P);
+  classifier_forward(local.data(), x, P);
   std::vector<dist::Range> cols;
   for (const auto& q : all_plans_) cols.push_back(q.vocab);
   Tensor full = nn::gather_columns(group_, local.data(), cols, P, V);  // [P, V]
@@ -267,7 +355,7 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
 
   std::vector<float> x(static_cast<size_t>(N * C));  // [N, C] residual stream
-  embedding_.forward(x.data(), tokens);  // all_gather_v of the rows from their owners
+  embed(x.data(), tokens);  // all_gather_v of the rows from their owners (frozen: the replicated packed table)
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = layers_[l];
     auto& a = A.layers[l];
@@ -275,14 +363,14 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
     size(a.xn1, N * C); size(a.rstd1, N); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
     size(a.y, N * QL); size(a.xm, N * C); size(a.xn2, N * C); size(a.rstd2, N); size(A.tmp, N * C);
     nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), a.x_in.data(), L.attention_norm.data(), N, C, config_.norm_eps);
-    L.qkv.forward(a.qkv.data(), a.xn1.data(), N);
+    L.qkv_forward(a.qkv.data(), a.xn1.data(), N);
     for (int64_t n = 0; n < N; ++n) {
       const int pos = static_cast<int>(n % T);
       rope_.forward(a.qkv.data() + n * QKV, shape.heads, pos);
       rope_.forward(a.qkv.data() + n * QKV + QL, shape.kv_heads, pos);
     }
     nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, shape);
-    L.wo.forward(A.tmp.data(), a.y.data(), N);  // all_sum
+    L.wo_forward(A.tmp.data(), a.y.data(), N);  // all_sum
     for (int64_t i = 0; i < N * C; ++i) a.xm[i] = a.x_in[i] + A.tmp[i];
     nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), N, C, config_.norm_eps);
     L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
@@ -291,7 +379,7 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   A.x_final = std::move(x);
   size(A.xf, N * C); size(A.rstdf, N); size(A.probs, N * VL); size(A.losses, N);
   nn::rmsnorm_forward(A.xf.data(), A.rstdf.data(), A.x_final.data(), norm_.data(), N, C, config_.norm_eps);
-  classifier().forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
+  classifier_forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
   float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
                                          plan_.vocab.offset, N, VL, group_);
   for (const auto& L : layers_) loss += L.ffn->aux_loss();
@@ -347,6 +435,7 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
 }
 
 void Llama::ensure_grads() {
+  require_trainable("gradients");
   embedding_.rows().grad();
   if (!config_.shared_classifier) output_.grad();
   for (auto& L : layers_) {
@@ -407,7 +496,7 @@ std::vector<float> Llama::forward_logits(std::span<const int> tokens, int B, int
   // Recompute logits from the saved final norm output (the probabilities overwrote them).
   const int64_t N = int64_t(B) * T, C = config_.dim, V = config_.vocab_size, VL = plan_.vocab.count;
   std::vector<float> local(static_cast<size_t>(N * VL));  // [N, VL]
-  classifier().forward(local.data(), acts_->xf.data(), N);
+  classifier_forward(local.data(), acts_->xf.data(), N);
   std::vector<dist::Range> cols;
   for (const auto& q : all_plans_) cols.push_back(q.vocab);
   Tensor full = nn::gather_columns(group_, local.data(), cols, N, V);
@@ -457,6 +546,7 @@ TensorWeights Llama::gather_grads() {
 // Collective: full tensors from every device's shards, in llama_parameters order. The FFN's come
 // from the layer itself (weights), or are assembled by their spec's split (grads).
 TensorWeights Llama::gather(bool grads) {
+  require_trainable("gathering the full weights");
   const int64_t C = config_.dim, V = config_.vocab_size, KV = config_.kv_dim(), Q = config_.q_dim(), F = config_.hidden_dim;
   std::vector<dist::Range> q_rows, kv_rows, vocab, ffn;
   for (const auto& q : all_plans_) {
@@ -494,10 +584,11 @@ TensorWeights Llama::gather(bool grads) {
 
 int64_t Llama::parameter_bytes() const {
   int64_t n = embedding_.rows().weight().numel() + norm_.numel() + output_.weight().numel();
-  int64_t bytes = 0;
+  int64_t bytes = tok_embeddings_packed_.bytes() + (config_.shared_classifier || !frozen_ ? 0 : output_packed_.bytes());
   for (const auto& L : layers_) {
     n += L.attention_norm.numel() + L.ffn_norm.numel() + L.wo.local().weight().numel();
     for (int i = 0; i < L.qkv.n_parts(); ++i) n += L.qkv.part(i).weight().numel();
+    if (L.packed) bytes += L.qkv_packed.bytes() + L.wo_packed.bytes();
     bytes += L.ffn->parameter_bytes();
   }
   return bytes + n * static_cast<int64_t>(sizeof(float));

@@ -33,7 +33,9 @@
 #include "nn/feed_forward.h"
 #include "nn/linear.h"
 #include "nn/moe.h"
+#include "nn/quantized_linear.h"
 #include "nn/rope.h"
+#include "tensor/packed_matrix.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::model {
@@ -51,6 +53,9 @@ class Llama {
 
   const LlamaConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
+  // Whether the weights are packed (quantized or 16-bit, WeightSource::stored()): they stay in that
+  // format on the device (nn/quantized_linear.h) and the model is inference-only (training throws).
+  bool frozen() const { return frozen_; }
 
   // Decode one token at position pos (0 <= pos < seq_len), filling the KV cache at pos.
   // Returns the logits [V], full vocabulary on every device (valid until the next call).
@@ -110,6 +115,11 @@ class Llama {
   float* last_logits_local(std::span<const int> tokens, int pos);
   std::span<const float> gather_logits(const float* local);  // [VL] split -> [V] mirrored
   int argmax_over_devices(const float* local);                // greedy token from [VL] split logits
+  // Frozen models read the packed table instead of embedding_ / classifier().
+  void embed(float* x, std::span<const int> tokens);                   // x[N, C] rows of tokens[N]
+  void classifier_forward(float* logits_local, const float* x, int64_t N);  // [N, VL]
+  void load_packed_layers(const WeightSource& weights);
+  void require_trainable(const char* what) const;
   void sync_replicated_kv_grads(const std::vector<tensor::Tensor>& before);
   void ensure_grads();
   TensorWeights gather(bool grads);
@@ -126,6 +136,10 @@ class Llama {
   nn::VocabParallelEmbedding embedding_;  // [VL, C] this device's vocabulary rows
   tensor::Tensor norm_, norm_grad_;       // [C]
   nn::Linear output_;                     // [VL, C] unshared classifier rows (empty when shared)
+  // Frozen (packed) models hold these instead of embedding_ and output_.
+  bool frozen_ = false;
+  tensor::PackedMatrix tok_embeddings_packed_;     // [V, C] replicated; tied classifier: rows vocab
+  nn::QuantizedAllToShardedLinear output_packed_;  // [VL, C] unshared classifier rows
   std::vector<Layer> layers_;
 
   // inference state, sized for the last P rows

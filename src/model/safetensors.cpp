@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/atomic_file.h"
+#include "model/packed_weights.h"
 #include "model/dtype.h"
 
 #include <algorithm>
@@ -58,6 +59,15 @@ void config_to_metadata(const LlamaConfig& c, Metadata& m) {
     m["model.rope_scaling.high_freq_factor"] = format_float(c.rope_scaling->high_freq_factor);
     m["model.rope_scaling.original_max_position"] = std::to_string(c.rope_scaling->original_max_position);
   }
+  if (c.quantization) {
+    m["quant.bits"] = std::to_string(c.quantization->bits);
+    m["quant.group_size"] = std::to_string(c.quantization->group_size);
+    m["quant.mode"] = c.quantization->mode;
+  } else {
+    m.erase("quant.bits");
+    m.erase("quant.group_size");
+    m.erase("quant.mode");
+  }
 }
 
 LlamaConfig config_from_metadata(const Metadata& m, const std::string& origin) {
@@ -103,6 +113,18 @@ LlamaConfig config_from_metadata(const Metadata& m, const std::string& origin) {
     float f = 0;
     real("model.capacity_factor", f);
     c.capacity_factor = f;
+  }
+  if (m.count("quant.bits") || m.count("quant.group_size") || m.count("quant.mode")) {
+    Quantization q;
+    integer("quant.bits", q.bits, true);
+    integer("quant.group_size", q.group_size, true);
+    q.mode = m.count("quant.mode") ? text("quant.mode") : "affine";  // older MLX files: affine
+    try {
+      check_quantization(q);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(origin + ": metadata: " + e.what());
+    }
+    c.quantization = q;
   }
   if (m.count("model.rope_scaling.factor")) {
     nn::RopeScaling& s = c.rope_scaling.emplace();
@@ -159,8 +181,24 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
 void write_safetensors(const std::string& path, const WeightSource& weights, Metadata metadata) {
   config_to_metadata(weights.config(), metadata);
   std::vector<TensorView> tensors;
-  for (const auto& p : llama_parameters(weights.config())) tensors.push_back({p.name, p.shape, weights.get(p.name)});
-  write_safetensors(path, tensors, metadata);
+  std::vector<NamedTensor> stored;  // parameters kept as stored: 16-bit, or packed with scales (and biases)
+  for (const auto& p : llama_parameters(weights.config())) {
+    auto st = weights.stored(p.name);
+    if (!st || st->dtype == DType::F32) {
+      tensors.push_back({p.name, p.shape, weights.get(p.name)});
+      continue;
+    }
+    stored.push_back({p.name, *st});
+    if (st->dtype != DType::U32) continue;
+    for (const char* part : {".scales", ".biases"})
+      if (auto q = weights.stored(p.name + part)) stored.push_back({p.name + part, *q});
+  }
+  if (stored.empty()) {
+    write_safetensors(path, tensors, metadata);
+    return;
+  }
+  for (const auto& t : tensors) stored.push_back({t.name, {DType::F32, t.shape, t.data.data()}});
+  write_stored_safetensors(path, stored, metadata);
 }
 
 // ---- reading ----
@@ -253,12 +291,32 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
     for (const auto& p : llama_parameters(*config_)) {
       auto it = stored_.find(p.name);
       if (it == stored_.end()) throw std::runtime_error(path + ": parameter tensor '" + p.name + "' is missing");
+      if (it->second.dtype == DType::U32) {
+        check_packed_parameter(p);
+        continue;
+      }
       if (it->second.shape != p.shape)
         throw std::runtime_error(path + ": parameter " + p.name + " has shape " + tensor::to_string(it->second.shape) +
                                  ", the config implies " + tensor::to_string(p.shape));
       if (!is_float(it->second.dtype))
         throw std::runtime_error(path + ": parameter " + p.name + " is " + dtype_name(it->second.dtype) + ", not a float type");
     }
+  }
+}
+
+// A quantized parameter: packed words plus scales (and biases) in the shapes its config implies.
+void SafetensorsFile::check_packed_parameter(const ParamSpec& p) const {
+  const std::string& path = this->path();
+  if (!config_->quantization)
+    throw std::runtime_error(path + ": parameter " + p.name + " is U32 (packed) but the metadata has no quant.bits");
+  const Quantization& q = *config_->quantization;
+  for (const auto& [name, shape] : packed_shapes(p, q)) {
+    auto part = stored_.find(name);
+    if (part == stored_.end()) throw std::runtime_error(path + ": quantized parameter's tensor '" + name + "' is missing");
+    if (part->second.shape != shape)
+      throw std::runtime_error(path + ": " + name + " has shape " + tensor::to_string(part->second.shape) + ", " + q.mode +
+                               " " + std::to_string(q.bits) + "-bit groups of " + std::to_string(q.group_size) +
+                               " imply " + tensor::to_string(shape));
   }
 }
 
@@ -295,11 +353,15 @@ std::span<const float> SafetensorsFile::get(const std::string& name) const {
   if (auto it = tensors_.find(name); it != tensors_.end()) return it->second.data;
   auto st = stored_.find(name);
   if (st == stored_.end()) throw std::out_of_range(path() + ": no tensor named '" + name + "'");
-  if (!is_float(st->second.dtype))
+  const bool packed = st->second.dtype == DType::U32 && config_ && config_->quantization;
+  if (!is_float(st->second.dtype) && !packed)
     throw std::runtime_error(path() + ": tensor '" + name + "' is " + dtype_name(st->second.dtype) + ", not a float type");
   std::lock_guard lock(converted_mutex_);
   auto [slot, fresh] = converted_.try_emplace(name);
-  if (fresh) {
+  if (fresh && packed) {  // a quantized parameter, dequantized (model/packed_weights.h)
+    const tensor::Tensor full = load_packed_full(*this, name).dequantize();
+    slot->second.assign(full.span().begin(), full.span().end());
+  } else if (fresh) {
     slot->second.resize(static_cast<size_t>(tensor::numel(st->second.shape)));
     to_f32(slot->second.data(), st->second.data, st->second.dtype, tensor::numel(st->second.shape));
   }

@@ -18,6 +18,10 @@
 //   "model.capacity_factor"       float; absent when unset
 //   "model.rope_scaling.factor", ".low_freq_factor", ".high_freq_factor"   floats, and
 //   "model.rope_scaling.original_max_position"   integer: Llama 3's rope_scaling; absent when unset
+//   "quant.bits", "quant.group_size", "quant.mode"   a quantized checkpoint (LlamaConfig::quantization):
+//                                 a quantized parameter NAME [R, K] is stored as NAME (U32 [R, K*bits/32],
+//                                 MLX packing), NAME.scales and NAME.biases (F32 [R, K/group_size]; for
+//                                 mxfp8 only NAME.scales, U8 E8M0). ../shared/QUANT.md.
 //   "tokenizer"                   path of the llama2.c tokenizer.bin the model was trained with,
 //                                 absolute or relative to the checkpoint's folder (`tpcli infer`
 //                                 uses it when -z is not given)
@@ -63,7 +67,9 @@ struct NamedTensor {
   StoredTensor tensor;
 };
 void write_stored_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors, const Metadata& metadata);
-// Every parameter of `weights` plus its config in the metadata (merged over `metadata`).
+// Every parameter of `weights` plus its config in the metadata (merged over `metadata`); parameters
+// stored other than f32 (WeightSource::stored()) are written as stored, quantized ones with their
+// NAME.scales / NAME.biases.
 void write_safetensors(const std::string& path, const WeightSource& weights, Metadata metadata = {});
 
 // A safetensors file, mapped. Header errors are one line naming the file and what is wrong.
@@ -84,13 +90,14 @@ class SafetensorsFile : public WeightSource {
   // std::runtime_error when the file has no model config.
   bool has_model_config() const { return config_.has_value(); }
   const LlamaConfig& config() const override;
-  // F32 tensors: a view into the map. F16/BF16: converted on the first call, kept for later calls
+  // F32 tensors: a view into the map. F16/BF16 (and quantized parameters, dequantized): converted on the first call, kept for later calls
   // (thread-safe: the devices of a run share one file). Any tensor name, not only parameters.
   std::span<const float> get(const std::string& name) const override;
   // Every tensor as stored (a view into the map); nullopt when absent.
   std::optional<StoredTensor> stored(const std::string& name) const override;
 
  private:
+  void check_packed_parameter(const ParamSpec& p) const;
   MappedFile map_;
   Metadata metadata_;
   std::map<std::string, StoredTensor> stored_;  // every tensor

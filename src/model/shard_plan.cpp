@@ -21,12 +21,26 @@ dist::Range kv_heads_for(dist::Range heads, int kv_mul) {
   return {first, last - first + 1};
 }
 
+// Quantized checkpoints split w2's input columns (the FFN rows) on whole groups: the unit FFN
+// rows are dealt out in. 1 when w2 is not quantized (no quantization, or F not a multiple of GS).
+int64_t ffn_unit(const LlamaConfig& c) {
+  if (!c.quantization || c.hidden_dim % c.quantization->group_size != 0) return 1;
+  return c.quantization->group_size;
+}
+
+dist::Range split_in_units(int64_t n, int64_t unit, int devices, int rank) {
+  const dist::Range r = dist::even_split(n / unit, devices, rank);
+  return {r.offset * unit, r.count * unit};
+}
+
 }  // namespace
 
 void check_tensor_devices(const LlamaConfig& config, int devices) {
   if (devices < 1) throw std::invalid_argument("tensor-parallel devices = " + std::to_string(devices) + " must be >= 1");
   require_at_least(config.n_heads, "heads", devices);
   require_at_least(config.hidden_dim, "ffn rows (hidden_dim)", devices);
+  if (ffn_unit(config) > 1)
+    require_at_least(config.hidden_dim / ffn_unit(config), "quantization groups of ffn rows", devices);
   require_at_least(config.vocab_size, "vocabulary rows", devices);
   if (config.is_moe())
     require_at_least(config.expert_hidden_dim ? config.expert_hidden_dim : config.hidden_dim,
@@ -46,7 +60,7 @@ std::vector<ShardPlan> plan_all_shards(const LlamaConfig& config, int devices) {
     p.head_size = config.head_size();
     p.heads = dist::even_split(config.n_heads, devices, r);
     p.kv_heads = kv_heads_for(p.heads, kv_mul);
-    p.ffn = dist::even_split(config.hidden_dim, devices, r);
+    p.ffn = split_in_units(config.hidden_dim, ffn_unit(config), devices, r);
     p.expert_ffn = dist::even_split(fe, devices, r);
     p.vocab = dist::even_split(config.vocab_size, devices, r);
     for (int64_t k = p.kv_heads.offset; k < p.kv_heads.offset + p.kv_heads.count; ++k) ++holders[static_cast<size_t>(k)];

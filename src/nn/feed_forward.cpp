@@ -1,6 +1,7 @@
 #include "nn/feed_forward.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "nn/gather.h"
 #include "nn/swiglu.h"
@@ -62,5 +63,30 @@ int64_t SwiGluFeedForward::parameter_bytes() const {
   return static_cast<int64_t>(sizeof(float)) *
          (w13_.part(0).weight().numel() + w13_.part(1).weight().numel() + w2_.local().weight().numel());
 }
+
+// ---- QuantizedSwiGluFeedForward ----
+
+QuantizedSwiGluFeedForward::QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2)
+    : w13_(std::move(w13)), w2_(std::move(w2)) {}
+
+void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N) {
+  const int64_t FL = w2_.in_features();
+  h13_.resize(static_cast<size_t>(N * 2 * FL));
+  g_.resize(static_cast<size_t>(N * FL));
+  w13_.forward(h13_.data(), inp, N);              // [N, 2*FL] split
+  swiglu_forward(g_.data(), h13_.data(), N, FL);  // [N, FL] split
+  w2_.forward(out, g_.data(), N);                 // [N, C] mirrored (all_sum)
+}
+
+namespace {
+[[noreturn]] void frozen(const char* what) {
+  throw std::invalid_argument(std::string("feed-forward: ") + what +
+                              " of a quantized (frozen) layer: training a quantized model is not supported");
+}
+}  // namespace
+
+void QuantizedSwiGluFeedForward::backward(float*, const float*, const float*, int64_t) { frozen("backward"); }
+std::vector<ParamRef> QuantizedSwiGluFeedForward::parameters() { frozen("parameters"); }
+std::vector<std::pair<std::string, tensor::Tensor>> QuantizedSwiGluFeedForward::gather_full() { frozen("gather_full"); }
 
 }  // namespace tpcli::nn

@@ -14,6 +14,7 @@
 
 #include "dist/group.h"
 #include "nn/linear.h"
+#include "nn/quantized_linear.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::nn {
@@ -69,6 +70,26 @@ class SwiGluFeedForward : public FeedForward {
   std::vector<float> g_;    // [N, FL] saved
   std::vector<float> dg_;   // [N, FL] scratch
   std::vector<float> dh13_; // [N, 2*FL] scratch
+};
+
+// The same SwiGLU over frozen packed weights (quantized or 16-bit checkpoints): forward only;
+// backward, parameters and gather_full throw (training a quantized model is not supported).
+class QuantizedSwiGluFeedForward : public FeedForward {
+ public:
+  // w13: parts w1 [FL, C], w3 [FL, C]; w2: [C, FL].
+  QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2);
+
+  void forward(float* out, const float* inp, int64_t N) override;
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N) override;
+  std::vector<ParamRef> parameters() override;
+  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override;
+  int64_t parameter_bytes() const override { return w13_.bytes() + w2_.bytes(); }
+
+ private:
+  QuantizedAllToShardedLinear w13_;
+  QuantizedShardedToAllLinear w2_;
+  std::vector<float> h13_;  // [N, 2*FL]
+  std::vector<float> g_;    // [N, FL]
 };
 
 }  // namespace tpcli::nn

@@ -1,86 +1,47 @@
 #include "nn/quantized_linear.h"
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 #include <string>
 
 namespace tpcli::nn {
 
-QuantizedLinear::QuantizedLinear(const tensor::Tensor& weight, int group_size) : group_(group_size) {
-  if (weight.rank() != 2)
-    throw std::invalid_argument("quantized linear: weight must be [out, in], got " + tensor::to_string(weight.shape()));
-  if (group_size < 1) throw std::invalid_argument("quantized linear: group size " + std::to_string(group_size) + " < 1");
-  out_ = weight.dim(0);
-  in_ = weight.dim(1);
-  groups_ = (in_ + group_ - 1) / group_;
-  q_.resize(static_cast<size_t>(out_ * in_));
-  scales_.resize(static_cast<size_t>(out_ * groups_));
-  for (int64_t o = 0; o < out_; ++o)
-    for (int64_t g = 0; g < groups_; ++g) {
-      const int64_t first = g * group_, last = std::min(in_, first + group_);
-      const float* w = weight.data() + o * in_;
-      float amax = 0.0f;
-      for (int64_t i = first; i < last; ++i) amax = std::max(amax, std::abs(w[i]));
-      const float scale = amax / 127.0f;
-      scales_[static_cast<size_t>(o * groups_ + g)] = scale;
-      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-      for (int64_t i = first; i < last; ++i)
-        q_[static_cast<size_t>(o * in_ + i)] = static_cast<int8_t>(std::lround(std::clamp(w[i] * inv, -127.0f, 127.0f)));
-    }
-}
+using tensor::Columns;
+using tensor::PackedMatrix;
 
-int64_t QuantizedLinear::bytes() const {
-  return static_cast<int64_t>(q_.size()) + static_cast<int64_t>(scales_.size() * sizeof(float));
-}
+QuantizedLinear::QuantizedLinear(PackedMatrix weight) : weight_(std::move(weight)) {}
 
-tensor::Tensor QuantizedLinear::dequantize() const {
-  tensor::Tensor w({out_, in_});
-  for (int64_t o = 0; o < out_; ++o)
-    for (int64_t i = 0; i < in_; ++i)
-      w[o * in_ + i] = static_cast<float>(q_[static_cast<size_t>(o * in_ + i)]) * scales_[static_cast<size_t>(o * groups_ + i / group_)];
-  return w;
+QuantizedLinear QuantizedLinear::from_linear(const Linear& linear, tensor::WeightFormat format) {
+  const auto& w = linear.weight();
+  return QuantizedLinear(PackedMatrix::from_f32(w.data(), linear.out_features(), linear.in_features(), format));
 }
 
 void QuantizedLinear::forward(float* out, const float* inp, int64_t N, int64_t ld_out) const {
-  const int64_t ld = ld_out ? ld_out : out_;
-  for (int64_t n = 0; n < N; ++n) {
-    const float* x = inp + n * in_;
-    for (int64_t o = 0; o < out_; ++o) {
-      const int8_t* q = q_.data() + o * in_;
-      const float* s = scales_.data() + o * groups_;
-      float acc = 0.0f;
-      for (int64_t g = 0; g < groups_; ++g) {
-        const int64_t first = g * group_, last = std::min(in_, first + group_);
-        float part = 0.0f;  // the group's dot product, scaled once
-        for (int64_t i = first; i < last; ++i) part += static_cast<float>(q[i]) * x[i];
-        acc += part * s[g];
-      }
-      out[n * ld + o] = acc;
-    }
+  if (out_features() == 0) return;
+  if (in_features() == 0) {  // a device holding none of the input columns contributes zeros
+    const int64_t ld = ld_out ? ld_out : out_features();
+    for (int64_t n = 0; n < N; ++n) std::fill(out + n * ld, out + n * ld + out_features(), 0.0f);
+    return;
+  }
+  weight_.matmul(out, inp, N, ld_out);
+}
+
+// ---- QuantizedAllToShardedLinear ----
+
+QuantizedAllToShardedLinear::QuantizedAllToShardedLinear(std::vector<QuantizedLinear> parts, dist::Group group)
+    : parts_(std::move(parts)), group_(std::move(group)) {
+  if (parts_.empty()) throw std::invalid_argument("quantized all-to-sharded linear: no parts");
+  for (const auto& p : parts_) {
+    if (p.in_features() != parts_[0].in_features())
+      throw std::invalid_argument("quantized all-to-sharded linear: parts have different input sizes");
+    out_local_ += p.out_features();
   }
 }
 
-void QuantizedLinear::backward_input(float* dinp, const float* dout, int64_t N, int64_t ld_dout) const {
-  const int64_t ld = ld_dout ? ld_dout : out_;
-  for (int64_t n = 0; n < N; ++n) {
-    float* dx = dinp + n * in_;
-    for (int64_t o = 0; o < out_; ++o) {
-      const float d = dout[n * ld + o];
-      const int8_t* q = q_.data() + o * in_;
-      const float* s = scales_.data() + o * groups_;
-      for (int64_t i = 0; i < in_; ++i) dx[i] += d * s[i / group_] * static_cast<float>(q[i]);
-    }
-  }
-}
-
-QuantizedAllToShardedLinear::QuantizedAllToShardedLinear(const AllToShardedLinear& layer, dist::Group group,
-                                                         int group_size)
-    : group_(std::move(group)) {
-  for (int i = 0; i < layer.n_parts(); ++i) {
-    parts_.emplace_back(layer.part(i).weight(), group_size);
-    out_local_ += parts_.back().out_features();
-  }
+int64_t QuantizedAllToShardedLinear::bytes() const {
+  int64_t n = 0;
+  for (const auto& p : parts_) n += p.bytes();
+  return n;
 }
 
 void QuantizedAllToShardedLinear::forward(float* out, const float* inp, int64_t N) const {
@@ -91,35 +52,90 @@ void QuantizedAllToShardedLinear::forward(float* out, const float* inp, int64_t 
   }
 }
 
-void QuantizedAllToShardedLinear::backward(float* dinp, const float* dout, int64_t N) {
-  const int64_t IN = parts_.at(0).in_features();
-  scratch_.assign(static_cast<size_t>(N * IN), 0.0f);  // [N, IN] partial
-  int64_t col = 0;
-  for (const auto& p : parts_) {
-    p.backward_input(scratch_.data(), dout + col, N, out_local_);
-    col += p.out_features();
-  }
-  group_.all_sum(scratch_);  // sum_gradients
-  for (int64_t i = 0; i < N * IN; ++i) dinp[i] += scratch_[static_cast<size_t>(i)];
-}
+// ---- QuantizedShardedToAllLinear ----
 
-int64_t QuantizedAllToShardedLinear::bytes() const {
-  int64_t b = 0;
-  for (const auto& p : parts_) b += p.bytes();
-  return b;
-}
-
-QuantizedShardedToAllLinear::QuantizedShardedToAllLinear(const ShardedToAllLinear& layer, dist::Group group,
-                                                         int group_size)
-    : local_(layer.local().weight(), group_size), group_(std::move(group)) {}
+QuantizedShardedToAllLinear::QuantizedShardedToAllLinear(QuantizedLinear local, dist::Group group)
+    : local_(std::move(local)), group_(std::move(group)) {}
 
 void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t N) {
   local_.forward(out, inp, N);
-  group_.all_sum(std::span<float>(out, static_cast<size_t>(N * local_.out_features())));
+  group_.all_sum(std::span<float>(out, static_cast<size_t>(N * out_features())));  // partial -> mirrored
 }
 
-void QuantizedShardedToAllLinear::backward(float* dinp, const float* dout, int64_t N) const {
-  local_.backward_input(dinp, dout, N);
+// ---- shard_linear / shard_inplace ----
+
+std::vector<Segment> even_group_segments(int64_t n, int parts, int64_t unit, const dist::Group& group) {
+  if (parts < 1 || n % parts != 0 || (n / parts) % unit != 0)
+    throw std::invalid_argument("shard_linear: " + std::to_string(n) + " columns do not split into " +
+                                std::to_string(parts) + " segments of whole groups of " + std::to_string(unit));
+  std::vector<Segment> segs;
+  for (int s = 0; s < parts; ++s) {
+    const dist::Range g = dist::even_split(n / parts / unit, group.size(), group.rank());
+    segs.push_back({n / parts, {g.offset * unit, g.count * unit}});
+  }
+  return segs;
+}
+
+namespace {
+
+// Absolute ranges of the split dimension (length n) this device keeps, segment by segment.
+std::vector<Columns> local_columns(int64_t n, const std::vector<Segment>& segments) {
+  std::vector<Columns> out;
+  int64_t start = 0;
+  for (const auto& s : segments) {
+    if (s.local.offset < 0 || s.local.count < 0 || s.local.offset + s.local.count > s.size)
+      throw std::invalid_argument("shard_linear: local range [" + std::to_string(s.local.offset) + ", +" +
+                                  std::to_string(s.local.count) + ") outside a segment of " + std::to_string(s.size));
+    out.push_back({start + s.local.offset, s.local.count});
+    start += s.size;
+  }
+  if (start != n)
+    throw std::invalid_argument("shard_linear: segments add up to " + std::to_string(start) + ", the weight has " +
+                                std::to_string(n));
+  return out;
+}
+
+std::vector<QuantizedLinear> row_parts(const QuantizedLinear& linear, const dist::Group& group,
+                                       std::vector<Segment> segments) {
+  if (segments.empty()) segments.push_back({linear.out_features(), dist::even_split(linear.out_features(), group.size(), group.rank())});
+  std::vector<QuantizedLinear> parts;
+  for (const auto& c : local_columns(linear.out_features(), segments))
+    parts.emplace_back(linear.weight().slice_rows(c.offset, c.count));
+  return parts;
+}
+
+PackedMatrix column_shard(const QuantizedLinear& linear, const dist::Group& group, std::vector<Segment> segments) {
+  const auto& f = linear.format();
+  const int64_t unit = f.quantized() ? f.group_size : 1;
+  if (segments.empty()) segments = even_group_segments(linear.in_features(), 1, unit, group);
+  const auto columns = local_columns(linear.in_features(), segments);
+  for (const auto& c : columns)
+    if (c.offset % unit != 0 || c.count % unit != 0)
+      throw std::invalid_argument("shard_linear: device " + std::to_string(group.rank()) + " of " +
+                                  std::to_string(group.size()) + " would hold input columns [" +
+                                  std::to_string(c.offset) + ", " + std::to_string(c.offset + c.count) +
+                                  "), which cut a " + f.name() + " group of " + std::to_string(unit) + " columns");
+  return linear.weight().slice_columns(columns);
+}
+
+}  // namespace
+
+QuantizedShardedLinear shard_linear(const QuantizedLinear& linear, Sharding sharding, dist::Group group,
+                                    std::vector<Segment> segments) {
+  if (sharding == Sharding::AllToSharded)
+    return QuantizedAllToShardedLinear(row_parts(linear, group, std::move(segments)), std::move(group));
+  PackedMatrix local = column_shard(linear, group, std::move(segments));
+  return QuantizedShardedToAllLinear(QuantizedLinear(std::move(local)), std::move(group));
+}
+
+void shard_inplace(QuantizedLinear& linear, Sharding sharding, const dist::Group& group, std::vector<Segment> segments) {
+  if (sharding == Sharding::ShardedToAll) {
+    linear = QuantizedLinear(column_shard(linear, group, std::move(segments)));
+    return;
+  }
+  std::vector<PackedMatrix> rows;
+  for (auto& p : row_parts(linear, group, std::move(segments))) rows.push_back(p.weight());
+  linear = QuantizedLinear(PackedMatrix::concat_rows(rows));
 }
 
 }  // namespace tpcli::nn

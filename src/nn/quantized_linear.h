@@ -1,80 +1,98 @@
-// tpcli::nn — int8 group-wise quantized Linear and its tensor-parallel forms (MLX's
-// QuantizedAllToShardedLinear / QuantizedShardedToAllLinear). Inference layers: the weights are
-// frozen, backward gives only the input gradient (so a quantized model can still be fine-tuned
-// through, or probed).
+// tpcli::nn — MLX's QuantizedLinear and its tensor-parallel forms (QuantizedAllToShardedLinear,
+// QuantizedShardedToAllLinear), over tensor::PackedMatrix: affine (bits, group size), mxfp8, or
+// 16-bit float storage (bf16/f16 checkpoints), all computed with f32 accumulation.
 //
-// Dimension legend: N rows, IN input features, OUT output features, G group size, NG = ceil(IN/G)
-// groups per row (the last may be shorter); *_local = this device's shard.
-// Quantization: per row and group of G consecutive inputs, scale = max|w| / 127 and
-// q = round(w / scale) in [-127, 127]; dequantized w' = q * scale (|w - w'| <= scale / 2).
-// Sharding happens on the float weights first (shard_linear), then each shard is quantized, so a
-// ShardedToAll shard's groups start at its own first column.
+// Dimension legend: N rows (tokens), IN input features, OUT output features, GS group size;
+// *_local = this device's shard.
+//
+// Inference layers: the weights are frozen (no gradients). Communication is that of the f32 twins
+// (nn/linear.h): AllToSharded forwards its local rows with none; ShardedToAll ends in an all_sum.
+// Sharding by input columns keeps whole groups (MLX: each rank holds whole groups): groups are
+// dealt out as evenly as possible, and a split that would cut a group is an error naming it.
 #pragma once
 
 #include <cstdint>
+#include <variant>
 #include <vector>
 
 #include "dist/group.h"
 #include "nn/linear.h"
-#include "tensor/tensor.h"
+#include "tensor/packed_matrix.h"
 
 namespace tpcli::nn {
 
 class QuantizedLinear {
  public:
   QuantizedLinear() = default;
-  // weight [OUT, IN]; group_size >= 1.
-  QuantizedLinear(const tensor::Tensor& weight, int group_size);
+  explicit QuantizedLinear(tensor::PackedMatrix weight);  // [OUT, IN]
+  // MLX's QuantizedLinear.from_linear: the f32 weight in `format` (IN % GS == 0 when quantized).
+  static QuantizedLinear from_linear(const Linear& linear, tensor::WeightFormat format);
 
-  int64_t out_features() const { return out_; }
-  int64_t in_features() const { return in_; }
-  int group_size() const { return group_; }
-  int64_t bytes() const;  // int8 values + f32 scales
-  tensor::Tensor dequantize() const;  // [OUT, IN]
+  int64_t out_features() const { return weight_.rows(); }
+  int64_t in_features() const { return weight_.cols(); }
+  const tensor::WeightFormat& format() const { return weight_.format(); }  // bits, group size, mode
+  const tensor::PackedMatrix& weight() const { return weight_; }
+  int64_t bytes() const { return weight_.bytes(); }
 
-  // out[N, OUT] (row stride ld_out, 0 = OUT) = inp[N, IN] @ dequant(W)^T, dequantizing on the fly.
+  // out[N, OUT] (row stride ld_out, 0 = OUT) = inp[N, IN] @ W^T. N == 1: the packed matvec kernels.
   void forward(float* out, const float* inp, int64_t N, int64_t ld_out = 0) const;
-  // dinp[N, IN] += dout[N, OUT] (row stride ld_dout, 0 = OUT) @ dequant(W).
-  void backward_input(float* dinp, const float* dout, int64_t N, int64_t ld_dout = 0) const;
 
  private:
-  int64_t out_ = 0, in_ = 0, groups_ = 0;  // OUT, IN, NG
-  int group_ = 32;                          // G
-  std::vector<int8_t> q_;                   // [OUT, IN]
-  std::vector<float> scales_;               // [OUT, NG]
+  tensor::PackedMatrix weight_;  // [OUT, IN]
 };
 
-// Replicated in, split out: forward local rows (no communication); backward all_sums dinp.
+// Replicated in, split out: out[N, OUT_local] = inp @ W_local^T, the segments' outputs concatenated
+// per row (as AllToShardedLinear). No communication.
 class QuantizedAllToShardedLinear {
  public:
-  QuantizedAllToShardedLinear(const AllToShardedLinear& layer, dist::Group group, int group_size);
+  QuantizedAllToShardedLinear() = default;
+  QuantizedAllToShardedLinear(std::vector<QuantizedLinear> parts, dist::Group group);
+
+  int64_t in_features() const { return parts_.at(0).in_features(); }
   int64_t out_features() const { return out_local_; }
-  // out[N, OUT_local], the segments' outputs concatenated per row (as AllToShardedLinear).
-  void forward(float* out, const float* inp, int64_t N) const;
-  // dinp[N, IN] += all_sum(dout @ dequant(W_local)). A collective.
-  void backward(float* dinp, const float* dout, int64_t N);
+  int n_parts() const { return static_cast<int>(parts_.size()); }
+  const QuantizedLinear& part(int i) const { return parts_.at(static_cast<size_t>(i)); }
   int64_t bytes() const;
+
+  void forward(float* out, const float* inp, int64_t N) const;
 
  private:
   std::vector<QuantizedLinear> parts_;
   int64_t out_local_ = 0;
   dist::Group group_;
-  std::vector<float> scratch_;  // [N, IN]
 };
 
-// Split in, replicated out: forward ends in an all_sum; backward passes the gradient through.
+// Split in, replicated out: out[N, OUT] = all_sum(inp[N, IN_local] @ W_local^T). A collective.
 class QuantizedShardedToAllLinear {
  public:
-  QuantizedShardedToAllLinear(const ShardedToAllLinear& layer, dist::Group group, int group_size);
-  // out[N, OUT] = all_sum(inp[N, IN_local] @ dequant(W_local)^T). A collective.
-  void forward(float* out, const float* inp, int64_t N);
-  // dinp[N, IN_local] += dout[N, OUT] @ dequant(W_local). No communication.
-  void backward(float* dinp, const float* dout, int64_t N) const;
+  QuantizedShardedToAllLinear() = default;
+  QuantizedShardedToAllLinear(QuantizedLinear local, dist::Group group);
+
+  int64_t in_features() const { return local_.in_features(); }  // IN_local
+  int64_t out_features() const { return local_.out_features(); }
+  const QuantizedLinear& local() const { return local_; }
   int64_t bytes() const { return local_.bytes(); }
+
+  void forward(float* out, const float* inp, int64_t N);
 
  private:
   QuantizedLinear local_;
   dist::Group group_;
 };
+
+using QuantizedShardedLinear = std::variant<QuantizedAllToShardedLinear, QuantizedShardedToAllLinear>;
+
+// MLX's shard_linear for a QuantizedLinear (format carried over). AllToSharded splits output rows
+// segment by segment; ShardedToAll splits input columns on whole groups: with no segments, the
+// row's groups are dealt out by even_split; given segments must start and end on group boundaries
+// (std::invalid_argument naming the columns and the group size otherwise).
+QuantizedShardedLinear shard_linear(const QuantizedLinear& linear, Sharding sharding, dist::Group group,
+                                    std::vector<Segment> segments = {});
+// MLX's shard_inplace for quantized parameters: the same slicing, kept as a plain QuantizedLinear.
+void shard_inplace(QuantizedLinear& linear, Sharding sharding, const dist::Group& group,
+                   std::vector<Segment> segments = {});
+// `parts` equal segments of n columns, each split over the group in whole units of `unit`
+// columns (a group size), dealt out as evenly as possible.
+std::vector<Segment> even_group_segments(int64_t n, int parts, int64_t unit, const dist::Group& group);
 
 }  // namespace tpcli::nn

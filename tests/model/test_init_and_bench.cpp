@@ -72,12 +72,20 @@ TEST_CASE("tpcli bench decode reports tokens/s next to the roofline", "[bench][c
   const std::string path = temp_path("bench.bin");
   REQUIRE(run_tpcli("init --model-config " + model + " --out " + path) == 0);
   std::string out;
-  REQUIRE(run_tpcli("bench decode --model " + path + " --devices 3 --tokens 4 --warmup 1 --bandwidth-mb 16", &out) == 0);
+  REQUIRE(run_tpcli("bench decode --model " + path + " --devices 3 --tokens 4 --warmup 1 --bandwidth-mb 16 --formats f32,bf16",
+                    &out) == 0);
   INFO(out);
   CHECK(out.find("bandwidth") != std::string::npos);
-  CHECK(out.find("decode") != std::string::npos);
   CHECK(out.find("roofline") != std::string::npos);
+  CHECK(out.find("f32 (as stored)") != std::string::npos);
+  CHECK(out.find("\nbf16 ") != std::string::npos);
   CHECK(out.find("device 2") != std::string::npos);
+  // the quantized rows (on 3 devices wo's groups of 32 would be cut: one device here)
+  REQUIRE(run_tpcli("bench decode --model " + path + " --tokens 2 --warmup 1 --bandwidth-mb 16 --formats 8,4,mxfp8 "
+                    "--group-size 32", &out) == 0);
+  CHECK(out.find("affine 8-bit g32") != std::string::npos);
+  CHECK(out.find("affine 4-bit g32") != std::string::npos);
+  CHECK(out.find("mxfp8") != std::string::npos);
   CHECK(run_tpcli("bench decode --model " + path + " --devices 9 --tokens 4") == 2);
   std::filesystem::remove(path);
 }

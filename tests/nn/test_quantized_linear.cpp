@@ -1,9 +1,11 @@
-// int8 group-wise quantized linears: the quantization bound, the product against a double
-// reference on the dequantized weights, and the sharded forms against the unsharded quantized layer.
+// MLX's quantized linears: QuantizedLinear against a double product with its dequantized weight;
+// the sharded forms built by shard_linear on 1..4 devices against the unsharded QuantizedLinear
+// (input columns dealt out in whole groups, unevenly); the one-line error for a split that cuts a
+// group; shard_inplace.
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dist/runtime.h"
@@ -12,90 +14,130 @@
 
 using namespace tpcli;
 using nn::testing::random_vector;
+using tensor::WeightFormat;
 
-TEST_CASE("quantized Linear: error bound, forward and input gradient against double references", "[nn][quantized]") {
-  std::mt19937 rng(91);
-  const int64_t N = 3, OUT = 5, IN = 37, G = 8;  // last group of each row is short (37 = 4*8 + 5)
-  auto w = random_vector(OUT * IN, rng);
-  auto x = random_vector(N * IN, rng), dout = random_vector(N * OUT, rng);
-  tensor::Tensor wt({OUT, IN}, w);
-  nn::QuantizedLinear q(wt, G);
-  const tensor::Tensor d = q.dequantize();
-  for (int64_t o = 0; o < OUT; ++o)
-    for (int64_t g = 0; g * G < IN; ++g) {
-      float amax = 0;
-      for (int64_t i = g * G; i < std::min(IN, (g + 1) * G); ++i) amax = std::max(amax, std::abs(w[o * IN + i]));
-      for (int64_t i = g * G; i < std::min(IN, (g + 1) * G); ++i)
-        CHECK(std::abs(d[o * IN + i] - w[o * IN + i]) <= amax / 127.0f / 2.0f * 1.001f + 1e-7f);
-    }
-  std::vector<float> out(N * OUT), dinp(N * IN, 0.0f);
-  q.forward(out.data(), x.data(), N);
-  q.backward_input(dinp.data(), dout.data(), N);
+namespace {
+
+// out[N, OUT] = x[N, IN] @ dequantize(W)^T in double.
+std::vector<double> reference(const nn::QuantizedLinear& q, const std::vector<float>& x, int64_t N) {
+  const tensor::Tensor w = q.weight().dequantize();
+  const int64_t OUT = q.out_features(), IN = q.in_features();
+  std::vector<double> out(size_t(N * OUT));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < OUT; ++o) {
-      double s = 0, exact = 0, bound = 0;
-      for (int64_t i = 0; i < IN; ++i) {
-        s += double(d[o * IN + i]) * x[n * IN + i];
-        exact += double(w[o * IN + i]) * x[n * IN + i];
-        bound += std::abs(double(x[n * IN + i])) * std::abs(d[o * IN + i] - w[o * IN + i]);
-      }
-      CHECK(out[n * OUT + o] == Approx(s).epsilon(1e-5).margin(1e-5));
-      CHECK(std::abs(out[n * OUT + o] - exact) <= bound + 1e-5);  // only the int8 rounding error
-    }
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < IN; ++i) {
       double s = 0;
-      for (int64_t o = 0; o < OUT; ++o) s += double(dout[n * OUT + o]) * d[o * IN + i];
-      CHECK(dinp[n * IN + i] == Approx(s).epsilon(1e-5).margin(1e-5));
+      for (int64_t i = 0; i < IN; ++i) s += double(w[o * IN + i]) * x[size_t(n * IN + i)];
+      out[size_t(n * OUT + o)] = s;
     }
-  CHECK(q.bytes() == OUT * IN + OUT * 5 * 4);
+  return out;
 }
 
-TEST_CASE("quantized sharded linears equal the unsharded quantized layer on 1..4 devices", "[nn][quantized][sharded]") {
+const std::vector<WeightFormat> FORMATS = {WeightFormat::affine(4, 32), WeightFormat::affine(8, 64),
+                                           WeightFormat::mxfp8(), WeightFormat::bf16()};
+
+}  // namespace
+
+TEST_CASE("QuantizedLinear forward equals x @ dequantize(W)^T, decode and batched", "[nn][quantized]") {
+  std::mt19937 rng(91);
+  const int64_t OUT = 9, IN = 128;
+  const auto w = random_vector(OUT * IN, rng);
+  for (const auto& f : FORMATS) {
+    INFO(f.name());
+    const auto q = nn::QuantizedLinear::from_linear(nn::Linear(tensor::Tensor({OUT, IN}, w)), f);
+    CHECK(q.format() == f);
+    for (int64_t N : {1, 4}) {
+      const auto x = random_vector(N * IN, rng);
+      std::vector<float> out(size_t(N * OUT));
+      q.forward(out.data(), x.data(), N);
+      const auto ref = reference(q, x, N);
+      for (size_t i = 0; i < out.size(); ++i) CHECK(out[i] == Approx(ref[i]).epsilon(1e-5).margin(1e-4));
+    }
+  }
+}
+
+TEST_CASE("quantized sharded linears from shard_linear equal the unsharded QuantizedLinear on 1..4 devices",
+          "[nn][quantized][sharded]") {
   std::mt19937 rng(92);
-  const int64_t N = 2, C = 64, OUT = 10, G = 16;  // ShardedToAll columns 64 over 2 or 4: group-aligned
-  auto w_a = random_vector(OUT * C, rng), w_b = random_vector(C * OUT * 0 + OUT * C, rng);
-  auto x = random_vector(N * C, rng), dout_a = random_vector(N * OUT, rng), dout_b = random_vector(N * OUT, rng);
-  nn::QuantizedLinear qa(tensor::Tensor({OUT, C}, w_a), G), qb(tensor::Tensor({OUT, C}, w_b), G);
-  std::vector<float> ref_a(N * OUT), ref_b(N * OUT), ref_da(N * C, 0.0f);
-  qa.forward(ref_a.data(), x.data(), N);
-  qb.forward(ref_b.data(), x.data(), N);
-  qa.backward_input(ref_da.data(), dout_a.data(), N);
-  for (int T : {1, 2, 4}) {
-    std::vector<std::vector<float>> out_a(T), out_b(T), da(T), db(T);
-    dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
-      dist::Group& g = dev.axis("model");
-      const int r = g.rank();
-      auto rows = dist::even_split(OUT, T, r);
-      auto cols = dist::even_split(C, T, r);
-      auto a = std::get<nn::AllToShardedLinear>(
-          nn::shard_linear(nn::Linear(tensor::Tensor({OUT, C}, w_a)), nn::Sharding::AllToSharded, g));
-      auto b = std::get<nn::ShardedToAllLinear>(
-          nn::shard_linear(nn::Linear(tensor::Tensor({OUT, C}, w_b)), nn::Sharding::ShardedToAll, g));
-      nn::QuantizedAllToShardedLinear qa_s(a, g, G);
-      nn::QuantizedShardedToAllLinear qb_s(b, g, G);
-      std::vector<float> oa(N * rows.count), dl(N * rows.count), dxa(N * C, 0.0f), ob(N * OUT), xl, dxb(N * cols.count, 0.0f);
-      qa_s.forward(oa.data(), x.data(), N);
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < rows.count; ++j) dl[n * rows.count + j] = dout_a[n * OUT + rows.offset + j];
-      qa_s.backward(dxa.data(), dl.data(), N);
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < cols.count; ++j) xl.push_back(x[n * C + cols.offset + j]);
-      qb_s.forward(ob.data(), xl.data(), N);
-      qb_s.backward(dxb.data(), dout_b.data(), N);
-      out_a[r] = oa;
-      da[r] = dxa;
-      out_b[r] = ob;
-      db[r] = dxb;
-    });
-    for (int r = 0; r < T; ++r) {
-      INFO(T << " devices, device " << r);
-      auto rows = dist::even_split(OUT, T, r);
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < rows.count; ++j)
-          CHECK(out_a[r][n * rows.count + j] == Approx(ref_a[n * OUT + rows.offset + j]).epsilon(1e-5));
-      for (int64_t i = 0; i < N * C; ++i) CHECK(da[r][i] == Approx(ref_da[i]).epsilon(1e-4).margin(1e-5));
-      for (int64_t i = 0; i < N * OUT; ++i) CHECK(out_b[r][i] == Approx(ref_b[i]).epsilon(1e-4).margin(1e-5));
+  const int64_t N = 2, OUT = 10, IN = 160;  // 5 groups of 32: dealt out 3/2, 2/2/1, 2/1/1/1
+  const auto wa = random_vector(2 * OUT * IN, rng), wb = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng);
+  for (const auto& f : {WeightFormat::affine(4, 32), WeightFormat::mxfp8()}) {
+    INFO(f.name());
+    // a fused pair of segments (like w1|w3) split by rows, and a layer split by input columns
+    const auto qa = nn::QuantizedLinear::from_linear(nn::Linear(tensor::Tensor({2 * OUT, IN}, wa)), f);
+    const auto qb = nn::QuantizedLinear::from_linear(nn::Linear(tensor::Tensor({OUT, IN}, wb)), f);
+    std::vector<float> ref_a(size_t(N * 2 * OUT)), ref_b(size_t(N * OUT));
+    qa.forward(ref_a.data(), x.data(), N);
+    qb.forward(ref_b.data(), x.data(), N);
+    for (int T = 1; T <= 4; ++T) {
+      std::vector<std::vector<float>> out_a(T), out_b(T);
+      std::vector<int64_t> held(T);
+      std::vector<char> formats_kept(T, 0);
+      dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+        dist::Group& g = dev.axis("model");
+        const int r = g.rank();
+        auto a = std::get<nn::QuantizedAllToShardedLinear>(
+            nn::shard_linear(qa, nn::Sharding::AllToSharded, g, nn::even_segments(2 * OUT, 2, g)));
+        auto b = std::get<nn::QuantizedShardedToAllLinear>(nn::shard_linear(qb, nn::Sharding::ShardedToAll, g));
+        const dist::Range groups = dist::even_split(IN / 32, T, r);
+        held[r] = b.in_features();
+        std::vector<float> oa(size_t(N * a.out_features())), ob(size_t(N * OUT)), xl;
+        a.forward(oa.data(), x.data(), N);
+        for (int64_t n = 0; n < N; ++n)
+          xl.insert(xl.end(), x.begin() + n * IN + groups.offset * 32, x.begin() + n * IN + (groups.offset + groups.count) * 32);
+        b.forward(ob.data(), xl.data(), N);
+        out_a[r] = oa;
+        out_b[r] = ob;
+        formats_kept[r] = a.part(0).format() == f && b.local().format() == f;
+      });
+      for (int r = 0; r < T; ++r) {
+        INFO(T << " devices, device " << r);
+        CHECK(formats_kept[r]);
+        CHECK(held[r] == dist::even_split(IN / 32, T, r).count * 32);
+        const dist::Range rows = dist::even_split(OUT, T, r);
+        const int64_t OL = 2 * rows.count;
+        for (int64_t n = 0; n < N; ++n)
+          for (int s = 0; s < 2; ++s)
+            for (int64_t j = 0; j < rows.count; ++j)
+              CHECK(out_a[r][size_t(n * OL + s * rows.count + j)] ==
+                    Approx(ref_a[size_t(n * 2 * OUT + s * OUT + rows.offset + j)]).epsilon(1e-5).margin(1e-5));
+        for (int64_t i = 0; i < N * OUT; ++i) CHECK(out_b[r][size_t(i)] == Approx(ref_b[size_t(i)]).epsilon(1e-4).margin(1e-4));
+      }
+    }
+  }
+}
+
+TEST_CASE("quantized shard_linear refuses a split that cuts a group; shard_inplace slices the same way",
+          "[nn][quantized][sharded]") {
+  std::mt19937 rng(93);
+  const int64_t OUT = 4, IN = 128;
+  const auto w = random_vector(OUT * IN, rng);
+  const auto q = nn::QuantizedLinear::from_linear(nn::Linear(tensor::Tensor({OUT, IN}, w)), WeightFormat::affine(8, 64));
+  std::vector<std::string> errors(2);
+  std::vector<nn::QuantizedLinear> cols(2, q), rows(2, q);
+  dist::run_on_mesh(dist::Mesh::line(2), [&](dist::Device& dev) {
+    dist::Group& g = dev.axis("model");
+    const int r = g.rank();
+    std::vector<nn::Segment> cut = {{IN, r == 0 ? dist::Range{0, 48} : dist::Range{48, 80}}};
+    try {
+      nn::shard_linear(q, nn::Sharding::ShardedToAll, g, cut);
+    } catch (const std::invalid_argument& e) {
+      errors[r] = e.what();
+    }
+    nn::shard_inplace(cols[r], nn::Sharding::ShardedToAll, g);
+    nn::shard_inplace(rows[r], nn::Sharding::AllToSharded, g, nn::even_segments(OUT, 2, g));
+  });
+  const tensor::Tensor full = q.weight().dequantize();
+  for (int r = 0; r < 2; ++r) {
+    CHECK_THAT(errors[r], Catch::Contains("cut a affine 8-bit g64 group of 64 columns"));
+    REQUIRE(cols[r].in_features() == 64);
+    REQUIRE(rows[r].out_features() == 2);
+    const tensor::Tensor c = cols[r].weight().dequantize(), rw = rows[r].weight().dequantize();
+    for (int64_t o = 0; o < OUT; ++o)
+      for (int64_t i = 0; i < 64; ++i) CHECK(c[o * 64 + i] == full[o * IN + r * 64 + i]);
+    // two segments of 2 rows, one row of each per device: rows {r, 2 + r}
+    for (int64_t i = 0; i < IN; ++i) {
+      CHECK(rw[i] == full[r * IN + i]);
+      CHECK(rw[IN + i] == full[(2 + r) * IN + i]);
     }
   }
 }

@@ -1,0 +1,111 @@
+// tpcli perplexity --model M --data FILE [-z TOKENIZER] [--devices N] [--quantize ...] [-c CTX] [--windows K]
+// llama.cpp's llama-perplexity for this tool: the text is tokenized once and cut into
+// non-overlapping windows of seq_len (or -c) tokens; each window's tokens predict the next one (the first
+// token after a window is its last target). Prints the mean negative log-likelihood per token and
+// the perplexity exp(mean NLL). The model runs tensor-parallel on the mesh (batched forward).
+//
+// Dimension legend: S seq_len (window), W windows, B windows per forward.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/model_file.h"
+#include "dist/runtime.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+struct PerplexityFlags {
+  std::string model, data, tokenizer;
+  int max_windows = 0;  // 0 = all
+  int ctx = 0;          // window length; 0 = seq_len
+  std::string quantize;
+  int group_size = 64;
+};
+
+// The text's tokens with the tokenizer the model was trained with: a chars/bytes vocabulary from
+// the checkpoint's metadata, else a llama2.c tokenizer.bin (-z, or the recorded one) with BOS.
+std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, const std::string& text) {
+  const int vocab = opened.weights->config().vocab_size;
+  auto kind = opened.metadata.find("tokenizer.kind");
+  try {
+    if (f.tokenizer.empty() && kind != opened.metadata.end() && kind->second != "llama2c")
+      return train::tokenizer_from_metadata(opened.metadata, f.model, vocab)->encode(text);
+    const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.tokenizer.value_or("tokenizer.bin");
+    return model::Tokenizer(path, vocab).encode(text, true, false);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
+  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  std::string text;
+  try {
+    text = train::read_text_file(f.data);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  const std::vector<int> tokens = tokenize(f, opened, text);
+  const int seq_len = opened.weights->config().seq_len;
+  if (f.ctx < 0 || f.ctx > seq_len)
+    throw UsageError("--ctx " + std::to_string(f.ctx) + ": must be in [1, seq_len = " + std::to_string(seq_len) + "]");
+  const int S = f.ctx > 0 ? f.ctx : seq_len;
+  int64_t W = (static_cast<int64_t>(tokens.size()) - 1) / S;
+  if (f.max_windows > 0) W = std::min<int64_t>(W, f.max_windows);
+  if (W < 1)
+    throw UsageError(f.data + ": " + std::to_string(tokens.size()) + " tokens, fewer than one window of " +
+                     std::to_string(S) + " + 1");
+  constexpr int64_t B = 4;
+  double nll_sum = 0;  // sum over windows of the window's mean NLL (device 0's)
+  const auto start = std::chrono::steady_clock::now();
+  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+    model::Llama llama(*opened.weights, dev.axis("model"));
+    double sum = 0;
+    for (int64_t w0 = 0; w0 < W; w0 += B) {
+      const int b = static_cast<int>(std::min(B, W - w0));
+      std::vector<int> in, target;  // [b, S] each
+      for (int64_t w = w0; w < w0 + b; ++w) {
+        in.insert(in.end(), tokens.begin() + w * S, tokens.begin() + w * S + S);
+        target.insert(target.end(), tokens.begin() + w * S + 1, tokens.begin() + w * S + S + 1);
+      }
+      sum += static_cast<double>(llama.loss(in, target, b, S)) * b;
+    }
+    if (dev.rank() == 0) nll_sum = sum;
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double mean = nll_sum / static_cast<double>(W);
+  std::printf("%s: %lld windows x %d tokens, mean NLL %.6f, perplexity %.4f\n", f.model.c_str(),
+              static_cast<long long>(W), S, mean, std::exp(mean));
+  std::fprintf(stderr, "%.1f tokens/s over %d device(s)\n", static_cast<double>(W * S) / seconds, mesh.size());
+}
+
+void setup_perplexity(CLI::App& sub) {
+  auto f = std::make_shared<PerplexityFlags>();
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  sub.add_option("--model", f->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
+  sub.add_option("--data", f->data, "text file to score")->required();
+  sub.add_option("-z,--tokenizer", f->tokenizer, "llama2.c tokenizer.bin (default: the checkpoint's recorded one)");
+  sub.add_option("-c,--ctx", f->ctx, "window length in tokens (default: the model's seq_len)");
+  sub.add_option("--windows", f->max_windows, "score at most this many windows (0 = all)")->capture_default_str();
+  sub.add_option("--quantize", f->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
+  sub.add_option("--group-size", f->group_size, "affine group size with --quantize")->capture_default_str();
+  sub.callback([f, run_flags] { run_perplexity(*f, *run_flags); });
+}
+
+const bool registered = register_command(
+    {"perplexity", "Mean NLL and perplexity of a text over non-overlapping seq_len windows", setup_perplexity});
+
+}  // namespace
+
+}  // namespace tpcli::cli

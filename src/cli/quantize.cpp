@@ -1,0 +1,68 @@
+// tpcli quantize --model IN --out OUT.safetensors [--bits 4|8] [--group-size 32|64|128]
+//                [--mode affine|mxfp8]
+// Converts any checkpoint tpcli reads into a quantized tpcli safetensors file (MLX's formats,
+// ../shared/QUANT.md): each packable matrix NAME (model/packed_weights.h) as NAME (U32 packed
+// words), NAME.scales and NAME.biases (F32; mxfp8: NAME.scales only, U8 E8M0); metadata
+// quant.bits, quant.group_size, quant.mode. Norms stay f32; the embedding is quantized too (its
+// lookup dequantizes one row; a tied classifier reads it packed).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/model_file.h"
+#include "model/packed_weights.h"
+#include "model/safetensors.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+struct QuantizeFlags {
+  std::string model, out;
+  int bits = 4;
+  int group_size = 64;
+  std::string mode = "affine";
+};
+
+void run_quantize(const QuantizeFlags& f) {
+  const tensor::WeightFormat format = parse_quantization(f.bits, f.group_size, f.mode);
+  if (!f.out.ends_with(".safetensors")) throw UsageError("--out " + f.out + ": expected a .safetensors path");
+  const OpenedModel opened = open_model(f.model);
+  std::unique_ptr<model::ConvertedWeights> converted;
+  try {
+    converted = std::make_unique<model::ConvertedWeights>(*opened.weights, format);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(f.model + ": " + e.what());
+  }
+  // Keep what the checkpoint recorded (tokenizer, training vocabulary); the config and the
+  // quantization are written from the converted weights. A recorded tokenizer path becomes absolute,
+  // since the output may live in another folder.
+  model::Metadata metadata;
+  for (const auto& [k, v] : opened.metadata)
+    if (!k.starts_with("model.") && !k.starts_with("quant.") && !k.starts_with("train.") && !k.starts_with("adam."))
+      metadata[k] = v;
+  if (opened.tokenizer) metadata["tokenizer"] = std::filesystem::absolute(*opened.tokenizer).lexically_normal().string();
+  model::write_safetensors(f.out, *converted, metadata);
+  std::fprintf(stderr, "wrote %s: %s, %.2f MB of weights (was %.2f MB)\n", f.out.c_str(), format.name().c_str(),
+               static_cast<double>(model::shard_bytes(*converted, model::plan_shards(converted->config(), 1, 0))) / 1e6,
+               static_cast<double>(model::shard_bytes(*opened.weights, model::plan_shards(opened.weights->config(), 1, 0))) / 1e6);
+}
+
+void setup_quantize(CLI::App& sub) {
+  auto f = std::make_shared<QuantizeFlags>();
+  sub.add_option("--model", f->model, "checkpoint to convert: llama2.c .bin or tpcli .safetensors (f32)")->required();
+  sub.add_option("--out", f->out, "output .safetensors file")->required();
+  sub.add_option("--bits", f->bits, "affine: 4 or 8; mxfp8: 8")->capture_default_str();
+  sub.add_option("--group-size", f->group_size, "affine: 32, 64 or 128 input columns per scale")->capture_default_str();
+  sub.add_option("--mode", f->mode, "affine | mxfp8")->capture_default_str();
+  sub.callback([f] { run_quantize(*f); });
+}
+
+const bool registered =
+    register_command({"quantize", "Write an MLX-quantized copy of a checkpoint (affine 4/8-bit, mxfp8)", setup_quantize});
+
+}  // namespace
+
+}  // namespace tpcli::cli

@@ -1,0 +1,38 @@
+// tpcli::tensor — internal: the matrix-vector kernels behind PackedMatrix::matvec, one set per
+// instruction set. Not included outside src/tensor/.
+//
+// Dimension legend: K columns, GS group size, G = K / GS groups per row.
+// Every kernel computes out[i] = W[r, :] . x for rows r in [r0, r1), out indexed from r0, with f32
+// accumulation. Affine: per group, scale * sum(x * q) + bias * sum(x) (MLX's matrix-vector rule),
+// so `xsum[G]` holds the groups' sums of x. Some kernels want x in their own order: `prepare`
+// rewrites x[K] into xp[K] (the sums do not change, a group's elements stay in the group).
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/packed_matrix.h"
+
+namespace tpcli::tensor::kernels {
+
+struct View {
+  WeightFormat format;
+  int64_t cols = 0, row_bytes = 0;
+  const uint8_t* data = nullptr;          // [R, row_bytes]
+  const float* scales = nullptr;          // affine [R, G]
+  const float* biases = nullptr;          // affine [R, G]
+  const uint8_t* scale_bytes = nullptr;   // mxfp8 [R, G]
+};
+
+struct MatvecKernel {
+  // xp[K] = x[K] in the order `rows` reads it (nullptr: x as it is).
+  void (*prepare)(float* xp, const float* x, int64_t cols) = nullptr;
+  void (*rows)(float* out, const View& w, const float* xp, const float* xsum, int64_t r0, int64_t r1) = nullptr;
+};
+
+// nullptr `rows` when the instruction set has no kernel for the format (the caller falls back to
+// the next one down); the scalar set covers every format.
+MatvecKernel scalar_kernel(const WeightFormat& format);
+MatvecKernel avx2_kernel(const WeightFormat& format);
+MatvecKernel avx512_kernel(const WeightFormat& format);
+
+}  // namespace tpcli::tensor::kernels

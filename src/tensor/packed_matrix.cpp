@@ -1,0 +1,304 @@
+#include "tensor/packed_matrix.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "tensor/blas.h"
+#include "tensor/packed_kernels.h"
+#include "tensor/quant_formats.h"
+
+namespace tpcli::tensor {
+
+std::string WeightFormat::name() const {
+  switch (kind) {
+    case WeightKind::F32: return "f32";
+    case WeightKind::BF16: return "bf16";
+    case WeightKind::F16: return "f16";
+    case WeightKind::Affine: return "affine " + std::to_string(bits) + "-bit g" + std::to_string(group_size);
+    case WeightKind::Mxfp8: return "mxfp8";
+  }
+  return "?";
+}
+
+Isa detected_isa() {
+#if defined(__x86_64__)
+  static const Isa isa = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+      return Isa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      return Isa::Avx2;
+    return Isa::Scalar;
+  }();
+  return isa;
+#else
+  return Isa::Scalar;
+#endif
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+namespace {
+
+void check_format(const WeightFormat& f, int64_t cols) {
+  const bool ok = (f.kind == WeightKind::F32 && f.bits == 32) ||
+                  ((f.kind == WeightKind::BF16 || f.kind == WeightKind::F16) && f.bits == 16) ||
+                  (f.kind == WeightKind::Mxfp8 && f.bits == 8 && f.group_size == 32) ||
+                  (f.kind == WeightKind::Affine && f.bits >= 2 && f.bits <= 8 &&
+                   (f.group_size == 32 || f.group_size == 64 || f.group_size == 128));
+  if (!ok) throw std::invalid_argument("packed matrix: unsupported format " + f.name());
+  if (f.quantized() && cols % f.group_size != 0)
+    throw std::invalid_argument("packed matrix: " + std::to_string(cols) + " columns are not a multiple of the " +
+                                f.name() + " group size " + std::to_string(f.group_size));
+}
+
+int64_t words_for(int64_t bytes) { return (bytes + 3) / 4; }
+
+kernels::MatvecKernel kernel_for(const WeightFormat& f, Isa isa) {
+  kernels::MatvecKernel k;
+  if (isa == Isa::Avx512) k = kernels::avx512_kernel(f);
+  if (!k.rows && (isa == Isa::Avx512 || isa == Isa::Avx2)) k = kernels::avx2_kernel(f);
+  if (!k.rows) k = kernels::scalar_kernel(f);
+  return k;
+}
+
+}  // namespace
+
+PackedMatrix PackedMatrix::from_f32(const float* w, int64_t rows, int64_t cols, WeightFormat format) {
+  check_format(format, cols);
+  PackedMatrix m;
+  m.rows_ = rows;
+  m.cols_ = cols;
+  m.format_ = format;
+  m.data_.assign(static_cast<size_t>(words_for(rows * m.row_bytes())), 0u);
+  const int64_t G = m.groups_per_row();
+  switch (format.kind) {
+    case WeightKind::F32:
+      std::memcpy(m.data_.data(), w, static_cast<size_t>(rows * cols) * sizeof(float));
+      break;
+    case WeightKind::BF16:
+    case WeightKind::F16: {
+      auto* h = reinterpret_cast<uint16_t*>(m.data_.data());
+      for (int64_t i = 0; i < rows * cols; ++i)
+        h[i] = format.kind == WeightKind::BF16 ? f32_to_bf16(w[i]) : f32_to_f16(w[i]);
+      break;
+    }
+    case WeightKind::Affine:
+      m.scales_.resize(static_cast<size_t>(rows * G));
+      m.biases_.resize(static_cast<size_t>(rows * G));
+      affine_quantize(m.data_.data(), m.scales_.data(), m.biases_.data(), w, rows, cols, format.bits, format.group_size);
+      break;
+    case WeightKind::Mxfp8:
+      m.scale_bytes_.resize(static_cast<size_t>(rows * G));
+      mxfp8_quantize(m.data_.data(), m.scale_bytes_.data(), w, rows, cols);
+      break;
+  }
+  return m;
+}
+
+PackedMatrix PackedMatrix::copy_of(WeightFormat format, int64_t rows, int64_t cols, const Parts& parts, int64_t row0,
+                                   int64_t nrows, const std::vector<Columns>& columns) {
+  check_format(format, cols);
+  if (row0 < 0 || nrows < 0 || row0 + nrows > rows)
+    throw std::invalid_argument("packed matrix: rows [" + std::to_string(row0) + ", +" + std::to_string(nrows) +
+                                ") outside " + std::to_string(rows));
+  // A borrowed full matrix, then the ordinary slicing (which checks the column ranges).
+  PackedMatrix full;
+  full.rows_ = nrows;
+  full.cols_ = cols;
+  full.format_ = format;
+  const int64_t rb = full.row_bytes(), G = full.groups_per_row();
+  full.data_.assign(static_cast<size_t>(words_for(nrows * rb)), 0u);
+  std::memcpy(full.data_.data(), static_cast<const uint8_t*>(parts.data) + row0 * rb, static_cast<size_t>(nrows * rb));
+  if (format.kind == WeightKind::Affine) {
+    full.scales_.assign(parts.scales + row0 * G, parts.scales + (row0 + nrows) * G);
+    full.biases_.assign(parts.biases + row0 * G, parts.biases + (row0 + nrows) * G);
+  } else if (format.kind == WeightKind::Mxfp8) {
+    full.scale_bytes_.assign(parts.scale_bytes + row0 * G, parts.scale_bytes + (row0 + nrows) * G);
+  }
+  return columns.empty() ? full : full.slice_columns(columns);
+}
+
+int64_t PackedMatrix::bytes() const {
+  return rows_ * row_bytes() + static_cast<int64_t>((scales_.size() + biases_.size()) * sizeof(float) +
+                                                    scale_bytes_.size());
+}
+
+PackedMatrix::Parts PackedMatrix::parts() const {
+  return {data_.data(), scales_.empty() ? nullptr : scales_.data(), biases_.empty() ? nullptr : biases_.data(),
+          scale_bytes_.empty() ? nullptr : scale_bytes_.data()};
+}
+
+void PackedMatrix::dequantize_row(float* out, int64_t r) const {
+  const uint8_t* row = row_data(r);
+  const int64_t G = groups_per_row();
+  switch (format_.kind) {
+    case WeightKind::F32:
+      std::memcpy(out, row, static_cast<size_t>(cols_) * sizeof(float));
+      break;
+    case WeightKind::BF16:
+    case WeightKind::F16:
+      for (int64_t c = 0; c < cols_; ++c) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * c, 2);
+        out[c] = format_.kind == WeightKind::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+      break;
+    case WeightKind::Affine:
+      affine_dequantize_row(out, reinterpret_cast<const uint32_t*>(row), scales_.data() + r * G,
+                            biases_.data() + r * G, cols_, format_.bits, format_.group_size);
+      break;
+    case WeightKind::Mxfp8:
+      mxfp8_dequantize_row(out, reinterpret_cast<const uint32_t*>(row), scale_bytes_.data() + r * G, cols_);
+      break;
+  }
+}
+
+Tensor PackedMatrix::dequantize() const {
+  Tensor t({rows_, cols_});
+  for (int64_t r = 0; r < rows_; ++r) dequantize_row(t.data() + r * cols_, r);
+  return t;
+}
+
+void PackedMatrix::matvec(float* out, const float* x, int64_t row0, int64_t n, Isa isa) const {
+  if (row0 < 0 || n < 0 || row0 + n > rows_)
+    throw std::out_of_range("packed matvec: rows [" + std::to_string(row0) + ", +" + std::to_string(n) +
+                            ") outside " + std::to_string(rows_));
+  if (n == 0) return;
+  if (format_.kind == WeightKind::F32 && isa == detected_isa()) {  // the tuned f32 kernel (tensor/blas.h)
+    tensor::matvec(out, reinterpret_cast<const float*>(row_data(row0)), x, n, cols_);
+    return;
+  }
+  const kernels::View view{format_, cols_, row_bytes(), row_data(0), scales_.data(), biases_.data(),
+                           scale_bytes_.data()};
+  const kernels::MatvecKernel k = kernel_for(format_, isa);
+  thread_local std::vector<float> xp, xsum;  // [K] x in the kernel's order, [G] group sums
+  const float* xk = x;
+  if (k.prepare) {
+    xp.resize(static_cast<size_t>(cols_));
+    k.prepare(xp.data(), x, cols_);
+    xk = xp.data();
+  }
+  if (format_.kind == WeightKind::Affine) {
+    const int64_t G = groups_per_row(), GS = format_.group_size;
+    xsum.assign(static_cast<size_t>(G), 0.0f);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t i = 0; i < GS; ++i) xsum[static_cast<size_t>(g)] += x[g * GS + i];
+  }
+  const int threads = blas_threads();
+  // Threads pay off only when the matrix is far larger than the cost of waking them.
+  if (threads > 1 && n * row_bytes() >= (int64_t{1} << 18) && n >= 4 * threads) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const int64_t per = ((n + T - 1) / T + 3) / 4 * 4;
+      const int64_t a = std::min<int64_t>(n, t * per), b = std::min<int64_t>(n, a + per);
+      if (a < b) k.rows(out + a, view, xk, xsum.data(), row0 + a, row0 + b);
+    }
+    return;
+  }
+  k.rows(out, view, xk, xsum.data(), row0, row0 + n);
+}
+
+void PackedMatrix::matmul(float* out, const float* x, int64_t N, int64_t row0, int64_t n, int64_t ld_out) const {
+  const int64_t ld = ld_out ? ld_out : n;
+  if (N == 1) {
+    matvec(out, x, row0, n);
+    return;
+  }
+  if (format_.kind == WeightKind::F32) {
+    const auto* w = reinterpret_cast<const float*>(row_data(row0));
+    gemm(Trans::No, Trans::Yes, N, n, cols_, 1.0f, x, cols_, w, cols_, 0.0f, out, ld);
+    return;
+  }
+  // Dequantize a tile of rows at a time (a few hundred KB, cache-resident), then gemm into its columns.
+  const int64_t TILE = std::max<int64_t>(16, (int64_t{1} << 16) / std::max<int64_t>(cols_, 1));
+  thread_local std::vector<float> tile;  // [TILE, K]
+  tile.resize(static_cast<size_t>(TILE * cols_));
+  for (int64_t t0 = 0; t0 < n; t0 += TILE) {
+    const int64_t rows = std::min(TILE, n - t0);
+    for (int64_t i = 0; i < rows; ++i) dequantize_row(tile.data() + i * cols_, row0 + t0 + i);
+    gemm(Trans::No, Trans::Yes, N, rows, cols_, 1.0f, x, cols_, tile.data(), cols_, 0.0f, out + t0, ld);
+  }
+}
+
+PackedMatrix PackedMatrix::slice_rows(int64_t first, int64_t count) const {
+  return copy_of(format_, rows_, cols_, parts(), first, count);
+}
+
+PackedMatrix PackedMatrix::concat_rows(const std::vector<PackedMatrix>& parts) {
+  if (parts.empty()) throw std::invalid_argument("packed matrix: nothing to concatenate");
+  PackedMatrix m;
+  m.cols_ = parts[0].cols_;
+  m.format_ = parts[0].format_;
+  for (const auto& p : parts) {
+    if (p.cols_ != m.cols_ || !(p.format_ == m.format_))
+      throw std::invalid_argument("packed matrix: concatenated parts differ in columns or format");
+    m.rows_ += p.rows_;
+  }
+  m.data_.assign(static_cast<size_t>(words_for(m.rows_ * m.row_bytes())), 0u);
+  auto* dst = reinterpret_cast<uint8_t*>(m.data_.data());
+  for (const auto& p : parts) {
+    std::memcpy(dst, p.row_data(0), static_cast<size_t>(p.rows_ * p.row_bytes()));
+    dst += p.rows_ * p.row_bytes();
+    m.scales_.insert(m.scales_.end(), p.scales_.begin(), p.scales_.end());
+    m.biases_.insert(m.biases_.end(), p.biases_.begin(), p.biases_.end());
+    m.scale_bytes_.insert(m.scale_bytes_.end(), p.scale_bytes_.begin(), p.scale_bytes_.end());
+  }
+  return m;
+}
+
+PackedMatrix PackedMatrix::slice_columns(const std::vector<Columns>& columns) const {
+  const int64_t unit = format_.quantized() ? format_.group_size : 1;
+  int64_t local = 0;
+  for (const auto& c : columns) {
+    if (c.offset < 0 || c.count < 0 || c.offset + c.count > cols_)
+      throw std::invalid_argument("packed matrix: columns [" + std::to_string(c.offset) + ", +" +
+                                  std::to_string(c.count) + ") outside " + std::to_string(cols_));
+    if (c.offset % unit != 0 || c.count % unit != 0)
+      throw std::invalid_argument("packed matrix: columns [" + std::to_string(c.offset) + ", +" +
+                                  std::to_string(c.count) + ") do not cover whole groups of " + std::to_string(unit) +
+                                  " (" + format_.name() + ")");
+    local += c.count;
+  }
+  PackedMatrix m;
+  m.rows_ = rows_;
+  m.cols_ = local;
+  m.format_ = format_;
+  const int64_t rb = m.row_bytes(), G = groups_per_row(), GL = m.groups_per_row();
+  m.data_.assign(static_cast<size_t>(words_for(rows_ * rb)), 0u);
+  auto* dst = reinterpret_cast<uint8_t*>(m.data_.data());
+  const int bits = format_.bits;  // a group (or a float column) is a whole number of bytes
+  for (int64_t r = 0; r < rows_; ++r) {
+    const uint8_t* src = row_data(r);
+    for (const auto& c : columns) {
+      std::memcpy(dst, src + c.offset * bits / 8, static_cast<size_t>(c.count * bits / 8));
+      dst += c.count * bits / 8;
+    }
+  }
+  auto per_group = [&](const auto& full, auto& out) {
+    out.resize(static_cast<size_t>(rows_ * GL));
+    auto it = out.begin();
+    for (int64_t r = 0; r < rows_; ++r)
+      for (const auto& c : columns)
+        it = std::copy(full.begin() + r * G + c.offset / unit, full.begin() + r * G + (c.offset + c.count) / unit, it);
+  };
+  if (format_.kind == WeightKind::Affine) {
+    per_group(scales_, m.scales_);
+    per_group(biases_, m.biases_);
+  } else if (format_.kind == WeightKind::Mxfp8) {
+    per_group(scale_bytes_, m.scale_bytes_);
+  }
+  return m;
+}
+
+}  // namespace tpcli::tensor

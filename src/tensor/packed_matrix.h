@@ -1,0 +1,111 @@
+// tpcli::tensor — a frozen inference weight matrix in one of the stored formats: f32, bf16, f16,
+// MLX affine (bits, group size) or mxfp8 (tensor/quant_formats.h). Kernels read the stored form
+// directly (no dequantized copy of the matrix) and accumulate in f32.
+//
+// Dimension legend: R rows (output features), K columns (input features), N input rows (tokens),
+// GS group size, G = K / GS groups per row.
+//
+//   matvec     out[R] = W[R, K] @ x[K]            decode; AVX-512 / AVX2 / plain C++ by CPU
+//   matmul     out[N, R] = x[N, K] @ W^T          prefill/training shapes: a tile of rows is
+//                                                 dequantized to f32 at a time, then BLIS gemm
+//   dequantize_row                                embedding lookups
+//   slice_rows / slice_columns                    sharding (columns: whole groups only)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tpcli::tensor {
+
+enum class WeightKind { F32, BF16, F16, Affine, Mxfp8 };
+
+struct WeightFormat {
+  WeightKind kind = WeightKind::F32;
+  int bits = 32;       // per element: 32, 16, affine 2..8, mxfp8 8
+  int group_size = 0;  // affine 32/64/128, mxfp8 32; 0 for the float kinds
+
+  static WeightFormat f32() { return {WeightKind::F32, 32, 0}; }
+  static WeightFormat bf16() { return {WeightKind::BF16, 16, 0}; }
+  static WeightFormat f16() { return {WeightKind::F16, 16, 0}; }
+  static WeightFormat affine(int bits, int group_size) { return {WeightKind::Affine, bits, group_size}; }
+  static WeightFormat mxfp8() { return {WeightKind::Mxfp8, 8, 32}; }
+  bool quantized() const { return kind == WeightKind::Affine || kind == WeightKind::Mxfp8; }
+  // "f32", "bf16", "f16", "affine 4-bit g64", "mxfp8"
+  std::string name() const;
+  bool operator==(const WeightFormat&) const = default;
+};
+
+// Instruction sets the kernels come in. The best one the CPU has is used by default; tests run
+// the others on the same machine and compare.
+enum class Isa { Scalar, Avx2, Avx512 };
+Isa detected_isa();
+const char* isa_name(Isa isa);
+
+// A half-open column range [offset, offset + count).
+struct Columns {
+  int64_t offset = 0, count = 0;
+};
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  // Converts or quantizes a row-major f32 matrix w[R, K]. Quantized formats need K % GS == 0
+  // (std::invalid_argument otherwise).
+  static PackedMatrix from_f32(const float* w, int64_t rows, int64_t cols, WeightFormat format);
+  // Borrowed stored parts of a matrix (e.g. a mapped file): `data` is the row-major element
+  // storage (f32 / 16-bit values, or packed uint32 words), `scales`/`biases` (affine, f32 [R, G])
+  // or `scale_bytes` (mxfp8 E8M0 [R, G]). Copies rows [row0, row0 + nrows) and, when `columns` is
+  // not empty, only those column ranges (concatenated; group-aligned for quantized formats).
+  struct Parts {
+    const void* data = nullptr;
+    const float* scales = nullptr;
+    const float* biases = nullptr;
+    const uint8_t* scale_bytes = nullptr;
+  };
+  static PackedMatrix copy_of(WeightFormat format, int64_t rows, int64_t cols, const Parts& parts, int64_t row0,
+                              int64_t nrows, const std::vector<Columns>& columns = {});
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  const WeightFormat& format() const { return format_; }
+  bool empty() const { return rows_ == 0; }
+  int64_t groups_per_row() const { return format_.group_size ? cols_ / format_.group_size : 0; }
+  int64_t row_bytes() const { return cols_ * format_.bits / 8; }
+  int64_t bytes() const;  // element storage + scales + biases
+  Parts parts() const;    // borrowed views of this matrix's storage (for writing files)
+
+  // out[K] = row r, in f32.
+  void dequantize_row(float* out, int64_t r) const;
+  Tensor dequantize() const;  // [R, K]
+
+  // out[n] = W[row0 + i, :] . x for i < n (defaults: every row). Runs on blas_threads() threads.
+  void matvec(float* out, const float* x) const { matvec(out, x, 0, rows_, detected_isa()); }
+  void matvec(float* out, const float* x, int64_t row0, int64_t n) const { matvec(out, x, row0, n, detected_isa()); }
+  void matvec(float* out, const float* x, int64_t row0, int64_t n, Isa isa) const;
+  // out[N, n] (row stride ld_out, 0 = n) = x[N, K] @ W[row0 : row0 + n, :]^T. N == 1 is matvec.
+  void matmul(float* out, const float* x, int64_t N, int64_t ld_out = 0) const { matmul(out, x, N, 0, rows_, ld_out); }
+  void matmul(float* out, const float* x, int64_t N, int64_t row0, int64_t n, int64_t ld_out) const;
+
+  // Sharding. Rows [first, first + count); the listed column ranges concatenated (for quantized
+  // formats each range must start and end on a group boundary: std::invalid_argument otherwise).
+  PackedMatrix slice_rows(int64_t first, int64_t count) const;
+  PackedMatrix slice_columns(const std::vector<Columns>& columns) const;
+  // The parts' rows one after the other (same format and columns).
+  static PackedMatrix concat_rows(const std::vector<PackedMatrix>& parts);
+
+ private:
+  const uint8_t* row_data(int64_t r) const { return reinterpret_cast<const uint8_t*>(data_.data()) + r * row_bytes(); }
+
+  int64_t rows_ = 0, cols_ = 0;
+  WeightFormat format_;
+  std::vector<uint32_t> data_;        // [R, row_bytes] elements or packed words (rows are whole words when packed)
+  std::vector<float> scales_;         // affine [R, G]
+  std::vector<float> biases_;         // affine [R, G]
+  std::vector<uint8_t> scale_bytes_;  // mxfp8 [R, G], E8M0
+};
+
+}  // namespace tpcli::tensor
