@@ -1,13 +1,18 @@
-// tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT] [-n STEPS]
-//             [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
+// tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT | -f FILE]
+//             [-n STEPS] [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
 //             [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]]
 // PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
-// the speed, per-device memory and the bytes collectives moved per token.
+// the speed, per-device memory and the bytes collectives moved per token. With a tokenizer.json
+// (-z FILE.json or a directory holding one) generation stops at the tokenizer's end-of-sequence
+// token and prints the text as that tokenizer decodes it (model/generate_text.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 
@@ -16,7 +21,9 @@
 #include "cli/model_file.h"
 #include "dist/trace.h"
 #include "dist/zmq_backend.h"
+#include "cli/tokenizer_setup.h"
 #include "model/generate.h"
+#include "model/generate_text.h"
 #include "model/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sample.h"
@@ -29,6 +36,7 @@ struct InferFlags {
   std::string model;
   std::string tokenizer;  // "" = from the checkpoint's metadata, else llama2.c's "tokenizer.bin"
   std::string prompt;
+  std::string prompt_file;  // -f: the prompt is this file's content, exactly
   int steps = 256;
   float temperature = 1.0f;
   float topp = 0.9f;
@@ -39,14 +47,41 @@ struct InferFlags {
   int group_size = 64;
 };
 
-// The tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
-// A Hugging Face directory's own tokenizer is DIR/tokenizer.json (the tokenizer.json reader plugs in
-// here); until then such a model needs -z with a llama2.c tokenizer.bin of the same vocabulary.
+// The llama2.c tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
 std::string tokenizer_path(const InferFlags& f, const OpenedModel& opened) {
   if (!f.tokenizer.empty()) return f.tokenizer;
-  if (opened.hf_dir)
-    throw UsageError(*opened.hf_dir + "/tokenizer.json: Hugging Face tokenizers are not read yet: pass -z with a llama2.c tokenizer.bin");
   return opened.tokenizer.value_or("tokenizer.bin");
+}
+
+bool is_tokenizer_json(const std::string& path) {
+  return !path.empty() && (std::filesystem::is_directory(path) || std::filesystem::path(path).extension() == ".json");
+}
+
+// A Hugging Face tokenizer (-z tokenizer.json or a directory, else the model's directory): stop at
+// its end-of-sequence token.
+model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, const model::LlamaConfig& config,
+                                                       const OpenedModel& opened, const dist::Mesh& mesh,
+                                                       const model::GenerateOptions& options,
+                                                       const dist::RunOptions& run_options) {
+  const model::LoadedTokenizer loaded = open_tokenizer(!f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(f.model));
+  const model::TokenizerInterface& tokenizer = *loaded.tokenizer;
+  if (tokenizer.vocab_size() > config.vocab_size)
+    throw UsageError(loaded.path + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                     " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
+  std::vector<int> stop_ids;
+  if (auto eos = tokenizer.token_id(tokenizer.eos_text()); eos && !tokenizer.eos_text().empty()) stop_ids.push_back(*eos);
+  return model::run_model_on_mesh(
+      *opened.weights, mesh,
+      [&](const model::ForwardFn& forward, const model::ArgmaxFn& argmax, std::FILE* out) {
+        return model::generate_with_tokenizer(forward, tokenizer, config.vocab_size, stop_ids, options, out, argmax);
+      },
+      stdout, run_options);
+}
+
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": cannot open prompt file");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
@@ -80,6 +115,9 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
         },
         stdout, run_options);
   }
+  // A tokenizer.json: -z FILE.json or a directory, else a Hugging Face model directory's own.
+  if (is_tokenizer_json(f.tokenizer) || (f.tokenizer.empty() && opened.hf_dir))
+    return generate_with_tokenizer_json(f, config, opened, mesh, options, run_options);
   std::unique_ptr<model::Tokenizer> tokenizer;
   try {
     tokenizer = std::make_unique<model::Tokenizer>(tokenizer_path(f, opened), config.vocab_size);
@@ -108,7 +146,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   apply_load_flags(opened, f.dtype, f.context);
   const model::LlamaConfig& config = opened.weights->config();
   model::GenerateOptions options;
-  options.prompt = f.prompt;
+  options.prompt = f.prompt_file.empty() ? f.prompt : read_prompt_file(f.prompt_file);
   options.steps = f.steps;
   options.temperature = f.temperature;
   options.topp = f.topp;
@@ -144,8 +182,10 @@ void setup_infer(CLI::App& sub) {
                  "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
                  "directories: at most 8192)");
   sub.add_option("-z,--tokenizer", flags->tokenizer,
-                 "llama2.c tokenizer.bin (default: the checkpoint's recorded tokenizer, else ./tokenizer.bin)");
-  sub.add_option("-i,--prompt", flags->prompt, "input prompt");
+                 "llama2.c tokenizer.bin, or a tokenizer.json / directory holding one (default: the checkpoint's recorded "
+                 "tokenizer, else ./tokenizer.bin)");
+  auto* prompt = sub.add_option("-i,--prompt", flags->prompt, "input prompt");
+  sub.add_option("-f,--file", flags->prompt_file, "read the prompt from this file (its exact content)")->excludes(prompt);
   sub.add_option("-n,--steps", flags->steps, "positions to run, prompt included; 0 = seq_len")->capture_default_str();
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();

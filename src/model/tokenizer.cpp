@@ -1,6 +1,7 @@
 #include "model/tokenizer.h"
 #include "model/atomic_file.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -44,7 +45,7 @@ const std::array<char, 256> BYTE_PIECES = [] {
 
 }  // namespace
 
-Tokenizer::Tokenizer(const std::string& path, int vocab_size) {
+Tokenizer::Tokenizer(const std::string& path, std::optional<int> vocab_size) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open tokenizer file");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -67,9 +68,9 @@ Tokenizer::Tokenizer(const std::string& path, int vocab_size) {
     scores_.push_back(score);
     offset += static_cast<size_t>(len);
   }
-  if (static_cast<int>(pieces_.size()) != vocab_size)
+  if (vocab_size && static_cast<int>(pieces_.size()) != *vocab_size)
     throw std::runtime_error(path + ": tokenizer holds " + std::to_string(pieces_.size()) +
-                             " tokens but the model's vocab_size is " + std::to_string(vocab_size) +
+                             " tokens but the model's vocab_size is " + std::to_string(*vocab_size) +
                              " (wrong tokenizer for this model? pass the right one with -z)");
   build_index(path);
 }
@@ -190,6 +191,44 @@ std::string_view Tokenizer::printable_piece(std::string_view piece) {
     if (!printable && !space) return {};
   }
   return piece;
+}
+
+std::vector<int> Tokenizer::encode_text(std::string_view text, bool bos) const {
+  std::vector<int> ids;
+  if (bos) ids.push_back(BOS_TOKEN);
+  // Split at "<s>" / "</s>": the special tokens' text stands for them, as in tokenizer.json files.
+  while (!text.empty()) {
+    const size_t at = std::min(text.find(bos_text()), text.find(eos_text()));
+    const std::vector<int> span = encode(text.substr(0, at), /*bos=*/false, /*eos=*/false);
+    ids.insert(ids.end(), span.begin(), span.end());
+    if (at == std::string_view::npos) break;
+    const bool is_bos = text.substr(at).starts_with(bos_text());
+    ids.push_back(is_bos ? BOS_TOKEN : EOS_TOKEN);
+    text.remove_prefix(at + (is_bos ? bos_text() : eos_text()).size());
+  }
+  return ids;
+}
+
+std::string Tokenizer::decode_ids(std::span<const int> ids) const {
+  std::string text;
+  int prev = BOS_TOKEN;  // as after BOS: the dummy-prefix space of the first piece goes
+  for (int id : ids) {
+    if (id < 0 || id >= vocab_size()) continue;
+    text += decode(prev, id);
+    prev = id;
+  }
+  return text;
+}
+
+std::string Tokenizer::token_text(int id) const {
+  return id >= 0 && id < vocab_size() ? pieces_[static_cast<size_t>(id)] : std::string();
+}
+
+std::optional<int> Tokenizer::token_id(std::string_view text) const {
+  if (text == bos_text()) return BOS_TOKEN;
+  if (text == eos_text()) return EOS_TOKEN;
+  const int id = lookup(text);
+  return id >= 0 ? std::optional<int>(id) : std::nullopt;
 }
 
 void Tokenizer::save(const std::string& path) const {

@@ -12,23 +12,28 @@
 // decode(prev, token): the piece, minus its leading space right after BOS, with <0xNN> pieces
 // turned into their raw byte. printable_piece: what run.c's safe_printf prints (nothing for a
 // single unprintable byte).
+// As a TokenizerInterface: "<s>" and "</s>" in the text are BOS and EOS, and each span between
+// them is encoded as above; decode_ids() joins decode() from BOS on (raw bytes, no filtering).
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <optional>
 #include <unordered_map>
 #include <vector>
+
+#include "model/tokenizer_interface.h"
 
 namespace tpcli::model {
 
 constexpr int BOS_TOKEN = 1;
 constexpr int EOS_TOKEN = 2;
 
-class Tokenizer {
+class Tokenizer final : public TokenizerInterface {
  public:
   // Throws std::runtime_error naming the file: unreadable, truncated record, bad lengths, or a
-  // record count different from vocab_size.
-  Tokenizer(const std::string& path, int vocab_size);
+  // record count different from vocab_size (nullopt: as many records as the file holds).
+  Tokenizer(const std::string& path, std::optional<int> vocab_size);
   // From memory (tests; tokenizers built by training). pieces.size() == scores.size().
   Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, int max_token_length);
   // The lookup index holds views into pieces_: movable, not copyable.
@@ -37,7 +42,7 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) = default;
   Tokenizer& operator=(Tokenizer&&) = default;
 
-  int vocab_size() const { return static_cast<int>(pieces_.size()); }
+  int vocab_size() const override { return static_cast<int>(pieces_.size()); }
   int max_token_length() const { return max_token_length_; }
   const std::string& piece(int id) const { return pieces_.at(static_cast<size_t>(id)); }
   float score(int id) const { return scores_.at(static_cast<size_t>(id)); }
@@ -45,6 +50,14 @@ class Tokenizer {
   std::vector<int> encode(std::string_view text, bool bos, bool eos) const;
   std::string_view decode(int prev_token, int token) const;
   static std::string_view printable_piece(std::string_view piece);
+
+  // TokenizerInterface.
+  std::vector<int> encode_text(std::string_view text, bool bos) const override;
+  std::string decode_ids(std::span<const int> ids) const override;
+  std::string token_text(int id) const override;
+  std::optional<int> token_id(std::string_view text) const override;
+  std::string bos_text() const override { return "<s>"; }
+  std::string eos_text() const override { return "</s>"; }
 
   // Writes the llama2.c format (atomic: temp file + rename).
   void save(const std::string& path) const;

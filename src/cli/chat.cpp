@@ -1,0 +1,167 @@
+// tpcli chat --model M [--tokenizer PATH] [--devices N | --mesh model=N] [--system TEXT]
+//            [--template NAME] [-n REPLY_TOKENS] [-t TEMPERATURE] [-p TOPP] [-s SEED] [--verbose]
+// An interactive conversation: each line of stdin is a user turn (a pipe works too); the reply
+// streams to stdout as it is generated, then a newline. The KV cache is kept across turns: only the
+// tokens past what is already cached are fed (model/chat_session.h). --verbose writes one JSON
+// line per turn on stderr: {"turn", "start", "fed", "generated", "end"}.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/model_file.h"
+#include "cli/tokenizer_setup.h"
+#include "model/chat_session.h"
+#include "model/generate.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+struct ChatFlags {
+  std::string model;
+  std::string tokenizer;  // "" = the model directory, else the checkpoint's recorded tokenizer
+  std::string system;
+  std::string template_name;
+  int reply_tokens = 256;
+  float temperature = 1.0f;
+  float topp = 0.9f;
+  long long seed = 0;  // 0 = from the clock
+  bool verbose = false;
+};
+
+// The user's lines, read once from stdin and handed to every device thread in the same order.
+class SharedLines {
+ public:
+  std::optional<std::string> line(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (lines_.size() <= index && !eof_) read_one();
+    if (index < lines_.size()) return lines_[index];
+    return std::nullopt;
+  }
+
+ private:
+  void read_one() {
+    if (isatty(STDIN_FILENO)) std::fputs("> ", stderr);
+    std::string text;
+    int c;
+    while ((c = std::fgetc(stdin)) != EOF && c != '\n') text += static_cast<char>(c);
+    if (c == EOF && text.empty()) {
+      eof_ = true;
+      return;
+    }
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (!text.empty()) lines_.push_back(std::move(text));  // a blank line is no turn
+  }
+  std::mutex mutex_;
+  std::vector<std::string> lines_;
+  bool eof_ = false;
+};
+
+std::string tokenizer_path(const ChatFlags& f, const OpenedModel& opened) {
+  if (!f.tokenizer.empty()) return f.tokenizer;
+  if (std::filesystem::is_directory(f.model)) return f.model;
+  if (opened.tokenizer) return *opened.tokenizer;
+  throw UsageError(f.model + ": no tokenizer recorded with the model; pass --tokenizer PATH");
+}
+
+void print_turn(size_t turn, const model::TurnReport& r) {
+  const nlohmann::json line = {{"turn", turn},         {"start", r.start_pos},
+                               {"fed", r.fed},         {"generated", r.generated},
+                               {"end", std::string(model::turn_end_name(r.end))}};
+  std::fprintf(stderr, "%s\n", line.dump().c_str());
+}
+
+// One device's whole conversation; device 0 (out != null) streams and reports.
+model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterface& tokenizer,
+                               const ChatFormatting& formatting, const model::ChatOptions& options,
+                               const model::LlamaConfig& config, SharedLines& lines, const model::ForwardFn& forward,
+                               const model::ArgmaxFn& argmax, std::FILE* out) {
+  model::ChatSession session(tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
+                             config.seq_len);
+  model::GenerateResult result;
+  for (size_t turn = 0;; ++turn) {
+    const std::optional<std::string> line = lines.line(turn);
+    if (!line) break;
+    model::TurnReport report;
+    try {
+      report = session.turn(*line, forward, argmax, out);
+    } catch (const std::runtime_error& e) {  // the context is full: the conversation ends here
+      if (out) std::fprintf(stderr, "tpcli chat: %s\n", e.what());
+      break;
+    }
+    result.text += report.reply + "\n";
+    result.tokens.insert(result.tokens.end(), report.fed.begin(), report.fed.end());
+    result.tokens.insert(result.tokens.end(), report.generated.begin(), report.generated.end());
+    if (out && f.verbose) print_turn(turn + 1, report);
+    if (report.end == model::TurnEnd::ContextFull) {
+      if (out) std::fprintf(stderr, "tpcli chat: the model's context of %d positions is full\n", config.seq_len);
+      break;
+    }
+  }
+  result.positions = static_cast<int>(session.cached().size());
+  return result;
+}
+
+void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
+  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  OpenedModel opened = open_model(f.model, mesh);
+  const model::LlamaConfig& config = opened.weights->config();
+  const std::string path = tokenizer_path(f, opened);
+  const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
+  const model::LoadedTokenizer loaded = open_tokenizer(path, llama2c ? std::optional<int>(config.vocab_size) : std::nullopt);
+  if (loaded.tokenizer->vocab_size() > config.vocab_size)
+    throw UsageError(loaded.path + ": tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
+                     " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
+  const ChatFormatting formatting = chat_formatting(loaded, f.template_name);
+  if (f.reply_tokens < 1) throw UsageError("-n/--reply-tokens = " + std::to_string(f.reply_tokens) + " must be >= 1");
+
+  model::GenerateOptions sampling{.temperature = f.temperature, .topp = f.topp, .seed = static_cast<uint64_t>(f.seed)};
+  sampling = model::normalized(sampling, config.seq_len);  // llama2.c's rules for seed, temperature, top-p
+  const model::ChatOptions options{f.system, f.reply_tokens, sampling.temperature, sampling.topp, sampling.seed};
+  try {  // a template whose end-of-turn token the tokenizer lacks: before any device starts
+    model::ChatSession(*loaded.tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
+                       config.seq_len);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(loaded.path + ": " + e.what());
+  }
+  SharedLines lines;
+  model::run_model_on_mesh(
+      *opened.weights, mesh,
+      [&](const model::ForwardFn& forward, const model::ArgmaxFn& argmax, std::FILE* out) {
+        return converse(f, *loaded.tokenizer, formatting, options, config, lines, forward, argmax, out);
+      },
+      stdout);
+}
+
+void setup_chat(CLI::App& sub) {
+  auto flags = std::make_shared<ChatFlags>();
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
+      ->required();
+  sub.add_option("-z,--tokenizer", flags->tokenizer,
+                 "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
+  sub.add_option("--system", flags->system, "a system message before the conversation");
+  sub.add_option("--template", flags->template_name,
+                 "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+  sub.add_option("-n,--reply-tokens", flags->reply_tokens, "tokens per reply at most")->capture_default_str();
+  sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
+  sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();
+  sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
+  sub.add_flag("--verbose", flags->verbose, "one JSON line per turn on stderr: start position, tokens fed and generated");
+  sub.callback([flags, run_flags] { run_chat(*flags, *run_flags); });
+}
+
+const bool registered = register_command({"chat", "Talk with a model through its chat template", setup_chat});
+
+}  // namespace
+
+}  // namespace tpcli::cli

@@ -1,0 +1,68 @@
+#include "cli/tokenizer_setup.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "cli/commands.h"
+
+namespace tpcli::cli {
+
+model::LoadedTokenizer open_tokenizer(const std::string& path, std::optional<int> vocab_size) {
+  try {
+    return model::load_tokenizer(path, vocab_size);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+ChatFormatting chat_formatting(const model::LoadedTokenizer& loaded, const std::string& template_name) {
+  ChatFormatting f;
+  f.tokens = {loaded.tokenizer->bos_text(), loaded.tokenizer->eos_text()};
+  try {
+    if (!template_name.empty()) {
+      f.chat_template = model::chat_template_named(template_name);
+    } else if (loaded.chat_template) {
+      f.chat_template = model::recognise_chat_template(*loaded.chat_template);
+    } else {
+      throw UsageError(loaded.path + ": no chat_template in tokenizer_config.json; choose one with --template NAME (" +
+                       model::chat_format_names() + ")");
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw UsageError(loaded.path + ": " + e.what());
+  }
+  return f;
+}
+
+std::vector<model::ChatMessage> parse_messages(const std::string& json_text, const std::string& origin) {
+  nlohmann::json list;
+  try {
+    list = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError(origin + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  }
+  if (!list.is_array()) throw UsageError(origin + ": expected a JSON list of {\"role\": ..., \"content\": ...}");
+  std::vector<model::ChatMessage> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& m = list[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
+      throw UsageError(origin + ": message " + std::to_string(i) + " must be {\"role\": \"...\", \"content\": \"...\"}");
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return messages;
+}
+
+std::string read_all(std::FILE* in) {
+  std::string text;
+  char buffer[65536];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) text.append(buffer, n);
+  return text;
+}
+
+}  // namespace tpcli::cli

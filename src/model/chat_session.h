@@ -1,0 +1,70 @@
+// tpcli::model — one device's side of a chat: the conversation so far, the tokens whose keys and
+// values are in its KV cache, and a turn = render the whole conversation with the chat template,
+// feed only the tokens past the part already cached (positions continue), then sample until an
+// end-of-turn token or the reply limit, streaming the reply's text.
+//
+// The cache is reused up to the longest common prefix of the new prompt's ids and the cached ids:
+// with templates that render earlier turns the same way (all the supported ones, for replies that
+// re-tokenize to the same ids), that is everything fed before; otherwise the positions after the
+// prefix are fed again (the cache is overwritten from there, attention only reads positions <= pos).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "model/chat_template.h"
+#include "model/generate.h"
+#include "model/sampler.h"
+#include "model/tokenizer_interface.h"
+
+namespace tpcli::model {
+
+struct ChatOptions {
+  std::string system;        // a system message first, when not empty
+  int max_reply_tokens = 256;  // tokens generated per reply at most
+  float temperature = 1.0f;
+  float topp = 0.9f;
+  uint64_t seed = 1;
+};
+
+enum class TurnEnd { EndOfTurn, ReplyLimit, ContextFull };
+
+struct TurnReport {
+  int start_pos = 0;           // position of the first token fed this turn (= cached positions reused)
+  std::vector<int> fed;        // the prompt tokens fed this turn
+  std::vector<int> generated;  // the reply's tokens, the end-of-turn token included when it came
+  TurnEnd end = TurnEnd::EndOfTurn;
+  std::string reply;           // the reply's text (what was streamed)
+};
+
+class ChatSession {
+ public:
+  // `model_vocab`: the logits the model returns (>= the tokenizer's ids); `seq_len`: its context.
+  // Throws std::invalid_argument when the template's end-of-turn tokens are not in the tokenizer.
+  ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_template, ChatTokens tokens,
+              ChatOptions options, int model_vocab, int seq_len);
+
+  // One user turn; the reply streams to `out` (may be null) followed by a newline.
+  // Throws std::runtime_error when the conversation no longer fits the context.
+  TurnReport turn(const std::string& user_text, const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE* out);
+
+  const std::vector<int>& cached() const { return cached_; }
+
+ private:
+  bool is_end_of_turn(int id) const;
+
+  const TokenizerInterface& tokenizer_;
+  ChatTemplate template_;
+  ChatTokens tokens_;
+  ChatOptions options_;
+  int model_vocab_, seq_len_;
+  Sampler sampler_;
+  std::vector<int> end_ids_;          // tokens that end the assistant's turn
+  std::vector<ChatMessage> messages_;
+  std::vector<int> cached_;           // [positions fed] the token at each position of the KV cache
+};
+
+std::string_view turn_end_name(TurnEnd end);
+
+}  // namespace tpcli::model

@@ -1,0 +1,51 @@
+// tpcli::model — what generation, chat and the `tokenizer` command need from a tokenizer, whatever
+// its file: llama2.c's tokenizer.bin (model/tokenizer.h) or Hugging Face's tokenizer.json
+// (model/hf_tokenizer.h). load_tokenizer() (model/load_tokenizer.h) picks the implementation.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tpcli::model {
+
+class TokenizerInterface {
+ public:
+  virtual ~TokenizerInterface() = default;
+
+  // Ids run 0..vocab_size()-1, added and special tokens included.
+  virtual int vocab_size() const = 0;
+  // Special-token text inside `text` (e.g. "<|eot_id|>") becomes that token; `bos` prepends the
+  // beginning-of-sequence token when the tokenizer has one.
+  virtual std::vector<int> encode_text(std::string_view text, bool bos) const = 0;
+  // The text of `ids`, special tokens kept, as the file's decoder builds it.
+  virtual std::string decode_ids(std::span<const int> ids) const = 0;
+  // The token's string as stored in the vocabulary ("▁the", "Ġthe", "<|eot_id|>"); "" when unknown.
+  virtual std::string token_text(int id) const = 0;
+  // The id of the token spelled exactly `text` (special tokens by name: "<s>", "<|im_end|>").
+  virtual std::optional<int> token_id(std::string_view text) const = 0;
+  // The beginning/end-of-sequence tokens' text ("" when the tokenizer has none).
+  virtual std::string bos_text() const = 0;
+  virtual std::string eos_text() const = 0;
+};
+
+// Streams text as tokens arrive: push() returns the text that became final with this token. A
+// token that ends inside a UTF-8 character (byte-level or <0xNN> tokens) is held back until the
+// character completes, so every emitted byte equals the corresponding byte of decode_ids(all).
+class DecodeStream {
+ public:
+  explicit DecodeStream(const TokenizerInterface& tokenizer) : tokenizer_(tokenizer) {}
+  std::string push(int id);
+  // What is still held back (an incomplete character at the end of the stream).
+  std::string finish();
+  const std::vector<int>& ids() const { return ids_; }
+
+ private:
+  const TokenizerInterface& tokenizer_;
+  std::vector<int> ids_;
+  size_t emitted_ = 0;  // bytes of decode_ids(ids_) already returned
+};
+
+}  // namespace tpcli::model

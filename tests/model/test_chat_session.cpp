@@ -1,0 +1,100 @@
+// ChatSession (model/chat_session.h) on stories260K.bin + tok512.bin with the zephyr template: the
+// tokens fed are the template's ids past the cached prefix, positions continue across turns, replies
+// stop at EOS or the limit, and turn 2's greedy reply with the KV cache reused equals greedy decoding
+// of the whole conversation fed from position 0 into a fresh cache.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "model/chat_session.h"
+#include "model/generate.h"
+#include "model/llama2c.h"
+#include "model/tokenizer.h"
+#include "reference_files.h"
+
+using namespace tpcli::model;
+using tpcli::testing::shared_path;
+
+namespace {
+
+struct Conversation {
+  std::vector<TurnReport> turns;
+  std::vector<int> cached;
+};
+
+Conversation converse(const WeightSource& weights, const Tokenizer& tokenizer, const std::vector<std::string>& lines,
+                      int reply_tokens) {
+  Conversation c;
+  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE*) {
+    ChatSession session(tokenizer, chat_template_named("zephyr"), {"<s>", "</s>"},
+                        {.max_reply_tokens = reply_tokens, .temperature = 0.0f}, weights.config().vocab_size,
+                        weights.config().seq_len);
+    for (const auto& line : lines) c.turns.push_back(session.turn(line, forward, argmax, nullptr));
+    c.cached = session.cached();
+    return GenerateResult{};
+  }, nullptr);
+  return c;
+}
+
+// Greedy picks after each of `tokens`, fed from position 0 into a fresh model.
+std::vector<int> greedy_after_each(const WeightSource& weights, const std::vector<int>& tokens) {
+  std::vector<int> picks;
+  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ForwardFn&, const ArgmaxFn& argmax, std::FILE*) {
+    for (size_t pos = 0; pos < tokens.size(); ++pos) picks.push_back(argmax(tokens[pos], static_cast<int>(pos)));
+    return GenerateResult{};
+  }, nullptr);
+  return picks;
+}
+
+}  // namespace
+
+TEST_CASE("chat session: template ids fed past the cached prefix, positions continue, cached reply = fresh greedy") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  Llama2cFile weights(shared_path("data/stories260K.bin"));
+  Tokenizer tokenizer(shared_path("data/tok512.bin"), weights.config().vocab_size);
+  const std::vector<std::string> lines{"Tell me about a cat.", "What did the dog do?"};
+  const Conversation c = converse(weights, tokenizer, lines, 24);
+  REQUIRE(c.turns.size() == 2);
+  const ChatTokens tokens{"<s>", "</s>"};
+  const ChatTemplate zephyr = chat_template_named("zephyr");
+
+  // Turn 1: the whole rendered prompt from position 0.
+  std::vector<ChatMessage> messages{{"user", lines[0]}};
+  CHECK(c.turns[0].start_pos == 0);
+  CHECK(c.turns[0].fed == tokenizer.encode_text(render_chat(zephyr, messages, tokens, true), false));
+  for (const TurnReport& t : c.turns) {
+    REQUIRE(!t.generated.empty());
+    CHECK(t.generated.size() <= 24);
+    if (t.end == TurnEnd::EndOfTurn) CHECK(t.generated.back() == EOS_TOKEN);
+    if (t.end == TurnEnd::ReplyLimit) CHECK(t.generated.size() == 24);
+    CHECK(t.end != TurnEnd::ContextFull);
+    const bool ended = t.end == TurnEnd::EndOfTurn;
+    CHECK(t.reply == tokenizer.decode_ids(std::span(t.generated).first(t.generated.size() - (ended ? 1 : 0))));
+  }
+
+  // Turn 2: the conversation re-rendered; what was cached (turn 1's prompt and reply but its last
+  // pick) is reused up to the common prefix, which covers at least turn 1's whole prompt.
+  messages.push_back({"assistant", c.turns[0].reply});
+  messages.push_back({"user", lines[1]});
+  const std::vector<int> prompt2 = tokenizer.encode_text(render_chat(zephyr, messages, tokens, true), false);
+  std::vector<int> cached1 = c.turns[0].fed;
+  cached1.insert(cached1.end(), c.turns[0].generated.begin(), c.turns[0].generated.end() - 1);
+  const size_t common = std::mismatch(prompt2.begin(), prompt2.end(), cached1.begin(), cached1.end()).first - prompt2.begin();
+  CHECK(static_cast<size_t>(c.turns[1].start_pos) == common);
+  CHECK(common >= c.turns[0].fed.size());
+  CHECK(c.turns[1].fed == std::vector<int>(prompt2.begin() + static_cast<long>(common), prompt2.end()));
+
+  // The reply of turn 2 equals greedy decoding of prompt2 + reply from scratch.
+  std::vector<int> whole = prompt2;
+  whole.insert(whole.end(), c.turns[1].generated.begin(), c.turns[1].generated.end() - 1);
+  const std::vector<int> picks = greedy_after_each(weights, whole);
+  for (size_t k = 0; k < c.turns[1].generated.size(); ++k)
+    CHECK(picks[prompt2.size() - 1 + k] == c.turns[1].generated[k]);
+}
+
+TEST_CASE("chat session: a template whose end-of-turn token the tokenizer lacks is an error") {
+  TPCLI_REQUIRE_SHARED("data/tok512.bin");
+  Tokenizer tokenizer(shared_path("data/tok512.bin"), 512);
+  CHECK_THROWS_WITH(ChatSession(tokenizer, chat_template_named("llama3"), {"<s>", "</s>"}, {}, 512, 512),
+                    Catch::Contains("<|eot_id|>"));
+}
