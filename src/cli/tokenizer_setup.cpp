@@ -25,8 +25,8 @@ ChatFormatting chat_formatting(const model::LoadedTokenizer& loaded, const std::
     } else if (loaded.chat_template) {
       f.chat_template = model::recognise_chat_template(*loaded.chat_template);
     } else {
-      throw UsageError(loaded.path + ": no chat_template in tokenizer_config.json; choose one with --template NAME (" +
-                       model::chat_format_names() + ")");
+      throw UsageError(loaded.path + ": no chat template (no chat_template in a tokenizer_config.json beside it); "
+                       "choose one with --template NAME (" + model::chat_format_names() + ")");
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());

@@ -15,6 +15,7 @@
 
 #include "model/chat_template.h"
 #include "model/generate.h"
+#include "model/generate_text.h"
 #include "model/sampler.h"
 #include "model/tokenizer_interface.h"
 

@@ -6,6 +6,41 @@
 
 namespace tpcli::model {
 
+int run_token_loop(const ForwardFn& forward, const ArgmaxFn& argmax, Sampler& sampler, const TokenLoop& loop,
+                   const OnToken& on_token) {
+  std::vector<float> logits(static_cast<size_t>(loop.vocab));  // [V] the sampler's working copy
+  const bool greedy_shortcut = loop.greedy && argmax;
+  const int prompt_end = loop.start_pos + static_cast<int>(loop.prompt.size());  // first position after the prompt
+  int token = loop.prompt[0];
+  int pos = loop.start_pos;
+  while (pos < loop.end_pos) {
+    int next;
+    std::span<const float> full;
+    int greedy = -1;
+    if (greedy_shortcut) {
+      greedy = argmax(token, pos);
+    } else {
+      full = forward(token, pos);
+      if (static_cast<int>(full.size()) != loop.vocab)
+        throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, tokenizer has " +
+                                 std::to_string(loop.vocab) + " tokens");
+    }
+    if (pos < prompt_end - 1) {
+      next = loop.prompt[static_cast<size_t>(pos - loop.start_pos) + 1];  // still inside the prompt: force it
+    } else if (greedy_shortcut) {
+      next = greedy;
+    } else {
+      logits.assign(full.begin(), full.end());
+      next = sampler.sample(logits);
+    }
+    ++pos;
+    if (!on_token(token, next)) break;
+    token = next;
+  }
+  return pos;
+}
+
+
 GenerateResult generate_with_tokenizer(const ForwardFn& forward, const TokenizerInterface& tokenizer, int vocab,
                                        const std::vector<int>& stop_ids, const GenerateOptions& options,
                                        std::FILE* out, const ArgmaxFn& argmax) {

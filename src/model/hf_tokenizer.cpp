@@ -63,14 +63,14 @@ std::string template_bos(const json& post_processor) {
   auto single = post_processor.find("single");
   if (single == post_processor.end() || !single->is_array() || single->empty()) return {};
   const json& first = (*single)[0];
-  if (first.contains("SpecialToken")) return first["SpecialToken"].value("id", std::string());
-  return {};
+  if (!first.contains("SpecialToken") || !first["SpecialToken"].is_object()) return {};
+  auto id = first["SpecialToken"].find("id");
+  return id != first["SpecialToken"].end() && id->is_string() ? id->get<std::string>() : std::string();
 }
 
 }  // namespace
 
-TokenizerConfig read_tokenizer_config(const std::string& path) {
-  const json config = read_json(path);
+static TokenizerConfig read_tokenizer_config_json(const json& config, const std::string& path) {
   if (!config.is_object()) throw std::runtime_error(path + ": expected a JSON object");
   TokenizerConfig c;
   c.bos_token = token_name(config, "bos_token", path);
@@ -84,18 +84,33 @@ TokenizerConfig read_tokenizer_config(const std::string& path) {
   return c;
 }
 
+TokenizerConfig read_tokenizer_config(const std::string& path) {
+  try {
+    return read_tokenizer_config_json(read_json(path), path);
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
 HfTokenizer::HfTokenizer(const std::string& path, const TokenizerConfig& config) {
   const json file = read_json(path);
   if (!file.is_object() || !file.contains("model")) throw std::runtime_error(path + ": no \"model\" (not a tokenizer.json?)");
-  try {
-    model_ = std::make_unique<hf::BpeModel>(file.at("model"), path + ": model");
-    normalizer_ = hf::make_normalizer(file.value("normalizer", json()), path + ": normalizer");
-    pre_tokenizer_ = hf::make_pre_tokenizer(file.value("pre_tokenizer", json()), path + ": pre_tokenizer");
-    decoder_ = hf::make_decoder(file.value("decoder", json()), path + ": decoder");
-    load_added_tokens(file.value("added_tokens", json::array()), path + ": added_tokens");
-  } catch (const json::exception& e) {  // a key of the wrong type deep inside
-    throw std::runtime_error(path + ": " + e.what());
-  }
+  // Each part built with its key named: nlohmann's own errors (a value of the wrong type deep
+  // inside) then still say which part of which file.
+  auto part = [&](const char* key, const auto& build) {
+    try {
+      build(file.contains(key) ? file.at(key) : json(), path + ": " + key);
+    } catch (const json::exception& e) {
+      throw std::runtime_error(path + ": " + key + ": " + e.what());
+    }
+  };
+  part("model", [&](const json& j, const std::string& where) { model_ = std::make_unique<hf::BpeModel>(j, where); });
+  part("normalizer", [&](const json& j, const std::string& where) { normalizer_ = hf::make_normalizer(j, where); });
+  part("pre_tokenizer", [&](const json& j, const std::string& where) { pre_tokenizer_ = hf::make_pre_tokenizer(j, where); });
+  part("decoder", [&](const json& j, const std::string& where) { decoder_ = hf::make_decoder(j, where); });
+  part("added_tokens", [&](const json& j, const std::string& where) {
+    load_added_tokens(j.is_null() ? json::array() : j, where);
+  });
   bos_ = !config.bos_token.empty() ? config.bos_token : template_bos(file.value("post_processor", json()));
   eos_ = config.eos_token;
   clean_up_spaces_ = config.clean_up_tokenization_spaces;

@@ -214,7 +214,8 @@ std::string Tokenizer::decode_ids(std::span<const int> ids) const {
   int prev = BOS_TOKEN;  // as after BOS: the dummy-prefix space of the first piece goes
   for (int id : ids) {
     if (id < 0 || id >= vocab_size()) continue;
-    text += decode(prev, id);
+    // BOS/EOS as the names encode_text reads (llama2.c's files store "\n<s>\n" / "\n</s>\n").
+    text += id == BOS_TOKEN ? bos_text() : id == EOS_TOKEN ? eos_text() : std::string(decode(prev, id));
     prev = id;
   }
   return text;

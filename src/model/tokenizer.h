@@ -13,7 +13,8 @@
 // turned into their raw byte. printable_piece: what run.c's safe_printf prints (nothing for a
 // single unprintable byte).
 // As a TokenizerInterface: "<s>" and "</s>" in the text are BOS and EOS, and each span between
-// them is encoded as above; decode_ids() joins decode() from BOS on (raw bytes, no filtering).
+// them is encoded as above; decode_ids() joins decode() from BOS on (raw bytes, no filtering),
+// with BOS and EOS written "<s>" and "</s>".
 #pragma once
 
 #include <string>

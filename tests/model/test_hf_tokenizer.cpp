@@ -5,14 +5,17 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "model/chat_template.h"
+#include "model/hf_pipeline.h"
 #include "model/hf_tokenizer.h"
 #include "model/load_tokenizer.h"
 #include "reference_files.h"
+#include "support/temp_dir.h"
 
 using namespace tpcli::model;
 using tpcli::testing::shared_path;
@@ -63,4 +66,99 @@ TEST_CASE("tokenizer.json: every Hugging Face reference line, encode and decode,
   SECTION("mistral (SentencePiece-style BPE with byte fallback)") { CHECK(check_reference("mistral") == 40); }
   SECTION("llama3 (byte-level BPE, ignore_merges)") { CHECK(check_reference("llama3") == 42); }
   SECTION("qwen3 (byte-level BPE with NFC)") { CHECK(check_reference("qwen3") == 42); }
+}
+
+namespace {
+
+// A small byte-level tokenizer.json: the 256 byte characters, merges "a b" -> "ab", "ab c" -> "abc".
+nlohmann::json small_tokenizer() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[hf::byte_to_unicode()[static_cast<size_t>(b)]] = b;
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "ab c"}}}},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"added_tokens", {{{"id", 258}, {"content", "<|end|>"}, {"special", true}}}}};
+}
+
+// The message of loading `file` (written to `dir`), or "" when it loads.
+std::string load_error(const tpcli::testing::TempDir& dir, const std::string& text) {
+  const std::string path = dir.write("tokenizer.json", text);
+  try {
+    HfTokenizer tokenizer(path, {});
+    (void)tokenizer.encode_text("abc <|end|> x\xC3\xA9", false);
+    return "";
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer.json: a broken file is a one-line error naming the file and the key") {
+  tpcli::testing::TempDir dir;
+  const std::string path = (dir.path() / "tokenizer.json").string();
+  CHECK(load_error(dir, small_tokenizer().dump()).empty());
+  auto check = [&](nlohmann::json file, const std::string& word) {
+    const std::string message = load_error(dir, file.dump());
+    INFO(message);
+    CHECK(message.rfind(path + ":", 0) == 0);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.find(word) != std::string::npos);
+  };
+  nlohmann::json f = small_tokenizer();
+  f["model"]["merges"].push_back("a z9");
+  check(f, "merges[2]");
+  f = small_tokenizer();
+  f["model"]["merges"][1] = 7;
+  check(f, "merges[1]");
+  f = small_tokenizer();
+  f["model"]["vocab"] = nlohmann::json::array();
+  check(f, "vocab");
+  f = small_tokenizer();
+  f["model"]["type"] = "WordPiece";
+  check(f, "WordPiece");
+  f = small_tokenizer();
+  f["model"]["unk_token"] = "<unk>";
+  check(f, "unk_token");
+  f = small_tokenizer();
+  f["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(\\p{L"}}}, {"behavior", "Isolated"}};
+  check(f, "regex");
+  f = small_tokenizer();
+  f["pre_tokenizer"] = {{"type", "Whitespace"}};
+  check(f, "Whitespace");
+  f = small_tokenizer();
+  f["pre_tokenizer"]["add_prefix_space"] = "yes";
+  check(f, "pre_tokenizer");
+  f = small_tokenizer();
+  f["decoder"] = {{"type", "WordPiece"}};
+  check(f, "decoder");
+  f = small_tokenizer();
+  f["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "BertNormalizer"}}}}};
+  check(f, "normalizers[0]");
+  f = small_tokenizer();
+  f["added_tokens"][0]["id"] = -4;
+  check(f, "added_tokens[0]");
+  check(nlohmann::json::array(), "model");
+  const std::string truncated = load_error(dir, small_tokenizer().dump().substr(0, 500));
+  CHECK(truncated.find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("tokenizer.json: random byte damage loads or fails with one line, never crashes") {
+  tpcli::testing::TempDir dir;
+  const std::string good = small_tokenizer().dump();
+  std::mt19937 rng(7);
+  int failed = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string text = good;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) text[rng() % text.size()] = static_cast<char>(rng() % 128);
+    const std::string message = load_error(dir, text);
+    if (message.empty()) continue;
+    ++failed;
+    INFO(message);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+  CHECK(failed > 0);
 }

@@ -1,0 +1,197 @@
+// `tpcli tokenizer`, `tpcli chat` and infer's -f, run as a user runs them (TPCLI_BINARY with stdin
+// from a file): reference ids through the CLI, one-line errors, and a chat with stories260K.bin
+// whose fed tokens, positions and streamed text are checked against `tpcli tokenizer`.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+#include "support/temp_dir.h"
+
+using nlohmann::json;
+using tpcli::testing::slurp;
+using tpcli::testing::TempDir;
+
+namespace {
+
+const std::string SHARED = TPCLI_SHARED_DIR;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Runs tpcli with `args` and `input` on stdin.
+Result run(const std::vector<std::string>& args, const std::string& input) {
+  TempDir capture;
+  const std::string in = capture.write("in", input);
+  std::string command = quote(TPCLI_BINARY);
+  for (const auto& arg : args) command += ' ' + quote(arg);
+  command += " <" + quote(in) + " >" + quote((capture.path() / "out").string()) + " 2>" +
+             quote((capture.path() / "err").string());
+  const int status = std::system(command.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(capture.path() / "out");
+  r.err = slurp(capture.path() / "err");
+  return r;
+}
+
+bool shared_present(const std::string& rel) { return std::filesystem::exists(SHARED + "/" + rel); }
+
+#define REQUIRE_SHARED(rel)                                          \
+  if (!shared_present(rel)) {                                        \
+    WARN("SKIPPED: " << SHARED << "/" << rel << " is absent");        \
+    return;                                                          \
+  }
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+void check_one_line_error(const Result& r, const std::string& names) {
+  CHECK(r.code == 2);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(names) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer encode/decode/chat through the CLI give Hugging Face's ids and text") {
+  REQUIRE_SHARED("reference/hf-tokenizers/llama3.jsonl");
+  const std::string llama3 = SHARED + "/data/hf-tokenizers/llama3";
+  std::ifstream in(SHARED + "/reference/hf-tokenizers/llama3.jsonl");
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  const json& text_case = lines[4];  // code: newlines and indentation
+  Result r = run({"tokenizer", "encode", "--tokenizer", llama3}, text_case["text"].get<std::string>());
+  REQUIRE(r.code == 0);
+  CHECK(json::parse(r.out) == text_case["ids"]);
+  r = run({"tokenizer", "encode", "--bos", "--tokenizer", llama3 + "/tokenizer.json"}, "Hi");
+  CHECK(json::parse(r.out) == json::array({128000, 13347}));
+  r = run({"tokenizer", "decode", "--tokenizer", llama3}, text_case["ids"].dump());
+  CHECK(r.out == text_case["text"].get<std::string>());
+
+  const json& chat_case = lines.back();
+  r = run({"tokenizer", "chat", "--tokenizer", llama3}, chat_case["chat"].dump());
+  CHECK(r.out == chat_case["text"].get<std::string>());
+  r = run({"tokenizer", "chat", "--ids", "--tokenizer", llama3}, chat_case["chat"].dump());
+  CHECK(json::parse(r.out) == chat_case["ids"]);
+}
+
+TEST_CASE("tokenizer on a llama2.c tokenizer.bin: run.c's encoding, <s> and </s> as BOS/EOS") {
+  REQUIRE_SHARED("data/tok512.bin");
+  const std::string tok = SHARED + "/data/tok512.bin";
+  const Result r = run({"tokenizer", "encode", "--bos", "--tokenizer", tok}, "Once upon a time</s>");
+  REQUIRE(r.code == 0);
+  const json ids = json::parse(r.out);
+  CHECK(ids.front() == 1);
+  CHECK(ids.back() == 2);
+  const Result back = run({"tokenizer", "decode", "--tokenizer", tok}, ids.dump());
+  CHECK(back.out == "<s>Once upon a time</s>");  // round trip: BOS/EOS by name, the dummy-prefix space dropped
+}
+
+TEST_CASE("tokenizer: bad paths, input and templates are one-line errors naming the culprit") {
+  REQUIRE_SHARED("data/hf-tokenizers/llama3/tokenizer.json");
+  TempDir dir;
+  const std::string mistral = SHARED + "/data/hf-tokenizers/mistral";
+  check_one_line_error(run({"tokenizer", "encode", "--tokenizer", "/nonexistent/tok.json"}, "x"), "/nonexistent/tok.json");
+  check_one_line_error(run({"tokenizer", "encode", "--tokenizer", dir.path().string()}, "x"), "tokenizer.json");
+  const std::string broken = dir.write("broken.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]}}");
+  check_one_line_error(run({"tokenizer", "encode", "--tokenizer", broken}, "x"), "merges[0]");
+  const std::string unigram = dir.write("unigram.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}");
+  check_one_line_error(run({"tokenizer", "encode", "--tokenizer", unigram}, "x"), "Unigram");
+  const std::string truncated = dir.write("truncated.json", "{\"model\": {\"type\": \"BPE\", ");
+  check_one_line_error(run({"tokenizer", "encode", "--tokenizer", truncated}, "x"), "truncated.json: not valid JSON");
+  check_one_line_error(run({"tokenizer", "decode", "--tokenizer", mistral}, "[1, 99999]"), "99999");
+  check_one_line_error(run({"tokenizer", "decode", "--tokenizer", mistral}, "[1,"), "not valid JSON");
+  check_one_line_error(run({"tokenizer", "chat", "--tokenizer", mistral}, "[]"), "--template");
+  check_one_line_error(run({"tokenizer", "chat", "--tokenizer", mistral, "--template", "nope"}, "[]"), "nope");
+  check_one_line_error(run({"tokenizer", "chat", "--tokenizer", mistral, "--template", "mistral"},
+                           R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])"),
+                       "alternate");
+  check_one_line_error(run({"tokenizer", "chat", "--tokenizer", mistral, "--template", "zephyr"}, R"([{"role": 1}])"),
+                       "message 0");
+}
+
+TEST_CASE("chat: stories260K over 2 devices feeds the template's ids, continues positions, streams the decode") {
+  REQUIRE_SHARED("data/stories260K.bin");
+  const std::string model = SHARED + "/data/stories260K.bin", tok = SHARED + "/data/tok512.bin";
+  const std::vector<std::string> users{"Tell me about a cat.", "What did the dog do?"};
+  const Result r = run({"chat", "--model", model, "-z", tok, "--template", "zephyr", "--devices", "2", "-t", "0", "-n",
+                        "12", "--verbose"},
+                       users[0] + "\n\n" + users[1] + "\n");
+  REQUIRE(r.code == 0);
+  std::vector<json> turns;
+  for (const std::string& line : lines_of(r.err)) turns.push_back(json::parse(line));
+  REQUIRE(turns.size() == 2);  // the blank line is no turn
+
+  json messages = json::array();
+  std::vector<int> cached;  // what the KV cache holds after each turn
+  std::string streamed;
+  for (size_t t = 0; t < 2; ++t) {
+    messages.push_back({{"role", "user"}, {"content", users[t]}});
+    const Result ids = run({"tokenizer", "chat", "--ids", "--template", "zephyr", "--tokenizer", tok}, messages.dump());
+    const std::vector<int> prompt = json::parse(ids.out).get<std::vector<int>>();
+    const size_t common = std::mismatch(prompt.begin(), prompt.end(), cached.begin(), cached.end()).first - prompt.begin();
+    CHECK(turns[t]["start"] == common);
+    CHECK(common >= cached.size() - std::min<size_t>(cached.size(), 12));  // at most the reply is fed again
+    CHECK(turns[t]["fed"] == json(std::vector<int>(prompt.begin() + static_cast<long>(common), prompt.end())));
+
+    std::vector<int> generated = turns[t]["generated"].get<std::vector<int>>();
+    const bool ended = turns[t]["end"] == "end_of_turn";
+    CHECK(generated.size() <= 12);
+    CHECK((ended ? generated.back() == 2 : turns[t]["end"] == "reply_limit" && generated.size() == 12));
+    cached = prompt;
+    cached.insert(cached.end(), generated.begin(), generated.end() - 1);
+    if (ended) generated.pop_back();
+    const std::string reply = run({"tokenizer", "decode", "--tokenizer", tok}, json(generated).dump()).out;
+    streamed += reply + "\n";
+    messages.push_back({{"role", "assistant"}, {"content", reply}});
+  }
+  CHECK(turns[1]["start"].get<size_t>() > turns[0]["fed"].size());  // turn 1's prompt was not fed again
+  CHECK(r.out == streamed);
+}
+
+TEST_CASE("chat: a model without a tokenizer, or a vocabulary mismatch, is a one-line error") {
+  REQUIRE_SHARED("data/stories260K.bin");
+  const std::string model = SHARED + "/data/stories260K.bin";
+  check_one_line_error(run({"chat", "--model", model, "--template", "zephyr"}, "hi\n"), "--tokenizer");
+  check_one_line_error(run({"chat", "--model", model, "-z", SHARED + "/data/hf-tokenizers/mistral"}, "hi\n"),
+                       "vocab_size is 512");
+  check_one_line_error(run({"chat", "--model", model, "-z", SHARED + "/data/tokenizer.bin", "--template", "zephyr"}, "hi\n"),
+                       "tokenizer.bin");
+}
+
+TEST_CASE("infer -f FILE prints what -i with the file's text prints") {
+  REQUIRE_SHARED("data/stories260K.bin");
+  TempDir dir;
+  const std::string prompt = dir.write("prompt.txt", "Once upon a time, there was a dog");
+  const std::vector<std::string> common{"infer", "--model", SHARED + "/data/stories260K.bin", "-z",
+                                        SHARED + "/data/tok512.bin", "-t", "0", "-n", "40"};
+  std::vector<std::string> from_file = common, inline_prompt = common;
+  from_file.insert(from_file.end(), {"-f", prompt});
+  inline_prompt.insert(inline_prompt.end(), {"-i", "Once upon a time, there was a dog"});
+  const Result a = run(from_file, ""), b = run(inline_prompt, "");
+  REQUIRE(a.code == 0);
+  CHECK(a.out == b.out);
+  CHECK(a.out.starts_with("Once upon a time, there was a dog"));
+  std::vector<std::string> missing = common;
+  missing.insert(missing.end(), {"-f", "/nonexistent/prompt.txt"});
+  check_one_line_error(run(missing, ""), "/nonexistent/prompt.txt");
+}
