@@ -117,7 +117,6 @@ std::string render_chatml(const ChatTemplate& t, std::span<const ChatMessage> me
     if (i == 0 && messages[0].role != "system" && !t.default_system.empty()) out += chatml_turn("system", t.default_system);
     out += chatml_turn(messages[i].role, messages[i].content);
   }
-  if (messages.empty() && !t.default_system.empty()) out += chatml_turn("system", t.default_system);
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
 }
