@@ -183,21 +183,23 @@ void split_piece(const Piece& piece, const Regex& regex, SplitBehavior behavior,
   }
   if (last < piece.text.size()) spans.push_back({last, piece.text.size(), invert});
 
+  // As the tokenizers library merges: a delimiter joins its neighbour only when that neighbour is
+  // not a delimiter itself; Contiguous joins runs of delimiters.
   std::vector<Span> merged;
-  bool carry_into_next = false;  // MergedWithNext: the last span waits for the next one
-  for (const Span& s : spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    const bool previous_match = i > 0 && spans[i - 1].match;
     if (behavior == SplitBehavior::Removed && s.match) continue;
-    const bool join_previous = !merged.empty() &&
-                               ((behavior == SplitBehavior::MergedWithPrevious && s.match) ||
-                                (behavior == SplitBehavior::Contiguous && s.match && merged.back().match) ||
-                                carry_into_next);
-    if (join_previous) {
+    if (behavior == SplitBehavior::MergedWithPrevious && s.match && !previous_match && !merged.empty()) {
       merged.back().end = s.end;
-      merged.back().match = s.match;
+    } else if (behavior == SplitBehavior::MergedWithNext && !s.match && previous_match && !merged.empty()) {
+      merged.back().end = s.end;
+      merged.back().match = false;
+    } else if (behavior == SplitBehavior::Contiguous && s.match && previous_match && !merged.empty()) {
+      merged.back().end = s.end;
     } else {
       merged.push_back(s);
     }
-    carry_into_next = behavior == SplitBehavior::MergedWithNext && s.match;
   }
   for (const Span& s : merged)
     out.push_back({piece.text.substr(s.begin, s.end - s.begin), piece.at_start && s.begin == 0});

@@ -162,3 +162,20 @@ TEST_CASE("tokenizer.json: random byte damage loads or fails with one line, neve
   }
   CHECK(failed > 0);
 }
+
+TEST_CASE("tokenizer.json: Split's delimiter behaviours, as the tokenizers library documents them") {
+  // The library's documentation splits "the-final--countdown" at "-" with each behaviour.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"Removed", {"the", "final", "countdown"}},
+      {"Isolated", {"the", "-", "final", "-", "-", "countdown"}},
+      {"MergedWithPrevious", {"the-", "final-", "-", "countdown"}},
+      {"MergedWithNext", {"the", "-final", "-", "-countdown"}},
+      {"Contiguous", {"the", "-", "final", "--", "countdown"}}};
+  for (const auto& [behavior, expected] : cases) {
+    INFO(behavior);
+    const nlohmann::json spec = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", false}};
+    std::vector<std::string> pieces;
+    for (const hf::Piece& p : hf::make_pre_tokenizer(spec, "test")({{"the-final--countdown", true}})) pieces.push_back(p.text);
+    CHECK(pieces == expected);
+  }
+}
