@@ -202,7 +202,7 @@ std::vector<int> HfTokenizer::encode_text(std::string_view raw, bool bos) const 
   return ids;
 }
 
-std::string HfTokenizer::decode_ids(std::span<const int> ids) const {
+std::string HfTokenizer::decode_ids(std::span<const int> ids, bool clean_up) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int id : ids) {
@@ -211,7 +211,7 @@ std::string HfTokenizer::decode_ids(std::span<const int> ids) const {
   }
   std::string text;
   for (const std::string& piece : decoder_(std::move(tokens))) text += piece;
-  return clean_up_spaces_ ? clean_up_tokenization(std::move(text)) : text;
+  return clean_up && clean_up_spaces_ ? clean_up_tokenization(std::move(text)) : text;
 }
 
 std::string HfTokenizer::token_text(int id) const {

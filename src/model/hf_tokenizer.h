@@ -38,7 +38,7 @@ class HfTokenizer final : public TokenizerInterface {
 
   int vocab_size() const override;
   std::vector<int> encode_text(std::string_view text, bool bos) const override;
-  std::string decode_ids(std::span<const int> ids) const override;
+  std::string decode_ids(std::span<const int> ids, bool clean_up = true) const override;
   std::string token_text(int id) const override;
   std::optional<int> token_id(std::string_view text) const override;
   std::string bos_text() const override { return bos_; }

@@ -209,7 +209,7 @@ std::vector<int> Tokenizer::encode_text(std::string_view text, bool bos) const {
   return ids;
 }
 
-std::string Tokenizer::decode_ids(std::span<const int> ids) const {
+std::string Tokenizer::decode_ids(std::span<const int> ids, bool) const {
   std::string text;
   int prev = BOS_TOKEN;  // as after BOS: the dummy-prefix space of the first piece goes
   for (int id : ids) {

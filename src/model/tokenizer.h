@@ -54,7 +54,7 @@ class Tokenizer final : public TokenizerInterface {
 
   // TokenizerInterface.
   std::vector<int> encode_text(std::string_view text, bool bos) const override;
-  std::string decode_ids(std::span<const int> ids) const override;
+  std::string decode_ids(std::span<const int> ids, bool clean_up = true) const override;  // no clean-up to do
   std::string token_text(int id) const override;
   std::optional<int> token_id(std::string_view text) const override;
   std::string bos_text() const override { return "<s>"; }

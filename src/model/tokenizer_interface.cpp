@@ -12,7 +12,7 @@ constexpr std::string_view REPLACEMENT_CHARACTER = "\xEF\xBF\xBD";  // U+FFFD, w
 
 std::string DecodeStream::push(int id) {
   ids_.push_back(id);
-  const std::string text = tokenizer_.decode_ids(ids_);
+  const std::string text = tokenizer_.decode_ids(ids_, /*clean_up=*/false);
   // Decoders that turn bytes into text replace an unfinished character by U+FFFD (Hugging Face) or
   // leave its first bytes (llama2.c): either way the next token may still complete it.
   size_t final_bytes = text.size() - utf8::incomplete_tail(text);
@@ -25,7 +25,7 @@ std::string DecodeStream::push(int id) {
 }
 
 std::string DecodeStream::finish() {
-  const std::string text = tokenizer_.decode_ids(ids_);
+  const std::string text = tokenizer_.decode_ids(ids_, /*clean_up=*/false);
   if (text.size() <= emitted_) return {};
   std::string rest = text.substr(emitted_);
   emitted_ = text.size();

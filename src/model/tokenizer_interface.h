@@ -20,8 +20,10 @@ class TokenizerInterface {
   // Special-token text inside `text` (e.g. "<|eot_id|>") becomes that token; `bos` prepends the
   // beginning-of-sequence token when the tokenizer has one.
   virtual std::vector<int> encode_text(std::string_view text, bool bos) const = 0;
-  // The text of `ids`, special tokens kept, as the file's decoder builds it.
-  virtual std::string decode_ids(std::span<const int> ids) const = 0;
+  // The text of `ids`, special tokens kept, as the file's decoder builds it. `clean_up`: also
+  // transformers' removal of spaces before punctuation when the tokenizer's config asks for it
+  // (streams skip it: it can take back a space already printed).
+  virtual std::string decode_ids(std::span<const int> ids, bool clean_up = true) const = 0;
   // The token's string as stored in the vocabulary ("▁the", "Ġthe", "<|eot_id|>"); "" when unknown.
   virtual std::string token_text(int id) const = 0;
   // The id of the token spelled exactly `text` (special tokens by name: "<s>", "<|im_end|>").
@@ -33,7 +35,8 @@ class TokenizerInterface {
 
 // Streams text as tokens arrive: push() returns the text that became final with this token. A
 // token that ends inside a UTF-8 character (byte-level or <0xNN> tokens) is held back until the
-// character completes, so every emitted byte equals the corresponding byte of decode_ids(all).
+// character completes, so every emitted byte equals the corresponding byte of
+// decode_ids(all, clean_up = false).
 class DecodeStream {
  public:
   explicit DecodeStream(const TokenizerInterface& tokenizer) : tokenizer_(tokenizer) {}

@@ -18,7 +18,7 @@ namespace {
 constexpr int BOS = 256, EOS = 257, VOCAB = 260;  // 256 byte tokens, <s>, </s>, two unused ids
 
 // A byte-level BPE with one token per byte (ids 0..255) and no merges, <s>/</s> added.
-std::string write_byte_tokenizer(const tpcli::testing::TempDir& dir) {
+std::string write_byte_tokenizer(const tpcli::testing::TempDir& dir, bool clean_up = false) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[hf::byte_to_unicode()[static_cast<size_t>(b)]] = b;
   const nlohmann::json file = {
@@ -28,7 +28,8 @@ std::string write_byte_tokenizer(const tpcli::testing::TempDir& dir) {
       {"added_tokens",
        {{{"id", BOS}, {"content", "<s>"}, {"special", true}}, {{"id", EOS}, {"content", "</s>"}, {"special", true}}}}};
   dir.write("tok/tokenizer.json", file.dump());
-  dir.write("tok/tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
+  dir.write("tok/tokenizer_config.json", std::string(R"({"bos_token": "<s>", "eos_token": "</s>", )") +
+                                             "\"clean_up_tokenization_spaces\": " + (clean_up ? "true" : "false") + "}");
   return (dir.path() / "tok").string();
 }
 
@@ -80,4 +81,15 @@ TEST_CASE("DecodeStream: the pieces concatenate to decode_ids, never splitting a
   }
   joined += stream.finish();
   CHECK(joined == text);
+}
+
+TEST_CASE("DecodeStream: the clean-up of spaces before punctuation cannot take back a printed space") {
+  tpcli::testing::TempDir dir;
+  const LoadedTokenizer loaded = load_tokenizer(write_byte_tokenizer(dir, /*clean_up=*/true));
+  const std::vector<int> ids = loaded.tokenizer->encode_text("Hi . Bye !", false);
+  CHECK(loaded.tokenizer->decode_ids(ids) == "Hi. Bye!");  // transformers' clean_up_tokenization
+  DecodeStream stream(*loaded.tokenizer);
+  std::string joined;
+  for (int id : ids) joined += stream.push(id);
+  CHECK(joined + stream.finish() == "Hi . Bye !");  // streamed: the text as the tokens spell it
 }
