@@ -1,5 +1,9 @@
 // tpcli chat --model M [--tokenizer PATH] [--devices N | --mesh model=N] [--system TEXT]
-//            [--template NAME] [-n REPLY_TOKENS] [-t TEMPERATURE] [-p TOPP] [-s SEED] [--verbose]
+//            [--template NAME] [-n REPLY_TOKENS] [-t TEMPERATURE] [-p TOPP] [-s SEED] [--context N]
+//            [--verbose]
+// M: a llama2.c .bin, a tpcli .safetensors or a Hugging Face model directory (whose tokenizer.json
+// and tokenizer_config.json are the default tokenizer and chat template). A reply ends at the
+// template's end-of-turn token, the tokenizer's eos, or an eos id of the model's config.
 // An interactive conversation: each line of stdin is a user turn (a pipe works too); the reply
 // streams to stdout as it is generated, then a newline. The KV cache is kept across turns: only the
 // tokens past what is already cached are fed (model/chat_session.h). --verbose writes one JSON
@@ -36,6 +40,7 @@ struct ChatFlags {
   float topp = 0.9f;
   long long seed = 0;  // 0 = from the clock
   bool verbose = false;
+  int context = 0;  // KV cache positions; 0 = the model's (capped for Hugging Face directories)
 };
 
 // The user's lines, read once from stdin and handed to every device thread in the same order.
@@ -68,7 +73,7 @@ class SharedLines {
 
 std::string tokenizer_path(const ChatFlags& f, const OpenedModel& opened) {
   if (!f.tokenizer.empty()) return f.tokenizer;
-  if (std::filesystem::is_directory(f.model)) return f.model;
+  if (opened.hf_dir) return *opened.hf_dir;
   if (opened.tokenizer) return *opened.tokenizer;
   throw UsageError(f.model + ": no tokenizer recorded with the model; pass --tokenizer PATH");
 }
@@ -114,6 +119,7 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
 void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
+  apply_load_flags(opened, "auto", f.context);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
   const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
@@ -126,7 +132,8 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
 
   model::GenerateOptions sampling{.temperature = f.temperature, .topp = f.topp, .seed = static_cast<uint64_t>(f.seed)};
   sampling = model::normalized(sampling, config.seq_len);  // llama2.c's rules for seed, temperature, top-p
-  const model::ChatOptions options{f.system, f.reply_tokens, sampling.temperature, sampling.topp, sampling.seed};
+  const model::ChatOptions options{f.system,      f.reply_tokens, sampling.temperature,
+                                   sampling.topp, sampling.seed,  opened.eos_token_ids};
   try {  // a template whose end-of-turn token the tokenizer lacks: before any device starts
     model::ChatSession(*loaded.tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
                        config.seq_len);
@@ -152,6 +159,9 @@ void setup_chat(CLI::App& sub) {
   sub.add_option("--system", flags->system, "a system message before the conversation");
   sub.add_option("--template", flags->template_name,
                  "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+  sub.add_option("--context", flags->context,
+                 "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
+                 "directories: at most 8192)");
   sub.add_option("-n,--reply-tokens", flags->reply_tokens, "tokens per reply at most")->capture_default_str();
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();

@@ -68,7 +68,7 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
   if (tokenizer.vocab_size() > config.vocab_size)
     throw UsageError(loaded.path + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
-  std::vector<int> stop_ids;
+  std::vector<int> stop_ids = opened.eos_token_ids;  // config.json / generation_config.json's
   if (auto eos = tokenizer.token_id(tokenizer.eos_text()); eos && !tokenizer.eos_text().empty()) stop_ids.push_back(*eos);
   return model::run_model_on_mesh(
       *opened.weights, mesh,

@@ -21,6 +21,7 @@ ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_
                                          " template is not in the tokenizer");
     end_ids_.push_back(*id);
   }
+  end_ids_.insert(end_ids_.end(), options_.more_end_ids.begin(), options_.more_end_ids.end());
   if (!options_.system.empty()) messages_.push_back({"system", options_.system});
 }
 

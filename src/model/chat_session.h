@@ -27,6 +27,7 @@ struct ChatOptions {
   float temperature = 1.0f;
   float topp = 0.9f;
   uint64_t seed = 1;
+  std::vector<int> more_end_ids;  // tokens that also end a reply (a model's eos ids from its config)
 };
 
 enum class TurnEnd { EndOfTurn, ReplyLimit, ContextFull };

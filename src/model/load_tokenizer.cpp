@@ -17,7 +17,8 @@ LoadedTokenizer load_tokenizer(const std::string& path, std::optional<int> vocab
   if (fs::is_directory(path, ec)) {
     json_path = fs::path(path) / "tokenizer.json";
     if (!fs::exists(json_path, ec))
-      throw std::runtime_error(path + ": directory has no tokenizer.json (a Hugging Face model directory?)");
+      throw std::runtime_error(path + ": no tokenizer.json in this directory; pass one with -z/--tokenizer "
+                               "(a tokenizer.json, a directory holding one, or a llama2.c tokenizer.bin)");
   } else if (json_path.extension() != ".json") {
     return {std::make_unique<Tokenizer>(path, vocab_size), std::nullopt, path};
   }

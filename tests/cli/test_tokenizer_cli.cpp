@@ -178,6 +178,12 @@ void check_chat(const std::string& model, const std::string& tok, const std::str
 TEST_CASE("chat: stories260K over 2 devices feeds the template's ids, continues positions, streams the decode") {
   REQUIRE_SHARED("data/stories260K.bin");
   check_chat(SHARED + "/data/stories260K.bin", SHARED + "/data/tok512.bin", "zephyr", 2);
+  // The same model as a Hugging Face directory (bf16, written by tpcli export --to hf).
+  TempDir dir;
+  const std::string hf = (dir.path() / "hf").string();
+  REQUIRE(run({"export", "--model", SHARED + "/data/stories260K.bin", "--to", "hf", "--out", hf}, "").code == 0);
+  check_chat(hf, SHARED + "/data/tok512.bin", "llama2", 2);
+  check_one_line_error(run({"chat", "--model", hf, "--template", "zephyr"}, "hi\n"), "no tokenizer.json");
 }
 
 TEST_CASE("chat: the same with a tokenizer.json directory (mistral's) and a random 32000-token model") {
