@@ -131,6 +131,7 @@ void HfTokenizer::load_added_tokens(const json& added, const std::string& where)
                      t.value("lstrip", false), t.value("rstrip", false), t.value("single_word", false)};
     if (token.content.empty()) throw std::runtime_error(at + ": empty content");
     added_ids_[token.content] = token.id;
+    added_by_id_[token.id] = added_.size();
     added_.push_back(std::move(token));
   }
   added_by_byte_.assign(256, {});
@@ -215,8 +216,7 @@ std::string HfTokenizer::decode_ids(std::span<const int> ids, bool clean_up) con
 }
 
 std::string HfTokenizer::token_text(int id) const {
-  for (const AddedToken& t : added_)
-    if (t.id == id) return t.content;
+  if (auto it = added_by_id_.find(id); it != added_by_id_.end()) return added_[it->second].content;
   const std::string* text = model_->text_of(id);
   return text ? *text : std::string();
 }

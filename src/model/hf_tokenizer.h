@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,7 @@ class HfTokenizer final : public TokenizerInterface {
   hf::Decoder decoder_;
   std::vector<AddedToken> added_;
   hf::StringIds added_ids_;                         // content -> id
+  std::unordered_map<int, size_t> added_by_id_;     // id -> added_ index
   std::vector<std::vector<size_t>> added_by_byte_;  // [256] first byte -> added_ indices, longest first
   std::string bos_, eos_;
   bool clean_up_spaces_ = false;
