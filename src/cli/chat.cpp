@@ -88,8 +88,8 @@ void print_turn(size_t turn, const model::TurnReport& r) {
 // One device's whole conversation; device 0 (out != null) streams and reports.
 model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterface& tokenizer,
                                const ChatFormatting& formatting, const model::ChatOptions& options,
-                               const model::LlamaConfig& config, SharedLines& lines, const model::ForwardFn& forward,
-                               const model::ArgmaxFn& argmax, std::FILE* out) {
+                               const model::LlamaConfig& config, SharedLines& lines, const model::ModelFns& model,
+                               std::FILE* out) {
   model::ChatSession session(tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
                              config.seq_len);
   model::GenerateResult result;
@@ -98,7 +98,7 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
     if (!line) break;
     model::TurnReport report;
     try {
-      report = session.turn(*line, forward, argmax, out);
+      report = session.turn(*line, model, out);
     } catch (const std::runtime_error& e) {  // the context is full: the conversation ends here
       if (out) std::fprintf(stderr, "tpcli chat: %s\n", e.what());
       break;
@@ -143,8 +143,8 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   SharedLines lines;
   model::run_model_on_mesh(
       *opened.weights, mesh,
-      [&](const model::ForwardFn& forward, const model::ArgmaxFn& argmax, std::FILE* out) {
-        return converse(f, *loaded.tokenizer, formatting, options, config, lines, forward, argmax, out);
+      [&](const model::ModelFns& model, std::FILE* out) {
+        return converse(f, *loaded.tokenizer, formatting, options, config, lines, model, out);
       },
       stdout);
 }

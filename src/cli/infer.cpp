@@ -72,8 +72,8 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
   if (auto eos = tokenizer.token_id(tokenizer.eos_text()); eos && !tokenizer.eos_text().empty()) stop_ids.push_back(*eos);
   return model::run_model_on_mesh(
       *opened.weights, mesh,
-      [&](const model::ForwardFn& forward, const model::ArgmaxFn& argmax, std::FILE* out) {
-        return model::generate_with_tokenizer(forward, tokenizer, config.vocab_size, stop_ids, options, out, argmax);
+      [&](const model::ModelFns& model, std::FILE* out) {
+        return model::generate_with_tokenizer(model, tokenizer, config.vocab_size, stop_ids, options, out);
       },
       stdout, run_options);
 }

@@ -27,8 +27,7 @@ ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_
 
 bool ChatSession::is_end_of_turn(int id) const { return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end(); }
 
-TurnReport ChatSession::turn(const std::string& user_text, const ForwardFn& forward, const ArgmaxFn& argmax,
-                             std::FILE* out) {
+TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model, std::FILE* out) {
   messages_.push_back({"user", user_text});
   const std::vector<int> prompt =
       tokenizer_.encode_text(render_chat(template_, messages_, tokens_, /*add_generation_prompt=*/true), false);
@@ -54,7 +53,7 @@ TurnReport ChatSession::turn(const std::string& user_text, const ForwardFn& forw
   report.end = TurnEnd::ContextFull;  // unless the reply ends first
   size_t forced_left = report.fed.size() - 1;  // picks that are the prompt's own next token
   const TokenLoop loop{report.fed, report.start_pos, seq_len_, options_.temperature == 0.0f, model_vocab_};
-  const int end_pos = run_token_loop(forward, argmax, sampler_, loop, [&](int, int next) {
+  const int end_pos = run_token_loop(model, sampler_, loop, [&](int, int next) {
     if (forced_left > 0) {
       --forced_left;
       return true;

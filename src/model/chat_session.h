@@ -49,7 +49,7 @@ class ChatSession {
 
   // One user turn; the reply streams to `out` (may be null) followed by a newline.
   // Throws std::runtime_error when the conversation no longer fits the context.
-  TurnReport turn(const std::string& user_text, const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE* out);
+  TurnReport turn(const std::string& user_text, const ModelFns& model, std::FILE* out);
 
   const std::vector<int>& cached() const { return cached_; }
 

@@ -15,10 +15,11 @@
 
 namespace tpcli::model {
 
-// The decoding loop of chat and tokenizer.json generation. (generate() keeps run.c's own loop, byte
-// for byte, and the batched prefill being added there; the two loops can become one after that.)
-// Feeds `prompt` (non-empty) at positions start_pos, start_pos + 1, ... (forced while inside it), then the token picked from the logits (argmax when
-// `greedy` and `argmax` is given, else `sampler`); stops before feeding position `end_pos`, or
+// The decoding loop of chat and tokenizer.json generation (generate() keeps run.c's own loop, byte
+// for byte; the two are alike and could become one). Feeds `prompt` (non-empty) at positions
+// start_pos, start_pos + 1, ... (in one batch when the model has a prefill, else forced token by
+// token), then the token picked from the logits (argmax when `greedy` and the model has argmax,
+// else `sampler`); stops before feeding position `end_pos`, or
 // when on_token returns false. on_token(fed, next) sees every token picked after a fed token,
 // prompt tokens included. Returns the position after the last token fed. `vocab` is the number of
 // logits the model returns (checked).
@@ -30,12 +31,11 @@ struct TokenLoop {
   int vocab = 0;
 };
 using OnToken = std::function<bool(int fed, int next)>;
-int run_token_loop(const ForwardFn& forward, const ArgmaxFn& argmax, Sampler& sampler, const TokenLoop& loop,
-                   const OnToken& on_token);
+int run_token_loop(const ModelFns& model, Sampler& sampler, const TokenLoop& loop, const OnToken& on_token);
 
 // `vocab`: the number of logits the model returns; `stop_ids`: end-of-sequence tokens.
-GenerateResult generate_with_tokenizer(const ForwardFn& forward, const TokenizerInterface& tokenizer, int vocab,
+GenerateResult generate_with_tokenizer(const ModelFns& model, const TokenizerInterface& tokenizer, int vocab,
                                        const std::vector<int>& stop_ids, const GenerateOptions& options,
-                                       std::FILE* out, const ArgmaxFn& argmax = nullptr);
+                                       std::FILE* out);
 
 }  // namespace tpcli::model

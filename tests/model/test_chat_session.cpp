@@ -25,11 +25,11 @@ struct Conversation {
 Conversation converse(const WeightSource& weights, const Tokenizer& tokenizer, const std::vector<std::string>& lines,
                       int reply_tokens) {
   Conversation c;
-  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ForwardFn& forward, const ArgmaxFn& argmax, std::FILE*) {
+  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ModelFns& model, std::FILE*) {
     ChatSession session(tokenizer, chat_template_named("zephyr"), {"<s>", "</s>"},
                         {.max_reply_tokens = reply_tokens, .temperature = 0.0f}, weights.config().vocab_size,
                         weights.config().seq_len);
-    for (const auto& line : lines) c.turns.push_back(session.turn(line, forward, argmax, nullptr));
+    for (const auto& line : lines) c.turns.push_back(session.turn(line, model, nullptr));
     c.cached = session.cached();
     return GenerateResult{};
   }, nullptr);
@@ -39,8 +39,8 @@ Conversation converse(const WeightSource& weights, const Tokenizer& tokenizer, c
 // Greedy picks after each of `tokens`, fed from position 0 into a fresh model.
 std::vector<int> greedy_after_each(const WeightSource& weights, const std::vector<int>& tokens) {
   std::vector<int> picks;
-  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ForwardFn&, const ArgmaxFn& argmax, std::FILE*) {
-    for (size_t pos = 0; pos < tokens.size(); ++pos) picks.push_back(argmax(tokens[pos], static_cast<int>(pos)));
+  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ModelFns& model, std::FILE*) {
+    for (size_t pos = 0; pos < tokens.size(); ++pos) picks.push_back(model.argmax(tokens[pos], static_cast<int>(pos)));
     return GenerateResult{};
   }, nullptr);
   return picks;

@@ -53,7 +53,7 @@ TEST_CASE("generate_with_tokenizer: prompt forced, stops at EOS, UTF-8 completed
     return logits;
   };
   GenerateOptions options{.prompt = "hi", .steps = 100, .temperature = 0.0f, .seed = 1};
-  const GenerateResult r = generate_with_tokenizer(forward, tok, VOCAB, {EOS}, options, nullptr);
+  const GenerateResult r = generate_with_tokenizer(ModelFns{forward}, tok, VOCAB, {EOS}, options, nullptr);
   CHECK(r.text == "hi\xC3\xA9!\n");
   CHECK(r.tokens == std::vector<int>{BOS, 'h', 'i', 0xC3, 0xA9, '!', EOS});
   CHECK(r.positions == 6);  // EOS is picked, not fed
@@ -61,7 +61,7 @@ TEST_CASE("generate_with_tokenizer: prompt forced, stops at EOS, UTF-8 completed
 
   // Without EOS among the stop tokens, the step limit ends it.
   options.steps = 5;
-  const GenerateResult limited = generate_with_tokenizer(forward, tok, VOCAB, {}, options, nullptr);
+  const GenerateResult limited = generate_with_tokenizer(ModelFns{forward}, tok, VOCAB, {}, options, nullptr);
   CHECK(limited.positions == 5);
   CHECK(limited.text == "hi\xC3\xA9!\n");  // the last token picked is printed, not fed
 }
