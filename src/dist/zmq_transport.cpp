@@ -757,7 +757,9 @@ void ZmqTransport::check_wait(const MessageKey& key, const char* what, Clock::ti
   const int src = process_of(key.src);
   if (error.empty() && src != config_.rank && said_bye_[static_cast<size_t>(src)])
     error = process_name(src) + " finished its run while " + here + " waits for it (ranks ran different collectives)";
-  if (error.empty() && src == config_.rank && finished_[static_cast<size_t>(key.src)])
+  // A local device's sends reach the mailbox before it finishes: one may have arrived between the
+  // caller's look into the mailbox and this check, and then the next look finds it.
+  if (error.empty() && src == config_.rank && finished_[static_cast<size_t>(key.src)] && !mailbox_.count(key))
     error = "device " + std::to_string(key.src) + " finished its run while " + here +
             " waits for it (devices ran different collectives)";
   if (error.empty() && now - since > std::chrono::duration<double>(config_.timeout_s))
