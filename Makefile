@@ -9,7 +9,14 @@ SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CCACHE = $(shell command -v ccache)
 CMAKE_LAUNCHER = $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: all build test deps tsan-test asan-test clean demo
+# make fuzz: libFuzzer comes with Debian's clang (its runtime in libclang-rt-14-dev; OpenMP for clang in libomp-dev).
+FUZZ_PACKAGES = clang libclang-rt-14-dev libomp-dev
+FUZZ_DEPS_PRESENT = $(shell dpkg -s $(FUZZ_PACKAGES) >/dev/null 2>&1 && echo yes)
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS = llama2c_checkpoint llama2c_tokenizer safetensors run_config zmq_wire
+SHARED_DIR ?= $(abspath ../shared)
+
+.PHONY: all build test deps fuzz-deps tsan-test asan-test fuzz clean demo
 
 all: build
 
@@ -28,6 +35,29 @@ build: deps $(BUILD)/CMakeCache.txt
 test: build
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j $(JOBS) --timeout 600
 
+fuzz-deps: deps
+ifneq ($(FUZZ_DEPS_PRESENT),yes)
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(FUZZ_PACKAGES)
+endif
+
+# Every parser under libFuzzer with ASan + UBSan, FUZZ_SECONDS each (tests/fuzz/). Seeds come from
+# ../shared/data at run time (tests/fuzz/fuzz_seeds.cpp); what a run finds is kept in
+# build-fuzz/corpus/TARGET; a crash stops make, its input in build-fuzz/crashes/.
+fuzz: fuzz-deps
+	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DTPCLI_FUZZ=ON $(CMAKE_LAUNCHER)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	./build-fuzz/tests/fuzz/fuzz_seeds build-fuzz/seeds $(SHARED_DIR) $(CURDIR)
+	mkdir -p build-fuzz/crashes
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  ./build-fuzz/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 -artifact_prefix=build-fuzz/crashes/$$t- build-fuzz/corpus/$$t build-fuzz/seeds/$$t \
+	    2>build-fuzz/fuzz_$$t.log || { tail -40 build-fuzz/fuzz_$$t.log; exit 1; }; \
+	  grep -E "^stat::number_of_executed_units|^Done" build-fuzz/fuzz_$$t.log || true; \
+	done
+
 # ThreadSanitizer over the dist tests; AddressSanitizer over the loader/CLI tests.
 tsan-test: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread $(CMAKE_LAUNCHER)
@@ -45,4 +75,4 @@ demo: build
 	./$(BUILD)/tpcli infer --model runs/tiny/latest.safetensors -i "ROMEO:" -n 200
 
 clean:
-	rm -rf $(BUILD) build-tsan build-asan
+	rm -rf $(BUILD) build-tsan build-asan build-fuzz

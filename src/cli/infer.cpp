@@ -151,7 +151,11 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   options.temperature = f.temperature;
   options.topp = f.topp;
   options.seed = static_cast<uint64_t>(f.seed);  // as run.c: a negative int wraps around
-  options = model::normalized(options, config.seq_len);
+  try {
+    options = model::normalized(options, config.seq_len);  // rejects a NaN -t / -p
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
 
   dist::RunOptions run_options;
   dist::select_backend(run_options, run_flags.backend);  // zmq: only this process's devices run here

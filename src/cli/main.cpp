@@ -1,6 +1,6 @@
 // tpcli — entry point: builds the CLI11 app from the registered subcommands (cli/commands.h) and
 // turns errors into one line and an exit code:
-//   bad flags (CLI11 parse errors)            -> CLI11's message, exit 2
+//   bad flags (CLI11 parse errors)            -> "tpcli SUBCOMMAND: CLI11's message", one line, exit 2
 //   CLI::RuntimeError(code) from a command    -> exit code, nothing printed (the command did)
 //   config::ConfigError                       -> "FILE:LINE:COL: message", exit 2
 //   cli::UsageError                           -> "tpcli SUBCOMMAND: message", exit 2
@@ -46,6 +46,18 @@ std::string command_path(const CLI::App& app) {
     if (current) path += " " + current->get_name();
   }
   return path;
+}
+
+// --help and --version print as CLI11 formats them (exit 0); a bad flag is one line like every
+// other error, "tpcli infer: --model is required (see --help)", exit 2.
+int exit_for_cli11(CLI::App& app, const CLI::Error& e) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  std::string message = e.what();
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  while (!message.empty() && message.back() == ' ') message.pop_back();
+  std::cerr << command_path(app) << ": " << message << " (see --help)\n";
+  return 2;
 }
 
 }  // namespace
@@ -98,9 +110,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {  // CLI::RuntimeError(code): the command printed its own
     return e.get_exit_code();             // message. A ParseError in CLI11 2.1: catch it first.
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help / --version exit 0; bad flags 2
+    return exit_for_cli11(app, e);
   } catch (const CLI::Error& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return exit_for_cli11(app, e);
   } catch (const tpcli::config::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return 2;

@@ -9,6 +9,7 @@
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/packed_weights.h"
+#include "model/regular_file.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
 #include "model/weights_view.h"
@@ -19,6 +20,7 @@ namespace {
 
 bool looks_like_safetensors(const std::string& path) {
   if (path.ends_with(".safetensors")) return true;
+  model::require_regular_file(path, "a model file");  // a FIFO would block the peek below
   std::ifstream in(path, std::ios::binary);
   char head[9] = {};
   return in.read(head, 9) && head[8] == '{';

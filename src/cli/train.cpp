@@ -2,7 +2,7 @@
 //
 // Everything the config names is checked before the first step: the mesh against the heads and
 // the batch, the corpus, the tokenizer against the vocabulary. Errors are one line (exit 2).
-// Ctrl-C (or SIGTERM) stops after the current step, saves a checkpoint and exits cleanly; the
+// Ctrl-C (or SIGTERM) stops after the current step, saves a checkpoint and exits with 130; the
 // same signal again exits at once.
 //
 // Over ZeroMQ (`tpcli launch -n P [--devices-per-process K] -- tpcli train CONFIG --backend zmq`,
@@ -35,6 +35,7 @@ namespace tpcli::cli {
 namespace {
 
 std::atomic<bool> stop_requested{false};
+constexpr int INTERRUPTED_EXIT_CODE = 128 + SIGINT;  // 130, on every backend
 std::atomic<bool> got_sigint{false}, got_sigterm{false};
 
 // Each signal counts on its own: Ctrl-C under `tpcli launch` brings a SIGINT (the terminal) and a
@@ -118,7 +119,10 @@ void setup_train(CLI::App& sub) {
                    static_cast<long long>(o.model.parameter_count()), o.corpus->train.size(), o.corpus->val.size());
     train::TrainResult result = train_stoppable(o);
     if (trace) write_trace(*trace, flags->trace, "steps");
-    if (!writer) return;
+    if (!writer) {
+      if (result.interrupted) throw CLI::RuntimeError(INTERRUPTED_EXIT_CODE);
+      return;
+    }
 
     if (!result.sample.empty()) std::printf("---- sample ----\n%s\n----------------\n", result.sample.c_str());
     const auto& last = result.records;
@@ -141,6 +145,7 @@ void setup_train(CLI::App& sub) {
       std::printf("interrupted at step %lld: to continue, run the same command with --resume\n",
                   static_cast<long long>(result.end_step));
     std::fflush(stdout);
+    if (result.interrupted) throw CLI::RuntimeError(INTERRUPTED_EXIT_CODE);  // as a shell reports Ctrl-C
   });
 }
 

@@ -371,7 +371,7 @@ void read_train(const toml::table& table, const std::string& file, SourceMap& so
   if (auto seed = r.integer("seed", 0, INT64_MAX)) train.seed = static_cast<uint64_t>(*seed);
   int_key(train.warmup_steps, "warmup_steps", 0);
   int_key(train.eval_every, "eval_every", 0);
-  int_key(train.eval_batches, "eval_batches", 1);
+  int_key(train.eval_batches, "eval_batches", 0);  // 0 = no validation (a corpus too short to split)
   int_key(train.log_every, "log_every", 1);
   int_key(train.sample_tokens, "sample_tokens", 0);
   train.save_every = r.int32("save_every", 1);

@@ -118,7 +118,7 @@ struct TrainSection {
   double eps = 1e-8;
   double grad_clip = 1.0;        // 0 = off
   int eval_every = 250;          // 0 = never
-  int eval_batches = 20;
+  int eval_batches = 20;         // 0 = no validation at all
   std::string out_dir;           // default "runs/<config file stem>"
   int log_every = 10;
   int sample_tokens = 200;       // length of the sample generated at the end (0 = none)

@@ -16,9 +16,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 
 namespace tpcli::dist {
@@ -335,6 +337,16 @@ std::vector<std::string> read_hostfile(const std::string& path) {
   return hosts;
 }
 
+// Names this launch in every rank's hello (dist/zmq_wire.h), so a coordinator never takes a rank
+// of another launch that happens to reach its port.
+static std::string random_job_token() {
+  std::random_device device;
+  const uint64_t token = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(token));
+  return text;
+}
+
 int launch(const LaunchOptions& o, std::vector<std::string> command) {
   if (command.empty()) throw LaunchError("no command to launch (usage: tpcli launch -n N -- tpcli infer ...)");
   if (o.processes < 1) throw LaunchError("-n " + std::to_string(o.processes) + ": need at least 1 rank");
@@ -361,6 +373,7 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
                         o.hosts[i] + "; use tcp");
   }
   const std::string host0 = local ? "127.0.0.1" : addresses[0];
+  const std::string job = random_job_token();
 
   struct sigaction stop{}, old_int{}, old_term{};
   stop.sa_handler = on_stop_signal;
@@ -391,7 +404,8 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
           "TPCLI_HOST=" + (local ? std::string("127.0.0.1") : addresses[h]),
           "TPCLI_TRANSPORT=" + transport,
           "TPCLI_TIMEOUT=" + std::to_string(o.timeout_s),
-          "TPCLI_DEVICES_PER_PROCESS=" + std::to_string(o.devices_per_process)};
+          "TPCLI_DEVICES_PER_PROCESS=" + std::to_string(o.devices_per_process),
+          "TPCLI_JOB=" + job};
       ranks.push_back(spawn(rank_argv(command, env, host, o), env, i, host, o));
     }
   } catch (const std::exception&) {

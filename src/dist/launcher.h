@@ -3,7 +3,8 @@
 //
 //   TPCLI_RANK, TPCLI_WORLD_SIZE, TPCLI_COORDINATOR (tcp://host0:port, bound by rank 0),
 //   TPCLI_HOST (the address a rank binds its inbox on), TPCLI_TRANSPORT (ipc when every rank is
-//   local, tcp across hosts), TPCLI_TIMEOUT, TPCLI_DEVICES_PER_PROCESS.
+//   local, tcp across hosts), TPCLI_TIMEOUT, TPCLI_DEVICES_PER_PROCESS, TPCLI_JOB (a random token
+//   naming this launch: the coordinator refuses ranks of other launches).
 //
 // With hosts, rank r runs on hosts[r % size] through `ssh -o BatchMode=yes -o ConnectTimeout=S -T
 // host CMD` (S = min(timeout, 10)); the ssh command itself is $TPCLI_SSH (default "ssh", split at

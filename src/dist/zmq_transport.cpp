@@ -21,19 +21,8 @@ namespace tpcli::dist {
 
 namespace {
 
-constexpr uint32_t MAGIC = 0x7470636c;  // "tpcl"
-enum class Kind : uint32_t { DATA = 1, ABORT = 2, BYE = 3, ATTACH = 4 };  // ATTACH text: "1" rings mapped, "0" not
-
-struct WireHeader {
-  uint32_t magic = MAGIC;
-  uint32_t kind = 0;
-  uint64_t comm = 0;
-  uint64_t seq = 0;
-  int32_t src = 0;  // mesh rank (DATA) or process (ABORT, BYE)
-  int32_t dst = 0;
-  int64_t total = 0;   // floats in the whole message
-  int64_t offset = 0;  // of this chunk
-};
+using Kind = WireKind;
+constexpr uint32_t MAGIC = WIRE_MAGIC;
 
 constexpr auto POLL_SLICE = std::chrono::milliseconds(20);
 constexpr auto DROP_GRACE = std::chrono::milliseconds(500);  // a BYE may still be on its way
@@ -98,30 +87,12 @@ std::string hex(uint64_t x) {
   return s.str();
 }
 
-struct Hello {
-  int rank = -1, world = 0, devices_per_process = 0, mesh_size = 0;
-  std::string version, binary, config, inbox;
-  std::string host = "-";  // hash of host_identity()
-  std::string rings = "-"; // ShmSegment descriptor, "-" without shared memory
-
-  std::string encode() const {
-    std::ostringstream s;
-    s << "HELLO " << rank << ' ' << world << ' ' << devices_per_process << ' ' << mesh_size << ' ' << version << ' '
-      << binary << ' ' << config << ' ' << inbox << ' ' << host << ' ' << rings;
-    return s.str();
-  }
-  static Hello decode(const std::string& text) {
-    Hello h;
-    std::istringstream s(text);
-    std::string tag;
-    s >> tag >> h.rank >> h.world >> h.devices_per_process >> h.mesh_size >> h.version >> h.binary >> h.config >>
-        h.inbox >> h.host >> h.rings;
-    if (tag != "HELLO" || !s) fail("malformed hello from a peer: '" + text + "' (is this a tpcli rank?)");
-    return h;
-  }
-  // This rank's entry in the coordinator's table: how the others reach it.
-  std::string table_entry() const { return inbox + "|" + host + "|" + rings; }
-};
+// A hello from the network, or a one-line error: decode() refuses anything malformed.
+Hello decode_hello(const std::string& text) {
+  std::optional<Hello> h = Hello::decode(text);
+  if (!h) fail("malformed hello from a peer: '" + text.substr(0, 200) + "' (is this a tpcli rank?)");
+  return *h;
+}
 
 // Field i of a table entry (0 inbox, 1 host, 2 rings).
 std::string entry_field(const std::string& entry, int i) {
@@ -197,6 +168,8 @@ ZmqConfig ZmqConfig::from_env() {
   c.devices_per_process = env_int("TPCLI_DEVICES_PER_PROCESS", 1, false);
   c.timeout_s = env_int("TPCLI_TIMEOUT", 30, false);
   c.shared_memory = env_int("TPCLI_SHM", 1, false) != 0;
+  c.job = env_str("TPCLI_JOB", c.job);
+  if (c.job.find_first_of(" \t\n") != std::string::npos) fail("TPCLI_JOB='" + c.job + "' must be one word");
   if (c.world_size < 1) fail("TPCLI_WORLD_SIZE=" + std::to_string(c.world_size) + " must be at least 1");
   if (c.rank < 0 || c.rank >= c.world_size)
     fail("TPCLI_RANK=" + std::to_string(c.rank) + " is outside TPCLI_WORLD_SIZE=" + std::to_string(c.world_size));
@@ -225,6 +198,7 @@ ZmqTransport::ZmqTransport(const ZmqConfig& config, int mesh_size)
   dropped_.assign(static_cast<size_t>(P), std::nullopt);
   bind_inbox();
   Hello me{config_.rank, P, K, mesh_size, TPCLI_VERSION, hex(binary_hash()), hex(config_.config_hash), inbox_address_};
+  me.job = config_.job;
   if (config_.shared_memory && P > 1) {
     try {
       own_segment_ = ShmSegment::create(P);
@@ -255,7 +229,7 @@ void ZmqTransport::bind_inbox() {
 
 // Rank 0: bind the coordinator, collect every rank's hello, check, answer with the inbox table.
 std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
-  const Hello root = Hello::decode(my_hello);
+  const Hello root = decode_hello(my_hello);
   zmq::socket_t router(context_, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 1000);
   try {
@@ -284,10 +258,23 @@ std::vector<std::string> ZmqTransport::coordinate(const std::string& my_hello) {
     std::vector<zmq::message_t> frames;
     (void)zmq::recv_multipart(router, std::back_inserter(frames));
     if (frames.size() != 2) continue;
-    const Hello h = Hello::decode(frame_text(frames[1]));
+    const std::string id = frame_text(frames[0]);
+    const std::optional<Hello> joined_hello = Hello::decode(frame_text(frames[1]));
+    // Not a rank of this job (a stray connection, or a rank of another launch on this port):
+    // refuse it alone, and keep waiting for our own ranks.
+    std::string foreign;
+    if (!joined_hello) foreign = "malformed hello: not a tpcli rank of this version";
+    else if (joined_hello->job != root.job)
+      foreign = "rank " + std::to_string(joined_hello->rank) + " belongs to another launch (job " + joined_hello->job +
+                ", this coordinator serves job " + root.job + ")";
+    if (!foreign.empty()) {
+      router.send(zmq::buffer(id), zmq::send_flags::sndmore);
+      router.send(zmq::buffer("ERROR " + foreign));
+      continue;
+    }
+    const Hello& h = *joined_hello;
     error = mismatch(h, root);
     if (error.empty() && !table[static_cast<size_t>(h.rank)].empty()) error = "rank " + std::to_string(h.rank) + " joined twice";
-    const std::string id = frame_text(frames[0]);
     if (!error.empty()) {  // tell the offender too, even if its rank is out of range
       router.send(zmq::buffer(id), zmq::send_flags::sndmore);
       router.send(zmq::buffer("ERROR " + error));
@@ -720,10 +707,12 @@ void ZmqTransport::poll_once(std::chrono::milliseconds wait) {
 }
 
 void ZmqTransport::file_message(std::vector<zmq::message_t>& frames) {
-  WireHeader h;
-  if (frames.size() != 2 || frames[0].size() != sizeof h) return;  // not ours: ignore
-  std::memcpy(&h, frames[0].data(), sizeof h);
-  if (h.magic != MAGIC) return;
+  if (frames.size() != 2) return;  // not ours: ignore
+  const std::optional<WireHeader> header = parse_wire_header(
+      std::span<const std::byte>(static_cast<const std::byte*>(frames[0].data()), frames[0].size()), frames[1].size(),
+      config_.world_size, mesh_size_);
+  if (!header) return;
+  const WireHeader& h = *header;
   switch (static_cast<Kind>(h.kind)) {
     case Kind::DATA:
       mailbox_[MessageKey{h.comm, h.seq, h.src, h.dst}].push_back(Chunk{h.total, h.offset, std::move(frames[1])});

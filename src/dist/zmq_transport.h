@@ -3,8 +3,8 @@
 // Every process binds one PULL socket (its inbox) and connects one PUSH socket to every other
 // process's inbox. Start-up goes through a coordinator that rank 0 binds at TPCLI_COORDINATOR:
 // each rank sends HELLO (rank, world size, devices per process, version, binary hash, config hash,
-// inbox address); rank 0 checks them and answers with the table of inbox addresses, or with an
-// error naming the offending rank.
+// inbox address, job token: dist/zmq_wire.h); rank 0 refuses hellos of other jobs, checks the
+// rest and answers with the table of inbox addresses, or with an error naming the offending rank.
 //
 // Messages are point-to-point between mesh ranks, tagged (communicator, call, phase, source,
 // destination). Large ones travel in chunks of CHUNK_BYTES, so the receiver reduces chunk i while
@@ -44,6 +44,7 @@
 #include <zmq_addon.hpp>
 
 #include "dist/shm_rings.h"
+#include "dist/zmq_wire.h"
 
 namespace tpcli::dist {
 
@@ -56,6 +57,7 @@ struct ZmqConfig {
   int devices_per_process = 1;      // thread devices per process (TPCLI_DEVICES_PER_PROCESS)
   double timeout_s = 30.0;          // longest wait for a peer (TPCLI_TIMEOUT)
   bool shared_memory = true;        // rings between processes of one host; TPCLI_SHM=0: sockets only
+  std::string job = "-";            // the launch's random token (TPCLI_JOB): ranks of other jobs are refused
   uint64_t config_hash = 0;         // must agree on every rank: from_env() hashes the command line;
                                     // callers may mix in more (fnv1a(config_text, config_hash))
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <stdexcept>
 
@@ -11,6 +12,10 @@
 namespace tpcli::model {
 
 GenerateOptions normalized(GenerateOptions o, int seq_len) {
+  // llama2.c's overrides below would let a NaN through (every comparison with it is false).
+  if (!std::isfinite(o.temperature))
+    throw std::invalid_argument("temperature -t = " + std::to_string(o.temperature) + " is not a finite number");
+  if (!std::isfinite(o.topp)) throw std::invalid_argument("top-p -p = " + std::to_string(o.topp) + " is not a finite number");
   if (o.seed == 0) o.seed = static_cast<unsigned int>(std::time(nullptr));
   if (o.temperature < 0.0f) o.temperature = 0.0f;
   if (o.topp < 0.0f || 1.0f < o.topp) o.topp = 0.9f;
@@ -75,8 +80,12 @@ GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const
     if (pos < static_cast<int>(prompt.size()) - 1) {
       next = prompt[static_cast<size_t>(pos) + 1];  // still inside the prompt: force it
     } else if (greedy_shortcut) {
+      if (greedy < 0)  // Llama::forward_argmax: some device's logits are not finite
+        throw std::runtime_error("the model's logits at position " + std::to_string(pos) +
+                                 " are not finite: the checkpoint holds non-finite weights or settings");
       next = greedy;
     } else {
+      require_finite_logits(full, pos);
       logits.assign(full.begin(), full.end());
       next = sampler.sample(logits);
     }

@@ -53,7 +53,8 @@ struct GenerateResult {
   double prefill_tokens_per_second = 0;
 };
 
-// Greedy shortcut: the argmax token after feeding (token, pos), KV cache advanced (first max wins).
+// Greedy shortcut: the argmax token after feeding (token, pos), KV cache advanced (first max wins);
+// -1 when a logit is not finite (generate() then ends the run naming the position).
 using ArgmaxFn = std::function<int(int token, int pos)>;
 // Batched prefill: tokens at positions pos.. in one pass (KV cache filled); the last position's
 // logits [V], or its argmax token.

@@ -1,5 +1,7 @@
 #include "model/llama.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -104,6 +106,19 @@ std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const 
                                                  std::move(ranges), F);
 }
 
+// The KV cache is sized by seq_len alone (read from a file's metadata): a seq_len within the
+// limits can still ask for more memory than the machine has, and zero-filling it would end in the
+// kernel's OOM killer rather than an error.
+void require_memory_for_kv_cache(const LlamaConfig& c, int64_t kv_rows_local) {
+  const double bytes = 2.0 * c.n_layers * static_cast<double>(c.seq_len) * static_cast<double>(kv_rows_local) * sizeof(float);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory)
+    throw std::runtime_error("llama: the KV cache needs " + std::to_string(static_cast<int64_t>(bytes / 1e6)) +
+                             " MB per device (n_layers " + std::to_string(c.n_layers) + " x seq_len " +
+                             std::to_string(c.seq_len) + "), more than this machine's " +
+                             std::to_string(static_cast<int64_t>(memory / 1e6)) + " MB: lower seq_len");
+}
+
 }  // namespace
 
 Llama::~Llama() = default;
@@ -139,6 +154,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   norm_ = copy_full(weights, spec("norm"));
 
   const dist::Range q_rows = plan_.q_rows(), kv_rows = plan_.kv_rows();
+  require_memory_for_kv_cache(config_, kv_rows.count);
   layers_.resize(static_cast<size_t>(config_.n_layers));
   for (int l = 0; l < config_.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
@@ -293,14 +309,18 @@ std::span<const float> Llama::gather_logits(const float* local) {
 int Llama::argmax_over_devices(const float* local) {
   const int64_t VL = plan_.vocab.count;
   const int64_t best = std::max_element(local, local + VL) - local;  // first maximum, as llama2.c
-  if (group_.size() == 1) return static_cast<int>(best);
-  // Reduce (value, token) pairs instead of gathering the logits: 2 floats per device.
-  const float mine[2] = {local[best], static_cast<float>(plan_.vocab.offset + best)};
+  const bool finite = std::all_of(local, local + VL, [](float v) { return std::isfinite(v); });
+  if (group_.size() == 1) return finite ? static_cast<int>(best) : -1;
+  // Reduce (value, token) pairs instead of gathering the logits: 2 floats per device; a device
+  // with a non-finite logit sends NaN, so every device returns -1.
+  const float mine[2] = {finite ? local[best] : NAN, static_cast<float>(plan_.vocab.offset + best)};
   std::vector<float> all(static_cast<size_t>(2 * group_.size()));  // [T, 2]
   group_.all_gather(mine, all);
   size_t winner = 0;  // devices hold ascending vocabulary ranges: strict > keeps the lowest token on ties
-  for (size_t d = 1; d < static_cast<size_t>(group_.size()); ++d)
+  for (size_t d = 0; d < static_cast<size_t>(group_.size()); ++d) {
+    if (std::isnan(all[2 * d])) return -1;
     if (all[2 * d] > all[2 * winner]) winner = d;
+  }
   return static_cast<int>(all[2 * winner + 1]);
 }
 

@@ -61,7 +61,8 @@ class Llama {
   // Returns the logits [V], full vocabulary on every device (valid until the next call).
   std::span<const float> forward(int token, int pos);
   // Like forward, but only the greedy token: each device's local argmax, reduced across devices
-  // (moves 2 floats per device instead of the logits). Ties go to the lowest token id.
+  // (moves 2 floats per device instead of the logits). Ties go to the lowest token id; -1 (on
+  // every device) when any device's logits are not finite.
   int forward_argmax(int token, int pos);
 
   // Batched prefill: tokens[P] at positions pos..pos+P-1 in one pass, filling the KV cache there

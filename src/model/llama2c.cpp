@@ -1,5 +1,6 @@
 #include "model/llama2c.h"
 #include "model/atomic_file.h"
+#include "model/regular_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -20,7 +21,9 @@ namespace tpcli::model {
 // ---- MappedFile ----
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  require_regular_file(path, "a model file");
+  // O_NONBLOCK: should the path become a FIFO after the check, open returns instead of waiting.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -51,15 +54,9 @@ namespace {
 constexpr int HEADER_INTS = 7;
 constexpr uint64_t HEADER_BYTES = HEADER_INTS * sizeof(int32_t);
 
-// Limits far above any model this tool runs; beyond them a header is garbage, not a model.
-struct Limit {
-  const char* field;
-  int64_t max;
-};
-constexpr Limit LIMITS[HEADER_INTS] = {
-    {"dim", 1 << 16},      {"hidden_dim", 1 << 18}, {"n_layers", 1 << 10}, {"n_heads", 1 << 10},
-    {"n_kv_heads", 1 << 10}, {"vocab_size", 1 << 22}, {"seq_len", 1 << 20},
-};
+// The header's fields, in order, with model/llama_config.h's limits.
+constexpr ConfigLimit LIMITS[HEADER_INTS] = {MAX_DIM,      MAX_HIDDEN_DIM, MAX_LAYERS, MAX_HEADS,
+                                             MAX_KV_HEADS, MAX_VOCAB,      MAX_SEQ_LEN};
 
 uint64_t rope_table_floats(const LlamaConfig& c) {
   return static_cast<uint64_t>(c.seq_len) * static_cast<uint64_t>(c.head_size() / 2);

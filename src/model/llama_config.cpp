@@ -1,5 +1,7 @@
 #include "model/llama_config.h"
 
+#include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 namespace tpcli::model {
@@ -8,14 +10,34 @@ void LlamaConfig::validate() const {
   auto positive = [](const char* field, int value) {
     if (value < 1) throw std::invalid_argument(std::string(field) + " = " + std::to_string(value) + " must be >= 1");
   };
-  positive("dim", dim);
-  positive("hidden_dim", hidden_dim);
-  positive("n_layers", n_layers);
-  positive("n_heads", n_heads);
-  positive("n_kv_heads", n_kv_heads);
-  positive("vocab_size", vocab_size);
-  positive("seq_len", seq_len);
-  if (head_dim < 0) throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + " must be >= 0");
+  auto bounded = [&](const ConfigLimit& limit, int value) {
+    positive(limit.field, value);
+    if (value > limit.max)
+      throw std::invalid_argument(std::string(limit.field) + " = " + std::to_string(value) + " exceeds the limit " +
+                                  std::to_string(limit.max));
+  };
+  bounded(MAX_DIM, dim);
+  bounded(MAX_HIDDEN_DIM, hidden_dim);
+  bounded(MAX_LAYERS, n_layers);
+  bounded(MAX_HEADS, n_heads);
+  bounded(MAX_KV_HEADS, n_kv_heads);
+  bounded(MAX_VOCAB, vocab_size);
+  bounded(MAX_SEQ_LEN, seq_len);
+  // A NaN or a negative epsilon / base makes every activation NaN, silently.
+  auto finite_positive = [](const char* field, float value) {
+    if (!std::isfinite(value) || value <= 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(value));
+      throw std::invalid_argument(std::string(field) + " = " + buf + " must be a finite number > 0");
+    }
+  };
+  finite_positive("norm_eps", norm_eps);
+  finite_positive("rope_theta", rope_theta);
+  if (!std::isfinite(moe_aux_loss) || moe_aux_loss < 0)
+    throw std::invalid_argument("moe_aux_loss = " + std::to_string(moe_aux_loss) + " must be a finite number >= 0");
+  if (capacity_factor) finite_positive("capacity_factor", *capacity_factor);
+  if (head_dim < 0 || head_dim > MAX_DIM.max)
+    throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + " must be in [0, " + std::to_string(MAX_DIM.max) + "]");
   if (head_dim == 0 && dim % n_heads != 0)
     throw std::invalid_argument("n_heads = " + std::to_string(n_heads) + " does not divide dim = " + std::to_string(dim));
   if (n_heads % n_kv_heads != 0)
@@ -23,11 +45,15 @@ void LlamaConfig::validate() const {
                                 std::to_string(n_heads));
   if (head_size() % 2 != 0)
     throw std::invalid_argument("head size = " + std::to_string(head_size()) + " must be even for RoPE");
-  if (n_experts < 0) throw std::invalid_argument("n_experts = " + std::to_string(n_experts) + " must be >= 0");
+  if (n_experts < 0 || n_experts > MAX_EXPERTS.max)
+    throw std::invalid_argument("n_experts = " + std::to_string(n_experts) + " must be in [0, " +
+                                std::to_string(MAX_EXPERTS.max) + "]");
   if (is_moe() && (top_k < 1 || top_k > n_experts))
     throw std::invalid_argument("top_k = " + std::to_string(top_k) + " must be in [1, n_experts = " +
                                 std::to_string(n_experts) + "]");
-  if (expert_hidden_dim < 0) throw std::invalid_argument("expert_hidden_dim must be >= 0");
+  if (expert_hidden_dim < 0 || expert_hidden_dim > MAX_EXPERT_HIDDEN_DIM.max)
+    throw std::invalid_argument("expert_hidden_dim = " + std::to_string(expert_hidden_dim) + " must be in [0, " +
+                                std::to_string(MAX_EXPERT_HIDDEN_DIM.max) + "]");
 }
 
 std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {

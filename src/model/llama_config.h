@@ -52,9 +52,22 @@ struct LlamaConfig {
   int kv_dim() const { return head_size() * n_kv_heads; }
   bool is_moe() const { return n_experts > 0; }
   int64_t parameter_count() const;
-  // Throws std::invalid_argument naming the field when the dims don't fit together.
+  // Throws std::invalid_argument naming the field when the dims don't fit together, exceed the
+  // limits below, or a setting is not finite (norm_eps, rope_theta, ...).
   void validate() const;
 };
+
+// Upper bounds far above any model this tool runs: a number read from a file (a llama2.c header,
+// safetensors metadata, a config) beyond them is garbage, and is refused before anything is
+// allocated from it.
+struct ConfigLimit {
+  const char* field;
+  int max;
+};
+constexpr ConfigLimit MAX_DIM{"dim", 1 << 16}, MAX_HIDDEN_DIM{"hidden_dim", 1 << 18},
+    MAX_LAYERS{"n_layers", 1 << 10}, MAX_HEADS{"n_heads", 1 << 10}, MAX_KV_HEADS{"n_kv_heads", 1 << 10},
+    MAX_VOCAB{"vocab_size", 1 << 22}, MAX_SEQ_LEN{"seq_len", 1 << 20}, MAX_EXPERTS{"n_experts", 1 << 10},
+    MAX_EXPERT_HIDDEN_DIM{"expert_hidden_dim", 1 << 18};
 
 // How a parameter is split over the tensor-parallel group (see model/shard_plan.h for the counts).
 enum class Split {

@@ -46,6 +46,9 @@ int sample_topp(std::span<const float> probabilities, float topp, float coin, st
   std::stable_sort(scratch.begin(), scratch.end(), [](const ProbIndex& a, const ProbIndex& b) { return a.prob > b.prob; });
 
   const int n0 = static_cast<int>(scratch.size());
+  if (n0 == 0)  // only when no probability compares >= cutoff: NaNs (finite ones sum to 1)
+    throw std::invalid_argument("sampler: top-p found no probability >= " + std::to_string(cutoff) +
+                                " (non-finite probabilities?)");
   float cumulative = 0.0f;
   int last = n0 - 1;  // rounding: keep everything
   for (int i = 0; i < n0; ++i) {
@@ -76,9 +79,20 @@ void softmax(std::span<float> x) {
   for (auto& v : x) v /= sum;
 }
 
+void require_finite_logits(std::span<const float> logits, int pos) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      throw std::runtime_error("the model's logits at position " + std::to_string(pos) + " are not finite (token " +
+                               std::to_string(i) + ": " + std::to_string(logits[i]) +
+                               "): the checkpoint holds non-finite weights or settings");
+}
+
 Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed)
     : vocab_size_(vocab_size), temperature_(temperature), topp_(topp), state_(seed) {
   if (vocab_size < 1) throw std::invalid_argument("sampler: vocab_size = " + std::to_string(vocab_size));
+  if (!std::isfinite(temperature) || temperature < 0)
+    throw std::invalid_argument("sampler: temperature = " + std::to_string(temperature) + " must be a finite number >= 0");
+  if (!std::isfinite(topp)) throw std::invalid_argument("sampler: top-p = " + std::to_string(topp) + " is not a number");
   scratch_.reserve(static_cast<size_t>(vocab_size));
 }
 
@@ -86,6 +100,8 @@ int Sampler::sample(std::span<float> logits) {
   if (static_cast<int>(logits.size()) != vocab_size_)
     throw std::invalid_argument("sampler: got " + std::to_string(logits.size()) + " logits, vocab_size is " +
                                 std::to_string(vocab_size_));
+  for (float v : logits)
+    if (!std::isfinite(v)) throw std::invalid_argument("sampler: a logit is " + std::to_string(v));
   if (temperature_ == 0.0f) return sample_argmax(logits);
   for (auto& v : logits) v /= temperature_;
   softmax(logits);

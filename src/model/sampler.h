@@ -29,10 +29,16 @@ int sample_topp(std::span<const float> probabilities, float topp, float coin, st
 // In place: x = softmax(x), run.c's order of operations (max, expf, sum, divide).
 void softmax(std::span<float> x);
 
+// Throws std::runtime_error naming the position and the first non-finite logit [V]: a NaN would
+// otherwise come out as a token (<unk> runs) and the run would end "successfully".
+void require_finite_logits(std::span<const float> logits, int pos);
+
 class Sampler {
  public:
+  // Throws std::invalid_argument for a non-finite or negative temperature or a non-finite top-p.
   Sampler(int vocab_size, float temperature, float topp, uint64_t seed);
   // Picks the next token; `logits` [V] is overwritten (divided by temperature, softmaxed), as run.c does.
+  // Throws std::invalid_argument when a logit is not finite (callers check first, naming the position).
   int sample(std::span<float> logits);
   uint64_t state() const { return state_; }
 

@@ -1,5 +1,6 @@
 #include "model/tokenizer.h"
 #include "model/atomic_file.h"
+#include "model/regular_file.h"
 
 #include <algorithm>
 #include <array>
@@ -46,6 +47,7 @@ const std::array<char, 256> BYTE_PIECES = [] {
 }  // namespace
 
 Tokenizer::Tokenizer(const std::string& path, std::optional<int> vocab_size) {
+  require_regular_file(path, "a llama2.c tokenizer file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open tokenizer file");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -115,7 +117,11 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) co
     if (id >= 0) {
       tokens.push_back(id);
     } else {
-      for (size_t j = 0; j < len; ++j) tokens.push_back(static_cast<unsigned char>(text[i + j]) + 3);
+      // <0xNN> is id NN + 3 in a full llama2.c vocabulary; a smaller one has no such piece: <unk>.
+      for (size_t j = 0; j < len; ++j) {
+        const int byte_id = static_cast<unsigned char>(text[i + j]) + 3;
+        tokens.push_back(byte_id < vocab_size() ? byte_id : UNK_TOKEN);
+      }
     }
     i += len;
   }

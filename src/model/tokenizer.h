@@ -6,7 +6,8 @@
 // llama2.c would silently read a prefix).
 //
 // encode: optional BOS (1); the dummy prefix token " " when the text is non-empty; each UTF-8
-// code point as its token, or its bytes as <0xNN> tokens (id = byte + 3) when absent; then
+// code point as its token, or its bytes as <0xNN> tokens (id = byte + 3; <unk> = 0 when the
+// vocabulary is too small to hold that id, where run.c would read past its table) when absent; then
 // repeatedly merge the adjacent pair whose concatenation is a token with the highest score
 // (leftmost on ties) until no pair merges; optional EOS (2).
 // decode(prev, token): the piece, minus its leading space right after BOS, with <0xNN> pieces
@@ -27,6 +28,7 @@
 
 namespace tpcli::model {
 
+constexpr int UNK_TOKEN = 0;
 constexpr int BOS_TOKEN = 1;
 constexpr int EOS_TOKEN = 2;
 

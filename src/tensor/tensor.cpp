@@ -1,6 +1,7 @@
 #include "tensor/tensor.h"
 
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 
 namespace tpcli::tensor {
@@ -20,7 +21,20 @@ std::string to_string(const Shape& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(static_cast<size_t>(tensor::numel(shape_)), 0.0f) {}
+// A failed allocation says what it was for and how much, not just "std::bad_alloc".
+static std::vector<float> zeros(const Shape& shape) {
+  const int64_t n = numel(shape);
+  try {
+    return std::vector<float>(static_cast<size_t>(n), 0.0f);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error("tensor: out of memory allocating shape " + to_string(shape) + " (" +
+                             std::to_string(n * static_cast<int64_t>(sizeof(float)) / 1000000) + " MB)");
+  } catch (const std::length_error&) {
+    throw std::runtime_error("tensor: shape " + to_string(shape) + " is too large to allocate");
+  }
+}
+
+Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(zeros(shape_)) {}
 
 Tensor::Tensor(Shape shape, std::vector<float> values) : shape_(std::move(shape)), data_(std::move(values)) {
   if (static_cast<int64_t>(data_.size()) != tensor::numel(shape_))

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/regular_file.h"
 #include "train/bpe.h"
 
 namespace tpcli::train {
@@ -105,6 +106,7 @@ std::string TextTokenizer::decode(std::span<const int> tokens) const {
 // ---- corpus ----
 
 std::string read_text_file(const std::string& path) {
+  model::require_regular_file(path, "a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open the corpus (data.path)");
   std::ostringstream text;
@@ -128,14 +130,15 @@ Corpus split_corpus(std::vector<int> tokens) {
 BatchSampler::BatchSampler(std::span<const int> tokens, int batch_size, int seq_len, bool shuffle, uint64_t seed)
     : tokens_(tokens), batch_size_(batch_size), seq_len_(seq_len), shuffle_(shuffle), seed_(seed) {
   if (batch_size < 1 || seq_len < 1) throw std::invalid_argument("batches: batch_size and seq_len must be >= 1");
-  if (static_cast<int64_t>(tokens.size()) - seq_len - 1 < 1)
+  if (static_cast<int64_t>(tokens.size()) < int64_t{seq_len} + 1)
     throw std::invalid_argument("corpus split of " + std::to_string(tokens.size()) +
                                 " tokens is too short for windows of seq_len + 1 = " + std::to_string(seq_len + 1) +
                                 " tokens");
 }
 
 int64_t BatchSampler::offset(int64_t step, int row) const {
-  const auto windows = static_cast<int64_t>(tokens_.size()) - seq_len_ - 1;  // valid starts: [0, windows)
+  // A window is seq_len + 1 tokens (inputs and their shifted targets): valid starts [0, windows).
+  const auto windows = static_cast<int64_t>(tokens_.size()) - seq_len_;
   if (!shuffle_) return ((step * batch_size_ + row) * seq_len_) % windows;
   // One generator per step, seeded by (seed, step): every rank and every resumed run agrees.
   std::seed_seq seq{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32), static_cast<uint32_t>(step),

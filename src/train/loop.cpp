@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "dist/runtime.h"
 #include "dist/trace.h"
+#include "model/atomic_file.h"
 #include "model/llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
@@ -57,10 +59,11 @@ void check_options(const TrainOptions& o) {
   if (o.tokenizer->vocab_size() > o.model.vocab_size)
     fail("the tokenizer has " + std::to_string(o.tokenizer->vocab_size()) + " tokens but model vocab_size = " +
          std::to_string(o.model.vocab_size));
-  if (static_cast<int64_t>(o.corpus->train.size()) < o.seq_len + 2)
+  // One window is seq_len + 1 tokens (train/data.h).
+  if (static_cast<int64_t>(o.corpus->train.size()) < int64_t{o.seq_len} + 1)
     fail("the training split holds " + std::to_string(o.corpus->train.size()) + " tokens: too few for seq_len = " +
-         std::to_string(o.seq_len));
-  if (o.eval_batches > 0 && static_cast<int64_t>(o.corpus->val.size()) < o.seq_len + 2)
+         std::to_string(o.seq_len) + " (needs seq_len + 1; lower train.seq_len or use a longer corpus)");
+  if (o.eval_batches > 0 && static_cast<int64_t>(o.corpus->val.size()) < int64_t{o.seq_len} + 1)
     fail("the validation split holds " + std::to_string(o.corpus->val.size()) + " tokens: too few for seq_len = " +
          std::to_string(o.seq_len) + " (set train.eval_batches = 0 or use a longer corpus)");
   if (o.init && !(o.init->config().dim == o.model.dim && o.init->config().n_layers == o.model.n_layers &&
@@ -188,6 +191,14 @@ model::TensorWeights gather_gradients(model::Llama& llama) {
   return gather_as_weights(llama, grads);
 }
 
+static void require_finite(std::span<const float> values, const std::string& path, int64_t step,
+                           const std::string& name) {
+  for (float x : values)
+    if (!std::isfinite(x))
+      throw std::runtime_error(path + ": not written at step " + std::to_string(step) + ": tensor " + name +
+                               " holds non-finite values (the previous checkpoint is kept)");
+}
+
 struct SaveInfo {
   std::string path;
   int64_t step = 0;
@@ -202,6 +213,11 @@ static void save_checkpoint(model::Llama& llama, AdamW& adam, const SaveInfo& in
   if (!writer) return;
   const TrainOptions& o = *info.options;
   const auto specs = model::llama_parameters(o.model);
+  // Never replace a good checkpoint with a bad one (the step's guard should have stopped first).
+  for (const auto& spec : specs)
+    for (const auto* source : {&weights, &m, &v})
+      require_finite(source->get(spec.name), info.path, info.step,
+                     source == &weights ? spec.name : (source == &m ? EXP_AVG_PREFIX : EXP_AVG_SQ_PREFIX) + spec.name);
   std::vector<model::TensorView> tensors;
   std::vector<std::string> names;  // keeps the moment names alive
   names.reserve(specs.size() * 2);
@@ -241,6 +257,62 @@ static void load_moments(const model::SafetensorsFile& file, const model::LlamaC
       throw std::logic_error("resume: optimizer shard size mismatch for " + params[i].spec->name);
     std::copy(params[i].value->data(), params[i].value->data() + out[i].numel(), out[i].data());
   }
+}
+
+// "train.step" of a checkpoint: a step count in [0, MAX_STEPS], else a one-line error naming it.
+static int64_t resume_step(const model::SafetensorsFile& file) {
+  constexpr int64_t MAX_STEPS = int64_t{1} << 40;
+  auto it = file.metadata().find("train.step");
+  if (it == file.metadata().end()) throw std::runtime_error(file.path() + ": no train.step in the metadata");
+  const std::string& text = it->second;
+  int64_t step = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (ec != std::errc() || end != text.data() + text.size() || step < 0 || step > MAX_STEPS)
+    throw std::runtime_error(file.path() + ": metadata train.step = '" + text + "' is not a step count (an integer in [0, " +
+                             std::to_string(MAX_STEPS) + "])");
+  return step;
+}
+
+// The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced.
+static void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted) {
+  model::Metadata have, want;
+  model::config_to_metadata(file.config(), have);
+  model::config_to_metadata(wanted, want);
+  for (const auto& [key, value] : want) {
+    auto it = have.find(key);
+    const std::string held = it == have.end() ? "(unset)" : it->second;
+    if (held != value)
+      throw std::runtime_error(file.path() + ": --resume: the checkpoint holds a model with " + key + " = " + held +
+                               " but the config asks for " + value +
+                               " (resume with the same [model] settings, or train into a new train.out_dir)");
+  }
+}
+
+// metrics.jsonl keeps one line per step: a resumed run drops the lines after the checkpoint's
+// step (written before a kill, and about to be written again).
+static void truncate_metrics(const std::filesystem::path& metrics, int64_t last_step) {
+  std::ifstream in(metrics);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto key = line.find("\"step\": ");
+    int64_t step = -1;
+    if (key != std::string::npos) std::from_chars(line.data() + key + 8, line.data() + line.size(), step);
+    if (step >= 0 && step <= last_step) kept += line + "\n";
+  }
+  in.close();
+  model::write_atomically(metrics.string(), [&](std::ostream& out) { out << kept; });
+}
+
+// Before the update: the weights and the last checkpoint are still good. `kept`: the checkpoint
+// on disk ("" = none).
+[[noreturn]] static void throw_diverged(int64_t step, double loss, double norm, const std::string& kept) {
+  char text[160];
+  std::snprintf(text, sizeof text, "training diverged at step %lld: loss %g, gradient norm %g",
+                static_cast<long long>(step), loss, norm);
+  throw std::runtime_error(std::string(text) + " (stopped before the update; " +
+                           (kept.empty() ? std::string("no checkpoint was written") : kept + " is kept") +
+                           "; lower train.lr or raise train.warmup_steps)");
 }
 
 // ---- the loop ----
@@ -289,9 +361,8 @@ TrainResult train(const TrainOptions& o) {
     const std::string path = latest_checkpoint(o.out_dir);
     if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": no checkpoint to resume from");
     resume_file = std::make_shared<model::SafetensorsFile>(path);
-    auto step = resume_file->metadata().find("train.step");
-    if (step == resume_file->metadata().end()) throw std::runtime_error(path + ": no train.step in the metadata");
-    start_step = std::stoll(step->second);
+    start_step = resume_step(*resume_file);
+    require_same_model(*resume_file, o.model);
     source = resume_file;
   }
   if (!source) source = std::make_shared<model::TensorWeights>(model::random_weights(o.model, o.seed));
@@ -299,10 +370,16 @@ TrainResult train(const TrainOptions& o) {
   // Device 0 alone writes the run's files (over ZeroMQ the other processes share its out_dir, and
   // resume reads it there), once the backend has started: processes that fail to meet write nothing.
   std::ofstream metrics;
+  Progress progress;
   auto open_metrics = [&] {
     if (o.out_dir.empty()) return;
     std::filesystem::create_directories(o.out_dir);
-    metrics.open(std::filesystem::path(o.out_dir) / "metrics.jsonl", o.resume ? std::ios::app : std::ios::trunc);
+    const std::string checkpoint = latest_checkpoint(o.out_dir);
+    if (model::remove_stale_temporary(checkpoint))
+      progress.message("removed " + model::temporary_path(checkpoint) + ", left by a save that was killed");
+    const auto metrics_path = std::filesystem::path(o.out_dir) / "metrics.jsonl";
+    if (o.resume) truncate_metrics(metrics_path, start_step);
+    metrics.open(metrics_path, o.resume ? std::ios::app : std::ios::trunc);
     if (!metrics) throw std::runtime_error(o.out_dir + "/metrics.jsonl: cannot open for writing");
   };
 
@@ -313,7 +390,6 @@ TrainResult train(const TrainOptions& o) {
   TrainResult result;
   result.start_step = start_step;
   result.end_step = start_step;
-  Progress progress;
   std::mutex result_mutex;
   const auto t0 = Clock::now();
 
@@ -375,11 +451,14 @@ TrainResult train(const TrainOptions& o) {
       data.mean(std::span<float>(&mean, 1));
       return static_cast<double>(mean);
     };
+    std::string kept_checkpoint;  // what a diverged run leaves on disk
+    if (resume_file) kept_checkpoint = resume_file->path() + " (step " + std::to_string(start_step) + ")";
     auto save = [&](int64_t step) {
       if (o.out_dir.empty()) return;
       dist::TraceSpan span(dev.trace(), dev.rank(), "checkpoint");
       const std::string path = latest_checkpoint(o.out_dir);
       save_checkpoint(llama, adam, {path, step, &o}, writer);
+      kept_checkpoint = path + " (step " + std::to_string(step) + ")";
       if (writer) {
         std::lock_guard lock(result_mutex);
         result.checkpoint = path;
@@ -401,9 +480,11 @@ TrainResult train(const TrainOptions& o) {
       std::optional<dist::TraceSpan> span(std::in_place, dev.trace(), dev.rank(), "gradients");
       const double loss = data_parallel_gradients(llama, axes, inputs, targets, local_rows, T);
       span.emplace(dev.trace(), dev.rank(), "optimizer");
-      float sq = static_cast<float>(local_grad_sq(slots));
+      // A non-finite loss rides in the norm's all_sum, so every device sees it and stops together.
+      float sq = static_cast<float>(local_grad_sq(slots)) + (std::isfinite(loss) ? 0.0f : NAN);
       world.all_sum(std::span<float>(&sq, 1));
       const double norm = std::sqrt(static_cast<double>(sq));
+      if (!std::isfinite(norm)) throw_diverged(step + 1, loss, norm, kept_checkpoint);
       clip_grads(slots, norm, o.grad_clip);
       const double lr = o.schedule.at(step);
       adam.step(slots, lr);

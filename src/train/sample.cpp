@@ -29,6 +29,7 @@ TextSample generate_text(const model::ForwardFn& forward, const TextTokenizer& t
     if (pos + 1 < static_cast<int>(prompt_tokens.size())) {
       next = prompt_tokens[static_cast<size_t>(pos + 1)];  // still inside the prompt: forced
     } else {
+      model::require_finite_logits(out_logits, pos);
       logits.assign(out_logits.begin(), out_logits.end());
       next = sampler.sample(logits);
       const int one[1] = {next};

@@ -7,6 +7,8 @@
 // Creating namespaces needs root (CAP_NET_ADMIN); without it every test here warns "skipped: ..."
 // and passes.
 #include <catch2/catch.hpp>
+
+#include "support/shared_data.h"
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,11 +126,9 @@ env -i PATH="$PATH" ip netns exec "$ns" sh -c "$*"
   std::string error_, ssh_;
 };
 
-#define SKIP_WITHOUT_NAMESPACES(hosts)                                                                    \
-  if (!(hosts).ok()) {                                                                                     \
-    WARN("skipped: cannot create network namespaces (" << (hosts).error() << "); needs root/CAP_NET_ADMIN"); \
-    return;                                                                                                \
-  }
+#define SKIP_WITHOUT_NAMESPACES(hosts)                                                                  \
+  if (!(hosts).ok())                                                                                     \
+  tpcli::testing::skip_test("cannot create network namespaces (" + (hosts).error() + "); needs root/CAP_NET_ADMIN")
 
 // `tpcli launch ARGS` run from `cwd` with the stand-in ssh, under a 60 s timeout (a hang fails
 // instead of blocking the suite).
@@ -193,11 +193,9 @@ TEST_CASE("launch --hosts: each rank runs in its host's namespace with its addre
 }
 
 TEST_CASE("launch --hosts: tpcli infer over two namespaces prints exactly what the thread backend prints") {
-  const std::string data = std::string(TPCLI_SHARED_DIR) + "/data/";
-  if (!std::ifstream(data + "stories260K.bin") || !std::ifstream(data + "tok512.bin")) {
-    WARN("skipped: " << data << "stories260K.bin or tok512.bin is absent");
-    return;
-  }
+  tpcli::testing::require_shared("data/stories260K.bin");
+  tpcli::testing::require_shared("data/tok512.bin");
+  const std::string data = tpcli::testing::shared_path("data/");
   NetnsHosts hosts;
   SKIP_WITHOUT_NAMESPACES(hosts);
   const std::string infer = "infer --model " + quote(data + "stories260K.bin") + " -z " + quote(data + "tok512.bin") +

@@ -4,6 +4,8 @@
 // Start-up errors are tested in-process, with one thread per "rank" (each its own ZeroMQ context).
 #include <catch2/catch.hpp>
 
+#include "support/shared_data.h"
+
 #include "support/temp_dir.h"
 #include <signal.h>
 #include <unistd.h>
@@ -436,11 +438,9 @@ TEST_CASE("launch: bad options are one-line errors before anything starts") {
 }
 
 TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the thread backend prints") {
-  const std::string data = std::string(TPCLI_SHARED_DIR) + "/data/";
-  if (!std::ifstream(data + "stories260K.bin") || !std::ifstream(data + "tok512.bin")) {
-    WARN("SKIPPED: " << data << "stories260K.bin or tok512.bin is absent");
-    return;
-  }
+  tpcli::testing::require_shared("data/stories260K.bin");
+  tpcli::testing::require_shared("data/tok512.bin");
+  const std::string data = tpcli::testing::shared_path("data/");
   for (int n : {2, 4}) {
     INFO(n << " devices");
     const std::vector<std::string> infer{TPCLI_BINARY, "infer", "--model", data + "stories260K.bin", "-z",
@@ -462,11 +462,9 @@ TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the threa
 }
 
 TEST_CASE("zmq: launched infer without --devices runs on the launched world, each rank reporting its own devices") {
-  const std::string data = std::string(TPCLI_SHARED_DIR) + "/data/";
-  if (!std::ifstream(data + "stories260K.bin") || !std::ifstream(data + "tok512.bin")) {
-    WARN("SKIPPED: " << data << "stories260K.bin or tok512.bin is absent");
-    return;
-  }
+  tpcli::testing::require_shared("data/stories260K.bin");
+  tpcli::testing::require_shared("data/tok512.bin");
+  const std::string data = tpcli::testing::shared_path("data/");
   const std::vector<std::string> infer{TPCLI_BINARY, "infer", "--model", data + "stories260K.bin", "-z",
                                        data + "tok512.bin", "-t", "0", "-n", "64", "-i", "Once upon a time"};
   std::vector<std::string> on_threads = infer;
@@ -496,4 +494,62 @@ TEST_CASE("zmq: launched infer without --devices runs on the launched world, eac
   const Ran wrong = run_launch(o, over_zmq);
   CHECK(wrong.code != 0);
   CHECK(wrong.err.find("has 2 devices") != std::string::npos);
+}
+
+// ---- isolation between launches (issue 12) ----
+
+TEST_CASE("zmq: the coordinator refuses a rank of another launch and keeps waiting for its own") {
+  const int port = free_port();
+  ZmqConfig c0 = local_config(0, 2, port, 10), intruder = local_config(1, 2, port, 10), c1 = local_config(1, 2, port, 10);
+  c0.job = c1.job = "job-a";
+  intruder.job = "job-b";  // same command, same binary: only the token differs
+  auto root = start_rank(c0, 2);
+  const std::string refused = start_rank(intruder, 2).get();
+  CHECK(refused.find("rank 1 belongs to another launch (job job-b") != std::string::npos);
+  CHECK(refused.find("reported by rank 0") != std::string::npos);
+  auto own = start_rank(c1, 2);
+  CHECK(root.get() == "");
+  CHECK(own.get() == "");
+}
+
+TEST_CASE("zmq: two launches on one port: the second fails with 'port in use', the first still starts") {
+  const int port = free_port();
+  ZmqConfig a0 = local_config(0, 2, port, 10), a1 = local_config(1, 2, port, 10), b0 = local_config(0, 2, port, 10);
+  a0.job = a1.job = "job-a";
+  b0.job = "job-b";
+  auto first = start_rank(a0, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a0 has bound the coordinator
+  const std::string second = start_rank(b0, 2).get();
+  CHECK(second.find("port in use") != std::string::npos);
+  auto first_rank1 = start_rank(a1, 2);
+  CHECK(first.get() == "");
+  CHECK(first_rank1.get() == "");
+}
+
+TEST_CASE("zmq wire: hellos and chunk headers from the network are bounded before use") {
+  using tpcli::dist::Hello;
+  using tpcli::dist::parse_wire_header;
+  using tpcli::dist::WireHeader;
+  Hello h{1, 2, 1, 2, "0.1.0", "ab", "cd", "ipc://@x"};
+  h.job = "0123abcd";
+  const auto back = Hello::decode(h.encode());
+  REQUIRE(back);
+  CHECK(back->job == "0123abcd");
+  CHECK(back->rank == 1);
+  CHECK_FALSE(Hello::decode("HELLO -1 2 1 2 v b c i h r j"));         // negative rank
+  CHECK_FALSE(Hello::decode("HELLO 1 99999999 1 2 v b c i h r j"));   // absurd world
+  CHECK_FALSE(Hello::decode("HELLO 1 2 1 2 v b c i h r"));            // a field short
+  CHECK_FALSE(Hello::decode("GET / HTTP/1.1"));
+
+  auto parse = [](WireHeader w, size_t payload_bytes) {
+    return parse_wire_header(std::as_bytes(std::span<const WireHeader>(&w, 1)), payload_bytes, 2, 4);
+  };
+  const auto data = static_cast<uint32_t>(tpcli::dist::WireKind::DATA);
+  CHECK(parse({tpcli::dist::WIRE_MAGIC, data, 0, 0, 1, 2, 8, 4}, 16));        // floats 4..8 of 8
+  CHECK_FALSE(parse({tpcli::dist::WIRE_MAGIC, data, 0, 0, 1, 2, 8, 5}, 16));  // would end past the message
+  CHECK_FALSE(parse({tpcli::dist::WIRE_MAGIC, data, 0, 0, 1, 2, 8, -4}, 16)); // before it
+  CHECK_FALSE(parse({tpcli::dist::WIRE_MAGIC, data, 0, 0, 1, 9, 8, 0}, 16));  // no device 9 in a mesh of 4
+  CHECK_FALSE(parse({tpcli::dist::WIRE_MAGIC, data, 0, 0, 1, 2, 8, 0}, 15));  // not whole floats
+  CHECK_FALSE(parse({tpcli::dist::WIRE_MAGIC, 77, 0, 0, 1, 2, 8, 0}, 16));    // unknown kind
+  CHECK_FALSE(parse({0x12345678, data, 0, 0, 1, 2, 8, 0}, 16));               // not ours
 }

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/shared_data.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,18 +12,6 @@
 #include <vector>
 
 namespace tpcli::testing {
-
-inline std::string shared_path(const std::string& relative) { return std::string(TPCLI_SHARED_DIR) + "/" + relative; }
-
-inline bool shared_present(const std::string& relative) { return std::filesystem::exists(shared_path(relative)); }
-
-#define TPCLI_REQUIRE_SHARED(rel)                                                                     \
-  do {                                                                                                \
-    if (!tpcli::testing::shared_present(rel)) {                                                       \
-      WARN("SKIPPED: " << tpcli::testing::shared_path(rel) << " is absent (shared data not mounted)"); \
-      return;                                                                                         \
-    }                                                                                                 \
-  } while (0)
 
 inline std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;

@@ -4,6 +4,8 @@
 // tensor axis; and the loss falls. The reference is the single-device run.
 #include <catch2/catch.hpp>
 
+#include "support/shared_data.h"
+
 #include "support/temp_dir.h"
 
 #include <unistd.h>
@@ -77,10 +79,7 @@ std::vector<double> train_losses(const std::string& name, const std::string& mes
 
 TEST_CASE("moe train: expert-parallel runs replay the single-device loss sequence", "[nn][moe][train]") {
   const std::string corpus = std::string(TPCLI_SOURCE_DIR) + "/configs/data/verona.txt";
-  if (!fs::exists(corpus)) {
-    WARN("SKIPPED: " << corpus << " is absent");
-    return;
-  }
+  if (!fs::exists(corpus)) tpcli::testing::skip_test(corpus + " is absent");
   const std::vector<double> one = train_losses("one", "data = 1", 6, corpus);
   for (const char* mesh : {"data = 2", "data = 4", "data = 2, model = 2"}) {
     const std::vector<double> ep = train_losses("ep", mesh, 6, corpus);
@@ -93,11 +92,8 @@ TEST_CASE("moe train: expert-parallel runs replay the single-device loss sequenc
 
 TEST_CASE("moe train: the loss falls on tiny-shakespeare; expert loads within 2x of even after warm-up",
           "[nn][moe][train]") {
-  const std::string corpus = std::string(TPCLI_SHARED_DIR) + "/data/tinyshakespeare.txt";
-  if (!fs::exists(corpus)) {
-    WARN("SKIPPED: " << corpus << " is absent (needs ../shared)");
-    return;
-  }
+  tpcli::testing::require_shared("data/tinyshakespeare.txt");
+  const std::string corpus = tpcli::testing::shared_path("data/tinyshakespeare.txt");
   std::vector<double> load;
   const std::vector<double> losses = train_losses("fall", "data = 2", 60, corpus, &load);
   INFO("first " << losses.front() << ", last " << losses.back());

@@ -3,6 +3,7 @@
 // file gives the same greedy tokens in infer as the checkpoint it came from.
 #include <catch2/catch.hpp>
 
+#include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 #include <unistd.h>
@@ -159,11 +160,8 @@ TEST_CASE("tpcli train --trace and infer --trace: every device's spans and colle
 }
 
 TEST_CASE("tpcli export --to llama2c: the .bin gives the same greedy tokens in infer") {
-  const std::string tok = std::string(TPCLI_SHARED_DIR) + "/data/tok512.bin";
-  if (!fs::exists(tok)) {
-    WARN("SKIPPED: " << tok << " is absent (needs ../shared)");
-    return;
-  }
+  tpcli::testing::require_shared("data/tok512.bin");
+  const std::string tok = tpcli::testing::shared_path("data/tok512.bin");
   fs::remove_all(scratch() / "run");
   const std::string path = write_config("bpe.toml", config_text("data = 1, model = 2", ""));
   Run r = run_tpcli("train " + path + " --set data.tokenizer=" + tok + " --set model.vocab_size=512");

@@ -1,0 +1,116 @@
+// The command line under bad input (issue 12): CLI11's errors are one line with the tpcli prefix;
+// a FIFO or a directory where a file belongs is refused by name at once; NaN sampling settings
+// are refused before anything runs.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "support/temp_dir.h"
+
+namespace fs = std::filesystem;
+using tpcli::testing::slurp;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+const fs::path& scratch() {
+  static const tpcli::testing::TempDir dir;
+  return dir.path();
+}
+
+// Under a 20 s timeout: a blocked open fails the test (exit 124) instead of hanging the suite.
+Run run_tpcli(const std::string& args) {
+  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
+  const std::string cmd = std::string("cd ") + TPCLI_SOURCE_DIR + " && OMP_WAIT_POLICY=passive timeout 20 " +
+                          TPCLI_BINARY + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = std::system(cmd.c_str());
+  Run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+int lines_of(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+// A random-weight model with a 512-token vocabulary (models/stories260K.toml), made once.
+const std::string& model_file() {
+  static const std::string path = [] {
+    const std::string p = (scratch() / "model.bin").string();
+    const Run r = run_tpcli("init --model-config models/stories260K.toml --out " + p + " --seed 1");
+    REQUIRE(r.code == 0);
+    return p;
+  }();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("cli faults: CLI11's errors are one line with the tpcli prefix, exit 2") {
+  for (const auto& [args, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"infer", "tpcli infer: --model is required"},
+           {"infer --model x --bogus", "tpcli infer: "},
+           {"train", "tpcli train: "},
+           {"infer --model x -n notanumber", "tpcli infer: "},
+           {"nosuchcommand", "tpcli: "}}) {
+    INFO("tpcli " << args);
+    const Run r = run_tpcli(args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines_of(r.err) == 1);
+    CHECK(r.err.rfind(expect, 0) == 0);
+  }
+  const Run help = run_tpcli("infer --help");  // help stays CLI11's, exit 0
+  CHECK(help.code == 0);
+  CHECK(help.out.find("--model") != std::string::npos);
+}
+
+TEST_CASE("cli faults: a FIFO as --model or -z is refused by name at once") {
+  const std::string fifo = (scratch() / "pipe").string();
+  fs::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& args : {"infer --model " + fifo, "infer --model " + model_file() + " -z " + fifo + " -n 4",
+                                  "inspect " + fifo + ".bin"}) {
+    INFO("tpcli " << args);
+    if (args.starts_with("inspect")) fs::rename(fifo, fifo + ".bin");
+    const Run r = run_tpcli(args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code != 0);
+    CHECK(r.code != 124);  // not killed by the timeout
+    CHECK(r.seconds < 10);
+    CHECK(lines_of(r.err) == 1);
+    CHECK(r.err.find("is a FIFO (named pipe)") != std::string::npos);
+  }
+}
+
+TEST_CASE("cli faults: a tokenizer path that is a directory names the path") {
+  const std::string dir = scratch().string();
+  const Run r = run_tpcli("infer --model " + model_file() + " -z " + dir + " -n 4");
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.find(dir + ": is a directory, not a llama2.c tokenizer file") != std::string::npos);
+}
+
+TEST_CASE("cli faults: -t nan and -p nan are refused with one line before generating") {
+  for (const std::string& flag : {"-t nan", "-p nan", "-t inf"}) {
+    INFO(flag);
+    const Run r = run_tpcli("infer --model " + model_file() + " -z /nonexistent/tok.bin -n 4 " + flag);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines_of(r.err) == 1);
+    CHECK(r.err.find("is not a finite number") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+}

@@ -1,0 +1,263 @@
+// Training under faults (issue 12): a diverged run never replaces a good checkpoint, interrupted
+// saves leave nothing behind, resume keeps every step once and refuses what does not fit, and
+// Ctrl-C exits 130 after saving. Mostly through the binary, as a user meets them.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "dist/mesh.h"
+#include "model/random_init.h"
+#include "model/safetensors.h"
+#include "support/temp_dir.h"
+#include "train/checkpoint.h"
+#include "train/loop.h"
+
+namespace fs = std::filesystem;
+using namespace tpcli;
+using tpcli::testing::slurp;
+
+extern char** environ;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+const fs::path& scratch() {
+  static const tpcli::testing::TempDir dir;
+  return dir.path();
+}
+
+Run run_tpcli(const std::string& args) {
+  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
+  const std::string cmd = std::string("cd ") + TPCLI_SOURCE_DIR + " && OMP_WAIT_POLICY=passive " + TPCLI_BINARY + " " +
+                          args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+int lines_of(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+const fs::path run_dir() { return scratch() / "run"; }
+const fs::path checkpoint() { return run_dir() / "latest.safetensors"; }
+
+// A small config on the in-repo corpus, 3 steps, out_dir scratch/run.
+std::string config(const std::string& extra = "") {
+  const fs::path p = scratch() / "faults.toml";
+  std::ofstream(p) << "[mesh]\naxes = { data = 1, model = 2 }\n"
+                      "[model]\ndim = 32\nhidden_dim = 64\nn_layers = 1\nn_heads = 4\nn_kv_heads = 2\nseq_len = 32\n"
+                      "[data]\npath = \"" << TPCLI_SOURCE_DIR << "/configs/data/verona.txt\"\ntokenizer = \"chars\"\n"
+                      "[train]\nsteps = 3\nbatch_size = 4\nseq_len = 16\neval_every = 0\neval_batches = 1\n"
+                      "sample_tokens = 0\nwarmup_steps = 0\nout_dir = \"" << run_dir().string() << "\"\n" << extra;
+  return p.string();
+}
+
+// A fresh 3-step run: its checkpoint and metrics in run_dir().
+void train_three_steps() {
+  fs::remove_all(run_dir());
+  const Run r = run_tpcli("train " + config());
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE(fs::exists(checkpoint()));
+}
+
+std::vector<int64_t> metric_steps() {
+  std::vector<int64_t> steps;
+  std::istringstream in(slurp(run_dir() / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) steps.push_back(std::stoll(line.substr(line.find(':') + 1)));
+  return steps;
+}
+
+// The checkpoint rewritten with metadata train.step = `step`.
+void set_checkpoint_step(const std::string& step) {
+  const fs::path copy = scratch() / "copy.safetensors";
+  fs::copy_file(checkpoint(), copy, fs::copy_options::overwrite_existing);
+  model::SafetensorsFile file(copy.string());
+  model::Metadata meta = file.metadata();
+  meta["train.step"] = step;
+  std::vector<model::TensorView> tensors;
+  for (const std::string& name : file.names()) tensors.push_back(file.tensor(name));
+  model::write_safetensors(checkpoint().string(), tensors, meta);
+}
+
+}  // namespace
+
+TEST_CASE("train faults: a diverging run stops with one line naming the step; the good checkpoint stays") {
+  train_three_steps();
+  const std::string good = slurp(checkpoint());
+  const Run r = run_tpcli("train " + config() + " --resume --set train.steps=8 --set train.lr=1e9");
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 1);
+  const std::string last_line = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  CHECK(last_line.rfind("tpcli: ", 0) == 0);
+  CHECK(last_line.find("training diverged at step ") != std::string::npos);
+  CHECK(r.err.find(checkpoint().string() + " (step 3) is kept") != std::string::npos);
+  CHECK(slurp(checkpoint()) == good);
+
+  // A fresh run that diverges writes no checkpoint at all.
+  fs::remove_all(run_dir());
+  const Run fresh = run_tpcli("train " + config() + " --set train.steps=8 --set train.lr=1e9");
+  INFO("fresh stderr: " << fresh.err);
+  CHECK(fresh.code == 1);
+  CHECK(fresh.err.find("no checkpoint was written") != std::string::npos);
+  CHECK_FALSE(fs::exists(checkpoint()));
+}
+
+TEST_CASE("train faults: a checkpoint holding a non-finite value is never written") {
+  // A NaN in an embedding row no token of the corpus uses (the classifier is separate): the loss
+  // and the gradients stay finite, so only the check before writing can catch it.
+  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars("abcabcabcab cab\n"));
+  train::TrainOptions o;
+  o.tokenizer = tokenizer;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "abc cab bca\n";
+  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
+  o.model = model::LlamaConfig{.dim = 16, .hidden_dim = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+                               .vocab_size = tokenizer->vocab_size() + 1, .seq_len = 16, .shared_classifier = false};
+  auto weights = std::make_shared<model::TensorWeights>(model::random_weights(o.model, 1));
+  std::vector<float> embeddings(weights->get("tok_embeddings").begin(), weights->get("tok_embeddings").end());
+  embeddings.back() = NAN;  // the unused last token's row
+  weights->set("tok_embeddings", tensor::Tensor({o.model.vocab_size, o.model.dim}, embeddings));
+  o.init = weights;
+  o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
+  o.steps = 2;
+  o.batch_size = 2;
+  o.seq_len = 8;
+  o.eval_every = 0;
+  o.eval_batches = 0;
+  o.progress = false;
+  o.sample_tokens = 0;
+  o.blas_threads = 1;
+  o.out_dir = (scratch() / "nan_run").string();
+  fs::remove_all(o.out_dir);
+  std::string error;
+  try {
+    train::train(o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  CHECK(error.find("not written at step 2: tensor tok_embeddings holds non-finite values") != std::string::npos);
+  CHECK_FALSE(fs::exists(train::latest_checkpoint(o.out_dir)));
+}
+
+TEST_CASE("train faults: a stale .tmp from a killed save is removed at the next start, and said so") {
+  fs::remove_all(run_dir());
+  fs::create_directories(run_dir());
+  std::ofstream(checkpoint().string() + ".tmp") << "half a checkpoint";
+  const Run r = run_tpcli("train " + config());
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.find("removed " + checkpoint().string() + ".tmp") != std::string::npos);
+  CHECK_FALSE(fs::exists(checkpoint().string() + ".tmp"));
+}
+
+TEST_CASE("train faults: --resume keeps every step once in metrics.jsonl") {
+  train_three_steps();
+  // A run killed after step 5 whose last checkpoint is step 3 leaves steps 4 and 5 behind.
+  std::ofstream(run_dir() / "metrics.jsonl", std::ios::app) << "{\"step\": 4, \"loss\": 1}\n{\"step\": 5, \"loss\": 1}\n";
+  const Run r = run_tpcli("train " + config() + " --resume --set train.steps=6");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(metric_steps() == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("train faults: --resume with another model shape names the checkpoint and the key") {
+  train_three_steps();
+  const Run r = run_tpcli("train " + config() + " --resume --set model.dim=64");
+  INFO("stderr: " << r.err);
+  CHECK(r.code != 0);
+  CHECK(lines_of(r.err) <= 2);
+  CHECK(r.err.find(checkpoint().string() + ": --resume: the checkpoint holds a model with model.dim = 32") !=
+        std::string::npos);
+}
+
+TEST_CASE("train faults: corrupt train.step metadata is a named one-line error") {
+  for (const char* step : {"-5", "abc", "99999999999999999999"}) {
+    INFO("train.step = " << step);
+    train_three_steps();
+    set_checkpoint_step(step);
+    const Run r = run_tpcli("train " + config() + " --resume --set train.steps=6");
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 1);
+    CHECK(r.err.find(checkpoint().string() + ": metadata train.step = '" + step + "' is not a step count") !=
+          std::string::npos);
+    CHECK(r.err.find("loss") == std::string::npos);
+  }
+}
+
+TEST_CASE("train faults: the tiny-corpus hint can be followed; a split of exactly seq_len + 1 tokens trains") {
+  // 40 characters: 36 train / 4 val tokens. The validation split is too short for seq_len 16.
+  const fs::path corpus = scratch() / "tiny.txt";
+  std::ofstream(corpus) << "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN";
+  fs::remove_all(run_dir());
+  const Run refused = run_tpcli("train " + config() + " --set data.path=" + corpus.string());
+  INFO("stderr: " << refused.err);
+  CHECK(refused.code == 2);
+  CHECK(refused.err.find("set train.eval_batches = 0") != std::string::npos);
+  const Run followed = run_tpcli("train " + config() + " --set data.path=" + corpus.string() + " --set train.eval_batches=0");
+  INFO("stderr: " << followed.err);
+  CHECK(followed.code == 0);
+
+  // 36 training tokens with seq_len 35: exactly one window of seq_len + 1.
+  const Run exact = run_tpcli("train " + config() + " --set data.path=" + corpus.string() +
+                              " --set train.eval_batches=0 --set train.seq_len=35 --set model.seq_len=35");
+  INFO("stderr: " << exact.err);
+  CHECK(exact.code == 0);
+  const Run one_short = run_tpcli("train " + config() + " --set data.path=" + corpus.string() +
+                                  " --set train.eval_batches=0 --set train.seq_len=36 --set model.seq_len=36");
+  CHECK(one_short.code == 2);
+  CHECK(one_short.err.find("the training split holds 36 tokens: too few for seq_len = 36") != std::string::npos);
+}
+
+TEST_CASE("train faults: data.path naming a directory says so") {
+  const Run r = run_tpcli("train " + config() + " --set data.path=" + scratch().string());
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.find(scratch().string() + ": is a directory, not a text file") != std::string::npos);
+}
+
+TEST_CASE("train faults: Ctrl-C stops after a step, saves, and exits 130") {
+  fs::remove_all(run_dir());
+  const std::string cfg = config();
+  const fs::path err = scratch() / "sigint_stderr.txt";
+  const std::string binary = TPCLI_BINARY;
+  std::vector<std::string> args{binary, "train", cfg, "--set", "train.steps=100000", "--set", "train.log_every=1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&files, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, binary.c_str(), &files, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&files);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slurp(err).find("step 2/") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  INFO("stderr: " << slurp(err));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 130);
+  CHECK(fs::exists(checkpoint()));
+  CHECK(slurp(err).find("interrupted: stopped after step") != std::string::npos);
+}
