@@ -66,7 +66,7 @@ tsan-test: deps
 
 asan-test: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=address $(CMAKE_LAUNCHER)
-	cmake --build build-asan -j $(JOBS)
+	cmake --build build-asan -j $(JOBS) --target tpcli test_model test_cli test_config
 	cd build-asan && ctest --output-on-failure -L "model|cli|config" --timeout 900
 
 # The README's main job: train the tiny default model, then generate from it.

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "cli/commands.h"
@@ -119,6 +120,9 @@ int main(int argc, char** argv) {
   } catch (const tpcli::cli::UsageError& e) {
     std::cerr << command_path(app) << ": " << e.what() << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {  // one not caught where it happened (those name their size)
+    std::cerr << command_path(app) << ": out of memory (a smaller model, seq_len or batch may fit)\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "tpcli: " << e.what() << "\n";
     return 1;

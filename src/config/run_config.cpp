@@ -408,8 +408,9 @@ void check_roles(const RunConfig& config) {
   // A role named explicitly must exist (a typo would otherwise silently mean "size 1").
   const std::pair<const char*, std::string> roles[] = {
       {"mesh.data_axis", mesh.data_axis}, {"mesh.tensor_axis", mesh.tensor_axis}, {"mesh.expert_axis", mesh.experts_axis()}};
-  for (const auto& [key, name] : roles) {
+  for (const auto& [key, role_axis] : roles) {
     if (!config.source.has(key)) continue;
+    const std::string& name = role_axis;  // a lambda may not capture a structured binding in clang 14 (make fuzz)
     if (std::none_of(mesh.axes.begin(), mesh.axes.end(), [&](const auto& a) { return a.name == name; }))
       fail(config.where(key), std::string(key) + " = \"" + name + "\" names no axis of the mesh " + axes);
   }

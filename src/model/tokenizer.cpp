@@ -85,6 +85,7 @@ Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores,
 }
 
 void Tokenizer::build_index(const std::string& origin) {
+  origin_ = origin;
   if (pieces_.size() < 3) throw std::runtime_error(origin + ": a tokenizer needs at least <unk>, BOS and EOS");
   index_.reserve(pieces_.size() * 2);
   // First occurrence wins on duplicate pieces (llama2.c's bsearch would pick any of them).
@@ -104,7 +105,7 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) co
   if (bos) tokens.push_back(BOS_TOKEN);
   if (!text.empty()) {
     const int dummy_prefix = lookup(" ");
-    if (dummy_prefix < 0) throw std::runtime_error("tokenizer: no \" \" token for the dummy prefix");
+    if (dummy_prefix < 0) throw std::runtime_error(origin_ + ": no \" \" token for the dummy prefix");
     tokens.push_back(dummy_prefix);
   }
 

@@ -72,6 +72,7 @@ class Tokenizer final : public TokenizerInterface {
   std::vector<std::string> pieces_;  // [V]
   std::vector<float> scores_;        // [V]
   int max_token_length_ = 0;
+  std::string origin_;  // the file it came from ("tokenizer" when built in memory), for errors
   std::unordered_map<std::string_view, int> index_;  // piece -> id (views into pieces_)
 };
 

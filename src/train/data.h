@@ -5,7 +5,8 @@
 //
 // Batches are a pure function of (step, row): a run can be resumed, re-split over another mesh, or
 // replayed by another framework step for step. With shuffle = false, row r of step s is the window
-// starting at o = ((s*B + r)*T) mod (N - T - 1) (issue 4); with shuffle = true, o is drawn from a
+// starting at o = ((s*B + r)*T) mod (N - T) (issue 4; N - T windows of T + 1 tokens, so a split of
+// exactly T + 1 tokens trains); with shuffle = true, o is drawn from a
 // generator seeded by (seed, s), so every data rank and every resumed run draws the same offsets.
 #pragma once
 

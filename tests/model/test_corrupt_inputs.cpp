@@ -105,7 +105,7 @@ TEST_CASE("corrupt checkpoints: truncated, oversized, tiny, garbage header", "[c
   // Text where a checkpoint should be.
   check_one_line_naming(checkpoint_error(path, "this is a text file, not a model at all\n"), path, "header field");
   CHECK_THROWS_WITH(Llama2cFile("/nonexistent/model.bin"), Catch::StartsWith("/nonexistent/model.bin: cannot open"));
-  CHECK_THROWS_WITH(Llama2cFile(std::filesystem::temp_directory_path().string()), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(Llama2cFile(std::filesystem::temp_directory_path().string()), Catch::Contains("is a directory, not a model file"));
   std::filesystem::remove(path);
 }
 

@@ -37,7 +37,7 @@ TEST_CASE("split: first 90% train and the rest validate") {
   CHECK(c.val.front() == 900);
 }
 
-TEST_CASE("unshuffled batches follow o = ((s*B + r)*T) mod (n - T - 1)") {
+TEST_CASE("unshuffled batches follow o = ((s*B + r)*T) mod (n - T): every window of T + 1 tokens") {
   std::vector<int> t(500);
   std::iota(t.begin(), t.end(), 0);  // token value = its position
   const int B = 4, T = 16;
@@ -46,7 +46,7 @@ TEST_CASE("unshuffled batches follow o = ((s*B + r)*T) mod (n - T - 1)") {
     std::vector<int> in(B * T), tg(B * T);
     s.fill(step, 0, B, in, tg);
     for (int r = 0; r < B; ++r) {
-      int64_t o = ((step * B + r) * T) % (500 - T - 1);
+      int64_t o = ((step * B + r) * T) % (500 - T);
       for (int i = 0; i < T; ++i) {
         REQUIRE(in[r * T + i] == o + i);
         REQUIRE(tg[r * T + i] == o + i + 1);

@@ -261,3 +261,20 @@ TEST_CASE("train faults: Ctrl-C stops after a step, saves, and exits 130") {
   CHECK(fs::exists(checkpoint()));
   CHECK(slurp(err).find("interrupted: stopped after step") != std::string::npos);
 }
+
+TEST_CASE("train faults: a batch sampler over exactly seq_len + 1 tokens serves its one window") {
+  std::vector<int> tokens(17);
+  for (int i = 0; i < 17; ++i) tokens[static_cast<size_t>(i)] = i;
+  for (bool shuffle : {false, true}) {
+    const train::BatchSampler batches(tokens, 2, 16, shuffle, 1);
+    std::vector<int> inputs(32), targets(32);
+    batches.fill(3, 0, 2, inputs, targets);
+    for (int r = 0; r < 2; ++r)
+      for (int t = 0; t < 16; ++t) {
+        CHECK(inputs[static_cast<size_t>(r * 16 + t)] == t);
+        CHECK(targets[static_cast<size_t>(r * 16 + t)] == t + 1);
+      }
+  }
+  tokens.pop_back();
+  CHECK_THROWS_WITH(train::BatchSampler(tokens, 2, 16, false, 0), Catch::Contains("too short"));
+}
