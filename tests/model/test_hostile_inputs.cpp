@@ -132,7 +132,7 @@ TEST_CASE("non-regular files (FIFO, directory) are refused by name before they a
   CHECK(error_of([&] { SafetensorsFile file(folder); }) == folder + ": is a directory, not a model file");
 }
 
-TEST_CASE("sampler: NaN temperature or top-p is refused; all-NaN probabilities never index scratch[-1]") {
+TEST_CASE("sampler: NaN temperature or top-p is refused - all-NaN probabilities never index scratch[-1]") {
   GenerateOptions o;
   o.temperature = NAN;
   CHECK(error_of([&] { normalized(o, 16); }).find("temperature -t = nan") != std::string::npos);

@@ -253,7 +253,7 @@ TEST_CASE("model gradient matches finite differences of the loss", "[llama][grad
   }
 }
 
-TEST_CASE("gather_weights returns the original weights; byte counts; errors", "[llama]") {
+TEST_CASE("gather_weights returns the original weights - byte counts - errors", "[llama]") {
   const auto c = make_config(24, 6, 3, 30, 2, 23, false);
   const auto w = random_weights(c, 81);
   std::vector<int64_t> param_bytes(4), kv_bytes(4);

@@ -58,7 +58,7 @@ TEST_CASE("top-p keeps the smallest prefix exceeding p, in descending order", "[
   CHECK(sample_topp(tie, 0.3f, 0.9f, scratch) == 1);
 }
 
-TEST_CASE("Sampler: temperature 0 is argmax and draws no randomness; otherwise softmax then one coin", "[sampler]") {
+TEST_CASE("Sampler: temperature 0 is argmax and draws no randomness - otherwise softmax then one coin", "[sampler]") {
   std::vector<float> logits{1.0f, 3.0f, 2.0f};
   Sampler greedy(3, 0.0f, 0.9f, 42);
   CHECK(greedy.sample(logits) == 1);

@@ -20,7 +20,7 @@ using nn::testing::check_gradient;
 using nn::testing::dot;
 using nn::testing::random_vector;
 
-TEST_CASE("Linear forward matches a serial product; backward matches finite differences", "[nn][linear]") {
+TEST_CASE("Linear forward matches a serial product - backward matches finite differences", "[nn][linear]") {
   std::mt19937 rng(1);
   const int64_t N = 3, IN = 5, OUT = 4;
   auto w = random_vector(OUT * IN, rng);
@@ -102,7 +102,7 @@ TEST_CASE("RoPE follows llama2.c's convention and its backward matches finite di
   check_gradient(x, dx, loss, 1e-3f);
 }
 
-TEST_CASE("attention (causal, grouped-query) backward matches finite differences; decode matches batched",
+TEST_CASE("attention (causal, grouped-query) backward matches finite differences - decode matches batched",
           "[nn][attention]") {
   std::mt19937 rng(4);
   const int64_t B = 2, T = 4, HS = 4;
@@ -186,7 +186,7 @@ TEST_CASE("SwiGLU backward matches finite differences", "[nn][swiglu]") {
   check_gradient(h13, d, loss, 1e-3f);
 }
 
-TEST_CASE("embedding backward scatters into the looked-up rows; bad tokens are errors", "[nn][embedding]") {
+TEST_CASE("embedding backward scatters into the looked-up rows - bad tokens are errors", "[nn][embedding]") {
   std::mt19937 rng(6);
   const int64_t V = 5, C = 3, N = 4;
   std::vector<int> tok = {1, 3, 1, 0};

@@ -90,7 +90,7 @@ TEST_CASE("moe train: expert-parallel runs replay the single-device loss sequenc
   }
 }
 
-TEST_CASE("moe train: the loss falls on tiny-shakespeare; expert loads within 2x of even after warm-up",
+TEST_CASE("moe train: the loss falls on tiny-shakespeare - expert loads within 2x of even after warm-up",
           "[nn][moe][train]") {
   tpcli::testing::require_shared("data/tinyshakespeare.txt");
   const std::string corpus = tpcli::testing::shared_path("data/tinyshakespeare.txt");

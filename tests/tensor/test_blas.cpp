@@ -71,7 +71,7 @@ TEST_CASE("blas: gemm with every transpose combination, odd sizes and padded str
   }
 }
 
-TEST_CASE("blas: gemm with k = 0 scales C by beta; beta = 0 overwrites NaN") {
+TEST_CASE("blas: gemm with k = 0 scales C by beta - beta = 0 overwrites NaN") {
   std::vector<float> c{1.0f, 2.0f, NAN, 4.0f};
   std::vector<float> a(1), b(1);
   gemm(Trans::No, Trans::No, 2, 2, 0, 1.0f, a.data(), 1, b.data(), 2, 0.5f, c.data(), 2);

@@ -98,7 +98,7 @@ void set_checkpoint_step(const std::string& step) {
 
 }  // namespace
 
-TEST_CASE("train faults: a diverging run stops with one line naming the step; the good checkpoint stays") {
+TEST_CASE("train faults: a diverging run stops with one line naming the step - the good checkpoint stays") {
   train_three_steps();
   const std::string good = slurp(checkpoint());
   const Run r = run_tpcli("train " + config() + " --resume --set train.steps=8 --set train.lr=1e9");
@@ -201,7 +201,7 @@ TEST_CASE("train faults: corrupt train.step metadata is a named one-line error")
   }
 }
 
-TEST_CASE("train faults: the tiny-corpus hint can be followed; a split of exactly seq_len + 1 tokens trains") {
+TEST_CASE("train faults: the tiny-corpus hint can be followed - a split of exactly seq_len + 1 tokens trains") {
   // 40 characters: 36 train / 4 val tokens. The validation split is too short for seq_len 16.
   const fs::path corpus = scratch() / "tiny.txt";
   std::ofstream(corpus) << "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN";
