@@ -6,6 +6,15 @@
 
 namespace tpcli::model {
 
+// IEEE half precision. clang 14 (the fuzz build, make fuzz) has no _Float16 on x86-64 without
+// AVX512-FP16; its __fp16 storage type converts the same way (exactly to float, nearest-even back).
+#if defined(__clang__) && __clang_major__ < 15
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
+
 int dtype_bytes(DType dtype) {
   switch (dtype) {
     case DType::F32: case DType::U32: return 4;
@@ -57,7 +66,7 @@ void to_f32(float* out, const void* src, DType dtype, int64_t n) {
       return;
     }
     case DType::F16: {  // gcc's _Float16 converts exactly (subnormals, inf, NaN included)
-      const auto* h = static_cast<const _Float16*>(src);
+      const auto* h = static_cast<const Half*>(src);
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(h[i]);
       return;
     }
@@ -77,8 +86,8 @@ void from_f32(void* out, const float* src, DType dtype, int64_t n) {
       return;
     }
     case DType::F16: {
-      auto* h = static_cast<_Float16*>(out);
-      for (int64_t i = 0; i < n; ++i) h[i] = static_cast<_Float16>(src[i]);
+      auto* h = static_cast<Half*>(out);
+      for (int64_t i = 0; i < n; ++i) h[i] = static_cast<Half>(src[i]);
       return;
     }
     default:

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <vector>
 
+#include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 using tpcli::testing::slurp;
@@ -137,11 +138,8 @@ TEST_CASE("bench collectives: bad sizes and ops are one-line errors, on either b
 }
 
 TEST_CASE("bench busy: idle and loaded side by side for each device count, bad flags are one-line errors") {
-  const std::string model = std::string(TPCLI_SHARED_DIR) + "/data/stories260K.bin";
-  if (!std::ifstream(model)) {
-    WARN("SKIPPED: " << model << " is absent");
-    return;
-  }
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const std::string model = tpcli::testing::shared_path("data/stories260K.bin");
   const Result r = run({"bench", "busy", "--model", model, "--parts", "decode", "--devices", "1,2", "--tokens", "8",
                         "--runs", "1", "--hogs", "1"});
   INFO(r.err);
