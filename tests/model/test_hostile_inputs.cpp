@@ -178,9 +178,9 @@ TEST_CASE("a checkpoint with one NaN weight: sharded greedy decoding reports non
   weights.set("norm", tpcli::tensor::Tensor({8}, norm));
   const MeshGenerateResult r = run_model_on_mesh(
       weights, tpcli::dist::Mesh::line(2, "model"),
-      [](const ForwardFn&, const ArgmaxFn& argmax, std::FILE*) {
+      [](const ModelFns& model, std::FILE*) {
         GenerateResult g;
-        g.tokens.push_back(argmax(1, 0));
+        g.tokens.push_back(model.argmax(1, 0));
         return g;
       },
       nullptr);
