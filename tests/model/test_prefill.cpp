@@ -152,7 +152,7 @@ TEST_CASE("generation: a batched prompt prints what the token-by-token prompt pr
   }
 }
 
-TEST_CASE("memory: per-device parameters add up to the model once, plus the replicated norms; gather_weights is whole",
+TEST_CASE("memory: per-device parameters add up to the model once, plus the replicated norms, and gather_weights is whole",
           "[llama][memory]") {
   for (const auto& s : shapes()) {
     const auto w = random_weights(s.config, 141);

@@ -118,7 +118,7 @@ TEST_CASE("quantized model: same greedy tokens and logits on 1..n_heads devices 
   }
 }
 
-TEST_CASE("quantized safetensors round trip keeps the packed words; the model from the file equals the converted one",
+TEST_CASE("quantized safetensors round trip keeps the packed words, and the model from the file equals the converted one",
           "[llama][quantized][safetensors]") {
   testing::TempDir dir;
   const TensorWeights f32 = random_weights(small_config(true), 6);
@@ -153,7 +153,7 @@ TEST_CASE("quantized safetensors round trip keeps the packed words; the model fr
   }
 }
 
-TEST_CASE("quantized model: training is refused; a wo split that cuts groups keeps that wo in f32", "[llama][quantized]") {
+TEST_CASE("quantized model: training is refused, and a wo split that cuts groups keeps that wo in f32", "[llama][quantized]") {
   const TensorWeights f32 = random_weights(small_config(true), 7);
   const model::ConvertedWeights w(f32, WeightFormat::affine(8, 64));  // heads of 32: pairs of heads per group
   std::string train_error;

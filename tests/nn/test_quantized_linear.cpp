@@ -106,7 +106,7 @@ TEST_CASE("quantized sharded linears from shard_linear equal the unsharded Quant
   }
 }
 
-TEST_CASE("quantized shard_linear refuses a split that cuts a group; shard_inplace slices the same way",
+TEST_CASE("quantized shard_linear refuses a split that cuts a group, and shard_inplace slices the same way",
           "[nn][quantized][sharded]") {
   std::mt19937 rng(93);
   const int64_t OUT = 4, IN = 128;
