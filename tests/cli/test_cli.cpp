@@ -2,49 +2,24 @@
 // one-line errors, help, config validation before any work, inspect.
 #include <catch2/catch.hpp>
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
 #include "support/shared_data.h"
+#include "support/run_tpcli.h"
 #include "support/temp_dir.h"
 
-using tpcli::testing::slurp;
 using tpcli::testing::TempDir;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
+using Result = tpcli::testing::RunResult;
 
 // Runs tpcli with `args` (stdin closed), capturing stdout, stderr and the exit code.
-Result run(const std::vector<std::string>& args) {
-  TempDir capture;
-  std::string command = quote(TPCLI_BINARY);
-  for (const auto& arg : args) {
-    command += ' ';
-    command += quote(arg);
-  }
-  command += " </dev/null >" + quote((capture.path() / "out").string()) + " 2>" + quote((capture.path() / "err").string());
-  const int status = std::system(command.c_str());
-  Result result;
-  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = slurp(capture.path() / "out");
-  result.err = slurp(capture.path() / "err");
-  return result;
-}
+Result run(const std::vector<std::string>& args) { return tpcli::testing::run_tpcli(args); }
 
 int line_count(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
 

@@ -4,26 +4,20 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <string>
 
+#include "support/run_tpcli.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
-using tpcli::testing::slurp;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-  double seconds = 0;
-};
+using Run = tpcli::testing::RunResult;
 
 const fs::path& scratch() {
   static const tpcli::testing::TempDir dir;
@@ -32,14 +26,8 @@ const fs::path& scratch() {
 
 // Under a 20 s timeout: a blocked open fails the test (exit 124) instead of hanging the suite.
 Run run_tpcli(const std::string& args) {
-  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
-  const std::string cmd = std::string("cd ") + TPCLI_SOURCE_DIR + " && OMP_WAIT_POLICY=passive timeout 20 " +
-                          TPCLI_BINARY + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
-  const auto t0 = std::chrono::steady_clock::now();
-  const int status = std::system(cmd.c_str());
-  Run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  return tpcli::testing::run_tpcli_line(
+      args, {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive", .timeout_seconds = 20});
 }
 
 int lines_of(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }

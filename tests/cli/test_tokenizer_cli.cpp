@@ -4,49 +4,27 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
+#include "support/run_tpcli.h"
 #include "support/temp_dir.h"
 
 using nlohmann::json;
-using tpcli::testing::slurp;
 using tpcli::testing::TempDir;
 
 namespace {
 
 const std::string SHARED = TPCLI_SHARED_DIR;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
+using Result = tpcli::testing::RunResult;
 
 // Runs tpcli with `args` and `input` on stdin.
 Result run(const std::vector<std::string>& args, const std::string& input) {
-  TempDir capture;
-  const std::string in = capture.write("in", input);
-  std::string command = quote(TPCLI_BINARY);
-  for (const auto& arg : args) command += ' ' + quote(arg);
-  command += " <" + quote(in) + " >" + quote((capture.path() / "out").string()) + " 2>" +
-             quote((capture.path() / "err").string());
-  const int status = std::system(command.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(capture.path() / "out");
-  r.err = slurp(capture.path() / "err");
-  return r;
+  return tpcli::testing::run_tpcli(args, {.input = input});
 }
 
 bool shared_present(const std::string& rel) { return std::filesystem::exists(SHARED + "/" + rel); }

@@ -3,26 +3,22 @@
 // file gives the same greedy tokens in infer as the checkpoint it came from.
 #include <catch2/catch.hpp>
 
+#include "support/run_tpcli.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
+using Run = tpcli::testing::RunResult;
 
 using tpcli::testing::slurp;
 
@@ -33,15 +29,7 @@ const fs::path& scratch() {
 }
 
 Run run_tpcli(const std::string& args) {
-  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
-  const std::string cmd = std::string("cd ") + TPCLI_SOURCE_DIR + " && OMP_WAIT_POLICY=passive " + TPCLI_BINARY + " " +
-                          args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
-  int status = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return tpcli::testing::run_tpcli_line(args, {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive"});
 }
 
 std::string write_config(const std::string& name, const std::string& text) {

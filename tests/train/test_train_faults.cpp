@@ -22,6 +22,7 @@
 #include "dist/mesh.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
+#include "support/run_tpcli.h"
 #include "support/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
@@ -34,10 +35,7 @@ extern char** environ;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
+using Run = tpcli::testing::RunResult;
 
 const fs::path& scratch() {
   static const tpcli::testing::TempDir dir;
@@ -45,11 +43,7 @@ const fs::path& scratch() {
 }
 
 Run run_tpcli(const std::string& args) {
-  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
-  const std::string cmd = std::string("cd ") + TPCLI_SOURCE_DIR + " && OMP_WAIT_POLICY=passive " + TPCLI_BINARY + " " +
-                          args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return tpcli::testing::run_tpcli_line(args, {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive"});
 }
 
 int lines_of(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }

@@ -6,11 +6,9 @@
 // errors and no half-written file.
 #include <catch2/catch.hpp>
 
+#include "support/run_tpcli.h"
 #include "support/temp_dir.h"
 
-#include <sys/wait.h>
-
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -26,11 +24,7 @@ using tpcli::testing::slurp;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-  double seconds = 0;
-};
+using Run = tpcli::testing::RunResult;
 
 const fs::path& scratch() {
   static const tpcli::testing::TempDir dir;
@@ -39,17 +33,7 @@ const fs::path& scratch() {
 
 // `args` after the binary (a shell command line), run in the scratch folder.
 Run run_tpcli(const std::string& args) {
-  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
-  const std::string cmd = "cd " + scratch().string() + " && OMP_WAIT_POLICY=passive " + TPCLI_BINARY + " " + args +
-                          " >" + out.string() + " 2>" + err.string() + " </dev/null";
-  const auto t0 = std::chrono::steady_clock::now();
-  const int status = std::system(cmd.c_str());
-  Run r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  return tpcli::testing::run_tpcli_line(args, {.cwd = scratch().string(), .environment = "OMP_WAIT_POLICY=passive"});
 }
 
 // A tiny model on the in-repo corpus: seeded shuffling, constant lr (so a run cut short and
