@@ -13,6 +13,7 @@
 
 #include "model/atomic_file.h"
 #include "model/dtype.h"
+#include "model/packed_weights.h"
 
 namespace tpcli::model {
 
@@ -372,34 +373,6 @@ std::optional<StoredTensor> HfModelDir::stored(const std::string& name) const {
 
 namespace {
 
-float fp8_e4m3_to_f32(uint8_t v) {
-  const int sign = v >> 7, exponent = (v >> 3) & 0xF, mantissa = v & 0x7;
-  if (exponent == 0xF && mantissa == 0x7) return std::nanf("");
-  const float magnitude = exponent == 0 ? std::ldexp(static_cast<float>(mantissa) / 8.0f, -6)
-                                        : std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
-  return sign ? -magnitude : magnitude;
-}
-
-// w[rows, cols] from MLX's packed codes (../shared/QUANT.md): element i of a row is bits
-// [i*bits, i*bits + bits) of the row's little-endian bitstream; affine: w = q * scale + bias,
-// mxfp8: w = fp8(q) * 2^(scale - 127).
-void dequantize(float* w, const uint32_t* words, const float* scales, const float* biases, const uint8_t* exponents,
-                int64_t rows, int64_t cols, const Quantization& q) {
-  const int64_t words_per_row = cols * q.bits / 32, groups = cols / q.group_size;
-  const uint32_t mask = (1u << q.bits) - 1;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < cols; ++i) {
-      const uint32_t* row = words + r * words_per_row;
-      const int64_t bit = i * q.bits, word = bit / 32, shift = bit % 32;
-      uint64_t pair = row[word];
-      if (shift + q.bits > 32) pair |= static_cast<uint64_t>(row[word + 1]) << 32;
-      const uint32_t code = static_cast<uint32_t>(pair >> shift) & mask;
-      const int64_t g = r * groups + i / q.group_size;
-      w[r * cols + i] = exponents ? fp8_e4m3_to_f32(static_cast<uint8_t>(code)) * std::ldexp(1.0f, exponents[g] - 127)
-                                  : static_cast<float>(code) * scales[g] + biases[g];
-    }
-}
-
 std::vector<float> to_f32_vector(const StoredTensor& t) {
   std::vector<float> out(static_cast<size_t>(tensor::numel(t.shape)));
   to_f32(out.data(), t.data, t.dtype, tensor::numel(t.shape));
@@ -408,21 +381,11 @@ std::vector<float> to_f32_vector(const StoredTensor& t) {
 
 }  // namespace
 
-// A quantized weight in f32: the (reordered) words with the (reordered) scales and biases.
+// A quantized weight in f32: the (reordered) words with the (reordered) scales and biases,
+// dequantized by tensor::PackedMatrix (MLX's rules, ../shared/QUANT.md).
 std::vector<float> HfModelDir::dequantized(const std::string& name) const {
-  const Quantization& q = *hf_.llama.quantization;
-  const StoredTensor words = *stored(name);
-  const int64_t rows = words.shape[0], cols = words.shape[1] * 32 / q.bits;
-  std::vector<float> w(static_cast<size_t>(rows * cols));
-  const StoredTensor scales = *stored(name + ".scales");
-  if (q.mode == "affine") {
-    const std::vector<float> s = to_f32_vector(scales), b = to_f32_vector(*stored(name + ".biases"));
-    dequantize(w.data(), static_cast<const uint32_t*>(words.data), s.data(), b.data(), nullptr, rows, cols, q);
-  } else {
-    dequantize(w.data(), static_cast<const uint32_t*>(words.data), nullptr, nullptr,
-               static_cast<const uint8_t*>(scales.data), rows, cols, q);
-  }
-  return w;
+  const tensor::Tensor w = load_packed_full(*this, name).dequantize();
+  return {w.span().begin(), w.span().end()};
 }
 
 std::span<const float> HfModelDir::get(const std::string& name) const {
