@@ -32,8 +32,22 @@ std::string key_location(const toml::key& key, const toml::node& node, const std
   return location(key.source().path ? key.source() : node.source(), file);
 }
 
+// Errors are one line: TOML++ quotes the offending text, which may hold a newline (found by
+// fuzz_run_config: `x = tru` then a line break), so control characters are written escaped.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (static_cast<unsigned char>(c) < 0x20) out += '?';
+    else out += c;
+  }
+  return out;
+}
+
 [[noreturn]] void fail(const std::string& where, const std::string& message) {
-  throw ConfigError(where + ": " + message);
+  throw ConfigError(one_line(where + ": " + message));
 }
 
 std::string format_number(double value) {

@@ -1,6 +1,9 @@
 #include "tensor/packed_matrix.h"
 
 #include <omp.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -23,12 +26,20 @@ std::string WeightFormat::name() const {
   return "?";
 }
 
+#if defined(__x86_64__)
+// F16C through cpuid (leaf 1, ecx bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+static bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+#endif
+
 Isa detected_isa() {
 #if defined(__x86_64__)
   static const Isa isa = [] {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
       return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
       return Isa::Avx2;
     return Isa::Scalar;
   }();

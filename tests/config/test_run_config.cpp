@@ -287,6 +287,17 @@ TEST_CASE("missing files are errors at the key that names them") {
         (dir.path() / "nope.toml").string() + ": no such file");
 }
 
+// Regression (fuzz_run_config): TOML++ quoted the text it saw, newline included, and the error
+// became two lines.
+TEST_CASE("a TOML syntax error whose quoted text holds a newline is still one line") {
+  TempDir dir;
+  const std::string path = dir.write("cut.toml", "[data]\nshuffle = tru\n[train]\nsteps = 1\n");
+  const std::string err = error_of([&] { load_run_config(path); });
+  CHECK(err.rfind(path + ":2:", 0) == 0);
+  CHECK(err.find("TOML syntax error") != std::string::npos);
+  CHECK(err.find('\n') == std::string::npos);
+}
+
 TEST_CASE("TOML syntax errors carry the parser's line and column") {
   TempDir dir;
   const std::string dup = dir.write("dup.toml", "[mesh]\naxes = { data = 2, data = 3 }\n");
