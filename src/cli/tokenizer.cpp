@@ -52,6 +52,8 @@ void run_decode(const TokenizerFlags& f) {
     ids = nlohmann::json::parse(read_all(stdin));
   } catch (const nlohmann::json::parse_error& e) {
     throw UsageError("stdin: not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {  // a number too large, ...: not a parse_error
+    throw UsageError(std::string("stdin: not valid JSON: ") + e.what());
   }
   if (!ids.is_array()) throw UsageError("stdin: expected a JSON array of token ids");
   std::vector<int> tokens;

@@ -44,6 +44,8 @@ std::vector<model::ChatMessage> parse_messages(const std::string& json_text, con
     list = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
     throw UsageError(origin + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {  // a number too large, ...: not a parse_error
+    throw UsageError(origin + ": not valid JSON: " + e.what());
   }
   if (!list.is_array()) throw UsageError(origin + ": expected a JSON list of {\"role\": ..., \"content\": ...}");
   std::vector<model::ChatMessage> messages;

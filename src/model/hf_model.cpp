@@ -33,6 +33,8 @@ json read_json_file(const std::string& path) {
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
     throw std::runtime_error(path + ": not valid JSON: " + what);
+  } catch (const json::exception& e) {  // a number too large, ...: not a parse_error
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
   }
 }
 

@@ -23,6 +23,8 @@ json read_json(const std::string& path) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     throw std::runtime_error(path + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception& e) {  // a number too large, ...: not a parse_error
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
   }
 }
 

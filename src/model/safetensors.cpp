@@ -214,6 +214,8 @@ nlohmann::json parse_header(std::string_view text, const std::string& path) {
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
     std::replace(what.begin(), what.end(), '\n', ' ');
     throw std::runtime_error(path + ": header JSON at byte " + std::to_string(e.byte) + ": " + what);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large (found by fuzz_safetensors)
+    throw std::runtime_error(path + ": header JSON: " + e.what());
   }
 }
 

@@ -188,6 +188,8 @@ TEST_CASE("safetensors: corrupt files are one-line errors naming the file", "[sa
       {"metadata not strings", with_header(R"({"__metadata__":{"k":1}})")},
       {"deep nesting", with_header(R"({"a":)" + std::string(100, '[') + std::string(100, ']') + "}")},
       {"truncated data", good.substr(0, good.size() - 4)},
+      // Regression (fuzz_safetensors): nlohmann throws out_of_range, not parse_error, for this.
+      {"number too large", with_header(R"({"a":{"dtype":"F32","shape":[22e2464],"data_offsets":[0,4]}})")},
   };
   for (const auto& [what, bytes] : cases) {
     INFO(what);
