@@ -21,6 +21,7 @@
 #include "model/packed_weights.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
+#include "random_model.h"
 #include "reference_files.h"
 #include "support/temp_dir.h"
 
@@ -28,21 +29,9 @@ using namespace tpcli;
 using model::LlamaConfig;
 using model::TensorWeights;
 using tensor::WeightFormat;
+using testing::random_weights;
 
 namespace {
-
-TensorWeights random_weights(const LlamaConfig& c, uint32_t seed) {
-  std::mt19937 rng(seed);
-  TensorWeights w(c);
-  for (const auto& spec : model::llama_parameters(c)) {
-    const bool gain = spec.shape.size() == 1;
-    std::normal_distribution<float> d(gain ? 1.0f : 0.0f, gain ? 0.1f : 0.3f);
-    std::vector<float> v(static_cast<size_t>(tensor::numel(spec.shape)));
-    for (auto& x : v) x = d(rng);
-    w.set(spec.name, tensor::Tensor(spec.shape, std::move(v)));
-  }
-  return w;
-}
 
 struct Decoded {
   std::vector<int> tokens;    // greedy continuation
