@@ -18,9 +18,9 @@
 #include "cli/bench_collective_ops.h"
 #include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
-#include "dist/launcher.h"
+#include "dist/launch/launcher.h"
 #include "dist/runtime.h"
-#include "dist/zmq_backend.h"
+#include "dist/zmq/zmq_backend.h"
 
 namespace tpcli::cli {
 

@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "dist/trace.h"
-#include "dist/zmq_backend.h"
+#include "dist/zmq/zmq_backend.h"
 
 namespace tpcli::cli {
 

@@ -20,7 +20,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "dist/trace.h"
-#include "dist/zmq_backend.h"
+#include "dist/zmq/zmq_backend.h"
 #include "cli/tokenizer_setup.h"
 #include "model/generate.h"
 #include "model/generate_text.h"

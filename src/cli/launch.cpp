@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "dist/launcher.h"
+#include "dist/launch/launcher.h"
 
 namespace tpcli::cli {
 namespace {

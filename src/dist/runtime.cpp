@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "dist/backend.h"
-#include "dist/thread_backend.h"
+#include "dist/threads/thread_backend.h"
 #include "tensor/blas.h"
 
 namespace tpcli::dist {

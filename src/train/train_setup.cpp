@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "dist/zmq_backend.h"
+#include "dist/zmq/zmq_backend.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/launcher.h"
+#include "dist/launch/launcher.h"
 #include "support/temp_dir.h"
 
 using namespace tpcli::dist;

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/shm_rings.h"
+#include "dist/zmq/shm_rings.h"
 
 using namespace tpcli::dist;
 

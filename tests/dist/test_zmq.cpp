@@ -20,9 +20,9 @@
 #include <zmq.hpp>
 
 #include "dist/collective_checks.h"
-#include "dist/launcher.h"
+#include "dist/launch/launcher.h"
 #include "dist/runtime.h"
-#include "dist/zmq_backend.h"
+#include "dist/zmq/zmq_backend.h"
 
 using namespace tpcli::dist;
 using namespace tpcli::testing;

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "dist/zmq_wire.h"
+#include "dist/zmq/zmq_wire.h"
 #include "model/llama2c.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"

@@ -8,7 +8,7 @@
 // than staging copies — barrier again so nobody changes a buffer another member is still reading.
 // Why double buffering is safe: a member rewrites slot data of parity p at its collective j+2 only
 // after passing a barrier of collective j+1, which nobody reaches before finishing its reads of j.
-#include "dist/thread_backend.h"
+#include "dist/threads/thread_backend.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "dist/zmq_wire.h"
+#include "dist/zmq/zmq_wire.h"
 
 #include <charconv>
 #include <cstring>

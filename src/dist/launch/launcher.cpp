@@ -1,6 +1,6 @@
 // tpcli::dist — the process launcher: fork/exec (or ssh) N ranks, forward their output, stop all
 // ranks when one fails. The ssh command line and the remote wrapper are described in launcher.h.
-#include "dist/launcher.h"
+#include "dist/launch/launcher.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

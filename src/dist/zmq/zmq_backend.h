@@ -35,7 +35,7 @@
 #include "dist/backend.h"
 #include "dist/mesh.h"
 #include "dist/runtime.h"
-#include "dist/zmq_transport.h"
+#include "dist/zmq/zmq_transport.h"
 
 namespace tpcli::dist {
 

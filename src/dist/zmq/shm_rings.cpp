@@ -4,7 +4,7 @@
 // RING_BYTES]. Positions (head, tail) count bytes since the start and only grow; the byte at
 // position x lives at x % RING_BYTES. Producer: write the record, then publish head (release).
 // Consumer: read head (acquire), read the record, then publish tail (release).
-#include "dist/shm_rings.h"
+#include "dist/zmq/shm_rings.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>

@@ -1,7 +1,7 @@
 // tpcli::dist — ZeroMQ transport: start-up through the coordinator, mailboxes, failure detection.
 //
 // Wire format of one chunk: two frames, a WireHeader and the payload (floats, or text for ABORT).
-#include "dist/zmq_transport.h"
+#include "dist/zmq/zmq_transport.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

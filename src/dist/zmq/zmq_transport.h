@@ -43,8 +43,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "dist/shm_rings.h"
-#include "dist/zmq_wire.h"
+#include "dist/zmq/shm_rings.h"
+#include "dist/zmq/zmq_wire.h"
 
 namespace tpcli::dist {
 

@@ -1,7 +1,7 @@
 // tpcli::dist — collectives over the ZeroMQ transport (algorithms: see zmq_backend.h).
 //
 // S = group size, r = this member's index, n = floats passed; slice m = even_split(n, S, m).
-#include "dist/zmq_backend.h"
+#include "dist/zmq/zmq_backend.h"
 
 #include <algorithm>
 #include <cstring>
