@@ -1,6 +1,7 @@
-// tpcli bench train --config C [--meshes 1x1,1x2,2x1] [--steps N] — training throughput of a run
-// config on several meshes (data x model), as tokens/s and model FLOPs utilisation (MFU) against
-// the BLIS sgemm peak measured in the same run.
+// tpcli bench train --config C [--meshes 1x1,1x2,2x1,2x1+shard] [--steps N] — training throughput
+// of a run config on several meshes (data x model), as tokens/s and model FLOPs utilisation (MFU)
+// against the BLIS sgemm peak measured in the same run. A mesh may carry options: "+shard"
+// (train.shard_optimizer, ZeRO-1), "+recompute" (train.recompute), "+plain" (neither).
 //
 // Model FLOPs per token (PaLM's appendix B): 6 * (matmul parameters, the classifier included, the
 // embedding lookup not) + 12 * L * C * T for attention scores and values (forward + backward).
@@ -28,7 +29,7 @@ namespace {
 
 struct BenchTrainOptions {
   std::string config;
-  std::vector<std::string> meshes = {"1x1", "1x2", "2x1"};
+  std::vector<std::string> meshes = {"1x1", "1x2", "2x1", "2x1+shard"};
   int steps = 10;   // timed
   int warmup = 2;   // untimed, first
   int blas_threads = 0;  // per device; 0 = automatic (cores / devices)
@@ -74,15 +75,23 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
   std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "
               "(1 thread, 1024^3), %d cores\n",
               o.config.c_str(), o.warmup, o.steps, peak1, cores);
-  std::printf("%-8s %8s %12s %12s %10s %8s\n", "mesh", "devices", "step ms", "tokens/s", "GFLOP/s", "MFU");
+  std::printf("%-16s %8s %12s %12s %10s %8s %10s %10s\n", "mesh", "devices", "step ms", "tokens/s", "GFLOP/s", "MFU",
+              "act MB", "optim MB");
   double base_tps = 0;
   for (const std::string& m : o.meshes) {
     int D = 0, TP = 0;
     char x = 0;
-    std::istringstream in(m);
-    if (!(in >> D >> x >> TP) || x != 'x' || D < 1 || TP < 1)
-      throw UsageError("--meshes " + m + ": expected DATAxMODEL, e.g. 2x1");
+    std::istringstream in(m.substr(0, m.find('+')));
+    if (!(in >> D >> x >> TP) || x != 'x' || D < 1 || TP < 1 || !in.eof())
+      throw UsageError("--meshes " + m + ": expected DATAxMODEL[+shard][+recompute], e.g. 2x1+shard");
     config::RunConfig cfg = base;
+    for (size_t at = m.find('+'); at != std::string::npos; at = m.find('+', at + 1)) {
+      const std::string option = m.substr(at + 1, m.find('+', at + 1) - at - 1);
+      if (option == "shard") cfg.train.shard_optimizer = true;
+      else if (option == "recompute") cfg.train.recompute = true;
+      else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = false;
+      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, plain)");
+    }
     config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
     train::Prepared p = train::prepare(cfg, false, [&](std::optional<int> vocab) {
       return model_from_config(cfg.model, vocab);
@@ -95,18 +104,20 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     t.sample_tokens = 0;
     t.progress = false;
     t.blas_threads = o.blas_threads;
+    const double tokens_per_step = static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
     auto result = train::train(t);
     std::vector<double> step_s;
     for (size_t i = static_cast<size_t>(o.warmup); i < result.records.size(); ++i)
-      step_s.push_back(static_cast<double>(t.batch_size) * t.seq_len / result.records[i].tokens_per_s);
+      step_s.push_back(tokens_per_step / result.records[i].tokens_per_s);
     std::sort(step_s.begin(), step_s.end());
     const double median = step_s[step_s.size() / 2];
-    const double tps = static_cast<double>(t.batch_size) * t.seq_len / median;
+    const double tps = tokens_per_step / median;
     const double gflops = tps * flops_per_token(t.model, t.seq_len) / 1e9;
     const double mfu = gflops / (peak1 * std::min(D * TP, cores));
     if (base_tps == 0) base_tps = tps;
-    std::printf("%-8s %8d %12.1f %12.0f %10.2f %7.1f%%   (%.2fx the first mesh)\n", m.c_str(), D * TP, median * 1e3,
-                tps, gflops, 100 * mfu, tps / base_tps);
+    const train::DeviceBytes bytes = train::run_device_bytes(t);  // device 0 (train/memory.h)
+    std::printf("%-16s %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f   (%.2fx the first mesh)\n", m.c_str(), D * TP,
+                median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6, tps / base_tps);
     std::fflush(stdout);
   }
 }

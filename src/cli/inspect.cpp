@@ -4,6 +4,7 @@
 #include "cli/inspect.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "model/llama_config.h"
 #include "model/shard_plan.h"
 #include "train/data.h"
+#include "train/memory.h"
 
 namespace tpcli::cli {
 
@@ -87,6 +89,24 @@ std::optional<int> corpus_vocab_size(const config::DataSection& data) {
   return std::nullopt;
 }
 
+// The bytes `tpcli train` prints at start for the same config and mesh (train/memory.h).
+void describe_memory(const config::RunConfig& config, const model::LlamaConfig& c, std::ostream& out) {
+  const config::MeshSection& m = config.mesh;
+  const config::TrainSection& t = config.train;
+  train::MemoryLayout layout;
+  layout.data = m.axis_size(m.data_axis);
+  layout.tensor = m.axis_size(m.tensor_axis);
+  layout.expert_group = m.axis_size(m.experts_axis());
+  layout.experts_on_data_axis = m.experts_axis() == m.data_axis;
+  layout.rows = t.batch_size / std::max(1, layout.data);
+  layout.seq_len = t.seq_len.value_or(c.seq_len);
+  layout.recompute = t.recompute;
+  layout.shard_optimizer = t.shard_optimizer;
+  layout.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
+  out << "  memory per device (device 0): " << train::describe(train::device_bytes(c, layout))
+      << (t.recompute ? " (recompute)" : "") << (t.shard_optimizer ? " (optimizer sharded)" : "") << "\n";
+}
+
 void describe_run_config(const config::RunConfig& config, std::ostream& out) {
   const config::MeshSection& m = config.mesh;
   out << config.path << ": run config\n";
@@ -105,6 +125,7 @@ void describe_run_config(const config::RunConfig& config, std::ostream& out) {
     describe_model(c, out);
     if (!vocab_known) out << "  (vocab_size comes from the tokenizer; parameters counted with vocab_size = 256)\n";
     describe_shards(c, m.axis_size(m.tensor_axis), out);
+    describe_memory(config, c, out);
   }
   const config::DataSection& d = config.data;
   out << "  data       " << (d.path ? *d.path : "(no corpus)") << ", tokenizer "
@@ -116,7 +137,8 @@ void describe_run_config(const config::RunConfig& config, std::ostream& out) {
   out << "  optimizer  AdamW lr " << number(t.lr) << " -> " << number(t.min_lr) << " (" << config::to_string(t.decay)
       << ", warm-up " << t.warmup_steps << "), weight decay " << number(t.weight_decay) << ", betas (" << number(t.beta1)
       << ", " << number(t.beta2) << "), eps " << number(t.eps) << ", grad clip "
-      << (t.grad_clip > 0 ? number(t.grad_clip) : "off") << "\n";
+      << (t.grad_clip > 0 ? number(t.grad_clip) : "off") << (t.grad_accum > 1 ? ", grad_accum " + std::to_string(t.grad_accum) : "")
+      << (t.shard_optimizer ? ", state sharded over the data axis" : "") << "\n";
   out << "  output     " << t.out_dir << " (eval every " << t.eval_every << " steps x " << t.eval_batches
       << " batches, log every " << t.log_every << ", sample " << t.sample_tokens << " tokens)\n";
 }

@@ -11,7 +11,7 @@
 //   [data]  path = "corpus.txt"  tokenizer = "chars" | "bytes" | "path/tokenizer.bin"  shuffle = true
 //   [train] steps, batch_size, seq_len, seed, lr, min_lr, warmup_steps, decay, weight_decay,
 //           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
-//           sample_tokens, save_every
+//           sample_tokens, save_every, grad_accum, recompute, shard_optimizer, bucket_kb
 //
 // A model file (models/*.toml) holds the model dims as TOP-LEVEL keys (no [model] header):
 //   dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, n_experts, top_k,
@@ -123,6 +123,10 @@ struct TrainSection {
   int log_every = 10;
   int sample_tokens = 200;       // length of the sample generated at the end (0 = none)
   std::optional<int> save_every; // not given = at every evaluation and at the end
+  int grad_accum = 1;            // micro-batches of batch_size rows per optimizer step
+  bool recompute = false;        // activation checkpointing per transformer block
+  bool shard_optimizer = false;  // ZeRO-1: AdamW moments split over the data axis
+  int bucket_kb = 1024;          // data-parallel gradient collectives run per bucket of this size
 };
 
 struct RunConfig {

@@ -364,37 +364,20 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
     throw std::invalid_argument("llama: tokens/targets must hold B*T = " + std::to_string(N) + " ids");
   for (int t : targets)
     if (t < 0 || t >= V) throw std::out_of_range("llama: target " + std::to_string(t) + " outside the vocabulary");
-  const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
-                                 config_.head_size(), kv_of_};
-  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
   if (!acts_) acts_ = std::make_unique<Acts>();
   Acts& A = *acts_;
   A.B = B;
   A.T = T;
-  A.layers.resize(layers_.size());
+  // Recompute: every block writes its activations into the one scratch entry (layers[L]).
+  A.layers.resize(layers_.size() + (recompute_ ? 1 : 0));
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
 
   std::vector<float> x(static_cast<size_t>(N * C));  // [N, C] residual stream
   embed(x.data(), tokens);  // all_gather_v of the rows from their owners (frozen: the replicated packed table)
   for (size_t l = 0; l < layers_.size(); ++l) {
-    Layer& L = layers_[l];
-    auto& a = A.layers[l];
-    a.x_in = x;
-    size(a.xn1, N * C); size(a.rstd1, N); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
-    size(a.y, N * QL); size(a.xm, N * C); size(a.xn2, N * C); size(a.rstd2, N); size(A.tmp, N * C);
-    nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), a.x_in.data(), L.attention_norm.data(), N, C, config_.norm_eps);
-    L.qkv_forward(a.qkv.data(), a.xn1.data(), N);
-    for (int64_t n = 0; n < N; ++n) {
-      const int pos = static_cast<int>(n % T);
-      rope_.forward(a.qkv.data() + n * QKV, shape.heads, pos);
-      rope_.forward(a.qkv.data() + n * QKV + QL, shape.kv_heads, pos);
-    }
-    nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, shape);
-    L.wo_forward(A.tmp.data(), a.y.data(), N);  // all_sum
-    for (int64_t i = 0; i < N * C; ++i) a.xm[i] = a.x_in[i] + A.tmp[i];
-    nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), N, C, config_.norm_eps);
-    L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
-    for (int64_t i = 0; i < N * C; ++i) x[i] = a.xm[i] + A.tmp[i];
+    A.layers[l].x_in = x;
+    block_forward(l, A.layers[l].x_in.data(), x.data(), B, T);
+    if (recompute_) layers_[l].ffn->release_activations();
   }
   A.x_final = std::move(x);
   size(A.xf, N * C); size(A.rstdf, N); size(A.probs, N * VL); size(A.losses, N);
@@ -403,15 +386,39 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
                                          plan_.vocab.offset, N, VL, group_);
   for (const auto& L : layers_) loss += L.ffn->aux_loss();
+  note_activation_bytes();
   return loss;
+}
+
+void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int T) {
+  Acts& A = *acts_;
+  const int64_t N = int64_t(B) * T, C = config_.dim;
+  const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
+                                 config_.head_size(), kv_of_};
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
+  auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
+  Layer& L = layers_[l];
+  auto& a = A.layers[recompute_ ? layers_.size() : l];
+  size(a.xn1, N * C); size(a.rstd1, N); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
+  size(a.y, N * QL); size(a.xm, N * C); size(a.xn2, N * C); size(a.rstd2, N); size(A.tmp, N * C);
+  nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), N, C, config_.norm_eps);
+  L.qkv_forward(a.qkv.data(), a.xn1.data(), N);
+  for (int64_t n = 0; n < N; ++n) {
+    const int pos = static_cast<int>(n % T);
+    rope_.forward(a.qkv.data() + n * QKV, shape.heads, pos);
+    rope_.forward(a.qkv.data() + n * QKV + QL, shape.kv_heads, pos);
+  }
+  nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, shape);
+  L.wo_forward(A.tmp.data(), a.y.data(), N);  // all_sum
+  for (int64_t i = 0; i < N * C; ++i) a.xm[i] = x_in[i] + A.tmp[i];
+  nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), N, C, config_.norm_eps);
+  L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
+  for (int64_t i = 0; i < N * C; ++i) x_out[i] = a.xm[i] + A.tmp[i];
 }
 
 void Llama::train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
   Acts& A = *acts_;
   const int64_t N = int64_t(B) * T, C = config_.dim, VL = plan_.vocab.count;
-  const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
-                                 config_.head_size(), kv_of_};
-  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
 
   // softmax cross-entropy, mean over N
   std::vector<float> dlogits(static_cast<size_t>(N * VL), 0.0f);  // [N, VL]
@@ -424,35 +431,61 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
   group_.all_sum(dxf);
 
   std::vector<float> dx(static_cast<size_t>(N * C), 0.0f);    // [N, C] gradient of the residual stream
-  std::vector<float> dxn(static_cast<size_t>(N * C));         // [N, C]
-  std::vector<float> dy(static_cast<size_t>(N * QL));         // [N, QL]
-  std::vector<float> dqkv(static_cast<size_t>(N * QKV));      // [N, QL+2KVL]
   nn::rmsnorm_backward(dx.data(), norm_grad_.data(), dxf.data(), A.x_final.data(), norm_.data(), A.rstdf.data(), N, C);
   for (size_t li = layers_.size(); li-- > 0;) {
-    Layer& L = layers_[li];
-    auto& a = A.layers[li];
-    // feed-forward branch: x_out = xm + ffn(ffn_norm(xm))
-    std::fill(dxn.begin(), dxn.end(), 0.0f);
-    L.ffn->backward(dxn.data(), dx.data(), a.xn2.data(), N);
-    nn::rmsnorm_backward(dx.data(), L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(),
-                         a.rstd2.data(), N, C);
-    // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
-    std::fill(dy.begin(), dy.end(), 0.0f);
-    L.wo.backward(dy.data(), dx.data(), a.y.data(), N);
-    std::fill(dqkv.begin(), dqkv.end(), 0.0f);
-    nn::attention_backward(dqkv.data(), dy.data(), a.qkv.data(), a.att.data(), B, T, shape);
-    for (int64_t n = 0; n < N; ++n) {
-      const int pos = static_cast<int>(n % T);
-      rope_.backward(dqkv.data() + n * QKV, shape.heads, pos);
-      rope_.backward(dqkv.data() + n * QKV + QL, shape.kv_heads, pos);
+    if (recompute_) {  // the block's activations again, from its saved input (x_out is scratch)
+      block_forward(li, A.layers[li].x_in.data(), dxf.data(), B, T);
     }
-    std::fill(dxn.begin(), dxn.end(), 0.0f);
-    L.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
-    nn::rmsnorm_backward(dx.data(), L.attention_norm_grad.data(), dxn.data(), a.x_in.data(), L.attention_norm.data(),
-                         a.rstd1.data(), N, C);
+    block_backward(li, dx.data(), B, T);
+    if (recompute_) {
+      note_activation_bytes();
+      layers_[li].ffn->release_activations();
+    }
   }
   embedding_.backward(dx.data(), tokens);  // dx is mirrored: each device adds to the rows it owns
 }
+
+void Llama::block_backward(size_t li, float* dx, int B, int T) {
+  Acts& A = *acts_;
+  const int64_t N = int64_t(B) * T, C = config_.dim;
+  const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
+                                 config_.head_size(), kv_of_};
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
+  std::vector<float> dxn(static_cast<size_t>(N * C), 0.0f);    // [N, C]
+  std::vector<float> dy(static_cast<size_t>(N * QL), 0.0f);    // [N, QL]
+  std::vector<float> dqkv(static_cast<size_t>(N * QKV), 0.0f); // [N, QL+2KVL]
+  Layer& L = layers_[li];
+  const auto& a = A.layers[recompute_ ? layers_.size() : li];
+  const float* x_in = A.layers[li].x_in.data();
+  // feed-forward branch: x_out = xm + ffn(ffn_norm(xm))
+  L.ffn->backward(dxn.data(), dx, a.xn2.data(), N);
+  nn::rmsnorm_backward(dx, L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(), a.rstd2.data(), N, C);
+  // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
+  L.wo.backward(dy.data(), dx, a.y.data(), N);
+  nn::attention_backward(dqkv.data(), dy.data(), a.qkv.data(), a.att.data(), B, T, shape);
+  for (int64_t n = 0; n < N; ++n) {
+    const int pos = static_cast<int>(n % T);
+    rope_.backward(dqkv.data() + n * QKV, shape.heads, pos);
+    rope_.backward(dqkv.data() + n * QKV + QL, shape.kv_heads, pos);
+  }
+  std::fill(dxn.begin(), dxn.end(), 0.0f);
+  L.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
+  nn::rmsnorm_backward(dx, L.attention_norm_grad.data(), dxn.data(), x_in, L.attention_norm.data(), a.rstd1.data(), N, C);
+}
+
+int64_t Llama::activation_bytes() const {
+  if (!acts_) return 0;
+  const Acts& A = *acts_;
+  size_t n = 0;
+  for (const auto& a : A.layers)
+    for (const auto* v : {&a.x_in, &a.xn1, &a.rstd1, &a.qkv, &a.att, &a.y, &a.xm, &a.xn2, &a.rstd2}) n += v->capacity();
+  for (const auto* v : {&A.x_final, &A.xf, &A.rstdf, &A.probs, &A.losses, &A.tmp}) n += v->capacity();
+  int64_t bytes = static_cast<int64_t>(n * sizeof(float));
+  for (const auto& L : layers_) bytes += L.ffn->activation_bytes();
+  return bytes;
+}
+
+void Llama::note_activation_bytes() { peak_activation_bytes_ = std::max(peak_activation_bytes_, activation_bytes()); }
 
 void Llama::ensure_grads() {
   require_trainable("gradients");
@@ -500,8 +533,10 @@ float Llama::forward_backward(std::span<const int> tokens, std::span<const int> 
       before.push_back(L.qkv.part(1).grad());
       before.push_back(L.qkv.part(2).grad());
     }
+  peak_activation_bytes_ = 0;
   float loss = train_forward(tokens, targets, B, T);
   train_backward(tokens, targets, B, T);
+  if (!recompute_) note_activation_bytes();  // the feed-forwards' backward buffers are allocated now
   if (plan_.kv_replicated) sync_replicated_kv_grads(before);
   return loss;
 }

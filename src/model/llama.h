@@ -78,6 +78,13 @@ class Llama {
   // Training. tokens/targets: [B*T] (B sequences of T, T <= seq_len). Returns the mean
   // cross-entropy over the B*T targets; accumulates (+=) every parameter's grad.
   float forward_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  // Activation checkpointing: forward_backward keeps only each block's input and recomputes the
+  // block's activations during backward (the same arithmetic, so the same gradients bit for bit;
+  // the block's collectives run again). Off by default.
+  void set_recompute(bool on) { recompute_ = on; }
+  // Largest activation memory held during the last forward_backward: what the forward saved for
+  // the backward (Acts and the feed-forwards' buffers), not the backward's transient gradients.
+  int64_t peak_activation_bytes() const { return peak_activation_bytes_; }
   // The same loss without gradients.
   float loss(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   // Batched forward; returns logits [B*T, V] gathered on every device (tests, prompt checks).
@@ -106,6 +113,11 @@ class Llama {
   struct Layer;
   struct Acts;
   float train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  // Block l on x_in[N, C] -> x_out[N, C], saving into a what its backward needs (a.x_in not set).
+  void block_forward(size_t l, const float* x_in, float* x_out, int B, int T);
+  void block_backward(size_t l, float* dx, int B, int T);  // dx[N, C]: d out -> d in, in place
+  int64_t activation_bytes() const;
+  void note_activation_bytes();
   void train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   // The classifier's shard [VL, C]: the embedding's rows when shared, else the output rows.
   nn::Linear& classifier() { return config_.shared_classifier ? embedding_.rows() : output_; }
@@ -154,6 +166,8 @@ class Llama {
   std::vector<int64_t> vocab_counts_;         // [T] vocab rows of each device
 
   std::unique_ptr<Acts> acts_;  // training activations, sized for the last B*T
+  bool recompute_ = false;
+  int64_t peak_activation_bytes_ = 0;
 };
 
 }  // namespace tpcli::model

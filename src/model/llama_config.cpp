@@ -59,26 +59,28 @@ void LlamaConfig::validate() const {
 std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
   const int64_t C = c.dim, F = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim(), Q = c.q_dim();
   std::vector<ParamSpec> specs;
-  auto add = [&](std::string name, tensor::Shape shape, Split split, bool decay) {
-    specs.push_back({std::move(name), std::move(shape), split, decay});
+  auto add = [&](std::string name, tensor::Shape shape, Split split, bool decay, bool expert = false, bool kv = false) {
+    specs.push_back({std::move(name), std::move(shape), split, decay, expert, kv});
   };
-  auto per_layer = [&](const std::string& kind, tensor::Shape shape, Split split, bool decay) {
-    for (int l = 0; l < c.n_layers; ++l) add("layers." + std::to_string(l) + "." + kind, shape, split, decay);
+  auto per_layer = [&](const std::string& kind, tensor::Shape shape, Split split, bool decay, bool expert = false,
+                       bool kv = false) {
+    for (int l = 0; l < c.n_layers; ++l)
+      add("layers." + std::to_string(l) + "." + kind, shape, split, decay, expert, kv);
   };
   // llama2.c order: embedding, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm.
   add("tok_embeddings", {V, C}, Split::Rows, true);  // by vocabulary, as the classifier
   per_layer("attention_norm", {C}, Split::Replicated, false);
   per_layer("wq", {Q, C}, Split::Rows, true);
-  per_layer("wk", {KV, C}, Split::Rows, true);
-  per_layer("wv", {KV, C}, Split::Rows, true);
+  per_layer("wk", {KV, C}, Split::Rows, true, false, /*kv=*/true);
+  per_layer("wv", {KV, C}, Split::Rows, true, false, /*kv=*/true);
   per_layer("wo", {C, Q}, Split::Columns, true);
   per_layer("ffn_norm", {C}, Split::Replicated, false);
   if (c.is_moe()) {
     const int64_t E = c.n_experts, FE = c.expert_hidden_dim ? c.expert_hidden_dim : F;
     per_layer("router", {E, C}, Split::Replicated, true);
-    per_layer("experts.w1", {E, FE, C}, Split::Rows, true);
-    per_layer("experts.w2", {E, C, FE}, Split::Columns, true);
-    per_layer("experts.w3", {E, FE, C}, Split::Rows, true);
+    per_layer("experts.w1", {E, FE, C}, Split::Rows, true, /*expert=*/true);
+    per_layer("experts.w2", {E, C, FE}, Split::Columns, true, /*expert=*/true);
+    per_layer("experts.w3", {E, FE, C}, Split::Rows, true, /*expert=*/true);
   } else {
     per_layer("w1", {F, C}, Split::Rows, true);
     per_layer("w2", {C, F}, Split::Columns, true);

@@ -82,6 +82,10 @@ struct ParamSpec {
   tensor::Shape shape;   // full (unsharded) shape, [out, in] for matrices
   Split split = Split::Replicated;
   bool weight_decay = false;  // 2-D weights (matrices and embedding) decay; norm gains never
+  // MoE experts: dealt out over the expert group (nn/moe.h), so each member holds different ones.
+  bool expert = false;
+  // wk, wv: rows are KV heads, which several tensor devices may each hold (model/shard_plan.h).
+  bool kv_heads = false;
 };
 
 // In llama2.c checkpoint order (per-kind arrays across layers are listed layer by layer).

@@ -44,6 +44,16 @@ void SwiGluFeedForward::backward(float* dinp, const float* dout, const float* in
   w13_.backward(dinp, dh13_.data(), inp, N);                    // all_sum of dinp (sum_gradients)
 }
 
+void SwiGluFeedForward::release_activations() {
+  for (auto* v : {&h13_, &g_, &dg_, &dh13_}) std::vector<float>().swap(*v);
+}
+
+int64_t SwiGluFeedForward::activation_bytes() const {
+  size_t n = 0;
+  for (const auto* v : {&h13_, &g_, &dg_, &dh13_}) n += v->capacity();
+  return static_cast<int64_t>(n * sizeof(float));
+}
+
 std::vector<ParamRef> SwiGluFeedForward::parameters() {
   return {{prefix_ + "w1", &w13_.part(0).weight(), &w13_.part(0).grad()},
           {prefix_ + "w2", &w2_.local().weight(), &w2_.local().grad()},

@@ -41,6 +41,11 @@ class FeedForward {
   // units; its gradient is added by backward. 0 for the dense layer.
   virtual float aux_loss() const { return 0.0f; }
   virtual int64_t parameter_bytes() const = 0;
+  // Activation checkpointing (model/llama.h set_recompute): frees what forward saved for backward
+  // (a later forward on the same input saves it again). The MoE layer keeps its buffers (no-op).
+  virtual void release_activations() {}
+  // Bytes of what forward keeps for backward (allocated capacity).
+  virtual int64_t activation_bytes() const { return 0; }
 };
 
 // The dense SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
@@ -58,6 +63,8 @@ class SwiGluFeedForward : public FeedForward {
   std::vector<ParamRef> parameters() override;
   std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override;
   int64_t parameter_bytes() const override;
+  void release_activations() override;
+  int64_t activation_bytes() const override;
 
  private:
   AllToShardedLinear w13_;  // parts: w1 [FL, C], w3 [FL, C]

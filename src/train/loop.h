@@ -8,13 +8,21 @@
 //   build its Llama shard (random init from the seed, init_from, or the checkpoint it resumes)
 //   each step s:
 //     all_max(stop flag) over the world          every device agrees on the step it stops at
-//     rows [d*B/D, (d+1)*B/D) of batch s         (train/data.h: a pure function of s)
-//     forward_backward -> local grads            (tensor collectives inside the model)
-//     pmean grads over the data axis             (expert weights: scaled by 1/G instead, nn/moe.h)
+//     rows [d*KB/D, (d+1)*KB/D) of batch s       (train/data.h: a pure function of s), in K
+//                                                micro-batches of B/D rows (train/step.h)
+//     forward_backward per micro-batch -> local grads (tensor collectives inside the model)
+//     pmean grads over the data axis, per bucket (train/data_parallel_optimizer.h; sharded:
+//                                                reduce_scatter, AdamW on this rank's chunk,
+//                                                all_gather of the values)
 //     global norm: all_sum over the world of each device's weighted sum of squares
 //     clip, AdamW with lr(s)
 //   every eval_every steps: validation loss (pmean over the data axis); checkpoint
-// The loss of step s is the mean cross-entropy over all B*T targets of that step, before the update.
+// The loss of step s is the mean cross-entropy over all K*B*T targets of that step, before the update.
+//
+// Files: loop.cpp (options, the per-device run), step.cpp (gradients of a step),
+// data_parallel_optimizer.cpp (data-parallel reduction, norm, AdamW, ZeRO-1), param_table.cpp
+// (the parameter table and buckets), checkpoint_io.cpp (gathering and slicing checkpoints),
+// metrics.cpp (metrics.jsonl and the progress line), memory.cpp (bytes per device).
 //
 // Over the ZeroMQ backend (make_backend, local_ranks) each process runs its own devices; the one
 // hosting device 0 is the run's only writer (out_dir, metrics, checkpoints, progress, result),
@@ -33,7 +41,11 @@
 #include "model/llama_config.h"
 #include "model/weights.h"
 #include "train/data.h"
+#include "train/data_parallel_optimizer.h"
+#include "train/memory.h"
 #include "train/optimizer.h"
+#include "train/param_table.h"
+#include "train/step.h"
 
 namespace tpcli::model {
 class Llama;
@@ -71,8 +83,12 @@ struct TrainOptions {
 
   // Optimisation.
   int64_t steps = 2000;
-  int batch_size = 12;
+  int batch_size = 12;  // rows of one micro-batch over the whole data axis
   int seq_len = 64;
+  int grad_accum = 1;   // K micro-batches per optimizer step: a step sees K * batch_size rows
+  bool recompute = false;        // activation checkpointing per block (model/llama.h set_recompute)
+  bool shard_optimizer = false;  // ZeRO-1 (train/data_parallel_optimizer.h)
+  int64_t bucket_elems = 262144; // floats per data-parallel gradient bucket
   uint64_t seed = 1337;
   LrSchedule schedule;
   AdamWOptions adamw;
@@ -130,27 +146,12 @@ bool is_writer_process(const TrainOptions& options);
 
 TrainResult train(const TrainOptions& options);
 
-// ---- pieces of a step, shared with tests and benchmarks ----
+// ---- pieces of a step, shared with tests and benchmarks: train/step.h (data_parallel_gradients),
+// train/data_parallel_optimizer.h (make_slots), train/param_table.h (ParallelAxes) ----
 
-// How one device's parameters combine across the mesh.
-struct ParallelAxes {
-  dist::Group* data = nullptr;    // the data-parallel group
-  dist::Group* world = nullptr;   // every device (for the global norm)
-  int data_size = 1;              // D
-  int tensor_size = 1;            // TP
-  int expert_group_size = 1;      // G (MoE): devices the experts are dealt over
-  bool experts_on_data_axis = true;
-};
-
-// Gradients of the model's loss over this device's rows, averaged so that every device holds the
-// gradient of the mean loss over the global batch (pmean over data; expert weights scaled by 1/G).
-// Returns the mean loss over the global batch (pmean of the local mean losses).
-double data_parallel_gradients(model::Llama& llama, const ParallelAxes& axes, std::span<const int> inputs,
-                               std::span<const int> targets, int rows, int seq_len);
-
-// The optimizer's view of the model's parameters, with the global-norm weights set.
-std::vector<Slot> make_slots(model::Llama& llama, const model::LlamaConfig& config, const ParallelAxes& axes,
-                             int tensor_rank);
+// Bytes per device of this run (train/memory.h) for device 0, the largest.
+MemoryLayout memory_layout(const TrainOptions& options);
+DeviceBytes run_device_bytes(const TrainOptions& options);
 
 // Collective over the tensor group: every parameter's full gradient (the model gathers its
 // gradients the way it gathers its weights).

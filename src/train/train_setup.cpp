@@ -140,6 +140,10 @@ Prepared prepare(const config::RunConfig& config, bool resume,
   o.log_every = t.log_every;
   o.sample_tokens = t.sample_tokens;
   o.shuffle = config.data.shuffle;
+  o.grad_accum = t.grad_accum;
+  o.recompute = t.recompute;
+  o.shard_optimizer = t.shard_optimizer;
+  o.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
   o.resume = resume;
   o.metadata_note = config.path;
 

@@ -1,0 +1,130 @@
+#include "train/checkpoint_io.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+#include "model/llama.h"
+#include "model/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/data_parallel_optimizer.h"
+#include "train/loop.h"
+
+namespace tpcli::train {
+
+
+// Every parameter's full tensor, for the moments: the moment buffers take the place of the values
+// while the model gathers its "weights" (collective over the tensor group), so the sharding
+// arithmetic stays in one place (the model).
+model::TensorWeights gather_as_weights(model::Llama& llama, std::vector<tensor::Tensor>& shards) {
+  auto params = llama.parameters();
+  for (size_t i = 0; i < params.size(); ++i) std::swap(*params[i].value, shards[i]);
+  model::TensorWeights full = [&] {
+    try {
+      return llama.gather_weights();
+    } catch (...) {
+      for (size_t i = 0; i < params.size(); ++i) std::swap(*params[i].value, shards[i]);
+      throw;
+    }
+  }();
+  for (size_t i = 0; i < params.size(); ++i) std::swap(*params[i].value, shards[i]);
+  return full;
+}
+
+model::TensorWeights gather_gradients(model::Llama& llama) {
+  std::vector<tensor::Tensor> grads;
+  for (auto& p : llama.parameters()) grads.push_back(*p.grad);
+  return gather_as_weights(llama, grads);
+}
+
+static void require_finite(std::span<const float> values, const std::string& path, int64_t step,
+                           const std::string& name) {
+  for (float x : values)
+    if (!std::isfinite(x))
+      throw std::runtime_error(path + ": not written at step " + std::to_string(step) + ": tensor " + name +
+                               " holds non-finite values (the previous checkpoint is kept)");
+}
+
+// Collective over the tensor group (gathers); every device calls it, world rank 0 writes.
+void save_checkpoint(model::Llama& llama, DataParallelOptimizer& optimizer, const SaveInfo& info, bool writer) {
+  model::TensorWeights weights = llama.gather_weights();
+  std::vector<tensor::Tensor> exp_avg = optimizer.moments(0), exp_avg_sq = optimizer.moments(1);
+  model::TensorWeights m = gather_as_weights(llama, exp_avg);
+  model::TensorWeights v = gather_as_weights(llama, exp_avg_sq);
+  if (!writer) return;
+  const TrainOptions& o = *info.options;
+  const auto specs = model::llama_parameters(o.model);
+  // Never replace a good checkpoint with a bad one (the step's guard should have stopped first).
+  for (const auto& spec : specs)
+    for (const auto* source : {&weights, &m, &v})
+      require_finite(source->get(spec.name), info.path, info.step,
+                     source == &weights ? spec.name : (source == &m ? EXP_AVG_PREFIX : EXP_AVG_SQ_PREFIX) + spec.name);
+  std::vector<model::TensorView> tensors;
+  std::vector<std::string> names;  // keeps the moment names alive
+  names.reserve(specs.size() * 2);
+  for (const auto& spec : specs) tensors.push_back({spec.name, spec.shape, weights.get(spec.name)});
+  for (const auto& spec : specs) {
+    names.push_back(EXP_AVG_PREFIX + spec.name);
+    tensors.push_back({names.back(), spec.shape, m.get(spec.name)});
+    names.push_back(EXP_AVG_SQ_PREFIX + spec.name);
+    tensors.push_back({names.back(), spec.shape, v.get(spec.name)});
+  }
+  Metadata meta;
+  meta["format"] = "tpcli";
+  model::config_to_metadata(o.model, meta);
+  tokenizer_to_metadata(*o.tokenizer, meta);
+  meta["train.step"] = std::to_string(info.step);
+  meta["train.seed"] = std::to_string(o.seed);
+  meta["train.mesh"] = o.mesh.to_string();
+  if (!o.metadata_note.empty()) meta["train.config"] = o.metadata_note;
+  model::write_safetensors(info.path, tensors, meta);
+}
+
+// The moments stored in a checkpoint, sliced into this device's shards: a model built from them
+// (same config, same tensor group) holds exactly the local slices.
+std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, const model::LlamaConfig& config,
+                                         dist::Group& tensor_group, dist::Group& expert_group, const char* prefix) {
+  model::TensorWeights source(config);
+  for (const auto& spec : model::llama_parameters(config)) {
+    const std::string name = prefix + spec.name;
+    if (!file.has(name)) throw std::runtime_error(file.path() + ": no optimizer state '" + name + "' to resume from");
+    auto data = file.tensor(name).data;
+    source.set(spec.name, tensor::Tensor(spec.shape, std::vector<float>(data.begin(), data.end())));
+  }
+  model::Llama shards(source, tensor_group, expert_group);
+  std::vector<tensor::Tensor> out;
+  for (auto& p : shards.parameters()) out.push_back(std::move(*p.value));
+  return out;
+}
+
+// "train.step" of a checkpoint: a step count in [0, MAX_STEPS], else a one-line error naming it.
+int64_t resume_step(const model::SafetensorsFile& file) {
+  constexpr int64_t MAX_STEPS = int64_t{1} << 40;
+  auto it = file.metadata().find("train.step");
+  if (it == file.metadata().end()) throw std::runtime_error(file.path() + ": no train.step in the metadata");
+  const std::string& text = it->second;
+  int64_t step = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (ec != std::errc() || end != text.data() + text.size() || step < 0 || step > MAX_STEPS)
+    throw std::runtime_error(file.path() + ": metadata train.step = '" + text + "' is not a step count (an integer in [0, " +
+                             std::to_string(MAX_STEPS) + "])");
+  return step;
+}
+
+// The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced.
+void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted) {
+  model::Metadata have, want;
+  model::config_to_metadata(file.config(), have);
+  model::config_to_metadata(wanted, want);
+  for (const auto& [key, value] : want) {
+    auto it = have.find(key);
+    const std::string held = it == have.end() ? "(unset)" : it->second;
+    if (held != value)
+      throw std::runtime_error(file.path() + ": --resume: the checkpoint holds a model with " + key + " = " + held +
+                               " but the config asks for " + value +
+                               " (resume with the same [model] settings, or train into a new train.out_dir)");
+  }
+}
+
+}  // namespace tpcli::train

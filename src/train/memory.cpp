@@ -1,0 +1,73 @@
+#include "train/memory.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "dist/group.h"
+#include "model/shard_plan.h"
+#include "nn/moe.h"
+
+namespace tpcli::train {
+
+namespace {
+
+// Elements of `spec` held by the device with shard plan `plan` and local experts `experts`.
+int64_t local_numel(const model::ParamSpec& spec, const model::LlamaConfig& c, const model::ShardPlan& plan,
+                    const dist::Range& experts) {
+  const int64_t C = c.dim;
+  const std::string& n = spec.name;
+  if (spec.split == model::Split::Replicated) return tensor::numel(spec.shape);
+  if (n == "tok_embeddings" || n == "output") return plan.vocab.count * C;
+  if (spec.expert) return experts.count * plan.expert_ffn.count * C;
+  if (spec.kv_heads) return plan.kv_rows().count * C;
+  if (n.ends_with(".wq") || n.ends_with(".wo")) return plan.q_rows().count * C;
+  return plan.ffn.count * C;  // w1, w2, w3
+}
+
+int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan) {
+  const int64_t N = int64_t{m.rows} * m.seq_len, C = c.dim, T = m.seq_len, L = c.n_layers;
+  const int64_t QL = plan.q_rows().count, KVL = plan.kv_rows().count, VL = plan.vocab.count;
+  const int64_t FL = c.is_moe() ? 0 : plan.ffn.count;
+  const int64_t block_input = N * C;
+  const int64_t block_rest = 3 * N * C + 2 * N + N * (QL + 2 * KVL) + N * QL + int64_t{m.rows} * plan.heads.count * T * T;
+  const int64_t ffn = 6 * N * FL;
+  const int64_t last = 3 * N * C + 2 * N + N * VL;
+  if (m.recompute) return L * block_input + block_rest + ffn + last;
+  return L * (block_input + block_rest + ffn) + last;
+}
+
+std::string megabytes(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+DeviceBytes device_bytes(const model::LlamaConfig& c, const MemoryLayout& m, int tensor_rank, int data_rank,
+                         int expert_rank) {
+  const auto plans = model::plan_all_shards(c, m.tensor);
+  const model::ShardPlan& plan = plans[static_cast<size_t>(tensor_rank)];
+  const dist::Range experts = c.is_moe() ? nn::local_experts(c.n_experts, m.expert_group, expert_rank) : dist::Range{};
+  int64_t local = 0, flat = 0;  // every local element; those replicated over the data axis
+  for (const auto& spec : model::llama_parameters(c)) {
+    const int64_t n = local_numel(spec, c, plan, experts);
+    local += n;
+    if (!(spec.expert && m.experts_on_data_axis)) flat += n;
+  }
+  int64_t moments = local;
+  if (m.shard_optimizer) {
+    moments = local - flat;
+    for (int64_t o = 0; o < flat; o += m.bucket_elems)
+      moments += dist::even_split(std::min(m.bucket_elems, flat - o), m.data, data_rank).count;
+  }
+  const int64_t f = static_cast<int64_t>(sizeof(float));
+  return {local * f, local * f, 2 * moments * f, activation_floats(c, m, plan) * f};
+}
+
+std::string describe(const DeviceBytes& b) {
+  return "parameters " + megabytes(b.parameters) + ", gradients " + megabytes(b.gradients) + ", optimizer " +
+         megabytes(b.optimizer) + ", activations " + megabytes(b.activations);
+}
+
+}  // namespace tpcli::train

@@ -1,0 +1,50 @@
+// tpcli::train — what one device holds while training, in bytes, computed from the model config
+// and the mesh alone (no allocation): `tpcli train` prints it at start and `tpcli inspect` prints
+// the same for a run config; tests check it against a real model and optimizer.
+//
+// Dimension legend: N = rows * T tokens of one micro-batch on this device, C dim, NH_L/QL/KVL
+// this device's query heads / q rows / kv rows, FL ffn rows, VL vocabulary rows, L layers.
+//
+//   parameters   this device's shards of every parameter (f32)
+//   gradients    one gradient per parameter element (f32; not sharded, as in ZeRO-1)
+//   optimizer    AdamW's two moments: of every local element, or (shard_optimizer) of this data
+//                rank's chunk of each gradient bucket plus the expert weights it owns
+//   activations  what the forward keeps for the backward at its peak (model/llama.h
+//                peak_activation_bytes): per block [N, C] x 4, [N] x 2, [N, QL+2KVL], [N, QL],
+//                [rows, NH_L, T, T] and the SwiGLU's [N, FL] x 6; then [N, C] x 3, [N] x 2,
+//                [N, VL]. With recompute: only each block's input [N, C] plus one block's set.
+//                Not counted: the backward's transient gradients; MoE expert buffers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/llama_config.h"
+
+namespace tpcli::train {
+
+struct MemoryLayout {
+  int data = 1;             // D
+  int tensor = 1;           // TP
+  int expert_group = 1;     // G (MoE)
+  bool experts_on_data_axis = true;
+  int rows = 1;             // micro-batch rows on this device (batch_size / D)
+  int seq_len = 1;          // T
+  bool recompute = false;
+  bool shard_optimizer = false;
+  int64_t bucket_elems = 262144;
+};
+
+struct DeviceBytes {
+  int64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0;
+};
+
+// Device (tensor_rank, data_rank, expert_rank); the defaults, device 0, hold the most (even_split
+// gives the first parts the extra element).
+DeviceBytes device_bytes(const model::LlamaConfig& config, const MemoryLayout& layout, int tensor_rank = 0,
+                         int data_rank = 0, int expert_rank = 0);
+
+// "parameters 1.23 MB, gradients 1.23 MB, optimizer 2.46 MB, activations 7.10 MB"
+std::string describe(const DeviceBytes& bytes);
+
+}  // namespace tpcli::train

@@ -1,0 +1,36 @@
+// tpcli::train — the gradient half of a training step on one device.
+//
+// Dimension legend: R = rows of one micro-batch on this device, K micro-batches (grad_accum),
+// T tokens per row.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "train/data.h"
+#include "train/param_table.h"
+
+namespace tpcli::model {
+class Llama;
+}
+
+namespace tpcli::train {
+
+// Zeroes the gradients, then runs forward_backward on K micro-batches of step `step`: micro-batch
+// k takes rows [rows.begin + k*R, rows.begin + (k+1)*R) of the sampler's batch (R = (rows.end -
+// rows.begin) / K), so the K micro-batches of every data rank are exactly the rows of the K-times
+// larger batch. Gradients are summed (not averaged) over k. Returns this device's mean loss over
+// the K micro-batches. inputs, targets: scratch, (R*T,).
+double accumulate_gradients(model::Llama& llama, const BatchSampler& batches, int64_t step, RowRange rows,
+                            int micro_batches, std::vector<int>& inputs, std::vector<int>& targets);
+
+// The reference data-parallel gradient, one collective per parameter (tests compare the bucketed
+// DataParallelOptimizer against it): zero_grad, forward_backward on these rows, then every
+// gradient averaged so that every device holds the gradient of the mean loss over the global batch
+// (pmean over data; expert weights scaled by 1/G instead, nn/moe.h). Returns the mean loss over
+// the global batch (pmean of the local mean losses).
+double data_parallel_gradients(model::Llama& llama, const ParallelAxes& axes, std::span<const int> inputs,
+                               std::span<const int> targets, int rows, int seq_len);
+
+}  // namespace tpcli::train

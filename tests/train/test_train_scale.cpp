@@ -1,0 +1,245 @@
+// Training beyond toy scale (issue 13): the sharded optimizer state (ZeRO-1), gradient buckets,
+// gradient accumulation and activation recomputation each give the losses of the plain run;
+// checkpoints are interchangeable between the modes and meshes; the bytes per device that
+// `tpcli train` and `tpcli inspect` print are what the model and optimizer hold.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dist/runtime.h"
+#include "model/llama.h"
+#include "model/random_init.h"
+#include "model/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/loop.h"
+#include "train/memory.h"
+
+using namespace tpcli;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string synthetic_text(size_t words, uint32_t seed) {
+  static const char* vocab[] = {"the", "night", "is", "young", "and", "all", "town", "asleep", "rose", "wall", "star",
+                                "kind", "ROMEO:", "JULIET:", "\n"};
+  std::mt19937 rng(seed);
+  std::string text;
+  for (size_t i = 0; i < words; ++i) {
+    text += vocab[rng() % std::size(vocab)];
+    text += ' ';
+  }
+  return text;
+}
+
+// Dims that split unevenly over 2 devices (hidden 70, 3 kv heads over 2) to exercise uneven slices.
+model::LlamaConfig small_config(int vocab) {
+  return model::LlamaConfig{.dim = 36, .hidden_dim = 70, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3,
+                            .vocab_size = vocab, .seq_len = 32, .shared_classifier = false};
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("tpcli_test_scale_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+train::TrainOptions base_options() {
+  auto text = synthetic_text(3000, 1);
+  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(text));
+  train::TrainOptions o;
+  o.tokenizer = tokenizer;
+  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
+  o.model = small_config(tokenizer->vocab_size());
+  o.init = std::make_shared<model::TensorWeights>(model::random_weights(o.model, 7));
+  o.steps = 10;
+  o.batch_size = 4;
+  o.seq_len = 16;
+  o.seed = 1;
+  o.shuffle = false;
+  o.schedule = {1e-2, 1e-3, 2, 10, train::Decay::Cosine};
+  o.adamw = {0.9, 0.99, 1e-8, 0.1};
+  o.grad_clip = 1.0;
+  o.eval_every = 0;
+  o.eval_batches = 0;
+  o.progress = false;
+  o.sample_tokens = 0;
+  o.blas_threads = 1;
+  o.bucket_elems = 1001;  // buckets cut parameters, and D does not divide them
+  return o;
+}
+
+std::vector<double> losses_of(const train::TrainResult& r) {
+  std::vector<double> l;
+  for (const auto& rec : r.records) l.push_back(rec.loss);
+  return l;
+}
+
+void check_close(const std::vector<double>& a, const std::vector<double>& b, double rel) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(a[i] == Approx(b[i]).epsilon(rel));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("shard_optimizer gives the losses of plain data parallelism on data=2 and data=2,model=2") {
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}}) {
+    INFO("mesh " << D << "x" << TP);
+    train::TrainOptions o = base_options();
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    const auto plain = losses_of(train::train(o));
+    o.shard_optimizer = true;
+    const auto sharded = losses_of(train::train(o));
+    check_close(sharded, plain, 1e-5);
+    CHECK(plain.back() < plain.front());
+  }
+}
+
+TEST_CASE("checkpoints are interchangeable between sharded and plain optimizers and between meshes") {
+  auto dir = temp_dir("interchange");
+  train::TrainOptions o = base_options();
+  o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
+  o.out_dir = (dir / "full").string();
+  const auto full = losses_of(train::train(o));  // plain, 2x2
+  model::SafetensorsFile plain_ckpt(train::latest_checkpoint(o.out_dir));
+
+  // Sharded on data=2 up to step 4 ...
+  std::atomic<bool> stop{false};
+  o.out_dir = (dir / "cut").string();
+  o.mesh = dist::Mesh({{"data", 2}, {"model", 1}});
+  o.shard_optimizer = true;
+  o.stop = &stop;
+  o.on_step = [&](int64_t step, double) { stop = step == 3; };
+  auto first = train::train(o);
+  REQUIRE(first.end_step == 4);
+  check_close(losses_of(first), std::vector<double>(full.begin(), full.begin() + 4), 1e-5);
+  // ... resumed plain on model=2 up to step 7 ...
+  stop = false;
+  o.resume = true;
+  o.shard_optimizer = false;
+  o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
+  o.on_step = [&](int64_t step, double) { stop = step == 6; };
+  auto second = train::train(o);
+  REQUIRE(second.start_step == 4);
+  REQUIRE(second.end_step == 7);
+  check_close(losses_of(second), std::vector<double>(full.begin() + 4, full.begin() + 7), 1e-5);
+  // ... and sharded again on data=2,model=2 to the end.
+  stop = false;
+  o.on_step = nullptr;
+  o.shard_optimizer = true;
+  o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
+  auto third = train::train(o);
+  REQUIRE(third.start_step == 7);
+  check_close(losses_of(third), std::vector<double>(full.begin() + 7, full.end()), 1e-5);
+
+  // The final checkpoints hold the same full moments.
+  model::SafetensorsFile mixed_ckpt(train::latest_checkpoint(o.out_dir));
+  for (const std::string name : {"adam.exp_avg.layers.1.wk", "adam.exp_avg_sq.layers.0.w2", "adam.exp_avg.norm"}) {
+    INFO(name);
+    auto a = plain_ckpt.tensor(name).data, b = mixed_ckpt.tensor(name).data;
+    REQUIRE(a.size() == b.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(a[i])));
+    }
+    CHECK(worst <= 1e-4 * scale);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("grad_accum K gives the losses of the K-times batch (batch 16 = batch 8 x 2, shuffle = false)") {
+  for (int D : {1, 2}) {
+    INFO("data=" << D);
+    train::TrainOptions o = base_options();
+    o.mesh = dist::Mesh({{"data", D}, {"model", 1}});
+    o.steps = 6;
+    o.batch_size = 16;
+    const auto big = losses_of(train::train(o));
+    o.batch_size = 8;
+    o.grad_accum = 2;
+    const auto accumulated = losses_of(train::train(o));
+    check_close(accumulated, big, 1e-6);
+  }
+}
+
+TEST_CASE("recompute gives the same losses with less activation memory") {
+  train::TrainOptions o = base_options();
+  o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
+  o.steps = 5;
+  const auto plain = losses_of(train::train(o));
+  o.recompute = true;
+  const auto recomputed = losses_of(train::train(o));
+  REQUIRE(recomputed.size() == plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(recomputed[i] == plain[i]);  // the same arithmetic
+}
+
+TEST_CASE("bucketed data-parallel all-sum equals the per-parameter all-sum") {
+  train::TrainOptions o = base_options();
+  const model::TensorWeights weights = model::random_weights(o.model, 3);
+  std::vector<int> inputs(4 * 16), targets(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = static_cast<int>((i * 7) % static_cast<size_t>(o.model.vocab_size));
+    targets[i] = static_cast<int>((i * 5 + 1) % static_cast<size_t>(o.model.vocab_size));
+  }
+  dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
+    dist::Group& data = dev.axis("data");
+    model::Llama reference(weights, dev.axis("model")), bucketed(weights, dev.axis("model"));
+    train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};
+    const auto rows = std::span<const int>(inputs).subspan(static_cast<size_t>(data.rank()) * 32, 32);
+    const auto rows_t = std::span<const int>(targets).subspan(static_cast<size_t>(data.rank()) * 32, 32);
+    train::data_parallel_gradients(reference, axes, rows, rows_t, 2, 16);
+    train::DataParallelOptimizer optimizer(bucketed, axes, dev.axis("model").rank(), {}, false, 333);
+    bucketed.zero_grad();
+    bucketed.forward_backward(rows, rows_t, 2, 16);
+    optimizer.reduce_gradients(1);
+    auto a = reference.parameters(), b = bucketed.parameters();
+    for (size_t i = 0; i < a.size(); ++i)
+      for (int64_t j = 0; j < a[i].grad->numel(); ++j)
+        if ((*a[i].grad)[j] != (*b[i].grad)[j]) FAIL(a[i].spec->name << " element " << j);
+  });
+}
+
+TEST_CASE("bytes per device: the accounting equals what the model and optimizer hold") {
+  train::TrainOptions o = base_options();
+  const model::TensorWeights weights = model::random_weights(o.model, 3);
+  const int rows = 2, T = 16;
+  std::vector<int> tokens(static_cast<size_t>(rows * T));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>(i % 20);
+  for (bool shard : {false, true})
+    for (bool recompute : {false, true}) {
+      INFO("shard " << shard << " recompute " << recompute);
+      dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
+        dist::Group& data = dev.axis("data");
+        dist::Group& tp = dev.axis("model");
+        model::Llama llama(weights, tp);
+        llama.set_recompute(recompute);
+        train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};
+        train::DataParallelOptimizer optimizer(llama, axes, tp.rank(), {}, shard, 1001);
+        for (int step = 0; step < 2; ++step) llama.forward_backward(tokens, tokens, rows, T);
+        train::MemoryLayout layout{2, 2, 2, true, rows, T, recompute, shard, 1001};
+        const train::DeviceBytes want = train::device_bytes(o.model, layout, tp.rank(), data.rank(), data.rank());
+        int64_t params = 0;
+        for (auto& p : llama.parameters()) params += p.value->numel() * 4;
+        CHECK(want.parameters == params);
+        CHECK(want.gradients == params);
+        CHECK(want.optimizer == optimizer.moment_bytes());
+        CHECK(want.activations == llama.peak_activation_bytes());
+        if (shard) CHECK(optimizer.moment_bytes() < 2 * params);
+      });
+    }
+  // Sharding halves the optimizer state on data=2 (up to a bucket's odd element).
+  train::MemoryLayout plain{2, 1, 2, true, 2, 16, false, false, 1001}, sharded = plain;
+  sharded.shard_optimizer = true;
+  const auto a = train::device_bytes(o.model, plain), b = train::device_bytes(o.model, sharded);
+  CHECK(std::abs(2 * b.optimizer - a.optimizer) <= 8 * (a.parameters / 4 / 1001 + 1));
+  plain.recompute = true;
+  CHECK(train::device_bytes(o.model, plain).activations < a.activations);
+}
