@@ -168,3 +168,19 @@ TEST_CASE("tpcli export --to llama2c: the .bin gives the same greedy tokens in i
   CHECK(a.out.rfind("Once upon a time", 0) == 0);
   CHECK(a.out == b.out);
 }
+
+TEST_CASE("tpcli train prints the bytes per device that tpcli inspect shows, for the same config and mesh") {
+  fs::remove_all(scratch() / "run");
+  const std::string path = write_config("memory.toml", config_text("data = 2, model = 2"));
+  for (const std::string sets : {"", " --set train.shard_optimizer=true --set train.recompute=true --set train.grad_accum=2"}) {
+    Run t = run_tpcli("train " + path + " --set train.sample_tokens=0" + sets);
+    Run i = run_tpcli("inspect " + path + sets);
+    INFO("train stderr: " << t.err << "\ninspect: " << i.out);
+    REQUIRE(t.code == 0);
+    REQUIRE(i.code == 0);
+    const auto at = t.err.find("memory per device (device 0): parameters ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = t.err.substr(at, t.err.find('\n', at) - at);
+    CHECK(i.out.find(line) != std::string::npos);
+  }
+}
