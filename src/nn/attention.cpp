@@ -24,71 +24,60 @@ void softmax(float* x, int64_t n) {
 
 }  // namespace
 
+// Per sequence b and local head h, as gemms over the head's strided columns of qkv (row stride
+// QKV): scores = q k^T [T, T] (the full square, then the causal mask: BLIS on twice the flops is
+// still far faster than dot products one pair at a time), a row-wise softmax, out = att v.
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, const AttentionShape& s) {
   const int64_t HS = s.head_size, QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
   const float scale_div = sqrtf(static_cast<float>(HS));
+  using tensor::Trans;
   for (int64_t b = 0; b < B; ++b)
     for (int h = 0; h < s.heads; ++h) {
       const int64_t koff = QL + int64_t(s.kv_of[h]) * HS, voff = koff + KVL;
+      const float* q = qkv + b * T * QKV + h * HS;  // [T, HS], row stride QKV
+      const float* k = qkv + b * T * QKV + koff;
+      const float* v = qkv + b * T * QKV + voff;
+      float* a = att + (b * s.heads + h) * T * T;  // [T, T]
+      tensor::gemm(Trans::No, Trans::Yes, T, T, HS, 1.0f, q, QKV, k, QKV, 0.0f, a, T);
       for (int64_t t = 0; t < T; ++t) {
-        const float* q = qkv + (b * T + t) * QKV + h * HS;
-        float* a = att + ((b * s.heads + h) * T + t) * T;  // [T]
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* k = qkv + (b * T + t2) * QKV + koff;
-          float score = 0.0f;
-          for (int64_t i = 0; i < HS; ++i) score += q[i] * k[i];
-          a[t2] = score / scale_div;
-        }
-        softmax(a, t + 1);
-        std::fill(a + t + 1, a + T, 0.0f);
-        float* o = out + (b * T + t) * QL + h * HS;
-        std::fill(o, o + HS, 0.0f);
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* v = qkv + (b * T + t2) * QKV + voff;
-          const float w = a[t2];
-          for (int64_t i = 0; i < HS; ++i) o[i] += w * v[i];
-        }
+        float* row = a + t * T;
+        for (int64_t t2 = 0; t2 <= t; ++t2) row[t2] /= scale_div;
+        softmax(row, t + 1);
+        std::fill(row + t + 1, row + T, 0.0f);
       }
+      tensor::gemm(Trans::No, Trans::No, T, HS, T, 1.0f, a, T, v, QKV, 0.0f, out + b * T * QL + h * HS, QL);
     }
 }
 
+// The same per (b, h): datt = dy v^T; dv += att^T dy; through the softmax
+// dpre = att * (datt - rowsum(att * datt)) / sqrt(HS) (zero above the diagonal, where att is);
+// dq += dpre k; dk += dpre^T q.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                         const AttentionShape& s) {
   const int64_t HS = s.head_size, QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  std::vector<float> datt(static_cast<size_t>(T));  // [T] scratch
+  using tensor::Trans;
+  std::vector<float> datt(static_cast<size_t>(T * T));  // [T, T] scratch, then dpre
   for (int64_t b = 0; b < B; ++b)
     for (int h = 0; h < s.heads; ++h) {
       const int64_t koff = QL + int64_t(s.kv_of[h]) * HS, voff = koff + KVL;
+      const int64_t base = b * T * QKV;
+      const float* a = att + (b * s.heads + h) * T * T;
+      const float* dy = dout + b * T * QL + h * HS;  // [T, HS], row stride QL
+      tensor::gemm(Trans::No, Trans::Yes, T, T, HS, 1.0f, dy, QL, qkv + base + voff, QKV, 0.0f, datt.data(), T);
+      tensor::gemm(Trans::Yes, Trans::No, T, HS, T, 1.0f, a, T, dy, QL, 1.0f, dqkv + base + voff, QKV);
       for (int64_t t = 0; t < T; ++t) {
-        const float* a = att + ((b * s.heads + h) * T + t) * T;
-        const float* dy = dout + (b * T + t) * QL + h * HS;
-        // through the weighted sum of values
-        float dot = 0.0f;  // sum_t2 a[t2] * datt[t2]
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float* v = qkv + (b * T + t2) * QKV + voff;
-          float* dv = dqkv + (b * T + t2) * QKV + voff;
-          float d = 0.0f;
-          for (int64_t i = 0; i < HS; ++i) {
-            d += dy[i] * v[i];
-            dv[i] += a[t2] * dy[i];
-          }
-          datt[static_cast<size_t>(t2)] = d;
-          dot += a[t2] * d;
-        }
-        // through the softmax and the scaled dot products
-        const float* q = qkv + (b * T + t) * QKV + h * HS;
-        float* dq = dqkv + (b * T + t) * QKV + h * HS;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float dpre = a[t2] * (datt[static_cast<size_t>(t2)] - dot) * scale;
-          const float* k = qkv + (b * T + t2) * QKV + koff;
-          float* dk = dqkv + (b * T + t2) * QKV + koff;
-          for (int64_t i = 0; i < HS; ++i) {
-            dq[i] += dpre * k[i];
-            dk[i] += dpre * q[i];
-          }
-        }
+        const float* arow = a + t * T;
+        float* drow = datt.data() + t * T;
+        float dot = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; ++t2) dot += arow[t2] * drow[t2];
+        for (int64_t t2 = 0; t2 <= t; ++t2) drow[t2] = arow[t2] * (drow[t2] - dot) * scale;
+        std::fill(drow + t + 1, drow + T, 0.0f);
       }
+      tensor::gemm(Trans::No, Trans::No, T, HS, T, 1.0f, datt.data(), T, qkv + base + koff, QKV, 1.0f,
+                   dqkv + base + h * HS, QKV);
+      tensor::gemm(Trans::Yes, Trans::No, T, HS, T, 1.0f, datt.data(), T, qkv + base + h * HS, QKV, 1.0f,
+                   dqkv + base + koff, QKV);
     }
 }
 
