@@ -40,6 +40,10 @@ void check_options(const TrainOptions& o) {
   if (o.batch_size < 1) fail("train.batch_size = " + std::to_string(o.batch_size) + " must be >= 1");
   if (o.grad_accum < 1) fail("train.grad_accum = " + std::to_string(o.grad_accum) + " must be >= 1");
   if (o.bucket_elems < 1) fail("train.bucket_kb must be >= 1");
+  // Token positions of a step are ints (train/data.h); a step is K * batch_size rows of seq_len.
+  if (int64_t{o.batch_size} * o.grad_accum * std::max(o.seq_len, 1) > (int64_t{1} << 30))
+    fail("train.batch_size x train.grad_accum = " + std::to_string(int64_t{o.batch_size} * o.grad_accum) +
+         " rows of seq_len " + std::to_string(o.seq_len) + " per step: more than 2^30 tokens");
   if (o.batch_size % D != 0)
     fail("mesh axis " + o.data_axis + " = " + std::to_string(D) + " does not divide train.batch_size = " +
          std::to_string(o.batch_size));

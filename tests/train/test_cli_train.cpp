@@ -66,6 +66,12 @@ TEST_CASE("tpcli train: bad configs fail with one line before training starts") 
       {"mesh does not divide batch", config_text("data = 3, model = 1"), "", "batch_size"},
       {"missing corpus", config_text("data = 1, model = 1"), "--set data.path=/nonexistent/corpus.txt", "corpus"},
       {"zmq backend outside tpcli launch", config_text("data = 1, model = 1"), "--backend zmq", "tpcli launch"},
+      {"grad_accum 0", config_text("data = 1, model = 1"), "--set train.grad_accum=0", "train.grad_accum"},
+      {"a step of more than 2^30 tokens", config_text("data = 1, model = 1"), "--set train.grad_accum=100000000",
+       "train.grad_accum"},
+      {"shard_optimizer not a boolean", config_text("data = 1, model = 1"), "--set train.shard_optimizer=2",
+       "train.shard_optimizer"},
+      {"bucket_kb 0", config_text("data = 1, model = 1"), "--set train.bucket_kb=0", "train.bucket_kb"},
   };
   for (const auto& c : cases) {
     INFO(c.name);
