@@ -114,9 +114,10 @@ void setup_train(CLI::App& sub) {
 
     if (writer)
       std::fprintf(stderr,
-                   "tpcli train: %s on mesh %s (data axis '%s', tensor axis '%s'), %lld parameters, %zu train / %zu val tokens\n",
+                   "tpcli train: %s on mesh %s (data axis '%s', tensor axis '%s'), %lld parameters, %lld train / %lld val tokens\n",
                    config.path.c_str(), o.mesh.to_string().c_str(), o.data_axis.c_str(), o.tensor_axis.c_str(),
-                   static_cast<long long>(o.model.parameter_count()), o.corpus->train.size(), o.corpus->val.size());
+                   static_cast<long long>(o.model.parameter_count()), static_cast<long long>(o.corpus->train->size()),
+                   static_cast<long long>(o.corpus->val ? o.corpus->val->size() : 0));
     train::TrainResult result = train_stoppable(o);
     if (trace) write_trace(*trace, flags->trace, "steps");
     if (!writer) {
@@ -136,10 +137,15 @@ void setup_train(CLI::App& sub) {
         }
       std::printf("\n");
     }
+    if (!o.out_dir.empty() && std::filesystem::exists(std::filesystem::path(o.out_dir) / "loss.svg"))
+      std::printf("loss curves: %s/loss.svg\n", o.out_dir.c_str());
     if (!result.checkpoint.empty()) {
       std::printf("checkpoint: %s\n", result.checkpoint.c_str());
-      std::printf("generate:   tpcli infer --model %s -i \"%s\" -n 200\n", result.checkpoint.c_str(),
-                  suggested_prompt(prepared.corpus_text).c_str());
+      if (config.data.format == config::DataFormat::Text)
+        std::printf("generate:   tpcli infer --model %s -i \"%s\" -n 200\n", result.checkpoint.c_str(),
+                    suggested_prompt(prepared.corpus_text).c_str());
+      else
+        std::printf("generate:   tpcli infer --model %s -n 200\n", result.checkpoint.c_str());
     }
     if (result.interrupted)
       std::printf("interrupted at step %lld: to continue, run the same command with --resume\n",

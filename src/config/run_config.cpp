@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <glob.h>
 #include <sstream>
 #include <toml++/toml.h>
 #include <tuple>
@@ -214,6 +215,27 @@ class Reader {
     fail(where(*table_.get(key)), full(key) + " = \"" + *value + "\": no such file" + looked);
   }
 
+  // A glob pattern (token shards) that matches at least one file, looked up like existing_path:
+  // beside the config file first, then in the current directory.
+  std::optional<std::string> matching_pattern(std::string_view key, const fs::path& base_dir) const {
+    auto value = string(key);
+    if (!value) return std::nullopt;
+    auto matches = [](const std::string& pattern) {
+      glob_t found{};
+      const bool any = ::glob(pattern.c_str(), 0, nullptr, &found) == 0 && found.gl_pathc > 0;
+      ::globfree(&found);
+      return any;
+    };
+    const fs::path written(*value);
+    if (!written.is_absolute() && matches((base_dir / written).lexically_normal().string()))
+      return (base_dir / written).lexically_normal().string();
+    if (matches(*value)) return *value;
+    std::string looked = written.is_absolute() ? "" : " (looked in " + (base_dir.empty() ? std::string(".") : base_dir.string()) +
+                                                          "/ and in the current directory)";
+    fail(where(*table_.get(key)), full(key) + " = \"" + *value + "\" matches no file" + looked +
+                                      ": write token shards with tpcli tokenize --out DIR FILES...");
+  }
+
  private:
   const toml::table& table_;
   std::string prefix_;
@@ -356,9 +378,18 @@ void read_model(const toml::table& table, const std::string& file, const fs::pat
 void read_data(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,
                DataSection& data) {
   Reader r(table, "data.", file, source);
-  r.reject_unknown({"path", "tokenizer", "shuffle"});
-  data.path = r.existing_path("path", base_dir);
+  r.reject_unknown({"path", "tokenizer", "shuffle", "format", "val_path"});
+  if (auto format = r.choice("format", {"text", "shards"})) data.format = *format == 0 ? DataFormat::Text : DataFormat::Shards;
+  if (data.format == DataFormat::Shards) {
+    data.path = r.matching_pattern("path", base_dir);
+    data.val_path = r.matching_pattern("val_path", base_dir);
+  } else {
+    data.path = r.existing_path("path", base_dir);
+    if (const toml::node* val = r.find("val_path"))
+      fail(r.where(*val), "data.val_path is for format = \"shards\" (a text corpus is split 90/10 into train and validation)");
+  }
   if (auto tokenizer = r.string("tokenizer")) {
+    data.tokenizer_given = true;
     if (*tokenizer == "chars") {
       data.tokenizer = TokenizerKind::Chars;
     } else if (*tokenizer == "bytes") {

@@ -9,6 +9,8 @@
 //           dim = 64 ...                     # ... and/or inline; inline keys override the file's
 //           init_from = "path.bin"           # llama2.c .bin or tpcli .safetensors
 //   [data]  path = "corpus.txt"  tokenizer = "chars" | "bytes" | "path/tokenizer.bin"  shuffle = true
+//           format = "text" | "shards"   # shards: path and val_path are globs of token shards
+//           val_path = "DIR/*_val_*.bin" # (tpcli tokenize); tokenizer: the one that wrote them
 //   [train] steps, batch_size, seq_len, seed, lr, min_lr, warmup_steps, decay, weight_decay,
 //           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
 //           sample_tokens, save_every, grad_accum, recompute, shard_optimizer, bucket_kb
@@ -94,9 +96,16 @@ struct ModelSection {
 
 enum class TokenizerKind { Chars, Bytes, File };
 
+enum class DataFormat { Text, Shards };
+
 struct DataSection {
-  std::optional<std::string> path;  // resolved corpus path; must exist when given
+  DataFormat format = DataFormat::Text;
+  // Text: the resolved corpus path (must exist when given). Shards: a resolved glob pattern
+  // matching at least one file; val_path likewise (shards only).
+  std::optional<std::string> path;
+  std::optional<std::string> val_path;
   TokenizerKind tokenizer = TokenizerKind::Chars;
+  bool tokenizer_given = false;  // data.tokenizer was written (shards need it written)
   std::string tokenizer_path;  // resolved, when tokenizer == File
   bool shuffle = true;
 };

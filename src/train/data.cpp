@@ -115,30 +115,55 @@ std::string read_text_file(const std::string& path) {
   return text.str();
 }
 
+void InMemoryTokens::read(int64_t offset, std::span<int> out) const {
+  if (offset < 0 || offset + static_cast<int64_t>(out.size()) > size())
+    throw std::out_of_range("tokens: read past the end of the split");
+  std::copy_n(tokens_.begin() + offset, out.size(), out.begin());
+}
+
+namespace {
+
+// A borrowed span as a TokenSource (BatchSampler's span constructor).
+class BorrowedTokens : public TokenSource {
+ public:
+  explicit BorrowedTokens(std::span<const int> tokens) : tokens_(tokens) {}
+  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
+  void read(int64_t offset, std::span<int> out) const override {
+    std::copy_n(tokens_.begin() + offset, out.size(), out.begin());
+  }
+
+ private:
+  std::span<const int> tokens_;
+};
+
+}  // namespace
+
 Corpus split_corpus(std::vector<int> tokens) {
   // nanoGPT's prepare.py: n = len(data); train = data[:int(n*0.9)], val = the rest.
   auto n_train = static_cast<size_t>(static_cast<double>(tokens.size()) * 0.9);
-  Corpus corpus;
-  corpus.val.assign(tokens.begin() + static_cast<std::ptrdiff_t>(n_train), tokens.end());
+  std::vector<int> val(tokens.begin() + static_cast<std::ptrdiff_t>(n_train), tokens.end());
   tokens.resize(n_train);
-  corpus.train = std::move(tokens);
-  return corpus;
+  return {std::make_shared<InMemoryTokens>(std::move(tokens)), std::make_shared<InMemoryTokens>(std::move(val))};
 }
 
 // ---- batches ----
 
 BatchSampler::BatchSampler(std::span<const int> tokens, int batch_size, int seq_len, bool shuffle, uint64_t seed)
-    : tokens_(tokens), batch_size_(batch_size), seq_len_(seq_len), shuffle_(shuffle), seed_(seed) {
+    : BatchSampler(std::make_shared<BorrowedTokens>(tokens), batch_size, seq_len, shuffle, seed) {}
+
+BatchSampler::BatchSampler(std::shared_ptr<const TokenSource> tokens, int batch_size, int seq_len, bool shuffle,
+                           uint64_t seed)
+    : tokens_(std::move(tokens)), batch_size_(batch_size), seq_len_(seq_len), shuffle_(shuffle), seed_(seed) {
   if (batch_size < 1 || seq_len < 1) throw std::invalid_argument("batches: batch_size and seq_len must be >= 1");
-  if (static_cast<int64_t>(tokens.size()) < int64_t{seq_len} + 1)
-    throw std::invalid_argument("corpus split of " + std::to_string(tokens.size()) +
+  if (tokens_->size() < int64_t{seq_len} + 1)
+    throw std::invalid_argument("corpus split of " + std::to_string(tokens_->size()) +
                                 " tokens is too short for windows of seq_len + 1 = " + std::to_string(seq_len + 1) +
                                 " tokens");
 }
 
 int64_t BatchSampler::offset(int64_t step, int row) const {
   // A window is seq_len + 1 tokens (inputs and their shifted targets): valid starts [0, windows).
-  const auto windows = static_cast<int64_t>(tokens_.size()) - seq_len_;
+  const auto windows = tokens_->size() - seq_len_;
   if (!shuffle_) return ((step * batch_size_ + row) * seq_len_) % windows;
   // One generator per step, seeded by (seed, step): every rank and every resumed run agrees.
   std::seed_seq seq{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32), static_cast<uint32_t>(step),
@@ -153,11 +178,12 @@ void BatchSampler::fill(int64_t step, int row_begin, int row_end, std::span<int>
   const auto rows = static_cast<size_t>(row_end - row_begin), T = static_cast<size_t>(seq_len_);
   if (inputs.size() != rows * T || targets.size() != rows * T)
     throw std::invalid_argument("batches: buffers do not hold (rows * T) tokens");
+  std::vector<int> window(T + 1);  // (T + 1,): a row's inputs, and its targets one token later
   for (int r = row_begin; r < row_end; ++r) {
-    auto o = static_cast<size_t>(offset(step, r));
-    auto out = static_cast<size_t>(r - row_begin) * T;
-    std::copy_n(tokens_.begin() + static_cast<std::ptrdiff_t>(o), T, inputs.begin() + static_cast<std::ptrdiff_t>(out));
-    std::copy_n(tokens_.begin() + static_cast<std::ptrdiff_t>(o + 1), T, targets.begin() + static_cast<std::ptrdiff_t>(out));
+    tokens_->read(offset(step, r), window);
+    auto out = static_cast<std::ptrdiff_t>(r - row_begin) * static_cast<std::ptrdiff_t>(T);
+    std::copy_n(window.begin(), T, inputs.begin() + out);
+    std::copy_n(window.begin() + 1, T, targets.begin() + out);
   }
 }
 

@@ -64,18 +64,45 @@ class TextTokenizer {
 // Read a whole text file; one-line error naming the path when it cannot be read or is empty.
 std::string read_text_file(const std::string& path);
 
-// The tokens of a corpus, first 90% for training and the rest for validation.
-struct Corpus {
-  std::vector<int> train;  // (N_train,)
-  std::vector<int> val;    // (N_val,)
+// A split's tokens, read a window at a time: held in memory (a text corpus tokenized at start-up)
+// or memory-mapped from token shards (train/token_shards.h), never read whole.
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t size() const = 0;  // N
+  // Tokens [offset, offset + out.size()) into out; requires offset + out.size() <= size().
+  // Called by every device at once: implementations are read-only. Throws (one line naming the
+  // file) on a token the model cannot take.
+  virtual void read(int64_t offset, std::span<int> out) const = 0;
 };
+
+// Tokens in memory, owned.
+class InMemoryTokens : public TokenSource {
+ public:
+  explicit InMemoryTokens(std::vector<int> tokens) : tokens_(std::move(tokens)) {}
+  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
+  void read(int64_t offset, std::span<int> out) const override;
+  const std::vector<int>& tokens() const { return tokens_; }
+
+ private:
+  std::vector<int> tokens_;  // (N,)
+};
+
+// The training and validation splits.
+struct Corpus {
+  std::shared_ptr<const TokenSource> train;  // (N_train,)
+  std::shared_ptr<const TokenSource> val;    // (N_val,)
+};
+// A text corpus's tokens: first 90% for training and the rest for validation.
 Corpus split_corpus(std::vector<int> tokens);
 
 // Window offsets for the rows of a step; the same formula on every data rank and every run.
 class BatchSampler {
  public:
-  // tokens: the split to sample (kept by reference: it must outlive the sampler).
+  // tokens: the split to sample (shared: a sampler may outlive the corpus that made it).
   // Throws when the split is too short for one window of T + 1 tokens.
+  BatchSampler(std::shared_ptr<const TokenSource> tokens, int batch_size, int seq_len, bool shuffle, uint64_t seed);
+  // tokens: kept by reference (it must outlive the sampler).
   BatchSampler(std::span<const int> tokens, int batch_size, int seq_len, bool shuffle, uint64_t seed);
 
   // Offset of global row `row` of step `step`.
@@ -87,7 +114,7 @@ class BatchSampler {
   int seq_len() const { return seq_len_; }
 
  private:
-  std::span<const int> tokens_;
+  std::shared_ptr<const TokenSource> tokens_;
   int batch_size_;
   int seq_len_;
   bool shuffle_;

@@ -17,6 +17,7 @@
 #include "model/shard_plan.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_io.h"
+#include "train/loss_plot.h"
 #include "train/metrics.h"
 #include "train/sample.h"
 
@@ -51,16 +52,16 @@ void check_options(const TrainOptions& o) {
     fail("train.seq_len = " + std::to_string(o.seq_len) + " must be in [1, model seq_len = " +
          std::to_string(o.model.seq_len) + "]");
   if (o.steps < 1) fail("train.steps = " + std::to_string(o.steps) + " must be >= 1");
-  if (!o.corpus || !o.tokenizer) fail("training needs a corpus and its tokenizer (data.path)");
+  if (!o.corpus || !o.corpus->train || !o.tokenizer) fail("training needs a corpus and its tokenizer (data.path)");
   if (o.tokenizer->vocab_size() > o.model.vocab_size)
     fail("the tokenizer has " + std::to_string(o.tokenizer->vocab_size()) + " tokens but model vocab_size = " +
          std::to_string(o.model.vocab_size));
   // One window is seq_len + 1 tokens (train/data.h).
-  if (static_cast<int64_t>(o.corpus->train.size()) < int64_t{o.seq_len} + 1)
-    fail("the training split holds " + std::to_string(o.corpus->train.size()) + " tokens: too few for seq_len = " +
+  if (o.corpus->train->size() < int64_t{o.seq_len} + 1)
+    fail("the training split holds " + std::to_string(o.corpus->train->size()) + " tokens: too few for seq_len = " +
          std::to_string(o.seq_len) + " (needs seq_len + 1; lower train.seq_len or use a longer corpus)");
-  if (o.eval_batches > 0 && static_cast<int64_t>(o.corpus->val.size()) < int64_t{o.seq_len} + 1)
-    fail("the validation split holds " + std::to_string(o.corpus->val.size()) + " tokens: too few for seq_len = " +
+  if (o.eval_batches > 0 && (!o.corpus->val || o.corpus->val->size() < int64_t{o.seq_len} + 1))
+    fail("the validation split holds " + std::to_string(o.corpus->val ? o.corpus->val->size() : 0) + " tokens: too few for seq_len = " +
          std::to_string(o.seq_len) + " (set train.eval_batches = 0 or use a longer corpus)");
   if (o.init && !(o.init->config().dim == o.model.dim && o.init->config().n_layers == o.model.n_layers &&
                   o.init->config().vocab_size == o.model.vocab_size))
@@ -270,6 +271,7 @@ void DeviceRun::save(int64_t step) {
 void DeviceRun::report(const StepRecord& rec, int64_t step, Clock::time_point run_start) {
   s_.result.records.push_back(rec);
   s_.metrics.append(rec);
+  if (!o_.out_dir.empty() && (rec.val_loss || step + 1 == o_.steps)) refresh_loss_plot(o_.out_dir);  // beside metrics.jsonl
   if (o_.on_step) o_.on_step(step, rec.loss);
   if (!o_.progress) return;
   const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();

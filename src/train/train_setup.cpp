@@ -7,6 +7,7 @@
 #include "model/llama2c.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/token_shards.h"
 
 namespace tpcli::train {
 
@@ -57,6 +58,65 @@ static void select_zmq(const config::RunConfig& config, Prepared& p) {
   o.local_ranks = std::move(run.local_ranks);
 }
 
+// The corpus's tokenizer when the data alone decides it (chars, bytes); nullopt for a llama2.c
+// tokenizer.bin, which is opened once the model's vocab_size is known. A text corpus is read into
+// p.corpus_text; shards are only checked to be shards here (open_corpus maps them).
+static std::optional<TextTokenizer> open_data(const config::RunConfig& config, Prepared& p) {
+  using config::ConfigError;
+  const config::DataSection& data = config.data;
+  if (!data.path) throw ConfigError(config.path + ": data.path is required to train (the corpus, a text file)");
+  if (data.format == config::DataFormat::Shards) {
+    if (!data.tokenizer_given || data.tokenizer == config::TokenizerKind::Chars)
+      throw ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
+                        ": format = \"shards\" needs data.tokenizer = the one that wrote the shards (\"bytes\" or a "
+                        "tokenizer.bin): a \"chars\" vocabulary comes from a text corpus");
+    // Shards are never read into memory; the zmq ranks agree on their paths and sizes instead.
+    for (const auto& pattern : {data.path, data.val_path})
+      if (pattern)
+        for (const std::string& path : glob_files(*pattern))
+          p.corpus_text += path + ":" + std::to_string(std::filesystem::file_size(path)) + "\n";
+  } else {
+    try {
+      p.corpus_text = read_text_file(*data.path);
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where("data.path") + ": " + e.what());
+    }
+  }
+  if (data.tokenizer == config::TokenizerKind::Chars) return TextTokenizer::chars(p.corpus_text);
+  if (data.tokenizer == config::TokenizerKind::Bytes) return TextTokenizer::bytes();
+  return std::nullopt;
+}
+
+// The training and validation splits: the text tokenized and split 90/10, or the shards mapped
+// (validation: data.val_path; none = no evaluation, so train.eval_batches must be 0).
+static Corpus open_corpus(const config::RunConfig& config, const std::string& text, const TextTokenizer& tokenizer,
+                          int vocab_size) {
+  using config::ConfigError;
+  const config::DataSection& data = config.data;
+  if (data.format == config::DataFormat::Text) {
+    try {
+      return split_corpus(tokenizer.encode(text));
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where("data.path") + ": " + e.what());
+    }
+  }
+  Corpus corpus;
+  auto open = [&](const std::string& pattern, const std::string& key) {
+    try {
+      return std::make_shared<const ShardTokens>(pattern, vocab_size);
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where(key) + ": " + e.what());
+    }
+  };
+  corpus.train = open(*data.path, "data.path");
+  if (data.val_path) corpus.val = open(*data.val_path, "data.val_path");
+  if (!corpus.val && config.train.eval_batches > 0)
+    throw ConfigError(config.where("data.format") +
+                      ": format = \"shards\" evaluates on data.val_path: set it (e.g. \"DIR/*_val_*.bin\") or set "
+                      "train.eval_batches = 0");
+  return corpus;
+}
+
 Prepared prepare(const config::RunConfig& config, bool resume,
                  const std::function<model::LlamaConfig(std::optional<int>)>& model_config) {
   using config::ConfigError;
@@ -64,18 +124,9 @@ Prepared prepare(const config::RunConfig& config, bool resume,
   TrainOptions& o = p.options;
   const auto& t = config.train;
 
-  // Data: the corpus and its tokenizer.
-  if (!config.data.path) throw ConfigError(config.path + ": data.path is required to train (the corpus, a text file)");
-  try {
-    p.corpus_text = read_text_file(*config.data.path);
-  } catch (const std::exception& e) {
-    throw ConfigError(config.where("data.path") + ": " + e.what());
-  }
-  std::optional<TextTokenizer> tokenizer;
-  if (config.data.tokenizer == config::TokenizerKind::Chars) tokenizer = TextTokenizer::chars(p.corpus_text);
-  if (config.data.tokenizer == config::TokenizerKind::Bytes) tokenizer = TextTokenizer::bytes();
+  std::optional<TextTokenizer> tokenizer = open_data(config, p);
   std::optional<int> tokenizer_vocab;
-  if (tokenizer) tokenizer_vocab = tokenizer->vocab_size();
+  if (tokenizer && tokenizer->kind() != TokenizerKind::Llama2c) tokenizer_vocab = tokenizer->vocab_size();
 
   // Model: from init_from's checkpoint, or the [model] section.
   try {
@@ -98,11 +149,7 @@ Prepared prepare(const config::RunConfig& config, bool resume,
     }
   }
   o.tokenizer = std::make_shared<const TextTokenizer>(*tokenizer);
-  try {
-    o.corpus = std::make_shared<const Corpus>(split_corpus(tokenizer->encode(p.corpus_text)));
-  } catch (const std::exception& e) {
-    throw ConfigError(config.where("data.path") + ": " + e.what());
-  }
+  o.corpus = std::make_shared<const Corpus>(open_corpus(config, p.corpus_text, *tokenizer, o.model.vocab_size));
 
   // Mesh and its roles.
   o.mesh = to_dist_mesh(config.mesh);

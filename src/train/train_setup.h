@@ -13,7 +13,7 @@ namespace tpcli::train {
 
 struct Prepared {
   TrainOptions options;
-  std::string corpus_text;
+  std::string corpus_text;  // format "text": the corpus; "shards": each shard path and size (zmq ranks compare it)
 };
 
 // model_config(tokenizer_vocab): the [model] section as a LlamaConfig (cli/model_from_config.h),
