@@ -137,7 +137,7 @@ TEST_CASE("tpcli train over zmq: the thread backend's losses and checkpoint, one
     CHECK(sample_of(zmq.out) == sample_of(threads.out));
 
     // One writer: one set of files, one result on stdout, nothing printed by the other ranks.
-    CHECK(files_in(zmq_dir) == std::set<std::string>{"latest.safetensors", "metrics.jsonl"});
+    CHECK(files_in(zmq_dir) == std::set<std::string>{"latest.safetensors", "loss.svg", "metrics.jsonl"});
     CHECK(count_of(zmq.out, "checkpoint: ") == 1);
     CHECK(count_of(zmq.err, "tpcli train: ") == 1);
     CHECK(count_of(zmq.err, "[1] ") == 0);
@@ -187,7 +187,7 @@ TEST_CASE("tpcli train over zmq: --resume reads the shared checkpoint and contin
   const Metrics want = read_metrics(threads_dir), got = read_metrics(zmq_dir);
   check_same(got.loss, want.loss);  // 3 + 3 lines: appended once, by one process
   check_same(got.val_loss, want.val_loss);
-  CHECK(files_in(zmq_dir) == std::set<std::string>{"latest.safetensors", "metrics.jsonl"});
+  CHECK(files_in(zmq_dir) == std::set<std::string>{"latest.safetensors", "loss.svg", "metrics.jsonl"});
 }
 
 TEST_CASE("tpcli train over zmq: start-up errors are one line per rank and write nothing") {
@@ -263,7 +263,7 @@ TEST_CASE("tpcli train over zmq: a rank killed mid-run ends the run, and no file
   CHECK(count_of(r.err, "[0] tpcli: ") == 1);  // rank 0's own one-line error
   CHECK(r.err.find("terminate called") == std::string::npos);
   REQUIRE(fs::exists(out_dir / "latest.safetensors"));
-  CHECK(files_in(out_dir) == std::set<std::string>{"latest.safetensors", "metrics.jsonl"});
+  CHECK(files_in(out_dir) == std::set<std::string>{"latest.safetensors", "loss.svg", "metrics.jsonl"});
   const tpcli::model::SafetensorsFile ckpt(out_dir / "latest.safetensors");  // whole: it loads
   CHECK(std::stoll(ckpt.metadata().at("train.step")) % 3 == 0);
 }
