@@ -123,6 +123,25 @@ TEST_CASE("tpcli tokenize: a llama2.c tokenizer's shards hold the ids `tpcli tok
   CHECK_FALSE(fs::exists(dir.path() / "s" / "story_val_000000.bin"));
 }
 
+TEST_CASE("tpcli tokenize: a vocabulary over 65536 (Llama 3's tokenizer.json) writes version 7 shards of uint32 ids") {
+  TPCLI_REQUIRE_SHARED("data/hf-tokenizers/llama3");
+  TempDir dir;
+  const std::string text = "Hello, world! Shards hold uint32 ids when the vocabulary needs them.\n";
+  const std::string file = dir.write("hello.txt", text);
+  const std::string tok = tpcli::testing::shared_path("data/hf-tokenizers/llama3");
+  const Result made = run({"tokenize", "--tokenizer", tok, "--out", (dir.path() / "s").string(), "--val-fraction", "0", file});
+  INFO(made.err);
+  REQUIRE(made.code == 0);
+  const Result encoded = run({"tokenizer", "encode", "--tokenizer", tok, "--bos"}, text);
+  REQUIRE(encoded.code == 0);
+  const Shard shard = read_shard(dir.path() / "s" / "hello_train_000000.bin");
+  CHECK(shard.magic == 20240801);
+  CHECK(shard.version == 7);
+  CHECK(shard.tokens == nlohmann::json::parse(encoded.out).get<std::vector<int>>());
+  CHECK(static_cast<size_t>(shard.count) == shard.tokens.size());
+  CHECK(std::count_if(shard.tokens.begin(), shard.tokens.end(), [](int t) { return t > 65535; }) > 0);  // <|begin_of_text|>
+}
+
 TEST_CASE("tpcli tokenize / train on shards: bad input is a one-line error naming the file or key") {
   TempDir dir;
   const std::string text = dir.write("t.txt", std::string(3000, 'x'));
