@@ -84,7 +84,7 @@ void describe_model_file(const std::string& path, std::ostream& out) {
 // bytes, the corpus's distinct characters for chars (read with the trainer's own tokenizer).
 std::optional<int> corpus_vocab_size(const config::DataSection& data) {
   if (data.tokenizer == config::TokenizerKind::Bytes) return 256;
-  if (data.tokenizer == config::TokenizerKind::Chars && data.path)
+  if (data.tokenizer == config::TokenizerKind::Chars && data.path && data.format == config::DataFormat::Text)
     return train::TextTokenizer::chars(train::read_text_file(*data.path)).vocab_size();
   return std::nullopt;
 }
@@ -128,7 +128,8 @@ void describe_run_config(const config::RunConfig& config, std::ostream& out) {
     describe_memory(config, c, out);
   }
   const config::DataSection& d = config.data;
-  out << "  data       " << (d.path ? *d.path : "(no corpus)") << ", tokenizer "
+  out << "  data       " << (d.format == config::DataFormat::Shards ? "token shards " : "")
+      << (d.path ? *d.path : "(no corpus)") << (d.val_path ? " (validation " + *d.val_path + ")" : "") << ", tokenizer "
       << (d.tokenizer == config::TokenizerKind::File ? d.tokenizer_path : config::to_string(d.tokenizer))
       << (d.shuffle ? ", shuffled" : ", replayable order (shuffle = false)") << "\n";
   const config::TrainSection& t = config.train;
