@@ -6,6 +6,7 @@
 //   OUT/safetensors          stories260K as a tpcli checkpoint; a tiny one with training metadata
 //   OUT/run_config           the repo's configs, their relative paths made absolute
 //   OUT/zmq_wire             a HELLO; a DATA chunk header with its payload
+//   OUT/token_shard          a version 1 (uint16) and a version 7 (uint32) shard by write_token_shard
 // usage: fuzz_seeds OUT SHARED_DIR SOURCE_DIR
 #include <cstdio>
 #include <filesystem>
@@ -13,12 +14,14 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "dist/zmq/zmq_wire.h"
 #include "model/llama2c.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/token_shards.h"
 
 namespace fs = std::filesystem;
 using namespace tpcli;
@@ -74,7 +77,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1], shared = argv[2], source_dir = argv[3];
-  for (const char* target : {"llama2c_checkpoint", "llama2c_tokenizer", "safetensors", "run_config", "zmq_wire"})
+  for (const char* target : {"llama2c_checkpoint", "llama2c_tokenizer", "safetensors", "run_config", "zmq_wire",
+                             "token_shard"})
     fs::create_directories(out / target);
 
   const model::TensorWeights tiny = model::random_weights(tiny_config(), 1);
@@ -98,5 +102,8 @@ int main(int argc, char** argv) {
 
   run_config_seeds(source_dir, shared, out / "run_config");
   zmq_seeds(out / "zmq_wire");
+  const std::vector<int> tokens = {1, 2, 3, 500, 0, 65535};
+  train::write_token_shard((out / "token_shard/u16.bin").string(), tokens, 65536);
+  train::write_token_shard((out / "token_shard/u32.bin").string(), tokens, 128256);
   return 0;
 }
