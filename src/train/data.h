@@ -1,7 +1,8 @@
 // tpcli::train — the training corpus: tokenize a text file, split it, and cut replayable batches.
 //
 // Dimension legend: B global batch rows, B_local = rows of this data rank, D data ranks,
-// T sequence length (tokens per row), N tokens in a split.
+// T sequence length (tokens per row), N tokens in a split (a text corpus's 90% or 10%, or the
+// concatenation of a split's token shards, train/token_shards.h).
 //
 // Batches are a pure function of (step, row): a run can be resumed, re-split over another mesh, or
 // replayed by another framework step for step. With shuffle = false, row r of step s is the window
