@@ -73,8 +73,10 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
     // Shards are never read into memory; the zmq ranks agree on their paths and sizes instead.
     for (const auto& pattern : {data.path, data.val_path})
       if (pattern)
-        for (const std::string& path : glob_files(*pattern))
-          p.corpus_text += path + ":" + std::to_string(std::filesystem::file_size(path)) + "\n";
+        for (const std::string& path : glob_files(*pattern)) {
+          std::error_code ec;  // not a file: open_corpus says so, naming it
+          p.corpus_text += path + ":" + std::to_string(std::filesystem::file_size(path, ec)) + "\n";
+        }
   } else {
     try {
       p.corpus_text = read_text_file(*data.path);
