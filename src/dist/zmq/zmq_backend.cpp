@@ -312,12 +312,6 @@ void use_zmq_backend(RunOptions& options, const ZmqConfig& config) {
   };
 }
 
-void select_backend(RunOptions& options, std::string_view backend) {
-  if (backend.empty() || backend == "threads") return;
-  if (backend != "zmq") throw std::invalid_argument("unknown backend '" + std::string(backend) + "' (threads or zmq)");
-  use_zmq_backend(options, ZmqConfig::from_env());
-}
-
 bool is_primary_process() {
   const char* v = std::getenv("TPCLI_RANK");
   return !v || !*v || std::string(v) == "0";

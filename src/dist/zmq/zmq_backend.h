@@ -60,10 +60,6 @@ std::vector<int> zmq_local_ranks(const ZmqConfig& config);
 // Makes run_on_mesh use ZeroMQ: sets options.make_backend and options.local_ranks.
 void use_zmq_backend(RunOptions& options, const ZmqConfig& config);
 
-// For a backend named by --backend or [mesh] backend: "threads" (or "") leaves `options` as they
-// are; "zmq" is use_zmq_backend with ZmqConfig::from_env() (this process was started by `tpcli launch`).
-void select_backend(RunOptions& options, std::string_view backend);
-
 // True unless this process is a launched rank other than 0: the one process whose stdout is the
 // run's output (`tpcli launch` passes rank 0's stdout through unprefixed).
 bool is_primary_process();
