@@ -281,7 +281,9 @@ void run_bench(const BusyFlags& f) {
         [&](const std::string& m) { return m + " " + config_name; },
         [&](const std::string& m) { return train_on_threads(f.train_config, m, f.train_steps); });
   }
-  if (wanted("zmq"))
+  if (wanted("zmq") && !dist::zmq_available())
+    std::printf("\nzmq decode: skipped, this tpcli was built without ZeroMQ (TPCLI_ZMQ=OFF)\n");
+  else if (wanted("zmq"))
     measure_table<int>(
         f, "zmq", "zmq decode", f.zmq_processes, [](const int& P) { return std::to_string(P) + " process(es)"; },
         [&](const int& P) { return decode_on_processes(f, P); });

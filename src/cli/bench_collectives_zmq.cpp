@@ -145,13 +145,15 @@ Results measure_mpi(const Options& o, int P) {
 
 void run_bench_collectives_zmq(const ZmqBenchOptions& o) {
   if (o.worker) return run_worker(o);
-  if (o.backend == "mpi" && !dist::mpi_available())
-    throw UsageError("--backend mpi: this tpcli was built without MPI (install libopenmpi-dev and rebuild with -DTPCLI_MPI=ON)");
   check_collective_ops(o.ops);
   for (const std::string& size : o.sizes) parse_bytes(size);  // a bad one fails before anything runs
   if (o.reps < 1) throw UsageError("--reps must be >= 1");
   for (int P : o.processes)
     if (P < 2 || P > 16) throw UsageError(o.backend + ": " + std::to_string(P) + " processes is not in [2, 16]");
+  if (o.backend == "mpi" && !dist::mpi_available())
+    throw UsageError("--backend mpi: this tpcli was built without MPI (install libopenmpi-dev and rebuild with -DTPCLI_MPI=ON)");
+  if (o.backend == "zmq" && !dist::zmq_available())
+    throw UsageError("--backend zmq: this tpcli was built without ZeroMQ (install libzmq3-dev cppzmq-dev and rebuild with -DTPCLI_ZMQ=ON)");
   const bool mpi = o.backend == "mpi";
   const std::string name = o.backend;
   std::printf("tpcli bench collectives-zmq: %s between local processes vs threads, median of %d batches\n\n",
