@@ -54,7 +54,16 @@ void child_body(const std::string& scenario, Device& dev) {
         check_every_collective(dev.axes(axes), n, 1000 * static_cast<uint64_t>(members[0]) + static_cast<uint64_t>(n));
     }
   } else if (scenario == "mixed") {  // 2 devices per process: the world has devices here and there
-    dev.world().barrier();
+    Group& world = dev.world();
+    for (int64_t n : {int64_t{1}, int64_t{5000}}) {
+      check_all_sum(world, n, 10 + static_cast<uint64_t>(n));
+      check_all_max(world, n, 20 + static_cast<uint64_t>(n));
+      check_broadcast(world, n, 1, 30 + static_cast<uint64_t>(n));  // root 1 shares a process with 0
+      check_broadcast(world, n, 3, 40 + static_cast<uint64_t>(n));
+      world.barrier();
+    }
+    std::vector<float> in(4, 1.0f), out(16);
+    world.all_gather(in, out);  // not supported on such a group: a named error
   } else if (scenario == "throw" || scenario == "die") {  // device 1 fails mid-run
     std::vector<float> x(1000, 1.0f);
     for (int i = 0; i < 1000; ++i) {
@@ -100,13 +109,15 @@ TEST_CASE("mpi: sub-groups along each axis of a 2x2 mesh, one and two devices pe
   CHECK(two.code == 0);
 }
 
-TEST_CASE("mpi: a group with devices in one process and in others is a named error, not a hang") {
+TEST_CASE("mpi: a group with devices in one process and in others reduces and broadcasts, the rest is a named error") {
   require_mpi();
   const RunResult r = run_ranks(2, "mixed", 2);
   INFO(r.err);
-  CHECK(r.code != 0);
-  CHECK(r.err.find("mpi: process 0 (device 0) failed: mpi backend: group {0,1,2,3} has several devices in one "
-                   "process") != std::string::npos);
+  CHECK(r.code != 0);  // the all_gather at the end, after every check passed
+  CHECK(r.code != 124);
+  CHECK(r.err.find("failed: mpi backend: all_gather on device ") != std::string::npos);
+  CHECK(r.err.find("supports all_sum, all_max, broadcast and barrier only") != std::string::npos);
+  CHECK(r.err.find(", expected ") == std::string::npos);  // no check failed before it (collective_checks.h)
 }
 
 TEST_CASE("mpi: a rank that throws or dies ends the job promptly, naming it") {
@@ -153,7 +164,7 @@ TEST_CASE("mpi: mpirun -n 2 tpcli infer prints exactly what tpcli infer prints o
   CHECK(threads.out.size() > 100);
 }
 
-TEST_CASE("mpi: mpirun -n 4 tpcli train on a 2x2 mesh has the threads backend's losses, rank 0 writing") {
+TEST_CASE("mpi: mpirun -n 4 and -n 2 tpcli train on a 2x2 mesh have the threads backend's losses, rank 0 writing") {
   require_mpi();
   const TempDir dir;
   const std::string args = "train " + shell_quote(std::string(TPCLI_SOURCE_DIR) + "/configs/tiny.toml") +
@@ -178,4 +189,14 @@ TEST_CASE("mpi: mpirun -n 4 tpcli train on a 2x2 mesh has the threads backend's 
   size_t summaries = 0;
   for (size_t at = mpi.out.find("final loss"); at != std::string::npos; at = mpi.out.find("final loss", at + 1)) ++summaries;
   CHECK(summaries == 1);
+
+  // 2 processes x 2 devices: the model axis inside each process, data and the world across.
+  tpcli::testing::RunOptions two;
+  two.launcher = mpirun(2);
+  const RunResult k2 = run_tpcli_line(args + shell_quote((dir.path() / "k2").string()) + " --backend mpi", two);
+  INFO(k2.err);
+  REQUIRE(k2.code == 0);
+  const std::vector<double> got_k2 = losses_of(slurp(dir.path() / "k2" / "metrics.jsonl"));
+  REQUIRE(got_k2.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got_k2[i] - want[i]) <= 1e-6);
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -188,11 +189,73 @@ class MpiCommunicator : public Communicator {
   std::vector<float> staging_;  // a copy where MPI needs unaliased buffers
 };
 
-std::string list_of(const std::vector<int>& v) {
-  std::string s = "{";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "}";
-}
+// A group with several devices in this process and members in other processes (the world of
+// `mpirun -n 2` over a 2x2 mesh): the reductions, broadcast and barrier go in three steps, over the
+// thread backend inside the process, MPI between the processes' leaders (each process's lowest
+// member), and the thread backend again. The sum is then (local sums) summed across processes: equal
+// to the serial sum within rounding, not bit for bit. The other collectives are a named error.
+class MixedCommunicator : public Communicator {
+ public:
+  MixedCommunicator(int index, int size, std::shared_ptr<Communicator> local, int leader_in_local,
+                    std::unique_ptr<MpiCommunicator> leaders, std::vector<int> process_of_member, int device)
+      : r_(index), size_(size), local_(std::move(local)), leader_(leader_in_local), leaders_(std::move(leaders)),
+        process_of_member_(std::move(process_of_member)), device_(device) {}
+
+  int rank() const override { return r_; }
+  int size() const override { return size_; }
+
+  void all_sum(std::span<float> x) override {
+    if (local_) local_->all_sum(x);
+    if (leaders_) leaders_->all_sum(x);
+    if (local_) local_->broadcast(x, leader_);
+  }
+  void all_max(std::span<float> x) override {
+    if (local_) local_->all_max(x);
+    if (leaders_) leaders_->all_max(x);
+    if (local_) local_->broadcast(x, leader_);
+  }
+  void broadcast(std::span<float> x, int root) override {
+    const int root_process = process_of_member_[static_cast<size_t>(root)];
+    if (local_ && root_process == here_process()) local_->broadcast(x, local_index_of(root));  // the leader has it now
+    if (leaders_) leaders_->broadcast(x, root_process);
+    if (local_) local_->broadcast(x, leader_);
+  }
+  void barrier() override {
+    if (local_) local_->barrier();
+    if (leaders_) leaders_->barrier();
+    if (local_) local_->barrier();
+  }
+
+  void all_gather_v(std::span<const float>, std::span<float>, std::span<const int64_t>) override { refuse("all_gather"); }
+  void reduce_scatter_v(std::span<const float>, std::span<float>, std::span<const int64_t>) override {
+    refuse("reduce_scatter");
+  }
+  std::vector<float> all_to_all_v(std::span<const float>, std::span<const int64_t>, std::vector<int64_t>&) override {
+    refuse("all_to_all");
+  }
+  void ppermute(std::span<const float>, std::span<float>, const Perm&) override { refuse("ppermute"); }
+
+ private:
+  int here_process() const { return process_of_member_[static_cast<size_t>(r_)]; }
+  // Position of group member m among the members of this process.
+  int local_index_of(int m) const {
+    int index = 0;
+    for (int k = 0; k < m; ++k) index += process_of_member_[static_cast<size_t>(k)] == here_process();
+    return index;
+  }
+  [[noreturn]] void refuse(const char* op) const {
+    throw std::runtime_error("mpi backend: " + std::string(op) + " on device " + std::to_string(device_) +
+                             ": a group with several devices in one process and members in others supports all_sum, "
+                             "all_max, broadcast and barrier only (run one device per process: mpirun -n <devices>)");
+  }
+
+  int r_, size_;
+  std::shared_ptr<Communicator> local_;  // this process's members (thread backend); null when only this one
+  int leader_;                           // index of the leader in local_
+  std::unique_ptr<MpiCommunicator> leaders_;  // the leaders of every process; null on non-leaders
+  std::vector<int> process_of_member_;   // [size] process rank (in leaders_' order) of each member
+  int device_;
+};
 
 class MpiBackend : public Backend {
  public:
@@ -210,23 +273,9 @@ class MpiBackend : public Backend {
     std::set<int> processes;
     for (int m : members) processes.insert(m / K_);
     if (processes.size() == 1 && *processes.begin() == here) return local_.communicator(rank, members);
-    if (processes.size() != members.size())
-      throw std::invalid_argument("mpi backend: group " + list_of(members) + " has several devices in one process and "
-                                  "devices in others (" + std::to_string(K_) +
-                                  " devices per process): run one device per process (mpirun -n <devices>)");
     std::vector<int> process_ranks(processes.begin(), processes.end());  // ascending, as the members
-    MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
-    MPI_Comm_group(world_, &world_group);
-    MPI_Group_incl(world_group, static_cast<int>(process_ranks.size()), process_ranks.data(), &group);
-    MPI_Comm comm = MPI_COMM_NULL;
-    // Threads of one process may create communicators over the same processes at once (K > 1):
-    // the tag, the same on every member, keeps the creations apart.
-    const int code = MPI_Comm_create_group(world_, group, tag_of(members), &comm);
-    MPI_Group_free(&group);
-    MPI_Group_free(&world_group);
-    check_setup("MPI_Comm_create_group", code);
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    return std::make_shared<MpiCommunicator>(comm, rank);
+    if (processes.size() != members.size()) return mixed(rank, members, process_ranks);
+    return std::make_shared<MpiCommunicator>(communicator_over(process_ranks, members), rank);
   }
 
   [[noreturn]] void abort(int failed_rank, const std::string& message) override {
@@ -238,6 +287,46 @@ class MpiBackend : public Backend {
   }
 
  private:
+  // A group with several devices here and members elsewhere (see MixedCommunicator).
+  std::shared_ptr<Communicator> mixed(int rank, const std::vector<int>& members, const std::vector<int>& process_ranks) {
+    const int here = mpi_process().rank;
+    std::vector<int> local, process_of_member;  // local: this process's members, ascending
+    for (int m : members) {
+      if (m / K_ == here) local.push_back(m);
+      process_of_member.push_back(static_cast<int>(
+          std::lower_bound(process_ranks.begin(), process_ranks.end(), m / K_) - process_ranks.begin()));
+    }
+    ThreadBackend* fabric = nullptr;  // one per mixed group, so its local part never shares state with
+    {                                 // a thread group of the same members (counters are per communicator)
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& entry = mixed_local_[members];
+      if (!entry) entry = std::make_unique<ThreadBackend>(K_ * mpi_process().size);
+      fabric = entry.get();
+    }
+    std::shared_ptr<Communicator> local_comm = local.size() > 1 ? fabric->communicator(rank, local) : nullptr;
+    std::unique_ptr<MpiCommunicator> leaders;
+    if (rank == local.front()) leaders = std::make_unique<MpiCommunicator>(communicator_over(process_ranks, members), rank);
+    return std::make_shared<MixedCommunicator>(
+        static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin()),
+        static_cast<int>(members.size()), std::move(local_comm), 0, std::move(leaders), std::move(process_of_member), rank);
+  }
+
+  // An MPI communicator over `process_ranks` (ascending), made by one caller in each of them.
+  MPI_Comm communicator_over(const std::vector<int>& process_ranks, const std::vector<int>& members) {
+    MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    MPI_Comm_group(world_, &world_group);
+    MPI_Group_incl(world_group, static_cast<int>(process_ranks.size()), process_ranks.data(), &group);
+    MPI_Comm comm = MPI_COMM_NULL;
+    // Threads of one process may create communicators over the same processes at once (K > 1):
+    // the tag, the same on every member, keeps the creations apart.
+    const int code = MPI_Comm_create_group(world_, group, tag_of(members), &comm);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    check_setup("MPI_Comm_create_group", code);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    return comm;
+  }
+
   static int tag_of(const std::vector<int>& members) {
     uint32_t h = 2166136261u;
     for (int m : members) h = (h ^ static_cast<uint32_t>(m)) * 16777619u;
@@ -252,6 +341,8 @@ class MpiBackend : public Backend {
   int K_;               // devices per process
   ThreadBackend local_;  // groups inside this process
   MPI_Comm world_ = MPI_COMM_NULL;
+  std::mutex mutex_;     // guards mixed_local_
+  std::map<std::vector<int>, std::unique_ptr<ThreadBackend>> mixed_local_;  // by the mixed group's members
 };
 
 }  // namespace
