@@ -278,6 +278,15 @@ class MpiBackend : public Backend {
     return std::make_shared<MpiCommunicator>(communicator_over(process_ranks, members), rank);
   }
 
+  // A device that returned can no longer release a local peer waiting for it in a thread group: the
+  // thread backends fail such waits instead of hanging. (Across processes, a rank that has returned
+  // while others wait is mpirun's to notice.)
+  void device_finished(int rank) override {
+    local_.device_finished(rank);
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [members, fabric] : mixed_local_) fabric->device_finished(rank);
+  }
+
   [[noreturn]] void abort(int failed_rank, const std::string& message) override {
     // The other processes may be waiting in a collective for this one: end the job, loudly.
     std::fprintf(stderr, "mpi: process %d (device %d) failed: %s\n", mpi_process().rank, failed_rank, message.c_str());
@@ -350,7 +359,6 @@ class MpiBackend : public Backend {
 bool mpi_available() { return true; }
 int mpi_process_rank() { return mpi_process().rank; }
 int mpi_process_count() { return mpi_process().size; }
-
 
 void use_mpi_backend(RunOptions& options, int mesh_devices) {
   const int P = mpi_process_count(), here = mpi_process_rank();
