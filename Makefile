@@ -1,7 +1,7 @@
 # Thin wrapper over CMake. `make` builds (Release), `make test` builds and runs every test.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
-DEPS_PACKAGES = g++ cmake pkg-config libblis-dev libtomlplusplus-dev libcli11-dev catch2 libzmq3-dev cppzmq-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
+DEPS_PACKAGES = g++ cmake pkg-config libblis-dev libtomlplusplus-dev libcli11-dev catch2 libzmq3-dev cppzmq-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin
 # Present when every dependency is installed (checked without root).
 DEPS_PRESENT = $(shell dpkg -s $(DEPS_PACKAGES) >/dev/null 2>&1 && echo yes)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -45,7 +45,7 @@ endif
 # ../shared/data at run time (tests/fuzz/fuzz_seeds.cpp); what a run finds is kept in
 # build-fuzz/corpus/TARGET; a crash stops make, its input in build-fuzz/crashes/.
 fuzz: fuzz-deps
-	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DTPCLI_FUZZ=ON $(CMAKE_LAUNCHER)
+	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DTPCLI_FUZZ=ON -DTPCLI_MPI=OFF $(CMAKE_LAUNCHER)
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 	./build-fuzz/tests/fuzz/fuzz_seeds build-fuzz/seeds $(SHARED_DIR) $(CURDIR)
 	mkdir -p build-fuzz/crashes
@@ -58,9 +58,10 @@ fuzz: fuzz-deps
 	  grep -E "^stat::number_of_executed_units|^Done" build-fuzz/fuzz_$$t.log || true; \
 	done
 
-# ThreadSanitizer over the dist tests; AddressSanitizer over the loader/CLI tests.
+# ThreadSanitizer over the dist tests; AddressSanitizer over the loader/CLI tests. The tsan and fuzz
+# builds leave MPI out (TPCLI_MPI=OFF): OpenMPI is not instrumented, and no fuzz target uses it.
 tsan-test: deps
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread $(CMAKE_LAUNCHER)
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread -DTPCLI_MPI=OFF $(CMAKE_LAUNCHER)
 	cmake --build build-tsan -j $(JOBS) --target test_dist
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L dist --timeout 900
 

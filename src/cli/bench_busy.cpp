@@ -35,6 +35,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "cli/model_from_config.h"
+#include "cli/train_setup.h"
 #include "config/run_config.h"
 #include "dist/launch/launcher.h"
 #include "dist/runtime.h"
@@ -45,7 +46,6 @@
 #include "model/shard_plan.h"
 #include "tensor/blas.h"
 #include "train/loop.h"
-#include "train/train_setup.h"
 
 namespace tpcli::cli {
 
@@ -200,7 +200,7 @@ double train_on_threads(const std::string& config_path, const std::string& mesh,
     throw UsageError("--train-meshes " + mesh + ": expected DATAxMODEL, e.g. 8x1");
   config::RunConfig cfg = config::load_run_config(config_path, {});
   config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--train-meshes " + mesh);
-  train::Prepared p = train::prepare(cfg, false, [&](std::optional<int> vocab) { return model_from_config(cfg.model, vocab); });
+  Prepared p = prepare_training(cfg, false);
   train::TrainOptions& t = p.options;
   t.steps = steps;
   t.schedule.total_steps = steps;
@@ -281,7 +281,9 @@ void run_bench(const BusyFlags& f) {
         [&](const std::string& m) { return m + " " + config_name; },
         [&](const std::string& m) { return train_on_threads(f.train_config, m, f.train_steps); });
   }
-  if (wanted("zmq"))
+  if (wanted("zmq") && !dist::zmq_available())
+    std::printf("\nzmq decode: skipped, this tpcli was built without ZeroMQ (TPCLI_ZMQ=OFF)\n");
+  else if (wanted("zmq"))
     measure_table<int>(
         f, "zmq", "zmq decode", f.zmq_processes, [](const int& P) { return std::to_string(P) + " process(es)"; },
         [&](const int& P) { return decode_on_processes(f, P); });

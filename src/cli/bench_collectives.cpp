@@ -156,8 +156,8 @@ void setup_bench_collectives(CLI::App& sub) {
   sub.add_option("--sizes", o->sizes, "Bytes per device, e.g. 4K,1M,64M")->delimiter(',')->capture_default_str();
   sub.add_option("--ops", o->ops, "all_sum,all_gather,reduce_scatter,all_to_all")->delimiter(',')->capture_default_str();
   sub.add_option("--reps", o->reps, "Timed batches per point (median reported)")->capture_default_str();
-  sub.add_option("--backend", o->backend, "threads, or zmq: each device count as local processes, next to threads")
-      ->check(CLI::IsMember({"threads", "zmq"}))
+  sub.add_option("--backend", o->backend, "threads, or zmq / mpi: each device count as local processes, next to threads")
+      ->check(CLI::IsMember({"threads", "zmq", "mpi"}))
       ->capture_default_str();
   sub.add_option("--transport", o->transport, "zmq only: ipc or tcp (127.0.0.1) between processes")
       ->check(CLI::IsMember({"ipc", "tcp"}))
@@ -170,6 +170,7 @@ void setup_bench_collectives(CLI::App& sub) {
     z.ops = o->ops;
     z.reps = o->reps;
     z.transport = o->transport;
+    z.backend = o->backend;
     run_bench_collectives_zmq(z);
   });
 }

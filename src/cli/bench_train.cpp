@@ -19,9 +19,9 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_from_config.h"
+#include "cli/train_setup.h"
 #include "tensor/blas.h"
 #include "train/loop.h"
-#include "train/train_setup.h"
 
 namespace tpcli::cli {
 
@@ -67,9 +67,10 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
 
 void run(const BenchTrainOptions& o, const RunFlags& flags) {
   config::RunConfig base = load_config(o.config, flags);
-  if (base.mesh.backend == config::BackendKind::Zmq)  // one mesh after another in this process
+  if (base.mesh.backend != config::BackendKind::Threads)  // one mesh after another in this process
     throw config::ConfigError(base.where("mesh.backend") + ": bench train runs on the threads backend (for zmq, time "
-                              "`tpcli launch -n P -- tpcli train CONFIG --backend zmq`)");
+                              "`tpcli launch -n P -- tpcli train CONFIG --backend zmq`; for mpi, `mpirun -n P tpcli "
+                              "train CONFIG --backend mpi`)");
   const double peak1 = sgemm_peak_gflops();
   const int cores = tensor::available_cores();
   std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "
@@ -93,9 +94,7 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
       else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, plain)");
     }
     config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
-    train::Prepared p = train::prepare(cfg, false, [&](std::optional<int> vocab) {
-      return model_from_config(cfg.model, vocab);
-    });
+    Prepared p = prepare_training(cfg, false);
     train::TrainOptions& t = p.options;
     t.steps = o.warmup + o.steps;
     t.schedule.total_steps = t.steps;

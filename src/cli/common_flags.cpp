@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "dist/mpi/mpi_backend.h"
 #include "dist/trace.h"
 #include "dist/zmq/zmq_backend.h"
 
@@ -33,13 +34,21 @@ std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which) {
         ->type_name("FILE");
   if (which & FLAG_BACKEND)
     sub.add_option("--backend", flags->backend, "device transport (overrides [mesh] backend)")
-        ->check(CLI::IsMember({"threads", "zmq"}))
-        ->type_name("threads|zmq");
+        ->check(CLI::IsMember({"threads", "zmq", "mpi"}))
+        ->type_name("threads|zmq|mpi");
   return flags;
 }
 
-std::optional<int> launched_devices() {
-  if (!dist::ZmqConfig::in_env()) return std::nullopt;
+std::optional<int> launched_devices(config::BackendKind backend) {
+  if (backend == config::BackendKind::Mpi) {  // one device per process started by mpirun
+    if (!dist::started_by_mpi()) return std::nullopt;
+    try {
+      return dist::mpi_process_count();
+    } catch (const std::exception& e) {
+      throw UsageError(e.what());
+    }
+  }
+  if (backend != config::BackendKind::Zmq || !dist::ZmqConfig::in_env()) return std::nullopt;
   try {
     const dist::ZmqConfig launched = dist::ZmqConfig::from_env();
     return launched.world_size * launched.devices_per_process;
@@ -54,19 +63,23 @@ config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
     config::set_mesh_axes(config, {{config.mesh.tensor_axis, *flags.devices}}, "--devices " + std::to_string(*flags.devices));
   if (!flags.mesh.empty()) config::set_mesh_axes(config, config::parse_mesh_axes(flags.mesh), "--mesh " + flags.mesh);
   if (!flags.backend.empty()) config::set_backend(config, flags.backend, "--backend " + flags.backend);
-  // Neither the file nor a flag gave a mesh: a launched zmq run is the launched world.
-  if (config.mesh.axes.empty() && config.mesh.backend == config::BackendKind::Zmq)
-    if (const std::optional<int> devices = launched_devices())
+  // Neither the file nor a flag gave a mesh: a launched zmq or mpi run is the launched world.
+  if (config.mesh.axes.empty())
+    if (const std::optional<int> devices = launched_devices(config.mesh.backend))
       config::set_mesh_axes(config, {{config.mesh.tensor_axis, *devices}},
-                            "the launched world (TPCLI_WORLD_SIZE x TPCLI_DEVICES_PER_PROCESS = " +
-                                std::to_string(*devices) + " devices)");
+                            config.mesh.backend == config::BackendKind::Mpi
+                                ? "the MPI world (" + std::to_string(*devices) + " processes, one device each)"
+                                : "the launched world (TPCLI_WORLD_SIZE x TPCLI_DEVICES_PER_PROCESS = " +
+                                      std::to_string(*devices) + " devices)");
   return config;
 }
 
 dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback) {
   if (flags.devices) return dist::Mesh::line(*flags.devices, "model");
-  if (flags.mesh.empty() && flags.backend == "zmq")
-    if (const std::optional<int> devices = launched_devices()) return dist::Mesh::line(*devices, "model");
+  if (flags.mesh.empty() && (flags.backend == "zmq" || flags.backend == "mpi"))
+    if (const std::optional<int> devices =
+            launched_devices(flags.backend == "mpi" ? config::BackendKind::Mpi : config::BackendKind::Zmq))
+      return dist::Mesh::line(*devices, "model");
   if (flags.mesh.empty()) return fallback;
   std::vector<dist::MeshAxis> axes;
   for (const auto& axis : config::parse_mesh_axes(flags.mesh)) axes.push_back({axis.name, axis.size});
@@ -80,9 +93,9 @@ dist::Mesh to_mesh(const config::MeshSection& mesh) {
   return dist::Mesh(std::move(axes));
 }
 
-void check_trace_path(const std::string& path, bool zmq_backend) {
-  if (zmq_backend)
-    throw UsageError("--trace " + path + ": works on the threads backend only (a zmq rank sees only its own devices)");
+void check_trace_path(const std::string& path, bool process_backend) {
+  if (process_backend)
+    throw UsageError("--trace " + path + ": works on the threads backend only (a zmq or mpi rank sees only its own devices)");
   const std::filesystem::path folder = std::filesystem::absolute(path).parent_path();
   if (!std::filesystem::is_directory(folder) || ::access(folder.c_str(), W_OK) != 0)
     throw UsageError("--trace " + path + ": folder " + folder.string() + " does not exist or is not writable");

@@ -45,7 +45,7 @@ struct RunFlags {
   std::string mesh;              // --mesh data=2,model=4 ("" = not given)
   std::vector<std::string> set;  // --set section.key=value (repeatable)
   std::string trace;             // --trace FILE: Chrome-trace JSON ("" = off)
-  std::string backend;           // --backend threads|zmq ("" = the config's, else threads)
+  std::string backend;           // --backend threads|zmq|mpi ("" = the config's, else threads)
 };
 
 // Which flags add_run_flags adds (bit set).
@@ -64,20 +64,22 @@ std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which = FLAG_ALL
 // --backend (re-validating the mesh roles against the new axes).
 config::RunConfig load_config(const std::string& path, const RunFlags& flags);
 
-// Devices of the run `tpcli launch` started this process into (TPCLI_WORLD_SIZE x
-// TPCLI_DEVICES_PER_PROCESS); nullopt outside launch. A malformed environment is a UsageError.
-std::optional<int> launched_devices();
+// Devices of the run a launcher started this process into: zmq, `tpcli launch`'s TPCLI_WORLD_SIZE x
+// TPCLI_DEVICES_PER_PROCESS (nullopt outside launch); mpi, MPI_COMM_WORLD's size, one device per
+// process (nullopt outside mpirun). Other backends: nullopt. A malformed environment, or a build
+// without MPI, is a UsageError.
+std::optional<int> launched_devices(config::BackendKind backend);
 
 // The mesh of --devices / --mesh alone (no config). Neither given: the launched world with
-// --backend zmq under `tpcli launch`, else `fallback`.
+// --backend zmq under `tpcli launch` or --backend mpi under mpirun, else `fallback`.
 dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback = dist::Mesh::line(1));
 
 // The dist::Mesh of a validated [mesh] section (one device on axis "model" when no axes given).
 dist::Mesh to_mesh(const config::MeshSection& mesh);
 
-// --trace FILE, checked before the run rather than after it: refused on the zmq backend (a rank
-// sees only its own devices) and when FILE's folder cannot be written. UsageError, one line.
-void check_trace_path(const std::string& path, bool zmq_backend);
+// --trace FILE, checked before the run rather than after it: refused on the zmq and mpi backends (a
+// rank sees only its own devices) and when FILE's folder cannot be written. UsageError, one line.
+void check_trace_path(const std::string& path, bool process_backend);
 // Writes the trace to `path` and says so on stderr; `spans` names what it shows besides collectives.
 void write_trace(const dist::Trace& trace, const std::string& path, const char* spans);
 

@@ -20,7 +20,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "dist/trace.h"
-#include "dist/zmq/zmq_backend.h"
+#include "dist/select_backend.h"
 #include "cli/tokenizer_setup.h"
 #include "model/generate.h"
 #include "model/generate_text.h"
@@ -158,7 +158,11 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   }
 
   dist::RunOptions run_options;
-  dist::select_backend(run_options, run_flags.backend);  // zmq: only this process's devices run here
+  try {
+    dist::select_backend(run_options, run_flags.backend, mesh.size());  // zmq, mpi: only this process's devices run here
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   std::optional<dist::Trace> trace;
   if (!run_flags.trace.empty()) {
     check_trace_path(run_flags.trace, !run_options.local_ranks.empty());

@@ -26,9 +26,9 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_from_config.h"
+#include "cli/train_setup.h"
 #include "dist/trace.h"
 #include "train/loop.h"
-#include "train/train_setup.h"
 
 namespace tpcli::cli {
 
@@ -100,9 +100,7 @@ void setup_train(CLI::App& sub) {
   sub.add_flag("--resume", *resume, "continue from out_dir/latest.safetensors (same loss sequence as an uninterrupted run)");
   sub.callback([flags, path, resume] {
     const config::RunConfig config = load_config(*path, *flags);
-    train::Prepared prepared = train::prepare(config, *resume, [&](std::optional<int> tokenizer_vocab) {
-      return model_from_config(config.model, tokenizer_vocab);
-    });
+    Prepared prepared = prepare_training(config, *resume);
     train::TrainOptions& o = prepared.options;
     o.stop = &stop_requested;
     const bool writer = train::is_writer_process(o);  // the other ranks of a zmq run print nothing

@@ -1,6 +1,7 @@
 #include "config/run_config.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -355,7 +356,8 @@ void read_mesh(const toml::table& table, const std::string& file, const std::vec
   if (auto value = axis_name("data_axis")) mesh.data_axis = *value;
   if (auto value = axis_name("tensor_axis")) mesh.tensor_axis = *value;
   if (auto value = axis_name("expert_axis")) mesh.expert_axis = *value;
-  if (auto value = r.choice("backend", {"threads", "zmq"})) mesh.backend = *value == 0 ? BackendKind::Threads : BackendKind::Zmq;
+  if (auto value = r.choice("backend", {"threads", "zmq", "mpi"}))
+    mesh.backend = std::array{BackendKind::Threads, BackendKind::Zmq, BackendKind::Mpi}[*value];
 }
 
 void read_model(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,
@@ -664,12 +666,16 @@ void set_backend(RunConfig& config, const std::string& value, const std::string&
     config.mesh.backend = BackendKind::Threads;
   else if (value == "zmq")
     config.mesh.backend = BackendKind::Zmq;
+  else if (value == "mpi")
+    config.mesh.backend = BackendKind::Mpi;
   else
-    fail(origin, "backend must be \"threads\" or \"zmq\", got \"" + value + "\"");
+    fail(origin, "backend must be \"threads\", \"zmq\" or \"mpi\", got \"" + value + "\"");
   config.source.set("mesh.backend", origin);
 }
 
-std::string to_string(BackendKind kind) { return kind == BackendKind::Threads ? "threads" : "zmq"; }
+std::string to_string(BackendKind kind) {
+  return kind == BackendKind::Threads ? "threads" : kind == BackendKind::Zmq ? "zmq" : "mpi";
+}
 std::string to_string(TokenizerKind kind) {
   return kind == TokenizerKind::Chars ? "chars" : kind == TokenizerKind::Bytes ? "bytes" : "file";
 }

@@ -4,7 +4,7 @@
 //
 //   [mesh]  axes = { data = 2, model = 4 }   # ordered as written; ranks are row-major over them
 //           data_axis = "data"  tensor_axis = "model"  expert_axis = <data_axis>
-//           backend = "threads" | "zmq"
+//           backend = "threads" | "zmq" | "mpi"
 //   [model] config = "models/tiny.toml"      # dims from a model file (see load_model_config) ...
 //           dim = 64 ...                     # ... and/or inline; inline keys override the file's
 //           init_from = "path.bin"           # llama2.c .bin or tpcli .safetensors
@@ -67,7 +67,7 @@ struct MeshAxisConfig {
   bool operator==(const MeshAxisConfig&) const = default;
 };
 
-enum class BackendKind { Threads, Zmq };
+enum class BackendKind { Threads, Zmq, Mpi };
 
 struct MeshSection {
   std::vector<MeshAxisConfig> axes;  // declaration order; empty = not given (one device)
@@ -168,7 +168,7 @@ std::vector<MeshAxisConfig> parse_mesh_axes(std::string_view text);
 // axis roles against them; `origin` names the flag in errors and in the source map.
 void set_mesh_axes(RunConfig& config, std::vector<MeshAxisConfig> axes, const std::string& origin);
 
-// Sets the backend from a flag value ("threads" | "zmq").
+// Sets the backend from a flag value ("threads" | "zmq" | "mpi").
 void set_backend(RunConfig& config, const std::string& value, const std::string& origin);
 
 // Enum names, for printing.

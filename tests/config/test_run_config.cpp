@@ -148,6 +148,8 @@ TEST_CASE("an empty run config gives the documented defaults") {
   CHECK(c.mesh.experts_axis() == "data");
   CHECK(c.mesh.backend == tpcli::config::BackendKind::Threads);
   CHECK_FALSE(c.model.dim.has_value());
+  CHECK(load_run_config(dir.write("mpi.toml", "[mesh]\nbackend = \"mpi\"\n")).mesh.backend ==
+        tpcli::config::BackendKind::Mpi);
   CHECK_FALSE(c.data.path.has_value());
   CHECK(c.data.tokenizer == tpcli::config::TokenizerKind::Chars);
   CHECK(c.data.shuffle);
@@ -212,7 +214,7 @@ TEST_CASE("every validation error names FILE:LINE:COL of the culprit") {
       {"[mesh]\naxes = 4\n", "4", "mesh.axes must be a table of axis sizes, e.g. { data = 2, model = 4 }, got an integer 4"},
       {"[mesh]\naxes = {}\n", "{}", "mesh.axes must name at least one axis"},
       {"[mesh]\naxes = { \"a b\" = 2 }\n", "\"a b\"", "mesh axis name 'a b' must be letters, digits, '_' or '-'"},
-      {"[mesh]\nbackend = \"mpi\"\n", "\"mpi\"", "mesh.backend = \"mpi\" must be one of \"threads\", \"zmq\""},
+      {"[mesh]\nbackend = \"nccl\"\n", "\"nccl\"", "mesh.backend = \"nccl\" must be one of \"threads\", \"zmq\", \"mpi\""},
       {"[mesh]\naxes = { data = 2 }\ndata_axis = \"dp\"\n", "\"dp\"",
        "mesh.data_axis = \"dp\" names no axis of the mesh data=2"},
       {"[mesh]\naxes = { data = 2, modle = 4 }\n", "4 }",
@@ -448,6 +450,8 @@ TEST_CASE("mesh flags replace the file's axes and are checked against the roles"
 
   tpcli::config::set_backend(c, "zmq", "--backend zmq");
   CHECK(c.mesh.backend == tpcli::config::BackendKind::Zmq);
-  CHECK(error_of([&] { tpcli::config::set_backend(c, "mpi", "--backend mpi"); }) ==
-        "--backend mpi: backend must be \"threads\" or \"zmq\", got \"mpi\"");
+  tpcli::config::set_backend(c, "mpi", "--backend mpi");
+  CHECK(c.mesh.backend == tpcli::config::BackendKind::Mpi);
+  CHECK(error_of([&] { tpcli::config::set_backend(c, "nccl", "--backend nccl"); }) ==
+        "--backend nccl: backend must be \"threads\", \"zmq\" or \"mpi\", got \"nccl\"");
 }

@@ -23,6 +23,7 @@
 #include "dist/launch/launcher.h"
 #include "dist/runtime.h"
 #include "dist/zmq/zmq_backend.h"
+#include "dist/zmq/zmq_transport.h"
 
 using namespace tpcli::dist;
 using namespace tpcli::testing;

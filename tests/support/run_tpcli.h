@@ -26,6 +26,8 @@ struct RunOptions {
   std::string environment;           // "NAME=value ..." set for tpcli only; "" = inherited as is
   std::optional<std::string> input;  // text on stdin; none = stdin from /dev/null
   int timeout_seconds = 0;           // > 0: killed by timeout(1) after this long (exit 124)
+  std::string launcher;              // shell words before the binary, e.g. "mpirun -n 2" ("" = none)
+  std::string binary = TPCLI_BINARY; // the program to run
 };
 
 // `arg` as one shell word, whatever it contains.
@@ -45,7 +47,8 @@ inline RunResult run_tpcli_line(const std::string& command_line, const RunOption
   if (!options.cwd.empty()) command += "cd " + shell_quote(options.cwd) + " && ";
   if (!options.environment.empty()) command += options.environment + " ";
   if (options.timeout_seconds > 0) command += "timeout " + std::to_string(options.timeout_seconds) + " ";
-  command += shell_quote(TPCLI_BINARY) + " " + command_line;
+  if (!options.launcher.empty()) command += options.launcher + " ";
+  command += shell_quote(options.binary) + " " + command_line;
   command += " <" + shell_quote(in) + " >" + shell_quote(out) + " 2>" + shell_quote(err);
   const auto start = std::chrono::steady_clock::now();
   const int status = std::system(command.c_str());

@@ -3,9 +3,10 @@
 // S = group size, r = this member's index, n = floats passed; slice m = even_split(n, S, m).
 #include "dist/zmq/zmq_backend.h"
 
+#include "dist/zmq/zmq_transport.h"
+
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <optional>
 #include <stdexcept>
 
@@ -299,28 +300,13 @@ void ZmqBackend::abort(int failed_rank, const std::string& message) {
 
 void ZmqBackend::device_finished(int rank) { transport_->device_finished(rank); }
 
-std::vector<int> zmq_local_ranks(const ZmqConfig& config) {
-  std::vector<int> ranks(static_cast<size_t>(config.devices_per_process));
-  std::iota(ranks.begin(), ranks.end(), config.rank * config.devices_per_process);
-  return ranks;
-}
+bool zmq_available() { return true; }
 
 void use_zmq_backend(RunOptions& options, const ZmqConfig& config) {
   options.local_ranks = zmq_local_ranks(config);
   options.make_backend = [config](const Mesh& mesh) -> std::unique_ptr<Backend> {
     return std::make_unique<ZmqBackend>(config, mesh);
   };
-}
-
-void select_backend(RunOptions& options, std::string_view backend) {
-  if (backend.empty() || backend == "threads") return;
-  if (backend != "zmq") throw std::invalid_argument("unknown backend '" + std::string(backend) + "' (threads or zmq)");
-  use_zmq_backend(options, ZmqConfig::from_env());
-}
-
-bool is_primary_process() {
-  const char* v = std::getenv("TPCLI_RANK");
-  return !v || !*v || std::string(v) == "0";
 }
 
 }  // namespace tpcli::dist

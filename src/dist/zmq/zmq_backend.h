@@ -35,9 +35,14 @@
 #include "dist/backend.h"
 #include "dist/mesh.h"
 #include "dist/runtime.h"
-#include "dist/zmq/zmq_transport.h"
+#include "dist/zmq/zmq_config.h"
 
 namespace tpcli::dist {
+
+class ZmqTransport;  // dist/zmq/zmq_transport.h
+
+// False in a build without ZeroMQ (CMake TPCLI_ZMQ=OFF): then use_zmq_backend throws a one-line error.
+bool zmq_available();
 
 class ZmqBackend : public Backend {
  public:
@@ -54,18 +59,7 @@ class ZmqBackend : public Backend {
   std::map<std::pair<int, std::vector<int>>, int> made_;  // communicators made per (rank, members)
 };
 
-// Mesh ranks hosted by this process: [rank * K, rank * K + K).
-std::vector<int> zmq_local_ranks(const ZmqConfig& config);
-
 // Makes run_on_mesh use ZeroMQ: sets options.make_backend and options.local_ranks.
 void use_zmq_backend(RunOptions& options, const ZmqConfig& config);
-
-// For a backend named by --backend or [mesh] backend: "threads" (or "") leaves `options` as they
-// are; "zmq" is use_zmq_backend with ZmqConfig::from_env() (this process was started by `tpcli launch`).
-void select_backend(RunOptions& options, std::string_view backend);
-
-// True unless this process is a launched rank other than 0: the one process whose stdout is the
-// run's output (`tpcli launch` passes rank 0's stdout through unprefixed).
-bool is_primary_process();
 
 }  // namespace tpcli::dist

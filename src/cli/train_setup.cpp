@@ -1,15 +1,19 @@
-#include "train/train_setup.h"
+#include "cli/train_setup.h"
 
 #include <filesystem>
 #include <stdexcept>
 
+#include "cli/model_from_config.h"
+#include "dist/mpi/mpi_backend.h"
 #include "dist/zmq/zmq_backend.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/token_shards.h"
 
-namespace tpcli::train {
+namespace tpcli::cli {
+
+using namespace tpcli::train;
 
 static dist::Mesh to_dist_mesh(const config::MeshSection& section) {
   std::vector<dist::MeshAxis> axes;
@@ -119,8 +123,40 @@ static Corpus open_corpus(const config::RunConfig& config, const std::string& te
   return corpus;
 }
 
-Prepared prepare(const config::RunConfig& config, bool resume,
-                 const std::function<model::LlamaConfig(std::optional<int>)>& model_config) {
+// The mpi backend: this process is one rank of mpirun and runs its share of the mesh.
+static void select_mpi(const config::RunConfig& config, Prepared& p) {
+  dist::RunOptions run;
+  try {
+    dist::use_mpi_backend(run, p.options.mesh.size());
+  } catch (const std::exception& e) {
+    throw config::ConfigError(config.where("mesh.backend") + ": " + e.what());
+  }
+  p.options.make_backend = std::move(run.make_backend);
+  p.options.local_ranks = std::move(run.local_ranks);
+}
+
+// On the threads backend every process trains the whole mesh into the same out_dir: refused when a
+// launcher (`tpcli launch`, mpirun) started several.
+static void refuse_several_thread_processes(const config::RunConfig& config) {
+  int processes = 1;
+  std::string launcher = "`tpcli launch`", fix = "--backend zmq";
+  if (dist::ZmqConfig::in_env()) {
+    try {
+      processes = dist::ZmqConfig::from_env().world_size;
+    } catch (const std::exception&) {
+    }
+  } else if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE"); n && dist::started_by_mpi()) {
+    processes = std::atoi(n);
+    launcher = "mpirun";
+    fix = "--backend mpi";
+  }
+  if (processes > 1)
+    throw config::ConfigError(config.where("mesh.backend") + ": backend threads, but " + launcher + " started " +
+                              std::to_string(processes) + " processes: each would train the whole mesh into the same out_dir (add " +
+                              fix + ")");
+}
+
+Prepared prepare_training(const config::RunConfig& config, bool resume) {
   using config::ConfigError;
   Prepared p;
   TrainOptions& o = p.options;
@@ -136,7 +172,7 @@ Prepared prepare(const config::RunConfig& config, bool resume,
       o.init = open_weights(*config.model.init_from);
       o.model = o.init->config();
     } else {
-      o.model = model_config(tokenizer_vocab);
+      o.model = model_from_config(config.model, tokenizer_vocab);
     }
   } catch (const ConfigError&) {
     throw;
@@ -157,17 +193,10 @@ Prepared prepare(const config::RunConfig& config, bool resume,
   o.mesh = to_dist_mesh(config.mesh);
   if (config.mesh.backend == config::BackendKind::Zmq) {
     select_zmq(config, p);
-  } else if (dist::ZmqConfig::in_env()) {
-    // Under `tpcli launch` on threads, every rank would train the whole mesh into the same files.
-    int processes = 1;
-    try {
-      processes = dist::ZmqConfig::from_env().world_size;
-    } catch (const std::exception&) {
-    }
-    if (processes > 1)
-      throw ConfigError(config.where("mesh.backend") + ": backend threads, but `tpcli launch` started " +
-                        std::to_string(processes) +
-                        " processes: each would train the whole mesh into the same out_dir (add --backend zmq)");
+  } else if (config.mesh.backend == config::BackendKind::Mpi) {
+    select_mpi(config, p);
+  } else {
+    refuse_several_thread_processes(config);
   }
   o.data_axis = config.mesh.data_axis;
   o.tensor_axis = config.mesh.tensor_axis;
@@ -206,4 +235,4 @@ Prepared prepare(const config::RunConfig& config, bool resume,
   return p;
 }
 
-}  // namespace tpcli::train
+}  // namespace tpcli::cli

@@ -1,0 +1,24 @@
+// tpcli::cli — a validated run config (config/run_config.h) turned into train::TrainOptions: corpus
+// read and tokenized, model config resolved, initial weights opened, the backend chosen, every check
+// done. It lives in cli/, the one layer that knows both config/ and train/.
+#pragma once
+
+#include <string>
+
+#include "config/run_config.h"
+#include "train/loop.h"
+
+namespace tpcli::cli {
+
+struct Prepared {
+  train::TrainOptions options;
+  std::string corpus_text;  // format "text": the corpus; "shards": each shard path and size (zmq ranks compare it)
+};
+
+// The model is init_from's checkpoint or the [model] section (cli/model_from_config.h, vocab_size
+// defaulting to the tokenizer's). Throws config::ConfigError (one line, naming the file and key) for
+// anything that would make training fail: missing corpus, mesh that does not divide the heads or the
+// batch, a tokenizer that does not fit the model, a mesh the launched processes do not match, ...
+Prepared prepare_training(const config::RunConfig& config, bool resume);
+
+}  // namespace tpcli::cli

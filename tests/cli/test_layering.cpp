@@ -1,0 +1,110 @@
+// The architecture's layering (README, "Architecture"): a file under src/X includes only the folders
+// layer X may use, the same ones X's library links in CMakeLists.txt; and a backend folder of dist/
+// does not include another backend's (the MPI backend may use the thread backend for the devices
+// inside one process).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Layer -> the folders of src/ its files may include. config/ depends on nothing else of tpcli;
+// cli/ is the top and may include everything.
+const std::map<std::string, std::set<std::string>>& allowed_includes() {
+  static const std::map<std::string, std::set<std::string>> allowed = {
+      {"tensor", {"tensor"}},
+      {"dist", {"tensor", "dist"}},
+      {"nn", {"tensor", "dist", "nn"}},
+      {"model", {"tensor", "dist", "nn", "model"}},
+      {"train", {"tensor", "dist", "nn", "model", "train"}},
+      {"config", {"config"}},
+      {"cli", {"tensor", "dist", "nn", "model", "train", "config", "cli"}},
+  };
+  return allowed;
+}
+
+// Backend folders of dist/ -> the other dist/ sub-folders they may include.
+const std::map<std::string, std::set<std::string>>& allowed_backend_includes() {
+  static const std::map<std::string, std::set<std::string>> allowed = {
+      {"threads", {}}, {"zmq", {}}, {"mpi", {"threads"}}, {"launch", {}}};
+  return allowed;
+}
+
+// The violations in one file; `relative` is its path under src/ ("train/loop.cpp").
+std::vector<std::string> layering_violations(const std::string& relative, const std::string& text) {
+  std::vector<std::string> found;
+  const std::string layer = relative.substr(0, relative.find('/'));
+  const auto rule = allowed_includes().find(layer);
+  if (rule == allowed_includes().end()) return {"src/" + relative + ": folder '" + layer + "' is no layer of the table"};
+  std::string backend;  // "zmq" for dist/zmq/x.cpp, "" for dist/x.cpp
+  if (layer == "dist" && std::count(relative.begin(), relative.end(), '/') >= 2)
+    backend = relative.substr(5, relative.find('/', 5) - 5);
+  static const std::regex include(R"(^\s*#\s*include\s*"([a-z_]+)/([^"]*)\")");
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    std::smatch m;
+    if (!std::regex_search(line, m, include)) continue;
+    const std::string target = m[1].str(), where = "src/" + relative + ":" + std::to_string(number) + ": includes ";
+    if (!allowed_includes().contains(target)) continue;  // "support/..." and the like are no layers
+    if (!rule->second.contains(target)) {
+      found.push_back(where + target + "/" + m[2].str() + ", a folder above layer " + layer);
+      continue;
+    }
+    const std::string rest = m[2].str();
+    if (backend.empty() || target != "dist" || rest.find('/') == std::string::npos) continue;
+    const std::string other = rest.substr(0, rest.find('/'));
+    const auto backend_rule = allowed_backend_includes().find(backend);
+    if (other != backend && (backend_rule == allowed_backend_includes().end() || !backend_rule->second.contains(other)))
+      found.push_back(where + "dist/" + rest + ", another backend's folder (from dist/" + backend + "/)");
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("layering: no file under src/ includes a folder above its own layer") {
+  const fs::path src = fs::path(TPCLI_SOURCE_DIR) / "src";
+  int files = 0;
+  std::vector<std::string> violations;
+  for (const auto& entry : fs::recursive_directory_iterator(src)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string ext = entry.path().extension().string();
+    if (ext != ".cpp" && ext != ".h") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    for (std::string& v : layering_violations(fs::relative(entry.path(), src).generic_string(), text.str()))
+      violations.push_back(std::move(v));
+    ++files;
+  }
+  CHECK(files > 100);  // the walk found the sources
+  for (const std::string& v : violations) UNSCOPED_INFO(v);
+  CHECK(violations.empty());
+}
+
+TEST_CASE("layering: the check names an include from above, and another backend's folder") {
+  const auto up = layering_violations("train/train_setup.cpp", "#include <vector>\n#include \"model/llama.h\"\n"
+                                                               "#include \"config/run_config.h\"\n");
+  REQUIRE(up.size() == 1);
+  CHECK(up[0] == "src/train/train_setup.cpp:3: includes config/run_config.h, a folder above layer train");
+  CHECK(layering_violations("config/run_config.cpp", "#include \"tensor/tensor.h\"\n").size() == 1);
+  CHECK(layering_violations("cli/train.cpp", "#include \"config/run_config.h\"\n#include \"train/loop.h\"\n").empty());
+
+  const auto sideways = layering_violations("dist/zmq/zmq_backend.cpp", "  # include \"dist/mpi/mpi_backend.h\"\n");
+  REQUIRE(sideways.size() == 1);
+  CHECK(sideways[0].find("another backend's folder") != std::string::npos);
+  CHECK(layering_violations("dist/mpi/mpi_backend.cpp", "#include \"dist/threads/thread_backend.h\"\n").empty());
+  CHECK(layering_violations("dist/select_backend.cpp", "#include \"dist/zmq/zmq_backend.h\"\n").empty());
+  CHECK(layering_violations("util/x.cpp", "").size() == 1);  // a new folder must be placed in the table
+}
