@@ -159,6 +159,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
   dist::RunOptions run_options;
   dist::select_backend(run_options, run_flags.backend);  // zmq: only this process's devices run here
+  run_options.links = links_from_flags(run_flags);
   std::optional<dist::Trace> trace;
   if (!run_flags.trace.empty()) {
     check_trace_path(run_flags.trace, !run_options.local_ranks.empty());
@@ -177,7 +178,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
 void setup_infer(CLI::App& sub) {
   auto flags = std::make_shared<InferFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE | FLAG_LINK);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   sub.add_option("--dtype", flags->dtype, "auto: weights as stored (16-bit, quantized); f32: convert on load")

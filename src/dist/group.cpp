@@ -350,11 +350,15 @@ Pending Group::start(const Cost& cost, CollectiveCall call) {
   if (stats_) stats_->add(cost.sent, cost.received);
   const int64_t started_ns = trace_ ? trace_->now_ns() : 0;
   if (!link_) return Pending(comm_->start(std::move(call)), trace_, track_, cost.name, started_ns);
-  // The worker books the modelled transfer once the data has moved; wait() holds until its end.
+  // The transfer is booked from the moment this member started it (members of an SPMD program
+  // start it together; a late member still delays the end through the real exchange, which wait()
+  // also waits for), not from when the worker thread got a core: on a busy machine that comes
+  // later, and would charge scheduling delays to the link. wait() holds until the booked end.
   auto done = std::make_shared<std::chrono::steady_clock::time_point>();
-  CollectiveCall booked = [call = std::move(call), link = link_, cost, done](Communicator& c) {
+  CollectiveCall booked = [call = std::move(call), link = link_, cost, done,
+                           started = std::chrono::steady_clock::now()](Communicator& c) {
     call(c);
-    *done = link->book(cost.kind, cost.bytes, cost.shape, std::chrono::steady_clock::now());
+    *done = link->book(cost.kind, cost.bytes, cost.shape, started);
   };
   return Pending(std::make_unique<ModelledPending>(comm_->start(std::move(booked)), done), trace_, track_, cost.name,
                  started_ns);
