@@ -142,6 +142,10 @@ void print_device_report(const model::MeshGenerateResult& r, const std::vector<i
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::LinkSpec links = links_from_flags(run_flags);
+  for (const auto& [axis, link] : links)
+    if (!mesh.has_axis(axis))
+      throw UsageError("--link " + axis + ": the mesh " + mesh.to_string() + " has no axis '" + axis + "'");
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   const model::LlamaConfig& config = opened.weights->config();
@@ -159,7 +163,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
   dist::RunOptions run_options;
   dist::select_backend(run_options, run_flags.backend);  // zmq: only this process's devices run here
-  run_options.links = links_from_flags(run_flags);
+  run_options.links = links;
   std::optional<dist::Trace> trace;
   if (!run_flags.trace.empty()) {
     check_trace_path(run_flags.trace, !run_options.local_ranks.empty());
