@@ -265,7 +265,7 @@ TEST_CASE("inspect describes a model file and points at the dim that does not fi
   CHECK(unknown.err.find("unknown file kind") != std::string::npos);
 }
 
-TEST_CASE("bench collective-matmul prints the three rows and agreeing results; --link errors are one line") {
+TEST_CASE("bench collective-matmul prints the three rows and agreeing results, and --link errors are one line") {
   const Result ok = run({"bench", "collective-matmul", "--batch", "32", "--dim", "32", "--ffn", "64", "--reps", "1",
                          "--link", "model=5,1"});
   INFO(ok.err);
