@@ -36,7 +36,34 @@ std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which) {
     sub.add_option("--backend", flags->backend, "device transport (overrides [mesh] backend)")
         ->check(CLI::IsMember({"threads", "zmq", "mpi"}))
         ->type_name("threads|zmq|mpi");
+  if (which & FLAG_LINK)
+    sub.add_option("--link", flags->links,
+                   "model an axis's links: GB/s per direction, latency in us, topology (overrides [mesh.links]), "
+                   "e.g. --link model=100,1 --link data=10,25,switch")
+        ->type_name("AXIS=GBPS,US[,ring|switch]")
+        ->allow_extra_args(false);
   return flags;
+}
+
+dist::LinkSpec links_from_flags(const RunFlags& flags) {
+  dist::LinkSpec spec;
+  for (const std::string& text : flags.links) {
+    try {
+      auto [axis, link] = dist::parse_link_flag(text);
+      spec.insert_or_assign(axis, link);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
+  return spec;
+}
+
+dist::LinkSpec to_link_spec(const config::MeshSection& mesh) {
+  dist::LinkSpec spec;
+  for (const auto& [axis, link] : mesh.links)
+    spec[axis] = {link.gb_per_s, link.latency_us,
+                  link.topology == config::LinkTopology::Ring ? dist::Topology::Ring : dist::Topology::Switch};
+  return spec;
 }
 
 std::optional<int> launched_devices(config::BackendKind backend) {
@@ -63,6 +90,10 @@ config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
     config::set_mesh_axes(config, {{config.mesh.tensor_axis, *flags.devices}}, "--devices " + std::to_string(*flags.devices));
   if (!flags.mesh.empty()) config::set_mesh_axes(config, config::parse_mesh_axes(flags.mesh), "--mesh " + flags.mesh);
   if (!flags.backend.empty()) config::set_backend(config, flags.backend, "--backend " + flags.backend);
+  for (const auto& [axis, link] : links_from_flags(flags))
+    config::set_link(config, axis, {link.gb_per_s, link.latency_us,
+                                    link.topology == dist::Topology::Ring ? config::LinkTopology::Ring : config::LinkTopology::Switch},
+                     "--link " + axis);
   // Neither the file nor a flag gave a mesh: a launched zmq or mpi run is the launched world.
   if (config.mesh.axes.empty())
     if (const std::optional<int> devices = launched_devices(config.mesh.backend))

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "dist/links.h"
 #include "dist/mesh.h"
 
 namespace CLI {
@@ -46,6 +47,7 @@ struct RunFlags {
   std::vector<std::string> set;  // --set section.key=value (repeatable)
   std::string trace;             // --trace FILE: Chrome-trace JSON ("" = off)
   std::string backend;           // --backend threads|zmq|mpi ("" = the config's, else threads)
+  std::vector<std::string> links;  // --link AXIS=GBPS,LATENCY_US[,ring|switch] (repeatable)
 };
 
 // Which flags add_run_flags adds (bit set).
@@ -55,7 +57,8 @@ enum RunFlagBits : unsigned {
   FLAG_SET = 1u << 2,
   FLAG_TRACE = 1u << 3,
   FLAG_BACKEND = 1u << 4,
-  FLAG_ALL = 0x1fu,
+  FLAG_LINK = 1u << 5,
+  FLAG_ALL = 0x3fu,
 };
 
 std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which = FLAG_ALL);
@@ -73,6 +76,11 @@ std::optional<int> launched_devices(config::BackendKind backend);
 // The mesh of --devices / --mesh alone (no config). Neither given: the launched world with
 // --backend zmq under `tpcli launch` or --backend mpi under mpirun, else `fallback`.
 dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback = dist::Mesh::line(1));
+
+// The modelled links of a validated [mesh] section ([mesh.links] and --link, which load_config
+// has applied), and of --link alone (commands without a config; UsageError on a bad value).
+dist::LinkSpec to_link_spec(const config::MeshSection& mesh);
+dist::LinkSpec links_from_flags(const RunFlags& flags);
 
 // The dist::Mesh of a validated [mesh] section (one device on axis "model" when no axes given).
 dist::Mesh to_mesh(const config::MeshSection& mesh);

@@ -142,6 +142,10 @@ void print_device_report(const model::MeshGenerateResult& r, const std::vector<i
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::LinkSpec links = links_from_flags(run_flags);
+  for (const auto& [axis, link] : links)
+    if (!mesh.has_axis(axis))
+      throw UsageError("--link " + axis + ": the mesh " + mesh.to_string() + " has no axis '" + axis + "'");
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   const model::LlamaConfig& config = opened.weights->config();
@@ -163,6 +167,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
+  run_options.links = links;
   std::optional<dist::Trace> trace;
   if (!run_flags.trace.empty()) {
     check_trace_path(run_flags.trace, !run_options.local_ranks.empty());
@@ -181,7 +186,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
 void setup_infer(CLI::App& sub) {
   auto flags = std::make_shared<InferFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE | FLAG_LINK);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   sub.add_option("--dtype", flags->dtype, "auto: weights as stored (16-bit, quantized); f32: convert on load")

@@ -103,6 +103,7 @@ void setup_train(CLI::App& sub) {
     Prepared prepared = prepare_training(config, *resume);
     train::TrainOptions& o = prepared.options;
     o.stop = &stop_requested;
+    o.links = to_link_spec(config.mesh);
     const bool writer = train::is_writer_process(o);  // the other ranks of a zmq run print nothing
     std::optional<dist::Trace> trace;
     if (!flags->trace.empty()) {

@@ -316,12 +316,36 @@ std::vector<std::string> axis_order_in_file(const toml::table& root) {
   return names;
 }
 
+// [mesh.links]: one table per axis, { gb_per_s = N, latency_us = N, topology = "ring" | "switch" }.
+void read_links(const Reader& mesh_reader, const toml::node& node, const std::string& file, SourceMap& source,
+                MeshSection& mesh) {
+  if (!node.is_table()) mesh_reader.wrong_type("links", node, "a table of axis links, e.g. model = { gb_per_s = 100, latency_us = 1 }");
+  for (auto&& [key, link_node] : *node.as_table()) {
+    const std::string axis(key.str());
+    if (!valid_axis_name(axis)) fail(key_location(key, link_node, file), "mesh.links: '" + axis + "' is not an axis name");
+    const std::string prefix = "mesh.links." + axis + ".";
+    if (!link_node.is_table())
+      fail(key_location(key, link_node, file), "mesh.links." + axis + " must be a table like { gb_per_s = 100, latency_us = 1 }, got " +
+                                                   type_name(link_node));
+    Reader r(*link_node.as_table(), prefix, file, source);
+    r.reject_unknown({"gb_per_s", "latency_us", "topology"});
+    source.set("mesh.links." + axis, key_location(key, link_node, file));
+    LinkConfig link;
+    const auto bw = r.number("gb_per_s", [](double v) { return v > 0 ? "" : "must be > 0"; });
+    if (!bw) fail(key_location(key, link_node, file), "mesh.links." + axis + " needs gb_per_s (GB/s per direction per link)");
+    link.gb_per_s = *bw;
+    if (auto lat = r.number("latency_us", [](double v) { return v >= 0 ? "" : "must be >= 0"; })) link.latency_us = *lat;
+    if (auto topo = r.choice("topology", {"ring", "switch"})) link.topology = *topo == 0 ? LinkTopology::Ring : LinkTopology::Switch;
+    mesh.links[axis] = link;
+  }
+}
+
 // [mesh]. `file_axis_order` is axis_order_in_file() of the file before --set; `override_sources`
 // the "--set ..." origins in flag order.
 void read_mesh(const toml::table& table, const std::string& file, const std::vector<std::string>& file_axis_order,
                const std::vector<std::string>& override_sources, SourceMap& source, MeshSection& mesh) {
   Reader r(table, "mesh.", file, source);
-  r.reject_unknown({"axes", "data_axis", "tensor_axis", "expert_axis", "backend"});
+  r.reject_unknown({"axes", "data_axis", "tensor_axis", "expert_axis", "backend", "links"});
   if (const toml::node* axes_node = r.find("axes")) {
     if (!axes_node->is_table()) r.wrong_type("axes", *axes_node, "a table of axis sizes, e.g. { data = 2, model = 4 }");
     const toml::table& axes = *axes_node->as_table();
@@ -358,6 +382,7 @@ void read_mesh(const toml::table& table, const std::string& file, const std::vec
   if (auto value = axis_name("expert_axis")) mesh.expert_axis = *value;
   if (auto value = r.choice("backend", {"threads", "zmq", "mpi"}))
     mesh.backend = std::array{BackendKind::Threads, BackendKind::Zmq, BackendKind::Mpi}[*value];
+  if (const toml::node* links = r.find("links")) read_links(r, *links, file, source, mesh);
 }
 
 void read_model(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,
@@ -473,6 +498,11 @@ void check_roles(const RunConfig& config) {
          "mesh axis '" + axis.name + "' (size " + std::to_string(axis.size) + ") has no role: name it in mesh.data_axis, " +
              "mesh.tensor_axis or mesh.expert_axis (now \"" + mesh.data_axis + "\", \"" + mesh.tensor_axis + "\", \"" +
              mesh.experts_axis() + "\")");
+  }
+  for (const auto& [axis, link] : mesh.links) {
+    const std::string& name = axis;  // clang 14 cannot capture a structured binding (make fuzz)
+    if (std::none_of(mesh.axes.begin(), mesh.axes.end(), [&](const auto& a) { return a.name == name; }))
+      fail(config.where("mesh.links." + name), "mesh.links." + name + " names no axis of the mesh " + axes);
   }
   const int data_size = mesh.axis_size(mesh.data_axis);
   if (config.train.batch_size % data_size != 0)
@@ -658,6 +688,12 @@ void set_mesh_axes(RunConfig& config, std::vector<MeshAxisConfig> axes, const st
   config.mesh.axes = std::move(axes);
   for (const auto& axis : config.mesh.axes) config.source.set("mesh.axes." + axis.name, origin);
   config.source.set("mesh.axes", origin);
+  check_roles(config);
+}
+
+void set_link(RunConfig& config, const std::string& axis, const LinkConfig& link, const std::string& origin) {
+  config.mesh.links[axis] = link;
+  config.source.set("mesh.links." + axis, origin);
   check_roles(config);
 }
 

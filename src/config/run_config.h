@@ -69,12 +69,23 @@ struct MeshAxisConfig {
 
 enum class BackendKind { Threads, Zmq, Mpi };
 
+// [mesh.links] AXIS = { gb_per_s = 100, latency_us = 1, topology = "ring" }: the modelled link of
+// one axis (dist/links.h). Collectives on that axis then take at least their modelled time.
+enum class LinkTopology { Ring, Switch };
+struct LinkConfig {
+  double gb_per_s = 0;     // > 0, per direction per link
+  double latency_us = 0;   // >= 0, per hop
+  LinkTopology topology = LinkTopology::Ring;
+  bool operator==(const LinkConfig&) const = default;
+};
+
 struct MeshSection {
   std::vector<MeshAxisConfig> axes;  // declaration order; empty = not given (one device)
   std::string data_axis = "data";    // splits the batch
   std::string tensor_axis = "model"; // splits the weights
   std::optional<std::string> expert_axis;  // splits the experts; not given = data_axis
   BackendKind backend = BackendKind::Threads;
+  std::map<std::string, LinkConfig> links;  // [mesh.links] by axis name; empty = not modelled
 
   const std::string& experts_axis() const { return expert_axis ? *expert_axis : data_axis; }
   int device_count() const;               // product of the axis sizes (1 when empty)
@@ -167,6 +178,9 @@ std::vector<MeshAxisConfig> parse_mesh_axes(std::string_view text);
 // Replaces the mesh axes (from --devices / --mesh, which override the file) and re-checks the
 // axis roles against them; `origin` names the flag in errors and in the source map.
 void set_mesh_axes(RunConfig& config, std::vector<MeshAxisConfig> axes, const std::string& origin);
+
+// Sets one axis's modelled link (the --link flag) and re-checks that the axis exists.
+void set_link(RunConfig& config, const std::string& axis, const LinkConfig& link, const std::string& origin);
 
 // Sets the backend from a flag value ("threads" | "zmq" | "mpi").
 void set_backend(RunConfig& config, const std::string& value, const std::string& origin);

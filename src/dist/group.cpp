@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
+#include "dist/links.h"
 #include "dist/trace.h"
 
 namespace tpcli::dist {
@@ -51,28 +53,132 @@ Group::Group(std::shared_ptr<Communicator> comm, CommStats* stats, Trace* trace,
 int Group::rank() const { return comm_ ? comm_->rank() : 0; }
 int Group::size() const { return comm_ ? comm_->size() : 1; }
 
-// Counts one call's bytes and records its trace span when it ends (also on an exception).
+// One call's counted bytes (see the file comment) and what it books on a modelled link.
+struct Group::Cost {
+  const char* name;
+  uint64_t sent = 0, received = 0;
+  CollectiveKind kind = CollectiveKind::Barrier;
+  uint64_t bytes = 0;  // the size the link model charges (dist/links.h)
+  PermShape shape{};
+};
+
+namespace {
+
+// Counts one call's bytes, holds it until its modelled link time has passed, and records its trace
+// span when it ends (also on an exception).
 class CallScope {
  public:
-  CallScope(CommStats* stats, Trace* trace, int track, const char* name, uint64_t sent, uint64_t received)
-      : span_(trace, track, name, "collective", static_cast<int64_t>(sent + received)) {
+  CallScope(CommStats* stats, Trace* trace, int track, LinkClock* link, const char* name, uint64_t sent,
+            uint64_t received, CollectiveKind kind, uint64_t bytes, PermShape shape = {})
+      : trace_(trace), track_(track), link_(link), name_(name), kind_(kind), bytes_(bytes), shape_(shape),
+        counted_(static_cast<int64_t>(sent + received)) {
     if (stats) stats->add(sent, received);
+    if (trace_) start_ns_ = trace_->now_ns();
+  }
+  // The data moved (every member had arrived): now the modelled transfer runs its course.
+  void transferred() {
+    if (!link_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const auto done = link_->book(kind_, bytes_, shape_, now);
+    modelled_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(done - now).count();
+    std::this_thread::sleep_until(done);
+  }
+  ~CallScope() {
+    if (trace_) trace_->record({track_, name_, "collective", start_ns_, trace_->now_ns() - start_ns_, counted_, modelled_ns_});
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  Trace* trace_;
+  int track_;
+  LinkClock* link_;
+  const char* name_;
+  CollectiveKind kind_;
+  uint64_t bytes_;
+  PermShape shape_;
+  int64_t counted_;
+  int64_t start_ns_ = 0, modelled_ns_ = -1;
+};
+
+// A started call whose modelled transfer is booked when its data has moved; wait() then holds
+// until the modelled end.
+class ModelledPending : public PendingCollective {
+ public:
+  ModelledPending(std::unique_ptr<PendingCollective> inner, std::shared_ptr<std::chrono::steady_clock::time_point> done)
+      : inner_(std::move(inner)), done_(std::move(done)) {}
+  std::chrono::steady_clock::time_point wait() override {
+    const auto moved = inner_->wait();  // synchronises with the worker that wrote *done_
+    std::this_thread::sleep_until(*done_);
+    return std::max(moved, *done_);
   }
 
  private:
-  TraceSpan span_;
+  std::unique_ptr<PendingCollective> inner_;
+  std::shared_ptr<std::chrono::steady_clock::time_point> done_;
 };
+
+class CompletedPending : public PendingCollective {
+ public:
+  std::chrono::steady_clock::time_point wait() override { return at_; }
+
+ private:
+  std::chrono::steady_clock::time_point at_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::start(CollectiveCall call) {
+  call(*this);
+  return std::make_unique<CompletedPending>();
+}
+
+Pending::Pending(std::unique_ptr<PendingCollective> op, Trace* trace, int track, const char* name, int64_t started_ns)
+    : op_(std::move(op)), trace_(trace), track_(track), name_(name), started_ns_(started_ns) {}
+
+Pending::Pending(Pending&& other) noexcept { *this = std::move(other); }
+
+Pending& Pending::operator=(Pending&& other) noexcept {
+  if (this != &other) {
+    op_.reset();  // an unwaited handle being replaced is finished by its own destructor
+    op_ = std::move(other.op_);
+    trace_ = other.trace_;
+    track_ = other.track_;
+    name_ = other.name_;
+    started_ns_ = other.started_ns_;
+  }
+  return *this;
+}
+
+// The backend's handle finishes an unwaited call itself (see PendingCollective implementations).
+Pending::~Pending() = default;
+
+void Pending::wait() {
+  if (!op_) return;
+  std::unique_ptr<PendingCollective> op = std::move(op_);
+  const int64_t wait_ns = trace_ ? trace_->now_ns() : 0;
+  const auto done = op->wait();
+  if (!trace_) return;
+  const int64_t end_ns = trace_->now_ns(), done_ns = std::min(end_ns, trace_->ns_of(done));
+  // The transfer on the device's transfer track; the time its thread sat waiting on its own track.
+  trace_->record({Trace::ASYNC_TRACK_BASE + track_, name_, "collective", started_ns_, done_ns - started_ns_});
+  if (end_ns - wait_ns > 0) trace_->record({track_, "wait", "collective", wait_ns, end_ns - wait_ns});
+}
 
 void Group::all_sum(std::span<float> x) {
   const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
-  CallScope scope(stats_, trace_, track_, "all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S);
+  CallScope scope(stats_, trace_, track_, link_.get(), "all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
+                  CollectiveKind::AllSum, b);
   if (S > 1) comm_->all_sum(x);
+  scope.transferred();
 }
 
 void Group::all_max(std::span<float> x) {
   const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
-  CallScope scope(stats_, trace_, track_, "all_max", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S);
+  CallScope scope(stats_, trace_, track_, link_.get(), "all_max", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
+                  CollectiveKind::AllSum, b);
   if (S > 1) comm_->all_max(x);
+  scope.transferred();
 }
 
 void Group::mean(std::span<float> x) {
@@ -90,7 +196,7 @@ void Group::all_gather(std::span<const float> in, std::span<float> out) {
   all_gather_v(in, out, counts);
 }
 
-void Group::all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) {
+void Group::check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const {
   const int S = size(), r = rank();
   if (counts.size() != static_cast<size_t>(S))
     fail("all_gather", std::to_string(counts.size()) + " counts for a group of " + std::to_string(S));
@@ -104,19 +210,26 @@ void Group::all_gather_v(std::span<const float> in, std::span<float> out, std::s
   // In place is allowed only when in is exactly this member's chunk of out.
   if (overlap(in.data(), in.size(), out.data(), out.size()) && in.data() != out.data() + own_offset)
     fail("all_gather", "in overlaps out other than as this member's own chunk");
-  const uint64_t own = in.size() * F;
-  CallScope scope(stats_, trace_, track_, "all_gather", own * static_cast<uint64_t>(S - 1),
-                  static_cast<uint64_t>(total) * F - own);
+}
+
+void Group::all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) {
+  check_all_gather(in, out, counts);
+  const int S = size();
+  const uint64_t own = in.size() * F, total = out.size() * F;
+  CallScope scope(stats_, trace_, track_, link_.get(), "all_gather", own * static_cast<uint64_t>(S - 1), total - own,
+                  CollectiveKind::AllGather, total);
   if (S > 1) {
     comm_->all_gather_v(in, out, counts);
   } else if (!in.empty() && in.data() != out.data()) {
     std::memcpy(out.data(), in.data(), in.size() * F);
   }
+  scope.transferred();
 }
 
-void Group::reduce_scatter(std::span<const float> in, std::span<float> out) {
+// Returns the chunk sizes (even_split of in over the members).
+std::vector<int64_t> Group::check_reduce_scatter(std::span<const float> in, std::span<float> out) const {
   const int S = size(), r = rank();
-  const std::vector<int64_t> counts = even_split_counts(static_cast<int64_t>(in.size()), S);
+  std::vector<int64_t> counts = even_split_counts(static_cast<int64_t>(in.size()), S);
   const int64_t mine = counts[static_cast<size_t>(r)];
   if (static_cast<int64_t>(out.size()) != mine)
     fail("reduce_scatter", "out has " + std::to_string(out.size()) + " floats; member " + std::to_string(r) + " of " +
@@ -125,13 +238,21 @@ void Group::reduce_scatter(std::span<const float> in, std::span<float> out) {
   const int64_t own_offset = even_split(static_cast<int64_t>(in.size()), S, r).offset;
   if (overlap(in.data(), in.size(), out.data(), out.size()) && out.data() != in.data() + own_offset)
     fail("reduce_scatter", "out overlaps in other than as this member's own chunk");
+  return counts;
+}
+
+void Group::reduce_scatter(std::span<const float> in, std::span<float> out) {
+  const std::vector<int64_t> counts = check_reduce_scatter(in, out);
+  const int S = size();
   const uint64_t b = in.size() * F, own = out.size() * F;
-  CallScope scope(stats_, trace_, track_, "reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1));
+  CallScope scope(stats_, trace_, track_, link_.get(), "reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1),
+                  CollectiveKind::ReduceScatter, b);
   if (S > 1) {
     comm_->reduce_scatter_v(in, out, counts);
   } else if (!in.empty() && in.data() != out.data()) {
     std::memcpy(out.data(), in.data(), in.size() * F);
   }
+  scope.transferred();
 }
 
 void Group::all_to_all(std::span<const float> in, std::span<float> out) {
@@ -143,12 +264,14 @@ void Group::all_to_all(std::span<const float> in, std::span<float> out) {
                            " equal chunks (use all_to_all_v for ragged chunks)");
   if (overlap(in.data(), in.size(), out.data(), out.size())) fail("all_to_all", "in and out overlap");
   const uint64_t moved = (in.size() - in.size() / static_cast<size_t>(S)) * F;
-  CallScope scope(stats_, trace_, track_, "all_to_all", moved, moved);
+  CallScope scope(stats_, trace_, track_, link_.get(), "all_to_all", moved, moved, CollectiveKind::AllToAll,
+                  in.size() * F);
   if (S > 1) {
     comm_->all_to_all(in, out);
   } else if (!in.empty()) {
     std::memcpy(out.data(), in.data(), in.size() * F);
   }
+  scope.transferred();
 }
 
 std::vector<float> Group::all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
@@ -161,21 +284,24 @@ std::vector<float> Group::all_to_all_v(std::span<const float> in, std::span<cons
     fail("all_to_all_v", "send counts sum to " + std::to_string(total) + " but in has " + std::to_string(in.size()) +
                              " floats");
   if (S == 1) {
-    CallScope scope(stats_, trace_, track_, "all_to_all_v", 0, 0);
+    CallScope scope(stats_, trace_, track_, nullptr, "all_to_all_v", 0, 0, CollectiveKind::AllToAll, 0);
     recv_counts.assign(1, total);
     return std::vector<float>(in.begin(), in.end());
   }
   std::vector<float> out;
   {
-    TraceSpan span(trace_, track_, "all_to_all_v", "collective");
+    // Bytes are known only once the data arrived: counted below, not by the scope.
+    CallScope scope(nullptr, trace_, track_, link_.get(), "all_to_all_v", 0, 0, CollectiveKind::AllToAll, in.size() * F);
     out = comm_->all_to_all_v(in, send_counts, recv_counts);
+    scope.transferred();
   }
   const uint64_t self = static_cast<uint64_t>(send_counts[static_cast<size_t>(r)]) * F;
   if (stats_) stats_->add(in.size() * F - self, out.size() * F - self);
   return out;
 }
 
-void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) {
+// Returns (this member sends, this member receives).
+std::pair<bool, bool> Group::check_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) const {
   const int S = size(), r = rank();
   if (in.size() != out.size())
     fail("ppermute", "in has " + std::to_string(in.size()) + " floats but out has " + std::to_string(out.size()));
@@ -193,15 +319,93 @@ void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm
   if (overlap(in.data(), in.size(), out.data(), out.size()) && in.data() != out.data())
     fail("ppermute", "in and out overlap");
   if (in.data() == out.data() && !in.empty() && S > 1) fail("ppermute", "in and out are the same buffer");
-  const uint64_t b = in.size() * F;
-  CallScope scope(stats_, trace_, track_, "ppermute", sends ? b : 0, receives ? b : 0);
-  if (S > 1) {
-    comm_->ppermute(in, out, perm);
-  } else if (perm.empty()) {
+  return {sends, receives};
+}
+
+// A size-1 group's ppermute: a copy, or zeros when the member is no destination.
+static void ppermute_alone(std::span<const float> in, std::span<float> out, const Perm& perm) {
+  if (perm.empty()) {
     std::fill(out.begin(), out.end(), 0.0f);
   } else if (in.data() != out.data() && !in.empty()) {
-    std::memcpy(out.data(), in.data(), b);
+    std::memcpy(out.data(), in.data(), in.size() * F);
   }
+}
+
+void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) {
+  const auto [sends, receives] = check_ppermute(in, out, perm);
+  const uint64_t b = in.size() * F;
+  CallScope scope(stats_, trace_, track_, link_.get(), "ppermute", sends ? b : 0, receives ? b : 0,
+                  CollectiveKind::Ppermute, b, perm_shape(perm, size()));
+  if (size() > 1) {
+    comm_->ppermute(in, out, perm);
+  } else {
+    ppermute_alone(in, out, perm);
+  }
+  scope.transferred();
+}
+
+// ---- asynchronous forms ----
+
+Pending Group::start(const Cost& cost, CollectiveCall call) {
+  if (stats_) stats_->add(cost.sent, cost.received);
+  const int64_t started_ns = trace_ ? trace_->now_ns() : 0;
+  if (!link_) return Pending(comm_->start(std::move(call)), trace_, track_, cost.name, started_ns);
+  // The transfer is booked from the moment this member started it (members of an SPMD program
+  // start it together; a late member still delays the end through the real exchange, which wait()
+  // also waits for), not from when the worker thread got a core: on a busy machine that comes
+  // later, and would charge scheduling delays to the link. wait() holds until the booked end.
+  auto done = std::make_shared<std::chrono::steady_clock::time_point>();
+  CollectiveCall booked = [call = std::move(call), link = link_, cost, done,
+                           started = std::chrono::steady_clock::now()](Communicator& c) {
+    call(c);
+    *done = link->book(cost.kind, cost.bytes, cost.shape, started);
+  };
+  return Pending(std::make_unique<ModelledPending>(comm_->start(std::move(booked)), done), trace_, track_, cost.name,
+                 started_ns);
+}
+
+Pending Group::start_all_sum(std::span<float> x) {
+  const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
+  if (S == 1) return Pending();
+  return start({"all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S, CollectiveKind::AllSum, b},
+               [x](Communicator& c) { c.all_sum(x); });
+}
+
+Pending Group::start_all_gather(std::span<const float> in, std::span<float> out) {
+  if (out.size() != in.size() * static_cast<size_t>(size()))
+    fail("all_gather", "out has " + std::to_string(out.size()) + " floats, expected size " + std::to_string(size()) +
+                           " x in " + std::to_string(in.size()));
+  std::vector<int64_t> counts(static_cast<size_t>(size()), static_cast<int64_t>(in.size()));
+  check_all_gather(in, out, counts);
+  if (size() == 1) {
+    if (!in.empty() && in.data() != out.data()) std::memcpy(out.data(), in.data(), in.size() * F);
+    return Pending();
+  }
+  const uint64_t own = in.size() * F, total = out.size() * F;
+  return start({"all_gather", own * static_cast<uint64_t>(size() - 1), total - own, CollectiveKind::AllGather, total},
+               [in, out, counts = std::move(counts)](Communicator& c) { c.all_gather_v(in, out, counts); });
+}
+
+Pending Group::start_reduce_scatter(std::span<const float> in, std::span<float> out) {
+  std::vector<int64_t> counts = check_reduce_scatter(in, out);
+  if (size() == 1) {
+    if (!in.empty() && in.data() != out.data()) std::memcpy(out.data(), in.data(), in.size() * F);
+    return Pending();
+  }
+  const uint64_t b = in.size() * F, own = out.size() * F;
+  return start({"reduce_scatter", b - own, own * static_cast<uint64_t>(size() - 1), CollectiveKind::ReduceScatter, b},
+               [in, out, counts = std::move(counts)](Communicator& c) { c.reduce_scatter_v(in, out, counts); });
+}
+
+Pending Group::start_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) {
+  const auto [sends, receives] = check_ppermute(in, out, perm);
+  if (size() == 1) {
+    ppermute_alone(in, out, perm);
+    return Pending();
+  }
+  const uint64_t b = in.size() * F;
+  return start({"ppermute", sends ? b : 0, receives ? b : 0, CollectiveKind::Ppermute, b, perm_shape(perm, size())},
+               [in, out, perm](Communicator& c) { c.ppermute(in, out, perm); });
 }
 
 void Group::broadcast(std::span<float> x, int root) {
@@ -210,14 +414,16 @@ void Group::broadcast(std::span<float> x, int root) {
     fail("broadcast", "root " + std::to_string(root) + " outside group of " + std::to_string(S));
   const uint64_t b = x.size() * F;
   const bool is_root = rank() == root;
-  CallScope scope(stats_, trace_, track_, "broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0,
-                  is_root ? 0 : b);
+  CallScope scope(stats_, trace_, track_, link_.get(), "broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0,
+                  is_root ? 0 : b, CollectiveKind::Broadcast, b);
   if (S > 1) comm_->broadcast(x, root);
+  scope.transferred();
 }
 
 void Group::barrier() {
-  CallScope scope(stats_, trace_, track_, "barrier", 0, 0);
+  CallScope scope(stats_, trace_, track_, link_.get(), "barrier", 0, 0, CollectiveKind::Barrier, 0);
   if (size() > 1) comm_->barrier();
+  scope.transferred();
 }
 
 Range even_split(int64_t n, int parts, int index) {

@@ -10,7 +10,9 @@
 // partial -> split; all_gather: split -> mirrored.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -36,6 +38,20 @@ struct CommStats {
 
 using Perm = std::vector<std::pair<int, int>>;  // (source, destination) pairs, ranks in the group
 
+class Communicator;
+
+// A started collective (Communicator::start). wait() returns once its data is in place and gives
+// the time it got there; it rethrows the collective's error (CollectiveAborted when any device of
+// the run failed). Called once, from the member's thread.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual std::chrono::steady_clock::time_point wait() = 0;
+};
+
+// A collective to run later: the blocking call made on the communicator it is given.
+using CollectiveCall = std::function<void(Communicator&)>;
+
 // Backend contract. One object per member; called only from that member's thread.
 // Argument checks (sizes, ranks) are done by Group before these are called.
 class Communicator {
@@ -60,9 +76,38 @@ class Communicator {
   // Equal chunks (in.size() == out.size() == size() * chunk). Default: through all_to_all_v and a
   // copy; backends override it when they can write into out directly.
   virtual void all_to_all(std::span<const float> in, std::span<float> out);
+  // Non-blocking form of any collective: `call` runs on a communicator of the same members that
+  // carries only started collectives (so they cannot interleave with blocking ones), in the order
+  // they were started, while this member's thread goes on. Every member starts the same calls in
+  // the same order. Default: runs `call` on this communicator now (blocking), so a backend without
+  // an asynchronous path stays correct.
+  virtual std::unique_ptr<PendingCollective> start(CollectiveCall call);
 };
 
 class Trace;  // dist/trace.h
+
+// The handle Group's start_* return. Buffers passed to start_* must stay alive and untouched (out
+// unread) until wait() returns; destroying an unwaited handle waits (and swallows its error, as
+// the error reaches the run through the other members anyway).
+class Pending {
+ public:
+  Pending() = default;  // already complete
+  Pending(std::unique_ptr<PendingCollective> op, Trace* trace, int track, const char* name, int64_t started_ns);
+  Pending(Pending&&) noexcept;
+  Pending& operator=(Pending&&) noexcept;
+  ~Pending();
+  void wait();
+  bool done() const { return !op_; }
+
+ private:
+  std::unique_ptr<PendingCollective> op_;
+  Trace* trace_ = nullptr;
+  int track_ = 0;
+  const char* name_ = "";
+  int64_t started_ns_ = 0;
+};
+
+class LinkClock;  // dist/links.h
 
 class Group {
  public:
@@ -97,13 +142,30 @@ class Group {
   void broadcast(std::span<float> x, int root);
   void barrier();
 
+  // Asynchronous forms (start now, wait() on the handle): the same checks, results and byte counts
+  // as the blocking calls above. With a trace, the transfer shows on a track of its own.
+  [[nodiscard]] Pending start_all_sum(std::span<float> x);
+  [[nodiscard]] Pending start_all_gather(std::span<const float> in, std::span<float> out);
+  [[nodiscard]] Pending start_reduce_scatter(std::span<const float> in, std::span<float> out);
+  [[nodiscard]] Pending start_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm);
+
   const CommStats* stats() const { return stats_; }
+  // Every collective of this handle then completes no earlier than its modelled time on `link`
+  // (dist/links.h). Null: no model (the default).
+  void model_links(std::shared_ptr<LinkClock> link) { link_ = std::move(link); }
 
  private:
+  struct Cost;  // group.cpp: one call's counted bytes and modelled link use
+  Pending start(const Cost& cost, CollectiveCall call);
+  void check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
+  std::vector<int64_t> check_reduce_scatter(std::span<const float> in, std::span<float> out) const;
+  std::pair<bool, bool> check_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) const;
+
   std::shared_ptr<Communicator> comm_;  // null: size-1 group
   CommStats* stats_ = nullptr;          // this device's counters (may be null)
   Trace* trace_ = nullptr;              // collective spans go here (may be null)
   int track_ = 0;
+  std::shared_ptr<LinkClock> link_;     // modelled link (may be null)
 };
 
 // The even split used everywhere a length is dealt out over parts: part i gets

@@ -39,7 +39,11 @@ Group& Device::axes(const std::vector<std::string>& names) {
   const std::vector<int> members = mesh_.group_members(rank_, names);
   std::shared_ptr<Communicator> comm;
   if (members.size() > 1) comm = backend_.communicator(rank_, members);
-  groups_.emplace_back(names, Group(std::move(comm), &stats_, trace_, rank_));
+  Group group(std::move(comm), &stats_, trace_, rank_);
+  const AxisLink link = group_link(links_, names);
+  if (members.size() > 1 && link.gb_per_s > 0)
+    group.model_links(std::make_shared<LinkClock>(link, static_cast<int>(members.size())));
+  groups_.emplace_back(names, std::move(group));
   return groups_.back().second;
 }
 
@@ -93,7 +97,10 @@ void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, con
                                : std::max(1, tensor::available_cores() / static_cast<int>(ranks.size()));
 
   std::vector<std::unique_ptr<Device>> devices;
-  for (int r : ranks) devices.push_back(std::make_unique<Device>(r, mesh, *backend, options.seed, options.trace));
+  for (int r : ranks) {
+    devices.push_back(std::make_unique<Device>(r, mesh, *backend, options.seed, options.trace));
+    devices.back()->model_links(options.links);
+  }
 
   FirstError first;
   auto run_device = [&](Device& dev) {

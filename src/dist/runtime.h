@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dist/group.h"
+#include "dist/links.h"
 #include "dist/mesh.h"
 
 namespace tpcli::dist {
@@ -52,6 +53,8 @@ class Device {
   Trace* trace() { return trace_; }
 
   Device(int rank, Mesh mesh, Backend& backend, uint64_t seed, Trace* trace);
+  // Groups made from now on along a listed axis complete no earlier than their modelled link time.
+  void model_links(LinkSpec links) { links_ = std::move(links); }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -63,6 +66,7 @@ class Device {
   std::mt19937 rng_;
   CommStats stats_;
   Trace* trace_;
+  LinkSpec links_;  // empty: nothing modelled
   // Cache keyed by axis list; a deque so references handed out by axis()/axes() stay valid.
   std::deque<std::pair<std::vector<std::string>, Group>> groups_;
 };
@@ -77,6 +81,8 @@ struct RunOptions {
   Trace* trace = nullptr;
   // BLIS threads per device; 0 = automatic (cores / devices, at least 1).
   int blas_threads = 0;
+  // Modelled links by axis (dist/links.h); empty: collectives run at the transport's own speed.
+  LinkSpec links;
 };
 
 void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, const RunOptions& options = {});

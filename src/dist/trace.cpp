@@ -15,6 +15,10 @@ int64_t Trace::now_ns() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
 }
 
+int64_t Trace::ns_of(std::chrono::steady_clock::time_point t) const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin_).count();
+}
+
 void Trace::record(Event event) {
   std::lock_guard<std::mutex> lock(mutex_);
   events_.push_back(std::move(event));
@@ -42,6 +46,11 @@ static std::string json_escape(const std::string& s) {
   return out;
 }
 
+static std::string track_name(int track) {
+  if (track >= Trace::ASYNC_TRACK_BASE) return "device " + std::to_string(track - Trace::ASYNC_TRACK_BASE) + " transfers";
+  return "device " + std::to_string(track);
+}
+
 std::string Trace::to_json() const {
   std::vector<Event> evs = events();
   std::set<int> tracks;
@@ -52,7 +61,7 @@ std::string Trace::to_json() const {
   for (int t : tracks) {
     sep();
     out += "{\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(t) +
-           ",\"name\":\"thread_name\",\"args\":{\"name\":\"device " + std::to_string(t) + "\"}}";
+           ",\"name\":\"thread_name\",\"args\":{\"name\":\"" + track_name(t) + "\"}}";
   }
   char buf[128];
   for (const Event& e : evs) {
@@ -61,7 +70,13 @@ std::string Trace::to_json() const {
     std::snprintf(buf, sizeof buf, "\"ts\":%.3f,\"dur\":%.3f", e.start_ns / 1e3, e.duration_ns / 1e3);
     out += "{\"ph\":\"X\",\"pid\":0,\"tid\":" + std::to_string(e.track) + ",\"name\":\"" + json_escape(e.name) +
            "\",\"cat\":\"" + json_escape(e.category) + "\"," + buf;
-    if (e.bytes >= 0) out += ",\"args\":{\"bytes\":" + std::to_string(e.bytes) + "}";
+    std::string args;
+    if (e.bytes >= 0) args += "\"bytes\":" + std::to_string(e.bytes);
+    if (e.modelled_ns >= 0) {
+      std::snprintf(buf, sizeof buf, "\"modelled_us\":%.3f", e.modelled_ns / 1e3);
+      args += (args.empty() ? "" : ",") + std::string(buf);
+    }
+    if (!args.empty()) out += ",\"args\":{" + args + "}";
     out += "}";
   }
   out += "\n]}\n";

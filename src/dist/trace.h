@@ -26,10 +26,15 @@ class Trace {
     int64_t start_ns = 0;      // since the Trace was made
     int64_t duration_ns = 0;
     int64_t bytes = -1;        // collective payload (bytes this device sent + received); -1: none
+    int64_t modelled_ns = -1;  // collective's modelled link time (dist/links.h); -1: links not modelled
   };
+
+  // Started collectives of device r are drawn on track ASYNC_TRACK_BASE + r, beside its compute.
+  static constexpr int ASYNC_TRACK_BASE = 1000;
 
   Trace();
   int64_t now_ns() const;  // monotonic, since construction
+  int64_t ns_of(std::chrono::steady_clock::time_point t) const;  // the same clock
   void record(Event event);
   std::vector<Event> events() const;  // a copy, in recording order
   // Chrome trace JSON ("traceEvents", complete events "ph":"X", one thread name per track).

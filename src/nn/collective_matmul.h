@@ -1,5 +1,5 @@
 // tpcli::nn — JAX's collective matmuls: a sharded linear fused with the collective that feeds or
-// follows it, done as a ring of ppermutes so each step's transfer can overlap the next product.
+// follows it, done as a ring of ppermutes so each step's transfer overlaps the step's product.
 //
 // Dimension legend: N rows (dealt out over the T members of the group by dist::even_split: member
 // m holds rows chunk m, NL = its count, NP = ceil(N/T) the padded chunk), IN, OUT features;
@@ -9,10 +9,13 @@
 //                          (plain form: all_gather_v, then AllToShardedLinear::forward)
 //   matmul_reduce_scatter: out[NL, OUT] = chunk `rank` of sum over members of inp[N, IN_local] @ W_local^T
 //                          (plain form: ShardedToAll's product, then reduce_scatter instead of all_sum)
-// Ring: T steps; at step s member r multiplies the chunk of member (r - s) mod T (all-gather) or
-// accumulates the partial of chunk (r - s - 1) mod T (reduce-scatter), and ppermutes r -> r + 1.
-// Chunks travel padded to NP rows (ppermute moves equal sizes). With the thread backend ppermute
-// is synchronous, so the overlap is in the structure only; the results equal the plain forms.
+// One way (Ring::OneWay): T steps; at step s member r multiplies the chunk of member (r - s) mod T
+// (all-gather) or adds the partial of chunk (r - s - 1) mod T (reduce-scatter) while the next chunk
+// moves r -> r + 1 on a started (asynchronous) ppermute.
+// Both ways (Ring::TwoWay, JAX's bidirectional variant): every chunk is cut into a top and a bottom
+// half (NH = ceil(NP/2) rows); top halves travel r -> r + 1 and bottom halves r -> r - 1 at the
+// same time, so each step moves half as much over each direction of the link.
+// Chunks travel padded to NP rows (ppermute moves equal sizes). The results equal the plain forms.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,11 @@
 
 namespace tpcli::nn {
 
-void all_gather_matmul(float* out, const float* inp, int64_t N, const AllToShardedLinear& layer, dist::Group& group);
-void matmul_reduce_scatter(float* out, const float* inp, int64_t N, const ShardedToAllLinear& layer, dist::Group& group);
+enum class Ring { OneWay, TwoWay };
+
+void all_gather_matmul(float* out, const float* inp, int64_t N, const AllToShardedLinear& layer, dist::Group& group,
+                       Ring ring = Ring::OneWay);
+void matmul_reduce_scatter(float* out, const float* inp, int64_t N, const ShardedToAllLinear& layer,
+                           dist::Group& group, Ring ring = Ring::OneWay);
 
 }  // namespace tpcli::nn

@@ -366,6 +366,7 @@ TrainResult train(const TrainOptions& o) {
   run_options.make_backend = o.make_backend;
   run_options.local_ranks = o.local_ranks;
   run_options.trace = o.trace;
+  run_options.links = o.links;
   dist::run_on_mesh(o.mesh, [&](dist::Device& dev) { DeviceRun(shared, dev).run(); }, run_options);
   if (shared.progress.open_line) shared.progress.message("");
   shared.result.seconds = std::chrono::duration<double>(Clock::now() - shared.t0).count();

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/links.h"
 #include "dist/mesh.h"
 #include "model/llama_config.h"
 #include "model/weights.h"
@@ -71,6 +72,7 @@ struct TrainOptions {
   // `local_ranks` only.
   std::function<std::unique_ptr<dist::Backend>(const dist::Mesh&)> make_backend;
   std::vector<int> local_ranks;
+  dist::LinkSpec links;  // modelled links by axis ([mesh.links], dist/links.h); empty = none
 
   // Model: the initial weights (null = random_weights(model, seed)).
   model::LlamaConfig model;

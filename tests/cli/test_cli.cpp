@@ -264,3 +264,27 @@ TEST_CASE("inspect describes a model file and points at the dim that does not fi
   CHECK(line_count(unknown.err) == 1);
   CHECK(unknown.err.find("unknown file kind") != std::string::npos);
 }
+
+TEST_CASE("bench collective-matmul prints the three rows and agreeing results, and --link errors are one line") {
+  const Result ok = run({"bench", "collective-matmul", "--batch", "32", "--dim", "32", "--ffn", "64", "--reps", "1",
+                         "--link", "model=5,1"});
+  INFO(ok.err);
+  REQUIRE(ok.code == 0);
+  for (const char* row : {"unsharded", "all-gather then matmul", "overlapped", "link: 5 GB/s, 1 us, ring"})
+    CHECK(ok.out.find(row) != std::string::npos);
+  CHECK(ok.out.find("max |overlapped - all-gather then matmul| on device 0: 0 (one-way), 0 (two-way)") != std::string::npos);
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"bench", "collective-matmul", "--link", "model=fast,1"}, "--link model=fast,1: 'fast' is not a number"},
+           {{"bench", "collective-matmul", "--link", "data=1,1"}, "--link data: the mesh has only the axis 'model'"},
+           {{"infer", "--model", "x.bin", "--link", "model=1,1,torus"}, "--link model=1,1,torus: topology 'torus'"}}) {
+    const Result r = run(c.args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}

@@ -455,3 +455,39 @@ TEST_CASE("mesh flags replace the file's axes and are checked against the roles"
   CHECK(error_of([&] { tpcli::config::set_backend(c, "nccl", "--backend nccl"); }) ==
         "--backend nccl: backend must be \"threads\", \"zmq\" or \"mpi\", got \"nccl\"");
 }
+
+TEST_CASE("[mesh.links] loads per axis, and its errors name FILE:LINE:COL") {
+  TempDir dir;
+  const std::string ok = dir.write("links.toml", R"([mesh]
+axes = { data = 2, model = 2 }
+[mesh.links]
+model = { gb_per_s = 100, latency_us = 1 }
+data = { gb_per_s = 12.5, latency_us = 25, topology = "switch" }
+)");
+  const RunConfig config = load_run_config(ok);
+  REQUIRE(config.mesh.links.size() == 2);
+  CHECK(config.mesh.links.at("model") == tpcli::config::LinkConfig{100, 1, tpcli::config::LinkTopology::Ring});
+  CHECK(config.mesh.links.at("data") == tpcli::config::LinkConfig{12.5, 25, tpcli::config::LinkTopology::Switch});
+  CHECK(load_run_config(dir.write("none.toml", "[mesh]\naxes = { model = 2 }\n")).mesh.links.empty());
+
+  struct Case {
+    std::string text, marker, message;
+  };
+  const std::string mesh = "[mesh]\naxes = { data = 2, model = 2 }\n";
+  const std::vector<Case> cases = {
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 0 }\n", "0 }", "mesh.links.model.gb_per_s = 0 must be > 0"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 1, latency_us = -2 }\n", "-2", "mesh.links.model.latency_us = -2 must be >= 0"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 1, topology = \"torus\" }\n", "\"torus\"",
+       "mesh.links.model.topology = \"torus\" must be one of \"ring\", \"switch\""},
+      {mesh + "[mesh.links]\nmodel = { latency_us = 1 }\n", "model = { latency", "mesh.links.model needs gb_per_s (GB/s per direction per link)"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 1, bw = 2 }\n", "bw", "unknown key 'mesh.links.model.bw'; known: gb_per_s, latency_us, topology"},
+      {mesh + "[mesh.links]\nmodel = 5\n", "model = 5", "mesh.links.model must be a table like { gb_per_s = 100, latency_us = 1 }, got an integer"},
+      {mesh + "[mesh.links]\nexpert = { gb_per_s = 1 }\n", "expert =", "mesh.links.expert names no axis of the mesh data=2,model=2"},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    const std::string path = dir.write("bad" + std::to_string(n++) + ".toml", c.text);
+    INFO(c.text);
+    CHECK(error_of([&] { load_run_config(path); }) == where(path, c.text, c.marker) + ": " + c.message);
+  }
+}

@@ -227,6 +227,57 @@ inline void check_every_collective(Group& g, int64_t n, uint64_t seed) {
   g.barrier();
 }
 
+// The started (asynchronous) forms, several in flight at once and interleaved with blocking calls:
+// each result must equal the blocking form's bit for bit (same backend algorithm) and the serial
+// reference. Waits happen out of start order on purpose.
+inline void check_started_collectives(Group& g, int64_t n, uint64_t seed) {
+  const int S = g.size(), r = g.rank();
+  const dist::Range mine = dist::even_split(n, S, r);
+  const dist::Perm perm = shared_perm(seed, S, false);
+  // Blocking forms first: the results the started ones must reproduce.
+  std::vector<float> sum_b = member_input(seed + 1, r, n), gather_b = nan_buffer(n * S), scatter_b = nan_buffer(mine.count),
+                     perm_b = nan_buffer(n);
+  const std::vector<float> gather_in = member_input(seed + 2, r, n), scatter_in = member_input(seed + 3, r, n),
+                           perm_in = member_input(seed + 4, r, n);
+  g.all_sum(sum_b);
+  g.all_gather(gather_in, gather_b);
+  g.reduce_scatter(scatter_in, scatter_b);
+  g.ppermute(perm_in, perm_b, perm);
+
+  std::vector<float> sum_a = member_input(seed + 1, r, n), gather_a = nan_buffer(n * S), scatter_a = nan_buffer(mine.count),
+                     perm_a = nan_buffer(n), between = member_input(seed + 5, r, n);
+  dist::Pending p_perm = g.start_ppermute(perm_in, perm_a, perm);
+  dist::Pending p_gather = g.start_all_gather(gather_in, gather_a);
+  g.all_sum(between);  // a blocking call while two started ones are in flight
+  dist::Pending p_scatter = g.start_reduce_scatter(scatter_in, scatter_a);
+  dist::Pending p_sum = g.start_all_sum(sum_a);
+  p_sum.wait();
+  p_gather.wait();
+  p_scatter.wait();
+  p_perm.wait();
+  expect_close(label("started all_sum vs blocking", g, n), sum_a, sum_b, 0.0f, r);
+  expect_close(label("started all_gather vs blocking", g, n), gather_a, gather_b, 0.0f, r);
+  expect_close(label("started reduce_scatter vs blocking", g, n), scatter_a, scatter_b, 0.0f, r);
+  expect_close(label("started ppermute vs blocking", g, n), perm_a, perm_b, 0.0f, r);
+  // And against the serial references.
+  expect_close(label("started all_sum", g, n), sum_a, serial_sum(seed + 1, S, n), sum_tol(S), r);
+  expect_close(label("all_sum between started ones", g, n), between, serial_sum(seed + 5, S, n), sum_tol(S), r);
+  std::vector<float> gather_ref;
+  for (int m = 0; m < S; ++m) {
+    const std::vector<float> y = member_input(seed + 2, m, n);
+    gather_ref.insert(gather_ref.end(), y.begin(), y.end());
+  }
+  expect_close(label("started all_gather", g, n), gather_a, gather_ref, 0.0f, r);
+  const std::vector<float> scatter_sum = serial_sum(seed + 3, S, n);
+  expect_close(label("started reduce_scatter", g, n), scatter_a,
+               std::vector<float>(scatter_sum.begin() + mine.offset, scatter_sum.begin() + mine.offset + mine.count),
+               sum_tol(S), r);
+  std::vector<float> perm_ref(static_cast<size_t>(n), 0.0f);
+  for (const auto& [src, dst] : perm)
+    if (dst == r) perm_ref = member_input(seed + 4, src, n);
+  expect_close(label("started ppermute", g, n), perm_a, perm_ref, 0.0f, r);
+}
+
 // `ops` collectives back to back in an order and with sizes every member derives from `seed`.
 // Sizes are log-uniform up to max_n, so both the small (staged) and the large paths are hit.
 inline void check_random_sequence(Group& g, int ops, int64_t max_n, uint64_t seed) {

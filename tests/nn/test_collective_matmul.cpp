@@ -11,9 +11,18 @@
 using namespace tpcli;
 using nn::testing::random_vector;
 
-TEST_CASE("all_gather_matmul and matmul_reduce_scatter equal the plain forms on 1..4 devices", "[nn][collective_matmul]") {
+TEST_CASE("all_gather_matmul and matmul_reduce_scatter, one-way and two-way, equal the plain forms on 1..4 devices",
+          "[nn][collective_matmul]") {
+  const nn::Ring ring = GENERATE(nn::Ring::OneWay, nn::Ring::TwoWay);
+  // N = 7 rows over 2..4 devices: uneven chunks, padded in transit (two-way: halves of 2 and 1 rows);
+  // N = 16: even chunks. With the links modelled the started ppermutes go through the booking path.
+  const int64_t N = GENERATE(7, 16);
+  const bool modelled = GENERATE(false, true);
+  INFO((ring == nn::Ring::TwoWay ? "two-way" : "one-way") << ", N = " << N << (modelled ? ", links modelled" : ""));
+  dist::RunOptions options;
+  if (modelled) options.links = {{"model", {50, 0, dist::Topology::Ring}}};
   std::mt19937 rng(101);
-  const int64_t N = 7, IN = 12, OUT = 9;  // 7 rows over 2..4 devices: uneven chunks, padded in transit
+  const int64_t IN = 12, OUT = 9;
   auto w = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng);
   nn::Linear full(tensor::Tensor({OUT, IN}, w));
   std::vector<float> ref(N * OUT);
@@ -27,15 +36,15 @@ TEST_CASE("all_gather_matmul and matmul_reduce_scatter equal the plain forms on 
       auto b = std::get<nn::ShardedToAllLinear>(nn::shard_linear(full, nn::Sharding::ShardedToAll, g));
       const auto rows = dist::even_split(N, T, r), cols = dist::even_split(IN, T, r);
       std::vector<float> out_a(N * a.out_features());
-      nn::all_gather_matmul(out_a.data(), x.data() + rows.offset * IN, N, a, g);
+      nn::all_gather_matmul(out_a.data(), x.data() + rows.offset * IN, N, a, g, ring);
       std::vector<float> xl;  // this device's input columns, all rows
       for (int64_t n = 0; n < N; ++n)
         for (int64_t j = 0; j < cols.count; ++j) xl.push_back(x[n * IN + cols.offset + j]);
       std::vector<float> out_b(rows.count * OUT);
-      nn::matmul_reduce_scatter(out_b.data(), xl.data(), N, b, g);
+      nn::matmul_reduce_scatter(out_b.data(), xl.data(), N, b, g, ring);
       gathered[r] = out_a;
       scattered[r] = out_b;
-    });
+    }, options);
     for (int r = 0; r < T; ++r) {
       INFO(T << " devices, device " << r);
       const auto orow = dist::even_split(OUT, T, r), rows = dist::even_split(N, T, r);

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "dist/async_worker.h"
 #include "dist/futex.h"
 #include "tensor/blas.h"
 
@@ -317,6 +318,17 @@ class ThreadCommunicator : public Communicator {
     for (int m = 0; m < size(); ++m) check_op(m, peer(m));
   }
 
+  // Started collectives run on channel 1 of the same members, on this member's worker thread.
+  std::unique_ptr<PendingCollective> start(CollectiveCall call) override {
+    if (!worker_) {
+      ThreadBackend& fabric = st_->fabric;
+      const int rank = st_->members[static_cast<size_t>(r_)];
+      worker_ = std::make_unique<AsyncWorker>(fabric.channel_communicator(rank, st_->members, 1),
+                                              [&fabric, rank](const std::string& why) { fabric.abort(rank, why); });
+    }
+    return worker_->submit(std::move(call));
+  }
+
  private:
   MemberSlot& slot(int m) const { return st_->slots[static_cast<size_t>(m)]; }
   const Descriptor& peer(int m) const { return slot(m).desc[parity_]; }
@@ -416,6 +428,7 @@ class ThreadCommunicator : public Communicator {
   std::shared_ptr<ThreadGroupState> st_;
   int r_;
   int parity_ = 0;
+  std::unique_ptr<AsyncWorker> worker_;  // made by the first start(); last, so it stops first
 };
 
 // ---- the fabric ----
@@ -435,6 +448,11 @@ ThreadBackend::ThreadBackend(int world_size)
 ThreadBackend::~ThreadBackend() = default;
 
 std::shared_ptr<Communicator> ThreadBackend::communicator(int rank, const std::vector<int>& members) {
+  return channel_communicator(rank, members, 0);
+}
+
+std::shared_ptr<Communicator> ThreadBackend::channel_communicator(int rank, const std::vector<int>& members,
+                                                                  int channel) {
   const auto pos = std::find(members.begin(), members.end(), rank);
   if (pos == members.end())
     throw std::invalid_argument("thread backend: rank " + std::to_string(rank) + " is not among the group's members");
@@ -445,7 +463,7 @@ std::shared_ptr<Communicator> ThreadBackend::communicator(int rank, const std::v
   std::shared_ptr<ThreadGroupState> state;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& entry = groups_[members];
+    auto& entry = groups_[{channel, members}];
     if (!entry) {
       entry = std::make_shared<ThreadGroupState>(*this, members);
       for (int m : members)
@@ -461,15 +479,15 @@ void ThreadBackend::abort(int failed_rank, const std::string& message) {
   if (aborted_.load(std::memory_order_relaxed)) return;
   abort_message_ = "device " + std::to_string(failed_rank) + " failed: " + message;
   aborted_.store(true, std::memory_order_release);
-  for (auto& [members, state] : groups_) state->kick();
+  for (auto& [key, state] : groups_) state->kick();
 }
 
 void ThreadBackend::device_finished(int rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (rank < 0 || rank >= world_size_) return;
   finished_[static_cast<size_t>(rank)] = 1;
-  for (auto& [members, state] : groups_) {
-    if (!std::binary_search(members.begin(), members.end(), rank)) continue;
+  for (auto& [key, state] : groups_) {
+    if (!std::binary_search(key.second.begin(), key.second.end(), rank)) continue;
     state->finished_member.store(rank, std::memory_order_release);
     state->kick();
   }

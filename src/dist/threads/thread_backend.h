@@ -30,6 +30,8 @@ class ThreadBackend : public Backend {
   ~ThreadBackend() override;
 
   std::shared_ptr<Communicator> communicator(int rank, const std::vector<int>& members) override;
+  // Channel 0 is communicator()'s; channel 1 carries a member's started collectives (AsyncWorker).
+  std::shared_ptr<Communicator> channel_communicator(int rank, const std::vector<int>& members, int channel);
   void abort(int failed_rank, const std::string& message) override;
   void device_finished(int rank) override;
 
@@ -44,7 +46,7 @@ class ThreadBackend : public Backend {
   std::atomic<bool> aborted_{false};
   std::string abort_message_;  // written once, before aborted_ is set
   std::mutex mutex_;           // guards groups_ and finished_
-  std::map<std::vector<int>, std::shared_ptr<ThreadGroupState>> groups_;
+  std::map<std::pair<int, std::vector<int>>, std::shared_ptr<ThreadGroupState>> groups_;  // by (channel, members)
   std::vector<char> finished_;  // by rank
 };
 

@@ -10,6 +10,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "dist/async_worker.h"
+
 namespace tpcli::dist {
 
 namespace {
@@ -163,6 +165,19 @@ class ZmqCommunicator : public Communicator {
     flush("barrier");
   }
 
+  // Started collectives run on this member's worker thread through a communicator of the same
+  // members with an id of its own (the transport is thread-safe; the tags keep the two apart).
+  std::unique_ptr<PendingCollective> start(CollectiveCall call) override {
+    if (!worker_) {
+      const uint64_t channel_id = fnv1a("async", id_);
+      const int rank = members_[static_cast<size_t>(r_)];
+      worker_ = std::make_unique<AsyncWorker>(
+          std::make_shared<ZmqCommunicator>(t_, members_, r_, channel_id),
+          [t = t_, rank](const std::string& why) { t->abort("device " + std::to_string(rank) + " failed: " + why); });
+    }
+    return worker_->submit(std::move(call));
+  }
+
  private:
   MessageKey key_to(int m, uint64_t call, int phase) const {
     return {id_, call * PHASES + static_cast<uint64_t>(phase), members_[static_cast<size_t>(r_)],
@@ -271,6 +286,7 @@ class ZmqCommunicator : public Communicator {
   int r_;
   uint64_t id_;        // the same on every member of this communicator
   uint64_t calls_ = 0;  // collectives made so far: tags their messages
+  std::unique_ptr<AsyncWorker> worker_;  // made by the first start(); last, so it stops first
 };
 
 }  // namespace
