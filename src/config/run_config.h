@@ -7,7 +7,7 @@
 //           backend = "threads" | "zmq"
 //   [model] config = "models/tiny.toml"      # dims from a model file (see load_model_config) ...
 //           dim = 64 ...                     # ... and/or inline; inline keys override the file's
-//           init_from = "path.bin"           # llama2.c .bin or tpcli .safetensors
+//           init_from = "path.bin"           # llama2.c .bin, tpcli .safetensors or a Hugging Face directory
 //   [data]  path = "corpus.txt"  tokenizer = "chars" | "bytes" | "path/tokenizer.bin"  shuffle = true
 //   [train] steps, batch_size, seq_len, seed, lr, min_lr, warmup_steps, decay, weight_decay,
 //           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
