@@ -6,8 +6,10 @@
 #include "cli/model_from_config.h"
 #include "dist/mpi/mpi_backend.h"
 #include "dist/zmq/zmq_backend.h"
+#include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
+#include "model/weights_view.h"
 #include "train/checkpoint.h"
 #include "train/token_shards.h"
 
@@ -22,7 +24,14 @@ static dist::Mesh to_dist_mesh(const config::MeshSection& section) {
   return dist::Mesh(axes);
 }
 
+// A Hugging Face directory is read as f32 (16-bit or quantized weights converted on load): the
+// model trains f32 parameters only.
 static std::shared_ptr<const model::WeightSource> open_weights(const std::string& path) {
+  if (std::filesystem::is_directory(path)) {
+    auto view = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>(path));
+    view->as_f32();
+    return view;
+  }
   if (path.ends_with(".safetensors")) return std::make_shared<model::SafetensorsFile>(path);
   return std::make_shared<model::Llama2cFile>(path);
 }

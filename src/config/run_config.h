@@ -7,7 +7,7 @@
 //           backend = "threads" | "zmq" | "mpi"
 //   [model] config = "models/tiny.toml"      # dims from a model file (see load_model_config) ...
 //           dim = 64 ...                     # ... and/or inline; inline keys override the file's
-//           init_from = "path.bin"           # llama2.c .bin or tpcli .safetensors
+//           init_from = "path.bin"           # llama2.c .bin, tpcli .safetensors or a Hugging Face directory
 //   [data]  path = "corpus.txt"  tokenizer = "chars" | "bytes" | "path/tokenizer.bin"  shuffle = true
 //           format = "text" | "shards"   # shards: path and val_path are globs of token shards
 //           val_path = "DIR/*_val_*.bin" # (tpcli tokenize); tokenizer: the one that wrote them

@@ -402,6 +402,12 @@ std::span<const float> HfModelDir::get(const std::string& name) const {
   return slot->second;
 }
 
+void HfModelDir::release_conversions() const {
+  std::scoped_lock lock(converted_mutex_, reordered_mutex_);
+  converted_.clear();
+  reordered_.clear();
+}
+
 // ---- writing ----
 
 namespace {

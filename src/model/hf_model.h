@@ -78,6 +78,7 @@ class HfModelDir : public WeightSource {
   const std::string& dir() const { return dir_; }
   std::span<const float> get(const std::string& name) const override;
   std::optional<StoredTensor> stored(const std::string& name) const override;
+  void release_conversions() const override;
 
  private:
   struct Source {

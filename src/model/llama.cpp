@@ -175,7 +175,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
                                   group_);
     L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_);
   }
-  if (frozen_) load_packed_layers(weights);
+  if (frozen_) load_packed_layers(weights, std::move(vocab_ranges));
   norm_grad_ = Tensor({C});
 
   logits_local_.resize(static_cast<size_t>(plan_.vocab.count));
@@ -186,29 +186,21 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
 // ---- inference ----
 
 void Llama::embed(float* x, std::span<const int> tokens) {
-  if (!frozen_) {
-    embedding_.forward(x, tokens);
-    return;
-  }
-  const int64_t C = config_.dim, V = config_.vocab_size;
-  for (size_t n = 0; n < tokens.size(); ++n) {
-    if (tokens[n] < 0 || tokens[n] >= V)
-      throw std::out_of_range("llama: token " + std::to_string(tokens[n]) + " outside the vocabulary of " + std::to_string(V));
-    tok_embeddings_packed_.dequantize_row(x + static_cast<int64_t>(n) * C, tokens[n]);
-  }
+  if (frozen_) embedding_packed_.forward(x, tokens);
+  else embedding_.forward(x, tokens);
 }
 
 // logits_local[N, VL] = x[N, C] @ W_cls[VL, C]^T (the classifier split by vocabulary rows).
 void Llama::classifier_forward(float* logits_local, const float* x, int64_t N) {
   const int64_t VL = plan_.vocab.count;
   if (!frozen_) classifier().forward(logits_local, x, N);
-  else if (config_.shared_classifier) tok_embeddings_packed_.matmul(logits_local, x, N, plan_.vocab.offset, VL, VL);
+  else if (config_.shared_classifier) embedding_packed_.rows().matmul(logits_local, x, N, 0, VL, VL);
   else output_packed_.forward(logits_local, x, N);
 }
 
 // Frozen checkpoints: every matrix in its stored format (f32 ones as f32 PackedMatrix), this
-// device's rows or whole-group columns only; the embedding replicated.
-void Llama::load_packed_layers(const WeightSource& weights) {
+// device's rows or whole-group columns only; the embedding by vocabulary rows, like the f32 one.
+void Llama::load_packed_layers(const WeightSource& weights, std::vector<dist::Range> vocab_ranges) {
   const int64_t C = config_.dim, Q = config_.q_dim(), KV = config_.kv_dim(), F = config_.hidden_dim,
                 V = config_.vocab_size;
   const dist::Range q_rows = plan_.q_rows(), kv_rows = plan_.kv_rows();
@@ -227,7 +219,8 @@ void Llama::load_packed_layers(const WeightSource& weights) {
     const Tensor local = nn::slice_columns(checked(weights, name, C * Q).data(), C, Q, {q_rows});  // [C, QL]
     return nn::QuantizedLinear(tensor::PackedMatrix::from_f32(local.data(), C, q_rows.count, tensor::WeightFormat::f32()));
   };
-  tok_embeddings_packed_ = load_packed(weights, "tok_embeddings", V, C, 0, V);
+  embedding_packed_ = nn::PackedVocabParallelEmbedding(
+      load_packed(weights, "tok_embeddings", V, C, plan_.vocab.offset, plan_.vocab.count), std::move(vocab_ranges), group_);
   if (!config_.shared_classifier)
     output_packed_ = nn::QuantizedAllToShardedLinear({rows("output", V, C, plan_.vocab)}, group_);
   for (int l = 0; l < config_.n_layers; ++l) {
@@ -267,7 +260,7 @@ void Llama::blocks_forward(std::span<const int> tokens, int pos) {
   size(r.x, P * C); size(r.xb, P * C); size(r.xb2, P * C); size(r.qkv, P * QKV); size(r.y, P * QL);
   size(r.att, P * (pos + P));
   float* x = r.x.data();
-  embed(x, tokens);  // all_gather_v of the rows from their owners (frozen: the replicated packed table)
+  embed(x, tokens);  // all_gather_v of the rows from their owners (frozen: from the packed rows)
   for (auto& L : layers_) {
     // attention rmsnorm, then q, k, v of the local heads (no communication)
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.attention_norm.data(), P, C, config_.norm_eps);
@@ -373,7 +366,7 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
 
   std::vector<float> x(static_cast<size_t>(N * C));  // [N, C] residual stream
-  embed(x.data(), tokens);  // all_gather_v of the rows from their owners (frozen: the replicated packed table)
+  embed(x.data(), tokens);  // all_gather_v of the rows from their owners (frozen: from the packed rows)
   for (size_t l = 0; l < layers_.size(); ++l) {
     A.layers[l].x_in = x;
     block_forward(l, A.layers[l].x_in.data(), x.data(), B, T);
@@ -639,7 +632,7 @@ TensorWeights Llama::gather(bool grads) {
 
 int64_t Llama::parameter_bytes() const {
   int64_t n = embedding_.rows().weight().numel() + norm_.numel() + output_.weight().numel();
-  int64_t bytes = tok_embeddings_packed_.bytes() + (config_.shared_classifier || !frozen_ ? 0 : output_packed_.bytes());
+  int64_t bytes = embedding_packed_.bytes() + (config_.shared_classifier || !frozen_ ? 0 : output_packed_.bytes());
   for (const auto& L : layers_) {
     n += L.attention_norm.numel() + L.ffn_norm.numel() + L.wo.local().weight().numel();
     for (int i = 0; i < L.qkv.n_parts(); ++i) n += L.qkv.part(i).weight().numel();

@@ -128,10 +128,10 @@ class Llama {
   float* last_logits_local(std::span<const int> tokens, int pos);
   std::span<const float> gather_logits(const float* local);  // [VL] split -> [V] mirrored
   int argmax_over_devices(const float* local);                // greedy token from [VL] split logits
-  // Frozen models read the packed table instead of embedding_ / classifier().
+  // Frozen models read the packed table (embedding_packed_, output_packed_) instead.
   void embed(float* x, std::span<const int> tokens);                   // x[N, C] rows of tokens[N]
   void classifier_forward(float* logits_local, const float* x, int64_t N);  // [N, VL]
-  void load_packed_layers(const WeightSource& weights);
+  void load_packed_layers(const WeightSource& weights, std::vector<dist::Range> vocab_ranges);
   void require_trainable(const char* what) const;
   void sync_replicated_kv_grads(const std::vector<tensor::Tensor>& before);
   void ensure_grads();
@@ -151,8 +151,8 @@ class Llama {
   nn::Linear output_;                     // [VL, C] unshared classifier rows (empty when shared)
   // Frozen (packed) models hold these instead of embedding_ and output_.
   bool frozen_ = false;
-  tensor::PackedMatrix tok_embeddings_packed_;     // [V, C] replicated; tied classifier: rows vocab
-  nn::QuantizedAllToShardedLinear output_packed_;  // [VL, C] unshared classifier rows
+  nn::PackedVocabParallelEmbedding embedding_packed_;  // [VL, C] this device's rows; also the tied classifier
+  nn::QuantizedAllToShardedLinear output_packed_;      // [VL, C] unshared classifier rows
   std::vector<Layer> layers_;
 
   // inference state, sized for the last P rows

@@ -176,7 +176,7 @@ int64_t shard_bytes(const WeightSource& weights, const ShardPlan& plan) {
     else if (ends_with(spec.name, ".wk") || ends_with(spec.name, ".wv")) part = plan.kv_rows().count, of = c.kv_dim();
     else if (ends_with(spec.name, ".w1") || ends_with(spec.name, ".w2") || ends_with(spec.name, ".w3"))
       part = plan.ffn.count, of = c.hidden_dim;
-    else if (spec.name == "output") part = plan.vocab.count, of = c.vocab_size;
+    else if (spec.name == "output" || spec.name == "tok_embeddings") part = plan.vocab.count, of = c.vocab_size;
     total += full * part / of;
   }
   return total;

@@ -44,7 +44,8 @@ tensor::PackedMatrix load_packed(const WeightSource& weights, const std::string&
 tensor::PackedMatrix load_packed_full(const WeightSource& weights, const std::string& name);
 
 // Bytes of the weights (as stored) that the device of `plan` holds: its rows or columns of the
-// split matrices, every replicated tensor (norms, router, the embedding) whole.
+// split matrices (the embedding and classifier by vocabulary rows), every replicated tensor (norms,
+// router) whole.
 int64_t shard_bytes(const WeightSource& weights, const ShardPlan& plan);
 
 // An f32 source with its packable parameters converted to `format` (all at construction, so

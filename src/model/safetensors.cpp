@@ -350,6 +350,11 @@ std::optional<StoredTensor> SafetensorsFile::stored(const std::string& name) con
   return it->second;
 }
 
+void SafetensorsFile::release_conversions() const {
+  std::lock_guard lock(converted_mutex_);
+  converted_.clear();
+}
+
 std::span<const float> SafetensorsFile::get(const std::string& name) const {
   if (name == "output" && config_ && config_->shared_classifier && !stored_.count("output")) return get("tok_embeddings");
   if (auto it = tensors_.find(name); it != tensors_.end()) return it->second.data;

@@ -95,6 +95,7 @@ class SafetensorsFile : public WeightSource {
   std::span<const float> get(const std::string& name) const override;
   // Every tensor as stored (a view into the map); nullopt when absent.
   std::optional<StoredTensor> stored(const std::string& name) const override;
+  void release_conversions() const override;
 
  private:
   void check_packed_parameter(const ParamSpec& p) const;

@@ -35,6 +35,10 @@ class WeightSource {
   // NAME.scales and NAME.biases (../shared/QUANT.md). nullopt when absent or when the source holds
   // only f32 in memory (then get() is the way).
   virtual std::optional<StoredTensor> stored(const std::string& name) const { return std::nullopt; }
+  // Frees the copies that get() and stored() keep (f32 conversions of 16-bit or quantized tensors,
+  // reordered rows), so that a model built from them is not held twice. What they returned before
+  // is invalid afterwards: call it when every device of the process has copied its shard.
+  virtual void release_conversions() const {}
 };
 
 // Parameters held in memory (random init, tests, safetensors after reading).

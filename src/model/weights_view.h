@@ -22,6 +22,7 @@ class WeightsView : public WeightSource {
   const LlamaConfig& config() const override { return config_; }
   std::span<const float> get(const std::string& name) const override { return inner_->get(name); }
   std::optional<StoredTensor> stored(const std::string& name) const override;
+  void release_conversions() const override { inner_->release_conversions(); }
 
  private:
   std::unique_ptr<WeightSource> inner_;

@@ -26,10 +26,20 @@ void embedding_backward(float* dtable, const float* dout, const int* tokens, int
   }
 }
 
-// ---- VocabParallelEmbedding ----
+// ---- VocabRowLookup ----
 
-VocabParallelEmbedding::VocabParallelEmbedding(tensor::Tensor rows, std::vector<dist::Range> vocab, dist::Group group)
-    : rows_(std::move(rows)), vocab_(std::move(vocab)), group_(std::move(group)) {
+namespace {
+
+void check_token(int tok, int64_t V) {
+  if (tok < 0 || tok >= V)
+    throw std::out_of_range("embedding: token " + std::to_string(tok) + " outside the vocabulary [0, " +
+                            std::to_string(V) + ")");
+}
+
+}  // namespace
+
+VocabRowLookup::VocabRowLookup(std::vector<dist::Range> vocab, dist::Group group, int64_t local_rows)
+    : vocab_(std::move(vocab)), group_(std::move(group)) {
   if (static_cast<int>(vocab_.size()) != group_.size())
     throw std::invalid_argument("embedding: " + std::to_string(vocab_.size()) + " vocabulary ranges for " +
                                 std::to_string(group_.size()) + " members");
@@ -38,28 +48,25 @@ VocabParallelEmbedding::VocabParallelEmbedding(tensor::Tensor rows, std::vector<
       throw std::invalid_argument("embedding: vocabulary ranges must be consecutive from 0");
     vocab_size_ += r.count;
   }
-  if (rows_.out_features() != local_range().count)
-    throw std::invalid_argument("embedding: " + std::to_string(rows_.out_features()) + " rows held, the split gives " +
+  if (local_rows != local_range().count)
+    throw std::invalid_argument("embedding: " + std::to_string(local_rows) + " rows held, the split gives " +
                                 std::to_string(local_range().count));
   counts_.resize(vocab_.size());
 }
 
-int VocabParallelEmbedding::owner(int token) const {
+int VocabRowLookup::owner(int token) const {
   int m = 0;
   while (token >= vocab_[static_cast<size_t>(m)].offset + vocab_[static_cast<size_t>(m)].count) ++m;
   return m;
 }
 
-void VocabParallelEmbedding::forward(float* out, std::span<const int> tokens) {
-  const int64_t N = static_cast<int64_t>(tokens.size()), C = dim(), V = vocab_size_;
-  if (group_.size() == 1) {
-    embedding_forward(out, tokens.data(), rows_.weight().data(), N, V, C);
+void VocabRowLookup::forward(float* out, std::span<const int> tokens, int64_t C, const RowReader& read_row) {
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  for (int tok : tokens) check_token(tok, vocab_size_);
+  if (group_.size() == 1) {  // every row is here
+    for (int64_t n = 0; n < N; ++n) read_row(out + n * C, tokens[static_cast<size_t>(n)]);
     return;
   }
-  for (int tok : tokens)
-    if (tok < 0 || tok >= V)
-      throw std::out_of_range("embedding: token " + std::to_string(tok) + " outside the vocabulary [0, " +
-                              std::to_string(V) + ")");
   // Each member's rows, in token order, one block per member.
   std::fill(counts_.begin(), counts_.end(), 0);
   for (int tok : tokens) counts_[static_cast<size_t>(owner(tok))] += C;
@@ -68,8 +75,8 @@ void VocabParallelEmbedding::forward(float* out, std::span<const int> tokens) {
   float* dst = mine_.data();
   for (int tok : tokens)
     if (tok >= mine.offset && tok < mine.offset + mine.count) {
-      const float* row = rows_.weight().data() + (tok - mine.offset) * C;
-      dst = std::copy(row, row + C, dst);
+      read_row(dst, tok - mine.offset);
+      dst += C;
     }
   all_.resize(static_cast<size_t>(N * C));
   group_.all_gather_v(mine_, all_, counts_);
@@ -87,6 +94,17 @@ void VocabParallelEmbedding::forward(float* out, std::span<const int> tokens) {
   }
 }
 
+// ---- VocabParallelEmbedding ----
+
+VocabParallelEmbedding::VocabParallelEmbedding(tensor::Tensor rows, std::vector<dist::Range> vocab, dist::Group group)
+    : rows_(std::move(rows)), lookup_(std::move(vocab), std::move(group), rows_.out_features()) {}
+
+void VocabParallelEmbedding::forward(float* out, std::span<const int> tokens) {
+  const int64_t C = dim();
+  const float* table = rows_.weight().data();  // [VL, C]
+  lookup_.forward(out, tokens, C, [&](float* dst, int64_t r) { std::copy(table + r * C, table + (r + 1) * C, dst); });
+}
+
 void VocabParallelEmbedding::backward(const float* dout, std::span<const int> tokens) {
   const int64_t C = dim();
   const dist::Range mine = local_range();
@@ -102,7 +120,17 @@ void VocabParallelEmbedding::backward(const float* dout, std::span<const int> to
 
 tensor::Tensor VocabParallelEmbedding::gather_full(bool grads) {
   const float* local = grads ? rows_.grad().data() : rows_.weight().data();
-  return gather_rows(group_, local, vocab_, vocab_size_, dim());
+  return gather_rows(lookup_.group(), local, lookup_.vocab(), vocab_size(), dim());
+}
+
+// ---- PackedVocabParallelEmbedding ----
+
+PackedVocabParallelEmbedding::PackedVocabParallelEmbedding(tensor::PackedMatrix rows, std::vector<dist::Range> vocab,
+                                                           dist::Group group)
+    : rows_(std::move(rows)), lookup_(std::move(vocab), std::move(group), rows_.rows()) {}
+
+void PackedVocabParallelEmbedding::forward(float* out, std::span<const int> tokens) {
+  lookup_.forward(out, tokens, dim(), [&](float* dst, int64_t r) { rows_.dequantize_row(dst, r); });
 }
 
 }  // namespace tpcli::nn

@@ -7,6 +7,11 @@
 //   OUT/run_config           the repo's configs, their relative paths made absolute
 //   OUT/zmq_wire             a HELLO; a DATA chunk header with its payload
 //   OUT/token_shard          a version 1 (uint16) and a version 7 (uint32) shard by write_token_shard
+//   OUT/hf_tokenizer         the tokenizer.json files of hf-tokenizers/, cut to their first ids
+//                            (a 9 MB file is past the fuzzer's max_len): every stage kept
+//   OUT/hf_config            config.json NUL generation_config.json NUL tokenizer_config.json:
+//                            a tiny model's as `tpcli export --to hf` writes them with each
+//                            hf-tokenizers/ chat template, and a Llama 3.2-style config
 // usage: fuzz_seeds OUT SHARED_DIR SOURCE_DIR
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +22,10 @@
 #include <vector>
 
 #include "dist/zmq/zmq_wire.h"
+#include <nlohmann/json.hpp>
+
+#include "model/hf_model.h"
+#include "model/hf_tokenizer.h"
 #include "model/llama2c.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
@@ -69,6 +78,76 @@ void zmq_seeds(const fs::path& out) {
   chunk.write(reinterpret_cast<const char*>(payload), sizeof payload);
 }
 
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A tokenizer.json cut to ids < max_id: the vocabulary, the merges between kept tokens, and the
+// first added tokens; normalizer, pre-tokenizer and decoder as they are.
+nlohmann::json cut_tokenizer(nlohmann::json j, int max_id) {
+  nlohmann::json& model = j["model"];
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const auto& [token, id] : model["vocab"].items())
+    if (id.get<int>() < max_id) vocab[token] = id;
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& m : model["merges"]) {
+    std::string a, b;
+    if (m.is_array()) {
+      a = m[0].get<std::string>(), b = m[1].get<std::string>();
+    } else {
+      const std::string pair = m.get<std::string>();
+      const size_t space = pair.find(' ', 1);
+      a = pair.substr(0, space), b = pair.substr(space + 1);
+    }
+    if (vocab.contains(a) && vocab.contains(b) && vocab.contains(a + b)) merges.push_back(m);
+  }
+  model["vocab"] = vocab;
+  model["merges"] = merges;
+  nlohmann::json added = nlohmann::json::array();
+  for (size_t i = 0; i < j["added_tokens"].size() && i < 6; ++i) added.push_back(j["added_tokens"][i]);
+  j["added_tokens"] = added;
+  return j;
+}
+
+void hf_tokenizer_seeds(const fs::path& shared, const fs::path& out) {
+  for (const char* name : {"mistral", "llama3", "qwen3"}) {
+    const fs::path path = shared / "data/hf-tokenizers" / name / "tokenizer.json";
+    if (!fs::exists(path)) {
+      std::fprintf(stderr, "fuzz_seeds: %s is absent: no seed from it\n", path.c_str());
+      continue;
+    }
+    const fs::path seed = out / (std::string(name) + ".json");
+    std::ofstream(seed) << cut_tokenizer(nlohmann::json::parse(read_file(path)), 400).dump();
+    model::HfTokenizer check(seed.string(), {});  // a seed that does not load is a bug here
+  }
+}
+
+void hf_config_seeds(const fs::path& shared, const fs::path& out, const model::TensorWeights& tiny) {
+  const fs::path dir = out / "tiny-model";
+  model::write_hf_model(dir.string(), tiny, model::HfExportOptions{.dtype = model::DType::F32});
+  const std::string config = read_file(dir / "config.json"), generation = read_file(dir / "generation_config.json");
+  fs::remove_all(dir);
+  std::ofstream(out / "tiny.bin") << config << '\0' << generation;
+  for (const char* name : {"mistral", "llama3", "qwen3"}) {
+    const fs::path path = shared / "data/hf-tokenizers" / name / "tokenizer_config.json";
+    if (!fs::exists(path)) continue;
+    nlohmann::json full = nlohmann::json::parse(read_file(path)), kept = nlohmann::json::object();
+    for (const char* key : {"bos_token", "eos_token", "clean_up_tokenization_spaces", "chat_template"})
+      if (full.contains(key)) kept[key] = full[key];
+    std::ofstream(out / (std::string("tiny-") + name + ".bin")) << config << '\0' << generation << '\0' << kept.dump();
+  }
+  std::ofstream(out / "llama32.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "vocab_size": 300, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "tie_word_embeddings": true,
+    "bos_token_id": 128, "eos_token_id": [129, 130], "torch_dtype": "bfloat16",
+    "quantization": {"group_size": 64, "bits": 4}})";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,7 +157,7 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], shared = argv[2], source_dir = argv[3];
   for (const char* target : {"llama2c_checkpoint", "llama2c_tokenizer", "safetensors", "run_config", "zmq_wire",
-                             "token_shard"})
+                             "token_shard", "hf_tokenizer", "hf_config"})
     fs::create_directories(out / target);
 
   const model::TensorWeights tiny = model::random_weights(tiny_config(), 1);
@@ -105,5 +184,7 @@ int main(int argc, char** argv) {
   const std::vector<int> tokens = {1, 2, 3, 500, 0, 65535};
   train::write_token_shard((out / "token_shard/u16.bin").string(), tokens, 65536);
   train::write_token_shard((out / "token_shard/u32.bin").string(), tokens, 128256);
+  hf_tokenizer_seeds(shared, out / "hf_tokenizer");
+  hf_config_seeds(shared, out / "hf_config", tiny);
   return 0;
 }

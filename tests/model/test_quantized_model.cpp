@@ -107,6 +107,40 @@ TEST_CASE("quantized model: same greedy tokens and logits on 1..n_heads devices 
   }
 }
 
+TEST_CASE("quantized and 16-bit models: the embedding is split by vocabulary rows, per-device bytes add up to the model",
+          "[llama][quantized][embedding]") {
+  for (bool shared : {true, false}) {
+    const LlamaConfig c = small_config(shared);
+    const TensorWeights f32 = random_weights(c, 8);
+    const int64_t replicated = (2 * c.n_layers + 1) * c.dim * 4;  // the f32 norms, on every device
+    for (const auto& format : {WeightFormat::affine(4, 32), WeightFormat::bf16()}) {
+      const model::ConvertedWeights w(f32, format);
+      int64_t one = 0;
+      for (int T = 1; T <= 4; ++T) {
+        std::vector<int64_t> bytes(T);
+        dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+          bytes[dev.rank()] = model::Llama(w, dev.axis("model")).parameter_bytes();
+        });
+        if (T == 1) one = bytes[0];
+        const auto plans = model::plan_all_shards(w.config(), T);  // FFN rows dealt out in whole groups
+        int64_t sum = 0, kv_rows = 0;  // KV heads are replicated where devices share them (4 heads, 2 KV)
+        for (int r = 0; r < T; ++r) {
+          kv_rows += plans[r].kv_rows().count;
+          INFO(format.name() << (shared ? ", tied" : ", untied") << ", " << T << " devices, device " << r);
+          CHECK(bytes[r] == model::shard_bytes(w, plans[r]));  // what `tpcli inspect` prints
+          sum += bytes[r];
+        }
+        INFO(format.name() << (shared ? ", tied" : ", untied") << ", " << T << " devices");
+        const int64_t kv_row_bytes = 2 * model::load_packed_full(w, "layers.0.wk").bytes() / c.kv_dim();  // wk + wv
+        CHECK(sum == one + (T - 1) * replicated + (kv_rows - c.kv_dim()) * kv_row_bytes * c.n_layers);
+      }
+      // the table itself is stored packed (not kept as f32)
+      const int64_t table = model::load_packed_full(w, "tok_embeddings").bytes();
+      CHECK(table < c.vocab_size * c.dim * 4);
+    }
+  }
+}
+
 TEST_CASE("quantized safetensors round trip keeps the packed words, and the model from the file equals the converted one",
           "[llama][quantized][safetensors]") {
   testing::TempDir dir;

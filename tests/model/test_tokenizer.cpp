@@ -2,7 +2,6 @@
 // transcription of run.c's quadratic encode loop as the reference on random text.
 #include <catch2/catch.hpp>
 
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -176,14 +175,12 @@ TEST_CASE("tokenizer byte fallback: <0xNN> ids are byte + 3 and decode to the ra
   CHECK(tok.decode(403, 261) == " a");
 }
 
-TEST_CASE("tokenizer encodes a 1 MB corpus in seconds", "[tokenizer]") {
+// Its speed is `tpcli bench tokenizer`'s business (a ratio in one run), not a timed test's.
+TEST_CASE("tokenizer encodes the 1 MB tinyshakespeare corpus and decodes it back", "[tokenizer]") {
   TPCLI_REQUIRE_SHARED("data/tinyshakespeare.txt");
   Tokenizer tok(shared_path("data/tok512.bin"), 512);
   const std::string text = read_bytes(shared_path("data/tinyshakespeare.txt"));
-  const auto t0 = std::chrono::steady_clock::now();
   const auto ids = tok.encode(text, false, false);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(seconds < 5.0);
   CHECK(ids.size() > text.size() / 8);
   CHECK(ids.size() < text.size());
   // The encoding reproduces the text (no byte tokens needed for ASCII, so nothing is dropped).

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -189,4 +190,45 @@ TEST_CASE("tpcli train prints the bytes per device that tpcli inspect shows, for
     const std::string line = t.err.substr(at, t.err.find('\n', at) - at);
     CHECK(i.out.find(line) != std::string::npos);
   }
+}
+
+namespace {
+
+// The loss of the first step in a run's metrics.jsonl, as written.
+std::string first_loss(const fs::path& run_dir) {
+  const std::string text = slurp(run_dir / "metrics.jsonl");
+  const size_t at = text.find("\"loss\": ");
+  if (at == std::string::npos) return "";
+  return text.substr(at + 8, text.find_first_of(",}", at) - at - 8);
+}
+
+}  // namespace
+
+TEST_CASE("tpcli train: model.init_from takes a Hugging Face directory, f32 gives the same first loss, bf16 a close one") {
+  fs::remove_all(scratch() / "run");
+  const std::string path = write_config("hf.toml", config_text("data = 1, model = 2"));
+  Run r = run_tpcli("train " + path);
+  INFO("train stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  const std::string ckpt = (scratch() / "run" / "latest.safetensors").string();
+  for (const char* dtype : {"f32", "bf16"}) {
+    Run e = run_tpcli("export --to hf --model " + ckpt + " --out " + (scratch() / (std::string("hf-") + dtype)).string() + " --dtype " + dtype);
+    INFO("export stderr: " << e.err);
+    REQUIRE(e.code == 0);
+  }
+  auto loss_from = [&](const std::string& init, const std::string& name) {
+    const fs::path out = scratch() / name;
+    fs::remove_all(out);
+    Run t = run_tpcli("train " + path + " --set model.init_from='" + init + "' --set train.steps=1 --set train.out_dir='" +
+                      out.string() + "'");
+    INFO("train from " << init << ": " << t.err);
+    CHECK(t.code == 0);
+    return first_loss(out);
+  };
+  const std::string from_file = loss_from(ckpt, "from-file");
+  REQUIRE(!from_file.empty());
+  CHECK(loss_from((scratch() / "hf-f32").string(), "from-hf-f32") == from_file);
+  const std::string from_bf16 = loss_from((scratch() / "hf-bf16").string(), "from-hf-bf16");
+  REQUIRE(!from_bf16.empty());
+  CHECK(std::abs(std::stod(from_bf16) / std::stod(from_file) - 1) < 0.02);
 }
