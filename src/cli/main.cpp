@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "config/run_config.h"
+#include "tensor/isa.h"
 
 namespace {
 
@@ -106,7 +107,8 @@ int main(int argc, char** argv) {
   }
 
   try {
-    app.parse(argc, argv);  // runs the chosen subcommand's callback
+    tpcli::tensor::detected_isa();  // a bad TPCLI_ISA is a one-line error before any work
+    app.parse(argc, argv);          // runs the chosen subcommand's callback
     return 0;
   } catch (const CLI::RuntimeError& e) {  // CLI::RuntimeError(code): the command printed its own
     return e.get_exit_code();             // message. A ParseError in CLI11 2.1: catch it first.

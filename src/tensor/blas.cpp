@@ -16,12 +16,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-// gcc 12 warns inside avx512fintrin.h's _mm512_reduce_add_ps (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "tensor/packed_kernels.h"
 
 
 namespace tpcli::tensor {
@@ -59,92 +56,19 @@ void scale(float* c, int64_t ldc, int64_t m, int64_t n, float beta) {
   }
 }
 
-float dot(const float* w, const float* x, int64_t k);
-
-// out[i] (+)= w[i,:] . x for rows [r0, r1) of w[n,k]. Four rows at a time: x is loaded once per
-// four rows of weight and four independent accumulator chains hide the FMA latency.
-void matvec_rows(float* out, const float* w, const float* x, int64_t r0, int64_t r1, int64_t k, bool acc) {
-  int64_t i = r0;
-#if defined(__AVX512F__)
-  for (; i + 4 <= r1; i += 4) {
-    const float* w0 = w + i * k;
-    const float* w1 = w0 + k;
-    const float* w2 = w1 + k;
-    const float* w3 = w2 + k;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    int64_t p = 0;
-    for (; p + 16 <= k; p += 16) {
-      const __m512 xv = _mm512_loadu_ps(x + p);
-      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + p), xv, a0);
-      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + p), xv, a1);
-      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + p), xv, a2);
-      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + p), xv, a3);
-    }
-    if (p < k) {
-      const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
-      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + p);
-      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w0 + p), xv, a0);
-      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w1 + p), xv, a1);
-      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w2 + p), xv, a2);
-      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w3 + p), xv, a3);
-    }
-    const float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
-                        _mm512_reduce_add_ps(a3)};
-    for (int j = 0; j < 4; ++j) out[i + j] = acc ? out[i + j] + s[j] : s[j];
-  }
-#elif defined(__AVX2__)
-  for (; i + 4 <= r1; i += 4) {
-    const float* wr[4] = {w + i * k, w + (i + 1) * k, w + (i + 2) * k, w + (i + 3) * k};
-    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    int64_t p = 0;
-    for (; p + 8 <= k; p += 8) {
-      const __m256 xv = _mm256_loadu_ps(x + p);
-      for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[j] + p), xv, a[j]);
-    }
-    for (int j = 0; j < 4; ++j) {
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, a[j]);
-      float s = 0.0f;
-      for (float v : lanes) s += v;
-      for (int64_t q = p; q < k; ++q) s += wr[j][q] * x[q];
-      out[i + j] = acc ? out[i + j] + s : s;
-    }
-  }
-#endif
-  for (; i < r1; ++i) {
-    const float s = dot(w + i * k, x, k);
-    out[i] = acc ? out[i] + s : s;
-  }
-}
-
-float dot(const float* w, const float* x, int64_t k) {
-  int64_t p = 0;
-  float s = 0.0f;
-#if defined(__AVX512F__)
-  __m512 a = _mm512_setzero_ps();
-  for (; p + 16 <= k; p += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + p), _mm512_loadu_ps(x + p), a);
-  s = _mm512_reduce_add_ps(a);
-#endif
-  for (; p < k; ++p) s += w[p] * x[p];
-  return s;
-}
-
+// out[n] (+)= weight[n,k] @ x[k]: the f32 matvec kernel of the instruction set in use
+// (tensor/packed_kernels.h), on this thread's BLAS threads.
 void matvec_impl(float* out, const float* weight, const float* x, int64_t n, int64_t k, bool acc) {
-  const int threads = t_blas_threads;
-  // Threads pay off only when the matrix is far larger than the cost of waking them.
-  if (threads > 1 && n * k >= (int64_t{1} << 18) && n >= 4 * threads) {
-#pragma omp parallel num_threads(threads)
-    {
-      // Row blocks that are multiples of 4 keep the 4-row kernel busy.
-      const int t = omp_get_thread_num();
-      const int T = omp_get_num_threads();
-      const int64_t per = ((n + T - 1) / T + 3) / 4 * 4;
-      const int64_t r0 = std::min<int64_t>(n, t * per), r1 = std::min<int64_t>(n, r0 + per);
-      matvec_rows(out, weight, x, r0, r1, k, acc);
-    }
+  const kernels::View view{WeightFormat::f32(), k, k * int64_t{sizeof(float)}, reinterpret_cast<const uint8_t*>(weight)};
+  const kernels::MatvecKernel kernel = kernels::kernel_for(WeightFormat::f32(), detected_isa());
+  if (!acc) {
+    kernels::run_rows(kernel, out, view, x, nullptr, 0, n);
     return;
   }
-  matvec_rows(out, weight, x, 0, n, k, acc);
+  thread_local std::vector<float> product;  // [n]
+  product.resize(static_cast<size_t>(n));
+  kernels::run_rows(kernel, product.data(), view, x, nullptr, 0, n);
+  for (int64_t i = 0; i < n; ++i) out[i] += product[static_cast<size_t>(i)];
 }
 
 }  // namespace

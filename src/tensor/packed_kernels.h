@@ -34,5 +34,12 @@ struct MatvecKernel {
 MatvecKernel scalar_kernel(const WeightFormat& format);
 MatvecKernel avx2_kernel(const WeightFormat& format);
 MatvecKernel avx512_kernel(const WeightFormat& format);
+// The kernel of the highest set at or below `isa` that has one for the format.
+MatvecKernel kernel_for(const WeightFormat& format, Isa isa);
+
+// out[n] = rows [row0, row0 + n) of w times xp, split over blas_threads() threads (row blocks of
+// multiples of 4) when the matrix is large enough to pay for waking them.
+void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp, const float* xsum, int64_t row0,
+              int64_t n);
 
 }  // namespace tpcli::tensor::kernels

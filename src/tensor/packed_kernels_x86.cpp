@@ -1,6 +1,7 @@
-// AVX2 and AVX-512 matrix-vector kernels for PackedMatrix. Each function carries its own target
-// attribute, so the rest of the build does not depend on -march; PackedMatrix picks a set at run
-// time (detected_isa()), and the tests run every set this CPU has against the plain C++ one.
+// AVX2 and AVX-512 matrix-vector kernels for PackedMatrix and the f32 decode matvec (tensor/blas.h).
+// Each function carries its own target attribute, so the rest of the build does not depend on
+// -march; a set is picked at run time (tensor/isa.h), and the tests run every set this CPU has
+// against the plain C++ one (tests/tensor, and whole models under TPCLI_ISA in tests/cli).
 //
 // Dimension legend: K columns, GS group size (a multiple of 32), G = K / GS.
 // 4-bit rows hold element 2j in the low nibble of byte j and 2j+1 in the high one: widening the
@@ -39,6 +40,51 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
 }
 
 // ---- AVX-512 ----
+
+// f32: four rows at a time, so x is loaded once per four rows of weight and four independent
+// accumulator chains hide the FMA latency; the last rows (fewer than four) one at a time.
+TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
+  __m512 a = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + p), _mm512_loadu_ps(x + p), a);
+  float s = _mm512_reduce_add_ps(a);
+  for (; p < k; ++p) s += w[p] * x[p];
+  return s;
+}
+
+TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
+  const int64_t k = w.cols;
+  const auto* base = reinterpret_cast<const float*>(w.data);
+  int64_t i = r0;
+  for (; i + 4 <= r1; i += 4) {
+    const float* w0 = base + i * k;
+    const float* w1 = w0 + k;
+    const float* w2 = w1 + k;
+    const float* w3 = w2 + k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + p);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + p), xv, a3);
+    }
+    if (p < k) {
+      const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + p);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w3 + p), xv, a3);
+    }
+    out[i - r0] = _mm512_reduce_add_ps(a0);
+    out[i - r0 + 1] = _mm512_reduce_add_ps(a1);
+    out[i - r0 + 2] = _mm512_reduce_add_ps(a2);
+    out[i - r0 + 3] = _mm512_reduce_add_ps(a3);
+  }
+  for (; i < r1; ++i) out[i - r0] = f32_dot_512(base + i * k, x, k);
+}
 
 TPCLI_AVX512 void prepare4_512(float* xp, const float* x, int64_t cols) {
   for (int64_t c = 0; c < cols; c += 32)
@@ -143,6 +189,35 @@ TPCLI_AVX2 float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
+  const int64_t k = w.cols;
+  const auto* base = reinterpret_cast<const float*>(w.data);
+  int64_t i = r0;
+  for (; i + 4 <= r1; i += 4) {
+    const float* wr[4] = {base + i * k, base + (i + 1) * k, base + (i + 2) * k, base + (i + 3) * k};
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + p);
+      for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[j] + p), xv, a[j]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      float s = hsum256(a[j]);
+      for (int64_t q = p; q < k; ++q) s += wr[j][q] * x[q];
+      out[i - r0 + j] = s;
+    }
+  }
+  for (; i < r1; ++i) {
+    const float* row = base + i * k;
+    __m256 a = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(row + p), _mm256_loadu_ps(x + p), a);
+    float s = hsum256(a);
+    for (; p < k; ++p) s += row[p] * x[p];
+    out[i - r0] = s;
+  }
 }
 
 TPCLI_AVX2 void prepare4_256(float* xp, const float* x, int64_t cols) {
@@ -254,7 +329,7 @@ MatvecKernel avx2_kernel(const WeightFormat& f) {
       if (f.bits == 8) return {nullptr, affine_rows_256};
       if (f.bits == 4) return {prepare4_256, affine_rows_256};
       return {};
-    case WeightKind::F32: return {};
+    case WeightKind::F32: return {nullptr, f32_rows_256};
   }
   return {};
 }
@@ -268,7 +343,7 @@ MatvecKernel avx512_kernel(const WeightFormat& f) {
       if (f.bits == 8) return {nullptr, affine_rows_512};
       if (f.bits == 4) return {prepare4_512, affine_rows_512};
       return {};
-    case WeightKind::F32: return {};
+    case WeightKind::F32: return {nullptr, f32_rows_512};
   }
   return {};
 }

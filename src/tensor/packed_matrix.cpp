@@ -1,9 +1,6 @@
 #include "tensor/packed_matrix.h"
 
 #include <omp.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include <algorithm>
 #include <cstring>
@@ -26,38 +23,6 @@ std::string WeightFormat::name() const {
   return "?";
 }
 
-#if defined(__x86_64__)
-// F16C through cpuid (leaf 1, ecx bit 29): clang 14's __builtin_cpu_supports has no "f16c".
-static bool cpu_has_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
-}
-#endif
-
-Isa detected_isa() {
-#if defined(__x86_64__)
-  static const Isa isa = [] {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-      return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
-      return Isa::Avx2;
-    return Isa::Scalar;
-  }();
-  return isa;
-#else
-  return Isa::Scalar;
-#endif
-}
-
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
-  }
-  return "?";
-}
-
 namespace {
 
 void check_format(const WeightFormat& f, int64_t cols) {
@@ -74,15 +39,39 @@ void check_format(const WeightFormat& f, int64_t cols) {
 
 int64_t words_for(int64_t bytes) { return (bytes + 3) / 4; }
 
-kernels::MatvecKernel kernel_for(const WeightFormat& f, Isa isa) {
-  kernels::MatvecKernel k;
-  if (isa == Isa::Avx512) k = kernels::avx512_kernel(f);
-  if (!k.rows && (isa == Isa::Avx512 || isa == Isa::Avx2)) k = kernels::avx2_kernel(f);
-  if (!k.rows) k = kernels::scalar_kernel(f);
+}  // namespace
+
+namespace kernels {
+
+MatvecKernel kernel_for(const WeightFormat& f, Isa isa) {
+  MatvecKernel k;
+  if (isa == Isa::Avx512) k = avx512_kernel(f);
+  if (!k.rows && (isa == Isa::Avx512 || isa == Isa::Avx2)) k = avx2_kernel(f);
+  if (!k.rows) k = scalar_kernel(f);
   return k;
 }
 
-}  // namespace
+void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp, const float* xsum, int64_t row0,
+              int64_t n) {
+  const int threads = blas_threads();
+  // Threads pay off only when the matrix is far larger than the cost of waking them: 2^18
+  // elements for f32 (as tuned for it), 2^18 bytes for the formats that convert as they read.
+  const int64_t enough = w.format.kind == WeightKind::F32 ? int64_t{1} << 20 : int64_t{1} << 18;
+  if (threads > 1 && n * w.row_bytes >= enough && n >= 4 * threads) {
+#pragma omp parallel num_threads(threads)
+    {
+      // Row blocks that are multiples of 4 keep the 4-row kernels busy.
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const int64_t per = ((n + T - 1) / T + 3) / 4 * 4;
+      const int64_t a = std::min<int64_t>(n, t * per), b = std::min<int64_t>(n, a + per);
+      if (a < b) k.rows(out + a, w, xp, xsum, row0 + a, row0 + b);
+    }
+    return;
+  }
+  k.rows(out, w, xp, xsum, row0, row0 + n);
+}
+
+}  // namespace kernels
 
 PackedMatrix PackedMatrix::from_f32(const float* w, int64_t rows, int64_t cols, WeightFormat format) {
   check_format(format, cols);
@@ -185,13 +174,9 @@ void PackedMatrix::matvec(float* out, const float* x, int64_t row0, int64_t n, I
     throw std::out_of_range("packed matvec: rows [" + std::to_string(row0) + ", +" + std::to_string(n) +
                             ") outside " + std::to_string(rows_));
   if (n == 0) return;
-  if (format_.kind == WeightKind::F32 && isa == detected_isa()) {  // the tuned f32 kernel (tensor/blas.h)
-    tensor::matvec(out, reinterpret_cast<const float*>(row_data(row0)), x, n, cols_);
-    return;
-  }
   const kernels::View view{format_, cols_, row_bytes(), row_data(0), scales_.data(), biases_.data(),
                            scale_bytes_.data()};
-  const kernels::MatvecKernel k = kernel_for(format_, isa);
+  const kernels::MatvecKernel k = kernels::kernel_for(format_, isa);
   thread_local std::vector<float> xp, xsum;  // [K] x in the kernel's order, [G] group sums
   const float* xk = x;
   if (k.prepare) {
@@ -205,19 +190,7 @@ void PackedMatrix::matvec(float* out, const float* x, int64_t row0, int64_t n, I
     for (int64_t g = 0; g < G; ++g)
       for (int64_t i = 0; i < GS; ++i) xsum[static_cast<size_t>(g)] += x[g * GS + i];
   }
-  const int threads = blas_threads();
-  // Threads pay off only when the matrix is far larger than the cost of waking them.
-  if (threads > 1 && n * row_bytes() >= (int64_t{1} << 18) && n >= 4 * threads) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), T = omp_get_num_threads();
-      const int64_t per = ((n + T - 1) / T + 3) / 4 * 4;
-      const int64_t a = std::min<int64_t>(n, t * per), b = std::min<int64_t>(n, a + per);
-      if (a < b) k.rows(out + a, view, xk, xsum.data(), row0 + a, row0 + b);
-    }
-    return;
-  }
-  k.rows(out, view, xk, xsum.data(), row0, row0 + n);
+  kernels::run_rows(k, out, view, xk, xsum.data(), row0, n);
 }
 
 void PackedMatrix::matmul(float* out, const float* x, int64_t N, int64_t row0, int64_t n, int64_t ld_out) const {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/isa.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::tensor {
@@ -38,12 +39,6 @@ struct WeightFormat {
   std::string name() const;
   bool operator==(const WeightFormat&) const = default;
 };
-
-// Instruction sets the kernels come in. The best one the CPU has is used by default; tests run
-// the others on the same machine and compare.
-enum class Isa { Scalar, Avx2, Avx512 };
-Isa detected_isa();
-const char* isa_name(Isa isa);
 
 // A half-open column range [offset, offset + count).
 struct Columns {
