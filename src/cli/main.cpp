@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "config/run_config.h"
+#include "dist/mpi/mpi_backend.h"
 #include "tensor/isa.h"
 
 namespace {
@@ -84,6 +85,8 @@ static void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
+static int run_command(CLI::App& app, int argc, char** argv);
+
 int main(int argc, char** argv) {
   ensure_passive_openmp(argv);
   keep_freed_memory();
@@ -106,6 +109,15 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const int code = run_command(app, argc, argv);
+  // Under mpirun, a rank that fails must end the job: a normal exit would enter MPI_Finalize, which
+  // waits for the other ranks, and they wait in a collective for this one.
+  if (code != 0) tpcli::dist::mpi_abort_job(code);
+  return code;
+}
+
+// Parses the command line and runs the chosen subcommand; every error becomes its line and code.
+static int run_command(CLI::App& app, int argc, char** argv) {
   try {
     tpcli::tensor::detected_isa();  // a bad TPCLI_ISA is a one-line error before any work
     app.parse(argc, argv);          // runs the chosen subcommand's callback

@@ -164,6 +164,24 @@ TEST_CASE("mpi: mpirun -n 2 tpcli infer prints exactly what tpcli infer prints o
   CHECK(threads.out.size() > 100);
 }
 
+TEST_CASE("mpi: a rank whose model file is missing ends the whole job with its error, no rank left waiting") {
+  require_mpi();
+  require_shared("data/stories260K.bin");
+  // Rank 1 gets a model path that does not exist; rank 0 the real one, so it waits for rank 1 in
+  // the first collective. A normal exit of rank 1 would leave it there (until mpirun's timeout).
+  tpcli::testing::RunOptions o;
+  o.launcher = mpirun(2) +
+               "sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then set -- \"$0\" infer --model /nonexistent/model.bin "
+               "--backend mpi; else set -- \"$0\" \"$@\"; fi; exec \"$@\"'";
+  const RunResult r = run_tpcli_line("infer --model " + shell_quote(shared_path("data/stories260K.bin")) + " -z " +
+                                         shell_quote(shared_path("data/tok512.bin")) + " -n 200 -i 'Once' --backend mpi",
+                                     o);
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.code != 124);  // not ended by the timeout: ended by the failing rank
+  CHECK(r.err.find("/nonexistent/model.bin") != std::string::npos);
+}
+
 TEST_CASE("mpi: mpirun -n 4 and -n 2 tpcli train on a 2x2 mesh have the threads backend's losses, rank 0 writing") {
   require_mpi();
   const TempDir dir;

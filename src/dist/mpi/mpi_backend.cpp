@@ -360,6 +360,13 @@ bool mpi_available() { return true; }
 int mpi_process_rank() { return mpi_process().rank; }
 int mpi_process_count() { return mpi_process().size; }
 
+void mpi_abort_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 void use_mpi_backend(RunOptions& options, int mesh_devices) {
   const int P = mpi_process_count(), here = mpi_process_rank();
   if (mesh_devices % P != 0)

@@ -49,6 +49,10 @@ inline bool started_by_mpi() {
   return false;
 }
 
+// When MPI is running in this process (initialised, not finalised), ends the whole job with
+// MPI_Abort(code) so that no other rank waits for this one; otherwise does nothing.
+void mpi_abort_job(int code);
+
 // Makes run_on_mesh use MPI for a mesh of `mesh_devices` devices: sets options.make_backend and
 // options.local_ranks. Throws a one-line error when the mesh does not split evenly over the processes.
 void use_mpi_backend(RunOptions& options, int mesh_devices);

@@ -16,6 +16,7 @@ namespace {
 bool mpi_available() { return false; }
 int mpi_process_rank() { built_without_mpi(); }
 int mpi_process_count() { built_without_mpi(); }
+void mpi_abort_job(int) {}
 
 
 void use_mpi_backend(RunOptions&, int) { built_without_mpi(); }
