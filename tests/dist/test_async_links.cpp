@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "dist/collective_checks.h"
+#include "dist/expect_failure.h"
 #include "dist/links.h"
 #include "dist/runtime.h"
 #include "dist/trace.h"
@@ -15,26 +16,6 @@
 using namespace tpcli::dist;
 using namespace tpcli::testing;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Expects the run to end within 5 s with DeviceError from `rank` whose message contains `text`.
-void expect_failure(const Mesh& mesh, const std::function<void(Device&)>& body, int rank, const std::string& text) {
-  const auto t0 = Clock::now();
-  try {
-    run_on_mesh(mesh, body);
-    FAIL("run_on_mesh returned normally");
-  } catch (const DeviceError& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find(text) != std::string::npos);
-    CHECK(e.rank() == rank);
-  }
-  CHECK(seconds_since(t0) < 5.0);
-}
-
-}  // namespace
 
 TEST_CASE("started collectives equal the blocking forms and the serial reference, sizes 1..4") {
   for (int S : {1, 2, 3, 4}) {

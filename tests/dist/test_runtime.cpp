@@ -8,35 +8,15 @@
 #include <thread>
 
 #include "dist/collective_checks.h"
+#include "dist/expect_failure.h"
 #include "dist/runtime.h"
 #include "dist/trace.h"
 #include "tensor/blas.h"
 
 using namespace tpcli::dist;
+using namespace tpcli::testing;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Runs `body` on `mesh`, expecting DeviceError from `rank` whose message contains `text`, within 5 s.
-void expect_failure(const Mesh& mesh, const std::function<void(Device&)>& body, int rank, const std::string& text) {
-  const auto t0 = Clock::now();
-  try {
-    run_on_mesh(mesh, body);
-    FAIL("run_on_mesh returned normally; expected device " << rank << " to fail with '" << text << "'");
-  } catch (const DeviceError& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).find(text) != std::string::npos);
-    if (rank >= 0) {  // -1: any device may report it
-      CHECK(e.rank() == rank);
-      CHECK(std::string(e.what()).find("device " + std::to_string(rank)) != std::string::npos);
-    }
-  }
-  CHECK(seconds_since(t0) < 5.0);
-}
-
-}  // namespace
 
 TEST_CASE("runtime: devices know their rank, coordinates and axis groups") {
   const Mesh mesh({{"data", 2}, {"model", 4}});

@@ -16,23 +16,14 @@
 #include "train/checkpoint.h"
 #include "train/loop.h"
 
+#include "support/synthetic_text.h"
+
 using namespace tpcli;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A deterministic text of words from a small list: learnable, yet not trivially periodic.
-std::string synthetic_text(size_t words, uint32_t seed) {
-  static const char* vocab[] = {"the", "night", "is", "young", "and", "all", "town", "asleep", "rose", "wall", "star",
-                                "kind", "ROMEO:", "JULIET:", "\n"};
-  std::mt19937 rng(seed);
-  std::string text;
-  for (size_t i = 0; i < words; ++i) {
-    text += vocab[rng() % std::size(vocab)];
-    text += ' ';
-  }
-  return text;
-}
+using tpcli::testing::synthetic_text;
 
 model::LlamaConfig tiny_config(int vocab) {
   model::LlamaConfig c{.dim = 32, .hidden_dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = vocab,

@@ -18,22 +18,14 @@
 #include "train/loop.h"
 #include "train/memory.h"
 
+#include "support/synthetic_text.h"
+
 using namespace tpcli;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string synthetic_text(size_t words, uint32_t seed) {
-  static const char* vocab[] = {"the", "night", "is", "young", "and", "all", "town", "asleep", "rose", "wall", "star",
-                                "kind", "ROMEO:", "JULIET:", "\n"};
-  std::mt19937 rng(seed);
-  std::string text;
-  for (size_t i = 0; i < words; ++i) {
-    text += vocab[rng() % std::size(vocab)];
-    text += ' ';
-  }
-  return text;
-}
+using tpcli::testing::synthetic_text;
 
 // Dims that split unevenly over 2 devices (hidden 70, 3 kv heads over 2) to exercise uneven slices.
 model::LlamaConfig small_config(int vocab) {
