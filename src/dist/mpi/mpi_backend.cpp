@@ -193,7 +193,8 @@ class MpiCommunicator : public Communicator {
 // `mpirun -n 2` over a 2x2 mesh): the reductions, broadcast and barrier go in three steps, over the
 // thread backend inside the process, MPI between the processes' leaders (each process's lowest
 // member), and the thread backend again. The sum is then (local sums) summed across processes: equal
-// to the serial sum within rounding, not bit for bit. The other collectives are a named error.
+// to the serial sum within rounding, not bit for bit. The other collectives are built on that all_sum
+// (exact, see below).
 class MixedCommunicator : public Communicator {
  public:
   MixedCommunicator(int index, int size, std::shared_ptr<Communicator> local, int leader_in_local,
@@ -226,14 +227,54 @@ class MixedCommunicator : public Communicator {
     if (local_) local_->barrier();
   }
 
-  void all_gather_v(std::span<const float>, std::span<float>, std::span<const int64_t>) override { refuse("all_gather"); }
-  void reduce_scatter_v(std::span<const float>, std::span<float>, std::span<const int64_t>) override {
-    refuse("reduce_scatter");
+  // The data-moving collectives, as one all_sum of a zero-filled buffer in which each member writes
+  // its part where the result wants it: every element then has exactly one non-zero term, so the
+  // result is exact (bit for bit the data sent). It moves S times the bytes of a direct algorithm:
+  // correct on any mixed group, fast only with one device per process.
+  void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
+    std::fill(out.begin(), out.end(), 0.0f);
+    std::copy(in.begin(), in.end(), out.begin() + offset_of(counts, r_));
+    all_sum(out);
   }
-  std::vector<float> all_to_all_v(std::span<const float>, std::span<const int64_t>, std::vector<int64_t>&) override {
-    refuse("all_to_all");
+  void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
+    std::vector<float> sum(in.begin(), in.end());
+    all_sum(sum);
+    const auto from = sum.begin() + offset_of(counts, r_);
+    std::copy(from, from + counts[static_cast<size_t>(r_)], out.begin());
   }
-  void ppermute(std::span<const float>, std::span<float>, const Perm&) override { refuse("ppermute"); }
+  std::vector<float> all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                  std::vector<int64_t>& recv_counts) override {
+    const size_t S = static_cast<size_t>(size_);
+    // counts[i * S + j]: floats member i sends member j (exact in float up to 2^24 per pair).
+    std::vector<float> counts(S * S, 0.0f);
+    for (size_t j = 0; j < S; ++j) counts[static_cast<size_t>(r_) * S + j] = static_cast<float>(send_counts[j]);
+    all_sum(counts);
+    // The buffer holds, for each destination j in turn, what every source i sends it, i ascending.
+    std::vector<int64_t> start(S * S + 1, 0);
+    for (size_t j = 0, k = 0; j < S; ++j)
+      for (size_t i = 0; i < S; ++i, ++k) start[k + 1] = start[k] + static_cast<int64_t>(counts[i * S + j]);
+    std::vector<float> buffer(static_cast<size_t>(start.back()), 0.0f);
+    int64_t read = 0;
+    for (size_t j = 0; j < S; ++j) {
+      std::copy(in.begin() + read, in.begin() + read + send_counts[j], buffer.begin() + start[j * S + static_cast<size_t>(r_)]);
+      read += send_counts[j];
+    }
+    all_sum(buffer);
+    const size_t me = static_cast<size_t>(r_);
+    recv_counts.assign(S, 0);
+    for (size_t i = 0; i < S; ++i) recv_counts[i] = static_cast<int64_t>(counts[i * S + me]);
+    return {buffer.begin() + start[me * S], buffer.begin() + start[(me + 1) * S]};
+  }
+  void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override {
+    // Slot d of the buffer: what member d receives; a member nobody sends to receives zeros.
+    const size_t n = in.size();
+    std::vector<float> slots(n * static_cast<size_t>(size_), 0.0f);
+    for (const auto& [source, destination] : perm)
+      if (source == r_) std::copy(in.begin(), in.end(), slots.begin() + static_cast<int64_t>(n) * destination);
+    all_sum(slots);
+    const auto mine = slots.begin() + static_cast<int64_t>(n) * r_;
+    std::copy(mine, mine + static_cast<int64_t>(n), out.begin());
+  }
 
  private:
   int here_process() const { return process_of_member_[static_cast<size_t>(r_)]; }
@@ -243,10 +284,10 @@ class MixedCommunicator : public Communicator {
     for (int k = 0; k < m; ++k) index += process_of_member_[static_cast<size_t>(k)] == here_process();
     return index;
   }
-  [[noreturn]] void refuse(const char* op) const {
-    throw std::runtime_error("mpi backend: " + std::string(op) + " on device " + std::to_string(device_) +
-                             ": a group with several devices in one process and members in others supports all_sum, "
-                             "all_max, broadcast and barrier only (run one device per process: mpirun -n <devices>)");
+  static int64_t offset_of(std::span<const int64_t> counts, int member) {
+    int64_t offset = 0;
+    for (int k = 0; k < member; ++k) offset += counts[static_cast<size_t>(k)];
+    return offset;
   }
 
   int r_, size_;

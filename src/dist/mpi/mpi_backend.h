@@ -12,8 +12,8 @@
 // an MPI communicator over those processes (MPI_Comm_create_group, made lazily by its members only);
 // a sub-group inside one process is the thread backend's; a group with several devices in one
 // process *and* members in others (the world of 2 processes x 2 devices) does all_sum, all_max,
-// broadcast and barrier in three steps (threads, MPI between one leader per process, threads) and
-// refuses the other collectives with a one-line error (for them, run one device per process).
+// broadcast and barrier in three steps (threads, MPI between one leader per process, threads), and
+// the data-moving collectives as one such all_sum of a zero-filled buffer (exact, S times the bytes).
 // MPI is initialised with MPI_THREAD_MULTIPLE: with K > 1 the device threads call MPI concurrently,
 // each on its own communicators (and even with K = 1 the device is not the main thread).
 //
