@@ -63,7 +63,7 @@ fuzz: fuzz-deps
 tsan-test: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread -DTPCLI_MPI=OFF $(CMAKE_LAUNCHER)
 	cmake --build build-tsan -j $(JOBS) --target test_dist
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L dist --timeout 900
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/support/tsan.supp" ctest --output-on-failure -L dist --timeout 900
 
 asan-test: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=address $(CMAKE_LAUNCHER)

@@ -15,7 +15,9 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <random>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <zmq.hpp>
 
@@ -67,12 +69,22 @@ Ran run_ranks(int processes, const std::string& scenario, int devices_per_proces
                         self_executable(), "zmq child rank"});
 }
 
+// A free port below Linux's ephemeral range (32768-60999): a port the kernel handed out for "*" and
+// that was then released could go to the next "*" bind, such as another rank's data socket started at
+// the same moment, before rank 0 binds its coordinator there ("Address already in use").
 int free_port() {
+  static std::mt19937 rng(std::random_device{}());
   zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::rep);
-  s.bind("tcp://127.0.0.1:*");
-  const std::string ep = s.get(zmq::sockopt::last_endpoint);
-  return std::stoi(ep.substr(ep.rfind(':') + 1));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = 20000 + static_cast<int>(rng() % 12000);
+    try {
+      zmq::socket_t s(ctx, zmq::socket_type::rep);
+      s.bind("tcp://127.0.0.1:" + std::to_string(port));
+      return port;
+    } catch (const zmq::error_t&) {
+    }
+  }
+  throw std::runtime_error("no free port in 20000-31999");
 }
 
 ZmqConfig local_config(int rank, int world, int port, double timeout_s = 5) {
