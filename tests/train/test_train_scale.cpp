@@ -19,6 +19,7 @@
 #include "train/memory.h"
 
 #include "support/synthetic_text.h"
+#include "support/temp_dir.h"
 
 using namespace tpcli;
 namespace fs = std::filesystem;
@@ -31,13 +32,6 @@ using tpcli::testing::synthetic_text;
 model::LlamaConfig small_config(int vocab) {
   return model::LlamaConfig{.dim = 36, .hidden_dim = 70, .n_layers = 2, .n_heads = 6, .n_kv_heads = 3,
                             .vocab_size = vocab, .seq_len = 32, .shared_classifier = false};
-}
-
-fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("tpcli_test_scale_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 train::TrainOptions base_options() {
@@ -95,7 +89,8 @@ TEST_CASE("shard_optimizer gives the losses of plain data parallelism on data=2 
 }
 
 TEST_CASE("checkpoints are interchangeable between sharded and plain optimizers and between meshes") {
-  auto dir = temp_dir("interchange");
+  const testing::TempDir scratch;  // removed at the end of the test
+  const fs::path& dir = scratch.path();
   train::TrainOptions o = base_options();
   o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
   o.out_dir = (dir / "full").string();
