@@ -6,25 +6,14 @@
 #include <string>
 
 #include "config/run_config.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 using tpcli::config::ConfigError;
 using tpcli::config::DataFormat;
 using tpcli::config::load_run_config;
 using tpcli::testing::TempDir;
-
-namespace {
-
-std::string error_of(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using tpcli::testing::error_of;
 
 TEST_CASE("data.format = shards: globs resolved beside the config, errors at the key") {
   TempDir dir;
@@ -40,12 +29,12 @@ TEST_CASE("data.format = shards: globs resolved beside the config, errors at the
   CHECK(config.data.tokenizer_given);
 
   const std::string none = dir.write("none.toml", "[data]\nformat = \"shards\"\npath = \"shards/*_test_*.bin\"\n");
-  CHECK_THAT(error_of([&] { load_run_config(none); }),
+  CHECK_THAT(error_of<ConfigError>([&] { load_run_config(none); }),
              Catch::StartsWith(none + ":3:8: data.path = \"shards/*_test_*.bin\" matches no file"));
   const std::string format = dir.write("format.toml", "[data]\nformat = \"parquet\"\n");
-  CHECK_THAT(error_of([&] { load_run_config(format); }), Catch::StartsWith(format + ":2:10: data.format"));
+  CHECK_THAT(error_of<ConfigError>([&] { load_run_config(format); }), Catch::StartsWith(format + ":2:10: data.format"));
   dir.write("corpus.txt", "hello\n");
   const std::string text = dir.write("text.toml", "[data]\npath = \"corpus.txt\"\nval_path = \"corpus.txt\"\n");
-  CHECK_THAT(error_of([&] { load_run_config(text); }),
+  CHECK_THAT(error_of<ConfigError>([&] { load_run_config(text); }),
              Catch::StartsWith(text + ":3:12: data.val_path is for format = \"shards\""));
 }

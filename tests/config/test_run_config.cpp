@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 using tpcli::config::ConfigError;
@@ -19,6 +20,7 @@ using tpcli::config::MeshAxisConfig;
 using tpcli::config::parse_mesh_axes;
 using tpcli::config::RunConfig;
 using tpcli::testing::TempDir;
+using tpcli::testing::error_of;
 
 namespace {
 
@@ -30,15 +32,6 @@ std::string where(const std::string& file, const std::string& text, const std::s
   const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
   const size_t column = at - (line_start == std::string::npos || at == 0 ? static_cast<size_t>(-1) : line_start);
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
-}
-
-std::string error_of(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 const char* TINY_MODEL = "dim = 64\nhidden_dim = 172\nn_layers = 2\nn_heads = 4\nvocab_size = 65\nseq_len = 64\n";
@@ -261,7 +254,7 @@ TEST_CASE("every validation error names FILE:LINE:COL of the culprit") {
     std::string expected = where(path, c.text, c.marker) + ": " + c.message;
     if (const size_t at = expected.find("CONFIG"); at != std::string::npos) expected.replace(at, 6, path);
     INFO(c.text);
-    CHECK(error_of([&] { load_run_config(path); }) == expected);
+    CHECK(error_of<ConfigError>([&] { load_run_config(path); }) == expected);
   }
 }
 
@@ -283,9 +276,9 @@ TEST_CASE("missing files are errors at the key that names them") {
   for (const auto& c : cases) {
     const std::string path = dir.write("case" + std::to_string(n++) + ".toml", c.text);
     INFO(c.text);
-    CHECK(error_of([&] { load_run_config(path); }) == where(path, c.text, c.marker) + ": " + c.message);
+    CHECK(error_of<ConfigError>([&] { load_run_config(path); }) == where(path, c.text, c.marker) + ": " + c.message);
   }
-  CHECK(error_of([&] { load_run_config((dir.path() / "nope.toml").string()); }) ==
+  CHECK(error_of<ConfigError>([&] { load_run_config((dir.path() / "nope.toml").string()); }) ==
         (dir.path() / "nope.toml").string() + ": no such file");
 }
 
@@ -294,7 +287,7 @@ TEST_CASE("missing files are errors at the key that names them") {
 TEST_CASE("a TOML syntax error whose quoted text holds a newline is still one line") {
   TempDir dir;
   const std::string path = dir.write("cut.toml", "[data]\nshuffle = tru\n[train]\nsteps = 1\n");
-  const std::string err = error_of([&] { load_run_config(path); });
+  const std::string err = error_of<ConfigError>([&] { load_run_config(path); });
   CHECK(err.rfind(path + ":2:", 0) == 0);
   CHECK(err.find("TOML syntax error") != std::string::npos);
   CHECK(err.find('\n') == std::string::npos);
@@ -303,13 +296,13 @@ TEST_CASE("a TOML syntax error whose quoted text holds a newline is still one li
 TEST_CASE("TOML syntax errors carry the parser's line and column") {
   TempDir dir;
   const std::string dup = dir.write("dup.toml", "[mesh]\naxes = { data = 2, data = 3 }\n");
-  const std::string err = error_of([&] { load_run_config(dup); });
+  const std::string err = error_of<ConfigError>([&] { load_run_config(dup); });
   CHECK(err.rfind(dup + ":2:", 0) == 0);  // duplicate axis names are a TOML error already
   CHECK(err.find("TOML syntax error") != std::string::npos);
   CHECK(err.find("'data'") != std::string::npos);
 
   const std::string header = dir.write("header.toml", "steps = 1\n[train\n");
-  const std::string err2 = error_of([&] { load_run_config(header); });
+  const std::string err2 = error_of<ConfigError>([&] { load_run_config(header); });
   CHECK(err2.rfind(header + ":2:", 0) == 0);
   CHECK(err2.find('\n') == std::string::npos);  // one line
 }
@@ -319,12 +312,12 @@ TEST_CASE("errors inside a model file name that file") {
   const std::string model_text = "dim = 64\nheads = 4\n";
   const std::string model = dir.write("models/bad.toml", model_text);
   const std::string run = dir.write("run.toml", "[model]\nconfig = \"models/bad.toml\"\n");
-  CHECK(error_of([&] { load_run_config(run); }) ==
+  CHECK(error_of<ConfigError>([&] { load_run_config(run); }) ==
         where(model, model_text, "heads") + ": unknown key 'heads' (did you mean 'n_heads'?)");
 
   const std::string wrapped_text = "[model]\ndim = 64\n";
   const std::string wrapped = dir.write("models/wrapped.toml", wrapped_text);
-  CHECK(error_of([&] { load_model_config(wrapped); }) ==
+  CHECK(error_of<ConfigError>([&] { load_model_config(wrapped); }) ==
         where(wrapped, wrapped_text, "[model]") +
             ": a model file holds its dims at top level (dim = 64 ...), not under [model]");
 }
@@ -404,7 +397,7 @@ TEST_CASE("overrides (--set) parse TOML values, fall back to strings, and win ov
 TEST_CASE("override (--set) errors name the flag") {
   TempDir dir;
   const std::string path = dir.write("run.toml", "[train]\nsteps = 100\n");
-  auto err = [&](const std::string& set) { return error_of([&] { load_run_config(path, {set}); }); };
+  auto err = [&](const std::string& set) { return error_of<ConfigError>([&] { load_run_config(path, {set}); }); };
   CHECK(err("train.steps=0") == "--set train.steps=0: train.steps = 0 must be >= 1");
   CHECK(err("train.stepz=5") == "--set train.stepz=5: unknown key 'train.stepz' (did you mean 'steps'?)");
   CHECK(err("training.steps=5") == "--set training.steps=5: unknown key 'training' (did you mean 'train'?)");
@@ -420,7 +413,7 @@ TEST_CASE("parse_mesh_axes reads --mesh and rejects malformed lists") {
   CHECK(parse_mesh_axes("data=2,model=4") == std::vector<MeshAxisConfig>{{"data", 2}, {"model", 4}});
   CHECK(parse_mesh_axes("model=8") == std::vector<MeshAxisConfig>{{"model", 8}});
   CHECK(parse_mesh_axes("z=1,a=3,m=2") == std::vector<MeshAxisConfig>{{"z", 1}, {"a", 3}, {"m", 2}});
-  auto err = [](const std::string& text) { return error_of([&] { parse_mesh_axes(text); }); };
+  auto err = [](const std::string& text) { return error_of<ConfigError>([&] { parse_mesh_axes(text); }); };
   CHECK(err("") == "--mesh : expected NAME=SIZE[,NAME=SIZE...], e.g. data=2,model=4");
   CHECK(err("data") == "--mesh data: 'data' is not NAME=SIZE (expected e.g. data=2,model=4)");
   CHECK(err("data=2,") == "--mesh data=2,: '' is not NAME=SIZE (expected e.g. data=2,model=4)");
@@ -442,9 +435,9 @@ TEST_CASE("mesh flags replace the file's axes and are checked against the roles"
   CHECK(c.mesh.axes == std::vector<MeshAxisConfig>{{"data", 4}, {"model", 2}});
   CHECK(c.where("mesh.axes.model") == "--mesh data=4,model=2");
 
-  CHECK(error_of([&] { tpcli::config::set_mesh_axes(c, parse_mesh_axes("data=3"), "--mesh data=3"); }) ==
+  CHECK(error_of<ConfigError>([&] { tpcli::config::set_mesh_axes(c, parse_mesh_axes("data=3"), "--mesh data=3"); }) ==
         where(path, text, "4\n") + ": train.batch_size = 4 is not divisible by the data axis 'data' = 3 (mesh data=3)");
-  CHECK(error_of([&] { tpcli::config::set_mesh_axes(c, parse_mesh_axes("tp=2"), "--mesh tp=2"); }) ==
+  CHECK(error_of<ConfigError>([&] { tpcli::config::set_mesh_axes(c, parse_mesh_axes("tp=2"), "--mesh tp=2"); }) ==
         "--mesh tp=2: mesh axis 'tp' (size 2) has no role: name it in mesh.data_axis, mesh.tensor_axis or "
         "mesh.expert_axis (now \"data\", \"model\", \"data\")");
 
@@ -452,7 +445,7 @@ TEST_CASE("mesh flags replace the file's axes and are checked against the roles"
   CHECK(c.mesh.backend == tpcli::config::BackendKind::Zmq);
   tpcli::config::set_backend(c, "mpi", "--backend mpi");
   CHECK(c.mesh.backend == tpcli::config::BackendKind::Mpi);
-  CHECK(error_of([&] { tpcli::config::set_backend(c, "nccl", "--backend nccl"); }) ==
+  CHECK(error_of<ConfigError>([&] { tpcli::config::set_backend(c, "nccl", "--backend nccl"); }) ==
         "--backend nccl: backend must be \"threads\", \"zmq\" or \"mpi\", got \"nccl\"");
 }
 
@@ -488,6 +481,6 @@ data = { gb_per_s = 12.5, latency_us = 25, topology = "switch" }
   for (const auto& c : cases) {
     const std::string path = dir.write("bad" + std::to_string(n++) + ".toml", c.text);
     INFO(c.text);
-    CHECK(error_of([&] { load_run_config(path); }) == where(path, c.text, c.marker) + ": " + c.message);
+    CHECK(error_of<ConfigError>([&] { load_run_config(path); }) == where(path, c.text, c.marker) + ": " + c.message);
   }
 }

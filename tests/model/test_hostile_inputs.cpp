@@ -21,10 +21,12 @@
 #include "model/safetensors.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 using namespace tpcli::model;
 using tpcli::testing::TempDir;
+using tpcli::testing::error_of;
 
 namespace {
 
@@ -45,15 +47,6 @@ std::string checkpoint_with(const TempDir& dir, const std::string& key, const st
   const std::string path = (dir.path() / "model.safetensors").string();
   write_safetensors(path, tensors, meta);
   return path;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool one_line(const std::string& s) { return s.find('\n') == std::string::npos; }
