@@ -47,6 +47,24 @@ Shard read_shard(const fs::path& path) {
 
 int lines_of(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
+// `tpcli tokenize` of `text` (one file, STEM.txt, no validation split) with `tokenizer`: the train
+// shard it writes, and the ids `tpcli tokenizer encode --bos` gives for the same text.
+struct TokenizedText {
+  Shard shard;
+  std::vector<int> encoded;
+};
+TokenizedText tokenize_one_file(const TempDir& dir, const std::string& tokenizer, const std::string& stem,
+                                const std::string& text) {
+  const std::string file = dir.write(stem + ".txt", text);
+  const Result made = run({"tokenize", "--tokenizer", tokenizer, "--out", (dir.path() / "s").string(), "--val-fraction", "0", file});
+  INFO(made.err);
+  REQUIRE(made.code == 0);
+  const Result encoded = run({"tokenizer", "encode", "--tokenizer", tokenizer, "--bos"}, text);
+  REQUIRE(encoded.code == 0);
+  return {read_shard(dir.path() / "s" / (stem + "_train_000000.bin")),
+          nlohmann::json::parse(encoded.out).get<std::vector<int>>()};
+}
+
 }  // namespace
 
 TEST_CASE("tpcli tokenize: bytes shards, then train on them (data=2) writes loss.svg, and tpcli plot rewrites it") {
@@ -111,15 +129,8 @@ TEST_CASE("tpcli tokenize: a llama2.c tokenizer's shards hold the ids `tpcli tok
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
   TempDir dir;
   const std::string text = "Once upon a time, there was a little dog. He liked to run.\n";
-  const std::string file = dir.write("story.txt", text);
-  const std::string tok = tpcli::testing::shared_path("data/tok512.bin");
-  const Result made = run({"tokenize", "--tokenizer", tok, "--out", (dir.path() / "s").string(), "--val-fraction", "0", file});
-  INFO(made.err);
-  REQUIRE(made.code == 0);
-  const Result encoded = run({"tokenizer", "encode", "--tokenizer", tok, "--bos"}, text);
-  REQUIRE(encoded.code == 0);
-  const Shard shard = read_shard(dir.path() / "s" / "story_train_000000.bin");
-  CHECK(shard.tokens == nlohmann::json::parse(encoded.out).get<std::vector<int>>());
+  const TokenizedText t = tokenize_one_file(dir, tpcli::testing::shared_path("data/tok512.bin"), "story", text);
+  CHECK(t.shard.tokens == t.encoded);
   CHECK_FALSE(fs::exists(dir.path() / "s" / "story_val_000000.bin"));
 }
 
@@ -127,19 +138,12 @@ TEST_CASE("tpcli tokenize: a vocabulary over 65536 (Llama 3's tokenizer.json) wr
   TPCLI_REQUIRE_SHARED("data/hf-tokenizers/llama3");
   TempDir dir;
   const std::string text = "Hello, world! Shards hold uint32 ids when the vocabulary needs them.\n";
-  const std::string file = dir.write("hello.txt", text);
-  const std::string tok = tpcli::testing::shared_path("data/hf-tokenizers/llama3");
-  const Result made = run({"tokenize", "--tokenizer", tok, "--out", (dir.path() / "s").string(), "--val-fraction", "0", file});
-  INFO(made.err);
-  REQUIRE(made.code == 0);
-  const Result encoded = run({"tokenizer", "encode", "--tokenizer", tok, "--bos"}, text);
-  REQUIRE(encoded.code == 0);
-  const Shard shard = read_shard(dir.path() / "s" / "hello_train_000000.bin");
-  CHECK(shard.magic == 20240801);
-  CHECK(shard.version == 7);
-  CHECK(shard.tokens == nlohmann::json::parse(encoded.out).get<std::vector<int>>());
-  CHECK(static_cast<size_t>(shard.count) == shard.tokens.size());
-  CHECK(std::count_if(shard.tokens.begin(), shard.tokens.end(), [](int t) { return t > 65535; }) > 0);  // <|begin_of_text|>
+  const TokenizedText t = tokenize_one_file(dir, tpcli::testing::shared_path("data/hf-tokenizers/llama3"), "hello", text);
+  CHECK(t.shard.magic == 20240801);
+  CHECK(t.shard.version == 7);
+  CHECK(t.shard.tokens == t.encoded);
+  CHECK(static_cast<size_t>(t.shard.count) == t.shard.tokens.size());
+  CHECK(std::count_if(t.shard.tokens.begin(), t.shard.tokens.end(), [](int id) { return id > 65535; }) > 0);  // <|begin_of_text|>
 }
 
 TEST_CASE("tpcli tokenize / train on shards: bad input is a one-line error naming the file or key") {
