@@ -188,11 +188,16 @@ void Group::mean(std::span<float> x) {
   for (float& v : x) v *= inv;
 }
 
-void Group::all_gather(std::span<const float> in, std::span<float> out) {
+// all_gather's counts (in.size() from every member), once out is checked to hold them all.
+std::vector<int64_t> Group::equal_gather_counts(std::span<const float> in, std::span<float> out) const {
   if (out.size() != in.size() * static_cast<size_t>(size()))
     fail("all_gather", "out has " + std::to_string(out.size()) + " floats, expected size " + std::to_string(size()) +
                            " x in " + std::to_string(in.size()));
-  std::vector<int64_t> counts(static_cast<size_t>(size()), static_cast<int64_t>(in.size()));
+  return std::vector<int64_t>(static_cast<size_t>(size()), static_cast<int64_t>(in.size()));
+}
+
+void Group::all_gather(std::span<const float> in, std::span<float> out) {
+  const std::vector<int64_t> counts = equal_gather_counts(in, out);
   all_gather_v(in, out, counts);
 }
 
@@ -372,10 +377,7 @@ Pending Group::start_all_sum(std::span<float> x) {
 }
 
 Pending Group::start_all_gather(std::span<const float> in, std::span<float> out) {
-  if (out.size() != in.size() * static_cast<size_t>(size()))
-    fail("all_gather", "out has " + std::to_string(out.size()) + " floats, expected size " + std::to_string(size()) +
-                           " x in " + std::to_string(in.size()));
-  std::vector<int64_t> counts(static_cast<size_t>(size()), static_cast<int64_t>(in.size()));
+  const std::vector<int64_t> counts = equal_gather_counts(in, out);
   check_all_gather(in, out, counts);
   if (size() == 1) {
     if (!in.empty() && in.data() != out.data()) std::memcpy(out.data(), in.data(), in.size() * F);

@@ -157,6 +157,7 @@ class Group {
  private:
   struct Cost;  // group.cpp: one call's counted bytes and modelled link use
   Pending start(const Cost& cost, CollectiveCall call);
+  std::vector<int64_t> equal_gather_counts(std::span<const float> in, std::span<float> out) const;
   void check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
   std::vector<int64_t> check_reduce_scatter(std::span<const float> in, std::span<float> out) const;
   std::pair<bool, bool> check_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) const;
