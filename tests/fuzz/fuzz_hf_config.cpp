@@ -19,14 +19,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One folder per fuzzing process, rewritten for every input.
+// One folder per fuzzing process, rewritten for every input and removed when the process exits
+// (libFuzzer ends a timed run with exit(), which runs static destructors).
+struct FuzzFolder {
+  fs::path path = fs::temp_directory_path() / ("tpcli-fuzz-hf-config-" + std::to_string(::getpid()));
+  FuzzFolder() { fs::create_directories(path); }
+  ~FuzzFolder() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
 const fs::path& model_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("tpcli-fuzz-hf-config-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const FuzzFolder folder;
+  return folder.path;
 }
 
 void write_or_remove(const fs::path& path, std::string_view bytes, bool present) {
