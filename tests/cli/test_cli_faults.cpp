@@ -15,14 +15,11 @@
 
 namespace fs = std::filesystem;
 
+using tpcli::testing::scratch;
+
 namespace {
 
 using Run = tpcli::testing::RunResult;
-
-const fs::path& scratch() {
-  static const tpcli::testing::TempDir dir;
-  return dir.path();
-}
 
 // Under a 20 s timeout: a blocked open fails the test (exit 124) instead of hanging the suite.
 Run run_tpcli(const std::string& args) {
@@ -93,7 +90,7 @@ TEST_CASE("cli faults: a tokenizer path that is a directory names the path") {
 }
 
 TEST_CASE("cli faults: -t nan and -p nan are refused with one line before generating") {
-  for (const std::string& flag : {"-t nan", "-p nan", "-t inf"}) {
+  for (const std::string flag : {"-t nan", "-p nan", "-t inf"}) {
     INFO(flag);
     const Run r = run_tpcli("infer --model " + model_file() + " -z /nonexistent/tok.bin -n 4 " + flag);
     INFO("stderr: " << r.err);

@@ -22,15 +22,11 @@
 
 namespace fs = std::filesystem;
 
+using tpcli::testing::scratch;
+
 namespace {
 
 using tpcli::testing::slurp;
-
-// One scratch folder for the whole test binary, removed when it exits.
-const fs::path& scratch() {
-  static const tpcli::testing::TempDir dir;
-  return dir.path();
-}
 
 // Trains with `mesh` (e.g. "data = 2"), returns the "loss" of every metrics.jsonl record; when
 // `load` is given, also each record's largest expert load over an even share (any block).

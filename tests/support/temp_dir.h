@@ -41,6 +41,14 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+namespace {  // unnamed: each test file gets a folder of its own, so their file names cannot clash
+// One scratch folder for the test file, made on first use and removed when the binary exits.
+inline const std::filesystem::path& scratch() {
+  static const TempDir dir;
+  return dir.path();
+}
+}  // namespace
+
 // Changes the current directory for one scope.
 class ScopedCwd {
  public:

@@ -17,17 +17,13 @@
 
 namespace fs = std::filesystem;
 
+using tpcli::testing::scratch;
+
 namespace {
 
 using Run = tpcli::testing::RunResult;
 
 using tpcli::testing::slurp;
-
-// One scratch folder for the whole test binary, removed when it exits.
-const fs::path& scratch() {
-  static const tpcli::testing::TempDir dir;
-  return dir.path();
-}
 
 Run run_tpcli(const std::string& args) {
   return tpcli::testing::run_tpcli_line(args, {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive"});

@@ -33,14 +33,11 @@ using tpcli::testing::slurp;
 
 extern char** environ;
 
+using tpcli::testing::scratch;
+
 namespace {
 
 using Run = tpcli::testing::RunResult;
-
-const fs::path& scratch() {
-  static const tpcli::testing::TempDir dir;
-  return dir.path();
-}
 
 Run run_tpcli(const std::string& args) {
   return tpcli::testing::run_tpcli_line(args, {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive"});

@@ -22,14 +22,11 @@
 namespace fs = std::filesystem;
 using tpcli::testing::slurp;
 
+using tpcli::testing::scratch;
+
 namespace {
 
 using Run = tpcli::testing::RunResult;
-
-const fs::path& scratch() {
-  static const tpcli::testing::TempDir dir;
-  return dir.path();
-}
 
 // `args` after the binary (a shell command line), run in the scratch folder.
 Run run_tpcli(const std::string& args) {
