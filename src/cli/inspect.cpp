@@ -102,9 +102,11 @@ void describe_memory(const config::RunConfig& config, const model::LlamaConfig& 
   layout.seq_len = t.seq_len.value_or(c.seq_len);
   layout.recompute = t.recompute;
   layout.shard_optimizer = t.shard_optimizer;
+  layout.sequence_parallel = m.sequence_parallel;
   layout.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
   out << "  memory per device (device 0): " << train::describe(train::device_bytes(c, layout))
-      << (t.recompute ? " (recompute)" : "") << (t.shard_optimizer ? " (optimizer sharded)" : "") << "\n";
+      << (t.recompute ? " (recompute)" : "") << (t.shard_optimizer ? " (optimizer sharded)" : "")
+      << (m.sequence_parallel ? " (sequence parallel)" : "") << "\n";
 }
 
 void describe_run_config(const config::RunConfig& config, std::ostream& out) {

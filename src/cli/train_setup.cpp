@@ -229,6 +229,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   o.shuffle = config.data.shuffle;
   o.grad_accum = t.grad_accum;
   o.recompute = t.recompute;
+  o.sequence_parallel = config.mesh.sequence_parallel;
   o.shard_optimizer = t.shard_optimizer;
   o.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
   o.resume = resume;

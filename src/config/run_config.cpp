@@ -345,7 +345,7 @@ void read_links(const Reader& mesh_reader, const toml::node& node, const std::st
 void read_mesh(const toml::table& table, const std::string& file, const std::vector<std::string>& file_axis_order,
                const std::vector<std::string>& override_sources, SourceMap& source, MeshSection& mesh) {
   Reader r(table, "mesh.", file, source);
-  r.reject_unknown({"axes", "data_axis", "tensor_axis", "expert_axis", "backend", "links"});
+  r.reject_unknown({"axes", "data_axis", "tensor_axis", "expert_axis", "backend", "links", "sequence_parallel"});
   if (const toml::node* axes_node = r.find("axes")) {
     if (!axes_node->is_table()) r.wrong_type("axes", *axes_node, "a table of axis sizes, e.g. { data = 2, model = 4 }");
     const toml::table& axes = *axes_node->as_table();
@@ -383,6 +383,7 @@ void read_mesh(const toml::table& table, const std::string& file, const std::vec
   if (auto value = r.choice("backend", {"threads", "zmq", "mpi"}))
     mesh.backend = std::array{BackendKind::Threads, BackendKind::Zmq, BackendKind::Mpi}[*value];
   if (const toml::node* links = r.find("links")) read_links(r, *links, file, source, mesh);
+  if (auto value = r.boolean("sequence_parallel")) mesh.sequence_parallel = *value;
 }
 
 void read_model(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,

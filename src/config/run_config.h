@@ -5,6 +5,7 @@
 //   [mesh]  axes = { data = 2, model = 4 }   # ordered as written; ranks are row-major over them
 //           data_axis = "data"  tensor_axis = "model"  expert_axis = <data_axis>
 //           backend = "threads" | "zmq" | "mpi"
+//           sequence_parallel = false  # true: training splits the token rows over the tensor axis
 //   [model] config = "models/tiny.toml"      # dims from a model file (see load_model_config) ...
 //           dim = 64 ...                     # ... and/or inline; inline keys override the file's
 //           init_from = "path.bin"           # llama2.c .bin, tpcli .safetensors or a Hugging Face directory
@@ -86,6 +87,7 @@ struct MeshSection {
   std::optional<std::string> expert_axis;  // splits the experts; not given = data_axis
   BackendKind backend = BackendKind::Threads;
   std::map<std::string, LinkConfig> links;  // [mesh.links] by axis name; empty = not modelled
+  bool sequence_parallel = false;    // training: Megatron-style sequence parallelism (model/llama.h)
 
   const std::string& experts_axis() const { return expert_axis ? *expert_axis : data_axis; }
   int device_count() const;               // product of the axis sizes (1 when empty)

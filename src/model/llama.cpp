@@ -9,10 +9,12 @@
 #include <string>
 
 #include "nn/attention.h"
+#include "nn/collective_matmul.h"
 #include "nn/cross_entropy.h"
 #include "nn/embedding.h"
 #include "nn/gather.h"
 #include "nn/rmsnorm.h"
+#include "nn/sequence_parallel.h"
 #include "model/packed_weights.h"
 #include "tensor/blas.h"
 
@@ -46,23 +48,24 @@ struct Llama::Layer {
 struct Llama::Acts {
   int64_t B = 0, T = 0;
   struct PerLayer {
-    std::vector<float> x_in;   // [N, C] residual stream entering the block
-    std::vector<float> xn1;    // [N, C] attention_norm output
-    std::vector<float> rstd1;  // [N]
+    // R = N rows, or this device's NL under sequence parallelism (Llama::sequence_rows).
+    std::vector<float> x_in;   // [R, C] residual stream entering the block
+    std::vector<float> xn1;    // [R, C] attention_norm output
+    std::vector<float> rstd1;  // [R]
     std::vector<float> qkv;    // [N, QL+2KVL] after RoPE
     std::vector<float> att;    // [B, NH_L, T, T] softmax probabilities
     std::vector<float> y;      // [N, QL] attention output (wo input)
-    std::vector<float> xm;     // [N, C] residual after attention
-    std::vector<float> xn2;    // [N, C] ffn_norm output
-    std::vector<float> rstd2;  // [N]
+    std::vector<float> xm;     // [R, C] residual after attention
+    std::vector<float> xn2;    // [R, C] ffn_norm output
+    std::vector<float> rstd2;  // [R]
   };
   std::vector<PerLayer> layers;
-  std::vector<float> x_final;  // [N, C] residual stream after the last block
-  std::vector<float> xf;       // [N, C] final norm output
-  std::vector<float> rstdf;    // [N]
+  std::vector<float> x_final;  // [R, C] residual stream after the last block
+  std::vector<float> xf;       // [N, C] final norm output (all rows: the classifier's input)
+  std::vector<float> rstdf;    // [R]
   std::vector<float> probs;    // [N, VL] softmax (this device's vocabulary columns)
   std::vector<float> losses;   // [N]
-  std::vector<float> tmp;      // [N, C] scratch
+  std::vector<float> tmp;      // [R, C] scratch
 };
 
 namespace {
@@ -365,16 +368,21 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   A.layers.resize(layers_.size() + (recompute_ ? 1 : 0));
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
 
-  std::vector<float> x(static_cast<size_t>(N * C));  // [N, C] residual stream
+  const dist::Range rows = sequence_rows(N);
+  const int64_t R = rows.count;
+  std::vector<float> x(static_cast<size_t>(N * C));  // [N, C], then [R, C]: the residual stream
   embed(x.data(), tokens);  // all_gather_v of the rows from their owners (frozen: from the packed rows)
+  if (R < N) x = std::vector<float>(x.begin() + rows.offset * C, x.begin() + (rows.offset + R) * C);
   for (size_t l = 0; l < layers_.size(); ++l) {
     A.layers[l].x_in = x;
     block_forward(l, A.layers[l].x_in.data(), x.data(), B, T);
     if (recompute_) layers_[l].ffn->release_activations();
   }
   A.x_final = std::move(x);
-  size(A.xf, N * C); size(A.rstdf, N); size(A.probs, N * VL); size(A.losses, N);
-  nn::rmsnorm_forward(A.xf.data(), A.rstdf.data(), A.x_final.data(), norm_.data(), N, C, config_.norm_eps);
+  size(A.xf, N * C); size(A.rstdf, R); size(A.probs, N * VL); size(A.losses, N); size(A.tmp, R * C);
+  float* xf_rows = R < N ? A.tmp.data() : A.xf.data();  // [R, C]
+  nn::rmsnorm_forward(xf_rows, A.rstdf.data(), A.x_final.data(), norm_.data(), R, C, config_.norm_eps);
+  if (R < N) nn::all_gather_rows(A.xf.data(), xf_rows, N, C, group_);  // split -> mirrored
   classifier_forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
   float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
                                          plan_.vocab.offset, N, VL, group_);
@@ -392,21 +400,31 @@ void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int 
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
   Layer& L = layers_[l];
   auto& a = A.layers[recompute_ ? layers_.size() : l];
-  size(a.xn1, N * C); size(a.rstd1, N); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
-  size(a.y, N * QL); size(a.xm, N * C); size(a.xn2, N * C); size(a.rstd2, N); size(A.tmp, N * C);
-  nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), N, C, config_.norm_eps);
-  L.qkv_forward(a.qkv.data(), a.xn1.data(), N);
+  const int64_t R = sequence_rows(N).count;  // rows of the residual stream here
+  size(a.xn1, R * C); size(a.rstd1, R); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
+  size(a.y, N * QL); size(a.xm, R * C); size(a.xn2, R * C); size(a.rstd2, R); size(A.tmp, R * C);
+  nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), R, C, config_.norm_eps);
+  if (sequence_parallel_)
+    nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.qkv, group_);  // [R, C] split -> [N, QKV] sharded
+  else
+    L.qkv_forward(a.qkv.data(), a.xn1.data(), N);
   for (int64_t n = 0; n < N; ++n) {
     const int pos = static_cast<int>(n % T);
     rope_.forward(a.qkv.data() + n * QKV, shape.heads, pos);
     rope_.forward(a.qkv.data() + n * QKV + QL, shape.kv_heads, pos);
   }
   nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, shape);
-  L.wo_forward(A.tmp.data(), a.y.data(), N);  // all_sum
-  for (int64_t i = 0; i < N * C; ++i) a.xm[i] = x_in[i] + A.tmp[i];
-  nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), N, C, config_.norm_eps);
-  L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
-  for (int64_t i = 0; i < N * C; ++i) x_out[i] = a.xm[i] + A.tmp[i];
+  if (sequence_parallel_)
+    nn::matmul_reduce_scatter(A.tmp.data(), a.y.data(), N, L.wo, group_);  // -> [R, C] split
+  else
+    L.wo_forward(A.tmp.data(), a.y.data(), N);  // all_sum
+  for (int64_t i = 0; i < R * C; ++i) a.xm[i] = x_in[i] + A.tmp[i];
+  nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), R, C, config_.norm_eps);
+  if (sequence_parallel_)
+    L.ffn->forward_sequence_split(A.tmp.data(), a.xn2.data(), N);  // collective matmuls inside
+  else
+    L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
+  for (int64_t i = 0; i < R * C; ++i) x_out[i] = a.xm[i] + A.tmp[i];
 }
 
 void Llama::train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
@@ -419,12 +437,19 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
                              1.0f / static_cast<float>(N));
   // classifier (AllToSharded by vocab rows): dxf = all_sum(dlogits @ W_cls); dW_cls += dlogits^T xf.
   // Tied: W_cls is this device's rows of the embedding, so its gradient lands on those rows.
-  std::vector<float> dxf(static_cast<size_t>(N * C), 0.0f);  // [N, C]
+  std::vector<float> dxf(static_cast<size_t>(N * C), 0.0f);  // [N, C] partial
   classifier().backward(dxf.data(), dlogits.data(), A.xf.data(), N);
-  group_.all_sum(dxf);
+  const int64_t R = sequence_rows(N).count;
+  if (R < N) {  // partial -> split: only this device's rows go on
+    std::vector<float> mine(static_cast<size_t>(R * C)), scratch;  // [R, C]
+    nn::reduce_scatter_rows(mine.data(), dxf.data(), N, C, group_, scratch);
+    dxf = std::move(mine);
+  } else {
+    group_.all_sum(dxf);  // partial -> mirrored
+  }
 
-  std::vector<float> dx(static_cast<size_t>(N * C), 0.0f);    // [N, C] gradient of the residual stream
-  nn::rmsnorm_backward(dx.data(), norm_grad_.data(), dxf.data(), A.x_final.data(), norm_.data(), A.rstdf.data(), N, C);
+  std::vector<float> dx(static_cast<size_t>(R * C), 0.0f);    // [R, C] gradient of the residual stream
+  nn::rmsnorm_backward(dx.data(), norm_grad_.data(), dxf.data(), A.x_final.data(), norm_.data(), A.rstdf.data(), R, C);
   for (size_t li = layers_.size(); li-- > 0;) {
     if (recompute_) {  // the block's activations again, from its saved input (x_out is scratch)
       block_forward(li, A.layers[li].x_in.data(), dxf.data(), B, T);
@@ -435,6 +460,11 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
       layers_[li].ffn->release_activations();
     }
   }
+  if (R < N) {  // split -> mirrored: the embedding's rows are owned by vocabulary, not by position
+    std::vector<float> all(static_cast<size_t>(N * C));  // [N, C]
+    nn::all_gather_rows(all.data(), dx.data(), N, C, group_);
+    dx = std::move(all);
+  }
   embedding_.backward(dx.data(), tokens);  // dx is mirrored: each device adds to the rows it owns
 }
 
@@ -443,18 +473,24 @@ void Llama::block_backward(size_t li, float* dx, int B, int T) {
   const int64_t N = int64_t(B) * T, C = config_.dim;
   const nn::AttentionShape shape{static_cast<int>(plan_.heads.count), static_cast<int>(plan_.kv_heads.count),
                                  config_.head_size(), kv_of_};
-  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
-  std::vector<float> dxn(static_cast<size_t>(N * C), 0.0f);    // [N, C]
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim(), R = sequence_rows(N).count;
+  std::vector<float> dxn(static_cast<size_t>(R * C), 0.0f);    // [R, C]
   std::vector<float> dy(static_cast<size_t>(N * QL), 0.0f);    // [N, QL]
   std::vector<float> dqkv(static_cast<size_t>(N * QKV), 0.0f); // [N, QL+2KVL]
   Layer& L = layers_[li];
   const auto& a = A.layers[recompute_ ? layers_.size() : li];
   const float* x_in = A.layers[li].x_in.data();
   // feed-forward branch: x_out = xm + ffn(ffn_norm(xm))
-  L.ffn->backward(dxn.data(), dx, a.xn2.data(), N);
-  nn::rmsnorm_backward(dx, L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(), a.rstd2.data(), N, C);
+  if (sequence_parallel_)
+    L.ffn->backward_sequence_split(dxn.data(), dx, a.xn2.data(), N);
+  else
+    L.ffn->backward(dxn.data(), dx, a.xn2.data(), N);
+  nn::rmsnorm_backward(dx, L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(), a.rstd2.data(), R, C);
   // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
-  L.wo.backward(dy.data(), dx, a.y.data(), N);
+  if (sequence_parallel_)
+    nn::matmul_reduce_scatter_backward(dy.data(), dx, a.y.data(), N, L.wo, group_);  // all_gather of dx
+  else
+    L.wo.backward(dy.data(), dx, a.y.data(), N);
   nn::attention_backward(dqkv.data(), dy.data(), a.qkv.data(), a.att.data(), B, T, shape);
   for (int64_t n = 0; n < N; ++n) {
     const int pos = static_cast<int>(n % T);
@@ -462,8 +498,43 @@ void Llama::block_backward(size_t li, float* dx, int B, int T) {
     rope_.backward(dqkv.data() + n * QKV + QL, shape.kv_heads, pos);
   }
   std::fill(dxn.begin(), dxn.end(), 0.0f);
-  L.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
-  nn::rmsnorm_backward(dx, L.attention_norm_grad.data(), dxn.data(), x_in, L.attention_norm.data(), a.rstd1.data(), N, C);
+  if (sequence_parallel_)
+    nn::all_gather_matmul_backward(dxn.data(), dqkv.data(), a.xn1.data(), N, L.qkv, group_);  // reduce_scatter
+  else
+    L.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
+  nn::rmsnorm_backward(dx, L.attention_norm_grad.data(), dxn.data(), x_in, L.attention_norm.data(), a.rstd1.data(), R, C);
+}
+
+dist::Range Llama::sequence_rows(int64_t N) const {
+  return sequence_parallel_ ? dist::even_split(N, group_.size(), group_.rank()) : dist::Range{0, N};
+}
+
+void Llama::set_sequence_parallel(bool on) {
+  if (on && config_.is_moe())
+    throw std::invalid_argument("llama: sequence parallelism needs a dense model (the MoE layer takes all the rows)");
+  sequence_parallel_ = on;
+}
+
+std::vector<float> Llama::norm_grads() const {
+  std::vector<float> all(norm_grad_.span().begin(), norm_grad_.span().end());
+  for (const auto& L : layers_)
+    for (const Tensor* g : {&L.attention_norm_grad, &L.ffn_norm_grad}) all.insert(all.end(), g->span().begin(), g->span().end());
+  return all;
+}
+
+void Llama::sum_norm_grads(const std::vector<float>& before) {
+  std::vector<float> added = norm_grads();  // [(2L+1) * C]
+  for (size_t i = 0; i < added.size(); ++i) added[i] -= before[i];
+  group_.all_sum(added);
+  size_t i = 0;
+  auto put = [&](Tensor& g) {
+    for (int64_t j = 0; j < g.numel(); ++j, ++i) g[j] = before[i] + added[i];
+  };
+  put(norm_grad_);
+  for (auto& L : layers_) {
+    put(L.attention_norm_grad);
+    put(L.ffn_norm_grad);
+  }
 }
 
 int64_t Llama::activation_bytes() const {
@@ -526,9 +597,12 @@ float Llama::forward_backward(std::span<const int> tokens, std::span<const int> 
       before.push_back(L.qkv.part(1).grad());
       before.push_back(L.qkv.part(2).grad());
     }
+  const bool split_norms = sequence_parallel_ && group_.size() > 1;
+  const std::vector<float> norms_before = split_norms ? norm_grads() : std::vector<float>{};
   peak_activation_bytes_ = 0;
   float loss = train_forward(tokens, targets, B, T);
   train_backward(tokens, targets, B, T);
+  if (split_norms) sum_norm_grads(norms_before);
   if (!recompute_) note_activation_bytes();  // the feed-forwards' backward buffers are allocated now
   if (plan_.kv_replicated) sync_replicated_kv_grads(before);
   return loss;

@@ -82,6 +82,16 @@ class Llama {
   // block's activations during backward (the same arithmetic, so the same gradients bit for bit;
   // the block's collectives run again). Off by default.
   void set_recompute(bool on) { recompute_ = on; }
+  // Sequence parallelism (Megatron-LM's; nn/sequence_parallel.h): in forward_backward and loss the
+  // residual stream and the norms hold this device's rows of the B*T token rows (dist::even_split
+  // over the tensor group, batch-major) instead of all of them. wq|wk|wv and w1|w3 become
+  // all_gather_matmuls, wo and w2 matmul_reduce_scatters (their backwards the transposes), the
+  // norms' weight gradients are summed over the group. Embedding: the lookup as before, then each
+  // device keeps its rows (backward: dx all-gathered first). Final norm on the rows, all-gathered
+  // into the vocab-split classifier and loss (unchanged); the classifier's dx is reduce-scattered
+  // instead of all-summed. Same losses and gradients, up to float summation order. Dense models
+  // only (throws for MoE). Decode and prefill are unaffected.
+  void set_sequence_parallel(bool on);
   // Largest activation memory held during the last forward_backward: what the forward saved for
   // the backward (Acts and the feed-forwards' buffers), not the backward's transient gradients.
   int64_t peak_activation_bytes() const { return peak_activation_bytes_; }
@@ -118,6 +128,12 @@ class Llama {
   void block_backward(size_t l, float* dx, int B, int T);  // dx[N, C]: d out -> d in, in place
   int64_t activation_bytes() const;
   void note_activation_bytes();
+  // This device's rows of the N token rows: all of them, or its chunk under sequence parallelism.
+  dist::Range sequence_rows(int64_t N) const;
+  std::vector<float> norm_grads() const;  // [(2L+1) * C] every RMSNorm weight's gradient
+  // Sequence parallel: each device's norm gradients cover its rows only; sums this call's
+  // contribution (now minus `before`) over the tensor group.
+  void sum_norm_grads(const std::vector<float>& before);
   void train_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   // The classifier's shard [VL, C]: the embedding's rows when shared, else the output rows.
   nn::Linear& classifier() { return config_.shared_classifier ? embedding_.rows() : output_; }
@@ -167,6 +183,7 @@ class Llama {
 
   std::unique_ptr<Acts> acts_;  // training activations, sized for the last B*T
   bool recompute_ = false;
+  bool sequence_parallel_ = false;
   int64_t peak_activation_bytes_ = 0;
 };
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "nn/collective_matmul.h"
 #include "nn/gather.h"
+#include "nn/sequence_parallel.h"
 #include "nn/swiglu.h"
 
 namespace tpcli::nn {
@@ -42,6 +44,32 @@ void SwiGluFeedForward::backward(float* dinp, const float* dout, const float* in
   w2_.backward(dg_.data(), dout, g_.data(), N);                 // pass-through: no communication
   swiglu_backward(dh13_.data(), dg_.data(), h13_.data(), N, FL);
   w13_.backward(dinp, dh13_.data(), inp, N);                    // all_sum of dinp (sum_gradients)
+}
+
+void FeedForward::forward_sequence_split(float*, const float*, int64_t) {
+  throw std::invalid_argument("feed-forward: sequence parallelism needs the dense SwiGLU layer");
+}
+
+void FeedForward::backward_sequence_split(float*, const float*, const float*, int64_t) {
+  throw std::invalid_argument("feed-forward: sequence parallelism needs the dense SwiGLU layer");
+}
+
+void SwiGluFeedForward::forward_sequence_split(float* out, const float* inp, int64_t N) {
+  const int64_t FL = w2_.in_features();
+  h13_.resize(static_cast<size_t>(N * 2 * FL));
+  g_.resize(static_cast<size_t>(N * FL));
+  all_gather_matmul(h13_.data(), inp, N, w13_, group_);    // [NL, C] split -> [N, 2*FL] sharded
+  swiglu_forward(g_.data(), h13_.data(), N, FL);           // [N, FL] sharded
+  matmul_reduce_scatter(out, g_.data(), N, w2_, group_);  // -> [NL, C] split
+}
+
+void SwiGluFeedForward::backward_sequence_split(float* dinp, const float* dout, const float* inp, int64_t N) {
+  const int64_t FL = w2_.in_features();
+  dg_.assign(static_cast<size_t>(N * FL), 0.0f);
+  dh13_.assign(static_cast<size_t>(N * 2 * FL), 0.0f);
+  matmul_reduce_scatter_backward(dg_.data(), dout, g_.data(), N, w2_, group_);  // all_gather of dout
+  swiglu_backward(dh13_.data(), dg_.data(), h13_.data(), N, FL);
+  all_gather_matmul_backward(dinp, dh13_.data(), inp, N, w13_, group_);  // reduce_scatter of dinp
 }
 
 void SwiGluFeedForward::release_activations() {

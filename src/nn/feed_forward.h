@@ -46,12 +46,21 @@ class FeedForward {
   virtual void release_activations() {}
   // Bytes of what forward keeps for backward (allocated capacity).
   virtual int64_t activation_bytes() const { return 0; }
+
+  // Sequence parallel (nn/sequence_parallel.h, model/llama.h set_sequence_parallel): inp, out,
+  // dinp and dout are this device's rows [NL, C] of the N rows (dist::even_split over the tensor
+  // group); N is the full count. The dense layer only: the default throws.
+  virtual bool supports_sequence_split() const { return false; }
+  virtual void forward_sequence_split(float* out, const float* inp, int64_t N);
+  virtual void backward_sequence_split(float* dinp, const float* dout, const float* inp, int64_t N);
 };
 
 // The dense SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
 //   w1|w3: one AllToShardedLinear with two segments (rows FL of each) -> h13[N, 2*FL]
 //   w2:    ShardedToAllLinear over FL columns -> all_sum -> out[N, C]
-// Communication: one all_sum of [N, C] in forward, one in backward.
+// Communication: one all_sum of [N, C] in forward, one in backward. Sequence split: w1|w3 is an
+// all_gather_matmul and w2 a matmul_reduce_scatter (nn/collective_matmul.h); backward their
+// transposes (nn/sequence_parallel.h).
 class SwiGluFeedForward : public FeedForward {
  public:
   // w1, w3: [FL, C]; w2: [C, FL]; prefix: "layers.3."; ffn_ranges: every member's FL rows of F.
@@ -65,6 +74,9 @@ class SwiGluFeedForward : public FeedForward {
   int64_t parameter_bytes() const override;
   void release_activations() override;
   int64_t activation_bytes() const override;
+  bool supports_sequence_split() const override { return true; }
+  void forward_sequence_split(float* out, const float* inp, int64_t N) override;
+  void backward_sequence_split(float* dinp, const float* dout, const float* inp, int64_t N) override;
 
  private:
   AllToShardedLinear w13_;  // parts: w1 [FL, C], w3 [FL, C]

@@ -67,6 +67,12 @@ void check_options(const TrainOptions& o) {
                   o.init->config().vocab_size == o.model.vocab_size))
     fail("model.init_from has a different shape than the [model] section");
   if (o.resume && o.out_dir.empty()) fail("--resume needs train.out_dir");
+  if (o.sequence_parallel && o.model.is_moe())
+    fail("mesh.sequence_parallel = true is not supported with a MoE model (model.n_experts = " +
+         std::to_string(o.model.n_experts) + ")");
+  if (o.sequence_parallel && o.seq_len % TP != 0)
+    fail("mesh.sequence_parallel = true needs train.seq_len = " + std::to_string(o.seq_len) +
+         " divisible by the tensor axis '" + o.tensor_axis + "' = " + std::to_string(TP));
 }
 
 bool is_writer_process(const TrainOptions& o) {
@@ -83,6 +89,7 @@ MemoryLayout memory_layout(const TrainOptions& o) {
   m.rows = o.batch_size / m.data;
   m.seq_len = o.seq_len;
   m.recompute = o.recompute;
+  m.sequence_parallel = o.sequence_parallel;
   m.shard_optimizer = o.shard_optimizer;
   m.bucket_elems = o.bucket_elems;
   return m;
@@ -194,6 +201,7 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
       optimizer_(llama_, axes_, tp_.rank(), o_.adamw, o_.shard_optimizer, o_.bucket_elems),
       rows_(data_rows(o_.batch_size * o_.grad_accum, data_.size(), data_.rank())) {
   llama_.set_recompute(o_.recompute);
+  llama_.set_sequence_parallel(o_.sequence_parallel);
   if (s_.resume_file) {
     check_same_resume_step();
     optimizer_.set_moments(0, load_moments(*s_.resume_file, o_.model, tp_, experts_, EXP_AVG_PREFIX));
@@ -289,7 +297,8 @@ void DeviceRun::run() {
     s_.open_files();
     if (o_.progress)
       s_.progress.message("memory per device (device 0): " + describe(run_device_bytes(o_)) +
-                          (o_.recompute ? " (recompute)" : "") + (o_.shard_optimizer ? " (optimizer sharded)" : ""));
+                          (o_.recompute ? " (recompute)" : "") + (o_.shard_optimizer ? " (optimizer sharded)" : "") +
+                          (o_.sequence_parallel ? " (sequence parallel)" : ""));
   }
   const auto run_start = Clock::now();
   auto last = run_start;

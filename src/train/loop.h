@@ -89,6 +89,7 @@ struct TrainOptions {
   int seq_len = 64;
   int grad_accum = 1;   // K micro-batches per optimizer step: a step sees K * batch_size rows
   bool recompute = false;        // activation checkpointing per block (model/llama.h set_recompute)
+  bool sequence_parallel = false;  // token rows split over the tensor axis (model/llama.h set_sequence_parallel)
   bool shard_optimizer = false;  // ZeRO-1 (train/data_parallel_optimizer.h)
   int64_t bucket_elems = 262144; // floats per data-parallel gradient bucket
   uint64_t seed = 1337;

@@ -24,14 +24,16 @@ int64_t local_numel(const model::ParamSpec& spec, const model::LlamaConfig& c, c
   return plan.ffn.count * C;  // w1, w2, w3
 }
 
-int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan) {
+int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan,
+                          int tensor_rank) {
   const int64_t N = int64_t{m.rows} * m.seq_len, C = c.dim, T = m.seq_len, L = c.n_layers;
   const int64_t QL = plan.q_rows().count, KVL = plan.kv_rows().count, VL = plan.vocab.count;
   const int64_t FL = c.is_moe() ? 0 : plan.ffn.count;
-  const int64_t block_input = N * C;
-  const int64_t block_rest = 3 * N * C + 2 * N + N * (QL + 2 * KVL) + N * QL + int64_t{m.rows} * plan.heads.count * T * T;
+  const int64_t R = m.sequence_parallel ? dist::even_split(N, m.tensor, tensor_rank).count : N;  // residual rows
+  const int64_t block_input = R * C;
+  const int64_t block_rest = 3 * R * C + 2 * R + N * (QL + 2 * KVL) + N * QL + int64_t{m.rows} * plan.heads.count * T * T;
   const int64_t ffn = 6 * N * FL;
-  const int64_t last = 3 * N * C + 2 * N + N * VL;
+  const int64_t last = 2 * R * C + N * C + R + N + N * VL;  // x_final, scratch, xf; rstdf, losses; probs
   if (m.recompute) return L * block_input + block_rest + ffn + last;
   return L * (block_input + block_rest + ffn) + last;
 }
@@ -62,7 +64,7 @@ DeviceBytes device_bytes(const model::LlamaConfig& c, const MemoryLayout& m, int
       moments += dist::even_split(std::min(m.bucket_elems, flat - o), m.data, data_rank).count;
   }
   const int64_t f = static_cast<int64_t>(sizeof(float));
-  return {local * f, local * f, 2 * moments * f, activation_floats(c, m, plan) * f};
+  return {local * f, local * f, 2 * moments * f, activation_floats(c, m, plan, tensor_rank) * f};
 }
 
 std::string describe(const DeviceBytes& b) {

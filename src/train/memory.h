@@ -13,6 +13,9 @@
 //                peak_activation_bytes): per block [N, C] x 4, [N] x 2, [N, QL+2KVL], [N, QL],
 //                [rows, NH_L, T, T] and the SwiGLU's [N, FL] x 6; then [N, C] x 3, [N] x 2,
 //                [N, VL]. With recompute: only each block's input [N, C] plus one block's set.
+//                Sequence parallel: the [N, C] and [N] of the residual stream and the norms are
+//                this device's rows NL (even_split of N over the tensor axis), except the final
+//                norm's gathered output [N, C] (the classifier's input).
 //                Not counted: the backward's transient gradients; MoE expert buffers.
 #pragma once
 
@@ -33,6 +36,7 @@ struct MemoryLayout {
   bool recompute = false;
   bool shard_optimizer = false;
   int64_t bucket_elems = 262144;
+  bool sequence_parallel = false;  // [mesh] sequence_parallel (model/llama.h set_sequence_parallel)
 };
 
 struct DeviceBytes {

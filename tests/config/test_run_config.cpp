@@ -394,6 +394,16 @@ TEST_CASE("overrides (--set) parse TOML values, fall back to strings, and win ov
   CHECK(c.where("train.lr") == "--set train.lr=3e-4");
 }
 
+TEST_CASE("mesh.sequence_parallel loads from the file and from --set, and must be a boolean") {
+  TempDir dir;
+  CHECK_FALSE(load_run_config(dir.write("plain.toml", "[train]\nsteps = 1\n")).mesh.sequence_parallel);
+  const std::string path = dir.write("sp.toml", "[mesh]\nsequence_parallel = true\n");
+  CHECK(load_run_config(path).mesh.sequence_parallel);
+  CHECK_FALSE(load_run_config(path, {"mesh.sequence_parallel=false"}).mesh.sequence_parallel);
+  CHECK(error_of<ConfigError>([&] { load_run_config(path, {"mesh.sequence_parallel=2"}); }).find("mesh.sequence_parallel") !=
+        std::string::npos);
+}
+
 TEST_CASE("override (--set) errors name the flag") {
   TempDir dir;
   const std::string path = dir.write("run.toml", "[train]\nsteps = 100\n");

@@ -69,6 +69,11 @@ TEST_CASE("tpcli train: bad configs fail with one line before training starts") 
       {"shard_optimizer not a boolean", config_text("data = 1, model = 1"), "--set train.shard_optimizer=2",
        "train.shard_optimizer"},
       {"bucket_kb 0", config_text("data = 1, model = 1"), "--set train.bucket_kb=0", "train.bucket_kb"},
+      {"sequence_parallel with seq_len 15 on model=2", config_text("data = 1, model = 2"),
+       "--set mesh.sequence_parallel=true --set train.seq_len=15", "mesh.sequence_parallel = true needs train.seq_len = 15"},
+      {"sequence_parallel with a MoE model", config_text("data = 1, model = 2"),
+       "--set mesh.sequence_parallel=true --set model.n_experts=4 --set model.top_k=2",
+       "mesh.sequence_parallel = true is not supported with a MoE model (model.n_experts = 4)"},
   };
   for (const auto& c : cases) {
     INFO(c.name);

@@ -92,6 +92,25 @@ TEST_CASE("a replayable run from a checkpoint gives the same losses on meshes 1x
   fs::remove_all(dir);
 }
 
+TEST_CASE("sequence parallelism gives the losses of the run without it on meshes 1x2 and 2x2") {
+  auto dir = temp_dir("seqpar");
+  train::TrainOptions o = base_options();
+  const std::string init_path = (dir / "init.safetensors").string();
+  model::write_safetensors(init_path, model::random_weights(o.model, 97));
+  o.init = std::make_shared<model::SafetensorsFile>(init_path);
+  for (int D : {1, 2}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", 2}});
+    o.sequence_parallel = false;
+    const auto plain = losses_of(train::train(o));
+    o.sequence_parallel = true;
+    const auto split = losses_of(train::train(o));
+    REQUIRE(split.size() == plain.size());
+    INFO("mesh " << D << "x2");
+    for (size_t i = 0; i < plain.size(); ++i) CHECK(split[i] == Approx(plain[i]).epsilon(1e-5));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("resume after an interruption reproduces the uninterrupted loss sequence") {
   auto dir = temp_dir("resume");
   train::TrainOptions o = base_options();

@@ -116,3 +116,57 @@ TEST_CASE("global-norm weights count every distinct gradient element once") {
   });
   for (double t : totals) CHECK(t == Approx(ref_sq).epsilon(1e-5));
 }
+
+TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (model=2, data=2 x model=2, uneven rows, recompute)") {
+  const auto config = small_config();
+  const auto weights = model::random_weights(config, 13);
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> token(0, config.vocab_size - 1);
+  struct Case {
+    int D, TP, B, T;
+    bool recompute;
+  };
+  // 1x2 B=1 T=5: 5 rows over 2 devices (3 and 2); 1x4: 4 devices, 2 per KV head.
+  for (const Case c : {Case{1, 2, 4, 8, false}, Case{2, 2, 4, 8, false}, Case{1, 2, 1, 5, false}, Case{2, 2, 4, 8, true},
+                       Case{1, 4, 2, 8, false}}) {
+    DYNAMIC_SECTION("mesh data=" << c.D << ",model=" << c.TP << " B=" << c.B << " T=" << c.T << (c.recompute ? " recompute" : "")) {
+      std::vector<int> inputs(c.B * c.T), targets(c.B * c.T);
+      for (auto& t : inputs) t = token(rng);
+      for (auto& t : targets) t = token(rng);
+      dist::Mesh mesh({{"data", c.D}, {"model", c.TP}});
+      std::mutex mu;
+      std::vector<std::string> failures;
+      dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+        dist::Group& data = dev.axis("data");
+        train::ParallelAxes axes{&data, &dev.world(), c.D, c.TP, c.D, true};
+        const auto rows = train::data_rows(c.B, c.D, data.rank());
+        const auto first = static_cast<size_t>(rows.begin * c.T), n = static_cast<size_t>((rows.end - rows.begin) * c.T);
+        std::vector<double> loss(2);
+        std::vector<std::vector<std::vector<float>>> grads(2);  // [plain, split][parameter]
+        std::vector<int64_t> activations(2);
+        for (int split = 0; split < 2; ++split) {
+          model::Llama llama(weights, dev.axis("model"));
+          llama.set_recompute(c.recompute);
+          llama.set_sequence_parallel(split == 1);
+          loss[split] = train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(first, n),
+                                                       std::span(targets).subspan(first, n), rows.end - rows.begin, c.T);
+          for (auto& p : llama.parameters()) grads[split].emplace_back(p.grad->data(), p.grad->data() + p.grad->numel());
+          activations[split] = llama.peak_activation_bytes();
+        }
+        std::lock_guard lock(mu);
+        const std::string where = "device " + std::to_string(dev.rank()) + " ";
+        if (!(std::abs(loss[1] - loss[0]) <= 1e-5 * std::abs(loss[0])))
+          failures.push_back(where + "loss " + std::to_string(loss[1]) + " vs " + std::to_string(loss[0]));
+        for (size_t i = 0; i < grads[0].size(); ++i) {
+          const double d = rel_diff(grads[1][i], grads[0][i]);
+          if (!(d <= 1e-5)) failures.push_back(where + "parameter " + std::to_string(i) + " rel " + std::to_string(d));
+        }
+        if (c.TP > 1 && !(activations[1] < activations[0]))
+          failures.push_back(where + "activations " + std::to_string(activations[1]) + " not below " +
+                             std::to_string(activations[0]));
+      });
+      for (const auto& f : failures) UNSCOPED_INFO(f);
+      CHECK(failures.empty());
+    }
+  }
+}

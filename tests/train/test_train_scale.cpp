@@ -201,27 +201,29 @@ TEST_CASE("bytes per device: the accounting equals what the model and optimizer 
   std::vector<int> tokens(static_cast<size_t>(rows * T));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>(i % 20);
   for (bool shard : {false, true})
-    for (bool recompute : {false, true}) {
-      INFO("shard " << shard << " recompute " << recompute);
-      dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
-        dist::Group& data = dev.axis("data");
-        dist::Group& tp = dev.axis("model");
-        model::Llama llama(weights, tp);
-        llama.set_recompute(recompute);
-        train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};
-        train::DataParallelOptimizer optimizer(llama, axes, tp.rank(), {}, shard, 1001);
-        for (int step = 0; step < 2; ++step) llama.forward_backward(tokens, tokens, rows, T);
-        train::MemoryLayout layout{2, 2, 2, true, rows, T, recompute, shard, 1001};
-        const train::DeviceBytes want = train::device_bytes(o.model, layout, tp.rank(), data.rank(), data.rank());
-        int64_t params = 0;
-        for (auto& p : llama.parameters()) params += p.value->numel() * 4;
-        CHECK(want.parameters == params);
-        CHECK(want.gradients == params);
-        CHECK(want.optimizer == optimizer.moment_bytes());
-        CHECK(want.activations == llama.peak_activation_bytes());
-        if (shard) CHECK(optimizer.moment_bytes() < 2 * params);
-      });
-    }
+    for (bool recompute : {false, true})
+      for (bool split : {false, true}) {
+        INFO("shard " << shard << " recompute " << recompute << " sequence parallel " << split);
+        dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
+          dist::Group& data = dev.axis("data");
+          dist::Group& tp = dev.axis("model");
+          model::Llama llama(weights, tp);
+          llama.set_recompute(recompute);
+          llama.set_sequence_parallel(split);
+          train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};
+          train::DataParallelOptimizer optimizer(llama, axes, tp.rank(), {}, shard, 1001);
+          for (int step = 0; step < 2; ++step) llama.forward_backward(tokens, tokens, rows, T);
+          train::MemoryLayout layout{2, 2, 2, true, rows, T, recompute, shard, 1001, split};
+          const train::DeviceBytes want = train::device_bytes(o.model, layout, tp.rank(), data.rank(), data.rank());
+          int64_t params = 0;
+          for (auto& p : llama.parameters()) params += p.value->numel() * 4;
+          CHECK(want.parameters == params);
+          CHECK(want.gradients == params);
+          CHECK(want.optimizer == optimizer.moment_bytes());
+          CHECK(want.activations == llama.peak_activation_bytes());
+          if (shard) CHECK(optimizer.moment_bytes() < 2 * params);
+        });
+      }
   // Sharding halves the optimizer state on data=2 (up to a bucket's odd element).
   train::MemoryLayout plain{2, 1, 2, true, 2, 16, false, false, 1001}, sharded = plain;
   sharded.shard_optimizer = true;
@@ -229,4 +231,10 @@ TEST_CASE("bytes per device: the accounting equals what the model and optimizer 
   CHECK(std::abs(2 * b.optimizer - a.optimizer) <= 8 * (a.parameters / 4 / 1001 + 1));
   plain.recompute = true;
   CHECK(train::device_bytes(o.model, plain).activations < a.activations);
+  // Sequence parallel on model=2: the residual stream and norms take half the rows.
+  train::MemoryLayout tp{1, 2, 1, true, 2, 16, false, false, 1001}, split = tp;
+  split.sequence_parallel = true;
+  const int64_t C = o.model.dim, N = 2 * 16, L = o.model.n_layers;
+  CHECK(train::device_bytes(o.model, tp).activations - train::device_bytes(o.model, split).activations ==
+        4 * (L * (4 * (N / 2) * C + 2 * (N / 2)) + 2 * (N / 2) * C + N / 2));
 }

@@ -1,0 +1,64 @@
+// tpcli::nn — the backward halves of the collective matmuls (legend: sequence_parallel.h).
+#include "nn/sequence_parallel.h"
+
+#include <algorithm>
+#include <span>
+
+namespace tpcli::nn {
+
+void all_gather_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group) {
+  const int T = group.size();
+  std::vector<int64_t> counts = dist::even_split_counts(N, T);
+  for (auto& c : counts) c *= W;
+  const int64_t mine = counts[static_cast<size_t>(group.rank())];
+  group.all_gather_v(std::span<const float>(inp, static_cast<size_t>(mine)),
+                     std::span<float>(out, static_cast<size_t>(N * W)), counts);
+}
+
+void reduce_scatter_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group,
+                         std::vector<float>& scratch) {
+  const int T = group.size(), r = group.rank();
+  const int64_t NP = (N + T - 1) / T;  // padded chunk: equal chunks split by elements as by rows
+  const dist::Range mine = dist::even_split(N, T, r);
+  if (NP * T == N) {
+    group.reduce_scatter(std::span<const float>(inp, static_cast<size_t>(N * W)),
+                         std::span<float>(out, static_cast<size_t>(mine.count * W)));
+    return;
+  }
+  scratch.assign(static_cast<size_t>(T * NP * W + NP * W), 0.0f);  // [T, NP, W] padded in, then [NP, W] out
+  for (int m = 0; m < T; ++m) {
+    const dist::Range c = dist::even_split(N, T, m);
+    std::copy(inp + c.offset * W, inp + (c.offset + c.count) * W, scratch.begin() + m * NP * W);
+  }
+  std::span<float> all(scratch);
+  group.reduce_scatter(all.first(static_cast<size_t>(T * NP * W)), all.last(static_cast<size_t>(NP * W)));
+  std::copy(all.end() - NP * W, all.end() - NP * W + mine.count * W, out);
+}
+
+void all_gather_matmul_backward(float* dinp, const float* dout, const float* inp, int64_t N, AllToShardedLinear& layer,
+                                dist::Group& group) {
+  const int64_t IN = layer.in_features(), OL = layer.out_features();
+  const dist::Range mine = dist::even_split(N, group.size(), group.rank());
+  std::vector<float> inp_full(static_cast<size_t>(N * IN));        // [N, IN] gathered again (not saved)
+  std::vector<float> dinp_partial(static_cast<size_t>(N * IN), 0);  // [N, IN] this member's term of the sum
+  all_gather_rows(inp_full.data(), inp, N, IN, group);
+  int64_t col = 0;
+  for (int i = 0; i < layer.n_parts(); ++i) {
+    Linear& p = layer.part(i);
+    if (p.out_features() > 0) p.backward(dinp_partial.data(), dout + col, inp_full.data(), N, OL);
+    col += p.out_features();
+  }
+  std::vector<float> mine_sum(static_cast<size_t>(mine.count * IN)), scratch;  // [NL, IN]
+  reduce_scatter_rows(mine_sum.data(), dinp_partial.data(), N, IN, group, scratch);
+  for (size_t i = 0; i < mine_sum.size(); ++i) dinp[i] += mine_sum[i];
+}
+
+void matmul_reduce_scatter_backward(float* dinp, const float* dout, const float* inp, int64_t N,
+                                    ShardedToAllLinear& layer, dist::Group& group) {
+  const int64_t OUT = layer.out_features();
+  std::vector<float> dout_full(static_cast<size_t>(N * OUT));  // [N, OUT] mirrored
+  all_gather_rows(dout_full.data(), dout, N, OUT, group);
+  layer.backward(dinp, dout_full.data(), inp, N);  // local product: no communication
+}
+
+}  // namespace tpcli::nn
