@@ -98,6 +98,8 @@ TEST_CASE("sequence parallelism gives the losses of the run without it on meshes
   const std::string init_path = (dir / "init.safetensors").string();
   model::write_safetensors(init_path, model::random_weights(o.model, 97));
   o.init = std::make_shared<model::SafetensorsFile>(init_path);
+  o.steps = 50;
+  o.schedule.total_steps = 50;
   for (int D : {1, 2}) {
     o.mesh = dist::Mesh({{"data", D}, {"model", 2}});
     o.sequence_parallel = false;
