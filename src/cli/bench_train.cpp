@@ -1,7 +1,8 @@
 // tpcli bench train --config C [--meshes 1x1,1x2,2x1,2x1+shard] [--steps N] — training throughput
 // of a run config on several meshes (data x model), as tokens/s and model FLOPs utilisation (MFU)
 // against the BLIS sgemm peak measured in the same run. A mesh may carry options: "+shard"
-// (train.shard_optimizer, ZeRO-1), "+recompute" (train.recompute), "+plain" (neither).
+// (train.shard_optimizer, ZeRO-1), "+recompute" (train.recompute), "+sp" (mesh.sequence_parallel),
+// "+plain" (none of them).
 //
 // Model FLOPs per token (PaLM's appendix B): 6 * (matmul parameters, the classifier included, the
 // embedding lookup not) + 12 * L * C * T for attention scores and values (forward + backward).
@@ -84,14 +85,15 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     char x = 0;
     std::istringstream in(m.substr(0, m.find('+')));
     if (!(in >> D >> x >> TP) || x != 'x' || D < 1 || TP < 1 || !in.eof())
-      throw UsageError("--meshes " + m + ": expected DATAxMODEL[+shard][+recompute], e.g. 2x1+shard");
+      throw UsageError("--meshes " + m + ": expected DATAxMODEL[+shard][+recompute][+sp], e.g. 2x1+shard");
     config::RunConfig cfg = base;
     for (size_t at = m.find('+'); at != std::string::npos; at = m.find('+', at + 1)) {
       const std::string option = m.substr(at + 1, m.find('+', at + 1) - at - 1);
       if (option == "shard") cfg.train.shard_optimizer = true;
       else if (option == "recompute") cfg.train.recompute = true;
-      else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = false;
-      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, plain)");
+      else if (option == "sp") cfg.mesh.sequence_parallel = true;
+      else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = cfg.mesh.sequence_parallel = false;
+      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, sp, plain)");
     }
     config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
     Prepared p = prepare_training(cfg, false);
