@@ -180,7 +180,8 @@ TEST_CASE("tpcli export --to llama2c: the .bin gives the same greedy tokens in i
 TEST_CASE("tpcli train prints the bytes per device that tpcli inspect shows, for the same config and mesh") {
   fs::remove_all(scratch() / "run");
   const std::string path = write_config("memory.toml", config_text("data = 2, model = 2"));
-  for (const std::string sets : {"", " --set train.shard_optimizer=true --set train.recompute=true --set train.grad_accum=2"}) {
+  for (const std::string sets : {"", " --set train.shard_optimizer=true --set train.recompute=true --set train.grad_accum=2",
+                                  " --set mesh.sequence_parallel=true --set train.grad_accum=2"}) {
     Run t = run_tpcli("train " + path + " --set train.sample_tokens=0" + sets);
     Run i = run_tpcli("inspect " + path + sets);
     INFO("train stderr: " << t.err << "\ninspect: " << i.out);
@@ -190,6 +191,7 @@ TEST_CASE("tpcli train prints the bytes per device that tpcli inspect shows, for
     REQUIRE(at != std::string::npos);
     const std::string line = t.err.substr(at, t.err.find('\n', at) - at);
     CHECK(i.out.find(line) != std::string::npos);
+    CHECK((line.find("(sequence parallel)") != std::string::npos) == (sets.find("sequence_parallel") != std::string::npos));
   }
 }
 
