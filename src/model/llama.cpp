@@ -370,9 +370,10 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
 
   const dist::Range rows = sequence_rows(N);
   const int64_t R = rows.count;
+  const bool split = rows_split();  // the same on every device (R may not be: uneven rows)
   std::vector<float> x(static_cast<size_t>(N * C));  // [N, C], then [R, C]: the residual stream
   embed(x.data(), tokens);  // all_gather_v of the rows from their owners (frozen: from the packed rows)
-  if (R < N) x = std::vector<float>(x.begin() + rows.offset * C, x.begin() + (rows.offset + R) * C);
+  if (split) x = std::vector<float>(x.begin() + rows.offset * C, x.begin() + (rows.offset + R) * C);
   for (size_t l = 0; l < layers_.size(); ++l) {
     A.layers[l].x_in = x;
     block_forward(l, A.layers[l].x_in.data(), x.data(), B, T);
@@ -380,9 +381,9 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
   }
   A.x_final = std::move(x);
   size(A.xf, N * C); size(A.rstdf, R); size(A.probs, N * VL); size(A.losses, N); size(A.tmp, R * C);
-  float* xf_rows = R < N ? A.tmp.data() : A.xf.data();  // [R, C]
+  float* xf_rows = split ? A.tmp.data() : A.xf.data();  // [R, C]
   nn::rmsnorm_forward(xf_rows, A.rstdf.data(), A.x_final.data(), norm_.data(), R, C, config_.norm_eps);
-  if (R < N) nn::all_gather_rows(A.xf.data(), xf_rows, N, C, group_);  // split -> mirrored
+  if (split) nn::all_gather_rows(A.xf.data(), xf_rows, N, C, group_);  // split -> mirrored
   classifier_forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
   float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
                                          plan_.vocab.offset, N, VL, group_);
@@ -404,7 +405,7 @@ void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int 
   size(a.xn1, R * C); size(a.rstd1, R); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
   size(a.y, N * QL); size(a.xm, R * C); size(a.xn2, R * C); size(a.rstd2, R); size(A.tmp, R * C);
   nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), R, C, config_.norm_eps);
-  if (sequence_parallel_)
+  if (rows_split())
     nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.qkv, group_);  // [R, C] split -> [N, QKV] sharded
   else
     L.qkv_forward(a.qkv.data(), a.xn1.data(), N);
@@ -414,13 +415,13 @@ void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int 
     rope_.forward(a.qkv.data() + n * QKV + QL, shape.kv_heads, pos);
   }
   nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, shape);
-  if (sequence_parallel_)
+  if (rows_split())
     nn::matmul_reduce_scatter(A.tmp.data(), a.y.data(), N, L.wo, group_);  // -> [R, C] split
   else
     L.wo_forward(A.tmp.data(), a.y.data(), N);  // all_sum
   for (int64_t i = 0; i < R * C; ++i) a.xm[i] = x_in[i] + A.tmp[i];
   nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), R, C, config_.norm_eps);
-  if (sequence_parallel_)
+  if (rows_split())
     L.ffn->forward_sequence_split(A.tmp.data(), a.xn2.data(), N);  // collective matmuls inside
   else
     L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
@@ -440,7 +441,8 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
   std::vector<float> dxf(static_cast<size_t>(N * C), 0.0f);  // [N, C] partial
   classifier().backward(dxf.data(), dlogits.data(), A.xf.data(), N);
   const int64_t R = sequence_rows(N).count;
-  if (R < N) {  // partial -> split: only this device's rows go on
+  const bool split = rows_split();
+  if (split) {  // partial -> split: only this device's rows go on
     std::vector<float> mine(static_cast<size_t>(R * C)), scratch;  // [R, C]
     nn::reduce_scatter_rows(mine.data(), dxf.data(), N, C, group_, scratch);
     dxf = std::move(mine);
@@ -460,7 +462,7 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
       layers_[li].ffn->release_activations();
     }
   }
-  if (R < N) {  // split -> mirrored: the embedding's rows are owned by vocabulary, not by position
+  if (split) {  // split -> mirrored: the embedding's rows are owned by vocabulary, not by position
     std::vector<float> all(static_cast<size_t>(N * C));  // [N, C]
     nn::all_gather_rows(all.data(), dx.data(), N, C, group_);
     dx = std::move(all);
@@ -481,13 +483,13 @@ void Llama::block_backward(size_t li, float* dx, int B, int T) {
   const auto& a = A.layers[recompute_ ? layers_.size() : li];
   const float* x_in = A.layers[li].x_in.data();
   // feed-forward branch: x_out = xm + ffn(ffn_norm(xm))
-  if (sequence_parallel_)
+  if (rows_split())
     L.ffn->backward_sequence_split(dxn.data(), dx, a.xn2.data(), N);
   else
     L.ffn->backward(dxn.data(), dx, a.xn2.data(), N);
   nn::rmsnorm_backward(dx, L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(), a.rstd2.data(), R, C);
   // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
-  if (sequence_parallel_)
+  if (rows_split())
     nn::matmul_reduce_scatter_backward(dy.data(), dx, a.y.data(), N, L.wo, group_);  // all_gather of dx
   else
     L.wo.backward(dy.data(), dx, a.y.data(), N);
@@ -498,15 +500,17 @@ void Llama::block_backward(size_t li, float* dx, int B, int T) {
     rope_.backward(dqkv.data() + n * QKV + QL, shape.kv_heads, pos);
   }
   std::fill(dxn.begin(), dxn.end(), 0.0f);
-  if (sequence_parallel_)
+  if (rows_split())
     nn::all_gather_matmul_backward(dxn.data(), dqkv.data(), a.xn1.data(), N, L.qkv, group_);  // reduce_scatter
   else
     L.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
   nn::rmsnorm_backward(dx, L.attention_norm_grad.data(), dxn.data(), x_in, L.attention_norm.data(), a.rstd1.data(), R, C);
 }
 
+bool Llama::rows_split() const { return sequence_parallel_ && group_.size() > 1; }
+
 dist::Range Llama::sequence_rows(int64_t N) const {
-  return sequence_parallel_ ? dist::even_split(N, group_.size(), group_.rank()) : dist::Range{0, N};
+  return rows_split() ? dist::even_split(N, group_.size(), group_.rank()) : dist::Range{0, N};
 }
 
 void Llama::set_sequence_parallel(bool on) {
@@ -597,7 +601,7 @@ float Llama::forward_backward(std::span<const int> tokens, std::span<const int> 
       before.push_back(L.qkv.part(1).grad());
       before.push_back(L.qkv.part(2).grad());
     }
-  const bool split_norms = sequence_parallel_ && group_.size() > 1;
+  const bool split_norms = rows_split();
   const std::vector<float> norms_before = split_norms ? norm_grads() : std::vector<float>{};
   peak_activation_bytes_ = 0;
   float loss = train_forward(tokens, targets, B, T);

@@ -128,7 +128,9 @@ class Llama {
   void block_backward(size_t l, float* dx, int B, int T);  // dx[N, C]: d out -> d in, in place
   int64_t activation_bytes() const;
   void note_activation_bytes();
-  // This device's rows of the N token rows: all of them, or its chunk under sequence parallelism.
+  // Whether the residual stream is split by rows: sequence parallel on more than one device.
+  bool rows_split() const;
+  // This device's rows of the N token rows: all of them, or its chunk when rows_split().
   dist::Range sequence_rows(int64_t N) const;
   std::vector<float> norm_grads() const;  // [(2L+1) * C] every RMSNorm weight's gradient
   // Sequence parallel: each device's norm gradients cover its rows only; sums this call's

@@ -126,9 +126,10 @@ TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (
     int D, TP, B, T;
     bool recompute;
   };
-  // 1x2 B=1 T=5: 5 rows over 2 devices (3 and 2); 1x4: 4 devices, 2 per KV head.
+  // 1x2 B=1 T=5: 5 rows over 2 devices (3 and 2); 1x4: 4 devices, 2 per KV head; 1x4 B=1 T=3: a
+  // device without rows.
   for (const Case c : {Case{1, 2, 4, 8, false}, Case{2, 2, 4, 8, false}, Case{1, 2, 1, 5, false}, Case{2, 2, 4, 8, true},
-                       Case{1, 4, 2, 8, false}}) {
+                       Case{1, 4, 2, 8, false}, Case{1, 4, 1, 3, false}}) {
     DYNAMIC_SECTION("mesh data=" << c.D << ",model=" << c.TP << " B=" << c.B << " T=" << c.T << (c.recompute ? " recompute" : "")) {
       std::vector<int> inputs(c.B * c.T), targets(c.B * c.T);
       for (auto& t : inputs) t = token(rng);
