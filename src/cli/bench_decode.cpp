@@ -29,6 +29,7 @@
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/sampler.h"
+#include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
 
 #if defined(__x86_64__)
@@ -111,7 +112,7 @@ struct Bandwidth {
 };
 
 // Read bandwidth of `threads` threads, each streaming STREAMS buffers of its own (first touched by
-// itself, 64-byte aligned), over passes started together. Median and best are both reported, and compared with the median
+// itself, 64-byte aligned, huge pages as the weights), over passes started together. Median and best are both reported, and compared with the median
 // and best decode step: like with like, so the ratio stays fair on a machine shared with other work.
 Bandwidth measure_read_bandwidth(int threads, size_t total_bytes) {
   const size_t per_stream = total_bytes / static_cast<size_t>(threads * STREAMS) / sizeof(float) / 32 * 32;
@@ -123,8 +124,10 @@ Bandwidth measure_read_bandwidth(int threads, size_t total_bytes) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
-      std::vector<float> buffer(per_thread + 16, 1.0f);  // [STREAMS, per_stream] (+ alignment), first touched here
-      float* base = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) % 64 / sizeof(float)) % 16;
+      // [STREAMS, per_stream], first touched here; allocated as the weights are (tensor/aligned_storage.h:
+      // 64-byte aligned, on huge pages), so the roofline gets the same pages as the decode it judges
+      std::vector<float, tensor::AlignedAllocator<float>> buffer(per_thread, 1.0f);
+      float* base = buffer.data();
       const float* streams[STREAMS];
       for (int j = 0; j < STREAMS; ++j) streams[j] = base + j * per_stream;
       for (int p = 0; p < PASSES; ++p) {

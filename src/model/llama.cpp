@@ -75,7 +75,7 @@ Tensor copy_full(const WeightSource& w, const ParamSpec& spec) {
   if (static_cast<int64_t>(src.size()) != tensor::numel(spec.shape))
     throw std::invalid_argument("llama: parameter '" + spec.name + "' has " + std::to_string(src.size()) +
                                 " values, expected " + tensor::to_string(spec.shape));
-  return Tensor(spec.shape, std::vector<float>(src.begin(), src.end()));
+  return Tensor(spec.shape, src);
 }
 
 std::span<const float> checked(const WeightSource& w, const std::string& name, int64_t expected) {
@@ -107,6 +107,25 @@ std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const 
   Tensor w2 = nn::slice_columns(checked(w, p + "w2", C * F).data(), C, F, {plan.ffn});
   return std::make_unique<nn::SwiGluFeedForward>(std::move(w1), std::move(w3), std::move(w2), group, p,
                                                  std::move(ranges), F);
+}
+
+// The MoE feed-forward of block `l` of a frozen checkpoint: the router in f32, this device's
+// experts (of the expert group) with its rows of FE (of the tensor group, in whole groups:
+// shard_plan.h) in their stored format. experts.w1/w3 are [E*FE, C] matrices, experts.w2 [E*C, FE].
+std::unique_ptr<nn::FeedForward> make_packed_moe(const WeightSource& w, const LlamaConfig& c, int l,
+                                                 const ShardPlan& plan, dist::Group group, dist::Group experts) {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
+  const nn::MoeSizes sizes{C, FE, c.n_experts, c.top_k, c.moe_aux_loss, c.capacity_factor};
+  const dist::Range mine = nn::local_experts(c.n_experts, experts.size(), experts.rank()), h = plan.expert_ffn;
+  std::vector<nn::PackedExpert> local;
+  for (int64_t e = mine.offset; e < mine.offset + mine.count; ++e)
+    local.push_back({nn::QuantizedLinear(load_packed(w, p + "experts.w1", E * FE, C, e * FE + h.offset, h.count)),
+                     nn::QuantizedLinear(load_packed(w, p + "experts.w3", E * FE, C, e * FE + h.offset, h.count)),
+                     nn::QuantizedLinear(load_packed(w, p + "experts.w2", E * C, FE, e * C, C, {{h.offset, h.count}}))});
+  Tensor router({E, C}, checked(w, p + "router", E * C));
+  return std::make_unique<nn::QuantizedMoeFeedForward>(sizes, std::move(router), std::move(local), std::move(experts),
+                                                       std::move(group));
 }
 
 // The KV cache is sized by seq_len alone (read from a file's metadata): a seq_len within the
@@ -233,8 +252,8 @@ void Llama::load_packed_layers(const WeightSource& weights, std::vector<dist::Ra
     L.qkv_packed = nn::QuantizedAllToShardedLinear(
         {rows(p + "wq", Q, C, q_rows), rows(p + "wk", KV, C, kv_rows), rows(p + "wv", KV, C, kv_rows)}, group_);
     L.wo_packed = nn::QuantizedShardedToAllLinear(wo_columns(p + "wo"), group_);
-    if (config_.is_moe()) {  // experts: dequantized to f32 on load (nn/moe.h takes f32)
-      L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_);
+    if (config_.is_moe()) {  // experts stay packed (nn/moe.h QuantizedMoeFeedForward)
+      L.ffn = make_packed_moe(weights, config_, l, plan_, group_, expert_group_);
       continue;
     }
     L.ffn = std::make_unique<nn::QuantizedSwiGluFeedForward>(

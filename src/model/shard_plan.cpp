@@ -23,10 +23,14 @@ dist::Range kv_heads_for(dist::Range heads, int kv_mul) {
 
 // Quantized checkpoints split w2's input columns (the FFN rows) on whole groups: the unit FFN
 // rows are dealt out in. 1 when w2 is not quantized (no quantization, or F not a multiple of GS).
-int64_t ffn_unit(const LlamaConfig& c) {
-  if (!c.quantization || c.hidden_dim % c.quantization->group_size != 0) return 1;
+int64_t ffn_unit(const LlamaConfig& c, int64_t hidden) {
+  if (!c.quantization || hidden % c.quantization->group_size != 0) return 1;
   return c.quantization->group_size;
 }
+int64_t ffn_unit(const LlamaConfig& c) { return ffn_unit(c, c.hidden_dim); }
+// The same for the MoE experts' w2 (columns of FE): the expert hidden rows go in whole groups too.
+int64_t expert_hidden(const LlamaConfig& c) { return c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim; }
+int64_t expert_ffn_unit(const LlamaConfig& c) { return ffn_unit(c, expert_hidden(c)); }
 
 dist::Range split_in_units(int64_t n, int64_t unit, int devices, int rank) {
   const dist::Range r = dist::even_split(n / unit, devices, rank);
@@ -42,15 +46,16 @@ void check_tensor_devices(const LlamaConfig& config, int devices) {
   if (ffn_unit(config) > 1)
     require_at_least(config.hidden_dim / ffn_unit(config), "quantization groups of ffn rows", devices);
   require_at_least(config.vocab_size, "vocabulary rows", devices);
-  if (config.is_moe())
-    require_at_least(config.expert_hidden_dim ? config.expert_hidden_dim : config.hidden_dim,
-                     "expert ffn rows", devices);
+  if (config.is_moe()) {
+    require_at_least(expert_hidden(config), "expert ffn rows", devices);
+    if (expert_ffn_unit(config) > 1)
+      require_at_least(expert_hidden(config) / expert_ffn_unit(config), "quantization groups of expert ffn rows", devices);
+  }
 }
 
 std::vector<ShardPlan> plan_all_shards(const LlamaConfig& config, int devices) {
   check_tensor_devices(config, devices);
   const int kv_mul = config.n_heads / config.n_kv_heads;
-  const int fe = config.expert_hidden_dim ? config.expert_hidden_dim : config.hidden_dim;
   std::vector<ShardPlan> plans(static_cast<size_t>(devices));
   std::vector<int> holders(static_cast<size_t>(config.n_kv_heads), 0);
   for (int r = 0; r < devices; ++r) {
@@ -61,7 +66,7 @@ std::vector<ShardPlan> plan_all_shards(const LlamaConfig& config, int devices) {
     p.heads = dist::even_split(config.n_heads, devices, r);
     p.kv_heads = kv_heads_for(p.heads, kv_mul);
     p.ffn = split_in_units(config.hidden_dim, ffn_unit(config), devices, r);
-    p.expert_ffn = dist::even_split(fe, devices, r);
+    p.expert_ffn = split_in_units(expert_hidden(config), expert_ffn_unit(config), devices, r);
     p.vocab = dist::even_split(config.vocab_size, devices, r);
     for (int64_t k = p.kv_heads.offset; k < p.kv_heads.offset + p.kv_heads.count; ++k) ++holders[static_cast<size_t>(k)];
   }

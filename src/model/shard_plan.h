@@ -10,8 +10,8 @@
 //     of query heads): each holder computes that head's K/V itself, and the gradients of its wk/wv
 //     rows are summed over the holders (see kv_replicated);
 //   - FFN rows (F, and FE for experts) and vocabulary rows (the classifier and the token embedding)
-//     are split by dist::even_split; in a quantized checkpoint FFN rows go in whole groups (they are
-//     w2's input columns). wo's columns follow the heads; where they cut a group the model keeps
+//     are split by dist::even_split; in a quantized checkpoint FFN rows (and the experts' FE rows) go in whole
+//     groups (they are w2's input columns). wo's columns follow the heads; where they cut a group the model keeps
 //     that device's wo in f32.
 #pragma once
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -216,6 +217,28 @@ void experts_forward(std::vector<float>& ye, MoeActivations& a, const MoeWeights
   }
 }
 
+// experts_forward over packed experts: the same SwiGLU, each product by the packed kernels.
+void packed_experts_forward(std::vector<float>& ye, MoeActivations& a, const std::vector<PackedExpert>& experts,
+                            int64_t C) {
+  const int64_t R = a.expert_offsets.back(), EL = static_cast<int64_t>(a.expert_offsets.size()) - 1;
+  const int64_t FL = experts.empty() ? 0 : experts[0].w1.out_features();
+  a.h1.resize(static_cast<size_t>(R * FL));             // [R, FL]
+  a.h3.resize(static_cast<size_t>(R * FL));             // [R, FL]
+  std::vector<float> act(static_cast<size_t>(R * FL));  // [R, FL] silu(h1) * h3
+  ye.assign(static_cast<size_t>(R * C), 0.0f);          // [R, C]
+  for (int64_t j = 0; j < EL; ++j) {
+    const int64_t off = a.expert_offsets[static_cast<size_t>(j)], n = a.expert_offsets[static_cast<size_t>(j) + 1] - off;
+    if (n == 0 || FL == 0) continue;
+    const PackedExpert& e = experts[static_cast<size_t>(j)];
+    const float* x = a.xe.data() + off * C;
+    float *h1 = a.h1.data() + off * FL, *h3 = a.h3.data() + off * FL, *ac = act.data() + off * FL;
+    e.w1.forward(h1, x, n);
+    e.w3.forward(h3, x, n);
+    for (int64_t i = 0; i < n * FL; ++i) ac[i] = h1[i] * sigmoid(h1[i]) * h3[i];
+    e.w2.forward(ye.data() + off * C, ac, n);
+  }
+}
+
 // The reverse of experts_forward: dxe[R,C] = d(ye)/d(xe)^T dye; expert weight gradients +=.
 void experts_backward(std::vector<float>& dxe, const MoeGrads& g, const std::vector<float>& dye, const MoeWeights& w,
                       const MoeActivations& a, int64_t C, int64_t FL) {
@@ -247,19 +270,24 @@ void experts_backward(std::vector<float>& dxe, const MoeGrads& g, const std::vec
 
 }  // namespace
 
-float moe_forward(std::span<float> out, MoeActivations& a, std::span<const float> inp, const MoeWeights& w,
-                  const MoeSizes& s, int64_t n_tokens, dist::Group& experts, dist::Group* tensor) {
-  const int64_t N = n_tokens, C = s.dim, FL = hidden_local(s, tensor);
+namespace {
+
+// ye[R, C] = the local experts on their expert-major rows a.xe[R, C] (a.expert_offsets: blocks).
+using RunExperts = std::function<void(std::vector<float>& ye, MoeActivations& a)>;
+
+// moe_forward around any expert implementation: route, dispatch, run_experts, [all_sum], return, combine.
+float route_dispatch_combine(std::span<float> out, MoeActivations& a, std::span<const float> inp,
+                             std::span<const float> router, const MoeSizes& s, int64_t n_tokens, dist::Group& experts,
+                             dist::Group* tensor, const RunExperts& run_experts) {
+  const int64_t N = n_tokens, C = s.dim;
   const int K = s.top_k;
-  const int64_t EL = local_experts(s.n_experts, experts.size(), experts.rank()).count;
-  check(s, w, EL, FL);
   expect_size("moe input", inp.size(), N * C);
   expect_size("moe output", out.size(), N * C);
   a.n_tokens = N;
   a.stats = MoeStats{};
 
   // router -> softmax -> top-k -> gates; load-balancing statistics over the group
-  route(a, inp, w.router, s);
+  route(a, inp, router, s);
   std::vector<int64_t> kept = plan_rows(a, s);
   balance_loss(a, s, experts);
 
@@ -276,7 +304,7 @@ float moe_forward(std::span<float> out, MoeActivations& a, std::span<const float
 
   // experts (grouped matmul); a tensor-parallel expert ends in an all-sum (ShardedToAll)
   std::vector<float> ye;  // [R, C]
-  experts_forward(ye, a, w, C, FL);
+  run_experts(ye, a);
   if (tensor) tensor->all_sum(ye);
 
   // return trip, then combine with the gates
@@ -292,6 +320,17 @@ float moe_forward(std::span<float> out, MoeActivations& a, std::span<const float
     for (int64_t c = 0; c < C; ++c) o[c] += gt * y[c];
   }
   return a.stats.aux_loss;
+}
+
+}  // namespace
+
+float moe_forward(std::span<float> out, MoeActivations& a, std::span<const float> inp, const MoeWeights& w,
+                  const MoeSizes& s, int64_t n_tokens, dist::Group& experts, dist::Group* tensor) {
+  const int64_t C = s.dim, FL = hidden_local(s, tensor);
+  const int64_t EL = local_experts(s.n_experts, experts.size(), experts.rank()).count;
+  check(s, w, EL, FL);
+  return route_dispatch_combine(out, a, inp, w.router, s, n_tokens, experts, tensor,
+                                [&](std::vector<float>& ye, MoeActivations& acts) { experts_forward(ye, acts, w, C, FL); });
 }
 
 void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const float> dout, float d_aux,
@@ -439,7 +478,7 @@ MoeFeedForward::MoeFeedForward(const MoeSizes& sizes, std::span<const float> rou
   expect_size((prefix_ + "experts.w3").c_str(), w3.size(), E * FE * C);
   mine_ = local_experts(sizes_.n_experts, experts_.size(), experts_.rank());
   hidden_ = dist::even_split(FE, tensor_.size(), tensor_.rank());
-  router_ = tensor::Tensor({E, C}, std::vector<float>(router.begin(), router.end()));
+  router_ = tensor::Tensor({E, C}, router);
   w1_ = slice_experts(w1, mine_, hidden_, C, FE, true);
   w2_ = slice_experts(w2, mine_, hidden_, C, FE, false);
   w3_ = slice_experts(w3, mine_, hidden_, C, FE, true);
@@ -493,6 +532,56 @@ std::vector<std::pair<std::string, tensor::Tensor>> MoeFeedForward::gather_full(
 
 int64_t MoeFeedForward::parameter_bytes() const {
   return static_cast<int64_t>(sizeof(float)) * (router_.numel() + w1_.numel() + w2_.numel() + w3_.numel());
+}
+
+
+// ---- QuantizedMoeFeedForward ----
+
+QuantizedMoeFeedForward::QuantizedMoeFeedForward(const MoeSizes& sizes, tensor::Tensor router,
+                                                 std::vector<PackedExpert> local, dist::Group experts,
+                                                 dist::Group tensor)
+    : sizes_(sizes), experts_(std::move(experts)), tensor_(std::move(tensor)), router_(std::move(router)),
+      local_(std::move(local)) {
+  const int64_t C = sizes_.dim, E = sizes_.n_experts;
+  if (E < 1 || sizes_.top_k < 1 || sizes_.top_k > E)
+    throw std::invalid_argument("moe: top_k = " + std::to_string(sizes_.top_k) + " must be in [1, n_experts = " +
+                                std::to_string(E) + "]");
+  expect_size("router", static_cast<size_t>(router_.numel()), E * C);
+  const int64_t EL = local_experts(sizes_.n_experts, experts_.size(), experts_.rank()).count;
+  if (static_cast<int64_t>(local_.size()) != EL)
+    throw std::invalid_argument("moe: " + std::to_string(local_.size()) + " packed experts given, this member owns " +
+                                std::to_string(EL));
+  for (const PackedExpert& e : local_) {
+    const int64_t FL = local_[0].w1.out_features();
+    if (e.w1.in_features() != C || e.w3.in_features() != C || e.w2.out_features() != C || e.w1.out_features() != FL ||
+        e.w3.out_features() != FL || e.w2.in_features() != FL)
+      throw std::invalid_argument("moe: packed expert shapes differ from w1/w3 [FL, C], w2 [C, FL] with C = " +
+                                  std::to_string(C) + ", FL = " + std::to_string(FL));
+  }
+}
+
+void QuantizedMoeFeedForward::forward(float* out, const float* inp, int64_t N) {
+  const size_t n = static_cast<size_t>(N * sizes_.dim);
+  dist::Group* tensor = tensor_.size() > 1 ? &tensor_ : nullptr;
+  route_dispatch_combine({out, n}, acts_, {inp, n}, router_.span(), sizes_, N, experts_, tensor,
+                         [&](std::vector<float>& ye, MoeActivations& a) { packed_experts_forward(ye, a, local_, sizes_.dim); });
+}
+
+namespace {
+[[noreturn]] void frozen_moe(const char* what) {
+  throw std::invalid_argument(std::string("moe: ") + what +
+                              " of quantized (frozen) experts: training a quantized model is not supported");
+}
+}  // namespace
+
+void QuantizedMoeFeedForward::backward(float*, const float*, const float*, int64_t) { frozen_moe("backward"); }
+std::vector<ParamRef> QuantizedMoeFeedForward::parameters() { frozen_moe("parameters"); }
+std::vector<std::pair<std::string, tensor::Tensor>> QuantizedMoeFeedForward::gather_full() { frozen_moe("gather_full"); }
+
+int64_t QuantizedMoeFeedForward::parameter_bytes() const {
+  int64_t bytes = static_cast<int64_t>(sizeof(float)) * router_.numel();
+  for (const PackedExpert& e : local_) bytes += e.w1.bytes() + e.w3.bytes() + e.w2.bytes();
+  return bytes;
 }
 
 }  // namespace tpcli::nn

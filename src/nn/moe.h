@@ -64,6 +64,7 @@
 
 #include "dist/group.h"
 #include "nn/feed_forward.h"
+#include "nn/quantized_linear.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::nn {
@@ -182,6 +183,41 @@ class MoeFeedForward : public FeedForward {
   tensor::Tensor w1_, w1_grad_;          // [EL, FL, C]
   tensor::Tensor w2_, w2_grad_;          // [EL, C, FL]
   tensor::Tensor w3_, w3_grad_;          // [EL, FL, C]
+  MoeActivations acts_;
+};
+
+// One local expert over frozen packed weights (a quantized or 16-bit checkpoint): this member's
+// FL rows of w1 and w3 and FL columns of w2, in their stored format.
+struct PackedExpert {
+  QuantizedLinear w1;  // [FL, C]
+  QuantizedLinear w3;  // [FL, C]
+  QuantizedLinear w2;  // [C, FL]
+};
+
+// MoeFeedForward over packed experts (inference only): the same routing (f32 router), dispatch,
+// combine and communication, with each local expert's SwiGLU read from its packed weights by the
+// quantized kernels (tensor/packed_matrix.h), never dequantized to an f32 copy. backward,
+// parameters and gather_full throw: training a quantized model is not supported.
+class QuantizedMoeFeedForward : public FeedForward {
+ public:
+  // router [E, C] (mirrored); local: the experts local_experts(E, G, rank) of the expert group, in
+  // order, each holding this member's FL of FE (the tensor group splits FE; FL equal for all).
+  QuantizedMoeFeedForward(const MoeSizes& sizes, tensor::Tensor router, std::vector<PackedExpert> local,
+                          dist::Group experts, dist::Group tensor);
+
+  void forward(float* out, const float* inp, int64_t N) override;
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N) override;
+  std::vector<ParamRef> parameters() override;
+  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override;
+  int64_t parameter_bytes() const override;  // the f32 router plus the experts as stored
+
+  const MoeStats& stats() const { return acts_.stats; }
+
+ private:
+  MoeSizes sizes_;
+  dist::Group experts_, tensor_;
+  tensor::Tensor router_;            // [E, C]
+  std::vector<PackedExpert> local_;  // [EL]
   MoeActivations acts_;
 };
 

@@ -22,10 +22,10 @@ std::string to_string(const Shape& shape) {
 }
 
 // A failed allocation says what it was for and how much, not just "std::bad_alloc".
-static std::vector<float> zeros(const Shape& shape) {
+static std::vector<float, AlignedAllocator<float>> zeros(const Shape& shape) {
   const int64_t n = numel(shape);
   try {
-    return std::vector<float>(static_cast<size_t>(n), 0.0f);
+    return std::vector<float, AlignedAllocator<float>>(static_cast<size_t>(n), 0.0f);
   } catch (const std::bad_alloc&) {
     throw std::runtime_error("tensor: out of memory allocating shape " + to_string(shape) + " (" +
                              std::to_string(n * static_cast<int64_t>(sizeof(float)) / 1000000) + " MB)");
@@ -36,7 +36,8 @@ static std::vector<float> zeros(const Shape& shape) {
 
 Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(zeros(shape_)) {}
 
-Tensor::Tensor(Shape shape, std::vector<float> values) : shape_(std::move(shape)), data_(std::move(values)) {
+Tensor::Tensor(Shape shape, std::span<const float> values)
+    : shape_(std::move(shape)), data_(values.begin(), values.end()) {
   if (static_cast<int64_t>(data_.size()) != tensor::numel(shape_))
     throw std::invalid_argument("tensor: " + std::to_string(data_.size()) + " values do not fill shape " +
                                 to_string(shape_));

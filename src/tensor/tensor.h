@@ -1,6 +1,7 @@
 // tpcli::tensor — shapes and owned, contiguous f32 storage.
 //
-// A Tensor owns its floats (row-major, contiguous). Views are std::span<float> over a range of
+// A Tensor owns its floats (row-major, contiguous, 64-byte aligned; large ones on huge pages:
+// tensor/aligned_storage.h). Views are std::span<float> over a range of
 // rows: layers take spans plus sizes (llm.c style), so a view never outlives its owner by accident
 // and no strides leak past blas.h.
 #pragma once
@@ -9,7 +10,10 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "tensor/aligned_storage.h"
 
 namespace tpcli::tensor {
 
@@ -22,7 +26,8 @@ class Tensor {
  public:
   Tensor() = default;
   explicit Tensor(Shape shape);  // zero-filled
-  Tensor(Shape shape, std::vector<float> values);  // values.size() must equal numel(shape)
+  Tensor(Shape shape, std::span<const float> values);  // values.size() must equal numel(shape); copied
+  Tensor(Shape shape, const std::vector<float>& values) : Tensor(std::move(shape), std::span<const float>(values)) {}
 
   const Shape& shape() const { return shape_; }
   int64_t dim(int axis) const;  // negative axis counts from the end
@@ -48,7 +53,7 @@ class Tensor {
 
  private:
   Shape shape_;
-  std::vector<float> data_;
+  std::vector<float, AlignedAllocator<float>> data_;
 };
 
 }  // namespace tpcli::tensor

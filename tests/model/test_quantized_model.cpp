@@ -38,12 +38,15 @@ struct Decoded {
   std::vector<float> logits;  // [steps, V] of the forced prefix
 };
 
-// Greedy decode on T devices: `prefix` forced (its logits recorded), then `extra` greedy tokens.
-// Every device's result, rank order.
-std::vector<Decoded> decode(const model::WeightSource& w, int T, const std::vector<int>& prefix, int extra) {
-  std::vector<Decoded> out(T);
-  dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
-    model::Llama m(w, dev.axis("model"));
+// Greedy decode on a mesh (axis "model" splits the weights; a MoE's experts are dealt out over
+// "data" when there is one, every member feeding the same tokens): `prefix` forced (its logits
+// recorded), then `extra` greedy tokens. Every device's result, rank order.
+std::vector<Decoded> decode_on(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<int>& prefix,
+                               int extra) {
+  std::vector<Decoded> out(static_cast<size_t>(mesh.size()));
+  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+    model::Llama m = mesh.has_axis("data") ? model::Llama(w, dev.axis("model"), dev.axis("data"))
+                                           : model::Llama(w, dev.axis("model"));
     Decoded d;
     int pos = 0, token = prefix[0];
     for (; pos < static_cast<int>(prefix.size()); ++pos) {
@@ -55,9 +58,13 @@ std::vector<Decoded> decode(const model::WeightSource& w, int T, const std::vect
       d.tokens.push_back(token);
       token = m.forward_argmax(token, pos);
     }
-    out[dev.rank()] = std::move(d);
+    out[static_cast<size_t>(dev.rank())] = std::move(d);
   });
   return out;
+}
+
+std::vector<Decoded> decode(const model::WeightSource& w, int T, const std::vector<int>& prefix, int extra) {
+  return decode_on(w, dist::Mesh::line(T), prefix, extra);
 }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -227,6 +234,79 @@ TEST_CASE("stories260K quantized at group size 32: same greedy tokens on 1 and 2
       const size_t same = std::mismatch(one.tokens.begin(), one.tokens.end(), f32.tokens.begin()).first - one.tokens.begin();
       INFO("first " << same << " greedy tokens equal f32's");
       CHECK(same >= 10);
+    }
+  }
+}
+
+namespace {
+
+// 4 experts (top 2) of hidden 96 = 3 groups of 32, dim 64: FE is dealt out in whole groups on up
+// to 3 tensor-parallel devices.
+LlamaConfig moe_config() {
+  return LlamaConfig{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 64,
+                     .seq_len = 24, .n_experts = 4, .top_k = 2};
+}
+
+// The dequantized path: an f32 model holding the packed model's weights as f32 values.
+TensorWeights dequantized(const model::WeightSource& packed) {
+  LlamaConfig c = packed.config();
+  c.quantization.reset();
+  TensorWeights out(c);
+  for (const auto& spec : model::llama_parameters(c)) out.set(spec.name, tensor::Tensor(spec.shape, packed.get(spec.name)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("quantized MoE: packed experts give the dequantized path's tokens on 1..3 devices, with expert parallelism",
+          "[llama][quantized][moe]") {
+  const TensorWeights f32 = random_weights(moe_config(), 11);
+  for (const auto& format : {WeightFormat::affine(8, 32), WeightFormat::affine(4, 32), WeightFormat::mxfp8()}) {
+    const model::ConvertedWeights w(f32, format);
+    REQUIRE(model::stored_format(w, "layers.0.experts.w2") == format);
+    const std::vector<int> prefix = {3, 41, 9, 60};
+    const auto ref = decode(dequantized(w), 1, prefix, 10)[0];
+    const float scale = max_abs(ref.logits);
+    for (auto [G, T] : {std::pair{1, 1}, std::pair{1, 2}, std::pair{1, 3}, std::pair{2, 1}, std::pair{2, 2}, std::pair{4, 1}}) {
+      const auto got = decode_on(w, dist::Mesh({{"data", G}, {"model", T}}), prefix, 10);
+      for (size_t r = 0; r < got.size(); ++r) {
+        INFO(format.name() << ", data (experts) = " << G << ", model = " << T << ", device " << r);
+        CHECK(got[r].tokens == ref.tokens);
+        CHECK(max_abs_diff(got[r].logits, ref.logits) <= 1e-4f * scale);
+      }
+    }
+  }
+}
+
+TEST_CASE("quantized MoE: each device holds its experts packed (bytes as stored, dealt over the expert group)",
+          "[llama][quantized][moe]") {
+  const LlamaConfig c = moe_config();
+  const TensorWeights f32 = random_weights(c, 12);
+  const model::ConvertedWeights w(f32, WeightFormat::affine(8, 32));
+  int64_t experts_full = 0;  // every layer's experts.w1/w2/w3 as stored (packed words, scales, biases)
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const char* m : {"w1", "w2", "w3"})
+      experts_full += model::load_packed_full(w, "layers." + std::to_string(l) + ".experts." + m).bytes();
+  // 8-bit g32: 1 byte per weight + 8 bytes (scale, bias) per 32 = 1.25 of f32's 4 bytes
+  CHECK(experts_full * 16 == 3LL * c.n_layers * c.n_experts * c.hidden_dim * c.dim * 4 * 5);
+  for (auto [G, T] : {std::pair{1, 1}, std::pair{1, 2}, std::pair{2, 1}, std::pair{2, 2}}) {
+    const dist::Mesh mesh({{"data", G}, {"model", T}});
+    std::vector<int64_t> bytes(static_cast<size_t>(mesh.size()));
+    std::vector<int> data_rank(bytes.size()), model_rank(bytes.size());
+    dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+      const auto d = static_cast<size_t>(dev.rank());
+      bytes[d] = model::Llama(w, dev.axis("model"), dev.axis("data")).parameter_bytes();
+      data_rank[d] = dev.axis("data").rank();
+      model_rank[d] = dev.axis("model").rank();
+    });
+    const auto plans = model::plan_all_shards(w.config(), T);
+    for (size_t d = 0; d < bytes.size(); ++d) {
+      // shard_bytes counts every expert (this device's FE rows, packed); the expert group keeps EL of E
+      const int64_t experts_here = experts_full * plans[static_cast<size_t>(model_rank[d])].expert_ffn.count / c.hidden_dim;
+      const int64_t EL = nn::local_experts(c.n_experts, G, data_rank[d]).count;
+      INFO("data = " << G << ", model = " << T << ", device " << d);
+      CHECK(bytes[d] == model::shard_bytes(w, plans[static_cast<size_t>(model_rank[d])]) -
+                            experts_here * (c.n_experts - EL) / c.n_experts);
     }
   }
 }
