@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tensor/blas.h"
+#include "tensor/vec_math.h"
 
 namespace tpcli::nn {
 
@@ -22,6 +23,15 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] /= sum;
 }
 
+// Training's softmax of one row of scores: row[0..seen) <- softmax(row * scale) (the max taken
+// before scaling: scale > 0), eight lanes at a time (tensor/vec_math.h); row[seen..T) <- 0.
+void causal_softmax_row(float* row, int64_t seen, int64_t T, float scale) {
+  const float max_val = tensor::max_of(row, seen);
+  const float inv_sum = 1.0f / tensor::exp_sum(row, row, seen, scale, max_val * scale);
+  for (int64_t i = 0; i < seen; ++i) row[i] *= inv_sum;
+  std::fill(row + seen, row + T, 0.0f);
+}
+
 }  // namespace
 
 // Per sequence b and local head h, as gemms over the head's strided columns of qkv (row stride
@@ -29,7 +39,7 @@ void softmax(float* x, int64_t n) {
 // still far faster than dot products one pair at a time), a row-wise softmax, out = att v.
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, const AttentionShape& s) {
   const int64_t HS = s.head_size, QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
-  const float scale_div = sqrtf(static_cast<float>(HS));
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   using tensor::Trans;
   for (int64_t b = 0; b < B; ++b)
     for (int h = 0; h < s.heads; ++h) {
@@ -39,12 +49,7 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
       const float* v = qkv + b * T * QKV + voff;
       float* a = att + (b * s.heads + h) * T * T;  // [T, T]
       tensor::gemm(Trans::No, Trans::Yes, T, T, HS, 1.0f, q, QKV, k, QKV, 0.0f, a, T);
-      for (int64_t t = 0; t < T; ++t) {
-        float* row = a + t * T;
-        for (int64_t t2 = 0; t2 <= t; ++t2) row[t2] /= scale_div;
-        softmax(row, t + 1);
-        std::fill(row + t + 1, row + T, 0.0f);
-      }
+      for (int64_t t = 0; t < T; ++t) causal_softmax_row(a + t * T, t + 1, T, scale);
       tensor::gemm(Trans::No, Trans::No, T, HS, T, 1.0f, a, T, v, QKV, 0.0f, out + b * T * QL + h * HS, QL);
     }
 }
