@@ -40,8 +40,8 @@ void swiglu_backward(float* dh13, const float* dout, const float* h13, int64_t N
       for (int64_t j = 0; j < len; ++j) {
         const int64_t i = i0 + j;
         const float s = sig[j], silu = h1[i] * s;
-        d3[i] += g[i] * silu;
-        d1[i] += g[i] * h3[i] * s * (1.0f + h1[i] * (1.0f - s));
+        d3[i] = g[i] * silu;
+        d1[i] = g[i] * h3[i] * s * (1.0f + h1[i] * (1.0f - s));
       }
     }
   }
