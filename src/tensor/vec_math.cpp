@@ -110,4 +110,22 @@ void sigmoid(float* out, const float* in, int64_t n) {
   for (; i < n; ++i) out[i] = 1.0f / (1.0f + exp_approx(-in[i]));
 }
 
+double sum_of_squares(const float* in, int64_t n) {
+  int64_t i = 0;
+  double sum = 0.0;
+#ifdef TPCLI_VEC_MATH_AVX2
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8) {
+    const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(in + i)), hi = _mm256_cvtps_pd(_mm_loadu_ps(in + i + 4));
+    acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+    acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+  for (; i < n; ++i) sum += static_cast<double>(in[i]) * in[i];
+  return sum;
+}
+
 }  // namespace tpcli::tensor

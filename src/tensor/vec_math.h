@@ -24,4 +24,8 @@ float max_of(const float* in, int64_t n);
 // out[i] = 1 / (1 + e^-in[i]), i < n. out may be in.
 void sigmoid(float* out, const float* in, int64_t n);
 
+// sum of in[i]^2 in double (four lanes, then added), i < n: the gradient norm's pass over every
+// parameter, which a scalar double sum leaves one element per cycle.
+double sum_of_squares(const float* in, int64_t n);
+
 }  // namespace tpcli::tensor
