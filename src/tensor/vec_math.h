@@ -5,7 +5,8 @@
 // same in AVX2 registers: Cephes' expf (range reduction by ln2 in two parts, a degree-5
 // polynomial, 2^k put back in the exponent bits), within 2 ulp of expf, arguments clamped to
 // [-87, 88] (no denormals, no overflow). Builds without AVX2 run the same formula one float at a
-// time. Decode (attention_decode) keeps libm's expf, byte for byte with llama2.c.
+// time. SwiGLU uses them in inference too (the golden llama2.c outputs still match); the
+// inference softmaxes (attention_decode, attention_cached) keep libm's expf, llama2.c's order.
 #pragma once
 
 #include <cstdint>
