@@ -6,8 +6,10 @@
 //
 // Model FLOPs per token (PaLM's appendix B): 6 * (matmul parameters, the classifier included, the
 // embedding lookup not) + 12 * L * C * T for attention scores and values (forward + backward).
-// Peak: single-thread sgemm GFLOP/s on 1024^3 (best of 3) times the cores the mesh can use
-// (min(devices, cores)).
+// Peak: single-thread sgemm GFLOP/s on 1024^3 (best of 3) times the cores the mesh uses
+// (min(devices x BLIS threads per device, cores)). One BLIS thread per device by default, so the
+// first mesh (1x1) is one core and the ratios are what more devices give (train's own default,
+// cores / devices, would let 1x1 run its large gemms on every core).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -33,7 +35,7 @@ struct BenchTrainOptions {
   std::vector<std::string> meshes = {"1x1", "1x2", "2x1", "2x1+shard"};
   int steps = 10;   // timed
   int warmup = 2;   // untimed, first
-  int blas_threads = 0;  // per device; 0 = automatic (cores / devices)
+  int blas_threads = 1;  // per device; 0 = train's automatic (cores / devices)
   std::vector<std::string> set;
 };
 
@@ -77,8 +79,8 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
   std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "
               "(1 thread, 1024^3), %d cores\n",
               o.config.c_str(), o.warmup, o.steps, peak1, cores);
-  std::printf("%-16s %8s %12s %12s %10s %8s %10s %10s\n", "mesh", "devices", "step ms", "tokens/s", "GFLOP/s", "MFU",
-              "act MB", "optim MB");
+  std::printf("%-16s %8s %8s %12s %12s %10s %8s %10s %10s\n", "mesh", "devices", "threads", "step ms", "tokens/s",
+              "GFLOP/s", "MFU", "act MB", "optim MB");
   double base_tps = 0;
   for (const std::string& m : o.meshes) {
     int D = 0, TP = 0;
@@ -114,11 +116,12 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     const double median = step_s[step_s.size() / 2];
     const double tps = tokens_per_step / median;
     const double gflops = tps * flops_per_token(t.model, t.seq_len) / 1e9;
-    const double mfu = gflops / (peak1 * std::min(D * TP, cores));
+    const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // dist/runtime.cpp's rule
+    const double mfu = gflops / (peak1 * std::min(D * TP * threads, cores));
     if (base_tps == 0) base_tps = tps;
     const train::DeviceBytes bytes = train::run_device_bytes(t);  // device 0 (train/memory.h)
-    std::printf("%-16s %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f   (%.2fx the first mesh)\n", m.c_str(), D * TP,
-                median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6, tps / base_tps);
+    std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f   (%.2fx the first mesh)\n", m.c_str(), D * TP,
+                threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6, tps / base_tps);
     std::fflush(stdout);
   }
 }
@@ -130,7 +133,7 @@ void setup_bench_train(CLI::App& sub) {
   sub.add_option("--meshes", o->meshes, "meshes to compare, DATAxMODEL")->delimiter(',')->capture_default_str();
   sub.add_option("--steps", o->steps, "timed steps per mesh (median reported)")->capture_default_str();
   sub.add_option("--warmup", o->warmup, "untimed steps first")->capture_default_str();
-  sub.add_option("--blas-threads", o->blas_threads, "BLIS threads per device (0 = cores / devices)")
+  sub.add_option("--blas-threads", o->blas_threads, "BLIS threads per device (0 = cores / devices, train's default)")
       ->capture_default_str();
   sub.callback([o, flags] { run(*o, *flags); });
 }

@@ -23,8 +23,9 @@ struct AttentionShape {
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
 };
 
-// Training / batched: out[B*T, QL]; att[B, NH, T, T] saves the softmax probabilities (entries
-// with t2 > t are left zero).
+// Training / batched: out[B*T, QL]; att[B, NH, T, T] saves the softmax probabilities. Rows go in
+// blocks of 64: row t's entries are written up to the end of its block (zero for t2 > t), the
+// rest of the row is not written and not read by the backward.
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, const AttentionShape& s);
 // dqkv[B*T, QL+2*KVL] += ...; needs the forward's qkv and att.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,

@@ -5,25 +5,21 @@
 #include <limits>
 #include <vector>
 
+#include "tensor/vec_math.h"
+
 namespace tpcli::nn {
 
 float cross_entropy_forward(float* losses, float* probs, const float* logits, const int* targets, int64_t v0,
                             int64_t N, int64_t VL, dist::Group& group) {
   std::vector<float> row_max(static_cast<size_t>(N), -std::numeric_limits<float>::infinity());  // [N]
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t v = 0; v < VL; ++v) row_max[n] = std::max(row_max[n], logits[n * VL + v]);
+    if (VL > 0) row_max[n] = tensor::max_of(logits + n * VL, VL);
   group.all_max(row_max);
   std::vector<float> sums(static_cast<size_t>(2 * N), 0.0f);  // [2, N]: exp-sums, target logits
   for (int64_t n = 0; n < N; ++n) {
     const int64_t t = targets[n] - v0;  // read before probs (which may alias logits) is written
     if (t >= 0 && t < VL) sums[N + n] = logits[n * VL + t] - row_max[n];
-    double s = 0.0;
-    for (int64_t v = 0; v < VL; ++v) {
-      float e = expf(logits[n * VL + v] - row_max[n]);
-      probs[n * VL + v] = e;
-      s += e;
-    }
-    sums[n] = static_cast<float>(s);
+    sums[n] = tensor::exp_sum(probs + n * VL, logits + n * VL, VL, 1.0f, row_max[n]);  // eight lanes at a time
   }
   group.all_sum(sums);
   double total = 0.0;

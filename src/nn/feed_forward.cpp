@@ -40,7 +40,7 @@ void SwiGluFeedForward::forward(float* out, const float* inp, int64_t N) {
 void SwiGluFeedForward::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   const int64_t FL = w2_.in_features();
   dg_.assign(static_cast<size_t>(N * FL), 0.0f);
-  dh13_.assign(static_cast<size_t>(N * 2 * FL), 0.0f);
+  dh13_.resize(static_cast<size_t>(N * 2 * FL));  // overwritten by swiglu_backward
   w2_.backward(dg_.data(), dout, g_.data(), N);                 // pass-through: no communication
   swiglu_backward(dh13_.data(), dg_.data(), h13_.data(), N, FL);
   w13_.backward(dinp, dh13_.data(), inp, N);                    // all_sum of dinp (sum_gradients)

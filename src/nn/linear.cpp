@@ -61,6 +61,14 @@ void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const 
 
 void AllToShardedLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   const int64_t IN = in_features();
+  if (dinp && group_.size() == 1) {  // nothing to sum over: the parts add straight into dinp
+    int64_t col = 0;
+    for (auto& p : parts_) {
+      if (p.out_features() > 0) p.backward(dinp, dout + col, inp, N, out_local_);
+      col += p.out_features();
+    }
+    return;
+  }
   dinp_partial_.assign(static_cast<size_t>(N * IN), 0.0f);  // [N, IN]
   int64_t col = 0;
   for (auto& p : parts_) {

@@ -10,7 +10,7 @@ namespace tpcli::nn {
 
 // out[N, F] = silu(h1) * h3, silu(x) = x / (1 + exp(-x)) (llama2.c's formula).
 void swiglu_forward(float* out, const float* h13, int64_t N, int64_t F);
-// dh13[N, 2F] += ...
+// dh13[N, 2F] = the gradient of out with respect to h13 (overwritten: no zero-fill needed)
 void swiglu_backward(float* dh13, const float* dout, const float* h13, int64_t N, int64_t F);
 
 }  // namespace tpcli::nn

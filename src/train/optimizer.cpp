@@ -4,6 +4,8 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "tensor/vec_math.h"
+
 namespace tpcli::train {
 
 AdamW::AdamW(AdamWOptions options, const std::vector<int64_t>& sizes) : options_(options) {
@@ -50,16 +52,12 @@ double local_grad_sq(std::span<const Slot> slots) {
   double total = 0.0;
   for (const Slot& s : slots) {
     if (s.row_norm_weights.empty()) {
-      double sum = 0.0;
-      for (float g : s.grad) sum += static_cast<double>(g) * g;
-      total += s.norm_weight * sum;
+      total += s.norm_weight * tensor::sum_of_squares(s.grad.data(), static_cast<int64_t>(s.grad.size()));
       continue;
     }
     const size_t rows = s.row_norm_weights.size(), row = s.grad.size() / rows;
     for (size_t r = 0; r < rows; ++r) {
-      double sum = 0.0;
-      for (float g : s.grad.subspan(r * row, row)) sum += static_cast<double>(g) * g;
-      total += s.row_norm_weights[r] * sum;
+      total += s.row_norm_weights[r] * tensor::sum_of_squares(s.grad.data() + r * row, static_cast<int64_t>(row));
     }
   }
   return total;

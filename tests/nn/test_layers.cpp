@@ -105,7 +105,9 @@ TEST_CASE("RoPE follows llama2.c's convention and its backward matches finite di
 TEST_CASE("attention (causal, grouped-query) backward matches finite differences - decode matches batched",
           "[nn][attention]") {
   std::mt19937 rng(4);
-  const int64_t B = 2, T = 4, HS = 4;
+  // T = 70: two row blocks (64 + 6) of the training attention, the second uneven.
+  const int64_t B = 2, HS = 4;
+  const int64_t T = GENERATE(4, 70);
   std::vector<int> kv_of = {0, 0, 1};  // 3 query heads over 2 kv heads (uneven, like a shard)
   nn::AttentionShape s{3, 2, HS, kv_of};
   const int64_t QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
