@@ -33,8 +33,11 @@ TEST_CASE("TPCLI_ISA=avx2 and scalar generate the same text as the CPU's best ke
     WARN("SKIPPED: " << MODEL << " absent");
     return;
   }
+  // --int8-activations: the integer kernels (tensor/int8_dot.h) are bit-identical at every level
   for (const std::string format : {"", "--quantize 8 --group-size 32", "--quantize 4 --group-size 32",
-                                   "--quantize mxfp8", "--quantize bf16"}) {
+                                   "--quantize 8 --group-size 32 --int8-activations",
+                                   "--quantize 4 --group-size 32 --int8-activations", "--quantize mxfp8",
+                                   "--quantize bf16"}) {
     INFO("format: " << (format.empty() ? "f32" : format));
     const RunResult best = infer_at("", format);
     REQUIRE(best.code == 0);
