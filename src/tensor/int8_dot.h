@@ -12,9 +12,10 @@
 //   acc[j]    += t[r, g] for g = j, j + 8, j + 16, ...           (8 lanes, g in order)
 //   out[r]     = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))
 // Every instruction set computes the same integers and exactly this float sequence, so the plain
-// C++, AVX2 and AVX-512 kernels give bit-identical outputs (TPCLI_ISA changes no token), and a
-// column shard's output is the same sum over its own groups whichever device computes it: each
-// group is quantized from its own values only.
+// C++, AVX2 and AVX-512 kernels give bit-identical outputs (TPCLI_ISA changes no token). Each group
+// is quantized from its own values only, so a column shard quantizes its groups as one device
+// would; but the all-reduced partial sums round differently from the one-device sum, and the next
+// layer's int8 rounding can amplify that (why the path is opt-in: tensor/packed_matrix.h).
 #pragma once
 
 #include <cstdint>
