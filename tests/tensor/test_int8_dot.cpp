@@ -121,7 +121,7 @@ TEST_CASE("int8 matvec: every kernel set equals the plain C++ one bit for bit, a
   }
 }
 
-TEST_CASE("int8 matvec: the activation rounding costs at most half a step per column; non-finite x stays non-finite",
+TEST_CASE("int8 matvec: the activation rounding costs at most half a step per column, and non-finite x stays non-finite",
           "[tensor][quant][kernels]") {
   const Int8ActivationsOn on;
   std::mt19937 rng(5);
