@@ -1,9 +1,10 @@
 // tpcli bench decode --model PATH [--devices N | --mesh model=N] [--threads T] [--tokens K]
-//                    [--formats f32,bf16,8,4,mxfp8] [--group-size G]
+//                    [--formats f32,bf16,8,4,8i,4i,mxfp8] [--group-size G]
 // Decode tokens/s next to the memory-bandwidth roofline measured in the same run at the same
 // thread count: roofline tok/s = read bandwidth / (weight + KV bytes read per token). One row per
 // weight format: the f32 checkpoint as it is, then converted on load (bf16; affine 8-bit and
-// 4-bit, group size G; mxfp8), each against its own bytes per token.
+// 4-bit, group size G; mxfp8), each against its own bytes per token. 8i and 4i: the same affine
+// weights with int8 activations (tensor::set_int8_activations; rows labelled "int8x").
 //
 // Read bandwidth is measured as STREAM does: large buffers (far beyond the caches), several
 // streams read at once by every thread (SIMD loads, independent accumulators), one thread per core
@@ -31,6 +32,7 @@
 #include "model/sampler.h"
 #include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
+#include "tensor/packed_matrix.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -220,14 +222,20 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const int devices = mesh.size();
   const int threads = f.threads > 0 ? f.threads : std::max(1, cores / devices);
   const int roofline_threads = std::min(devices * threads, cores);
-  std::vector<std::pair<std::string, std::optional<tensor::WeightFormat>>> formats;  // label, conversion
+  struct Row {
+    std::string label;
+    std::optional<tensor::WeightFormat> conversion;
+    bool int8_activations;
+  };
+  std::vector<Row> formats;
   std::string list = f.formats + ",";
   for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
     const std::string name = list.substr(at, comma - at);
-    if (name == "f32") formats.emplace_back("f32 (as stored)", std::nullopt);
+    const bool int8x = name == "8i" || name == "4i";
+    if (name == "f32") formats.push_back({"f32 (as stored)", std::nullopt, false});
     else if (!name.empty()) {
-      const auto format = parse_quantize_flag(name, f.group_size);
-      formats.emplace_back(format->name(), format);
+      const auto format = parse_quantize_flag(int8x ? name.substr(0, 1) : name, f.group_size);
+      formats.push_back({format->name() + (int8x ? " int8x" : ""), format, int8x});
     }
   }
   double kv_bytes = 0;  // the KV cache averaged over the timed positions
@@ -244,7 +252,8 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
               roofline_threads, STREAMS, bandwidth.best / 1e9);
   std::printf("%-22s %10s %10s %12s %10s %10s %9s\n", "format", "MB/token", "tok/s", "(best)", "roofline", "% roof",
               "GB/s");
-  for (const auto& [label, conversion] : formats) {
+  for (const auto& [label, conversion, int8x] : formats) {
+    tensor::set_int8_activations(int8x);
     std::unique_ptr<model::WeightSource> converted;
     if (conversion) converted = std::make_unique<model::ConvertedWeights>(*opened.weights, *conversion);
     const model::WeightSource& weights = converted ? *converted : *opened.weights;
@@ -269,7 +278,8 @@ void setup_bench_decode(CLI::App& sub) {
   sub.add_option("--tokens", flags->tokens, "timed decode steps")->capture_default_str();
   sub.add_option("--warmup", flags->warmup, "untimed decode steps first")->capture_default_str();
   sub.add_option("--bandwidth-mb", flags->bandwidth_mb, "buffer for the bandwidth measurement")->capture_default_str();
-  sub.add_option("--formats", flags->formats, "weight formats, one row each: f32, bf16, f16, 8, 4, mxfp8")
+  sub.add_option("--formats", flags->formats,
+                 "weight formats, one row each: f32, bf16, f16, 8, 4, mxfp8; 8i, 4i: 8, 4 with int8 activations")
       ->capture_default_str();
   sub.add_option("--group-size", flags->group_size, "affine group size of the 8- and 4-bit rows")->capture_default_str();
   sub.callback([flags, run_flags] { run_bench(*flags, *run_flags); });

@@ -1,6 +1,6 @@
 // tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT | -f FILE]
 //             [-n STEPS] [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
-//             [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]]
+//             [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]] [--int8-activations]
 // PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
 // the speed, per-device memory and the bytes collectives moved per token. With a tokenizer.json
@@ -25,6 +25,7 @@
 #include "model/generate.h"
 #include "model/generate_text.h"
 #include "model/tokenizer.h"
+#include "tensor/packed_matrix.h"
 #include "train/checkpoint.h"
 #include "train/sample.h"
 
@@ -45,6 +46,7 @@ struct InferFlags {
   int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)
   std::string quantize;  // "" = as stored; 4 | 8 | mxfp8 | bf16 | f16: convert an f32 checkpoint on load
   int group_size = 64;
+  bool int8_activations = false;  // tensor::set_int8_activations
 };
 
 // The llama2.c tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
@@ -148,6 +150,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
       throw UsageError("--link " + axis + ": the mesh " + mesh.to_string() + " has no axis '" + axis + "'");
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
+  tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   model::GenerateOptions options;
   options.prompt = f.prompt_file.empty() ? f.prompt : read_prompt_file(f.prompt_file);
@@ -205,6 +208,7 @@ void setup_infer(CLI::App& sub) {
   sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
   sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", flags->group_size, "affine group size with --quantize: 32, 64, 128")->capture_default_str();
+  sub.add_flag("--int8-activations", flags->int8_activations, "8- and 4-bit affine weights: quantize activations to int8 per group in decode (faster; greedy tokens may differ between device counts)");
   sub.callback([flags, run_flags] { run_infer(*flags, *run_flags); });
 }
 

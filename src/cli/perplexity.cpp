@@ -1,11 +1,14 @@
 // tpcli perplexity --model M --data FILE [-z TOKENIZER] [--devices N] [--quantize ...] [-c CTX] [--windows K]
+//                  [--decode [--int8-activations]]
 // llama.cpp's llama-perplexity for this tool: the text is tokenized once and cut into
 // non-overlapping windows of seq_len (or -c) tokens; each window's tokens predict the next one (the first
 // token after a window is its last target). Prints the mean negative log-likelihood per token and
-// the perplexity exp(mean NLL). The model runs tensor-parallel on the mesh (batched forward).
+// the perplexity exp(mean NLL). The model runs tensor-parallel on the mesh (batched forward; with
+// --decode token by token through the decode path, whose kernels differ for quantized weights).
 //
 // Dimension legend: S seq_len (window), W windows, B windows per forward.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include "dist/runtime.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
+#include "tensor/packed_matrix.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -30,6 +34,8 @@ struct PerplexityFlags {
   int ctx = 0;          // window length; 0 = seq_len
   std::string quantize;
   int group_size = 64;
+  bool decode = false;  // token by token through the decode path instead of the batched forward
+  bool int8_activations = false;  // with --decode: tensor::set_int8_activations
 };
 
 // The text's tokens with the tokenizer the model was trained with: a chars/bytes vocabulary from
@@ -47,9 +53,27 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
   }
 }
 
+// Mean NLL of one window fed token by token through forward(): the decode path (matrix-vector
+// kernels, e.g. the int8 activations of 8- and 4-bit weights, and the KV cache) rather than the
+// batched forward's gemm, so its numerics can be scored too.
+double window_nll_by_decode(model::Llama& llama, const int* in, const int* target, int S) {
+  double nll = 0;
+  for (int p = 0; p < S; ++p) {
+    const std::span<const float> logits = llama.forward(in[p], p);
+    double top = logits[0];
+    for (float l : logits) top = std::max(top, double(l));
+    double z = 0;
+    for (float l : logits) z += std::exp(double(l) - top);
+    nll += std::log(z) + top - double(logits[size_t(target[p])]);
+  }
+  return nll / S;
+}
+
 void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   const OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  if (f.int8_activations && !f.decode) throw UsageError("--int8-activations: applies to --decode only (the batched forward multiplies f32 activations)");
+  tensor::set_int8_activations(f.int8_activations);
   std::string text;
   try {
     text = train::read_text_file(f.data);
@@ -79,7 +103,11 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
         in.insert(in.end(), tokens.begin() + w * S, tokens.begin() + w * S + S);
         target.insert(target.end(), tokens.begin() + w * S + 1, tokens.begin() + w * S + S + 1);
       }
-      sum += static_cast<double>(llama.loss(in, target, b, S)) * b;
+      if (f.decode) {
+        for (int i = 0; i < b; ++i) sum += window_nll_by_decode(llama, &in[size_t(i) * S], &target[size_t(i) * S], S);
+      } else {
+        sum += static_cast<double>(llama.loss(in, target, b, S)) * b;
+      }
     }
     if (dev.rank() == 0) nll_sum = sum;
   });
@@ -100,6 +128,9 @@ void setup_perplexity(CLI::App& sub) {
   sub.add_option("--windows", f->max_windows, "score at most this many windows (0 = all)")->capture_default_str();
   sub.add_option("--quantize", f->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", f->group_size, "affine group size with --quantize")->capture_default_str();
+  sub.add_flag("--decode", f->decode,
+               "feed each window token by token through the decode path (matrix-vector kernels) instead of the batched forward");
+  sub.add_flag("--int8-activations", f->int8_activations, "8- and 4-bit affine weights: quantize activations to int8 per group in decode (faster; greedy tokens may differ between device counts); with --decode");
   sub.callback([f, run_flags] { run_perplexity(*f, *run_flags); });
 }
 

@@ -3,10 +3,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 
 #include "tensor/blas.h"
+#include "tensor/int8_dot.h"
 #include "tensor/packed_kernels.h"
 #include "tensor/quant_formats.h"
 
@@ -41,6 +43,13 @@ int64_t words_for(int64_t bytes) { return (bytes + 3) / 4; }
 
 }  // namespace
 
+namespace {
+std::atomic<bool> int8_activations_on{false};
+}  // namespace
+
+void set_int8_activations(bool on) { int8_activations_on.store(on); }
+bool int8_activations() { return int8_activations_on.load(); }
+
 namespace kernels {
 
 MatvecKernel kernel_for(const WeightFormat& f, Isa isa) {
@@ -51,8 +60,12 @@ MatvecKernel kernel_for(const WeightFormat& f, Isa isa) {
   return k;
 }
 
-void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp, const float* xsum, int64_t row0,
-              int64_t n) {
+namespace {
+
+// block(a, b) for row blocks [a, b) covering [0, n), split over blas_threads() threads when the
+// matrix is large enough to pay for waking them.
+template <typename Block>
+void for_row_blocks(const View& w, int64_t n, Block block) {
   const int threads = blas_threads();
   // Threads pay off only when the matrix is far larger than the cost of waking them: 2^18
   // elements for f32 (as tuned for it), 2^18 bytes for the formats that convert as they read.
@@ -64,11 +77,22 @@ void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp,
       const int t = omp_get_thread_num(), T = omp_get_num_threads();
       const int64_t per = ((n + T - 1) / T + 3) / 4 * 4;
       const int64_t a = std::min<int64_t>(n, t * per), b = std::min<int64_t>(n, a + per);
-      if (a < b) k.rows(out + a, w, xp, xsum, row0 + a, row0 + b);
+      if (a < b) block(a, b);
     }
     return;
   }
-  k.rows(out, w, xp, xsum, row0, row0 + n);
+  block(0, n);
+}
+
+}  // namespace
+
+void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp, const float* xsum, int64_t row0,
+              int64_t n) {
+  for_row_blocks(w, n, [&](int64_t a, int64_t b) { k.rows(out + a, w, xp, xsum, row0 + a, row0 + b); });
+}
+
+void run_int8_rows(const Int8Kernel& k, float* out, const View& w, const QuantizedInput& x, int64_t row0, int64_t n) {
+  for_row_blocks(w, n, [&](int64_t a, int64_t b) { k.rows(out + a, w, x, row0 + a, row0 + b); });
 }
 
 }  // namespace kernels
@@ -176,6 +200,13 @@ void PackedMatrix::matvec(float* out, const float* x, int64_t row0, int64_t n, I
   if (n == 0) return;
   const kernels::View view{format_, cols_, row_bytes(), row_data(0), scales_.data(), biases_.data(),
                            scale_bytes_.data()};
+  if (int8_activations() && kernels::int8_matvec_format(format_)) {  // integer dot products
+    const kernels::Int8Kernel k = kernels::int8_kernel_for(format_, isa);
+    thread_local kernels::QuantizedInput xq;
+    kernels::quantize_input(xq, x, cols_, format_.group_size, k.nibble_order);
+    kernels::run_int8_rows(k, out, view, xq, row0, n);
+    return;
+  }
   const kernels::MatvecKernel k = kernels::kernel_for(format_, isa);
   thread_local std::vector<float> xp, xsum;  // [K] x in the kernel's order, [G] group sums
   const float* xk = x;

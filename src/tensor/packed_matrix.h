@@ -45,6 +45,16 @@ struct Columns {
   int64_t offset = 0, count = 0;
 };
 
+// Decode of 8- and 4-bit affine weights with int8 activations (llama.cpp's q8_0 scheme; the
+// integer kernels of tensor/int8_dot.h): matvec quantizes x per group to int8 and multiplies
+// integers, about twice the speed of converting the weights to f32. Off by default, because it
+// is not split-invariant: x rounded to 8 bits turns a one-ulp difference in the residual stream
+// (another device count sums the sharded-to-all partials in another order) into a different
+// code now and then, and that grows into different greedy tokens on 1 and n devices. Every
+// instruction set gives bit-identical results. Process-wide; set before decoding starts.
+void set_int8_activations(bool on);
+bool int8_activations();
+
 class PackedMatrix {
  public:
   PackedMatrix() = default;

@@ -33,6 +33,10 @@ TEST_CASE("TPCLI_ISA=avx2 and scalar generate the same text as the CPU's best ke
     WARN("SKIPPED: " << MODEL << " absent");
     return;
   }
+  // Not --int8-activations: its kernels are bit-identical at every level (tests/tensor/
+  // test_int8_dot.cpp), but stories260K keeps w2 in f32 (172 columns), whose kernels sum in another
+  // order per level, and int8 rounding of the next layer's input can turn that ulp into other text
+  // (seen: 4-bit g32 under TPCLI_ISA=scalar).
   for (const std::string format : {"", "--quantize 8 --group-size 32", "--quantize 4 --group-size 32",
                                    "--quantize mxfp8", "--quantize bf16"}) {
     INFO("format: " << (format.empty() ? "f32" : format));

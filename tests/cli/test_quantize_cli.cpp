@@ -79,6 +79,15 @@ TEST_CASE("tpcli quantize writes a file that infer runs the same on 1 and 2 devi
   REQUIRE(pf.code == 0);
   CHECK(perplexity_of(p2.out) == Approx(perplexity_of(p1.out)).epsilon(1e-4));
   CHECK(perplexity_of(p1.out) == Approx(perplexity_of(pf.out)).epsilon(0.02));
+  // --decode: token by token through the matrix-vector kernels, the batched figure up to rounding;
+  // with --int8-activations the activations' int8 rounding moves it a little more
+  const Result pd = run({"perplexity", "--model", q8, "--data", text, "-z", TOKENIZER, "-c", "16", "--decode"});
+  const Result pi = run({"perplexity", "--model", q8, "--data", text, "-z", TOKENIZER, "-c", "16", "--decode",
+                         "--int8-activations"});
+  REQUIRE(pd.code == 0);
+  REQUIRE(pi.code == 0);
+  CHECK(perplexity_of(pd.out) == Approx(perplexity_of(p1.out)).epsilon(1e-4));
+  CHECK(perplexity_of(pi.out) == Approx(perplexity_of(p1.out)).epsilon(0.02));
 }
 
 TEST_CASE("quantize, infer --quantize and perplexity: bad input is one line, exit 2", "[quantize]") {
@@ -91,7 +100,8 @@ TEST_CASE("quantize, infer --quantize and perplexity: bad input is one line, exi
            {"quantize", "--model", MODEL, "--out", (dir.path() / "q.bin").string()},
            {"quantize", "--model", (dir.path() / "missing.bin").string(), "--out", out},
            {"infer", "--model", MODEL, "--quantize", "5"},
-           {"perplexity", "--model", MODEL, "--data", (dir.path() / "missing.txt").string(), "-z", TOKENIZER}}) {
+           {"perplexity", "--model", MODEL, "--data", (dir.path() / "missing.txt").string(), "-z", TOKENIZER},
+           {"perplexity", "--model", MODEL, "--data", MODEL, "-z", TOKENIZER, "--int8-activations"}}) {
     INFO(args[0] << " " << args.back());
     const Result r = run(args);
     CHECK(r.code == 2);
