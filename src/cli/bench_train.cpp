@@ -2,7 +2,8 @@
 // of a run config on several meshes (data x model), as tokens/s and model FLOPs utilisation (MFU)
 // against the BLIS sgemm peak measured in the same run. A mesh may carry options: "+shard"
 // (train.shard_optimizer, ZeRO-1), "+recompute" (train.recompute), "+sp" (mesh.sequence_parallel),
-// "+plain" (none of them).
+// "+plain" (none of them), "+blocking" (train.overlap_buckets = false: the data-parallel buckets
+// after backward, not during it).
 //
 // Model FLOPs per token (PaLM's appendix B): 6 * (matmul parameters, the classifier included, the
 // embedding lookup not) + 12 * L * C * T for attention scores and values (forward + backward).
@@ -95,7 +96,8 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
       else if (option == "recompute") cfg.train.recompute = true;
       else if (option == "sp") cfg.mesh.sequence_parallel = true;
       else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = cfg.mesh.sequence_parallel = false;
-      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, sp, plain)");
+      else if (option == "blocking") cfg.train.overlap_buckets = false;
+      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, sp, plain, blocking)");
     }
     config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
     Prepared p = prepare_training(cfg, false);

@@ -59,13 +59,16 @@ bool is_tokenizer_json(const std::string& path) {
   return !path.empty() && (std::filesystem::is_directory(path) || std::filesystem::path(path).extension() == ".json");
 }
 
-// A Hugging Face tokenizer (-z tokenizer.json or a directory, else the model's directory): stop at
+// A Hugging Face tokenizer (-z tokenizer.json or a directory, else the model's directory or the
+// checkpoint's recorded tokenizer.json): stop at
 // its end-of-sequence token.
 model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, const model::LlamaConfig& config,
                                                        const OpenedModel& opened, const dist::Mesh& mesh,
                                                        const model::GenerateOptions& options,
                                                        const dist::RunOptions& run_options) {
-  const model::LoadedTokenizer loaded = open_tokenizer(!f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(f.model));
+  // -z, else the model's directory, else the tokenizer.json a training checkpoint records.
+  const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(opened.tokenizer.value_or(f.model));
+  const model::LoadedTokenizer loaded = open_tokenizer(path);
   const model::TokenizerInterface& tokenizer = *loaded.tokenizer;
   if (tokenizer.vocab_size() > config.vocab_size)
     throw UsageError(loaded.path + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
@@ -118,7 +121,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
         stdout, run_options);
   }
   // A tokenizer.json: -z FILE.json or a directory, else a Hugging Face model directory's own.
-  if (is_tokenizer_json(f.tokenizer) || (f.tokenizer.empty() && opened.hf_dir))
+  if (is_tokenizer_json(tokenizer_path(f, opened)) || (f.tokenizer.empty() && opened.hf_dir))
     return generate_with_tokenizer_json(f, config, opened, mesh, options, run_options);
   std::unique_ptr<model::Tokenizer> tokenizer;
   try {

@@ -81,8 +81,8 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
   if (data.format == config::DataFormat::Shards) {
     if (!data.tokenizer_given || data.tokenizer == config::TokenizerKind::Chars)
       throw ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
-                        ": format = \"shards\" needs data.tokenizer = the one that wrote the shards (\"bytes\" or a "
-                        "tokenizer.bin): a \"chars\" vocabulary comes from a text corpus");
+                        ": format = \"shards\" needs data.tokenizer = the one that wrote the shards (\"bytes\", a "
+                        "tokenizer.bin or a tokenizer.json): a \"chars\" vocabulary comes from a text corpus");
     // Shards are never read into memory; the zmq ranks agree on their paths and sizes instead.
     for (const auto& pattern : {data.path, data.val_path})
       if (pattern)
@@ -99,7 +99,14 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
   }
   if (data.tokenizer == config::TokenizerKind::Chars) return TextTokenizer::chars(p.corpus_text);
   if (data.tokenizer == config::TokenizerKind::Bytes) return TextTokenizer::bytes();
-  return std::nullopt;
+  if (TextTokenizer::is_hf_json(data.tokenizer_path)) {  // its own vocabulary: the model's
+    try {
+      return TextTokenizer::hf_json(data.tokenizer_path);
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
+    }
+  }
+  return std::nullopt;  // a tokenizer.bin: read once the model's vocab_size is known
 }
 
 // The training and validation splits: the text tokenized and split 90/10, or the shards mapped
@@ -232,6 +239,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   o.sequence_parallel = config.mesh.sequence_parallel;
   o.shard_optimizer = t.shard_optimizer;
   o.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
+  o.overlap_buckets = t.overlap_buckets;
   o.resume = resume;
   o.metadata_note = config.path;
 

@@ -434,7 +434,8 @@ void read_train(const toml::table& table, const std::string& file, SourceMap& so
   Reader r(table, "train.", file, source);
   r.reject_unknown({"steps", "batch_size", "seq_len", "seed", "lr", "min_lr", "warmup_steps", "decay", "weight_decay",
                     "beta1", "beta2", "eps", "grad_clip", "eval_every", "eval_batches", "out_dir", "log_every",
-                    "sample_tokens", "save_every", "grad_accum", "recompute", "shard_optimizer", "bucket_kb"});
+                    "sample_tokens", "save_every", "grad_accum", "recompute", "shard_optimizer", "bucket_kb",
+                    "overlap_buckets"});
   auto int_key = [&](int& field, std::string_view key, int min) {
     if (auto value = r.int32(key, min)) field = *value;
   };
@@ -452,6 +453,7 @@ void read_train(const toml::table& table, const std::string& file, SourceMap& so
   int_key(train.bucket_kb, "bucket_kb", 1);
   if (auto value = r.boolean("recompute")) train.recompute = *value;
   if (auto value = r.boolean("shard_optimizer")) train.shard_optimizer = *value;
+  if (auto value = r.boolean("overlap_buckets")) train.overlap_buckets = *value;
   auto non_negative = [](double v) { return v < 0 ? std::string("must be >= 0") : ""; };
   auto unit_interval = [](double v) { return v < 0 || v >= 1 ? std::string("must be in [0, 1)") : ""; };
   auto number_key = [&](double& field, std::string_view key, std::function<std::string(double)> check) {

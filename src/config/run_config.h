@@ -14,7 +14,8 @@
 //           val_path = "DIR/*_val_*.bin" # (tpcli tokenize); tokenizer: the one that wrote them
 //   [train] steps, batch_size, seq_len, seed, lr, min_lr, warmup_steps, decay, weight_decay,
 //           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
-//           sample_tokens, save_every, grad_accum, recompute, shard_optimizer, bucket_kb
+//           sample_tokens, save_every, grad_accum, recompute, shard_optimizer, bucket_kb,
+//           overlap_buckets
 //
 // A model file (models/*.toml) holds the model dims as TOP-LEVEL keys (no [model] header):
 //   dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, n_experts, top_k,
@@ -149,6 +150,7 @@ struct TrainSection {
   bool recompute = false;        // activation checkpointing per transformer block
   bool shard_optimizer = false;  // ZeRO-1: AdamW moments split over the data axis
   int bucket_kb = 1024;          // data-parallel gradient collectives run per bucket of this size
+  bool overlap_buckets = true;   // start a bucket's collective during backward, once its gradients are done
 };
 
 struct RunConfig {

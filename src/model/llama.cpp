@@ -86,10 +86,26 @@ std::span<const float> checked(const WeightSource& w, const std::string& name, i
   return src;
 }
 
+// This device's part of a parameter (rows or columns by its spec's sharded dimension, the whole
+// of a replicated one), from the full tensor in `w`.
+Tensor local_slice(const WeightSource& w, const ParamSpec& spec, const ShardPlan& plan) {
+  const int64_t rows = spec.shape[0], cols = tensor::numel(spec.shape) / rows;
+  if (spec.split == Split::Replicated) return copy_full(w, spec);
+  const std::span<const float> full = checked(w, spec.name, rows * cols);
+  switch (spec.split) {
+    case Split::Replicated: break;
+    case Split::Rows: return nn::slice_rows(full.data(), cols, plan.range_of(spec.sharded_dim));
+    case Split::Columns: return nn::slice_columns(full.data(), rows, cols, {plan.range_of(spec.sharded_dim)});
+  }
+  throw std::logic_error("llama: parameter '" + spec.name + "' has no split");
+}
+
 // The feed-forward of block `l`. MoE: the MoE helper's layer (nn/moe.h) is plugged in here.
+using SpecOf = std::function<const ParamSpec&(const std::string& name)>;
+
 std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const LlamaConfig& c, int l,
                                                    const ShardPlan& plan, const std::vector<ShardPlan>& all,
-                                                   dist::Group group, dist::Group experts) {
+                                                   dist::Group group, dist::Group experts, const SpecOf& spec) {
   const std::string p = "layers." + std::to_string(l) + ".";
   if (c.is_moe()) {
     const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
@@ -99,14 +115,12 @@ std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const 
                                                 checked(w, p + "experts.w2", E * C * FE),
                                                 checked(w, p + "experts.w3", E * FE * C), experts, group, p);
   }
-  const int64_t C = c.dim, F = c.hidden_dim;
   std::vector<dist::Range> ranges;
   for (const auto& q : all) ranges.push_back(q.ffn);
-  Tensor w1 = nn::slice_rows(checked(w, p + "w1", F * C).data(), C, plan.ffn);
-  Tensor w3 = nn::slice_rows(checked(w, p + "w3", F * C).data(), C, plan.ffn);
-  Tensor w2 = nn::slice_columns(checked(w, p + "w2", C * F).data(), C, F, {plan.ffn});
+  Tensor w1 = local_slice(w, spec(p + "w1"), plan), w3 = local_slice(w, spec(p + "w3"), plan),
+         w2 = local_slice(w, spec(p + "w2"), plan);
   return std::make_unique<nn::SwiGluFeedForward>(std::move(w1), std::move(w3), std::move(w2), group, p,
-                                                 std::move(ranges), F);
+                                                 std::move(ranges), c.hidden_dim);
 }
 
 // The MoE feed-forward of block `l` of a frozen checkpoint: the router in f32, this device's
@@ -153,49 +167,39 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   specs_ = llama_parameters(config_);
   all_plans_ = plan_all_shards(config_, group_.size());
   plan_ = all_plans_[static_cast<size_t>(group_.rank())];
-  const int64_t C = config_.dim, HS = config_.head_size(), KV = config_.kv_dim(), Q = config_.q_dim(), S = config_.seq_len;
+  const int64_t C = config_.dim, HS = config_.head_size(), S = config_.seq_len;
   const int kv_mul = config_.n_heads / config_.n_kv_heads;
   for (int h = 0; h < plan_.heads.count; ++h) kv_of_.push_back(plan_.kv_head_of(h, kv_mul));
   rope_ = nn::RopeTable(config_.seq_len, static_cast<int>(HS), config_.rope_theta, config_.rope_scaling);
 
-  const auto spec = [&](const std::string& name) -> const ParamSpec& {
-    for (const auto& s : specs_)
-      if (s.name == name) return s;
-    throw std::logic_error("llama: no spec " + name);
-  };
-  const int64_t V = config_.vocab_size;
+  const auto spec = [this](const std::string& name) -> const ParamSpec& { return spec_of(name); };
   std::vector<dist::Range> vocab_ranges;  // [T] every device's vocabulary rows
   for (const auto& q : all_plans_) vocab_ranges.push_back(q.vocab);
   frozen_ = holds_packed_weights(weights);
   if (!frozen_) {
-    embedding_ = nn::VocabParallelEmbedding(nn::slice_rows(checked(weights, "tok_embeddings", V * C).data(), C, plan_.vocab),
-                                            std::move(vocab_ranges), group_);
-    if (!config_.shared_classifier)
-      output_ = nn::Linear(nn::slice_rows(checked(weights, "output", V * C).data(), C, plan_.vocab));
+    embedding_ = nn::VocabParallelEmbedding(local_slice(weights, spec("tok_embeddings"), plan_), std::move(vocab_ranges), group_);
+    if (!config_.shared_classifier) output_ = nn::Linear(local_slice(weights, spec("output"), plan_));
   }
-  norm_ = copy_full(weights, spec("norm"));
+  norm_ = local_slice(weights, spec("norm"), plan_);
 
-  const dist::Range q_rows = plan_.q_rows(), kv_rows = plan_.kv_rows();
+  const dist::Range kv_rows = plan_.kv_rows();
   require_memory_for_kv_cache(config_, kv_rows.count);
   layers_.resize(static_cast<size_t>(config_.n_layers));
   for (int l = 0; l < config_.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.attention_norm = copy_full(weights, spec(p + "attention_norm"));
-    L.ffn_norm = copy_full(weights, spec(p + "ffn_norm"));
+    L.attention_norm = local_slice(weights, spec(p + "attention_norm"), plan_);
+    L.ffn_norm = local_slice(weights, spec(p + "ffn_norm"), plan_);
     L.attention_norm_grad = Tensor({C});
     L.ffn_norm_grad = Tensor({C});
     L.k_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
     L.v_cache.assign(static_cast<size_t>(S * kv_rows.count), 0.0f);
     if (frozen_) continue;
     std::vector<nn::Linear> parts;
-    parts.emplace_back(nn::slice_rows(checked(weights, p + "wq", Q * C).data(), C, q_rows));
-    parts.emplace_back(nn::slice_rows(checked(weights, p + "wk", KV * C).data(), C, kv_rows));
-    parts.emplace_back(nn::slice_rows(checked(weights, p + "wv", KV * C).data(), C, kv_rows));
+    for (const char* name : {"wq", "wk", "wv"}) parts.emplace_back(local_slice(weights, spec(p + name), plan_));
     L.qkv = nn::AllToShardedLinear(std::move(parts), group_);
-    L.wo = nn::ShardedToAllLinear(nn::Linear(nn::slice_columns(checked(weights, p + "wo", C * Q).data(), C, Q, {q_rows})),
-                                  group_);
-    L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_);
+    L.wo = nn::ShardedToAllLinear(nn::Linear(local_slice(weights, spec(p + "wo"), plan_)), group_);
+    L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_, spec);
   }
   if (frozen_) load_packed_layers(weights, std::move(vocab_ranges));
   norm_grad_ = Tensor({C});
@@ -471,11 +475,13 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
 
   std::vector<float> dx(static_cast<size_t>(R * C), 0.0f);    // [R, C] gradient of the residual stream
   nn::rmsnorm_backward(dx.data(), norm_grad_.data(), dxf.data(), A.x_final.data(), norm_.data(), A.rstdf.data(), R, C);
+  gradients_ready(head_grads_end_);
   for (size_t li = layers_.size(); li-- > 0;) {
     if (recompute_) {  // the block's activations again, from its saved input (x_out is scratch)
       block_forward(li, A.layers[li].x_in.data(), dxf.data(), B, T);
     }
     block_backward(li, dx.data(), B, T);
+    gradients_ready(block_grads_end_[li]);
     if (recompute_) {
       note_activation_bytes();
       layers_[li].ffn->release_activations();
@@ -487,6 +493,7 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
     dx = std::move(all);
   }
   embedding_.backward(dx.data(), tokens);  // dx is mirrored: each device adds to the rows it owns
+  gradients_ready(dense_grads_end_);
 }
 
 void Llama::block_backward(size_t li, float* dx, int B, int T) {
@@ -574,15 +581,80 @@ int64_t Llama::activation_bytes() const {
 
 void Llama::note_activation_bytes() { peak_activation_bytes_ = std::max(peak_activation_bytes_, activation_bytes()); }
 
+const ParamSpec& Llama::spec_of(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return s;
+  throw std::logic_error("llama: no spec " + name);
+}
+
 void Llama::ensure_grads() {
   require_trainable("gradients");
-  embedding_.rows().grad();
-  if (!config_.shared_classifier) output_.grad();
-  for (auto& L : layers_) {
-    for (int i = 0; i < L.qkv.n_parts(); ++i) L.qkv.part(i).grad();
-    L.wo.local().grad();
-    L.ffn->parameters();  // allocates its grads
+  if (grad_buffer_.empty()) lay_out_gradients();
+}
+
+std::vector<Llama::Held> Llama::held_parameters(std::vector<size_t>& layer_ends) {
+  std::vector<Held> out;
+  if (!config_.shared_classifier) out.push_back({"output", &output_.weight(), &output_.grad()});
+  out.push_back({"norm", &norm_, &norm_grad_});
+  layer_ends.assign(layers_.size(), 0);
+  for (size_t l = layers_.size(); l-- > 0;) {  // backward order: feed-forward, then attention
+    Layer& L = layers_[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    for (auto& r : L.ffn->parameters()) out.push_back({r.name, r.value, r.grad});
+    out.push_back({p + "ffn_norm", &L.ffn_norm, &L.ffn_norm_grad});
+    out.push_back({p + "wo", &L.wo.local().weight(), &L.wo.local().grad()});
+    const char* qkv[] = {"wq", "wk", "wv"};
+    for (int i = 0; i < 3; ++i) out.push_back({p + qkv[i], &L.qkv.part(i).weight(), &L.qkv.part(i).grad()});
+    out.push_back({p + "attention_norm", &L.attention_norm, &L.attention_norm_grad});
+    layer_ends[l] = out.size();
   }
+  out.push_back({"tok_embeddings", &embedding_.rows().weight(), &embedding_.rows().grad()});
+  return out;
+}
+
+// Backward order, expert weights last (they are not averaged over the data axis, and the data
+// axis's buckets are grad_buffer()'s prefix).
+void Llama::lay_out_gradients() {
+  std::vector<size_t> layer_ends;
+  const std::vector<Held> held = held_parameters(layer_ends);
+  std::map<std::string, size_t> spec_index;
+  for (size_t i = 0; i < specs_.size(); ++i) spec_index[specs_[i].name] = i;
+  std::vector<int64_t> offsets(held.size()), end_after(held.size());
+  int64_t size = 0;
+  for (const bool experts : {false, true})
+    for (size_t i = 0; i < held.size(); ++i) {
+      auto it = spec_index.find(held[i].name);
+      if (it == spec_index.end()) throw std::logic_error("llama: the model holds '" + held[i].name + "', not a parameter");
+      if (specs_[it->second].expert != experts) continue;
+      offsets[i] = size;
+      size += held[i].value->numel();
+      end_after[i] = size;
+    }
+  grad_buffer_.assign(static_cast<size_t>(size), 0.0f);
+  grad_offsets_.assign(specs_.size(), -1);
+  for (size_t i = 0; i < held.size(); ++i) {
+    const size_t n = static_cast<size_t>(held[i].value->numel());
+    std::span<float> storage = std::span<float>(grad_buffer_).subspan(static_cast<size_t>(offsets[i]), n);
+    std::copy(held[i].grad->span().begin(), held[i].grad->span().end(), storage.begin());
+    *held[i].grad = Tensor::view(held[i].value->shape(), storage);
+    grad_offsets_[spec_index.at(held[i].name)] = offsets[i];
+  }
+  for (size_t i = 0; i < specs_.size(); ++i)
+    if (grad_offsets_[i] < 0) throw std::logic_error("llama: parameter '" + specs_[i].name + "' not held by the model");
+  head_grads_end_ = end_after[config_.shared_classifier ? 0 : 1];
+  block_grads_end_.clear();
+  for (size_t end : layer_ends) block_grads_end_.push_back(end_after[end - 1]);
+  dense_grads_end_ = end_after[held.size() - 1];
+}
+
+std::span<float> Llama::grad_buffer() {
+  ensure_grads();
+  return grad_buffer_;
+}
+
+void Llama::gradients_ready(int64_t end, bool last) const {
+  // Replicated KV heads and sequence-split norms get their sums after the whole backward.
+  if (gradients_ready_ && (last || (!plan_.kv_replicated && !rows_split()))) gradients_ready_(end);
 }
 
 // KV heads held by several devices: each holder's wk/wv gradient covers only its own query heads;
@@ -628,6 +700,7 @@ float Llama::forward_backward(std::span<const int> tokens, std::span<const int> 
   if (split_norms) sum_norm_grads(norms_before);
   if (!recompute_) note_activation_bytes();  // the feed-forwards' backward buffers are allocated now
   if (plan_.kv_replicated) sync_replicated_kv_grads(before);
+  gradients_ready(static_cast<int64_t>(grad_buffer_.size()), /*last=*/true);
   return loss;
 }
 
@@ -653,77 +726,47 @@ std::vector<float> Llama::forward_logits(std::span<const int> tokens, int B, int
 
 std::vector<Llama::Parameter> Llama::parameters() {
   ensure_grads();
-  std::map<std::string, std::pair<Tensor*, Tensor*>> mine;
-  mine["tok_embeddings"] = {&embedding_.rows().weight(), &embedding_.rows().grad()};
-  mine["norm"] = {&norm_, &norm_grad_};
-  if (!config_.shared_classifier) mine["output"] = {&output_.weight(), &output_.grad()};
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    Layer& L = layers_[l];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    mine[p + "attention_norm"] = {&L.attention_norm, &L.attention_norm_grad};
-    mine[p + "ffn_norm"] = {&L.ffn_norm, &L.ffn_norm_grad};
-    mine[p + "wq"] = {&L.qkv.part(0).weight(), &L.qkv.part(0).grad()};
-    mine[p + "wk"] = {&L.qkv.part(1).weight(), &L.qkv.part(1).grad()};
-    mine[p + "wv"] = {&L.qkv.part(2).weight(), &L.qkv.part(2).grad()};
-    mine[p + "wo"] = {&L.wo.local().weight(), &L.wo.local().grad()};
-    for (auto& r : L.ffn->parameters()) mine[r.name] = {r.value, r.grad};
-  }
+  std::vector<size_t> layer_ends;
+  std::map<std::string, Held> held;
+  for (Held& h : held_parameters(layer_ends)) held.emplace(h.name, h);
   std::vector<Parameter> out;
-  for (const auto& s : specs_) {
-    auto it = mine.find(s.name);
-    if (it == mine.end()) throw std::logic_error("llama: parameter '" + s.name + "' not held by the model");
-    out.push_back({&s, it->second.first, it->second.second});
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const Held& h = held.at(specs_[i].name);
+    out.push_back({&specs_[i], h.value, h.grad, grad_offsets_[i]});
   }
   return out;
 }
 
 void Llama::zero_grad() {
-  for (auto& p : parameters()) p.grad->zero();
+  ensure_grads();
+  std::ranges::fill(grad_buffer_, 0.0f);
 }
 
 TensorWeights Llama::gather_weights() { return gather(false); }
 
-TensorWeights Llama::gather_grads() {
-  ensure_grads();
-  return gather(true);
+TensorWeights Llama::gather_grads() { return gather(true); }
+
+Tensor Llama::gather_parameter(const ParamSpec& spec, const float* local) {
+  const int64_t rows = spec.shape[0], cols = tensor::numel(spec.shape) / rows;
+  if (spec.split == Split::Replicated) return Tensor(spec.shape, std::vector<float>(local, local + rows * cols));
+  std::vector<dist::Range> parts;  // [T] every device's rows or columns
+  for (const auto& q : all_plans_) parts.push_back(q.range_of(spec.sharded_dim));
+  if (spec.split == Split::Rows) return nn::gather_rows(group_, local, parts, rows, cols);
+  return nn::gather_columns(group_, local, parts, rows, cols);
 }
 
-// Collective: full tensors from every device's shards, in llama_parameters order. The FFN's come
-// from the layer itself (weights), or are assembled by their spec's split (grads).
+// Collective: full tensors from every device's shards, by the parameter table. Expert weights are
+// dealt out by the MoE layer, which gathers them itself (weights only).
 TensorWeights Llama::gather(bool grads) {
   require_trainable("gathering the full weights");
-  const int64_t C = config_.dim, V = config_.vocab_size, KV = config_.kv_dim(), Q = config_.q_dim(), F = config_.hidden_dim;
-  std::vector<dist::Range> q_rows, kv_rows, vocab, ffn;
-  for (const auto& q : all_plans_) {
-    q_rows.push_back(q.q_rows());
-    kv_rows.push_back(q.kv_rows());
-    vocab.push_back(q.vocab);
-    ffn.push_back(q.ffn);
-  }
-  auto pick = [&](Tensor& value, Tensor& grad) -> const float* { return grads ? grad.data() : value.data(); };
   TensorWeights out(config_);
-  out.set("tok_embeddings", embedding_.gather_full(grads));
-  out.set("norm", grads ? norm_grad_ : norm_);
-  if (!config_.shared_classifier)
-    out.set("output", nn::gather_rows(group_, pick(output_.weight(), output_.grad()), vocab, V, C));
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    Layer& L = layers_[l];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    out.set(p + "attention_norm", grads ? L.attention_norm_grad : L.attention_norm);
-    out.set(p + "ffn_norm", grads ? L.ffn_norm_grad : L.ffn_norm);
-    out.set(p + "wq", nn::gather_rows(group_, pick(L.qkv.part(0).weight(), L.qkv.part(0).grad()), q_rows, Q, C));
-    out.set(p + "wk", nn::gather_rows(group_, pick(L.qkv.part(1).weight(), L.qkv.part(1).grad()), kv_rows, KV, C));
-    out.set(p + "wv", nn::gather_rows(group_, pick(L.qkv.part(2).weight(), L.qkv.part(2).grad()), kv_rows, KV, C));
-    out.set(p + "wo", nn::gather_columns(group_, pick(L.wo.local().weight(), L.wo.local().grad()), q_rows, C, Q));
-    if (!grads) {
-      for (auto& [name, t] : L.ffn->gather_full()) out.set(name, std::move(t));
-    } else if (!config_.is_moe()) {
-      auto refs = L.ffn->parameters();  // w1, w2, w3
-      out.set(p + "w1", nn::gather_rows(group_, refs[0].grad->data(), ffn, F, C));
-      out.set(p + "w2", nn::gather_columns(group_, refs[1].grad->data(), ffn, C, F));
-      out.set(p + "w3", nn::gather_rows(group_, refs[2].grad->data(), ffn, F, C));
-    }
+  for (const Parameter& p : parameters()) {
+    if (p.spec->expert) continue;
+    out.set(p.spec->name, gather_parameter(*p.spec, grads ? p.grad->data() : p.value->data()));
   }
+  if (grads || !config_.is_moe()) return out;
+  for (auto& L : layers_)
+    for (auto& [name, t] : L.ffn->gather_full()) out.set(name, std::move(t));
   return out;
 }
 
@@ -737,6 +780,13 @@ int64_t Llama::parameter_bytes() const {
     bytes += L.ffn->parameter_bytes();
   }
   return bytes + n * static_cast<int64_t>(sizeof(float));
+}
+
+void Llama::set_moe_batch_fractions(const std::vector<std::vector<float>>& per_block) {
+  size_t b = 0;
+  for (auto& L : layers_)
+    if (auto* moe = dynamic_cast<nn::MoeFeedForward*>(L.ffn.get()))
+      moe->set_batch_fraction(b < per_block.size() ? per_block[b++] : std::vector<float>{});
 }
 
 std::vector<nn::MoeStats> Llama::moe_stats() const {

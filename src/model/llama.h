@@ -21,8 +21,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "dist/group.h"
@@ -100,13 +102,31 @@ class Llama {
   // Batched forward; returns logits [B*T, V] gathered on every device (tests, prompt checks).
   std::vector<float> forward_logits(std::span<const int> tokens, int B, int T);
 
+  // The parameter table: one entry per parameter of llama_parameters (same order). The spec says
+  // its name, full shape, how it is split (ShardPlan::range_of its sharded_dim) and whether it
+  // decays; the table adds this device's tensors and where its gradient sits in grad_buffer().
+  // The model's gathering (checkpoints), load_moments' slicing and the optimizer (train/param_table.h)
+  // all read it.
   struct Parameter {
     const ParamSpec* spec;
-    tensor::Tensor* value;  // this device's shard
-    tensor::Tensor* grad;   // same shape as value
+    tensor::Tensor* value;    // this device's shard
+    tensor::Tensor* grad;     // same shape as value: a view of grad_buffer() at grad_offset
+    int64_t grad_offset = 0;  // in grad_buffer()
   };
-  // In llama_parameters order. Allocates the gradients on first use.
+  // Allocates the gradients (grad_buffer()) on first use. The pointers are this object's (a moved
+  // model answers with its new members).
   std::vector<Parameter> parameters();
+  // Every gradient of this device, one contiguous buffer [P_local], in the order the backward
+  // finishes them: the classifier and the final norm, the blocks from the last to the first, the
+  // token embedding; then the expert weights (nn/moe.h), which the data axis does not average.
+  std::span<float> grad_buffer();
+  // Training: forward_backward calls ready(end) each time grad_buffer()[0, end) holds its final
+  // value for this call (after the classifier, after each block, after the embedding, at the end),
+  // so a caller can start the data-parallel collectives of those gradients while backward goes on.
+  // With replicated KV heads (wk/wv) or sequence parallelism (the norms) some gradients are summed
+  // over the tensor group after the backward: then ready is called once, at the end. An empty
+  // function turns it off.
+  void set_gradients_ready(std::function<void(int64_t end)> ready) { gradients_ready_ = std::move(ready); }
   void zero_grad();
   // Collective over the tensor group: the full weights, for saving.
   TensorWeights gather_weights();
@@ -117,6 +137,9 @@ class Llama {
   // MoE: per block, what the last forward (+ backward) routed and moved: per-expert token counts
   // over the expert group, drops, bytes (nn/moe.h). Empty for a dense model.
   std::vector<nn::MoeStats> moe_stats() const;
+  // MoE gradient accumulation: per block, the load-balancing f_e of the whole accumulated batch
+  // (nn::MoeFeedForward::set_batch_fraction); empty: each forward's own.
+  void set_moe_batch_fractions(const std::vector<std::vector<float>>& per_block);
   int64_t kv_cache_bytes() const;   // this device's KV cache
 
  private:
@@ -151,8 +174,23 @@ class Llama {
   void classifier_forward(float* logits_local, const float* x, int64_t N);  // [N, VL]
   void load_packed_layers(const WeightSource& weights, std::vector<dist::Range> vocab_ranges);
   void require_trainable(const char* what) const;
+  const ParamSpec& spec_of(const std::string& name) const;
   void sync_replicated_kv_grads(const std::vector<tensor::Tensor>& before);
   void ensure_grads();
+  // The one place that says which member holds which parameter: (name, value, grad) in the order
+  // backward finishes them (grad_buffer()'s order), each block's list ending at layer_ends.
+  struct Held {
+    std::string name;
+    tensor::Tensor* value;
+    tensor::Tensor* grad;
+  };
+  std::vector<Held> held_parameters(std::vector<size_t>& layer_ends);
+  void lay_out_gradients();  // grad_buffer_, grad_offsets_ and the *_grads_end_ marks; grads become views
+  // Tells gradients_ready_ (when set) that grad_buffer()[0, end) is final; with replicated KV heads
+  // or split rows only the last call (after their sums) is passed on.
+  void gradients_ready(int64_t end, bool last = false) const;
+  // Collective over the tensor group: the full tensor of a parameter from every device's `local` shard.
+  tensor::Tensor gather_parameter(const ParamSpec& spec, const float* local);
   TensorWeights gather(bool grads);
 
   LlamaConfig config_;
@@ -182,6 +220,14 @@ class Llama {
   } run_;
   std::vector<float> logits_local_, logits_;  // [VL], [V]
   std::vector<int64_t> vocab_counts_;         // [T] vocab rows of each device
+
+  std::vector<float> grad_buffer_;      // [P_local], grad_buffer(); empty until the first parameters()
+  std::vector<int64_t> grad_offsets_;   // [specs_.size()] each parameter's gradient in grad_buffer_
+  // Where grad_buffer()'s final prefix ends after the classifier and final norm, after block l
+  // ([L]), after the embedding (then the experts follow).
+  int64_t head_grads_end_ = 0, dense_grads_end_ = 0;
+  std::vector<int64_t> block_grads_end_;
+  std::function<void(int64_t)> gradients_ready_;
 
   std::unique_ptr<Acts> acts_;  // training activations, sized for the last B*T
   bool recompute_ = false;

@@ -59,35 +59,39 @@ void LlamaConfig::validate() const {
 std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
   const int64_t C = c.dim, F = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim(), Q = c.q_dim();
   std::vector<ParamSpec> specs;
-  auto add = [&](std::string name, tensor::Shape shape, Split split, bool decay, bool expert = false, bool kv = false) {
-    specs.push_back({std::move(name), std::move(shape), split, decay, expert, kv});
+  auto split_of = [](ShardedDim dim, bool columns) {
+    if (dim == ShardedDim::None) return Split::Replicated;
+    return columns ? Split::Columns : Split::Rows;
   };
-  auto per_layer = [&](const std::string& kind, tensor::Shape shape, Split split, bool decay, bool expert = false,
-                       bool kv = false) {
-    for (int l = 0; l < c.n_layers; ++l)
-      add("layers." + std::to_string(l) + "." + kind, shape, split, decay, expert, kv);
+  auto add = [&](std::string name, tensor::Shape shape, ShardedDim dim, bool decay, bool columns = false) {
+    specs.push_back({std::move(name), std::move(shape), split_of(dim, columns), decay, dim == ShardedDim::Experts,
+                     dim == ShardedDim::KvHeads, dim});
   };
+  auto per_layer = [&](const std::string& kind, tensor::Shape shape, ShardedDim dim, bool decay, bool columns = false) {
+    for (int l = 0; l < c.n_layers; ++l) add("layers." + std::to_string(l) + "." + kind, shape, dim, decay, columns);
+  };
+  constexpr bool COLUMNS = true;
   // llama2.c order: embedding, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm.
-  add("tok_embeddings", {V, C}, Split::Rows, true);  // by vocabulary, as the classifier
-  per_layer("attention_norm", {C}, Split::Replicated, false);
-  per_layer("wq", {Q, C}, Split::Rows, true);
-  per_layer("wk", {KV, C}, Split::Rows, true, false, /*kv=*/true);
-  per_layer("wv", {KV, C}, Split::Rows, true, false, /*kv=*/true);
-  per_layer("wo", {C, Q}, Split::Columns, true);
-  per_layer("ffn_norm", {C}, Split::Replicated, false);
+  add("tok_embeddings", {V, C}, ShardedDim::Vocab, true);  // by vocabulary, as the classifier
+  per_layer("attention_norm", {C}, ShardedDim::None, false);
+  per_layer("wq", {Q, C}, ShardedDim::QueryHeads, true);
+  per_layer("wk", {KV, C}, ShardedDim::KvHeads, true);
+  per_layer("wv", {KV, C}, ShardedDim::KvHeads, true);
+  per_layer("wo", {C, Q}, ShardedDim::QueryHeads, true, COLUMNS);
+  per_layer("ffn_norm", {C}, ShardedDim::None, false);
   if (c.is_moe()) {
     const int64_t E = c.n_experts, FE = c.expert_hidden_dim ? c.expert_hidden_dim : F;
-    per_layer("router", {E, C}, Split::Replicated, true);
-    per_layer("experts.w1", {E, FE, C}, Split::Rows, true, /*expert=*/true);
-    per_layer("experts.w2", {E, C, FE}, Split::Columns, true, /*expert=*/true);
-    per_layer("experts.w3", {E, FE, C}, Split::Rows, true, /*expert=*/true);
+    per_layer("router", {E, C}, ShardedDim::None, true);
+    per_layer("experts.w1", {E, FE, C}, ShardedDim::Experts, true);
+    per_layer("experts.w2", {E, C, FE}, ShardedDim::Experts, true, COLUMNS);
+    per_layer("experts.w3", {E, FE, C}, ShardedDim::Experts, true);
   } else {
-    per_layer("w1", {F, C}, Split::Rows, true);
-    per_layer("w2", {C, F}, Split::Columns, true);
-    per_layer("w3", {F, C}, Split::Rows, true);
+    per_layer("w1", {F, C}, ShardedDim::Hidden, true);
+    per_layer("w2", {C, F}, ShardedDim::Hidden, true, COLUMNS);
+    per_layer("w3", {F, C}, ShardedDim::Hidden, true);
   }
-  add("norm", {C}, Split::Replicated, false);
-  if (!c.shared_classifier) add("output", {V, C}, Split::Rows, true);
+  add("norm", {C}, ShardedDim::None, false);
+  if (!c.shared_classifier) add("output", {V, C}, ShardedDim::Vocab, true);
   return specs;
 }
 

@@ -77,6 +77,17 @@ enum class Split {
   Columns,     // input features split (ShardedToAll: wo, w2)
 };
 
+// Which dimension of the model a split parameter's rows (Split::Rows) or columns (Split::Columns)
+// follow: the shard plan (model/shard_plan.h, ShardPlan::range_of) says which part is a device's.
+enum class ShardedDim {
+  None,        // replicated
+  Vocab,       // tok_embeddings, output rows
+  QueryHeads,  // wq rows, wo columns (head_size per head)
+  KvHeads,     // wk, wv rows
+  Hidden,      // w1, w3 rows, w2 columns (F)
+  Experts,     // MoE experts: dealt out and split by nn/moe.h itself
+};
+
 struct ParamSpec {
   std::string name;      // "tok_embeddings", "layers.3.wq", ...
   tensor::Shape shape;   // full (unsharded) shape, [out, in] for matrices
@@ -86,6 +97,7 @@ struct ParamSpec {
   bool expert = false;
   // wk, wv: rows are KV heads, which several tensor devices may each hold (model/shard_plan.h).
   bool kv_heads = false;
+  ShardedDim sharded_dim = ShardedDim::None;
 };
 
 // In llama2.c checkpoint order (per-kind arrays across layers are listed layer by layer).

@@ -82,4 +82,16 @@ ShardPlan plan_shards(const LlamaConfig& config, int devices, int rank) {
   return plan_all_shards(config, devices)[static_cast<size_t>(rank)];
 }
 
+dist::Range ShardPlan::range_of(ShardedDim dim) const {
+  switch (dim) {
+    case ShardedDim::Vocab: return vocab;
+    case ShardedDim::QueryHeads: return q_rows();
+    case ShardedDim::KvHeads: return kv_rows();
+    case ShardedDim::Hidden: return ffn;
+    case ShardedDim::None:
+    case ShardedDim::Experts: break;
+  }
+  throw std::logic_error("shard plan: a replicated or expert parameter has no tensor-parallel range");
+}
+
 }  // namespace tpcli::model

@@ -37,6 +37,9 @@ struct ShardPlan {
   dist::Range q_rows() const { return {heads.offset * head_size, heads.count * head_size}; }
   // Rows of wk and wv held.
   dist::Range kv_rows() const { return {kv_heads.offset * head_size, kv_heads.count * head_size}; }
+  // This device's rows (Split::Rows) or columns (Split::Columns) of a parameter split along `dim`
+  // (not None or Experts: those are whole, or dealt out by nn/moe.h).
+  dist::Range range_of(ShardedDim dim) const;
   // Local index of the KV head used by local query head h (0 <= h < heads.count).
   int kv_head_of(int h, int kv_mul) const {
     return static_cast<int>((heads.offset + h) / kv_mul - kv_heads.offset);

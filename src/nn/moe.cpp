@@ -146,6 +146,7 @@ void balance_loss(MoeActivations& a, const MoeSizes& s, dist::Group& experts) {
   for (int e = 0; e < E; ++e) {
     a.stats.tokens_per_expert[static_cast<size_t>(e)] = static_cast<int64_t>(counts[static_cast<size_t>(e)]);
     a.fraction[static_cast<size_t>(e)] = total > 0 ? counts[static_cast<size_t>(e)] / total : 0.0f;
+    if (a.batch_fraction.size() == static_cast<size_t>(E)) a.fraction[static_cast<size_t>(e)] = a.batch_fraction[static_cast<size_t>(e)];
     float mean_p = 0.0f;
     for (int64_t t = 0; t < a.n_tokens; ++t) mean_p += a.probs[static_cast<size_t>(t * E + e)];
     if (a.n_tokens > 0) mean_p /= static_cast<float>(a.n_tokens);

@@ -119,6 +119,9 @@ struct MoeActivations {
   std::vector<float> gate;              // [N, K] renormalised gate weights
   std::vector<int64_t> row;             // [N, K] row of the assignment in the send buffer; -1 dropped
   std::vector<float> fraction;          // [E] f_e (group-wide)
+  // [E] when set: f_e of a larger batch this forward is part of (gradient accumulation: the K
+  // micro-batches' counts), used instead of this forward's own in the aux loss and its gradient.
+  std::vector<float> batch_fraction;
   std::vector<int64_t> send_counts;     // [G] rows to each member
   std::vector<int64_t> recv_counts;     // [G] rows from each member
   std::vector<int64_t> expert_offsets;  // [E_local + 1] blocks of the expert-major receive buffer
@@ -165,6 +168,9 @@ class MoeFeedForward : public FeedForward {
   float aux_loss() const override { return acts_.stats.aux_loss; }
   int64_t parameter_bytes() const override;
 
+  // Gradient accumulation: the aux loss's f_e of the whole accumulated batch (MoeActivations::
+  // batch_fraction), for every forward until cleared (empty).
+  void set_batch_fraction(std::vector<float> fraction) { acts_.batch_fraction = std::move(fraction); }
   // Routing and traffic of the last forward (+ backward): per-expert counts, drops, bytes.
   const MoeStats& stats() const { return acts_.stats; }
   const MoeSizes& sizes() const { return sizes_; }

@@ -43,6 +43,28 @@ Tensor::Tensor(Shape shape, std::span<const float> values)
                                 to_string(shape_));
 }
 
+Tensor Tensor::view(Shape shape, std::span<float> storage) {
+  if (static_cast<int64_t>(storage.size()) != tensor::numel(shape))
+    throw std::invalid_argument("tensor: a view of " + std::to_string(storage.size()) + " floats cannot have shape " +
+                                to_string(shape));
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.view_ = storage;
+  return t;
+}
+
+Tensor::Tensor(const Tensor& other)
+    : shape_(other.shape_), data_(other.span().begin(), other.span().end()) {}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this == &other) return *this;
+  std::vector<float, AlignedAllocator<float>> copy(other.span().begin(), other.span().end());
+  shape_ = other.shape_;
+  data_ = std::move(copy);
+  view_ = {};
+  return *this;
+}
+
 int64_t Tensor::dim(int axis) const {
   int n = rank();
   int a = axis < 0 ? axis + n : axis;
@@ -59,14 +81,14 @@ std::span<float> Tensor::rows(int64_t first, int64_t count) {
   if (first < 0 || count < 0 || (first + count) * r > numel())
     throw std::out_of_range("tensor: rows [" + std::to_string(first) + ", +" + std::to_string(count) + ") of " +
                             to_string(shape_));
-  return std::span<float>(data_).subspan(static_cast<size_t>(first * r), static_cast<size_t>(count * r));
+  return span().subspan(static_cast<size_t>(first * r), static_cast<size_t>(count * r));
 }
 
 std::span<const float> Tensor::rows(int64_t first, int64_t count) const {
   return const_cast<Tensor*>(this)->rows(first, count);
 }
 
-void Tensor::fill(float value) { std::fill(data_.begin(), data_.end(), value); }
+void Tensor::fill(float value) { std::ranges::fill(span(), value); }
 
 void Tensor::reshape(Shape shape) {
   if (tensor::numel(shape) != numel())

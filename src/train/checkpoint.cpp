@@ -18,7 +18,7 @@ void tokenizer_to_metadata(const TextTokenizer& tokenizer, Metadata& metadata) {
       list += std::to_string(static_cast<unsigned char>(c));
     }
     metadata["tokenizer.chars"] = list;
-  } else if (tokenizer.kind() == TokenizerKind::Llama2c) {
+  } else if (tokenizer.kind() == TokenizerKind::Llama2c || tokenizer.kind() == TokenizerKind::HfJson) {
     metadata["tokenizer"] = std::filesystem::absolute(tokenizer.path()).string();
   }
 }
@@ -71,7 +71,12 @@ std::optional<TextTokenizer> tokenizer_from_metadata(const Metadata& metadata, c
     if (path == metadata.end()) throw std::runtime_error(origin + ": metadata tokenizer.kind = llama2c without tokenizer");
     return TextTokenizer::llama2c(resolve_tokenizer_path(path->second, origin), vocab_size);
   }
-  throw std::runtime_error(origin + ": metadata tokenizer.kind = '" + kind->second + "' is not chars, bytes or llama2c");
+  if (kind->second == "hf") {
+    auto path = metadata.find("tokenizer");
+    if (path == metadata.end()) throw std::runtime_error(origin + ": metadata tokenizer.kind = hf without tokenizer");
+    return TextTokenizer::hf_json(resolve_tokenizer_path(path->second, origin));
+  }
+  throw std::runtime_error(origin + ": metadata tokenizer.kind = '" + kind->second + "' is not chars, bytes, llama2c or hf");
 }
 
 }  // namespace tpcli::train

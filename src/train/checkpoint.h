@@ -7,9 +7,9 @@
 //   "train.seed", "train.mesh"    for the record (a resume re-reads the config file)
 //   tensors "adam.exp_avg.NAME", "adam.exp_avg_sq.NAME"   AdamW moments, same shape as NAME
 // Tokenizer keys:
-//   "tokenizer.kind"              "chars" | "bytes" | "llama2c"
+//   "tokenizer.kind"              "chars" | "bytes" | "llama2c" | "hf" (a tokenizer.json)
 //   "tokenizer.chars"             chars only: the vocabulary as decimal byte values, "10,32,33,..."
-//   "tokenizer"                   llama2c only: absolute path of the tokenizer.bin (the key
+//   "tokenizer"                   llama2c, hf: absolute path of the tokenizer.bin / tokenizer.json (the key
 //                                 `tpcli infer` reads, see model/safetensors.h)
 // Written with temp file + rename, so a kill at any moment leaves the previous one intact.
 #pragma once

@@ -1,11 +1,13 @@
 #include "train/data.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 
+#include "model/load_tokenizer.h"
 #include "model/regular_file.h"
 #include "train/bpe.h"
 
@@ -53,11 +55,26 @@ TextTokenizer TextTokenizer::llama2c(const std::string& path, int vocab_size) {
   return t;
 }
 
+bool TextTokenizer::is_hf_json(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) || std::filesystem::path(path).extension() == ".json";
+}
+
+TextTokenizer TextTokenizer::hf_json(const std::string& path) {
+  model::LoadedTokenizer loaded = model::load_tokenizer(path);
+  TextTokenizer t;
+  t.kind_ = TokenizerKind::HfJson;
+  t.path_ = loaded.path;
+  t.hf_ = std::move(loaded.tokenizer);
+  return t;
+}
+
 std::string TextTokenizer::kind_name() const {
   switch (kind_) {
     case TokenizerKind::Chars: return "chars";
     case TokenizerKind::Bytes: return "bytes";
     case TokenizerKind::Llama2c: return "llama2c";
+    case TokenizerKind::HfJson: return "hf";
   }
   return "?";
 }
@@ -67,6 +84,7 @@ int TextTokenizer::vocab_size() const {
     case TokenizerKind::Chars: return static_cast<int>(vocab_.size());
     case TokenizerKind::Bytes: return 256;
     case TokenizerKind::Llama2c: return bpe_vocab_size(*bpe_);
+    case TokenizerKind::HfJson: return hf_->vocab_size();
   }
   return 0;
 }
@@ -74,6 +92,7 @@ int TextTokenizer::vocab_size() const {
 std::vector<int> TextTokenizer::encode(std::string_view text) const {
   std::vector<int> tokens;
   if (kind_ == TokenizerKind::Llama2c) return bpe_encode(*bpe_, text);
+  if (kind_ == TokenizerKind::HfJson) return hf_->encode_text(text, /*bos=*/false);
   tokens.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     auto byte = static_cast<unsigned char>(text[i]);
@@ -92,6 +111,7 @@ std::vector<int> TextTokenizer::encode(std::string_view text) const {
 
 std::string TextTokenizer::decode(std::span<const int> tokens) const {
   if (kind_ == TokenizerKind::Llama2c) return bpe_decode(*bpe_, tokens);
+  if (kind_ == TokenizerKind::HfJson) return hf_->decode_ids(tokens, /*clean_up=*/false);
   std::string text;
   text.reserve(tokens.size());
   for (int token : tokens) {

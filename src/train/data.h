@@ -20,11 +20,12 @@
 
 namespace tpcli::model {
 class Tokenizer;
+class TokenizerInterface;
 }
 
 namespace tpcli::train {
 
-enum class TokenizerKind { Chars, Bytes, Llama2c };
+enum class TokenizerKind { Chars, Bytes, Llama2c, HfJson };
 
 // The text <-> token mapping a training run uses; recorded in checkpoints so inference needs no flag.
 class TextTokenizer {
@@ -37,12 +38,17 @@ class TextTokenizer {
   static TextTokenizer bytes();
   // A llama2.c tokenizer.bin holding exactly vocab_size pieces (the model's vocab_size).
   static TextTokenizer llama2c(const std::string& path, int vocab_size);
+  // A Hugging Face tokenizer.json (or a directory holding one), e.g. the one `tpcli tokenize`
+  // wrote the token shards with; its own vocabulary size.
+  static TextTokenizer hf_json(const std::string& path);
+  // Whether `path` names a tokenizer.json (or a directory holding one) rather than a tokenizer.bin.
+  static bool is_hf_json(const std::string& path);
 
   TokenizerKind kind() const { return kind_; }
-  std::string kind_name() const;  // "chars" | "bytes" | "llama2c"
+  std::string kind_name() const;  // "chars" | "bytes" | "llama2c" | "hf"
   int vocab_size() const;
   const std::string& vocab() const { return vocab_; }  // chars: the vocabulary, in token order
-  const std::string& path() const { return path_; }    // llama2c: the tokenizer file
+  const std::string& path() const { return path_; }    // llama2c, hf: the tokenizer file
   const model::Tokenizer* bpe() const { return bpe_.get(); }  // llama2c: the BPE tokenizer
 
   // Corpus encoding (no BOS). Chars: throws naming the byte when it is not in the vocabulary.
@@ -59,6 +65,7 @@ class TextTokenizer {
   std::string vocab_;
   std::string path_;
   std::shared_ptr<const model::Tokenizer> bpe_;  // llama2c only
+  std::shared_ptr<const model::TokenizerInterface> hf_;  // hf only
   int char_to_token_[256] = {};                   // chars only; -1 when absent
 };
 

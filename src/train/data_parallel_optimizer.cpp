@@ -76,9 +76,15 @@ void DataParallelOptimizer::build_shard_slots() {
   shard_grads_.resize(static_cast<size_t>(S));
   const auto values = table_.values();
   for (const Chunk& c : chunks_) table_.gather(c.flat, values, shard_values_.data() + c.shard_offset);
+  // Slots in flat order (the entries are in llama_parameters order, the flat buffer in backward
+  // order): shard_moments() concatenates the slots' moments as the (S,) positions run.
+  std::vector<const ParamEntry*> by_offset;
+  for (const ParamEntry& e : table_.entries()) by_offset.push_back(&e);
+  std::ranges::sort(by_offset, {}, [](const ParamEntry* e) { return e->offset; });
   for (const Chunk& c : chunks_) {
     const int64_t end = c.flat.offset + c.flat.count;
-    for (const ParamEntry& e : table_.entries()) {
+    for (const ParamEntry* entry : by_offset) {
+      const ParamEntry& e = *entry;
       if (e.offset < 0 || e.offset >= end || e.offset + e.numel() <= c.flat.offset) continue;
       const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(e.row_tensor_norm_weights.size()));
       const int64_t row_len = e.numel() / rows;
@@ -101,32 +107,79 @@ void DataParallelOptimizer::build_shard_slots() {
 }
 
 void DataParallelOptimizer::reduce_gradients(int micro_batches) {
-  const int D = axes_.data_size, K = micro_batches;
-  const auto grads = table_.grads();
-  const float expert_scale = 1.0f / static_cast<float>(axes_.expert_group_size);
-  for (const ParamEntry& e : table_.entries()) {
-    if (!e.spec->expert) continue;
-    // nn/moe.h: an expert's owner already sums every member's tokens; 1/G makes it the mean.
+  GradientExchange(*this, micro_batches, false).finish();
+}
+
+GradientExchange::GradientExchange(DataParallelOptimizer& optimizer, int micro_batches, bool start_early)
+    : o_(optimizer),
+      micro_batches_(micro_batches),
+      start_early_(start_early),
+      reduce_(optimizer.shard_ || optimizer.axes_.data_size > 1 || micro_batches > 1),
+      expert_scaled_(optimizer.table_.entries().size(), false) {}
+
+// nn/moe.h: an expert's owner already sums every member's tokens; 1/G makes it the mean. Replicated
+// over the data axis (in the flat buffer), before the bucket's sum; dealt out over it, also 1/K.
+void GradientExchange::scale_experts(int64_t end) {
+  const auto& entries = o_.table_.entries();
+  const float expert_scale = 1.0f / static_cast<float>(o_.axes_.expert_group_size);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamEntry& e = entries[i];
+    if (!e.spec->expert || expert_scaled_[i] || (e.offset >= 0 && e.offset + e.numel() > end)) continue;
+    if (e.offset < 0 && end < o_.table_.flat_size()) continue;  // local experts: at finish()
     float scale = expert_scale;
-    if (e.offset < 0) scale /= static_cast<float>(K);
+    if (e.offset < 0) scale /= static_cast<float>(micro_batches_);
     for (float& x : e.grad->span()) x *= scale;
+    expert_scaled_[i] = true;
   }
-  const float inv = 1.0f / static_cast<float>(D * K);
-  if (!shard_ && D == 1 && K == 1) return;
-  for (size_t b = 0; b < table_.buckets().size(); ++b) {
-    const dist::Range bucket = table_.buckets()[b];
-    std::span<float> buf(bucket_.data(), static_cast<size_t>(bucket.count));
-    table_.gather(bucket, grads, buf.data());
-    if (shard_) {
-      const Chunk& c = chunks_[b];
-      std::span<float> out(shard_grads_.data() + c.shard_offset, static_cast<size_t>(c.flat.count));
-      axes_.data->reduce_scatter(buf, out);  // psum_scatter: this rank's chunk of the sum
-      for (float& x : out) x *= inv;
+}
+
+void GradientExchange::gradients_ready(int64_t end) {
+  if (!start_early_ || !reduce_) return;
+  scale_experts(end);
+  const auto& buckets = o_.table_.buckets();
+  while (next_bucket_ < buckets.size() && buckets[next_bucket_].offset + buckets[next_bucket_].count <= end)
+    start_bucket(next_bucket_++);
+}
+
+void GradientExchange::start_bucket(size_t b) {
+  std::span<float> grads = o_.table_.grads(o_.table_.buckets()[b]);
+  if (o_.shard_) {
+    const DataParallelOptimizer::Chunk& c = o_.chunks_[b];
+    std::span<float> out(o_.shard_grads_.data() + c.shard_offset, static_cast<size_t>(c.flat.count));
+    pending_.push_back(o_.axes_.data->start_reduce_scatter(grads, out));  // psum_scatter: this rank's chunk
+  } else {
+    pending_.push_back(o_.axes_.data->start_all_sum(grads));
+  }
+}
+
+void GradientExchange::scale_bucket(size_t b) {
+  const float inv = 1.0f / static_cast<float>(o_.axes_.data_size * micro_batches_);
+  std::span<float> summed = o_.table_.grads(o_.table_.buckets()[b]);
+  if (o_.shard_) summed = std::span<float>(o_.shard_grads_).subspan(static_cast<size_t>(o_.chunks_[b].shard_offset),
+                                                                     static_cast<size_t>(o_.chunks_[b].flat.count));
+  for (float& x : summed) x *= inv;
+}
+
+void GradientExchange::finish() {
+  scale_experts(o_.table_.flat_size());
+  if (!reduce_) return;
+  const auto& buckets = o_.table_.buckets();
+  if (start_early_)
+    while (next_bucket_ < buckets.size()) start_bucket(next_bucket_++);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!start_early_) {  // blocking, in place
+      std::span<float> grads = o_.table_.grads(buckets[b]);
+      if (o_.shard_) {
+        const DataParallelOptimizer::Chunk& c = o_.chunks_[b];
+        o_.axes_.data->reduce_scatter(grads, std::span<float>(o_.shard_grads_).subspan(static_cast<size_t>(c.shard_offset),
+                                                                                       static_cast<size_t>(c.flat.count)));
+      } else {
+        o_.axes_.data->all_sum(grads);
+      }
     } else {
-      axes_.data->all_sum(buf);
-      for (float& x : buf) x *= inv;
-      table_.scatter(bucket, buf.data(), grads);
+      pending_[b].wait();
     }
+    scale_bucket(b);
   }
 }
 

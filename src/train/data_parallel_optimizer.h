@@ -30,7 +30,8 @@ class DataParallelOptimizer {
                         bool shard, int64_t bucket_elems);
 
   // After K forward_backward calls (grads summed over K micro-batches): every device holds the
-  // gradient of the mean loss over the K global batches (sharded: its chunk of it).
+  // gradient of the mean loss over the K global batches (sharded: its chunk of it). Blocking, one
+  // bucket after the other; GradientExchange does the same with the buckets started during backward.
   void reduce_gradients(int micro_batches);
   // Collective over the world: the global gradient norm; non-finite when any device passes
   // local_finite = false (a non-finite loss), so every device stops together.
@@ -51,6 +52,7 @@ class DataParallelOptimizer {
   bool sharded() const { return shard_; }
 
  private:
+  friend class GradientExchange;
   struct Chunk {
     dist::Range flat;               // this rank's part of a bucket, in flat coordinates
     int64_t shard_offset = 0;       // where it sits in shard_values_ / shard_grads_
@@ -71,7 +73,37 @@ class DataParallelOptimizer {
   std::vector<float> shard_values_, shard_grads_;  // (S,)
   std::vector<Slot> shard_slots_;
   AdamW shard_adam_;
-  std::vector<float> bucket_;  // scratch, one bucket
+  std::vector<float> bucket_;  // scratch, one bucket (values and moments; gradients are reduced in place)
+};
+
+// One step's data-parallel gradient reduction (PyTorch DDP's reducer). With start_early, each
+// bucket's collective (all_sum, or reduce_scatter when sharded) starts as soon as backward has
+// finished its gradients (model::Llama::set_gradients_ready calls gradients_ready); the buckets
+// follow grad_buffer()'s order, the last block's first. finish() starts what is left and waits for
+// all, so the optimizer reads complete gradients. Without start_early, finish() runs the blocking
+// collectives, bucket by bucket. Same sums, same bits either way. Keep it on the step's stack:
+// leaving by an exception drops the started handles there, which fails the run rather than
+// leaving collectives behind (dist/async_worker.h).
+class GradientExchange {
+ public:
+  GradientExchange(DataParallelOptimizer& optimizer, int micro_batches, bool start_early);
+  // grad_buffer()[0, end) holds its final values: start the buckets inside it.
+  void gradients_ready(int64_t end);
+  void finish();
+  size_t started() const { return next_bucket_; }  // buckets started so far
+
+ private:
+  void scale_experts(int64_t end);  // 1/G on replicated expert gradients inside [0, end), once
+  void start_bucket(size_t b);
+  void scale_bucket(size_t b);      // 1 / (D*K) once summed
+
+  DataParallelOptimizer& o_;
+  int micro_batches_;
+  bool start_early_;
+  bool reduce_;  // anything to sum (D > 1, K > 1, or a sharded optimizer)
+  size_t next_bucket_ = 0;
+  std::vector<bool> expert_scaled_;  // per table entry
+  std::vector<dist::Pending> pending_;  // [next_bucket_]
 };
 
 // The optimizer's view of every local parameter with the global-norm weights of the plain

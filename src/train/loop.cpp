@@ -226,10 +226,11 @@ void DeviceRun::check_same_resume_step() {
 
 StepRecord DeviceRun::optimizer_step(int64_t step) {
   std::optional<dist::TraceSpan> span(std::in_place, dev_.trace(), dev_.rank(), "gradients");
-  auto loss = static_cast<float>(
-      accumulate_gradients(llama_, *s_.train_batches, step, rows_, o_.grad_accum, inputs_, targets_));
+  GradientExchange exchange(optimizer_, o_.grad_accum, o_.overlap_buckets);
+  auto loss = static_cast<float>(accumulate_gradients(llama_, *s_.train_batches, step, rows_, o_.grad_accum, inputs_,
+                                                      targets_, [&](int64_t end) { exchange.gradients_ready(end); }));
   span.emplace(dev_.trace(), dev_.rank(), "data-parallel mean");
-  optimizer_.reduce_gradients(o_.grad_accum);
+  exchange.finish();
   data_.mean(std::span<float>(&loss, 1));
   span.emplace(dev_.trace(), dev_.rank(), "optimizer");
   // A non-finite loss rides in the norm's all_sum, so every device sees it and stops together.

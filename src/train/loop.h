@@ -11,7 +11,8 @@
 //     rows [d*KB/D, (d+1)*KB/D) of batch s       (train/data.h: a pure function of s), in K
 //                                                micro-batches of B/D rows (train/step.h)
 //     forward_backward per micro-batch -> local grads (tensor collectives inside the model)
-//     pmean grads over the data axis, per bucket (train/data_parallel_optimizer.h; sharded:
+//     pmean grads over the data axis, per bucket, in place (train/data_parallel_optimizer.h;
+//                                                started during the last backward; sharded:
 //                                                reduce_scatter, AdamW on this rank's chunk,
 //                                                all_gather of the values)
 //     global norm: all_sum over the world of each device's weighted sum of squares
@@ -92,6 +93,7 @@ struct TrainOptions {
   bool sequence_parallel = false;  // token rows split over the tensor axis (model/llama.h set_sequence_parallel)
   bool shard_optimizer = false;  // ZeRO-1 (train/data_parallel_optimizer.h)
   int64_t bucket_elems = 262144; // floats per data-parallel gradient bucket
+  bool overlap_buckets = true;   // buckets start during backward (train/data_parallel_optimizer.h GradientExchange)
   uint64_t seed = 1337;
   LrSchedule schedule;
   AdamWOptions adamw;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "model/shard_plan.h"
 
@@ -16,7 +17,7 @@ ParamTable::ParamTable(model::Llama& llama, const ParallelAxes& axes, int tensor
     ParamEntry e{p.spec, p.value, p.grad};
     const bool differs_over_data = p.spec->expert && axes.experts_on_data_axis;
     if (!differs_over_data) {
-      e.offset = flat_size_;
+      e.offset = p.grad_offset;
       flat_size_ += e.numel();
     }
     e.tensor_norm_weight = p.spec->split == model::Split::Replicated ? 1.0 / axes.tensor_size : 1.0;
@@ -30,6 +31,10 @@ ParamTable::ParamTable(model::Llama& llama, const ParallelAxes& axes, int tensor
     }
     entries_.push_back(std::move(e));
   }
+  flat_grads_ = llama.grad_buffer().first(static_cast<size_t>(flat_size_));
+  for (const ParamEntry& e : entries_)  // the model keeps the experts last: the rest is a prefix
+    if (e.offset >= 0 && e.offset + e.numel() > flat_size_)
+      throw std::logic_error("param table: " + e.spec->name + " lies outside the flat gradient prefix");
   for (int64_t o = 0; o < flat_size_; o += bucket_elems) buckets_.push_back({o, std::min(bucket_elems, flat_size_ - o)});
 }
 

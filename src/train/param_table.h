@@ -5,11 +5,12 @@
 // Dimension legend: P elements of the flat buffer (every local parameter that is replicated over
 // the data axis, in llama_parameters order), D data ranks, TP tensor devices.
 //
-// The flat buffer is virtual: values and gradients stay in the model's tensors, and a bucket
-// (a range of the flat buffer, possibly cutting parameters) is copied out of them and back
-// (gather / scatter). A collective then runs once per bucket instead of once per parameter.
-// Expert weights dealt out over the data axis (MoE) are different on every data rank: they are
-// not in the flat buffer (offset -1).
+// The flat buffer is the model's gradient buffer (model::Llama::grad_buffer(), in the order backward
+// finishes the gradients: last block first), so a bucket of gradients is a view of it and the
+// collectives run in place. Values stay in the model's tensors: a range of them is copied out and
+// back (gather / scatter) where the sharded optimizer needs them flat. Expert weights dealt out over
+// the data axis (MoE) are different on every data rank: they are not in the flat buffer (offset -1;
+// the model keeps them after it).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,7 @@ struct ParamEntry {
   const model::ParamSpec* spec = nullptr;
   tensor::Tensor* value = nullptr;  // this device's shard
   tensor::Tensor* grad = nullptr;   // same shape
-  int64_t offset = -1;              // in the flat buffer; -1 = not replicated over the data axis
+  int64_t offset = -1;              // in the flat buffer (= grad_buffer()); -1 = not replicated over the data axis
   // 1 / (tensor devices holding this very slice): replicated parameters count 1/TP on each.
   double tensor_norm_weight = 1.0;
   // KV heads (spec->kv_heads) shared by some tensor devices and not others: per head row of the
@@ -55,6 +56,8 @@ class ParamTable {
   int64_t flat_size() const { return flat_size_; }
   const std::vector<dist::Range>& buckets() const { return buckets_; }
 
+  // The gradients of flat elements [r.offset, r.offset + r.count): a view of the model's buffer.
+  std::span<float> grads(dist::Range r) const { return flat_grads_.subspan(static_cast<size_t>(r.offset), static_cast<size_t>(r.count)); }
   // One tensor per entry (same order): the values, the gradients.
   std::vector<tensor::Tensor*> values() const;
   std::vector<tensor::Tensor*> grads() const;
@@ -68,6 +71,7 @@ class ParamTable {
   void for_each_piece(dist::Range r, Fn&& fn) const;  // fn(entry index, element in entry, flat pos, count)
   std::vector<ParamEntry> entries_;
   int64_t flat_size_ = 0;
+  std::span<float> flat_grads_;  // [P] the model's grad_buffer() prefix
   std::vector<dist::Range> buckets_;
 };
 

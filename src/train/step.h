@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -22,8 +23,11 @@ namespace tpcli::train {
 // rows.begin) / K), so the K micro-batches of every data rank are exactly the rows of the K-times
 // larger batch. Gradients are summed (not averaged) over k. Returns this device's mean loss over
 // the K micro-batches. inputs, targets: scratch, (R*T,).
+// During the last micro-batch's backward, last_ready (when set) hears which gradients are final
+// (model::Llama::set_gradients_ready), so their data-parallel collectives can start.
 double accumulate_gradients(model::Llama& llama, const BatchSampler& batches, int64_t step, RowRange rows,
-                            int micro_batches, std::vector<int>& inputs, std::vector<int>& targets);
+                            int micro_batches, std::vector<int>& inputs, std::vector<int>& targets,
+                            const std::function<void(int64_t end)>& last_ready = {});
 
 // The reference data-parallel gradient, one collective per parameter (tests compare the bucketed
 // DataParallelOptimizer against it): zero_grad, forward_backward on these rows, then every

@@ -146,6 +146,35 @@ TEST_CASE("tpcli tokenize: a vocabulary over 65536 (Llama 3's tokenizer.json) wr
   CHECK(std::count_if(t.shard.tokens.begin(), t.shard.tokens.end(), [](int id) { return id > 65535; }) > 0);  // <|begin_of_text|>
 }
 
+TEST_CASE("tpcli train on shards written with a tokenizer.json (Mistral's): trains, and the checkpoint names it for infer") {
+  TPCLI_REQUIRE_SHARED("data/hf-tokenizers/mistral/tokenizer.json");
+  TempDir dir;
+  const std::string tokenizer = tpcli::testing::shared_path("data/hf-tokenizers/mistral/tokenizer.json");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "ROMEO: the night is young, and the stars are kind " + std::to_string(i % 7) + ".\n";
+  const TokenizedText t = tokenize_one_file(dir, tokenizer, "verse", text);
+  REQUIRE(t.shard.tokens == t.encoded);
+  const fs::path run_dir = dir.path() / "run";
+  const std::string config = dir.write(
+      "hf.toml", "[model]\ndim = 16\nhidden_dim = 32\nn_layers = 1\nn_heads = 2\nseq_len = 32\n"
+                 "[data]\nformat = \"shards\"\npath = \"s/*_train_*.bin\"\ntokenizer = \"" + tokenizer + "\"\n"
+                 "[train]\nsteps = 2\nbatch_size = 2\nseq_len = 32\neval_every = 0\neval_batches = 0\nsample_tokens = 5\n"
+                 "out_dir = \"" + run_dir.string() + "\"\n");
+  const Result trained = run({"train", config});
+  INFO(trained.err << trained.out);
+  REQUIRE(trained.code == 0);
+  CHECK(trained.err.find(std::to_string(t.shard.tokens.size()) + " train") != std::string::npos);
+  // The model took the tokenizer's vocabulary (Mistral's 32000), and the checkpoint records the file.
+  const std::string checkpoint = (run_dir / "latest.safetensors").string();
+  const std::string header = tpcli::testing::slurp(checkpoint).substr(0, 20000);
+  CHECK(header.find("\"tokenizer.kind\":\"hf\"") != std::string::npos);
+  CHECK(header.find("\"model.vocab_size\":\"32000\"") != std::string::npos);
+  const Result inferred = run({"infer", "--model", checkpoint, "-i", "ROMEO:", "-n", "4", "-t", "0"});
+  INFO(inferred.err);
+  CHECK(inferred.code == 0);
+  CHECK(inferred.out.rfind("ROMEO:", 0) == 0);
+}
+
 TEST_CASE("tpcli tokenize / train on shards: bad input is a one-line error naming the file or key") {
   TempDir dir;
   const std::string text = dir.write("t.txt", std::string(3000, 'x'));

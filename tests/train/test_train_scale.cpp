@@ -5,9 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dist/runtime.h"
@@ -17,6 +19,9 @@
 #include "train/checkpoint.h"
 #include "train/loop.h"
 #include "train/memory.h"
+
+#include "train/data_parallel_optimizer.h"
+#include "train/step.h"
 
 #include "support/synthetic_text.h"
 #include "support/temp_dir.h"
@@ -157,6 +162,25 @@ TEST_CASE("grad_accum K gives the losses of the K-times batch (batch 16 = batch 
   }
 }
 
+TEST_CASE("grad_accum K with MoE: the load-balancing loss is the K-times batch's, not a mean over micro-batches") {
+  for (int D : {1, 2}) {
+    INFO("data=" << D);
+    train::TrainOptions o = base_options();
+    o.model.n_experts = 4;
+    o.model.top_k = 2;
+    o.model.moe_aux_loss = 0.5f;  // large, so a per-micro-batch f_e shows
+    o.init = std::make_shared<model::TensorWeights>(model::random_weights(o.model, 7));
+    o.mesh = dist::Mesh({{"data", D}, {"model", 1}});
+    o.steps = 4;
+    o.batch_size = 16;
+    const auto big = losses_of(train::train(o));
+    o.batch_size = 8;
+    o.grad_accum = 2;
+    const auto accumulated = losses_of(train::train(o));
+    check_close(accumulated, big, 1e-6);
+  }
+}
+
 TEST_CASE("recompute gives the same losses with less activation memory") {
   train::TrainOptions o = base_options();
   o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
@@ -192,6 +216,116 @@ TEST_CASE("bucketed data-parallel all-sum equals the per-parameter all-sum") {
       for (int64_t j = 0; j < a[i].grad->numel(); ++j)
         if ((*a[i].grad)[j] != (*b[i].grad)[j]) FAIL(a[i].spec->name << " element " << j);
   });
+}
+
+TEST_CASE("buckets started during backward give the blocking path's losses and checkpoint bit for bit") {
+  // {D, TP, sequence parallel}: with split rows the norms' gradients are final only after backward.
+  for (auto [D, TP, sp] : std::vector<std::tuple<int, int, bool>>{{2, 1, false}, {2, 2, false}, {2, 2, true}})
+    for (bool shard : {false, true}) {
+      INFO("mesh " << D << "x" << TP << (sp ? " sequence parallel" : "") << (shard ? ", shard_optimizer" : ""));
+      const testing::TempDir scratch;
+      train::TrainOptions o = base_options();
+      o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+      o.steps = 4;
+      o.shard_optimizer = shard;
+      o.sequence_parallel = sp;
+      o.overlap_buckets = false;
+      o.out_dir = (scratch.path() / "blocking").string();
+      const auto blocking = losses_of(train::train(o));
+      o.overlap_buckets = true;
+      o.out_dir = (scratch.path() / "started").string();
+      const auto started = losses_of(train::train(o));
+      REQUIRE(started.size() == blocking.size());
+      for (size_t i = 0; i < started.size(); ++i) CHECK(started[i] == blocking[i]);
+      // Every parameter and AdamW moment after the last step, as the checkpoints hold them.
+      CHECK(testing::slurp(train::latest_checkpoint((scratch.path() / "started").string())) ==
+            testing::slurp(train::latest_checkpoint((scratch.path() / "blocking").string())));
+    }
+}
+
+namespace {
+
+struct BucketRun {
+  std::vector<int> inputs, targets;  // (4, 16): 2 rows per data rank
+  model::TensorWeights weights;
+};
+
+BucketRun bucket_run() {
+  train::TrainOptions o = base_options();
+  BucketRun r{std::vector<int>(4 * 16), std::vector<int>(4 * 16), model::random_weights(o.model, 3)};
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    r.inputs[i] = static_cast<int>((i * 7) % static_cast<size_t>(o.model.vocab_size));
+    r.targets[i] = static_cast<int>((i * 5 + 1) % static_cast<size_t>(o.model.vocab_size));
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a bucket's all-sum starts during backward, before the embedding's gradient, and sums as the blocking one") {
+  const BucketRun run = bucket_run();
+  dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 1}}), [&](dist::Device& dev) {
+    dist::Group& data = dev.axis("data");
+    model::Llama reference(run.weights, dev.axis("model")), started(run.weights, dev.axis("model"));
+    train::ParallelAxes axes{&data, &dev.world(), 2, 1, 2, true};
+    const auto rows = std::span<const int>(run.inputs).subspan(static_cast<size_t>(data.rank()) * 32, 32);
+    const auto rows_t = std::span<const int>(run.targets).subspan(static_cast<size_t>(data.rank()) * 32, 32);
+    train::DataParallelOptimizer blocking_opt(reference, axes, 0, {}, false, 333);
+    reference.zero_grad();
+    reference.forward_backward(rows, rows_t, 2, 16);
+    blocking_opt.reduce_gradients(1);
+
+    train::DataParallelOptimizer started_opt(started, axes, 0, {}, false, 333);
+    started.zero_grad();
+    train::GradientExchange exchange(started_opt, 1, true);
+    std::vector<size_t> started_at;  // buckets started by each ready call
+    started.set_gradients_ready([&](int64_t end) {
+      exchange.gradients_ready(end);
+      started_at.push_back(exchange.started());
+    });
+    started.forward_backward(rows, rows_t, 2, 16);
+    started.set_gradients_ready({});
+    exchange.finish();
+    // classifier + norm, 2 blocks, the embedding, the end: the blocks' buckets went before the embedding's.
+    REQUIRE(started_at.size() == 5);
+    CHECK(started_at[0] > 0);
+    CHECK(started_at[2] > started_at[0]);
+    CHECK(started_at[2] < started_opt.table().buckets().size());
+    CHECK(started_at[3] == started_opt.table().buckets().size());
+    auto a = reference.parameters(), b = started.parameters();
+    for (size_t i = 0; i < a.size(); ++i)
+      for (int64_t j = 0; j < a[i].grad->numel(); ++j)
+        if ((*a[i].grad)[j] != (*b[i].grad)[j]) FAIL(a[i].spec->name << " element " << j);
+  });
+}
+
+TEST_CASE("a device failing during backward with buckets started ends the run with its named error") {
+  const BucketRun run = bucket_run();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 1}}), [&](dist::Device& dev) {
+      dist::Group& data = dev.axis("data");
+      model::Llama llama(run.weights, dev.axis("model"));
+      train::ParallelAxes axes{&data, &dev.world(), 2, 1, 2, true};
+      const auto rows = std::span<const int>(run.inputs).subspan(static_cast<size_t>(data.rank()) * 32, 32);
+      const auto rows_t = std::span<const int>(run.targets).subspan(static_cast<size_t>(data.rank()) * 32, 32);
+      train::DataParallelOptimizer optimizer(llama, axes, 0, {}, false, 333);
+      llama.zero_grad();
+      train::GradientExchange exchange(optimizer, 1, true);
+      llama.set_gradients_ready([&](int64_t end) {
+        exchange.gradients_ready(end);
+        if (data.rank() == 1 && exchange.started() > 0) throw std::runtime_error("injected failure in backward");
+      });
+      llama.forward_backward(rows, rows_t, 2, 16);
+      exchange.finish();
+    });
+    FAIL("the run returned normally");
+  } catch (const dist::DeviceError& e) {
+    INFO(e.what());
+    CHECK(e.rank() == 1);
+    CHECK(std::string(e.what()).find("injected failure in backward") != std::string::npos);
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
 }
 
 TEST_CASE("bytes per device: the accounting equals what the model and optimizer hold") {
