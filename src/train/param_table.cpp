@@ -30,7 +30,13 @@ ParamTable::ParamTable(model::Llama& llama, const ParallelAxes& axes, int tensor
     }
     entries_.push_back(std::move(e));
   }
-  for (int64_t o = 0; o < flat_size_; o += bucket_elems) buckets_.push_back({o, std::min(bucket_elems, flat_size_ - o)});
+  buckets_ = bucket_ranges(flat_size_, bucket_elems);
+}
+
+std::vector<dist::Range> bucket_ranges(int64_t flat, int64_t bucket_elems) {
+  std::vector<dist::Range> buckets;
+  for (int64_t o = 0; o < flat; o += bucket_elems) buckets.push_back({o, std::min(bucket_elems, flat - o)});
+  return buckets;
 }
 
 std::vector<tensor::Tensor*> ParamTable::values() const {
