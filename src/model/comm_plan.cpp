@@ -29,14 +29,15 @@ double weight_flops_per_row(const LlamaConfig& c, const ShardPlan& p) {
 
 }  // namespace
 
-std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& c, const ShardPlan& p) {
+std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& c, const ShardPlan& p, bool greedy) {
   require_dense(c);
   if (p.devices <= 1) return {};
   const int64_t C = c.dim, L = c.n_layers;
   return {tensor_call("all_gather", CollectiveKind::AllGather, C, 1, "embedding row"),
           tensor_call("all_sum", CollectiveKind::AllSum, C, L, "wo outputs"),
           tensor_call("all_sum", CollectiveKind::AllSum, C, L, "w2 outputs"),
-          tensor_call("all_gather", CollectiveKind::AllGather, c.vocab_size, 1, "logits")};
+          greedy ? tensor_call("all_gather", CollectiveKind::AllGather, 2 * int64_t{p.devices}, 1, "argmax (value, token) pairs")
+                 : tensor_call("all_gather", CollectiveKind::AllGather, c.vocab_size, 1, "logits")};
 }
 
 std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& c, const ShardPlan& p, int64_t rows,

@@ -45,8 +45,10 @@ struct PlannedCollective {
   int64_t bytes() const { return floats * 4; }
 };
 
-// One decoded token at one device of `plan` (sampling decode: the logits are gathered).
-std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& config, const ShardPlan& plan);
+// One decoded token at one device of `plan`: sampling (Llama::forward: the logits are gathered) or
+// greedy (Llama::forward_argmax: a (value, token) pair per device).
+std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& config, const ShardPlan& plan,
+                                                       bool greedy = false);
 // One forward_backward of rows x seq_len tokens on one device of `plan`.
 std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& config, const ShardPlan& plan, int64_t rows,
                                                       int64_t seq_len, bool recompute);

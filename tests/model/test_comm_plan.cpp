@@ -12,7 +12,7 @@
 using namespace tpcli;
 using namespace tpcli::testing;
 
-TEST_CASE("comm plan: a decoded token's collectives on every device are the planned ones, 2 and 4 devices") {
+TEST_CASE("comm plan: a decoded token's collectives (sampled and greedy) on every device are the planned ones, 2 and 4 devices") {
   for (const Shape& s : {shapes()[0], shapes()[1]}) {
     const TensorWeights w = random_weights(s.config, 3);
     for (int T : {2, 4}) {
@@ -21,20 +21,28 @@ TEST_CASE("comm plan: a decoded token's collectives on every device are the plan
       dist::Trace trace;
       dist::RunOptions options;
       options.trace = &trace;
-      std::vector<int64_t> from(static_cast<size_t>(T));
+      std::vector<int64_t> from(static_cast<size_t>(T)), greedy_from(from.size());
       dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
         model::Llama m(w, dev.axis("model"));
         m.forward(3, 0);  // a first token: then only the second one is compared
         dev.world().barrier();
         from[static_cast<size_t>(dev.rank())] = trace.now_ns();
         m.forward(5, 1);
+        dev.world().barrier();
+        greedy_from[static_cast<size_t>(dev.rank())] = trace.now_ns();
+        m.forward_argmax(7, 2);
       }, options);
       for (int r = 0; r < T; ++r) {
         INFO("device " << r);
         const model::ShardPlan plan = model::plan_shards(s.config, T, r);
-        const CallCounts recorded = recorded_calls(trace, r, from[static_cast<size_t>(r)]);
-        CHECK(recorded.size() == 3);  // embedding row, all_sum of C, logits
-        CHECK(recorded == planned_calls(model::plan_decode_collectives(s.config, plan)));
+        const CallCounts all = recorded_calls(trace, r, from[static_cast<size_t>(r)]),
+                         greedy = recorded_calls(trace, r, greedy_from[static_cast<size_t>(r)]);
+        CallCounts sampled = all;  // the sampled token's calls: all minus the greedy one's
+        for (const auto& [key, calls] : greedy)
+          if ((sampled[key] -= calls) == 0) sampled.erase(key);
+        CHECK(sampled.size() == 3);  // embedding row, all_sum of C, logits
+        CHECK(sampled == planned_calls(model::plan_decode_collectives(s.config, plan)));
+        CHECK(greedy == planned_calls(model::plan_decode_collectives(s.config, plan, true)));
       }
     }
   }
