@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -77,6 +78,7 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
 // Compute at a matmul rate measured now (every device at once) plus the modelled collectives.
 double predicted_step_seconds(const config::RunConfig& cfg, const train::TrainOptions& t) {
   const config::MeshSection& ms = cfg.mesh;
+  if (ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) return NAN;  // not planned yet (train/step_plan.h)
   const PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.links};
   train::MemoryLayout layout;
   layout.data = mesh.data;

@@ -116,7 +116,7 @@ void describe_memory(const config::RunConfig& config, const model::LlamaConfig& 
   const train::MemoryLayout layout = memory_layout(config, c);
   out << "  memory per device (device 0): " << train::describe(train::device_bytes(c, layout))
       << (t.recompute ? " (recompute)" : "") << (t.shard_optimizer ? " (optimizer sharded)" : "")
-      << (m.sequence_parallel ? " (sequence parallel)" : "") << "\n";
+      << (layout.sequence_parallel ? " (sequence parallel)" : "") << "\n";
 }
 
 // The matmul rate predictions use: --matmul-gflops, else measured now on products of the shape.
@@ -140,6 +140,10 @@ void describe_training_plan(const config::RunConfig& config, const model::LlamaC
     return;
   }
   const train::MemoryLayout layout = memory_layout(config, c);
+  if (layout.sequence_parallel && layout.tensor > 1) {
+    out << "  collectives: not planned with sequence_parallel yet (its collective matmuls' ppermutes)\n";
+    return;
+  }
   const int K = config.train.grad_accum;
   const auto plan = train::plan_step_collectives(c, layout, K);
   out << "  collectives per training step, device 0 (" << K << " micro-batch(es) of " << layout.rows << " x "

@@ -1,6 +1,7 @@
 // tpcli::train — one optimizer step's collectives and FLOPs (see step_plan.h).
 #include "train/step_plan.h"
 
+#include <stdexcept>
 #include <string_view>
 
 #include "train/param_table.h"
@@ -28,6 +29,8 @@ void add_per_bucket(std::vector<PlannedCollective>& out, const char* name, Colle
 }  // namespace
 
 std::vector<PlannedCollective> plan_step_collectives(const model::LlamaConfig& c, const MemoryLayout& m, int grad_accum) {
+  if (m.sequence_parallel && m.tensor > 1)
+    throw std::invalid_argument("communication plan: sequence_parallel (collective matmuls over ppermutes) is not planned yet");
   const model::ShardPlan plan = model::plan_shards(c, m.tensor, 0);
   std::vector<PlannedCollective> out;
   if (m.data * m.tensor > 1) out.push_back({Role::World, "all_max", CollectiveKind::AllSum, 1, 1, "stop flag"});

@@ -16,7 +16,9 @@
 
 namespace tpcli::train {
 
-// Device 0's collectives for one step of K = grad_accum micro-batches under `layout`.
+// Device 0's collectives for one step of K = grad_accum micro-batches under `layout`. Sequence
+// parallelism (layout.sequence_parallel, nn/sequence_parallel.h) is not planned yet: throws
+// std::invalid_argument saying so.
 std::vector<model::PlannedCollective> plan_step_collectives(const model::LlamaConfig& config, const MemoryLayout& layout,
                                                             int grad_accum);
 // Device 0's matmul FLOPs of one step.
