@@ -9,7 +9,9 @@
 //   all-gather then matmul  blocking all_gather of A (its modelled time), then that product
 //   overlapped              nn::all_gather_matmul: T chunk products while the next chunk moves on a
 //                           started ppermute (and the two-way ring variant; and the one-way form
-//                           with the link not modelled: the cost of chunking the product alone)
+//                           with the link not modelled: chunking plus the ring's copies and worker)
+//   chunk products alone    the T chunk products straight from A, nothing else: the cost of
+//                           cutting the product into chunks by itself
 // The link: --link model=GBPS,US[,ring|switch]; by default a ring whose bandwidth makes the
 // modelled communication --comm-ratio (0.4) of the measured local product, the regime where
 // overlapping can hide it (what the link is is printed).
@@ -170,6 +172,20 @@ void bench_all_gather(const Options& o, const dist::LinkSpec& given) {
       };
     }, tr);
   };
+  // The overlapped form's T chunk products alone, straight from A (no ppermute, no copies, no
+  // worker thread): what cutting the product into chunks costs by itself.
+  const Timing chunks_alone = measure(o, {}, [&](dist::Device& dev) -> Call {
+    auto l = layer(dev);
+    const int r = dev.world().rank();
+    return [&a, l, B, D, T, r](std::vector<float>& out) {
+      const int64_t OL = l->out_features();
+      out.resize(static_cast<size_t>(B * OL));
+      for (int s = 0; s < T; ++s) {
+        const dist::Range chunk = dist::even_split(B, T, ((r - s) % T + T) % T);
+        l->forward(out.data() + chunk.offset * OL, a.data() + chunk.offset * D, chunk.count);
+      }
+    };
+  });
   std::optional<dist::Trace> trace;
   const Timing one_way = overlapped(nn::Ring::OneWay, o.trace.empty() ? nullptr : &trace.emplace(), links);
   const Timing two_way = overlapped(nn::Ring::TwoWay, nullptr, links);
@@ -180,6 +196,7 @@ void bench_all_gather(const Options& o, const dist::LinkSpec& given) {
   print_row("overlapped", one_way.median_s, local.median_s);
   print_row("overlapped (two-way ring)", two_way.median_s, local.median_s);
   print_row("overlapped, link unmodelled", chunked.median_s, local.median_s);
+  print_row("chunk products alone", chunks_alone.median_s, local.median_s);
   std::printf("  max |overlapped - all-gather then matmul| on device 0: %.3g (one-way), %.3g (two-way)\n",
               max_abs_diff(one_way.out0, plain.out0), max_abs_diff(two_way.out0, plain.out0));
 }

@@ -13,6 +13,11 @@
 // Decode reads every weight once per token (the embedding only as the classifier when shared, one
 // row otherwise) plus the KV cache up to the position; the unsharded figure is used, so KV heads
 // replicated over devices count as overhead, not as roofline.
+//
+// Predicted (f32 row): device 0's matrix-vector FLOPs per token (model/comm_plan.h, at the mean
+// timed position) at the f32 matvec rate measured in the same run with every device at once, plus
+// the modelled time of its collectives (greedy decode) under --link; collectives on an axis
+// without a link count 0.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
@@ -26,6 +31,8 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
+#include "cli/plan_report.h"
+#include "model/comm_plan.h"
 #include "dist/runtime.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
@@ -159,7 +166,8 @@ struct DecodeTiming {
 
 // Greedy decode of f.warmup untimed then f.tokens timed steps on every device; a step's time is the
 // slowest device's (devices run in lockstep through collectives).
-DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& mesh, const BenchFlags& f, int threads) {
+DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& mesh, const BenchFlags& f, int threads,
+                         const dist::LinkSpec& links) {
   const int devices = mesh.size();
   std::vector<std::vector<double>> step_seconds(static_cast<size_t>(devices), std::vector<double>(f.tokens));
   DecodeTiming out;
@@ -168,6 +176,7 @@ DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& m
   out.moved.resize(static_cast<size_t>(devices));
   dist::RunOptions options;
   options.blas_threads = threads;
+  options.links = links;
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
@@ -212,6 +221,16 @@ double weight_bytes_per_token(const model::WeightSource& weights) {
   return bytes;
 }
 
+// Seconds per token: compute at the measured f32 matvec rate plus the modelled collectives.
+double predicted_token_seconds(const model::LlamaConfig& c, const dist::Mesh& mesh, const dist::LinkSpec& links,
+                               const BenchFlags& f) {
+  const PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
+  const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
+  const double rate = measure_matmul_gflops(mesh.size(), 1, std::max(c.hidden_dim, c.vocab_size) / pm.tensor, c.dim);
+  const double comm = c.is_moe() ? 0 : modelled_seconds(model::plan_decode_collectives(c, plan, true), pm);
+  return model::decode_flops(c, plan, f.warmup + f.tokens / 2) / (rate * 1e9) + comm;
+}
+
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
@@ -250,18 +269,23 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
               devices, threads, cores, tensor::isa_name(tensor::detected_isa()));
   std::printf("bandwidth    %.2f GB/s read with %d thread(s) x %d streams (median; best %.2f)\n", bandwidth.median / 1e9,
               roofline_threads, STREAMS, bandwidth.best / 1e9);
-  std::printf("%-22s %10s %10s %12s %10s %10s %9s\n", "format", "MB/token", "tok/s", "(best)", "roofline", "% roof",
-              "GB/s");
+  const dist::LinkSpec links = links_from_flags(run_flags);
+  const double predicted_s = predicted_token_seconds(c, mesh, links, f);
+  std::printf("%-22s %10s %10s %12s %10s %10s %9s %12s %10s\n", "format", "MB/token", "tok/s", "(best)", "roofline", "% roof",
+              "GB/s", "ms/token", "predicted");
   for (const auto& [label, conversion, int8x] : formats) {
     tensor::set_int8_activations(int8x);
     std::unique_ptr<model::WeightSource> converted;
     if (conversion) converted = std::make_unique<model::ConvertedWeights>(*opened.weights, *conversion);
     const model::WeightSource& weights = converted ? *converted : *opened.weights;
     const double bytes = weight_bytes_per_token(weights) + kv_bytes;
-    const DecodeTiming t = time_decode(weights, mesh, f, threads);
+    const DecodeTiming t = time_decode(weights, mesh, f, threads, links);
     const double roofline = bandwidth.median / bytes;
-    std::printf("%-22s %10.1f %10.2f %12.2f %10.2f %9.1f%% %9.2f\n", label.c_str(), bytes / 1e6, t.tok_s, t.best_tok_s,
-                roofline, 100.0 * t.tok_s / roofline, t.tok_s * bytes / 1e9);
+    char predicted[48] = "-";  // only the f32 row: the rate is the f32 matvec's
+    if (!conversion && !weights.config().quantization)
+      std::snprintf(predicted, sizeof predicted, "%.3f (%.2fx)", predicted_s * 1e3, predicted_s * t.tok_s);
+    std::printf("%-22s %10.1f %10.2f %12.2f %10.2f %9.1f%% %9.2f %12.3f %10s\n", label.c_str(), bytes / 1e6, t.tok_s,
+                t.best_tok_s, roofline, 100.0 * t.tok_s / roofline, t.tok_s * bytes / 1e9, 1e3 / t.tok_s, predicted);
     std::fflush(stdout);
     for (int d = 0; d < devices; ++d)
       std::printf("  device %d: parameters %.1f MB, KV cache %.1f MB, moved %.1f KB/token\n", d,
@@ -272,7 +296,7 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
 
 void setup_bench_decode(CLI::App& sub) {
   auto flags = std::make_shared<BenchFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_LINK);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
   sub.add_option("--threads", flags->threads, "compute threads per device (default: cores / devices, at least 1)");
   sub.add_option("--tokens", flags->tokens, "timed decode steps")->capture_default_str();

@@ -11,9 +11,14 @@
 // (min(devices x BLIS threads per device, cores)). One BLIS thread per device by default, so the
 // first mesh (1x1) is one core and the ratios are what more devices give (train's own default,
 // cores / devices, would let 1x1 run its large gemms on every core).
+// Predicted step time (cli/plan_report.h): device 0's matmul FLOPs (train/step_plan.h) at the
+// matmul rate measured just before on a product of the step's shape with every device of the mesh
+// running at once, plus the modelled time of its collectives under [mesh.links] / --link (0 on
+// axes without a link). It leaves out everything that is not a matmul (softmax, norms, AdamW).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -23,9 +28,11 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_from_config.h"
+#include "cli/plan_report.h"
 #include "cli/train_setup.h"
 #include "tensor/blas.h"
 #include "train/loop.h"
+#include "train/step_plan.h"
 
 namespace tpcli::cli {
 
@@ -69,6 +76,25 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
   return 6.0 * matmul + 12.0 * L * C * T;
 }
 
+// Compute at a matmul rate measured now (every device at once) plus the modelled collectives.
+double predicted_step_seconds(const config::RunConfig& cfg, const train::TrainOptions& t) {
+  const config::MeshSection& ms = cfg.mesh;
+  if (ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) return NAN;  // not planned yet (train/step_plan.h)
+  const PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.links};
+  train::MemoryLayout layout;
+  layout.data = mesh.data;
+  layout.tensor = mesh.tensor;
+  layout.rows = t.batch_size / mesh.data;
+  layout.seq_len = t.seq_len;
+  layout.recompute = t.recompute;
+  layout.shard_optimizer = t.shard_optimizer;
+  layout.bucket_elems = t.bucket_elems;
+  const double rate = measure_matmul_gflops(mesh.devices(), int64_t{layout.rows} * t.seq_len,
+                                            t.model.hidden_dim / mesh.tensor, t.model.dim);
+  const double comm = t.model.is_moe() ? 0 : modelled_seconds(train::plan_step_collectives(t.model, layout, t.grad_accum), mesh);
+  return train::step_flops(t.model, layout, t.grad_accum) / (rate * 1e9) + comm;
+}
+
 void run(const BenchTrainOptions& o, const RunFlags& flags) {
   config::RunConfig base = load_config(o.config, flags);
   if (base.mesh.backend != config::BackendKind::Threads)  // one mesh after another in this process
@@ -80,8 +106,8 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
   std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "
               "(1 thread, 1024^3), %d cores\n",
               o.config.c_str(), o.warmup, o.steps, peak1, cores);
-  std::printf("%-16s %8s %8s %12s %12s %10s %8s %10s %10s\n", "mesh", "devices", "threads", "step ms", "tokens/s",
-              "GFLOP/s", "MFU", "act MB", "optim MB");
+  std::printf("%-16s %8s %8s %12s %12s %10s %8s %10s %10s %12s %10s\n", "mesh", "devices", "threads", "step ms",
+              "tokens/s", "GFLOP/s", "MFU", "act MB", "optim MB", "predicted ms", "pred/meas");
   double base_tps = 0;
   for (const std::string& m : o.meshes) {
     int D = 0, TP = 0;
@@ -109,7 +135,9 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     t.sample_tokens = 0;
     t.progress = false;
     t.blas_threads = o.blas_threads;
+    t.links = to_link_spec(cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
     const double tokens_per_step = static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
+    const double predicted = predicted_step_seconds(cfg, t);
     auto result = train::train(t);
     std::vector<double> step_s;
     for (size_t i = static_cast<size_t>(o.warmup); i < result.records.size(); ++i)
@@ -122,15 +150,16 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     const double mfu = gflops / (peak1 * std::min(D * TP * threads, cores));
     if (base_tps == 0) base_tps = tps;
     const train::DeviceBytes bytes = train::run_device_bytes(t);  // device 0 (train/memory.h)
-    std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f   (%.2fx the first mesh)\n", m.c_str(), D * TP,
-                threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6, tps / base_tps);
+    std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f %12.1f %9.2fx   (%.2fx the first mesh)\n",
+                m.c_str(), D * TP, threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6,
+                bytes.optimizer / 1e6, predicted * 1e3, predicted / median, tps / base_tps);
     std::fflush(stdout);
   }
 }
 
 void setup_bench_train(CLI::App& sub) {
   auto o = std::make_shared<BenchTrainOptions>();
-  auto flags = add_run_flags(sub, FLAG_SET);
+  auto flags = add_run_flags(sub, FLAG_SET | FLAG_LINK);
   sub.add_option("--config", o->config, "run config (TOML), e.g. configs/shakespeare-char.toml")->required();
   sub.add_option("--meshes", o->meshes, "meshes to compare, DATAxMODEL")->delimiter(',')->capture_default_str();
   sub.add_option("--steps", o->steps, "timed steps per mesh (median reported)")->capture_default_str();

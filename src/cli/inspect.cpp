@@ -12,11 +12,15 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/model_file.h"
 #include "cli/model_from_config.h"
+#include "cli/plan_report.h"
 #include "model/llama_config.h"
+#include "model/packed_weights.h"
 #include "model/shard_plan.h"
 #include "train/data.h"
 #include "train/memory.h"
+#include "train/step_plan.h"
 
 namespace tpcli::cli {
 
@@ -90,7 +94,7 @@ std::optional<int> corpus_vocab_size(const config::DataSection& data) {
 }
 
 // The bytes `tpcli train` prints at start for the same config and mesh (train/memory.h).
-void describe_memory(const config::RunConfig& config, const model::LlamaConfig& c, std::ostream& out) {
+train::MemoryLayout memory_layout(const config::RunConfig& config, const model::LlamaConfig& c) {
   const config::MeshSection& m = config.mesh;
   const config::TrainSection& t = config.train;
   train::MemoryLayout layout;
@@ -104,12 +108,54 @@ void describe_memory(const config::RunConfig& config, const model::LlamaConfig& 
   layout.shard_optimizer = t.shard_optimizer;
   layout.sequence_parallel = m.sequence_parallel;
   layout.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
-  out << "  memory per device (device 0): " << train::describe(train::device_bytes(c, layout))
-      << (t.recompute ? " (recompute)" : "") << (t.shard_optimizer ? " (optimizer sharded)" : "")
-      << (m.sequence_parallel ? " (sequence parallel)" : "") << "\n";
+  return layout;
 }
 
-void describe_run_config(const config::RunConfig& config, std::ostream& out) {
+void describe_memory(const config::RunConfig& config, const model::LlamaConfig& c, std::ostream& out) {
+  const config::TrainSection& t = config.train;
+  const train::MemoryLayout layout = memory_layout(config, c);
+  out << "  memory per device (device 0): " << train::describe(train::device_bytes(c, layout))
+      << (t.recompute ? " (recompute)" : "") << (t.shard_optimizer ? " (optimizer sharded)" : "")
+      << (layout.sequence_parallel ? " (sequence parallel)" : "") << "\n";
+}
+
+// The matmul rate predictions use: --matmul-gflops, else measured now on products of the shape.
+double matmul_rate(double given, int devices, int64_t m, int64_t n, int64_t k, std::ostream& out) {
+  if (given > 0) return given;
+  const double rate = measure_matmul_gflops(devices, m, n, k);
+  out << "  matmul rate " << number(rate) << " GFLOP/s per device, measured on [" << m << ", " << k << "] @ [" << k
+      << ", " << n << "] with " << devices << " device(s) at once (--matmul-gflops to give one)\n";
+  return rate;
+}
+
+// Sharding, collectives per optimizer step and the predicted step time of a run config.
+void describe_training_plan(const config::RunConfig& config, const model::LlamaConfig& c, double gflops,
+                            std::ostream& out) {
+  const config::MeshSection& ms = config.mesh;
+  PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis),
+                to_link_spec(ms)};
+  print_sharding(c, mesh, [](const model::ParamSpec&) { return std::string("f32"); }, out);
+  if (c.is_moe()) {
+    out << "  collectives: not planned for MoE models (all_to_all_v moves data-dependent amounts)\n";
+    return;
+  }
+  const train::MemoryLayout layout = memory_layout(config, c);
+  if (layout.sequence_parallel && layout.tensor > 1) {
+    out << "  collectives: not planned with sequence_parallel yet (its collective matmuls' ppermutes)\n";
+    return;
+  }
+  const int K = config.train.grad_accum;
+  const auto plan = train::plan_step_collectives(c, layout, K);
+  out << "  collectives per training step, device 0 (" << K << " micro-batch(es) of " << layout.rows << " x "
+      << layout.seq_len << " tokens):\n";
+  print_collectives(plan, mesh, out);
+  const int64_t N = int64_t{layout.rows} * layout.seq_len;
+  const double rate = matmul_rate(gflops, mesh.devices(), N, c.hidden_dim / std::max(1, mesh.tensor), c.dim, out);
+  out << "  step time: " << describe_prediction(train::step_flops(c, layout, K), rate, gflops <= 0,
+                                                 modelled_seconds(plan, mesh), !mesh.links.empty()) << "\n";
+}
+
+void describe_run_config(const config::RunConfig& config, double gflops, std::ostream& out) {
   const config::MeshSection& m = config.mesh;
   out << config.path << ": run config\n";
   out << "  mesh       " << (m.axes.empty() ? "(none: 1 device)" : m.axes_string()) << ", " << m.device_count()
@@ -144,16 +190,78 @@ void describe_run_config(const config::RunConfig& config, std::ostream& out) {
       << (t.shard_optimizer ? ", state sharded over the data axis" : "") << "\n";
   out << "  output     " << t.out_dir << " (eval every " << t.eval_every << " steps x " << t.eval_batches
       << " batches, log every " << t.log_every << ", sample " << t.sample_tokens << " tokens)\n";
+  if (config.model.dim) {
+    const std::optional<int> tokenizer_vocab = corpus_vocab_size(config.data);
+    const bool vocab_known = config.model.vocab_size || tokenizer_vocab;
+    describe_training_plan(config, model_from_config(config.model, vocab_known ? tokenizer_vocab : 256), gflops, out);
+  }
+}
+
+// "f32", "bf16", "q4g64" (MLX affine 4-bit, groups of 64), "mxfp8": how a checkpoint stores a tensor.
+std::string stored_dtype(const model::WeightSource& w, const model::ParamSpec& spec) {
+  const std::optional<model::StoredTensor> t = w.stored(spec.name);
+  if (!t) return "f32";
+  switch (t->dtype) {
+    case model::DType::F32: return "f32";
+    case model::DType::F16: return "f16";
+    case model::DType::BF16: return "bf16";
+    case model::DType::U32:
+    case model::DType::U8: {
+      const auto& q = w.config().quantization;
+      if (!q) return t->dtype == model::DType::U32 ? "u32" : "u8";
+      if (q->mode == "mxfp8") return "mxfp8";
+      return "q" + std::to_string(q->bits) + "g" + std::to_string(q->group_size);
+    }
+  }
+  return "?";
+}
+
+// A checkpoint on the tensor axis of --devices / --mesh: sharding, bytes per device, the
+// collectives of one decoded token and the predicted time per token.
+void describe_decode_plan(const std::string& path, const RunFlags& flags, double gflops, std::ostream& out) {
+  const dist::Mesh mesh = mesh_from_flags(flags);
+  OpenedModel opened = open_model(path, mesh);
+  const model::WeightSource& w = *opened.weights;
+  const model::LlamaConfig& c = w.config();
+  PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links_from_flags(flags)};
+  out << "plan on " << mesh.to_string() << " (decode: the tensor axis 'model' splits the model";
+  out << (pm.data > 1 ? "; each 'data' replica decodes its own sequences)\n" : ")\n");
+  print_sharding(c, pm, [&](const model::ParamSpec& spec) { return stored_dtype(w, spec); }, out);
+  out << "  (quantized tensors show their logical shape: q4g64 = MLX affine 4-bit in groups of 64, stored as u32 words"
+         " with per-group scales and biases; mxfp8 = 8-bit floats with a shared exponent per 32)\n";
+  const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
+  const int64_t kv = 2 * int64_t{c.n_layers} * c.seq_len * plan.kv_rows().count * static_cast<int64_t>(sizeof(float));
+  char line[160];
+  std::snprintf(line, sizeof line, "  bytes per device (device 0): weights %.2f MB, KV cache %.2f MB (f32, %d positions)\n",
+                static_cast<double>(model::shard_bytes(w, plan)) / 1e6, static_cast<double>(kv) / 1e6, c.seq_len);
+  out << line;
+  if (c.is_moe()) {
+    out << "  collectives: not planned for MoE models (all_to_all_v moves data-dependent amounts)\n";
+    return;
+  }
+  const auto calls = model::plan_decode_collectives(c, plan);
+  out << "  collectives per decoded token, device 0 (sampling; greedy gathers 2 floats per device instead of the logits):\n";
+  print_collectives(calls, pm, out);
+  const double rate = matmul_rate(gflops, pm.tensor, 1, c.hidden_dim / std::max(1, pm.tensor), c.dim, out);
+  out << "  time per token at position " << c.seq_len / 2 << ": "
+      << describe_prediction(model::decode_flops(c, plan, c.seq_len / 2), rate, gflops <= 0,
+                             modelled_seconds(calls, pm), !pm.links.empty())
+      << "\n";
 }
 
 void setup_inspect(CLI::App& sub) {
-  auto flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_SET | FLAG_BACKEND);
+  auto flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_SET | FLAG_BACKEND | FLAG_LINK);
   auto path = std::make_shared<std::string>();
+  auto gflops = std::make_shared<double>(0);
   sub.add_option("file", *path, "a run config, a models/*.toml file or a checkpoint")->required()->type_name("FILE");
-  sub.callback([flags, path] {
+  sub.add_option("--matmul-gflops", *gflops, "matmul rate per device for the predicted times (default: measured briefly)")
+      ->check(CLI::NonNegativeNumber);
+  sub.callback([flags, path, gflops] {
     for (const auto& inspector : inspectors()) {
       if (inspector.accepts(*path)) {
+        if (!flags->set.empty()) throw UsageError("--set applies to run configs, and " + *path + " is a " + inspector.kind);
         inspector.describe(*path, std::cout);
+        if (flags->devices || !flags->mesh.empty() || !flags->links.empty()) describe_decode_plan(*path, *flags, *gflops, std::cout);
         return;
       }
     }
@@ -168,7 +276,7 @@ void setup_inspect(CLI::App& sub) {
     } else {
       const config::RunConfig config = load_config(*path, *flags);
       to_mesh(config.mesh);
-      describe_run_config(config, std::cout);
+      describe_run_config(config, *gflops, std::cout);
     }
   });
 }

@@ -84,7 +84,8 @@ class CallScope {
     std::this_thread::sleep_until(done);
   }
   ~CallScope() {
-    if (trace_) trace_->record({track_, name_, "collective", start_ns_, trace_->now_ns() - start_ns_, counted_, modelled_ns_});
+    if (trace_) trace_->record({track_, name_, "collective", start_ns_, trace_->now_ns() - start_ns_, counted_, modelled_ns_,
+                                 static_cast<int64_t>(bytes_)});
   }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
@@ -260,7 +261,8 @@ void Group::reduce_scatter(std::span<const float> in, std::span<float> out) {
   scope.transferred();
 }
 
-void Group::all_to_all(std::span<const float> in, std::span<float> out) {
+// Returns the bytes this member sends (= receives): every chunk but its own.
+uint64_t Group::check_all_to_all(std::span<const float> in, std::span<float> out) const {
   const int S = size();
   if (in.size() != out.size())
     fail("all_to_all", "in has " + std::to_string(in.size()) + " floats but out has " + std::to_string(out.size()));
@@ -268,7 +270,12 @@ void Group::all_to_all(std::span<const float> in, std::span<float> out) {
     fail("all_to_all", std::to_string(in.size()) + " floats do not split into " + std::to_string(S) +
                            " equal chunks (use all_to_all_v for ragged chunks)");
   if (overlap(in.data(), in.size(), out.data(), out.size())) fail("all_to_all", "in and out overlap");
-  const uint64_t moved = (in.size() - in.size() / static_cast<size_t>(S)) * F;
+  return (in.size() - in.size() / static_cast<size_t>(S)) * F;
+}
+
+void Group::all_to_all(std::span<const float> in, std::span<float> out) {
+  const int S = size();
+  const uint64_t moved = check_all_to_all(in, out);
   CallScope scope(stats_, trace_, track_, link_.get(), "all_to_all", moved, moved, CollectiveKind::AllToAll,
                   in.size() * F);
   if (S > 1) {
@@ -410,16 +417,40 @@ Pending Group::start_ppermute(std::span<const float> in, std::span<float> out, c
                [in, out, perm](Communicator& c) { c.ppermute(in, out, perm); });
 }
 
+void Group::check_broadcast(int root) const {
+  if (root < 0 || root >= size())
+    fail("broadcast", "root " + std::to_string(root) + " outside group of " + std::to_string(size()));
+}
+
 void Group::broadcast(std::span<float> x, int root) {
   const int S = size();
-  if (root < 0 || root >= S)
-    fail("broadcast", "root " + std::to_string(root) + " outside group of " + std::to_string(S));
+  check_broadcast(root);
   const uint64_t b = x.size() * F;
   const bool is_root = rank() == root;
   CallScope scope(stats_, trace_, track_, link_.get(), "broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0,
                   is_root ? 0 : b, CollectiveKind::Broadcast, b);
   if (S > 1) comm_->broadcast(x, root);
   scope.transferred();
+}
+
+Pending Group::start_all_to_all(std::span<const float> in, std::span<float> out) {
+  const uint64_t moved = check_all_to_all(in, out);
+  if (size() == 1) {
+    if (!in.empty()) std::memcpy(out.data(), in.data(), in.size() * F);
+    return Pending();
+  }
+  return start({"all_to_all", moved, moved, CollectiveKind::AllToAll, in.size() * F},
+               [in, out](Communicator& c) { c.all_to_all(in, out); });
+}
+
+Pending Group::start_broadcast(std::span<float> x, int root) {
+  check_broadcast(root);
+  const int S = size();
+  if (S == 1) return Pending();
+  const uint64_t b = x.size() * F;
+  const bool is_root = rank() == root;
+  return start({"broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0, is_root ? 0 : b, CollectiveKind::Broadcast, b},
+               [x, root](Communicator& c) { c.broadcast(x, root); });
 }
 
 void Group::barrier() {

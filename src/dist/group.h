@@ -148,6 +148,8 @@ class Group {
   [[nodiscard]] Pending start_all_gather(std::span<const float> in, std::span<float> out);
   [[nodiscard]] Pending start_reduce_scatter(std::span<const float> in, std::span<float> out);
   [[nodiscard]] Pending start_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm);
+  [[nodiscard]] Pending start_all_to_all(std::span<const float> in, std::span<float> out);
+  [[nodiscard]] Pending start_broadcast(std::span<float> x, int root);
 
   const CommStats* stats() const { return stats_; }
   // Every collective of this handle then completes no earlier than its modelled time on `link`
@@ -160,6 +162,8 @@ class Group {
   std::vector<int64_t> equal_gather_counts(std::span<const float> in, std::span<float> out) const;
   void check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
   std::vector<int64_t> check_reduce_scatter(std::span<const float> in, std::span<float> out) const;
+  uint64_t check_all_to_all(std::span<const float> in, std::span<float> out) const;
+  void check_broadcast(int root) const;
   std::pair<bool, bool> check_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) const;
 
   std::shared_ptr<Communicator> comm_;  // null: size-1 group

@@ -27,6 +27,7 @@ class Trace {
     int64_t duration_ns = 0;
     int64_t bytes = -1;        // collective payload (bytes this device sent + received); -1: none
     int64_t modelled_ns = -1;  // collective's modelled link time (dist/links.h); -1: links not modelled
+    int64_t payload = -1;      // blocking collective: the array it is about (dist/links.h's B); -1: none
   };
 
   // Started collectives of device r are drawn on track ASYNC_TRACK_BASE + r, beside its compute.

@@ -67,6 +67,15 @@ DeviceBytes device_bytes(const model::LlamaConfig& c, const MemoryLayout& m, int
   return {local * f, local * f, 2 * moments * f, activation_floats(c, m, plan, tensor_rank) * f};
 }
 
+int64_t data_replicated_elements(const model::LlamaConfig& c, const MemoryLayout& m, int tensor_rank) {
+  const model::ShardPlan plan = model::plan_shards(c, m.tensor, tensor_rank);
+  const dist::Range experts = c.is_moe() ? nn::local_experts(c.n_experts, m.expert_group, 0) : dist::Range{};
+  int64_t flat = 0;
+  for (const auto& spec : model::llama_parameters(c))
+    if (!(spec.expert && m.experts_on_data_axis)) flat += local_numel(spec, c, plan, experts);
+  return flat;
+}
+
 std::string describe(const DeviceBytes& b) {
   return "parameters " + megabytes(b.parameters) + ", gradients " + megabytes(b.gradients) + ", optimizer " +
          megabytes(b.optimizer) + ", activations " + megabytes(b.activations);

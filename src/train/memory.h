@@ -48,6 +48,10 @@ struct DeviceBytes {
 DeviceBytes device_bytes(const model::LlamaConfig& config, const MemoryLayout& layout, int tensor_rank = 0,
                          int data_rank = 0, int expert_rank = 0);
 
+// Elements of device tensor_rank's parameters that every data rank holds alike: the flat buffer
+// the data-parallel optimizer averages in buckets (train/param_table.h).
+int64_t data_replicated_elements(const model::LlamaConfig& config, const MemoryLayout& layout, int tensor_rank = 0);
+
 // "parameters 1.23 MB, gradients 1.23 MB, optimizer 2.46 MB, activations 7.10 MB"
 std::string describe(const DeviceBytes& bytes);
 

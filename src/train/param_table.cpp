@@ -35,7 +35,13 @@ ParamTable::ParamTable(model::Llama& llama, const ParallelAxes& axes, int tensor
   for (const ParamEntry& e : entries_)  // the model keeps the experts last: the rest is a prefix
     if (e.offset >= 0 && e.offset + e.numel() > flat_size_)
       throw std::logic_error("param table: " + e.spec->name + " lies outside the flat gradient prefix");
-  for (int64_t o = 0; o < flat_size_; o += bucket_elems) buckets_.push_back({o, std::min(bucket_elems, flat_size_ - o)});
+  buckets_ = bucket_ranges(flat_size_, bucket_elems);
+}
+
+std::vector<dist::Range> bucket_ranges(int64_t flat, int64_t bucket_elems) {
+  std::vector<dist::Range> buckets;
+  for (int64_t o = 0; o < flat; o += bucket_elems) buckets.push_back({o, std::min(bucket_elems, flat - o)});
+  return buckets;
 }
 
 std::vector<tensor::Tensor*> ParamTable::values() const {

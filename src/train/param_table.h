@@ -46,6 +46,10 @@ struct ParamEntry {
   int64_t numel() const { return value->numel(); }
 };
 
+// The buckets of a flat buffer of `flat` elements: consecutive ranges of bucket_elems, the last
+// one shorter (what ParamTable uses, and what train/step_plan.h plans with).
+std::vector<dist::Range> bucket_ranges(int64_t flat, int64_t bucket_elems);
+
 class ParamTable {
  public:
   // bucket_elems: floats per bucket (at least 1).

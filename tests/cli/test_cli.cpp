@@ -228,6 +228,44 @@ TEST_CASE("inspect describes a run config: mesh in order, roles, parameter count
   CHECK(too_many.err.rfind("--devices 8: mesh.axes.model = 8: cannot split 4 heads over 8 devices", 0) == 0);
 }
 
+TEST_CASE("inspect prints the sharding plan: JAX notation, collectives per step or token, modelled and predicted times") {
+  TempDir dir;
+  dir.write("model.toml", MODEL);
+  const std::string path = dir.write("run.toml", "[mesh]\naxes = { data = 2, model = 2 }\n[model]\nconfig = \"model.toml\"\n");
+  const Result r = run({"inspect", path, "--link", "model=10,5", "--matmul-gflops", "20"});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("tok_embeddings          f32[65@model, 64]") != std::string::npos);
+  CHECK(r.out.find("layers.1.wo             f32[64, 64@model]") != std::string::npos);
+  CHECK(r.out.find("layers.0.attention_norm f32[64]\n") != std::string::npos);
+  CHECK(r.out.find("collectives per training step, device 0") != std::string::npos);
+  CHECK(r.out.find("model  all_sum         wo outputs") != std::string::npos);
+  CHECK(r.out.find("data   all_sum         gradient bucket") != std::string::npos);
+  CHECK(r.out.find("unmodelled") != std::string::npos);  // the data axis has no link
+  CHECK(r.out.find("at 20.0 GFLOP/s given") != std::string::npos);
+  CHECK(r.out.find("predicted") != std::string::npos);
+}
+
+TEST_CASE("inspect CHECKPOINT --devices N plans decoding on N devices (no longer ignored)") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const std::string model = tpcli::testing::shared_path("data/stories260K.bin");
+  const Result plain = run({"inspect", model});
+  CHECK(plain.code == 0);
+  CHECK(plain.out.find("plan on") == std::string::npos);
+  const Result r = run({"inspect", model, "--devices", "4", "--matmul-gflops", "5"});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("plan on model=4") != std::string::npos);
+  CHECK(r.out.find("tok_embeddings          f32[512@model, 64]") != std::string::npos);
+  CHECK(r.out.find("layers.4.wk             f32[32@model, 64]") != std::string::npos);
+  CHECK(r.out.find("model  all_sum         wo outputs                                256 B x 5     unmodelled") !=
+        std::string::npos);
+  CHECK(r.out.find("KV cache 0.16 MB") != std::string::npos);  // 2 x 5 layers x 512 positions x 8 rows x 4 bytes
+  const Result bad = run({"inspect", model, "--devices", "16"});
+  CHECK(bad.code == 2);
+  CHECK(line_count(bad.err) == 1);
+}
+
 TEST_CASE("inspect takes vocab_size from a chars corpus when the model leaves it out") {
   TempDir dir;
   dir.write("corpus.txt", "to be or not to be");  // 7 distinct characters: t o ' ' b e r n

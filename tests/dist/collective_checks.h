@@ -243,6 +243,13 @@ inline void check_started_collectives(Group& g, int64_t n, uint64_t seed) {
   g.all_gather(gather_in, gather_b);
   g.reduce_scatter(scatter_in, scatter_b);
   g.ppermute(perm_in, perm_b, perm);
+  // all_to_all needs S equal chunks: n rounded down to a multiple of S; broadcast from the last member.
+  const int64_t n_a2a = n / S * S;
+  const int root = S - 1;
+  const std::vector<float> a2a_in = member_input(seed + 6, r, n_a2a);
+  std::vector<float> a2a_b = nan_buffer(n_a2a), bcast_b = member_input(seed + 7, r, n);
+  g.all_to_all(a2a_in, a2a_b);
+  g.broadcast(bcast_b, root);
 
   std::vector<float> sum_a = member_input(seed + 1, r, n), gather_a = nan_buffer(n * S), scatter_a = nan_buffer(mine.count),
                      perm_a = nan_buffer(n), between = member_input(seed + 5, r, n);
@@ -251,10 +258,26 @@ inline void check_started_collectives(Group& g, int64_t n, uint64_t seed) {
   g.all_sum(between);  // a blocking call while two started ones are in flight
   dist::Pending p_scatter = g.start_reduce_scatter(scatter_in, scatter_a);
   dist::Pending p_sum = g.start_all_sum(sum_a);
+  std::vector<float> a2a_a = nan_buffer(n_a2a), bcast_a = member_input(seed + 7, r, n);
+  dist::Pending p_a2a = g.start_all_to_all(a2a_in, a2a_a);
+  dist::Pending p_bcast = g.start_broadcast(bcast_a, root);
   p_sum.wait();
   p_gather.wait();
+  p_bcast.wait();
   p_scatter.wait();
+  p_a2a.wait();
   p_perm.wait();
+  expect_close(label("started all_to_all vs blocking", g, n), a2a_a, a2a_b, 0.0f, r);
+  expect_close(label("started broadcast vs blocking", g, n), bcast_a, bcast_b, 0.0f, r);
+  // all_to_all: chunk m of out is chunk r of member m's in; broadcast: the root's x everywhere.
+  std::vector<float> a2a_ref;
+  const int64_t chunk = n_a2a / S;
+  for (int m = 0; m < S; ++m) {
+    const std::vector<float> y = member_input(seed + 6, m, n_a2a);
+    a2a_ref.insert(a2a_ref.end(), y.begin() + r * chunk, y.begin() + (r + 1) * chunk);
+  }
+  expect_close(label("started all_to_all", g, n), a2a_a, a2a_ref, 0.0f, r);
+  expect_close(label("started broadcast", g, n), bcast_a, member_input(seed + 7, root, n), 0.0f, r);
   expect_close(label("started all_sum vs blocking", g, n), sum_a, sum_b, 0.0f, r);
   expect_close(label("started all_gather vs blocking", g, n), gather_a, gather_b, 0.0f, r);
   expect_close(label("started reduce_scatter vs blocking", g, n), scatter_a, scatter_b, 0.0f, r);

@@ -47,6 +47,29 @@ TEST_CASE("a device failing wakes every member waiting on a started collective w
   }, 2, "boom before starting");
 }
 
+TEST_CASE("a device failing wakes every member waiting on a started all_to_all or broadcast with its error") {
+  expect_failure(Mesh::line(3), [](Device& dev) {
+    std::vector<float> in(3000, 1.0f), out(3000);
+    if (dev.rank() == 1) throw std::runtime_error("boom before the all_to_all");
+    Pending p = dev.world().start_all_to_all(in, out);
+    p.wait();
+  }, 1, "boom before the all_to_all");
+  expect_failure(Mesh::line(3), [](Device& dev) {
+    std::vector<float> x(3000, 1.0f);
+    if (dev.rank() == 0) throw std::runtime_error("boom at the root");
+    Pending p = dev.world().start_broadcast(x, 0);
+    p.wait();
+  }, 0, "boom at the root");
+}
+
+TEST_CASE("started all_to_all and broadcast check their arguments like the blocking forms") {
+  run_on_mesh(Mesh::line(2), [](Device& dev) {
+    std::vector<float> in(5), out(5), x(4);
+    CHECK_THROWS_WITH(dev.world().start_all_to_all(in, out), Catch::Contains("do not split into 2 equal chunks"));
+    CHECK_THROWS_WITH(dev.world().start_broadcast(x, 2), Catch::Contains("root 2 outside group of 2"));
+  });
+}
+
 TEST_CASE("a device failing with a started collective unwaited, while the others block elsewhere, ends the run") {
   // Device 0 starts an all_gather and throws; devices 1, 2 are in a blocking all_sum that needs
   // device 0: the unwaited handle must fail the run rather than wait for them forever.

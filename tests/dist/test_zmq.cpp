@@ -181,6 +181,15 @@ void child_body(const std::string& scenario, Device& dev) {
   } else if (scenario == "early_return") {  // device 1 skips the collective its peers make
     std::vector<float> x(10, 1.0f);
     if (dev.rank() != 1) dev.world().all_sum(x);
+  } else if (scenario == "throw_started") {  // device 1 fails while the others wait on started ones
+    std::vector<float> in(3000, 1.0f), out(3000), x(3000, 1.0f);
+    for (int i = 0; i < 10; ++i) {
+      if (i == 3 && dev.rank() == 1) throw std::runtime_error("boom");
+      Pending a2a = dev.world().start_all_to_all(in, out);
+      Pending bcast = dev.world().start_broadcast(x, 1);
+      a2a.wait();
+      bcast.wait();
+    }
   } else if (scenario == "throw" || scenario == "stop") {  // device 1 fails / freezes mid-run
     std::vector<float> x(1000, 1.0f);
     for (int i = 0; i < 1000; ++i) {
@@ -286,6 +295,15 @@ TEST_CASE("zmq: a rank killed mid-collective makes every other rank fail promptl
 
 TEST_CASE("zmq: a rank that throws ends every rank's run with its message") {
   const Ran r = run_ranks(3, "throw", 1, false);
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.seconds < 15);
+  CHECK(r.err.find("[0] child error: device 0: device 1 failed: boom") != std::string::npos);
+  CHECK(r.err.find("[2] child error: device 2: device 1 failed: boom") != std::string::npos);
+}
+
+TEST_CASE("zmq: a rank that throws wakes the others waiting on a started all_to_all or broadcast with its message") {
+  const Ran r = run_ranks(3, "throw_started", 1, false);
   INFO(r.err);
   CHECK(r.code != 0);
   CHECK(r.seconds < 15);

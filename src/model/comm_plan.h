@@ -1,0 +1,62 @@
+// tpcli::model — what one device of a tensor-parallel Llama communicates and computes, derived
+// from the shard plan (model/shard_plan.h) and the dims alone: the collectives the model's code
+// makes, in kind and size, per decoded token and per training micro-batch, and the matmul
+// FLOPs of this device. `tpcli inspect` and the benches' predictions read it; tests check it
+// against the collectives a real decode and training step record (tests/model/test_comm_plan.cpp),
+// so a change to the model's communication that is not made here too fails them.
+//
+// Dimension legend: C dim, V vocab, L layers, N rows of a micro-batch (B_local * T), T tensor
+// devices; QL/KVL/FL/VL this device's q rows / kv rows / ffn rows / vocab rows.
+//
+// Per decoded token (Llama::forward), over the tensor group:
+//   all_gather  C      the token's embedding row from its owner (nn/embedding.h)
+//   all_sum     C      x L: wo's partial outputs            (ShardedToAll)
+//   all_sum     C      x L: the feed-forward's w2 outputs   (ShardedToAll)
+//   all_gather  V      the logits (sampling); greedy decoding (forward_argmax) gathers 2T floats instead
+// Per training micro-batch (Llama::forward_backward), over the tensor group:
+//   all_gather  N C    embedding rows;  all_sum N C x 2L forward (x 4L with recompute)
+//   all_max N, all_sum 2N   the vocab-split cross-entropy
+//   all_sum N C        the classifier's input gradient; all_sum N C x 2L: w1|w3's and wq|wk|wv's
+//                      input gradients (sum_gradients)
+//   all_sum 2 KV C     x L when KV heads are replicated over devices (their wk/wv gradients)
+// MoE feed-forwards (ragged all_to_all_v, data-dependent) are not planned: plan_* throws.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/links.h"
+#include "model/llama_config.h"
+#include "model/shard_plan.h"
+
+namespace tpcli::model {
+
+// The mesh role of the group a collective runs on (the cli maps roles to axis names).
+enum class Role { Tensor, Data, World };
+
+struct PlannedCollective {
+  Role role = Role::Tensor;
+  const char* name = "";  // as dist::Group names it in traces: "all_sum", "all_gather", ...
+  dist::CollectiveKind kind = dist::CollectiveKind::AllSum;
+  int64_t floats = 0;     // the array the call is about (dist/links.h's B = 4 x floats)
+  int64_t calls = 1;      // how many such calls
+  std::string what;       // "wo outputs", "logits", ...
+  int64_t bytes() const { return floats * 4; }
+};
+
+// One decoded token at one device of `plan`: sampling (Llama::forward: the logits are gathered) or
+// greedy (Llama::forward_argmax: a (value, token) pair per device).
+std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& config, const ShardPlan& plan,
+                                                       bool greedy = false);
+// One forward_backward of rows x seq_len tokens on one device of `plan`.
+std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& config, const ShardPlan& plan, int64_t rows,
+                                                      int64_t seq_len, bool recompute);
+
+// Multiply-add FLOPs (2 per MAC) of this device's matrix products: one decoded token at position
+// pos (weights and attention over pos + 1 cached positions), and one forward_backward (3x the
+// forward's products; 4x with recompute).
+double decode_flops(const LlamaConfig& config, const ShardPlan& plan, int64_t pos);
+double train_flops(const LlamaConfig& config, const ShardPlan& plan, int64_t rows, int64_t seq_len, bool recompute);
+
+}  // namespace tpcli::model
