@@ -134,8 +134,10 @@ std::unique_ptr<PendingCollective> Communicator::start(CollectiveCall call) {
   return std::make_unique<CompletedPending>();
 }
 
-Pending::Pending(std::unique_ptr<PendingCollective> op, Trace* trace, int track, const char* name, int64_t started_ns)
-    : op_(std::move(op)), trace_(trace), track_(track), name_(name), started_ns_(started_ns) {}
+Pending::Pending(std::unique_ptr<PendingCollective> op, Trace* trace, int track, const char* name, int64_t started_ns,
+                 int64_t bytes, int64_t payload)
+    : op_(std::move(op)), trace_(trace), track_(track), name_(name), started_ns_(started_ns), bytes_(bytes),
+      payload_(payload) {}
 
 Pending::Pending(Pending&& other) noexcept { *this = std::move(other); }
 
@@ -147,6 +149,8 @@ Pending& Pending::operator=(Pending&& other) noexcept {
     track_ = other.track_;
     name_ = other.name_;
     started_ns_ = other.started_ns_;
+    bytes_ = other.bytes_;
+    payload_ = other.payload_;
   }
   return *this;
 }
@@ -162,7 +166,8 @@ void Pending::wait() {
   if (!trace_) return;
   const int64_t end_ns = trace_->now_ns(), done_ns = std::min(end_ns, trace_->ns_of(done));
   // The transfer on the device's transfer track; the time its thread sat waiting on its own track.
-  trace_->record({Trace::ASYNC_TRACK_BASE + track_, name_, "collective", started_ns_, done_ns - started_ns_});
+  trace_->record({Trace::ASYNC_TRACK_BASE + track_, name_, "collective", started_ns_, done_ns - started_ns_, bytes_, -1,
+                  payload_});
   if (end_ns - wait_ns > 0) trace_->record({track_, "wait", "collective", wait_ns, end_ns - wait_ns});
 }
 
@@ -361,7 +366,8 @@ void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm
 Pending Group::start(const Cost& cost, CollectiveCall call) {
   if (stats_) stats_->add(cost.sent, cost.received);
   const int64_t started_ns = trace_ ? trace_->now_ns() : 0;
-  if (!link_) return Pending(comm_->start(std::move(call)), trace_, track_, cost.name, started_ns);
+  const int64_t bytes = static_cast<int64_t>(cost.sent + cost.received), payload = static_cast<int64_t>(cost.bytes);
+  if (!link_) return Pending(comm_->start(std::move(call)), trace_, track_, cost.name, started_ns, bytes, payload);
   // The transfer is booked from the moment this member started it (members of an SPMD program
   // start it together; a late member still delays the end through the real exchange, which wait()
   // also waits for), not from when the worker thread got a core: on a busy machine that comes
@@ -373,7 +379,7 @@ Pending Group::start(const Cost& cost, CollectiveCall call) {
     *done = link->book(cost.kind, cost.bytes, cost.shape, started);
   };
   return Pending(std::make_unique<ModelledPending>(comm_->start(std::move(booked)), done), trace_, track_, cost.name,
-                 started_ns);
+                 started_ns, bytes, payload);
 }
 
 Pending Group::start_all_sum(std::span<float> x) {

@@ -92,7 +92,10 @@ class Trace;  // dist/trace.h
 class Pending {
  public:
   Pending() = default;  // already complete
-  Pending(std::unique_ptr<PendingCollective> op, Trace* trace, int track, const char* name, int64_t started_ns);
+  // bytes: this member's sent + received; payload: the array the link model charges (as for a
+  // blocking call's trace event, dist/trace.h).
+  Pending(std::unique_ptr<PendingCollective> op, Trace* trace, int track, const char* name, int64_t started_ns,
+          int64_t bytes, int64_t payload);
   Pending(Pending&&) noexcept;
   Pending& operator=(Pending&&) noexcept;
   ~Pending();
@@ -104,7 +107,7 @@ class Pending {
   Trace* trace_ = nullptr;
   int track_ = 0;
   const char* name_ = "";
-  int64_t started_ns_ = 0;
+  int64_t started_ns_ = 0, bytes_ = -1, payload_ = -1;
 };
 
 class LinkClock;  // dist/links.h

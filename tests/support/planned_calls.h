@@ -22,11 +22,11 @@ inline CallCounts planned_calls(const std::vector<model::PlannedCollective>& pla
 }
 
 // Collectives of `track` that moved data (a size-1 group's calls record 0 bytes and are left out),
-// started at or after from_ns.
+// started at or after from_ns: blocking ones and started ones (drawn on the device's async track).
 inline CallCounts recorded_calls(const dist::Trace& trace, int track, int64_t from_ns = 0) {
   CallCounts out;
   for (const dist::Trace::Event& e : trace.events())
-    if (e.track == track && e.category == "collective" && e.payload >= 0 && e.bytes > 0 && e.start_ns >= from_ns)
+    if ((e.track == track || e.track == dist::Trace::ASYNC_TRACK_BASE + track) && e.category == "collective" && e.payload >= 0 && e.bytes > 0 && e.start_ns >= from_ns)
       ++out[{e.name, e.payload}];
   return out;
 }
