@@ -150,9 +150,12 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     const double mfu = gflops / (peak1 * std::min(D * TP * threads, cores));
     if (base_tps == 0) base_tps = tps;
     const train::DeviceBytes bytes = train::run_device_bytes(t);  // device 0 (train/memory.h)
-    std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f %12.1f %9.2fx   (%.2fx the first mesh)\n",
-                m.c_str(), D * TP, threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6,
-                bytes.optimizer / 1e6, predicted * 1e3, predicted / median, tps / base_tps);
+    char prediction[48] = "           -          -";  // a mesh with no plan yet (sequence parallel)
+    if (!std::isnan(predicted))
+      std::snprintf(prediction, sizeof prediction, "%12.1f %9.2fx", predicted * 1e3, predicted / median);
+    std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f %s   (%.2fx the first mesh)\n", m.c_str(),
+                D * TP, threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6,
+                prediction, tps / base_tps);
     std::fflush(stdout);
   }
 }
