@@ -199,30 +199,11 @@ void permute_rows(std::span<float> dst, std::span<const float> src, const std::v
   }
 }
 
-// ye[R,C] = SwiGLU of every local expert over its block of xe (grouped matmul).
-void experts_forward(std::vector<float>& ye, MoeActivations& a, const MoeWeights& w, int64_t C, int64_t FL) {
+// ye[R,C] = SwiGLU of every local expert j over its block of n rows of xe (a grouped matmul), the
+// products by `gate_up(j, h1, h3, x, n)` and `down(j, y, act, n)`: f32 or packed weights.
+template <class GateUp, class Down>
+void swiglu_experts(std::vector<float>& ye, MoeActivations& a, int64_t C, int64_t FL, GateUp&& gate_up, Down&& down) {
   const int64_t R = a.expert_offsets.back(), EL = static_cast<int64_t>(a.expert_offsets.size()) - 1;
-  a.h1.resize(static_cast<size_t>(R * FL));  // [R, FL]
-  a.h3.resize(static_cast<size_t>(R * FL));  // [R, FL]
-  std::vector<float> act(static_cast<size_t>(R * FL));  // [R, FL] silu(h1) * h3
-  ye.assign(static_cast<size_t>(R * C), 0.0f);          // [R, C]
-  for (int64_t j = 0; j < EL; ++j) {
-    const int64_t off = a.expert_offsets[static_cast<size_t>(j)], n = a.expert_offsets[static_cast<size_t>(j) + 1] - off;
-    if (n == 0 || FL == 0) continue;
-    const float* x = a.xe.data() + off * C;
-    float *h1 = a.h1.data() + off * FL, *h3 = a.h3.data() + off * FL, *ac = act.data() + off * FL;
-    tensor::matmul_wt(h1, x, w.w1.data() + j * FL * C, n, FL, C);
-    tensor::matmul_wt(h3, x, w.w3.data() + j * FL * C, n, FL, C);
-    for (int64_t i = 0; i < n * FL; ++i) ac[i] = h1[i] * sigmoid(h1[i]) * h3[i];
-    tensor::matmul_wt(ye.data() + off * C, ac, w.w2.data() + j * C * FL, n, C, FL);
-  }
-}
-
-// experts_forward over packed experts: the same SwiGLU, each product by the packed kernels.
-void packed_experts_forward(std::vector<float>& ye, MoeActivations& a, const std::vector<PackedExpert>& experts,
-                            int64_t C) {
-  const int64_t R = a.expert_offsets.back(), EL = static_cast<int64_t>(a.expert_offsets.size()) - 1;
-  const int64_t FL = experts.empty() ? 0 : experts[0].w1.out_features();
   a.h1.resize(static_cast<size_t>(R * FL));             // [R, FL]
   a.h3.resize(static_cast<size_t>(R * FL));             // [R, FL]
   std::vector<float> act(static_cast<size_t>(R * FL));  // [R, FL] silu(h1) * h3
@@ -230,14 +211,35 @@ void packed_experts_forward(std::vector<float>& ye, MoeActivations& a, const std
   for (int64_t j = 0; j < EL; ++j) {
     const int64_t off = a.expert_offsets[static_cast<size_t>(j)], n = a.expert_offsets[static_cast<size_t>(j) + 1] - off;
     if (n == 0 || FL == 0) continue;
-    const PackedExpert& e = experts[static_cast<size_t>(j)];
-    const float* x = a.xe.data() + off * C;
     float *h1 = a.h1.data() + off * FL, *h3 = a.h3.data() + off * FL, *ac = act.data() + off * FL;
-    e.w1.forward(h1, x, n);
-    e.w3.forward(h3, x, n);
+    gate_up(j, h1, h3, a.xe.data() + off * C, n);
     for (int64_t i = 0; i < n * FL; ++i) ac[i] = h1[i] * sigmoid(h1[i]) * h3[i];
-    e.w2.forward(ye.data() + off * C, ac, n);
+    down(j, ye.data() + off * C, ac, n);
   }
+}
+
+void experts_forward(std::vector<float>& ye, MoeActivations& a, const MoeWeights& w, int64_t C, int64_t FL) {
+  swiglu_experts(
+      ye, a, C, FL,
+      [&](int64_t j, float* h1, float* h3, const float* x, int64_t n) {
+        tensor::matmul_wt(h1, x, w.w1.data() + j * FL * C, n, FL, C);
+        tensor::matmul_wt(h3, x, w.w3.data() + j * FL * C, n, FL, C);
+      },
+      [&](int64_t j, float* y, const float* act, int64_t n) {
+        tensor::matmul_wt(y, act, w.w2.data() + j * C * FL, n, C, FL);
+      });
+}
+
+void packed_experts_forward(std::vector<float>& ye, MoeActivations& a, const std::vector<PackedExpert>& experts,
+                            int64_t C) {
+  const int64_t FL = experts.empty() ? 0 : experts[0].w1.out_features();
+  swiglu_experts(
+      ye, a, C, FL,
+      [&](int64_t j, float* h1, float* h3, const float* x, int64_t n) {
+        experts[static_cast<size_t>(j)].w1.forward(h1, x, n);
+        experts[static_cast<size_t>(j)].w3.forward(h3, x, n);
+      },
+      [&](int64_t j, float* y, const float* act, int64_t n) { experts[static_cast<size_t>(j)].w2.forward(y, act, n); });
 }
 
 // The reverse of experts_forward: dxe[R,C] = d(ye)/d(xe)^T dye; expert weight gradients +=.
