@@ -80,14 +80,17 @@ TEST_CASE("tpcli quantize writes a file that infer runs the same on 1 and 2 devi
   CHECK(perplexity_of(p2.out) == Approx(perplexity_of(p1.out)).epsilon(1e-4));
   CHECK(perplexity_of(p1.out) == Approx(perplexity_of(pf.out)).epsilon(0.02));
   // --decode: token by token through the matrix-vector kernels, the batched figure up to rounding;
-  // with --int8-activations the activations' int8 rounding moves it a little more
+  // with --int8-activations the activations' int8 rounding moves it more. On this 260K-parameter
+  // model and 16-token windows the shift is chaotic: a build whose f32 code rounds differently
+  // (the ASan build) moved it 2.4% (1.9358 to 1.9821), so the bound is 5%: it still catches a wrong
+  // scale or bias term, which multiplies the perplexity.
   const Result pd = run({"perplexity", "--model", q8, "--data", text, "-z", TOKENIZER, "-c", "16", "--decode"});
   const Result pi = run({"perplexity", "--model", q8, "--data", text, "-z", TOKENIZER, "-c", "16", "--decode",
                          "--int8-activations"});
   REQUIRE(pd.code == 0);
   REQUIRE(pi.code == 0);
   CHECK(perplexity_of(pd.out) == Approx(perplexity_of(p1.out)).epsilon(1e-4));
-  CHECK(perplexity_of(pi.out) == Approx(perplexity_of(p1.out)).epsilon(0.02));
+  CHECK(perplexity_of(pi.out) == Approx(perplexity_of(p1.out)).epsilon(0.05));
 }
 
 TEST_CASE("quantize, infer --quantize and perplexity: bad input is one line, exit 2", "[quantize]") {
