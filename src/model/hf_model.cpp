@@ -102,7 +102,7 @@ void refuse_unsupported(const ConfigReader& r) {
   if (r.boolean("attention_bias", false)) r.fail("attention_bias = true is not supported");
   if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
   const std::string act = r.text("hidden_act", "silu");
-  if (act != "silu") r.fail("hidden_act = \"" + act + "\" is not supported (only silu)");
+  if (act != "silu") r.fail("hidden_act = " + json(act).dump() + " is not supported (only silu)");  // dump: escaped, one line
 }
 
 std::optional<nn::RopeScaling> rope_scaling_of(const ConfigReader& r) {
@@ -112,7 +112,7 @@ std::optional<nn::RopeScaling> rope_scaling_of(const ConfigReader& r) {
   const ConfigReader s(j, r.origin());
   const std::string type = s.text("rope_type", s.text("type", ""));
   if (type == "default") return std::nullopt;
-  if (type != "llama3") r.fail("rope_scaling type \"" + type + "\" is not supported (only llama3)");
+  if (type != "llama3") r.fail("rope_scaling type " + json(type).dump() + " is not supported (only llama3)");
   nn::RopeScaling out;
   out.factor = s.real("factor", out.factor);
   out.low_freq_factor = s.real("low_freq_factor", out.low_freq_factor);
@@ -138,7 +138,7 @@ std::optional<Quantization> quantization_of(const ConfigReader& r) {
            " is not an MLX layout");
   for (const auto& [key, value] : j.items())  // per-layer overrides (mixed recipes)
     if (value.is_object() || value.is_boolean())
-      r.fail("quantization override for '" + key + "' is not supported (one bits/group_size for every layer)");
+      r.fail("quantization override for " + json(key).dump() + " is not supported (one bits/group_size for every layer)");
   return out;
 }
 
