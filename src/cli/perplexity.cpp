@@ -130,7 +130,7 @@ void setup_perplexity(CLI::App& sub) {
   sub.add_option("--group-size", f->group_size, "affine group size with --quantize")->capture_default_str();
   sub.add_flag("--decode", f->decode,
                "feed each window token by token through the decode path (matrix-vector kernels) instead of the batched forward");
-  sub.add_flag("--int8-activations", f->int8_activations, "8- and 4-bit affine weights: quantize activations to int8 per group in decode (faster; greedy tokens may differ between device counts); with --decode");
+  sub.add_flag("--int8-activations", f->int8_activations, "8- and 4-bit affine weights: quantize activations to int8 per group in decode (integer dot products; greedy tokens may differ between device counts); with --decode");
   sub.callback([f, run_flags] { run_perplexity(*f, *run_flags); });
 }
 
