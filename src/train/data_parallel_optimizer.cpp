@@ -141,23 +141,23 @@ void GradientExchange::gradients_ready(int64_t end) {
     start_bucket(next_bucket_++);
 }
 
+// Where bucket b's sum lands: this rank's chunk of the sharded gradients, or the bucket itself.
+std::span<float> GradientExchange::summed(size_t b) const {
+  std::span<float> grads = o_.table_.grads(o_.table_.buckets()[b]);
+  if (!o_.shard_) return grads;
+  const DataParallelOptimizer::Chunk& c = o_.chunks_[b];
+  return std::span<float>(o_.shard_grads_).subspan(static_cast<size_t>(c.shard_offset), static_cast<size_t>(c.flat.count));
+}
+
 void GradientExchange::start_bucket(size_t b) {
   std::span<float> grads = o_.table_.grads(o_.table_.buckets()[b]);
-  if (o_.shard_) {
-    const DataParallelOptimizer::Chunk& c = o_.chunks_[b];
-    std::span<float> out(o_.shard_grads_.data() + c.shard_offset, static_cast<size_t>(c.flat.count));
-    pending_.push_back(o_.axes_.data->start_reduce_scatter(grads, out));  // psum_scatter: this rank's chunk
-  } else {
-    pending_.push_back(o_.axes_.data->start_all_sum(grads));
-  }
+  pending_.push_back(o_.shard_ ? o_.axes_.data->start_reduce_scatter(grads, summed(b))  // psum_scatter: this rank's chunk
+                               : o_.axes_.data->start_all_sum(grads));
 }
 
 void GradientExchange::scale_bucket(size_t b) {
   const float inv = 1.0f / static_cast<float>(o_.axes_.data_size * micro_batches_);
-  std::span<float> summed = o_.table_.grads(o_.table_.buckets()[b]);
-  if (o_.shard_) summed = std::span<float>(o_.shard_grads_).subspan(static_cast<size_t>(o_.chunks_[b].shard_offset),
-                                                                     static_cast<size_t>(o_.chunks_[b].flat.count));
-  for (float& x : summed) x *= inv;
+  for (float& x : summed(b)) x *= inv;
 }
 
 void GradientExchange::finish() {
@@ -170,9 +170,7 @@ void GradientExchange::finish() {
     if (!start_early_) {  // blocking, in place
       std::span<float> grads = o_.table_.grads(buckets[b]);
       if (o_.shard_) {
-        const DataParallelOptimizer::Chunk& c = o_.chunks_[b];
-        o_.axes_.data->reduce_scatter(grads, std::span<float>(o_.shard_grads_).subspan(static_cast<size_t>(c.shard_offset),
-                                                                                       static_cast<size_t>(c.flat.count)));
+        o_.axes_.data->reduce_scatter(grads, summed(b));
       } else {
         o_.axes_.data->all_sum(grads);
       }

@@ -94,6 +94,7 @@ class GradientExchange {
 
  private:
   void scale_experts(int64_t end);  // 1/G on replicated expert gradients inside [0, end), once
+  std::span<float> summed(size_t b) const;  // where bucket b's sum lands
   void start_bucket(size_t b);
   void scale_bucket(size_t b);      // 1 / (D*K) once summed
 
