@@ -16,6 +16,7 @@
 #include "train/checkpoint.h"
 #include "train/loop.h"
 
+#include "train/quiet_run.h"
 #include "support/synthetic_text.h"
 
 using namespace tpcli;
@@ -53,11 +54,7 @@ train::TrainOptions base_options() {
   o.schedule = {1e-2, 1e-3, 2, 8, train::Decay::Cosine};
   o.adamw = {0.9, 0.99, 1e-8, 0.1};
   o.grad_clip = 1.0;
-  o.eval_every = 0;
-  o.eval_batches = 0;
-  o.progress = false;
-  o.sample_tokens = 0;
-  o.blas_threads = 1;  // small matrices: more BLIS threads only add fork-join waits on a busy machine
+  tpcli::testing::quiet_run(o);  // one BLIS thread: small matrices, more only add fork-join waits
   return o;
 }
 

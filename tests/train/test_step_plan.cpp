@@ -6,6 +6,7 @@
 #include "train/loop.h"
 #include "train/step_plan.h"
 
+#include "train/quiet_run.h"
 #include "support/planned_calls.h"
 #include "support/synthetic_text.h"
 
@@ -26,11 +27,7 @@ train::TrainOptions one_step(const dist::Mesh& mesh) {
   o.steps = 1;
   o.batch_size = 4;
   o.seq_len = 8;
-  o.eval_every = 0;
-  o.eval_batches = 0;
-  o.progress = false;
-  o.sample_tokens = 0;
-  o.blas_threads = 1;
+  tpcli::testing::quiet_run(o);
   o.bucket_elems = 3000;  // several buckets, the last one shorter
   return o;
 }

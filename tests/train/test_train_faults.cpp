@@ -22,6 +22,7 @@
 #include "dist/mesh.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
+#include "train/quiet_run.h"
 #include "support/run_tpcli.h"
 #include "support/temp_dir.h"
 #include "train/checkpoint.h"
@@ -130,11 +131,7 @@ TEST_CASE("train faults: a checkpoint holding a non-finite value is never writte
   o.steps = 2;
   o.batch_size = 2;
   o.seq_len = 8;
-  o.eval_every = 0;
-  o.eval_batches = 0;
-  o.progress = false;
-  o.sample_tokens = 0;
-  o.blas_threads = 1;
+  tpcli::testing::quiet_run(o);
   o.out_dir = (scratch() / "nan_run").string();
   fs::remove_all(o.out_dir);
   std::string error;
