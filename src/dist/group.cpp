@@ -253,7 +253,26 @@ std::vector<int64_t> Group::check_reduce_scatter(std::span<const float> in, std:
 }
 
 void Group::reduce_scatter(std::span<const float> in, std::span<float> out) {
-  const std::vector<int64_t> counts = check_reduce_scatter(in, out);
+  reduce_scatter_v(in, out, check_reduce_scatter(in, out));
+}
+
+void Group::check_reduce_scatter_v(std::span<const float> in, std::span<float> out,
+                                   std::span<const int64_t> counts) const {
+  const int S = size(), r = rank();
+  if (counts.size() != static_cast<size_t>(S))
+    fail("reduce_scatter", std::to_string(counts.size()) + " counts for a group of " + std::to_string(S));
+  if (sum_counts("reduce_scatter", counts) != static_cast<int64_t>(in.size()))
+    fail("reduce_scatter", "counts do not sum to in's " + std::to_string(in.size()) + " floats");
+  if (static_cast<int64_t>(out.size()) != counts[static_cast<size_t>(r)])
+    fail("reduce_scatter", "out has " + std::to_string(out.size()) + " floats but counts give member " +
+                               std::to_string(r) + " " + std::to_string(counts[static_cast<size_t>(r)]));
+  const int64_t own_offset = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
+  if (overlap(in.data(), in.size(), out.data(), out.size()) && out.data() != in.data() + own_offset)
+    fail("reduce_scatter", "out overlaps in other than as this member's own chunk");
+}
+
+void Group::reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) {
+  check_reduce_scatter_v(in, out, counts);
   const int S = size();
   const uint64_t b = in.size() * F, own = out.size() * F;
   CallScope scope(stats_, trace_, track_, link_.get(), "reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1),

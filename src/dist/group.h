@@ -134,6 +134,8 @@ class Group {
   // psum_scatter: in.size() == n on every member; out = this member's chunk of the sum, where the n
   // elements are dealt out by even_split (the first n % size members get one more).
   void reduce_scatter(std::span<const float> in, std::span<float> out);
+  // psum_scatter with chunk sizes: member m keeps counts[m] floats of the sum, in member order.
+  void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts);
   // Equal chunks: in.size() == out.size() == size() * chunk; chunk m of in goes to member m, chunk m
   // of out came from member m. Errors if in.size() is not a multiple of size().
   void all_to_all(std::span<const float> in, std::span<float> out);
@@ -165,6 +167,7 @@ class Group {
   std::vector<int64_t> equal_gather_counts(std::span<const float> in, std::span<float> out) const;
   void check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
   std::vector<int64_t> check_reduce_scatter(std::span<const float> in, std::span<float> out) const;
+  void check_reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
   uint64_t check_all_to_all(std::span<const float> in, std::span<float> out) const;
   void check_broadcast(int root) const;
   std::pair<bool, bool> check_ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) const;

@@ -466,8 +466,8 @@ void Llama::train_backward(std::span<const int> tokens, std::span<const int> tar
   const int64_t R = sequence_rows(N).count;
   const bool split = rows_split();
   if (split) {  // partial -> split: only this device's rows go on
-    std::vector<float> mine(static_cast<size_t>(R * C)), scratch;  // [R, C]
-    nn::reduce_scatter_rows(mine.data(), dxf.data(), N, C, group_, scratch);
+    std::vector<float> mine(static_cast<size_t>(R * C));  // [R, C]
+    nn::reduce_scatter_rows(mine.data(), dxf.data(), N, C, group_);
     dxf = std::move(mine);
   } else {
     group_.all_sum(dxf);  // partial -> mirrored

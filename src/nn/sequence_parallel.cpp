@@ -6,33 +6,29 @@
 
 namespace tpcli::nn {
 
-void all_gather_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group) {
-  const int T = group.size();
+namespace {
+
+// Row counts of every member, in floats: even_split of N rows, W floats a row.
+std::vector<int64_t> row_counts(int64_t N, int64_t W, int T) {
   std::vector<int64_t> counts = dist::even_split_counts(N, T);
   for (auto& c : counts) c *= W;
+  return counts;
+}
+
+}  // namespace
+
+void all_gather_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group) {
+  const std::vector<int64_t> counts = row_counts(N, W, group.size());
   const int64_t mine = counts[static_cast<size_t>(group.rank())];
   group.all_gather_v(std::span<const float>(inp, static_cast<size_t>(mine)),
                      std::span<float>(out, static_cast<size_t>(N * W)), counts);
 }
 
-void reduce_scatter_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group,
-                         std::vector<float>& scratch) {
-  const int T = group.size(), r = group.rank();
-  const int64_t NP = (N + T - 1) / T;  // padded chunk: equal chunks split by elements as by rows
-  const dist::Range mine = dist::even_split(N, T, r);
-  if (NP * T == N) {
-    group.reduce_scatter(std::span<const float>(inp, static_cast<size_t>(N * W)),
-                         std::span<float>(out, static_cast<size_t>(mine.count * W)));
-    return;
-  }
-  scratch.assign(static_cast<size_t>(T * NP * W + NP * W), 0.0f);  // [T, NP, W] padded in, then [NP, W] out
-  for (int m = 0; m < T; ++m) {
-    const dist::Range c = dist::even_split(N, T, m);
-    std::copy(inp + c.offset * W, inp + (c.offset + c.count) * W, scratch.begin() + m * NP * W);
-  }
-  std::span<float> all(scratch);
-  group.reduce_scatter(all.first(static_cast<size_t>(T * NP * W)), all.last(static_cast<size_t>(NP * W)));
-  std::copy(all.end() - NP * W, all.end() - NP * W + mine.count * W, out);
+void reduce_scatter_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group) {
+  const std::vector<int64_t> counts = row_counts(N, W, group.size());
+  const int64_t mine = counts[static_cast<size_t>(group.rank())];
+  group.reduce_scatter_v(std::span<const float>(inp, static_cast<size_t>(N * W)),
+                         std::span<float>(out, static_cast<size_t>(mine)), counts);
 }
 
 void all_gather_matmul_backward(float* dinp, const float* dout, const float* inp, int64_t N, AllToShardedLinear& layer,
@@ -48,8 +44,8 @@ void all_gather_matmul_backward(float* dinp, const float* dout, const float* inp
     if (p.out_features() > 0) p.backward(dinp_partial.data(), dout + col, inp_full.data(), N, OL);
     col += p.out_features();
   }
-  std::vector<float> mine_sum(static_cast<size_t>(mine.count * IN)), scratch;  // [NL, IN]
-  reduce_scatter_rows(mine_sum.data(), dinp_partial.data(), N, IN, group, scratch);
+  std::vector<float> mine_sum(static_cast<size_t>(mine.count * IN));  // [NL, IN]
+  reduce_scatter_rows(mine_sum.data(), dinp_partial.data(), N, IN, group);
   for (size_t i = 0; i < mine_sum.size(); ++i) dinp[i] += mine_sum[i];
 }
 

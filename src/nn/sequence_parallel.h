@@ -25,10 +25,8 @@ namespace tpcli::nn {
 
 // out[N, W] (mirrored) = every member's rows inp[NL, W] in member order (all_gather_v by rows).
 void all_gather_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group);
-// out[NL, W] = this member's rows of the sum over members of inp[N, W] (psum_scatter by rows;
-// uneven N travels padded). `scratch` is resized as needed.
-void reduce_scatter_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group,
-                         std::vector<float>& scratch);
+// out[NL, W] = this member's rows of the sum over members of inp[N, W] (reduce_scatter_v by rows).
+void reduce_scatter_rows(float* out, const float* inp, int64_t N, int64_t W, dist::Group& group);
 
 // Backward of all_gather_matmul: dinp[NL, IN] += ..., layer's dW_local += ... (see above).
 // dout: [N, OUT_local]; inp: this member's rows [NL, IN] as given to the forward.

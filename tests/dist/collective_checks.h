@@ -144,6 +144,19 @@ inline void check_reduce_scatter(Group& g, int64_t n, uint64_t seed) {
   expect_close(label("reduce_scatter", g, n), out, ref, sum_tol(g.size()), g.rank());
 }
 
+// Ragged chunks (some empty) from the shared seed: member m keeps counts[m] floats of the sum.
+inline void check_reduce_scatter_v(Group& g, int64_t max_count, uint64_t seed) {
+  const std::vector<int64_t> counts = shared_counts(seed, g.size(), max_count);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t offset = std::accumulate(counts.begin(), counts.begin() + g.rank(), int64_t{0});
+  const int64_t mine = counts[static_cast<size_t>(g.rank())];
+  std::vector<float> in = member_input(seed, g.rank(), total), out = nan_buffer(mine);
+  g.reduce_scatter_v(in, out, counts);
+  const std::vector<float> sum = serial_sum(seed, g.size(), total);
+  const std::vector<float> ref(sum.begin() + offset, sum.begin() + offset + mine);
+  expect_close(label("reduce_scatter_v", g, total), out, ref, sum_tol(g.size()), g.rank());
+}
+
 // chunk floats go from every member to every member.
 inline void check_all_to_all(Group& g, int64_t chunk, uint64_t seed) {
   const int S = g.size(), r = g.rank();
@@ -219,6 +232,7 @@ inline void check_every_collective(Group& g, int64_t n, uint64_t seed) {
   check_all_gather(g, n, seed + 4);
   check_all_gather_v(g, n, seed + 5);
   check_reduce_scatter(g, n, seed + 6);
+  check_reduce_scatter_v(g, n, seed + 12);
   check_all_to_all(g, n, seed + 7);
   check_all_to_all_v(g, n, seed + 8);
   check_ppermute(g, n, seed + 9, false);
@@ -314,7 +328,10 @@ inline void check_random_sequence(Group& g, int ops, int64_t max_n, uint64_t see
       case 1: check_all_max(g, n, s); break;
       case 2: check_all_gather(g, n / g.size(), s); break;
       case 3: check_all_gather_v(g, n / g.size(), s); break;
-      case 4: check_reduce_scatter(g, n, s); break;
+      case 4:
+        if (rng() % 2 == 0) check_reduce_scatter(g, n, s);
+        else check_reduce_scatter_v(g, n / g.size(), s);
+        break;
       case 5: check_all_to_all(g, n / g.size(), s); break;
       case 6: check_all_to_all_v(g, n / g.size(), s); break;
       case 7: check_ppermute(g, n, s, rng() % 2 == 0); break;
