@@ -105,7 +105,7 @@ int64_t SwiGluFeedForward::parameter_bytes() const {
 // ---- QuantizedSwiGluFeedForward ----
 
 QuantizedSwiGluFeedForward::QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2)
-    : w13_(std::move(w13)), w2_(std::move(w2)) {}
+    : FrozenFeedForward("a quantized (frozen) layer"), w13_(std::move(w13)), w2_(std::move(w2)) {}
 
 void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N) {
   const int64_t FL = w2_.in_features();
@@ -116,15 +116,13 @@ void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N
   w2_.forward(out, g_.data(), N);                 // [N, C] mirrored (all_sum)
 }
 
-namespace {
-[[noreturn]] void frozen(const char* what) {
-  throw std::invalid_argument(std::string("feed-forward: ") + what +
-                              " of a quantized (frozen) layer: training a quantized model is not supported");
+void FrozenFeedForward::refuse(const char* call) const {
+  throw std::invalid_argument(std::string("feed-forward: ") + call + " of " + what_ +
+                              ": training a quantized model is not supported");
 }
-}  // namespace
 
-void QuantizedSwiGluFeedForward::backward(float*, const float*, const float*, int64_t) { frozen("backward"); }
-std::vector<ParamRef> QuantizedSwiGluFeedForward::parameters() { frozen("parameters"); }
-std::vector<std::pair<std::string, tensor::Tensor>> QuantizedSwiGluFeedForward::gather_full() { frozen("gather_full"); }
+void FrozenFeedForward::backward(float*, const float*, const float*, int64_t) { refuse("backward"); }
+std::vector<ParamRef> FrozenFeedForward::parameters() { refuse("parameters"); }
+std::vector<std::pair<std::string, tensor::Tensor>> FrozenFeedForward::gather_full() { refuse("gather_full"); }
 
 }  // namespace tpcli::nn

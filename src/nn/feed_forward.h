@@ -91,17 +91,28 @@ class SwiGluFeedForward : public FeedForward {
   std::vector<float> dh13_; // [N, 2*FL] scratch
 };
 
-// The same SwiGLU over frozen packed weights (quantized or 16-bit checkpoints): forward only;
-// backward, parameters and gather_full throw (training a quantized model is not supported).
-class QuantizedSwiGluFeedForward : public FeedForward {
+// A feed-forward over frozen packed weights (quantized or 16-bit checkpoints): forward only;
+// backward, parameters and gather_full throw one error naming `what` (training a quantized model
+// is not supported).
+class FrozenFeedForward : public FeedForward {
+ public:
+  explicit FrozenFeedForward(const char* what) : what_(what) {}
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N) final;
+  std::vector<ParamRef> parameters() final;
+  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() final;
+
+ private:
+  [[noreturn]] void refuse(const char* call) const;
+  const char* what_;  // "a quantized (frozen) layer", ...
+};
+
+// The same SwiGLU over frozen packed weights.
+class QuantizedSwiGluFeedForward : public FrozenFeedForward {
  public:
   // w13: parts w1 [FL, C], w3 [FL, C]; w2: [C, FL].
   QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2);
 
   void forward(float* out, const float* inp, int64_t N) override;
-  void backward(float* dinp, const float* dout, const float* inp, int64_t N) override;
-  std::vector<ParamRef> parameters() override;
-  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override;
   int64_t parameter_bytes() const override { return w13_.bytes() + w2_.bytes(); }
 
  private:

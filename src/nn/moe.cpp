@@ -543,7 +543,11 @@ int64_t MoeFeedForward::parameter_bytes() const {
 QuantizedMoeFeedForward::QuantizedMoeFeedForward(const MoeSizes& sizes, tensor::Tensor router,
                                                  std::vector<PackedExpert> local, dist::Group experts,
                                                  dist::Group tensor)
-    : sizes_(sizes), experts_(std::move(experts)), tensor_(std::move(tensor)), router_(std::move(router)),
+    : FrozenFeedForward("quantized (frozen) experts"),
+      sizes_(sizes),
+      experts_(std::move(experts)),
+      tensor_(std::move(tensor)),
+      router_(std::move(router)),
       local_(std::move(local)) {
   const int64_t C = sizes_.dim, E = sizes_.n_experts;
   if (E < 1 || sizes_.top_k < 1 || sizes_.top_k > E)
@@ -569,17 +573,6 @@ void QuantizedMoeFeedForward::forward(float* out, const float* inp, int64_t N) {
   route_dispatch_combine({out, n}, acts_, {inp, n}, router_.span(), sizes_, N, experts_, tensor,
                          [&](std::vector<float>& ye, MoeActivations& a) { packed_experts_forward(ye, a, local_, sizes_.dim); });
 }
-
-namespace {
-[[noreturn]] void frozen_moe(const char* what) {
-  throw std::invalid_argument(std::string("moe: ") + what +
-                              " of quantized (frozen) experts: training a quantized model is not supported");
-}
-}  // namespace
-
-void QuantizedMoeFeedForward::backward(float*, const float*, const float*, int64_t) { frozen_moe("backward"); }
-std::vector<ParamRef> QuantizedMoeFeedForward::parameters() { frozen_moe("parameters"); }
-std::vector<std::pair<std::string, tensor::Tensor>> QuantizedMoeFeedForward::gather_full() { frozen_moe("gather_full"); }
 
 int64_t QuantizedMoeFeedForward::parameter_bytes() const {
   int64_t bytes = static_cast<int64_t>(sizeof(float)) * router_.numel();

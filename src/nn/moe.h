@@ -204,7 +204,7 @@ struct PackedExpert {
 // combine and communication, with each local expert's SwiGLU read from its packed weights by the
 // quantized kernels (tensor/packed_matrix.h), never dequantized to an f32 copy. backward,
 // parameters and gather_full throw: training a quantized model is not supported.
-class QuantizedMoeFeedForward : public FeedForward {
+class QuantizedMoeFeedForward : public FrozenFeedForward {
  public:
   // router [E, C] (mirrored); local: the experts local_experts(E, G, rank) of the expert group, in
   // order, each holding this member's FL of FE (the tensor group splits FE; FL equal for all).
@@ -212,9 +212,6 @@ class QuantizedMoeFeedForward : public FeedForward {
                           dist::Group experts, dist::Group tensor);
 
   void forward(float* out, const float* inp, int64_t N) override;
-  void backward(float* dinp, const float* dout, const float* inp, int64_t N) override;
-  std::vector<ParamRef> parameters() override;
-  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override;
   int64_t parameter_bytes() const override;  // the f32 router plus the experts as stored
 
   const MoeStats& stats() const { return acts_.stats; }
