@@ -145,6 +145,8 @@ double WorkRates::seconds(const model::PlannedWork& w) const {
     }
     case model::PlannedWork::Kind::Memory: return calls * static_cast<double>(w.bytes) / memory_rate(w.bytes);
     case model::PlannedWork::Kind::Exp: return calls * static_cast<double>(w.elements) / exps_per_s;
+    case model::PlannedWork::Kind::Weights:
+      return calls * static_cast<double>(w.bytes) / (weight_bytes_per_s > 0 ? weight_bytes_per_s : memory_rate(w.bytes));
   }
   return 0;
 }
@@ -186,7 +188,7 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
     if (w.kind == model::PlannedWork::Kind::Matmul && given_gflops <= 0 &&
         std::find(shapes.begin(), shapes.end(), gemm_key(w)) == shapes.end())
       shapes.push_back(gemm_key(w));
-    if (w.kind == model::PlannedWork::Kind::Memory &&
+    if ((w.kind == model::PlannedWork::Kind::Memory || w.kind == model::PlannedWork::Kind::Weights) &&
         std::find(classes.begin(), classes.end(), working_set_class(w.bytes)) == classes.end())
       classes.push_back(working_set_class(w.bytes));
     exps |= w.kind == model::PlannedWork::Kind::Exp;
@@ -256,7 +258,7 @@ Prediction predict(const std::vector<model::PlannedWork>& work, const std::vecto
   double backward_s = 0;
   for (const auto& w : work) {
     const double s = rates.seconds(w);
-    (w.kind == model::PlannedWork::Kind::Matmul ? p.matmul_s : w.kind == model::PlannedWork::Kind::Memory ? p.memory_s : p.exp_s) += s;
+    (w.kind == model::PlannedWork::Kind::Matmul ? p.matmul_s : w.kind == model::PlannedWork::Kind::Exp ? p.exp_s : p.memory_s) += s;
     if (w.backward) backward_s += s;
   }
   double buckets_s = 0, last_bucket_s = 0;

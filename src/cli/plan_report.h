@@ -48,6 +48,7 @@ struct WorkRates {
   std::map<std::array<int64_t, 4>, double> gflops;  // by gemm {m, n, k, layout (PlannedWork::Gemm)}
   std::map<int64_t, double> bytes_per_s;            // by working-set class (working_set_class)
   double exps_per_s = 0;
+  double weight_bytes_per_s = 0;  // decode's matvec kernels (bench decode measures them; else the memory rate)
   double seconds(const model::PlannedWork& w) const;  // of all of w's calls
   double memory_rate(int64_t bytes) const;             // bytes/s for a pass of `bytes`
 };

@@ -160,7 +160,7 @@ std::vector<PlannedWork> plan_decode_work(const LlamaConfig& c, const ShardPlan&
   require_dense(c);
   const int64_t L = c.n_layers, KVL = p.kv_rows().count;
   WorkList w;
-  w.memory("weights", weight_bytes, 1);
+  w.items.push_back({Kind::Weights, "weights (matvec kernels)", 0, 0, 0, weight_bytes, 0, 1});
   w.memory("KV cache", 2 * F32 * L * (pos + 1) * KVL, 1);
   w.exps("attention softmax exps", p.heads.count * (pos + 1), L);
   w.exps("SwiGLU sigmoids", p.ffn.count, L);

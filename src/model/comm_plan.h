@@ -56,9 +56,11 @@ std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& config,
 // One kind of work a device does, as the model's code does it, priced by cli/plan_report.h at rates
 // measured in the same run: a matrix product (a BLIS gemm of [m, k] @ [k, n]; its rate depends on
 // the shape), a pass over memory (bytes read + written per call: the working set sets the rate,
-// cache or DRAM), exponentials (softmax, sigmoid: tensor/vec_math.h's vector exp sets the rate).
+// cache or DRAM), exponentials (softmax, sigmoid: tensor/vec_math.h's vector exp sets the rate),
+// weights streamed through the decode matvec kernels (bytes as stored: the format's kernel, which
+// may dequantize slower than memory delivers, sets the rate).
 struct PlannedWork {
-  enum class Kind { Matmul, Memory, Exp };
+  enum class Kind { Matmul, Memory, Exp, Weights };
   // Which operands the gemm reads transposed (row-major): NT = a[m, k] @ b[n, k]^T (a linear
   // forward), NN = a[m, k] @ b[k, n] (an input gradient), TN = a[k, m]^T @ b[k, n] (a weight
   // gradient). BLIS packs each layout differently, so each has its own rate.
@@ -66,7 +68,7 @@ struct PlannedWork {
   Kind kind = Kind::Matmul;
   std::string what;           // "w1|w3 forward", "attention softmax", ... (lines of equal `what` add up)
   int64_t m = 0, n = 0, k = 0;  // Matmul
-  int64_t bytes = 0;          // Memory, per call
+  int64_t bytes = 0;          // Memory, Weights: per call
   int64_t elements = 0;       // Exp, per call
   int64_t calls = 1;
   bool backward = false;      // part of the backward pass (data-parallel buckets overlap with it)
