@@ -1,6 +1,6 @@
 // tpcli::train — the collectives of one optimizer step on one device (the model's, per
 // micro-batch, from model/comm_plan.h, times K; then the data-parallel optimizer's and the loop's),
-// and its matmul FLOPs. What `tpcli inspect` prints for a run config and `tpcli bench train`
+// and its work (the model's per micro-batch, then the optimizer's). What `tpcli inspect` prints for a run config and `tpcli bench train`
 // predicts from; tests compare it with what a real step records (tests/train/test_step_plan.cpp).
 //
 // Per step, besides the model's: all_max 1 over the world (the stop flag, train/loop.h); per
