@@ -14,10 +14,10 @@
 // row otherwise) plus the KV cache up to the position; the unsharded figure is used, so KV heads
 // replicated over devices count as overhead, not as roofline.
 //
-// Predicted (f32 row): device 0's matrix-vector FLOPs per token (model/comm_plan.h, at the mean
-// timed position) at the f32 matvec rate measured in the same run with every device at once, plus
-// the modelled time of its collectives (greedy decode) under --link; collectives on an axis
-// without a link count 0.
+// Predicted (every row): device 0's bytes per token: its weights as stored at the rate its format's
+// matvec kernel streams them (measured now on the w1 shard's shape, every device at once, from
+// memory), its KV cache at its share of the read bandwidth above, plus exponentials and its collectives (greedy decode) under
+// --link, or the backend's copies (cli/plan_report.h); the line under each row gives the parts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -221,14 +222,59 @@ double weight_bytes_per_token(const model::WeightSource& weights) {
   return bytes;
 }
 
-// Seconds per token: compute at the measured f32 matvec rate plus the modelled collectives.
-double predicted_token_seconds(const model::LlamaConfig& c, const dist::Mesh& mesh, const dist::LinkSpec& links,
-                               const BenchFlags& f) {
+// Bytes/s of weights in `format` through the decode kernel (PackedMatrix::matmul with one row, as
+// the frozen model runs it) on [rows, cols] matrices, while every device streams its own set of
+// about `bytes` (distinct matrices, so they come from memory as a token's do), `threads` each.
+double measure_weight_rate(tensor::WeightFormat format, int64_t rows, int64_t cols, int64_t bytes, int devices,
+                           int threads) {
+  constexpr int PASSES = 7;  // the median pass, as the bandwidth and the decode steps are medians
+  std::vector<std::vector<double>> pass_s(static_cast<size_t>(devices), std::vector<double>(PASSES));
+  int64_t streamed = 0;  // bytes a pass reads on each device
+  dist::RunOptions options;
+  options.blas_threads = threads;
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+    for (float& v : w) v = u(rng);
+    for (float& v : x) v = u(rng);
+    std::vector<tensor::PackedMatrix> set;  // [count] copies of one [rows, cols]
+    set.push_back(tensor::PackedMatrix::from_f32(w.data(), rows, cols, format));
+    const int64_t each = std::max<int64_t>(1, rows * cols * format.bits / 8);
+    while (static_cast<int64_t>(set.size()) * each < bytes) set.push_back(set.front());
+    if (dev.rank() == 0) streamed = static_cast<int64_t>(set.size()) * each;
+    for (const auto& m : set) m.matmul(y.data(), x.data(), 1);  // warm-up
+    for (int p = 0; p < PASSES; ++p) {
+      dev.world().barrier();
+      const auto t0 = Clock::now();
+      for (const auto& m : set) m.matmul(y.data(), x.data(), 1);
+      pass_s[static_cast<size_t>(dev.rank())][static_cast<size_t>(p)] = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  }, options);
+  std::vector<double> slowest(PASSES, 0.0);  // [PASSES] the slowest device's pass
+  for (int p = 0; p < PASSES; ++p)
+    for (const auto& dev : pass_s) slowest[static_cast<size_t>(p)] = std::max(slowest[static_cast<size_t>(p)], dev[static_cast<size_t>(p)]);
+  return static_cast<double>(streamed) / median(slowest);
+}
+
+// Device 0's token at the mean timed position (model/comm_plan.h plan_decode_work: its weights as
+// stored, the KV cache) with memory at device 0's share of the read bandwidth measured above, the
+// exponentials at a rate measured now, plus its collectives (greedy decode; modelled links, or the
+// backend's copies).
+Prediction predict_token(const model::WeightSource& weights, tensor::WeightFormat format, const dist::Mesh& mesh,
+                         const dist::LinkSpec& links, const BenchFlags& f, int threads, double bandwidth) {
+  const model::LlamaConfig& c = weights.config();
   const PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
-  const double rate = measure_matmul_gflops(mesh.size(), 1, std::max(c.hidden_dim, c.vocab_size) / pm.tensor, c.dim);
-  const double comm = c.is_moe() ? 0 : modelled_seconds(model::plan_decode_collectives(c, plan, true), pm);
-  return model::decode_flops(c, plan, f.warmup + f.tokens / 2) / (rate * 1e9) + comm;
+  int64_t bytes = model::shard_bytes(weights, plan);
+  if (!c.shared_classifier)  // the embedding: one row is read, not the shard
+    bytes -= (plan.vocab.count - 1) * c.dim * model::stored_format(weights, "tok_embeddings").bits / 8;
+  const auto work = model::plan_decode_work(c, plan, f.warmup + f.tokens / 2, bytes);
+  const auto comm = model::plan_decode_collectives(c, plan, true);
+  WorkRates rates = measure_work_rates(work, comm, mesh.size(), threads);
+  for (auto& [size, rate] : rates.bytes_per_s) rate = bandwidth / mesh.size();
+  rates.weight_bytes_per_s = measure_weight_rate(format, plan.ffn.count, c.dim, bytes, mesh.size(), threads);
+  return predict(work, comm, pm, rates);
 }
 
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
@@ -270,7 +316,6 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   std::printf("bandwidth    %.2f GB/s read with %d thread(s) x %d streams (median; best %.2f)\n", bandwidth.median / 1e9,
               roofline_threads, STREAMS, bandwidth.best / 1e9);
   const dist::LinkSpec links = links_from_flags(run_flags);
-  const double predicted_s = predicted_token_seconds(c, mesh, links, f);
   std::printf("%-22s %10s %10s %12s %10s %10s %9s %12s %10s\n", "format", "MB/token", "tok/s", "(best)", "roofline", "% roof",
               "GB/s", "ms/token", "predicted");
   for (const auto& [label, conversion, int8x] : formats) {
@@ -281,11 +326,17 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
     const double bytes = weight_bytes_per_token(weights) + kv_bytes;
     const DecodeTiming t = time_decode(weights, mesh, f, threads, links);
     const double roofline = bandwidth.median / bytes;
-    char predicted[48] = "-";  // only the f32 row: the rate is the f32 matvec's
-    if (!conversion && !weights.config().quantization)
-      std::snprintf(predicted, sizeof predicted, "%.3f (%.2fx)", predicted_s * 1e3, predicted_s * t.tok_s);
+    std::optional<Prediction> prediction;
+    const std::string w1 = "layers.0.w1";  // the format the matrices are in (model/llama_config.cpp's names)
+    if (!c.is_moe())
+      prediction = predict_token(weights, conversion ? *conversion : model::stored_format(weights, w1), mesh, links, f,
+                                 threads, bandwidth.median);
+    char predicted[48] = "-";  // MoE: not planned
+    if (prediction)
+      std::snprintf(predicted, sizeof predicted, "%.3f (%.2fx)", prediction->total() * 1e3, prediction->total() * t.tok_s);
     std::printf("%-22s %10.1f %10.2f %12.2f %10.2f %9.1f%% %9.2f %12.3f %10s\n", label.c_str(), bytes / 1e6, t.tok_s,
                 t.best_tok_s, roofline, 100.0 * t.tok_s / roofline, t.tok_s * bytes / 1e9, 1e3 / t.tok_s, predicted);
+    if (prediction) std::printf("  predicted: %s\n", describe(*prediction).c_str());
     std::fflush(stdout);
     for (int d = 0; d < devices; ++d)
       std::printf("  device %d: parameters %.1f MB, KV cache %.1f MB, moved %.1f KB/token\n", d,

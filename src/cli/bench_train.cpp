@@ -11,16 +11,18 @@
 // (min(devices x BLIS threads per device, cores)). One BLIS thread per device by default, so the
 // first mesh (1x1) is one core and the ratios are what more devices give (train's own default,
 // cores / devices, would let 1x1 run its large gemms on every core).
-// Predicted step time (cli/plan_report.h): device 0's matmul FLOPs (train/step_plan.h) at the
-// matmul rate measured just before on a product of the step's shape with every device of the mesh
-// running at once, plus the modelled time of its collectives under [mesh.links] / --link (0 on
-// axes without a link). It leaves out everything that is not a matmul (softmax, norms, AdamW).
+// Predicted step time (cli/plan_report.h): device 0's work items (train/step_plan.h: every gemm at
+// its shape, the passes over memory, the exponentials, AdamW) at rates measured just before with
+// every device of the mesh running at once, plus its collectives (the modelled time under
+// [mesh.links] / --link, at least the backend's copy), less the gradient buckets that overlap the
+// last backward. The line under each row gives the parts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -76,10 +78,12 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
   return 6.0 * matmul + 12.0 * L * C * T;
 }
 
-// Compute at a matmul rate measured now (every device at once) plus the modelled collectives.
-double predicted_step_seconds(const config::RunConfig& cfg, const train::TrainOptions& t) {
+// Device 0's step (train/step_plan.h) priced at rates measured now with every device at once on
+// `threads` BLIS threads each, plus its collectives (modelled links, or the copies). Nullopt for a
+// mesh without a plan (sequence parallel, MoE).
+std::optional<Prediction> predict_step(const config::RunConfig& cfg, const train::TrainOptions& t, int threads) {
   const config::MeshSection& ms = cfg.mesh;
-  if (ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) return NAN;  // not planned yet (train/step_plan.h)
+  if ((ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) || t.model.is_moe()) return std::nullopt;
   const PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.links};
   train::MemoryLayout layout;
   layout.data = mesh.data;
@@ -89,10 +93,10 @@ double predicted_step_seconds(const config::RunConfig& cfg, const train::TrainOp
   layout.recompute = t.recompute;
   layout.shard_optimizer = t.shard_optimizer;
   layout.bucket_elems = t.bucket_elems;
-  const double rate = measure_matmul_gflops(mesh.devices(), int64_t{layout.rows} * t.seq_len,
-                                            t.model.hidden_dim / mesh.tensor, t.model.dim);
-  const double comm = t.model.is_moe() ? 0 : modelled_seconds(train::plan_step_collectives(t.model, layout, t.grad_accum), mesh);
-  return train::step_flops(t.model, layout, t.grad_accum) / (rate * 1e9) + comm;
+  const auto work = train::plan_step_work(t.model, layout, t.grad_accum);
+  const auto comm = train::plan_step_collectives(t.model, layout, t.grad_accum);
+  const WorkRates rates = measure_work_rates(work, comm, mesh.devices(), threads);
+  return predict(work, comm, mesh, rates, t.overlap_buckets, t.grad_accum);
 }
 
 void run(const BenchTrainOptions& o, const RunFlags& flags) {
@@ -137,7 +141,8 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     t.blas_threads = o.blas_threads;
     t.links = to_link_spec(cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
     const double tokens_per_step = static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
-    const double predicted = predicted_step_seconds(cfg, t);
+    const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // dist/runtime.cpp's rule
+    const std::optional<Prediction> predicted = predict_step(cfg, t, threads);
     auto result = train::train(t);
     std::vector<double> step_s;
     for (size_t i = static_cast<size_t>(o.warmup); i < result.records.size(); ++i)
@@ -146,16 +151,16 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     const double median = step_s[step_s.size() / 2];
     const double tps = tokens_per_step / median;
     const double gflops = tps * flops_per_token(t.model, t.seq_len) / 1e9;
-    const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // dist/runtime.cpp's rule
     const double mfu = gflops / (peak1 * std::min(D * TP * threads, cores));
     if (base_tps == 0) base_tps = tps;
     const train::DeviceBytes bytes = train::run_device_bytes(t);  // device 0 (train/memory.h)
     char prediction[48] = "           -          -";  // a mesh with no plan yet (sequence parallel)
-    if (!std::isnan(predicted))
-      std::snprintf(prediction, sizeof prediction, "%12.1f %9.2fx", predicted * 1e3, predicted / median);
+    if (predicted)
+      std::snprintf(prediction, sizeof prediction, "%12.1f %9.2fx", predicted->total() * 1e3, predicted->total() / median);
     std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f %s   (%.2fx the first mesh)\n", m.c_str(),
                 D * TP, threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6,
                 prediction, tps / base_tps);
+    if (predicted) std::printf("  predicted: %s\n", describe(*predicted).c_str());
     std::fflush(stdout);
   }
 }

@@ -119,13 +119,14 @@ void describe_memory(const config::RunConfig& config, const model::LlamaConfig& 
       << (layout.sequence_parallel ? " (sequence parallel)" : "") << "\n";
 }
 
-// The matmul rate predictions use: --matmul-gflops, else measured now on products of the shape.
-double matmul_rate(double given, int devices, int64_t m, int64_t n, int64_t k, std::ostream& out) {
-  if (given > 0) return given;
-  const double rate = measure_matmul_gflops(devices, m, n, k);
-  out << "  matmul rate " << number(rate) << " GFLOP/s per device, measured on [" << m << ", " << k << "] @ [" << k
-      << ", " << n << "] with " << devices << " device(s) at once (--matmul-gflops to give one)\n";
-  return rate;
+// The rates predictions use: measured now (every device at once), with --matmul-gflops for every matmul.
+WorkRates work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
+                     double given_gflops, int devices, std::ostream& out) {
+  const WorkRates rates = measure_work_rates(work, comm, devices, 0, given_gflops);
+  out << "  work (rates measured now with " << devices << " device(s) at once"
+      << (given_gflops > 0 ? ", matmuls at --matmul-gflops" : "; --matmul-gflops to give the matmul rate") << "):\n";
+  print_work(work, rates, out);
+  return rates;
 }
 
 // Sharding, collectives per optimizer step and the predicted step time of a run config.
@@ -149,10 +150,10 @@ void describe_training_plan(const config::RunConfig& config, const model::LlamaC
   out << "  collectives per training step, device 0 (" << K << " micro-batch(es) of " << layout.rows << " x "
       << layout.seq_len << " tokens):\n";
   print_collectives(plan, mesh, out);
-  const int64_t N = int64_t{layout.rows} * layout.seq_len;
-  const double rate = matmul_rate(gflops, mesh.devices(), N, c.hidden_dim / std::max(1, mesh.tensor), c.dim, out);
-  out << "  step time: " << describe_prediction(train::step_flops(c, layout, K), rate, gflops <= 0,
-                                                 modelled_seconds(plan, mesh), !mesh.links.empty()) << "\n";
+  const auto work = train::plan_step_work(c, layout, K);
+  const WorkRates rates = work_rates(work, plan, gflops, mesh.devices(), out);
+  out << "  step time: " << describe(predict(work, plan, mesh, rates, config.train.overlap_buckets, K))
+      << (mesh.links.empty() ? " (links unmodelled: collectives at the threads backend's copy)" : "") << "\n";
 }
 
 void describe_run_config(const config::RunConfig& config, double gflops, std::ostream& out) {
@@ -242,11 +243,10 @@ void describe_decode_plan(const std::string& path, const RunFlags& flags, double
   const auto calls = model::plan_decode_collectives(c, plan);
   out << "  collectives per decoded token, device 0 (sampling; greedy gathers 2 floats per device instead of the logits):\n";
   print_collectives(calls, pm, out);
-  const double rate = matmul_rate(gflops, pm.tensor, 1, c.hidden_dim / std::max(1, pm.tensor), c.dim, out);
-  out << "  time per token at position " << c.seq_len / 2 << ": "
-      << describe_prediction(model::decode_flops(c, plan, c.seq_len / 2), rate, gflops <= 0,
-                             modelled_seconds(calls, pm), !pm.links.empty())
-      << "\n";
+  const auto work = model::plan_decode_work(c, plan, c.seq_len / 2, model::shard_bytes(w, plan));
+  const WorkRates rates = work_rates(work, calls, gflops, pm.tensor, out);
+  out << "  time per token at position " << c.seq_len / 2 << " (memory at one thread per device; `tpcli bench decode`"
+      << " measures the full read bandwidth): " << describe(predict(work, calls, pm, rates)) << "\n";
 }
 
 void setup_inspect(CLI::App& sub) {

@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <stdexcept>
 
 #include "dist/runtime.h"
 #include "tensor/blas.h"
+#include "tensor/vec_math.h"
 
 namespace tpcli::cli {
 
@@ -118,42 +120,191 @@ void print_collectives(const std::vector<model::PlannedCollective>& plan, const 
       << "\n";
 }
 
-double measure_matmul_gflops(int devices, int64_t m, int64_t n, int64_t k, double seconds) {
-  std::vector<double> rate(static_cast<size_t>(devices));
-  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
-    std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
-    std::uniform_real_distribution<float> d(-1, 1);
-    std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)), c(static_cast<size_t>(m * n));
-    for (float& x : a) x = d(rng);
-    for (float& x : w) x = d(rng);
-    auto product = [&] {
-      if (m == 1)
-        tensor::matvec(c.data(), w.data(), a.data(), n, k);
-      else
-        tensor::matmul_wt(c.data(), a.data(), w.data(), m, n, k);
-    };
-    product();  // warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    int reps = 0;
-    double took = 0;
-    do {
-      product();
-      ++reps;
-      took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    } while (took < seconds);
-    rate[static_cast<size_t>(dev.rank())] = 2.0 * static_cast<double>(m * n * k) * reps / took / 1e9;
-  });
-  return *std::min_element(rate.begin(), rate.end());  // the slowest device sets the pace
+int64_t working_set_class(int64_t bytes) {
+  int64_t c = int64_t{16} << 10;
+  while (c < bytes && c < (int64_t{64} << 20)) c *= 2;
+  return c;
 }
 
-std::string describe_prediction(double flops, double gflops, bool rate_measured, double comm_s, bool modelled) {
-  const double compute_s = flops / (gflops * 1e9);
-  char buf[240];
-  std::snprintf(buf, sizeof buf, "compute %s (%.3g GFLOP at %.1f GFLOP/s%s), collectives %s%s: predicted %s",
-                duration(compute_s).c_str(), flops / 1e9, gflops, rate_measured ? " measured" : " given",
-                duration(comm_s).c_str(), modelled ? " modelled" : " (links unmodelled)",
-                duration(compute_s + comm_s).c_str());
-  return buf;
+double WorkRates::memory_rate(int64_t bytes) const {
+  const auto it = bytes_per_s.find(working_set_class(bytes));
+  if (it == bytes_per_s.end()) throw std::logic_error("plan report: no memory rate measured for " + std::to_string(bytes) + " bytes");
+  return it->second;
+}
+
+namespace {
+std::array<int64_t, 4> gemm_key(const model::PlannedWork& w) { return {w.m, w.n, w.k, static_cast<int64_t>(w.gemm)}; }
+}  // namespace
+
+double WorkRates::seconds(const model::PlannedWork& w) const {
+  const double calls = static_cast<double>(w.calls);
+  switch (w.kind) {
+    case model::PlannedWork::Kind::Matmul: {
+      const double rate = given_gflops > 0 ? given_gflops : gflops.at(gemm_key(w));
+      return w.flops() / (rate * 1e9);
+    }
+    case model::PlannedWork::Kind::Memory: return calls * static_cast<double>(w.bytes) / memory_rate(w.bytes);
+    case model::PlannedWork::Kind::Exp: return calls * static_cast<double>(w.elements) / exps_per_s;
+    case model::PlannedWork::Kind::Weights:
+      return calls * static_cast<double>(w.bytes) / (weight_bytes_per_s > 0 ? weight_bytes_per_s : memory_rate(w.bytes));
+  }
+  return 0;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Calls `once` until `seconds` have passed (at least twice); returns the seconds per call.
+template <class F>
+double seconds_per_call(F&& once, double seconds) {
+  once();  // warm-up: BLIS buffers, caches
+  const auto t0 = Clock::now();
+  int reps = 0;
+  double took = 0;
+  do {
+    once();
+    ++reps;
+    took = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (took < seconds || reps < 2);
+  return took / reps;
+}
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+}  // namespace
+
+WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
+                             int devices, int blas_threads, double given_gflops, double seconds) {
+  std::vector<std::array<int64_t, 4>> shapes;  // distinct gemm_key, in order
+  std::vector<int64_t> classes;
+  bool exps = false;
+  for (const auto& w : work) {
+    if (w.kind == model::PlannedWork::Kind::Matmul && given_gflops <= 0 &&
+        std::find(shapes.begin(), shapes.end(), gemm_key(w)) == shapes.end())
+      shapes.push_back(gemm_key(w));
+    if ((w.kind == model::PlannedWork::Kind::Memory || w.kind == model::PlannedWork::Kind::Weights) &&
+        std::find(classes.begin(), classes.end(), working_set_class(w.bytes)) == classes.end())
+      classes.push_back(working_set_class(w.bytes));
+    exps |= w.kind == model::PlannedWork::Kind::Exp;
+  }
+  for (const auto& c : comm)
+    if (std::find(classes.begin(), classes.end(), working_set_class(2 * c.bytes())) == classes.end())
+      classes.push_back(working_set_class(2 * c.bytes()));
+  const size_t D = static_cast<size_t>(devices);
+  std::vector<std::vector<double>> shape_s(shapes.size(), std::vector<double>(D)), class_s(classes.size(), std::vector<double>(D));
+  std::vector<double> exp_s(D);
+  constexpr int64_t EXP_N = 4096;
+  dist::RunOptions options;
+  options.blas_threads = blas_threads;
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    const auto d = static_cast<size_t>(dev.rank());
+    std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto [m, n, k, layout] = shapes[i];
+      const auto a = random_floats(static_cast<size_t>(m * k), rng), b = random_floats(static_cast<size_t>(n * k), rng);
+      std::vector<float> c(static_cast<size_t>(m * n));  // [m, n], row-major, as the model's calls lay them out
+      const bool ta = layout == static_cast<int64_t>(model::PlannedWork::Gemm::TN);
+      const bool tb = layout == static_cast<int64_t>(model::PlannedWork::Gemm::NT);
+      using tensor::Trans;
+      dev.world().barrier();
+      shape_s[i][d] = seconds_per_call([&] {
+        tensor::gemm(ta ? Trans::Yes : Trans::No, tb ? Trans::Yes : Trans::No, m, n, k, 1.0f, a.data(), ta ? m : k,
+                     b.data(), tb ? k : n, 0.0f, c.data(), n);
+      }, seconds);
+    }
+    for (size_t i = 0; i < classes.size(); ++i) {
+      const size_t n = static_cast<size_t>(classes[i]) / 12;  // x, y read, z written: classes[i] bytes a pass
+      const auto x = random_floats(n, rng), y = random_floats(n, rng);
+      std::vector<float> z(n);
+      dev.world().barrier();
+      class_s[i][d] = seconds_per_call([&] {
+        for (size_t j = 0; j < n; ++j) z[j] = 0.5f * x[j] + y[j];
+        asm volatile("" : : "r"(z.data()) : "memory");  // keep the stores
+      }, seconds) / static_cast<double>(n * 12);
+    }
+    if (exps) {
+      const auto x = random_floats(EXP_N, rng);
+      std::vector<float> y(EXP_N);
+      dev.world().barrier();
+      exp_s[d] = seconds_per_call([&] { tensor::exp_sum(y.data(), x.data(), EXP_N, 1.0f, 1.0f); }, seconds) / EXP_N;
+    }
+  }, options);
+  const auto slowest = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  WorkRates r;
+  r.given_gflops = given_gflops;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto [m, n, k, layout] = shapes[i];
+    r.gflops[shapes[i]] = 2.0 * static_cast<double>(m * n) * static_cast<double>(k) / slowest(shape_s[i]) / 1e9;
+  }
+  for (size_t i = 0; i < classes.size(); ++i) r.bytes_per_s[classes[i]] = 1.0 / slowest(class_s[i]);
+  if (exps) r.exps_per_s = 1.0 / slowest(exp_s);
+  return r;
+}
+
+double collective_seconds(const model::PlannedCollective& p, const PlanMesh& m, const WorkRates& rates) {
+  const double copy = 2.0 * static_cast<double>(p.bytes()) / rates.memory_rate(2 * p.bytes());
+  return std::max(modelled_seconds(p, m), copy);
+}
+
+Prediction predict(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
+                   const PlanMesh& mesh, const WorkRates& rates, bool overlap_buckets, int grad_accum) {
+  Prediction p;
+  double backward_s = 0;
+  for (const auto& w : work) {
+    const double s = rates.seconds(w);
+    (w.kind == model::PlannedWork::Kind::Matmul ? p.matmul_s : w.kind == model::PlannedWork::Kind::Exp ? p.exp_s : p.memory_s) += s;
+    if (w.backward) backward_s += s;
+  }
+  double buckets_s = 0, last_bucket_s = 0;
+  for (const auto& c : comm) {
+    const double s = collective_seconds(c, mesh, rates);
+    p.collectives_s += static_cast<double>(c.calls) * s;
+    if (c.role == model::Role::Data && c.what == "gradient bucket") {
+      buckets_s += static_cast<double>(c.calls) * s;
+      last_bucket_s = s;
+    }
+  }
+  if (overlap_buckets) p.hidden_s = std::min(buckets_s - last_bucket_s, backward_s / std::max(1, grad_accum));
+  return p;
+}
+
+void print_work(const std::vector<model::PlannedWork>& work, const WorkRates& rates, std::ostream& out) {
+  std::vector<std::string> order;
+  std::map<std::string, std::array<double, 3>> sums;  // what -> {seconds, flops, bytes}
+  for (const auto& w : work) {
+    if (!sums.count(w.what)) order.push_back(w.what);
+    auto& s = sums[w.what];
+    s[0] += rates.seconds(w);
+    s[1] += w.flops();
+    s[2] += static_cast<double>(w.bytes * w.calls);
+  }
+  for (const std::string& what : order) {
+    const auto& [sec, flops, bytes] = sums[what];
+    char line[200];
+    if (flops > 0)
+      std::snprintf(line, sizeof line, "    %-32s %10s  %8.3f GFLOP at %6.1f GFLOP/s\n", what.c_str(), duration(sec).c_str(),
+                    flops / 1e9, flops / sec / 1e9);
+    else if (bytes > 0)
+      std::snprintf(line, sizeof line, "    %-32s %10s  %8.1f MB at %6.1f GB/s\n", what.c_str(), duration(sec).c_str(),
+                    bytes / 1e6, bytes / sec / 1e9);
+    else
+      std::snprintf(line, sizeof line, "    %-32s %10s  (exponentials at %.0f M/s)\n", what.c_str(), duration(sec).c_str(),
+                    rates.exps_per_s / 1e6);
+    out << line;
+  }
+}
+
+std::string describe(const Prediction& p) {
+  std::string s = "matmul " + duration(p.matmul_s) + " + memory " + duration(p.memory_s) + " + exp " + duration(p.exp_s) +
+                  " + collectives " + duration(p.collectives_s);
+  if (p.hidden_s > 0) s += " - overlapped " + duration(p.hidden_s);
+  return s + " = " + duration(p.total());
 }
 
 }  // namespace tpcli::cli

@@ -5,7 +5,9 @@
 // against real runs); times from dist/links.h and a matmul rate measured here.
 #pragma once
 
+#include <array>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,12 +38,44 @@ double modelled_seconds(const std::vector<model::PlannedCollective>& plan, const
 // One line per planned collective (axis, kind, what, bytes, calls, modelled time), then the total.
 void print_collectives(const std::vector<model::PlannedCollective>& plan, const PlanMesh& mesh, std::ostream& out);
 
-// GFLOP/s one device reaches on products of the given shape while `devices` devices run at once
-// (each on its share of the cores), measured for about `seconds`: [m, k] @ [k, n] (m = 1: the
-// decode matvec kernel).
-double measure_matmul_gflops(int devices, int64_t m, int64_t n, int64_t k, double seconds = 0.1);
+// The rates a prediction prices a step's work at (model/comm_plan.h PlannedWork), measured in the
+// same run with every device of the mesh at once, each device on its BLIS threads: GFLOP/s of a
+// gemm of each shape and layout the step uses, bytes/s of a read-2-write-1 pass over a working set of each
+// size class (a power of two: an item that stays in cache runs at cache speed), exponentials/s
+// of tensor/vec_math.h's exp_sum. The slowest device's rate counts (devices wait for each other).
+struct WorkRates {
+  double given_gflops = 0;                         // > 0: every matmul at this rate (--matmul-gflops)
+  std::map<std::array<int64_t, 4>, double> gflops;  // by gemm {m, n, k, layout (PlannedWork::Gemm)}
+  std::map<int64_t, double> bytes_per_s;            // by working-set class (working_set_class)
+  double exps_per_s = 0;
+  double weight_bytes_per_s = 0;  // decode's matvec kernels (bench decode measures them; else the memory rate)
+  double seconds(const model::PlannedWork& w) const;  // of all of w's calls
+  double memory_rate(int64_t bytes) const;             // bytes/s for a pass of `bytes`
+};
+int64_t working_set_class(int64_t bytes);  // the power of two >= bytes, within [16 KB, 64 MB]
+// Measures what `work` and the copies of `comm` need (about `seconds` per rate); with given_gflops
+// > 0 the matmuls are not measured.
+WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
+                             int devices, int blas_threads, double given_gflops = 0, double seconds = 0.02);
 
-// "compute 12.3 ms (4.1 GFLOP at 33.1 GFLOP/s measured), collectives 1.2 ms modelled: predicted 13.5 ms"
-std::string describe_prediction(double flops, double gflops, bool rate_measured, double comm_s, bool modelled);
+// One call of `p` on the threads backend: its modelled time on its axis's link (dist/links.h), but
+// no less than the copy the backend does (the payload read and written once, 2 x bytes, at the
+// measured memory rate for that size).
+double collective_seconds(const model::PlannedCollective& p, const PlanMesh& mesh, const WorkRates& rates);
+
+struct Prediction {
+  double matmul_s = 0, memory_s = 0, exp_s = 0;  // the work items
+  double collectives_s = 0;                      // every call of every planned collective
+  double hidden_s = 0;  // data-parallel buckets started during the last backward, overlapped with it
+  double total() const { return matmul_s + memory_s + exp_s + collectives_s - hidden_s; }
+};
+// A step (or token): work at `rates`, plus collectives; with overlap_buckets every gradient bucket
+// but the last hides behind the last micro-batch's backward (train/loop.h), as far as it lasts.
+Prediction predict(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
+                   const PlanMesh& mesh, const WorkRates& rates, bool overlap_buckets = false, int grad_accum = 1);
+// One line per kind of work (items of equal `what` summed): time, GFLOP or MB, the rate.
+void print_work(const std::vector<model::PlannedWork>& work, const WorkRates& rates, std::ostream& out);
+// "matmul 12.3 ms + memory 2.1 ms + exp 0.3 ms + collectives 1.2 ms - overlapped 0.4 ms = 15.5 ms"
+std::string describe(const Prediction& p);
 
 }  // namespace tpcli::cli

@@ -1,7 +1,9 @@
 // tpcli::model — the collectives and FLOPs of one device (see comm_plan.h for the list and legend).
 #include "model/comm_plan.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace tpcli::model {
 
@@ -59,18 +61,125 @@ std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& c, cons
   return out;
 }
 
+namespace {
+
+constexpr int64_t F32 = 4;               // bytes
+constexpr int64_t ATTENTION_ROWS = 64;   // nn/attention.cpp's ATT_ROWS: rows per block of causal attention
+
+using Kind = PlannedWork::Kind;
+using Gemm = PlannedWork::Gemm;
+
+struct WorkList {
+  std::vector<PlannedWork> items;
+  bool backward = false;  // items added now belong to the backward pass
+  void matmul(const std::string& what, PlannedWork::Gemm gemm, int64_t m, int64_t n, int64_t k, int64_t calls) {
+    if (m > 0 && n > 0 && k > 0 && calls > 0) items.push_back({Kind::Matmul, what, m, n, k, 0, 0, calls, backward, gemm});
+  }
+  void memory(const std::string& what, int64_t bytes, int64_t calls) {
+    if (bytes > 0 && calls > 0) items.push_back({Kind::Memory, what, 0, 0, 0, bytes, 0, calls, backward});
+  }
+  void exps(const std::string& what, int64_t elements, int64_t calls) {
+    if (elements > 0 && calls > 0) items.push_back({Kind::Exp, what, 0, 0, 0, 0, elements, calls, backward});
+  }
+  // y[N, out] = x[N, in] @ W[out, in]^T (nn/linear.cpp); backward dx[N, in] += dy @ W, dW[out, in] += dy^T @ x.
+  void linear(const std::string& name, int64_t N, int64_t out, int64_t in, int64_t forwards, int64_t backwards) {
+    matmul(name + " forward", Gemm::NT, N, out, in, forwards);
+    const bool was = std::exchange(backward, true);
+    matmul(name + " input gradient", Gemm::NN, N, in, out, backwards);
+    matmul(name + " weight gradient", Gemm::TN, out, in, N, backwards);
+    backward = was;
+  }
+};
+
+// nn/attention.cpp per sequence, local head and block of rows [r0, r0 + rows) attending to ctx =
+// r0 + rows positions: scores q k^T [rows, ctx], a causal softmax over the seen positions (pairs),
+// att v; backward 4 gemms and the softmax's gradient.
+void add_attention(WorkList& w, int64_t B, int64_t T, int64_t heads, int64_t HS, int64_t forwards, int64_t backwards) {
+  for (int64_t r0 = 0; r0 < T; r0 += ATTENTION_ROWS) {
+    const int64_t rows = std::min(ATTENTION_ROWS, T - r0), ctx = r0 + rows;
+    const int64_t pairs = rows * r0 + rows * (rows + 1) / 2, blocks = B * heads;
+    w.matmul("attention q k^T, att v", Gemm::NT, rows, ctx, HS, blocks * forwards);
+    w.matmul("attention q k^T, att v", Gemm::NN, rows, HS, ctx, blocks * forwards);
+    // max, exp (read + write), scale (read + write) over the seen positions, zeros above them
+    w.memory("attention softmax", F32 * (5 * pairs + rows * ctx - pairs), blocks * forwards);
+    w.exps("attention softmax exps", pairs, blocks * forwards);
+    w.backward = true;
+    w.matmul("attention backward", Gemm::NT, rows, ctx, HS, blocks * backwards);  // datt = dy v^T
+    w.matmul("attention backward", Gemm::TN, ctx, HS, rows, blocks * backwards);  // dv += att^T dy
+    w.matmul("attention backward", Gemm::NN, rows, HS, ctx, blocks * backwards);  // dq += dpre k
+    w.matmul("attention backward", Gemm::TN, ctx, HS, rows, blocks * backwards);  // dk += dpre^T q
+    w.memory("attention softmax backward", F32 * (5 * pairs + rows * ctx - pairs), blocks * backwards);
+    w.backward = false;
+  }
+}
+
+}  // namespace
+
+std::vector<PlannedWork> plan_train_work(const LlamaConfig& c, const ShardPlan& p, int64_t rows, int64_t seq_len,
+                                         bool recompute) {
+  require_dense(c);
+  const int64_t N = rows * seq_len, C = c.dim, L = c.n_layers, HS = c.head_size();
+  const int64_t QL = p.q_rows().count, KVL = p.kv_rows().count, FL = p.ffn.count, VL = p.vocab.count;
+  const int64_t fwd = L * (recompute ? 2 : 1);  // block forwards per micro-batch
+  WorkList w;
+  w.memory("embedding rows", 2 * F32 * N * C, 1);
+  // per block: attention rmsnorm, wq|wk|wv, RoPE, attention, wo, residual, ffn rmsnorm, w1|w3, SwiGLU, w2, residual
+  w.memory("x_in saved", 2 * F32 * N * C, fwd);
+  w.memory("rmsnorm", 2 * F32 * N * C, 2 * fwd);
+  for (int64_t rows_of_part : {QL, KVL, KVL}) w.linear("wq|wk|wv", N, rows_of_part, C, fwd, L);
+  w.memory("RoPE", 2 * F32 * N * (QL + KVL), fwd);
+  add_attention(w, rows, seq_len, p.heads.count, HS, fwd, L);
+  w.linear("wo", N, C, QL, fwd, L);
+  w.memory("residual adds", 3 * F32 * N * C, 2 * fwd);
+  for (int part = 0; part < 2; ++part) w.linear("w1|w3", N, FL, C, fwd, L);
+  w.memory("SwiGLU", 3 * F32 * N * FL, fwd);
+  w.exps("SwiGLU sigmoids", N * FL, fwd);
+  w.linear("w2", N, C, FL, fwd, L);
+  // final rmsnorm, classifier, vocab-split cross-entropy: max, exp-sum (read + write), normalise (read + write)
+  w.memory("rmsnorm", 2 * F32 * N * C, 1);
+  w.linear("classifier", N, VL, C, 1, 1);
+  w.memory("cross-entropy", 5 * F32 * N * VL, 1);
+  w.exps("cross-entropy exps", N * VL, 1);
+  // backward: dlogits zero-filled then probs added; rmsnorm backward reads dy and x, adds into dx
+  w.backward = true;
+  w.memory("cross-entropy backward", 4 * F32 * N * VL, 1);
+  w.memory("rmsnorm backward", 4 * F32 * N * C, 1 + 2 * L);
+  w.memory("SwiGLU backward", 5 * F32 * N * FL, L);
+  w.exps("SwiGLU sigmoids", N * FL, L);
+  w.memory("RoPE", 2 * F32 * N * (QL + KVL), L);
+  // gradient buffers zero-filled per call: dxf, dx; per block dxn (twice), dy, dqkv, dg
+  w.memory("zero-filled gradient buffers", F32 * 2 * N * C, 1);
+  w.memory("zero-filled gradient buffers", F32 * N * (2 * C + QL + (QL + 2 * KVL) + FL), L);
+  // AllToShardedLinear::backward on T > 1: a zeroed partial dx, then added into dx (wq|wk|wv, w1|w3, classifier)
+  if (p.devices > 1) w.memory("partial input gradients", 4 * F32 * N * C, 2 * L + 1);
+  w.memory("embedding backward", 3 * F32 * N * C, 1);
+  return w.items;
+}
+
+std::vector<PlannedWork> plan_decode_work(const LlamaConfig& c, const ShardPlan& p, int64_t pos, int64_t weight_bytes) {
+  require_dense(c);
+  const int64_t L = c.n_layers, KVL = p.kv_rows().count;
+  WorkList w;
+  w.items.push_back({Kind::Weights, "weights (matvec kernels)", 0, 0, 0, weight_bytes, 0, 1});
+  w.memory("KV cache", 2 * F32 * L * (pos + 1) * KVL, 1);
+  w.exps("attention softmax exps", p.heads.count * (pos + 1), L);
+  w.exps("SwiGLU sigmoids", p.ffn.count, L);
+  return w.items;
+}
+
+double total_flops(const std::vector<PlannedWork>& work) {
+  double total = 0;
+  for (const PlannedWork& item : work) total += item.flops();
+  return total;
+}
+
 double decode_flops(const LlamaConfig& c, const ShardPlan& p, int64_t pos) {
   const double attention = 2.0 * 2.0 * static_cast<double>(p.heads.count) * c.head_size() * static_cast<double>(pos + 1);
   return weight_flops_per_row(c, p) + c.n_layers * attention;
 }
 
 double train_flops(const LlamaConfig& c, const ShardPlan& p, int64_t rows, int64_t seq_len, bool recompute) {
-  const double N = static_cast<double>(rows * seq_len);
-  // Causal attention: scores and weighted values, T(T+1)/2 pairs per row and local head.
-  const double attention = 2.0 * 2.0 * static_cast<double>(rows) * static_cast<double>(p.heads.count) * c.head_size() *
-                           static_cast<double>(seq_len * (seq_len + 1) / 2);
-  const double forward = N * weight_flops_per_row(c, p) + c.n_layers * attention;
-  return forward * (recompute ? 4.0 : 3.0);
+  return total_flops(plan_train_work(c, p, rows, seq_len, recompute));
 }
 
 }  // namespace tpcli::model

@@ -1,7 +1,7 @@
 // tpcli::model — what one device of a tensor-parallel Llama communicates and computes, derived
 // from the shard plan (model/shard_plan.h) and the dims alone: the collectives the model's code
-// makes, in kind and size, per decoded token and per training micro-batch, and the matmul
-// FLOPs of this device. `tpcli inspect` and the benches' predictions read it; tests check it
+// makes, in kind and size, per decoded token and per training micro-batch, and the work of this
+// device item by item (gemms at their shapes, passes over memory, exponentials; PlannedWork). `tpcli inspect` and the benches' predictions read it; tests check it
 // against the collectives a real decode and training step record (tests/model/test_comm_plan.cpp),
 // so a change to the model's communication that is not made here too fails them.
 //
@@ -53,9 +53,48 @@ std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& config
 std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& config, const ShardPlan& plan, int64_t rows,
                                                       int64_t seq_len, bool recompute);
 
+// One kind of work a device does, as the model's code does it, priced by cli/plan_report.h at rates
+// measured in the same run: a matrix product (a BLIS gemm of [m, k] @ [k, n]; its rate depends on
+// the shape), a pass over memory (bytes read + written per call: the working set sets the rate,
+// cache or DRAM), exponentials (softmax, sigmoid: tensor/vec_math.h's vector exp sets the rate),
+// weights streamed through the decode matvec kernels (bytes as stored: the format's kernel, which
+// may dequantize slower than memory delivers, sets the rate).
+struct PlannedWork {
+  enum class Kind { Matmul, Memory, Exp, Weights };
+  // Which operands the gemm reads transposed (row-major): NT = a[m, k] @ b[n, k]^T (a linear
+  // forward), NN = a[m, k] @ b[k, n] (an input gradient), TN = a[k, m]^T @ b[k, n] (a weight
+  // gradient). BLIS packs each layout differently, so each has its own rate.
+  enum class Gemm { NT, NN, TN };
+  Kind kind = Kind::Matmul;
+  std::string what;           // "w1|w3 forward", "attention softmax", ... (lines of equal `what` add up)
+  int64_t m = 0, n = 0, k = 0;  // Matmul
+  int64_t bytes = 0;          // Memory, Weights: per call
+  int64_t elements = 0;       // Exp, per call
+  int64_t calls = 1;
+  bool backward = false;      // part of the backward pass (data-parallel buckets overlap with it)
+  Gemm gemm = Gemm::NT;       // Matmul
+  double flops() const { return kind == Kind::Matmul ? 2.0 * static_cast<double>(m * n) * static_cast<double>(k) * static_cast<double>(calls) : 0.0; }
+};
+
+// What one forward_backward of rows x seq_len tokens does on one device of `plan`, item by item:
+// every gemm of the linear layers (forward; backward: input gradient and weight gradient) and of
+// the blocked causal attention (nn/attention.cpp: blocks of 64 rows, 2 gemms forward, 4 backward),
+// the classifier, and the passes over memory around them (norms, RoPE, residuals, SwiGLU,
+// softmax, cross-entropy, the zero-filled gradient buffers). With recompute, the blocks' forward
+// twice. Dense models only (throws for MoE, like the collectives).
+std::vector<PlannedWork> plan_train_work(const LlamaConfig& config, const ShardPlan& plan, int64_t rows, int64_t seq_len,
+                                         bool recompute);
+double total_flops(const std::vector<PlannedWork>& work);
+// One decoded token at position pos on one device: every weight read once (weight_bytes: this
+// device's, as stored, e.g. model/packed_weights.h shard_bytes), the KV cache read up to pos, the
+// attention softmax and SwiGLU exponentials. Decode streams the weights: memory, not FLOPs, bounds it.
+std::vector<PlannedWork> plan_decode_work(const LlamaConfig& config, const ShardPlan& plan, int64_t pos,
+                                          int64_t weight_bytes);
+
 // Multiply-add FLOPs (2 per MAC) of this device's matrix products: one decoded token at position
-// pos (weights and attention over pos + 1 cached positions), and one forward_backward (3x the
-// forward's products; 4x with recompute).
+// pos (weights and attention over pos + 1 cached positions), and one forward_backward (the gemms of
+// plan_train_work: 3x the forward's; 4x with recompute; attention's blocks include the masked part
+// of the diagonal block, which the gemms compute).
 double decode_flops(const LlamaConfig& config, const ShardPlan& plan, int64_t pos);
 double train_flops(const LlamaConfig& config, const ShardPlan& plan, int64_t rows, int64_t seq_len, bool recompute);
 

@@ -54,9 +54,22 @@ std::vector<PlannedCollective> plan_step_collectives(const model::LlamaConfig& c
   return out;
 }
 
-double step_flops(const model::LlamaConfig& c, const MemoryLayout& m, int grad_accum) {
+std::vector<model::PlannedWork> plan_step_work(const model::LlamaConfig& c, const MemoryLayout& m, int grad_accum) {
   const model::ShardPlan plan = model::plan_shards(c, m.tensor, 0);
-  return grad_accum * model::train_flops(c, plan, m.rows, m.seq_len, m.recompute);
+  std::vector<model::PlannedWork> out = model::plan_train_work(c, plan, m.rows, m.seq_len, m.recompute);
+  for (model::PlannedWork& w : out) w.calls *= grad_accum;
+  const DeviceBytes bytes = device_bytes(c, m);
+  const auto memory = [&](const char* what, int64_t b) {
+    out.push_back({model::PlannedWork::Kind::Memory, what, 0, 0, 0, b, 0, 1});
+  };
+  memory("zero gradients", bytes.gradients);
+  memory("gradient norm", bytes.gradients);
+  memory("AdamW", bytes.optimizer / 2 * 7);  // optimizer = 2 moments; 4 arrays read, 3 written
+  return out;
+}
+
+double step_flops(const model::LlamaConfig& c, const MemoryLayout& m, int grad_accum) {
+  return model::total_flops(plan_step_work(c, m, grad_accum));
 }
 
 }  // namespace tpcli::train

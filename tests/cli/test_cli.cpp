@@ -1,6 +1,7 @@
 // cli/: the tpcli binary as a user meets it, run as a subprocess (TPCLI_BINARY): exit codes,
 // one-line errors, help, config validation before any work, inspect.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -242,8 +243,21 @@ TEST_CASE("inspect prints the sharding plan: JAX notation, collectives per step 
   CHECK(r.out.find("model  all_sum         wo outputs") != std::string::npos);
   CHECK(r.out.find("data   all_sum         gradient bucket") != std::string::npos);
   CHECK(r.out.find("unmodelled") != std::string::npos);  // the data axis has no link
-  CHECK(r.out.find("at 20.0 GFLOP/s given") != std::string::npos);
-  CHECK(r.out.find("predicted") != std::string::npos);
+  // the issue's ring all-sum 2(S-1)/S B/bw + 2(S-1) latency and all-gather half that: S = 2 on the
+  // model axis, B = 6 x 64 rows (batch 12 over data = 2, seq_len 64) x dim 64 x 4 bytes, 10 GB/s, 5 us
+  const double B = 6 * 64 * 64 * 4.0;
+  char all_sum[64], all_gather[64];
+  std::snprintf(all_sum, sizeof all_sum, "98.3 KB x 2     %.1f us each", (2.0 * 1 / 2 * B / 10e9 + 2 * 5e-6) * 1e6);
+  std::snprintf(all_gather, sizeof all_gather, "98.3 KB x 1     %.1f us each", (1.0 / 2 * B / 10e9 + 5e-6) * 1e6);
+  CHECK(r.out.find(std::string("wo outputs                              ") + all_sum) != std::string::npos);
+  CHECK(r.out.find(std::string("embedding rows                          ") + all_gather) != std::string::npos);
+  // the step's work item by item, matmuls at the given rate, and the parts of the predicted time
+  CHECK(r.out.find("work (rates measured now with 4 device(s) at once, matmuls at --matmul-gflops)") != std::string::npos);
+  CHECK(r.out.find("    w1|w3 weight gradient") != std::string::npos);
+  CHECK(r.out.find("GFLOP at   20.0 GFLOP/s") != std::string::npos);
+  CHECK(r.out.find("    attention softmax exps") != std::string::npos);
+  CHECK(r.out.find("    AdamW") != std::string::npos);
+  CHECK(r.out.find("  step time: matmul ") != std::string::npos);
 }
 
 TEST_CASE("inspect CHECKPOINT --devices N plans decoding on N devices (no longer ignored)") {
@@ -255,6 +269,8 @@ TEST_CASE("inspect CHECKPOINT --devices N plans decoding on N devices (no longer
   const Result r = run({"inspect", model, "--devices", "4", "--matmul-gflops", "5"});
   INFO(r.out << r.err);
   CHECK(r.code == 0);
+  CHECK(r.out.find("    weights (matvec kernels)") != std::string::npos);
+  CHECK(r.out.find("time per token at position 256") != std::string::npos);
   CHECK(r.out.find("plan on model=4") != std::string::npos);
   CHECK(r.out.find("tok_embeddings          f32[512@model, 64]") != std::string::npos);
   CHECK(r.out.find("layers.4.wk             f32[32@model, 64]") != std::string::npos);

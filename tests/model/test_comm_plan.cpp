@@ -86,3 +86,47 @@ TEST_CASE("comm plan: MoE models are refused with a message, a lone device plans
   const LlamaConfig c = shapes()[0].config;
   CHECK(model::plan_decode_collectives(c, model::plan_shards(c, 1, 0)).empty());
 }
+
+// The work list's gemms against a count written out from the dims: per row and device, the
+// linear layers' multiply-adds C (QL + 2 KVL) + QL C + 3 C FL + C VL; attention per sequence,
+// local head and layer: q k^T and att v over blocks of 64 rows, each row block attending to the
+// positions up to its end (seq_len 96: a block of 64 rows x 64 positions, one of 32 x 96).
+// Forward 2 FLOPs a multiply-add; backward twice the forward; recompute: the blocks' forward again.
+TEST_CASE("comm plan: the training work's gemm FLOPs are the count from the dims, with and without recompute") {
+  const LlamaConfig c = shapes()[0].config;  // dim 32, 8 heads (HS 4), 4 KV heads, hidden 40, 2 layers, vocab 29
+  for (int T : {1, 2}) {
+    const model::ShardPlan p = model::plan_shards(c, T, 0);
+    const double C = c.dim, QL = 32.0 / T, KVL = 16.0 / T, FL = 40.0 / T, L = c.n_layers, HS = 4, heads = 8.0 / T;
+    const double VL = static_cast<double>(p.vocab.count);
+    const int64_t rows = 2, seq_len = 96;
+    const double N = rows * seq_len;
+    const double block_macs = N * (C * (QL + 2 * KVL) + QL * C + 3 * C * FL);  // one layer's
+    const double head_macs = N * C * VL;
+    const double attention_macs = rows * heads * 2 * HS * (64.0 * 64 + 32.0 * 96);  // per layer, forward
+    const double forward_blocks = 2 * L * (block_macs + attention_macs);
+    INFO(T << " device(s)");
+    CHECK(model::train_flops(c, p, rows, seq_len, false) == Approx(3 * (forward_blocks + 2 * head_macs)));
+    CHECK(model::train_flops(c, p, rows, seq_len, true) == Approx(4 * forward_blocks + 3 * 2 * head_macs));
+    // every item has a positive size and count; the gemm layouts are those of nn/linear.cpp
+    for (const model::PlannedWork& w : model::plan_train_work(c, p, rows, seq_len, false)) {
+      CHECK(w.calls > 0);
+      if (w.what.ends_with(" weight gradient")) CHECK(w.gemm == model::PlannedWork::Gemm::TN);
+      if (w.what.ends_with(" input gradient")) CHECK(w.gemm == model::PlannedWork::Gemm::NN);
+      if (w.what.ends_with(" forward")) CHECK(w.gemm == model::PlannedWork::Gemm::NT);
+    }
+  }
+}
+
+// Decode: the weights as given, and the KV cache of 2 L (pos + 1) positions of this device's KV rows.
+TEST_CASE("comm plan: a decoded token's work reads the weights given and the KV cache up to its position") {
+  const LlamaConfig c = shapes()[0].config;
+  const model::ShardPlan p = model::plan_shards(c, 2, 0);
+  const auto work = model::plan_decode_work(c, p, 9, 12345);
+  int64_t weights = 0, kv = 0;
+  for (const model::PlannedWork& w : work) {
+    if (w.kind == model::PlannedWork::Kind::Weights) weights += w.bytes * w.calls;
+    if (w.what == "KV cache") kv += w.bytes * w.calls;
+  }
+  CHECK(weights == 12345);
+  CHECK(kv == 2 * 2 * 10 * 8 * 4);  // 2 (k, v) x 2 layers x 10 positions x 8 KV rows (2 of 4 heads x 4) x 4 bytes
+}

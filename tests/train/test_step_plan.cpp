@@ -73,3 +73,34 @@ TEST_CASE("step plan: one optimizer step's collectives on device 0 are the plann
     CHECK(recorded == planned_calls(train::plan_step_collectives(o.model, layout_of(o), k.accum)));
   }
 }
+
+// The optimizer's share of a step's work against the parameter count: gradients zeroed and their
+// norm read (4 bytes an element each), AdamW 7 arrays of 4 bytes an element (value, gradient and
+// two moments read; value and moments written); ZeRO-1 halves the moments on data = 2.
+TEST_CASE("step plan: the optimizer's work is counted from the parameters, halved by shard_optimizer") {
+  const model::LlamaConfig c = {.dim = 32, .hidden_dim = 48, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                                .vocab_size = 30, .seq_len = 16, .shared_classifier = false};
+  train::MemoryLayout layout;
+  layout.rows = 2;
+  layout.seq_len = 16;
+  const auto bytes_of = [](const std::vector<model::PlannedWork>& work, const std::string& what) {
+    int64_t b = 0;
+    for (const auto& w : work)
+      if (w.what == what) b += w.bytes * w.calls;
+    return b;
+  };
+  const int64_t P = c.parameter_count();
+  const auto work = train::plan_step_work(c, layout, 1);
+  CHECK(bytes_of(work, "zero gradients") == 4 * P);
+  CHECK(bytes_of(work, "gradient norm") == 4 * P);
+  CHECK(bytes_of(work, "AdamW") == 28 * P);
+  // grad_accum 3: the model's work three times, the optimizer's once
+  const auto accumulated = train::plan_step_work(c, layout, 3);
+  CHECK(train::step_flops(c, layout, 3) == Approx(3 * train::step_flops(c, layout, 1)));
+  CHECK(bytes_of(accumulated, "AdamW") == 28 * P);
+  CHECK(bytes_of(accumulated, "rmsnorm") == 3 * bytes_of(work, "rmsnorm"));
+  layout.data = 2;
+  layout.shard_optimizer = true;
+  layout.bucket_elems = 1 << 30;  // one bucket: device 0 holds the moments of its first half (even_split)
+  CHECK(bytes_of(train::plan_step_work(c, layout, 1), "AdamW") == 28 * ((P + 1) / 2));
+}
