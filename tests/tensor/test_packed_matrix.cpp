@@ -200,6 +200,31 @@ TEST_CASE("packed matvec and matmul: every kernel set against double products", 
   }
 }
 
+TEST_CASE("f32 matvec: a row's value does not depend on the rows around it (row blocks of 8, 4 and 1)",
+          "[tensor][kernels]") {
+  // Sharding hands a device a row range: its rows must sum exactly as in the whole matrix, or the
+  // greedy tokens could differ with the device count. K % 16 == 0, as in the models.
+  std::mt19937 rng(11);
+  const int64_t R = 45, K = 400;  // 45 = 5 blocks of 8, one of 4, one single
+  const auto w = random_floats(rng, size_t(R * K), 0.05f);
+  const auto x = random_floats(rng, size_t(K));
+  const PackedMatrix m = PackedMatrix::from_f32(w.data(), R, K, WeightFormat::f32());
+  std::vector<Isa> isas = {Isa::Scalar};
+  if (detected_isa() != Isa::Scalar) isas.push_back(Isa::Avx2);
+  if (detected_isa() == Isa::Avx512) isas.push_back(Isa::Avx512);
+  for (Isa isa : isas) {
+    INFO(isa_name(isa));
+    std::vector<float> whole(size_t(R), NAN);
+    m.matvec(whole.data(), x.data(), 0, R, isa);
+    for (int64_t first : {1, 3, 4, 7, 9, 37}) {
+      INFO("rows from " << first);
+      std::vector<float> part(size_t(R - first), NAN);
+      m.matvec(part.data(), x.data(), first, R - first, isa);
+      for (int64_t r = first; r < R; ++r) CHECK(part[size_t(r - first)] == whole[size_t(r)]);
+    }
+  }
+}
+
 TEST_CASE("packed slicing: rows, whole-group columns, and misaligned columns refused", "[tensor][quant]") {
   std::mt19937 rng(3);
   const int64_t R = 6, K = 256;
