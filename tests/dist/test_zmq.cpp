@@ -7,7 +7,10 @@
 #include "support/shared_data.h"
 
 #include "support/temp_dir.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -85,6 +88,25 @@ int free_port() {
     }
   }
   throw std::runtime_error("no free port in 20000-31999");
+}
+
+// Waits (up to 20 s) until something listens on 127.0.0.1:port: a plain TCP connect that is
+// closed at once, which a ZeroMQ socket shrugs off. (Binding the port to test it would race the
+// listener's own bind.)
+bool listening_within_20s(int port) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool connected = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(s);
+    if (connected) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 ZmqConfig local_config(int rank, int world, int port, double timeout_s = 5) {
@@ -560,7 +582,7 @@ TEST_CASE("zmq: two launches on one port: the second fails with 'port in use', t
   a0.job = a1.job = "job-a";
   b0.job = "job-b";
   auto first = start_rank(a0, 2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a0 has bound the coordinator
+  REQUIRE(listening_within_20s(port));  // a0 has bound the coordinator (a fixed sleep was too short under TSan and load)
   const std::string second = start_rank(b0, 2).get();
   CHECK(second.find("port in use") != std::string::npos);
   auto first_rank1 = start_rank(a1, 2);
