@@ -16,6 +16,7 @@
 #include "nn/rmsnorm.h"
 #include "nn/sequence_parallel.h"
 #include "model/packed_weights.h"
+#include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
 
 namespace tpcli::model {
@@ -163,6 +164,7 @@ Llama& Llama::operator=(Llama&&) noexcept = default;
 
 Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group)
     : config_(weights.config()), group_(std::move(tensor_group)), expert_group_(std::move(expert_group)) {
+  const tensor::HugePageArena weights_on_huge_pages;  // this device's weights back to back on 2 MB pages
   config_.validate();
   specs_ = llama_parameters(config_);
   all_plans_ = plan_all_shards(config_, group_.size());

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/aligned_storage.h"
 #include "tensor/isa.h"
 #include "tensor/tensor.h"
 
@@ -109,10 +110,12 @@ class PackedMatrix {
 
   int64_t rows_ = 0, cols_ = 0;
   WeightFormat format_;
-  std::vector<uint32_t> data_;        // [R, row_bytes] elements or packed words (rows are whole words when packed)
-  std::vector<float> scales_;         // affine [R, G]
-  std::vector<float> biases_;         // affine [R, G]
-  std::vector<uint8_t> scale_bytes_;  // mxfp8 [R, G], E8M0
+  template <class T>
+  using Storage = std::vector<T, AlignedAllocator<T>>;  // aligned, and in a HugePageArena when one is open
+  Storage<uint32_t> data_;        // [R, row_bytes] elements or packed words (rows are whole words when packed)
+  Storage<float> scales_;         // affine [R, G]
+  Storage<float> biases_;         // affine [R, G]
+  Storage<uint8_t> scale_bytes_;  // mxfp8 [R, G], E8M0
 };
 
 }  // namespace tpcli::tensor

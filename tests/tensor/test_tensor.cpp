@@ -65,3 +65,35 @@ TEST_CASE("tensor: rows are views into the owner's storage") {
   CHECK(t.rows(1, 1).size() == 3);
   CHECK_THROWS_WITH(t.reshape({4, 2}), Catch::Contains("cannot reshape [2, 3] to [4, 2]"));
 }
+
+TEST_CASE("huge-page arena: buffers of a scope share chunks, freed ranges are reused, chunks go back when empty") {
+#if !defined(__SANITIZE_ADDRESS__)  // (the arena is off under AddressSanitizer)
+  const size_t chunks_before = HugePageArena::chunks_alive(), bytes_before = HugePageArena::bytes_in_use();
+  Tensor outside({300, 1024});  // 1.2 MB, no scope: its own allocation
+  std::vector<Tensor> weights;
+  {
+    HugePageArena scope;
+    Tensor small({100});  // under 64 KB: never from the arena
+    for (int i = 0; i < 6; ++i) weights.emplace_back(Shape{300, 1024});  // 7.2 MB: one 32 MB chunk
+    CHECK(HugePageArena::chunks_alive() == chunks_before + 1);
+    CHECK(HugePageArena::bytes_in_use() == bytes_before + 6 * 300 * 1024 * sizeof(float));
+    // Back to back, 2 MB-aligned chunk: the second starts where the first ends (rounded to 64 B).
+    CHECK(weights[1].data() == weights[0].data() + 300 * 1024);
+    const float* second = weights[1].data();
+    weights[1] = Tensor();  // a constructor's temporary dies...
+    Tensor again({200, 1024});  // ...and a later buffer takes its place (first fit)
+    CHECK(again.data() == second);
+    again.fill(2.0f);
+    weights.push_back(std::move(again));
+  }
+  int64_t wrong = 0;  // the reused range holds what its new owner wrote, the others their zeros
+  for (const Tensor& w : weights)
+    for (float v : w.span()) wrong += v != 0.0f && v != 2.0f;
+  CHECK(wrong == 0);
+  CHECK(HugePageArena::chunks_alive() == chunks_before + 1);  // its buffers still live
+  weights.clear();
+  CHECK(HugePageArena::chunks_alive() == chunks_before);
+  CHECK(HugePageArena::bytes_in_use() == bytes_before);
+  outside.fill(1.0f);
+#endif
+}
