@@ -107,6 +107,32 @@ void AllToShardedLinear::input_gradient(float* target, const float* dout, int64_
   }
 }
 
+// Where the parts' gradients sit one after another (the model lays wq|wk|wv's out so: model/llama.h
+// grad_buffer()), they are one [OUT_local, IN] matrix and take one product; else part by part.
+void AllToShardedLinear::weight_gradients(const float* dout, const float* inp, int64_t N) {
+  const int64_t IN = in_features();
+  float* first = nullptr;
+  const float* next = nullptr;
+  bool adjacent = true;
+  for (auto& p : parts_) {
+    if (p.out_features() == 0) continue;
+    float* g = p.grad().data();
+    if (!first) first = g;
+    else if (g != next) adjacent = false;
+    next = g + p.grad().numel();
+  }
+  if (!first) return;
+  if (adjacent) {  // dW_local[OUT_local, IN] += dout^T[OUT_local, N] @ inp[N, IN]
+    tensor::gemm(Trans::Yes, Trans::No, out_local_, IN, N, 1.0f, dout, out_local_, inp, IN, 1.0f, first, IN);
+    return;
+  }
+  int64_t col = 0;
+  for (auto& p : parts_) {  // dW_part += dout[:, part's columns]^T @ inp
+    if (p.out_features() > 0) p.backward(nullptr, dout + col, inp, N, out_local_);
+    col += p.out_features();
+  }
+}
+
 void AllToShardedLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   const int64_t IN = in_features();
   const bool sum = group_.size() > 1;
@@ -116,11 +142,7 @@ void AllToShardedLinear::backward(float* dinp, const float* dout, const float* i
   } else if (dinp) {  // nothing to sum over: straight into dinp
     input_gradient(dinp, dout, N, true);
   }
-  int64_t col = 0;
-  for (auto& p : parts_) {  // dW_part += dout[:, part's columns]^T @ inp
-    if (p.out_features() > 0) p.backward(nullptr, dout + col, inp, N, out_local_);
-    col += p.out_features();
-  }
+  weight_gradients(dout, inp, N);
   if (!sum) return;
   group_.all_sum(dinp_partial_);  // sum_gradients: partial -> mirrored
   if (!dinp) return;

@@ -79,6 +79,8 @@ class AllToShardedLinear {
   bool fused() const;
   // target[N, IN] (+)= dout[N, OUT_local] @ W_local: one product over every part when fused.
   void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
+  // dW_part += dout[:, part's columns]^T @ inp for every part.
+  void weight_gradients(const float* dout, const float* inp, int64_t N);
 
   std::vector<Linear> parts_;      // weights: views of fused_, in segment order
   tensor::Tensor fused_;           // [OUT_local, IN] W_local, the parts' rows one after another

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <span>
 #include <vector>
 
 #include "dist/runtime.h"
@@ -122,6 +123,12 @@ TEST_CASE("AllToShardedLinear: a copy (segments in their own storage) computes w
     auto fused = std::get<nn::AllToShardedLinear>(
         nn::shard_linear(full, nn::Sharding::AllToSharded, g, segments_of(segs, 2, g.rank())));
     nn::AllToShardedLinear copy = fused;
+    // The fused layer's gradients in one buffer, segment after segment (as the model lays them out:
+    // one weight-gradient product); the copy's each in its own tensor (one product per segment).
+    std::vector<float> grads(static_cast<size_t>(fused.out_features() * IN));  // [OUT_local, IN]
+    for (int i = 0, row = 0; i < fused.n_parts(); row += fused.part(i).out_features(), ++i)
+      fused.part(i).grad() = tensor::Tensor::view(fused.part(i).weight().shape(),
+                                                  std::span<float>(grads).subspan(row * IN, fused.part(i).weight().numel()));
     std::mt19937 local_rng(13);
     const auto dout = random_vector(N * fused.out_features(), local_rng);
     for (int which = 0; which < 2; ++which) {
