@@ -49,9 +49,40 @@ AllToShardedLinear::AllToShardedLinear(std::vector<Linear> parts, dist::Group gr
       throw std::invalid_argument("all-to-sharded linear: parts have different input sizes");
     out_local_ += p.out_features();
   }
+  // One [OUT_local, IN] weight, the parts views of its row ranges: the forward and the input
+  // gradient are then one product each instead of one per segment (wq|wk|wv: three), which
+  // packs the input once and keeps the products wide when the segments are split over devices.
+  const int64_t IN = in_features();
+  fused_ = Tensor({out_local_, IN});
+  int64_t row = 0;
+  for (auto& p : parts_) {
+    const int64_t rows = p.out_features();
+    std::span<float> storage = fused_.span().subspan(static_cast<size_t>(row * IN), static_cast<size_t>(rows * IN));
+    std::copy(p.weight().span().begin(), p.weight().span().end(), storage.begin());
+    Tensor grad = p.has_grad() ? std::move(p.grad()) : Tensor();
+    p = Linear(Tensor::view({rows, IN}, storage));  // (moved in: copying a view would copy its floats)
+    if (!grad.empty()) p.grad() = std::move(grad);
+    row += rows;
+  }
+}
+
+bool AllToShardedLinear::fused() const {
+  if (fused_.empty()) return false;
+  const float* at = fused_.data();
+  for (const auto& p : parts_) {
+    if (p.weight().numel() > 0 && p.weight().data() != at) return false;
+    at += p.weight().numel();
+  }
+  return true;
 }
 
 void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const {
+  const int64_t IN = in_features();
+  if (fused()) {
+    if (N == 1) tensor::matvec(out, fused_.data(), inp, out_local_, IN);
+    else tensor::gemm(Trans::No, Trans::Yes, N, out_local_, IN, 1.0f, inp, IN, fused_.data(), IN, 0.0f, out, out_local_);
+    return;
+  }
   int64_t col = 0;
   for (const auto& p : parts_) {
     if (p.out_features() > 0) p.forward(out + col, inp, N, out_local_);
@@ -59,22 +90,60 @@ void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const 
   }
 }
 
-void AllToShardedLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+void AllToShardedLinear::input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const {
   const int64_t IN = in_features();
-  if (dinp && group_.size() == 1) {  // nothing to sum over: the parts add straight into dinp
-    int64_t col = 0;
-    for (auto& p : parts_) {
-      if (p.out_features() > 0) p.backward(dinp, dout + col, inp, N, out_local_);
-      col += p.out_features();
-    }
+  if (fused()) {
+    tensor::gemm(Trans::No, Trans::No, N, IN, out_local_, 1.0f, dout, out_local_, fused_.data(), IN,
+                 accumulate ? 1.0f : 0.0f, target, IN);
     return;
   }
-  dinp_partial_.assign(static_cast<size_t>(N * IN), 0.0f);  // [N, IN]
+  if (!accumulate) std::fill(target, target + N * IN, 0.0f);
   int64_t col = 0;
-  for (auto& p : parts_) {
-    if (p.out_features() > 0) p.backward(dinp_partial_.data(), dout + col, inp, N, out_local_);
+  for (const auto& p : parts_) {  // target[N, IN] += dout[:, part's columns] @ W_part
+    if (p.out_features() > 0)
+      tensor::gemm(Trans::No, Trans::No, N, IN, p.out_features(), 1.0f, dout + col, out_local_, p.weight().data(), IN,
+                   1.0f, target, IN);
     col += p.out_features();
   }
+}
+
+// Where the parts' gradients sit one after another (the model lays wq|wk|wv's out so: model/llama.h
+// grad_buffer()), they are one [OUT_local, IN] matrix and take one product; else part by part.
+void AllToShardedLinear::weight_gradients(const float* dout, const float* inp, int64_t N) {
+  const int64_t IN = in_features();
+  float* first = nullptr;
+  const float* next = nullptr;
+  bool adjacent = true;
+  for (auto& p : parts_) {
+    if (p.out_features() == 0) continue;
+    float* g = p.grad().data();
+    if (!first) first = g;
+    else if (g != next) adjacent = false;
+    next = g + p.grad().numel();
+  }
+  if (!first) return;
+  if (adjacent) {  // dW_local[OUT_local, IN] += dout^T[OUT_local, N] @ inp[N, IN]
+    tensor::gemm(Trans::Yes, Trans::No, out_local_, IN, N, 1.0f, dout, out_local_, inp, IN, 1.0f, first, IN);
+    return;
+  }
+  int64_t col = 0;
+  for (auto& p : parts_) {  // dW_part += dout[:, part's columns]^T @ inp
+    if (p.out_features() > 0) p.backward(nullptr, dout + col, inp, N, out_local_);
+    col += p.out_features();
+  }
+}
+
+void AllToShardedLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+  const int64_t IN = in_features();
+  const bool sum = group_.size() > 1;
+  if (sum) {
+    dinp_partial_.resize(static_cast<size_t>(N * IN));  // [N, IN], overwritten
+    input_gradient(dinp_partial_.data(), dout, N, false);
+  } else if (dinp) {  // nothing to sum over: straight into dinp
+    input_gradient(dinp, dout, N, true);
+  }
+  weight_gradients(dout, inp, N);
+  if (!sum) return;
   group_.all_sum(dinp_partial_);  // sum_gradients: partial -> mirrored
   if (!dinp) return;
   for (int64_t i = 0; i < N * IN; ++i) dinp[i] += dinp_partial_[static_cast<size_t>(i)];

@@ -74,7 +74,16 @@ class AllToShardedLinear {
   void backward(float* dinp, const float* dout, const float* inp, int64_t N);
 
  private:
-  std::vector<Linear> parts_;
+  // Whether the parts' weights still sit one after another in fused_ (a copy of this object gives
+  // each part its own storage: then every product goes part by part).
+  bool fused() const;
+  // target[N, IN] (+)= dout[N, OUT_local] @ W_local: one product over every part when fused.
+  void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
+  // dW_part += dout[:, part's columns]^T @ inp for every part.
+  void weight_gradients(const float* dout, const float* inp, int64_t N);
+
+  std::vector<Linear> parts_;      // weights: views of fused_, in segment order
+  tensor::Tensor fused_;           // [OUT_local, IN] W_local, the parts' rows one after another
   int64_t out_local_ = 0;
   dist::Group group_;
   std::vector<float> dinp_partial_;  // [N, IN] scratch

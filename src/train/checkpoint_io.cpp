@@ -94,7 +94,9 @@ std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, con
   }
   model::Llama shards(source, tensor_group, expert_group);
   std::vector<tensor::Tensor> out;
-  for (auto& p : shards.parameters()) out.push_back(std::move(*p.value));
+  // Copies: a value may be a view of its layer's storage (wq|wk|wv, w1|w3: nn/linear.h), which
+  // `shards` takes with it.
+  for (auto& p : shards.parameters()) out.emplace_back(*p.value);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <span>
 #include <vector>
 
 #include "dist/runtime.h"
@@ -106,6 +107,44 @@ TEST_CASE("AllToShardedLinear with segments equals the full Linear on 1..4 devic
       }
     }
   }
+}
+
+// The layer keeps its segments' weights in one matrix and multiplies once; a copy of it gives each
+// segment its own storage and multiplies segment by segment. Both must compute the same thing.
+TEST_CASE("AllToShardedLinear: a copy (segments in their own storage) computes what the fused layer does", "[nn][sharded]") {
+  std::mt19937 rng(12);
+  const int64_t N = 4, IN = 5, OUT = 9;
+  const std::vector<int64_t> segs = {3, 3, 3};
+  auto w = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng);
+  std::vector<std::vector<float>> results[2];  // [fused, copy] per device: out, dinp, then dW
+  dist::run_on_mesh(dist::Mesh::line(2), [&](dist::Device& dev) {
+    dist::Group& g = dev.axis("model");
+    nn::Linear full(tensor::Tensor({OUT, IN}, w));
+    auto fused = std::get<nn::AllToShardedLinear>(
+        nn::shard_linear(full, nn::Sharding::AllToSharded, g, segments_of(segs, 2, g.rank())));
+    nn::AllToShardedLinear copy = fused;
+    // The fused layer's gradients in one buffer, segment after segment (as the model lays them out:
+    // one weight-gradient product); the copy's each in its own tensor (one product per segment).
+    std::vector<float> grads(static_cast<size_t>(fused.out_features() * IN));  // [OUT_local, IN]
+    for (int i = 0, row = 0; i < fused.n_parts(); row += fused.part(i).out_features(), ++i)
+      fused.part(i).grad() = tensor::Tensor::view(fused.part(i).weight().shape(),
+                                                  std::span<float>(grads).subspan(row * IN, fused.part(i).weight().numel()));
+    std::mt19937 local_rng(13);
+    const auto dout = random_vector(N * fused.out_features(), local_rng);
+    for (int which = 0; which < 2; ++which) {
+      nn::AllToShardedLinear& layer = which == 0 ? fused : copy;
+      std::vector<float> out(N * layer.out_features()), dinp(N * IN, 0.5f), dw;
+      layer.forward(out.data(), x.data(), N);
+      layer.backward(dinp.data(), dout.data(), x.data(), N);
+      for (int i = 0; i < layer.n_parts(); ++i)
+        for (float v : layer.part(i).grad().span()) dw.push_back(v);
+      if (g.rank() == 0) results[which] = {out, dinp, dw};
+    }
+  });
+  REQUIRE(results[0].size() == 3);
+  REQUIRE(results[1].size() == 3);
+  for (int k = 0; k < 3; ++k) check_close(results[1][k], results[0][k], 1e-6);
+  CHECK(results[0][1][0] != 0.5f);  // the input gradient was added
 }
 
 TEST_CASE("ShardedToAllLinear equals the full Linear on 1..4 devices", "[nn][sharded]") {
