@@ -238,6 +238,7 @@ double measure_weight_rate(tensor::WeightFormat format, int64_t rows, int64_t co
     std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
     for (float& v : w) v = u(rng);
     for (float& v : x) v = u(rng);
+    const tensor::HugePageArena as_the_model_holds_them;  // (model/llama.cpp: weights on 2 MB pages)
     std::vector<tensor::PackedMatrix> set;  // [count] copies of one [rows, cols]
     set.push_back(tensor::PackedMatrix::from_f32(w.data(), rows, cols, format));
     const int64_t each = std::max<int64_t>(1, rows * cols * format.bits / 8);
