@@ -94,7 +94,7 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   double nll_sum = 0;  // sum over windows of the window's mean NLL (device 0's)
   const auto start = std::chrono::steady_clock::now();
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
-    model::Llama llama(*opened.weights, dev.axis("model"));
+    model::Llama llama = model::Llama::for_inference(*opened.weights, dev.axis("model"));
     double sum = 0;
     for (int64_t w0 = 0; w0 < W; w0 += B) {
       const int b = static_cast<int>(std::min(B, W - w0));

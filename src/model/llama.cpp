@@ -162,9 +162,13 @@ Llama::~Llama() = default;
 Llama::Llama(Llama&&) noexcept = default;
 Llama& Llama::operator=(Llama&&) noexcept = default;
 
+Llama Llama::for_inference(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group) {
+  const tensor::HugePageArena weights_on_huge_pages;
+  return Llama(weights, std::move(tensor_group), std::move(expert_group));
+}
+
 Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group)
     : config_(weights.config()), group_(std::move(tensor_group)), expert_group_(std::move(expert_group)) {
-  const tensor::HugePageArena weights_on_huge_pages;  // this device's weights back to back on 2 MB pages
   config_.validate();
   specs_ = llama_parameters(config_);
   all_plans_ = plan_all_shards(config_, group_.size());
