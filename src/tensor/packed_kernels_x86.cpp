@@ -41,16 +41,8 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
 
 // ---- AVX-512 ----
 
-// f32: eight rows at a time (then four, then one), so x is loaded once per block of rows and
-// independent accumulator chains hide the FMA latency. While a block is summed, the next block of
-// eight rows (the 8 * K floats that follow: rows are contiguous) is prefetched line by line at the
-// rate this one is read. Decode rows are short (1.5-4 KB per device) and the hardware prefetchers
-// restart on every row, so without it each row's first lines wait on memory. Measured on a busy
-// shared machine (thread CPU time, so noisy): alone, a device's stories110M matrices on 2 threads
-// went from ~0.6x to ~1.1x the STREAM rate of the same sitting; inside decode (2 devices, kernels
-// alternated token by token) only ~1.05x the four-row kernel. Every row in a block keeps its own
-// accumulator and order, so a row's value does not depend on which block it falls in (nor on how
-// rows are split over devices).
+// f32: four rows at a time, so x is loaded once per four rows of weight and four independent
+// accumulator chains hide the FMA latency; the last rows (fewer than four) one at a time.
 TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   __m512 a = _mm512_setzero_ps();
   int64_t p = 0;
@@ -60,43 +52,36 @@ TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   return s;
 }
 
-// out[j] = row j of w[NR, k] . x for j < NR; prefetches the NR * k floats at `next`.
-template <int NR>
-TPCLI_AVX512 inline void f32_block_512(float* out, const float* w, const float* x, int64_t k, const float* next) {
-  __m512 a[NR];
-#pragma GCC unroll 8
-  for (int j = 0; j < NR; ++j) a[j] = _mm512_setzero_ps();
-  const char* ahead = reinterpret_cast<const char*>(next);
-  int64_t p = 0;
-  for (; p + 16 <= k; p += 16, ahead += NR * 64) {  // NR lines of the next block per 16 columns
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T0);
-    const __m512 xv = _mm512_loadu_ps(x + p);
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(w + j * k + p), xv, a[j]);
-  }
-  if (p < k) {
-    const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
-    const __m512 xv = _mm512_maskz_loadu_ps(mk, x + p);
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) a[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + j * k + p), xv, a[j]);
-  }
-#pragma GCC unroll 8
-  for (int j = 0; j < NR; ++j) out[j] = _mm512_reduce_add_ps(a[j]);
-}
-
 TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
   const int64_t k = w.cols;
   const auto* base = reinterpret_cast<const float*>(w.data);
   int64_t i = r0;
-  for (; i + 8 <= r1; i += 8) {
-    const float* block = base + i * k;
-    // the next whole block, or this one again (its lines are on their way: a cheap no-op)
-    f32_block_512<8>(out + (i - r0), block, x, k, i + 16 <= r1 ? block + 8 * k : block);
-  }
-  if (i + 4 <= r1) {
-    f32_block_512<4>(out + (i - r0), base + i * k, x, k, base + i * k);
-    i += 4;
+  for (; i + 4 <= r1; i += 4) {
+    const float* w0 = base + i * k;
+    const float* w1 = w0 + k;
+    const float* w2 = w1 + k;
+    const float* w3 = w2 + k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + p);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + p), xv, a3);
+    }
+    if (p < k) {
+      const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + p);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w3 + p), xv, a3);
+    }
+    out[i - r0] = _mm512_reduce_add_ps(a0);
+    out[i - r0 + 1] = _mm512_reduce_add_ps(a1);
+    out[i - r0 + 2] = _mm512_reduce_add_ps(a2);
+    out[i - r0 + 3] = _mm512_reduce_add_ps(a3);
   }
   for (; i < r1; ++i) out[i - r0] = f32_dot_512(base + i * k, x, k);
 }
