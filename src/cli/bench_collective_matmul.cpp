@@ -124,35 +124,85 @@ void print_link(const dist::AxisLink& link, int T, dist::CollectiveKind kind, ui
               comm * 1e3, comm / compute_s);
 }
 
-void bench_all_gather(const Options& o, const dist::LinkSpec& given) {
-  const int T = o.devices;
-  const int64_t B = o.batch, D = o.dim, F = o.ffn;
-  const nn::Linear w(tensor::Tensor({F, D}, random_floats(F * D, 1)));  // W^T: [F, D]
-  const std::vector<float> a = random_floats(B * D, 2);                 // A: [B, D]
-  auto layer = [&](dist::Device& dev) {
+// The case every variant computes: W^T[F, D] whole (each device takes its F_local rows), A[B, D].
+struct Case {
+  const Options& o;
+  nn::Linear w;
+  std::vector<float> a;
+  std::shared_ptr<nn::AllToShardedLinear> layer(dist::Device& dev) const {
     return std::make_shared<nn::AllToShardedLinear>(
         std::get<nn::AllToShardedLinear>(nn::shard_linear(w, nn::Sharding::AllToSharded, dev.world())));
+  }
+};
+
+// JAX's case: A's contraction columns are dealt out, A[B, D@model]. Device r holds a_cols[B, DC_r].
+void bench_contracting(const Case& c, const dist::LinkSpec& links, double local_s) {
+  const Options& o = c.o;
+  const int T = o.devices;
+  const int64_t B = o.batch, D = o.dim;
+  std::printf("all-gather matmul, JAX's case: A[%lld, %lld@model] @ W[%lld, %lld@model]; the gather is over the "
+              "contraction dim\n", static_cast<long long>(B), static_cast<long long>(D), static_cast<long long>(D),
+              static_cast<long long>(o.ffn));
+  print_link(links.at("model"), T, dist::CollectiveKind::AllGather, static_cast<uint64_t>(B * D) * sizeof(float), local_s);
+  auto my_columns = [&](int r) {  // [B, DC_r]
+    const dist::Range cols = dist::even_split(D, T, r);
+    std::vector<float> mine;
+    for (int64_t n = 0; n < B; ++n) mine.insert(mine.end(), c.a.begin() + n * D + cols.offset, c.a.begin() + n * D + cols.offset + cols.count);
+    return mine;
   };
-  const Variant unsharded = [&](dist::Device& dev) -> Call {
-    auto l = layer(dev);
-    return [&a, l, B](std::vector<float>& out) {
-      out.resize(static_cast<size_t>(B * l->out_features()));  // [B, F_local]
-      l->forward(out.data(), a.data(), B);
-    };
-  };
-  const uint64_t bytes = static_cast<uint64_t>(B * D) * sizeof(float);
-  const Timing local = measure(o, {}, unsharded);
-  const dist::AxisLink link = pick_link(o, given, bytes, local.median_s);
-  const dist::LinkSpec links{{"model", link}};
-  std::printf("all-gather matmul: A[%lld@model, %lld] @ W[%lld, %lld@model] on %d devices (model=%d)\n",
-              static_cast<long long>(B), static_cast<long long>(D), static_cast<long long>(D), static_cast<long long>(F), T, T);
-  print_link(link, T, dist::CollectiveKind::AllGather, bytes, local.median_s);
-  std::vector<int64_t> counts = dist::even_split_counts(B, T);  // floats each device contributes
-  for (int64_t& c : counts) c *= D;
   const Timing plain = measure(o, links, [&](dist::Device& dev) -> Call {
-    auto l = layer(dev);
+    auto l = c.layer(dev);
+    dist::Group& g = dev.world();
+    auto mine = std::make_shared<std::vector<float>>(my_columns(g.rank()));
+    auto blocks = std::make_shared<std::vector<float>>(static_cast<size_t>(B * D));  // [T][B, DC_m]
+    auto whole = std::make_shared<std::vector<float>>(blocks->size());                // [B, D]
+    std::vector<int64_t> counts = dist::even_split_counts(D, T);
+    for (int64_t& n : counts) n *= B;
+    return [=, &g](std::vector<float>& out) {
+      g.all_gather_v(*mine, *blocks, counts);
+      const float* block = blocks->data();
+      for (int m = 0; m < T; ++m) {  // the gathered blocks into A's own layout
+        const dist::Range cols = dist::even_split(D, T, m);
+        for (int64_t n = 0; n < B; ++n) std::copy(block + n * cols.count, block + (n + 1) * cols.count, whole->data() + n * D + cols.offset);
+        block += B * cols.count;
+      }
+      out.resize(static_cast<size_t>(B * l->out_features()));
+      l->forward(out.data(), whole->data(), B);
+    };
+  });
+  auto overlapped = [&](const dist::LinkSpec& over) {
+    return measure(o, over, [&](dist::Device& dev) -> Call {
+      auto l = c.layer(dev);
+      dist::Group& g = dev.world();
+      auto mine = std::make_shared<std::vector<float>>(my_columns(g.rank()));
+      return [l, mine, &g, B](std::vector<float>& out) {
+        out.resize(static_cast<size_t>(B * l->out_features()));
+        nn::all_gather_contracting_matmul(out.data(), mine->data(), B, *l, g);
+      };
+    });
+  };
+  const Timing one_way = overlapped(links), unmodelled = overlapped({});
+  print_row("unsharded", local_s, local_s);
+  print_row("all-gather then matmul", plain.median_s, local_s);
+  print_row("overlapped", one_way.median_s, local_s);
+  print_row("overlapped, link unmodelled", unmodelled.median_s, local_s);
+  std::printf("  max |overlapped - all-gather then matmul| on device 0: %.3g\n", max_abs_diff(one_way.out0, plain.out0));
+}
+
+// The model's case (sequence parallelism): A's rows are dealt out, A[B@model, D].
+void bench_rows(const Case& c, const dist::LinkSpec& links, double local_s, const std::string& trace_path) {
+  const Options& o = c.o;
+  const int T = o.devices;
+  const int64_t B = o.batch, D = o.dim;
+  std::printf("all-gather matmul, sequence-parallel case (the model's): A[%lld@model, %lld] @ W[%lld, %lld@model]; "
+              "every chunk product packs all of W_local again\n", static_cast<long long>(B), static_cast<long long>(D),
+              static_cast<long long>(D), static_cast<long long>(o.ffn));
+  std::vector<int64_t> counts = dist::even_split_counts(B, T);  // floats each device contributes
+  for (int64_t& n : counts) n *= D;
+  const Timing plain = measure(o, links, [&](dist::Device& dev) -> Call {
+    auto l = c.layer(dev);
     const dist::Range r = dist::even_split(B, T, dev.world().rank());
-    auto mine = std::span<const float>(a).subspan(static_cast<size_t>(r.offset * D), static_cast<size_t>(r.count * D));
+    auto mine = std::span<const float>(c.a).subspan(static_cast<size_t>(r.offset * D), static_cast<size_t>(r.count * D));
     auto whole = std::make_shared<std::vector<float>>(static_cast<size_t>(B * D));  // [B, D]
     dist::Group& g = dev.world();
     return [l, mine, whole, &g, &counts, B](std::vector<float>& out) {
@@ -163,8 +213,8 @@ void bench_all_gather(const Options& o, const dist::LinkSpec& given) {
   });
   auto overlapped = [&](nn::Ring ring, dist::Trace* tr, const dist::LinkSpec& over) {
     return measure(o, over, [&, ring](dist::Device& dev) -> Call {
-      auto l = layer(dev);
-      const float* mine = a.data() + dist::even_split(B, T, dev.world().rank()).offset * D;
+      auto l = c.layer(dev);
+      const float* mine = c.a.data() + dist::even_split(B, T, dev.world().rank()).offset * D;
       dist::Group& g = dev.world();
       return [l, mine, &g, ring, B](std::vector<float>& out) {
         out.resize(static_cast<size_t>(B * l->out_features()));
@@ -175,30 +225,47 @@ void bench_all_gather(const Options& o, const dist::LinkSpec& given) {
   // The overlapped form's T chunk products alone, straight from A (no ppermute, no copies, no
   // worker thread): what cutting the product into chunks costs by itself.
   const Timing chunks_alone = measure(o, {}, [&](dist::Device& dev) -> Call {
-    auto l = layer(dev);
+    auto l = c.layer(dev);
     const int r = dev.world().rank();
-    return [&a, l, B, D, T, r](std::vector<float>& out) {
+    return [&c, l, B, D, T, r](std::vector<float>& out) {
       const int64_t OL = l->out_features();
       out.resize(static_cast<size_t>(B * OL));
       for (int s = 0; s < T; ++s) {
         const dist::Range chunk = dist::even_split(B, T, ((r - s) % T + T) % T);
-        l->forward(out.data() + chunk.offset * OL, a.data() + chunk.offset * D, chunk.count);
+        l->forward(out.data() + chunk.offset * OL, c.a.data() + chunk.offset * D, chunk.count);
       }
     };
   });
   std::optional<dist::Trace> trace;
-  const Timing one_way = overlapped(nn::Ring::OneWay, o.trace.empty() ? nullptr : &trace.emplace(), links);
+  const Timing one_way = overlapped(nn::Ring::OneWay, trace_path.empty() ? nullptr : &trace.emplace(), links);
   const Timing two_way = overlapped(nn::Ring::TwoWay, nullptr, links);
   const Timing chunked = overlapped(nn::Ring::OneWay, nullptr, {});  // same chunk products, link not modelled
-  if (trace) write_trace(*trace, o.trace, "one-way overlapped runs' transfers, waits");
-  print_row("unsharded", local.median_s, local.median_s);
-  print_row("all-gather then matmul", plain.median_s, local.median_s);
-  print_row("overlapped", one_way.median_s, local.median_s);
-  print_row("overlapped (two-way ring)", two_way.median_s, local.median_s);
-  print_row("overlapped, link unmodelled", chunked.median_s, local.median_s);
-  print_row("chunk products alone", chunks_alone.median_s, local.median_s);
+  if (trace) write_trace(*trace, trace_path, "one-way overlapped runs' transfers, waits");
+  print_row("all-gather then matmul", plain.median_s, local_s);
+  print_row("overlapped", one_way.median_s, local_s);
+  print_row("overlapped (two-way ring)", two_way.median_s, local_s);
+  print_row("overlapped, link unmodelled", chunked.median_s, local_s);
+  print_row("chunk products alone", chunks_alone.median_s, local_s);
   std::printf("  max |overlapped - all-gather then matmul| on device 0: %.3g (one-way), %.3g (two-way)\n",
               max_abs_diff(one_way.out0, plain.out0), max_abs_diff(two_way.out0, plain.out0));
+}
+
+void bench_all_gather(const Options& o, const dist::LinkSpec& given) {
+  const int64_t B = o.batch, D = o.dim, F = o.ffn;
+  const Case c{o, nn::Linear(tensor::Tensor({F, D}, random_floats(F * D, 1))), random_floats(B * D, 2)};
+  // unsharded: A already whole on every device, the local product A[B, D] @ W_local with no
+  // communication: the time both overlapped forms aim for.
+  const Timing local = measure(o, {}, [&](dist::Device& dev) -> Call {
+    auto l = c.layer(dev);
+    return [&c, l, B](std::vector<float>& out) {
+      out.resize(static_cast<size_t>(B * l->out_features()));  // [B, F_local]
+      l->forward(out.data(), c.a.data(), B);
+    };
+  });
+  const uint64_t bytes = static_cast<uint64_t>(B * D) * sizeof(float);
+  const dist::LinkSpec links{{"model", pick_link(o, given, bytes, local.median_s)}};
+  bench_contracting(c, links, local.median_s);
+  bench_rows(c, links, local.median_s, o.trace);
 }
 
 void run(const Options& o) {

@@ -73,6 +73,22 @@ void all_gather_matmul(float* out, const float* inp, int64_t N, const AllToShard
   }
 }
 
+void all_gather_contracting_matmul(float* out, const float* inp, int64_t N, const AllToShardedLinear& layer,
+                                   dist::Group& group) {
+  const int T = group.size(), r = group.rank();
+  const int64_t IN = layer.in_features(), INP = (IN + T - 1) / T;  // INP: padded columns per chunk
+  const dist::Range mine = dist::even_split(IN, T, r);
+  Stream ring(N, INP, T, +1);  // held: [N, INP], this step's chunk of columns
+  for (int64_t n = 0; n < N; ++n) std::copy(inp + n * mine.count, inp + (n + 1) * mine.count, ring.held.begin() + n * INP);
+  for (int s = 0; s < T; ++s) {
+    const bool more = s + 1 < T;
+    if (more) ring.start(group);  // the block moves on while its product runs
+    const dist::Range cols = dist::even_split(IN, T, wrap(r - s, T));
+    layer.forward_columns(out, ring.held.data(), INP, N, cols.offset, cols.count, s > 0);
+    if (more) ring.arrive();
+  }
+}
+
 namespace {
 
 // acc[rows.count, OUT] (+)= inp[chunk rows] @ W_local^T for the rows a half of chunk c covers.

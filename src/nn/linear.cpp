@@ -78,14 +78,30 @@ bool AllToShardedLinear::fused() const {
 
 void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const {
   const int64_t IN = in_features();
+  if (N == 1 && fused()) tensor::matvec(out, fused_.data(), inp, out_local_, IN);
+  else if (N == 1) {
+    int64_t col = 0;
+    for (const auto& p : parts_) {
+      if (p.out_features() > 0) p.forward(out + col, inp, N, out_local_);
+      col += p.out_features();
+    }
+  } else forward_columns(out, inp, IN, N, 0, IN, false);
+}
+
+void AllToShardedLinear::forward_columns(float* out, const float* inp, int64_t ld_inp, int64_t N, int64_t col0,
+                                         int64_t cols, bool accumulate) const {
+  const int64_t IN = in_features();
+  const float beta = accumulate ? 1.0f : 0.0f;
   if (fused()) {
-    if (N == 1) tensor::matvec(out, fused_.data(), inp, out_local_, IN);
-    else tensor::gemm(Trans::No, Trans::Yes, N, out_local_, IN, 1.0f, inp, IN, fused_.data(), IN, 0.0f, out, out_local_);
+    tensor::gemm(Trans::No, Trans::Yes, N, out_local_, cols, 1.0f, inp, ld_inp, fused_.data() + col0, IN, beta, out,
+                 out_local_);
     return;
   }
   int64_t col = 0;
   for (const auto& p : parts_) {
-    if (p.out_features() > 0) p.forward(out + col, inp, N, out_local_);
+    if (p.out_features() > 0)
+      tensor::gemm(Trans::No, Trans::Yes, N, p.out_features(), cols, 1.0f, inp, ld_inp, p.weight().data() + col0, IN,
+                   beta, out + col, out_local_);
     col += p.out_features();
   }
 }

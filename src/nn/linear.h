@@ -69,6 +69,10 @@ class AllToShardedLinear {
 
   // out[N, OUT_local] = inp[N, IN] @ W_local^T, the segments' local outputs concatenated per row.
   void forward(float* out, const float* inp, int64_t N) const;
+  // out[N, OUT_local] (+)= inp[N, cols] (row stride ld_inp) @ W_local[:, col0 : col0 + cols]^T: the
+  // product over one block of the input features (the contraction-gathering collective matmul).
+  void forward_columns(float* out, const float* inp, int64_t ld_inp, int64_t N, int64_t col0, int64_t cols,
+                       bool accumulate) const;
   // dinp[N, IN] += all_sum over the group of dout[N, OUT_local] @ W_local; dW_local += dout^T @ inp.
   // A collective: every member calls it.
   void backward(float* dinp, const float* dout, const float* inp, int64_t N);

@@ -324,9 +324,16 @@ TEST_CASE("bench collective-matmul prints the three rows and agreeing results, a
                          "--link", "model=5,1"});
   INFO(ok.err);
   REQUIRE(ok.code == 0);
-  for (const char* row : {"unsharded", "all-gather then matmul", "overlapped", "link: 5 GB/s, 1 us, ring"})
+  for (const char* row : {"JAX's case: A[32, 32@model]", "sequence-parallel case (the model's): A[32@model, 32]",
+                          "unsharded", "all-gather then matmul", "overlapped", "link: 5 GB/s, 1 us, ring"})
     CHECK(ok.out.find(row) != std::string::npos);
+  // The row-chunked form adds the same products as the plain one; the contraction-chunked form sums
+  // each output over the chunks in another order, so only rounding may differ.
   CHECK(ok.out.find("max |overlapped - all-gather then matmul| on device 0: 0 (one-way), 0 (two-way)") != std::string::npos);
+  const std::string diff_label = "max |overlapped - all-gather then matmul| on device 0: ";
+  const size_t at = ok.out.find(diff_label);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(ok.out.substr(at + diff_label.size())) < 1e-4);
   struct Case {
     std::vector<std::string> args;
     std::string expect;

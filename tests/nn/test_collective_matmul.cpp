@@ -57,3 +57,39 @@ TEST_CASE("all_gather_matmul and matmul_reduce_scatter, one-way and two-way, equ
     }
   }
 }
+
+TEST_CASE("all_gather_contracting_matmul equals the product over the whole input on 1..4 devices",
+          "[nn][collective_matmul]") {
+  // IN = 10 over 3 and 4 devices: uneven column chunks, padded in transit; IN = 2 over 3 and 4
+  // devices: some members hold no columns at all. Fused (3 segments) and single-part layers.
+  const int64_t IN = GENERATE(10, 2), N = 5, OUT = 12;
+  const int segments = GENERATE(1, 3);
+  const bool modelled = GENERATE(false, true);
+  INFO("IN = " << IN << ", " << segments << " segment(s)" << (modelled ? ", links modelled" : ""));
+  dist::RunOptions options;
+  if (modelled) options.links = {{"model", {50, 0, dist::Topology::Ring}}};
+  std::mt19937 rng(7);
+  auto w = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng);
+  nn::Linear full(tensor::Tensor({OUT, IN}, w));
+  for (int T = 1; T <= 4; ++T) {
+    std::vector<std::vector<float>> got(T), want(T);
+    dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+      dist::Group& g = dev.axis("model");
+      const int r = g.rank();
+      auto a = std::get<nn::AllToShardedLinear>(nn::shard_linear(full, nn::Sharding::AllToSharded, g, nn::even_segments(OUT, segments, g)));
+      const auto cols = dist::even_split(IN, T, r);
+      std::vector<float> xl;  // this device's input columns, all rows
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < cols.count; ++j) xl.push_back(x[n * IN + cols.offset + j]);
+      got[r].assign(N * a.out_features(), NAN);
+      nn::all_gather_contracting_matmul(got[r].data(), xl.data(), N, a, g);
+      want[r].resize(N * a.out_features());
+      a.forward(want[r].data(), x.data(), N);
+    }, options);
+    for (int r = 0; r < T; ++r) {
+      INFO(T << " devices, device " << r);
+      REQUIRE(got[r].size() == want[r].size());
+      for (size_t i = 0; i < got[r].size(); ++i) CHECK(got[r][i] == Approx(want[r][i]).epsilon(1e-5).margin(1e-6));
+    }
+  }
+}
