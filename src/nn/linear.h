@@ -76,15 +76,16 @@ class AllToShardedLinear {
   // dinp[N, IN] += all_sum over the group of dout[N, OUT_local] @ W_local; dW_local += dout^T @ inp.
   // A collective: every member calls it.
   void backward(float* dinp, const float* dout, const float* inp, int64_t N);
+  // The two halves of backward without its all-sum (sequence parallelism reduce-scatters instead):
+  // target[N, IN] (+)= dout[N, OUT_local] @ W_local, one product over every part when fused;
+  // dW_part += dout[:, part's columns]^T @ inp for every part.
+  void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
+  void weight_gradients(const float* dout, const float* inp, int64_t N);
 
  private:
   // Whether the parts' weights still sit one after another in fused_ (a copy of this object gives
   // each part its own storage: then every product goes part by part).
   bool fused() const;
-  // target[N, IN] (+)= dout[N, OUT_local] @ W_local: one product over every part when fused.
-  void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
-  // dW_part += dout[:, part's columns]^T @ inp for every part.
-  void weight_gradients(const float* dout, const float* inp, int64_t N);
 
   std::vector<Linear> parts_;      // weights: views of fused_, in segment order
   tensor::Tensor fused_;           // [OUT_local, IN] W_local, the parts' rows one after another

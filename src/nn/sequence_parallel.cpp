@@ -33,19 +33,27 @@ void reduce_scatter_rows(float* out, const float* inp, int64_t N, int64_t W, dis
 
 void all_gather_matmul_backward(float* dinp, const float* dout, const float* inp, int64_t N, AllToShardedLinear& layer,
                                 dist::Group& group) {
-  const int64_t IN = layer.in_features(), OL = layer.out_features();
-  const dist::Range mine = dist::even_split(N, group.size(), group.rank());
-  std::vector<float> inp_full(static_cast<size_t>(N * IN));        // [N, IN] gathered again (not saved)
-  std::vector<float> dinp_partial(static_cast<size_t>(N * IN), 0);  // [N, IN] this member's term of the sum
-  all_gather_rows(inp_full.data(), inp, N, IN, group);
-  int64_t col = 0;
-  for (int i = 0; i < layer.n_parts(); ++i) {
-    Linear& p = layer.part(i);
-    if (p.out_features() > 0) p.backward(dinp_partial.data(), dout + col, inp_full.data(), N, OL);
-    col += p.out_features();
-  }
+  const int T = group.size();
+  const int64_t IN = layer.in_features();
+  const dist::Range mine = dist::even_split(N, T, group.rank());
+  std::vector<float> inp_full(static_cast<size_t>(N * IN));      // [N, IN] gathered again (not saved)
+  std::vector<float> dinp_partial(static_cast<size_t>(N * IN));  // [N, IN] this member's term of the sum
   std::vector<float> mine_sum(static_cast<size_t>(mine.count * IN));  // [NL, IN]
-  reduce_scatter_rows(mine_sum.data(), dinp_partial.data(), N, IN, group);
+  if (N % T == 0) {
+    // Equal rows (the model's case: seq_len divides by T): the gather of the input runs while the
+    // input gradient multiplies, the reduce-scatter of that gradient while the weight gradient does.
+    dist::Pending gather = group.start_all_gather({inp, mine_sum.size()}, inp_full);
+    layer.input_gradient(dinp_partial.data(), dout, N, false);
+    dist::Pending scatter = group.start_reduce_scatter(dinp_partial, mine_sum);
+    gather.wait();
+    layer.weight_gradients(dout, inp_full.data(), N);
+    scatter.wait();
+  } else {
+    all_gather_rows(inp_full.data(), inp, N, IN, group);
+    layer.input_gradient(dinp_partial.data(), dout, N, false);
+    layer.weight_gradients(dout, inp_full.data(), N);
+    reduce_scatter_rows(mine_sum.data(), dinp_partial.data(), N, IN, group);
+  }
   for (size_t i = 0; i < mine_sum.size(); ++i) dinp[i] += mine_sum[i];
 }
 

@@ -12,6 +12,8 @@
 //   matmul_reduce_scatter   sharded [N, IN_local] -> split [NL, OUT]
 //     backward:             dout_full = all_gather(dout[NL, OUT])            (the scatter's transpose)
 //                           dinp[N, IN_local] += dout_full @ W_local; dW_local += dout_full^T @ inp
+// all_gather_matmul's backward overlaps both of its collectives when N divides by T (the model's
+// case): the gather with the input-gradient product, the reduce-scatter with the weight gradient.
 // Both backwards are collectives: every member calls them, with the same N.
 #pragma once
 
