@@ -14,9 +14,9 @@
 // row otherwise) plus the KV cache up to the position; the unsharded figure is used, so KV heads
 // replicated over devices count as overhead, not as roofline.
 //
-// Predicted (every row): device 0's bytes per token: its weights as stored at the rate its format's
-// matvec kernel streams them (measured now on the w1 shard's shape, every device at once, from
-// memory), its KV cache at its share of the read bandwidth above, plus exponentials and its collectives (greedy decode) under
+// Predicted (every row): device 0's bytes per token: each of its matrices as stored at the rate the
+// model's matvec kernel streams that shape in that format (measured now, every device at once,
+// from memory; cli/plan_report.h measure_weight_rates), its KV cache at its share of the read bandwidth above, plus exponentials and its collectives (greedy decode) under
 // --link, or the backend's copies (cli/plan_report.h); the line under each row gives the parts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -222,59 +222,20 @@ double weight_bytes_per_token(const model::WeightSource& weights) {
   return bytes;
 }
 
-// Bytes/s of weights in `format` through the decode kernel (PackedMatrix::matmul with one row, as
-// the frozen model runs it) on [rows, cols] matrices, while every device streams its own set of
-// about `bytes` (distinct matrices, so they come from memory as a token's do), `threads` each.
-double measure_weight_rate(tensor::WeightFormat format, int64_t rows, int64_t cols, int64_t bytes, int devices,
-                           int threads) {
-  constexpr int PASSES = 7;  // the median pass, as the bandwidth and the decode steps are medians
-  std::vector<std::vector<double>> pass_s(static_cast<size_t>(devices), std::vector<double>(PASSES));
-  int64_t streamed = 0;  // bytes a pass reads on each device
-  dist::RunOptions options;
-  options.blas_threads = threads;
-  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
-    std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
-    std::uniform_real_distribution<float> u(-1, 1);
-    std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
-    for (float& v : w) v = u(rng);
-    for (float& v : x) v = u(rng);
-    const tensor::HugePageArena as_the_model_holds_them;  // (model/llama.cpp: weights on 2 MB pages)
-    std::vector<tensor::PackedMatrix> set;  // [count] copies of one [rows, cols]
-    set.push_back(tensor::PackedMatrix::from_f32(w.data(), rows, cols, format));
-    const int64_t each = std::max<int64_t>(1, rows * cols * format.bits / 8);
-    while (static_cast<int64_t>(set.size()) * each < bytes) set.push_back(set.front());
-    if (dev.rank() == 0) streamed = static_cast<int64_t>(set.size()) * each;
-    for (const auto& m : set) m.matmul(y.data(), x.data(), 1);  // warm-up
-    for (int p = 0; p < PASSES; ++p) {
-      dev.world().barrier();
-      const auto t0 = Clock::now();
-      for (const auto& m : set) m.matmul(y.data(), x.data(), 1);
-      pass_s[static_cast<size_t>(dev.rank())][static_cast<size_t>(p)] = std::chrono::duration<double>(Clock::now() - t0).count();
-    }
-  }, options);
-  std::vector<double> slowest(PASSES, 0.0);  // [PASSES] the slowest device's pass
-  for (int p = 0; p < PASSES; ++p)
-    for (const auto& dev : pass_s) slowest[static_cast<size_t>(p)] = std::max(slowest[static_cast<size_t>(p)], dev[static_cast<size_t>(p)]);
-  return static_cast<double>(streamed) / median(slowest);
-}
-
 // Device 0's token at the mean timed position (model/comm_plan.h plan_decode_work: its weights as
 // stored, the KV cache) with memory at device 0's share of the read bandwidth measured above, the
 // exponentials at a rate measured now, plus its collectives (greedy decode; modelled links, or the
 // backend's copies).
-Prediction predict_token(const model::WeightSource& weights, tensor::WeightFormat format, const dist::Mesh& mesh,
-                         const dist::LinkSpec& links, const BenchFlags& f, int threads, double bandwidth) {
+Prediction predict_token(const model::WeightSource& weights, const dist::Mesh& mesh, const dist::LinkSpec& links,
+                         const BenchFlags& f, int threads, double bandwidth) {
   const model::LlamaConfig& c = weights.config();
   const PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
-  int64_t bytes = model::shard_bytes(weights, plan);
-  if (!c.shared_classifier)  // the embedding: one row is read, not the shard
-    bytes -= (plan.vocab.count - 1) * c.dim * model::stored_format(weights, "tok_embeddings").bits / 8;
-  const auto work = model::plan_decode_work(c, plan, f.warmup + f.tokens / 2, bytes);
+  const auto work = model::plan_decode_work(c, plan, f.warmup + f.tokens / 2, model::decode_storage(weights));
   const auto comm = model::plan_decode_collectives(c, plan, true);
   WorkRates rates = measure_work_rates(work, comm, mesh.size(), threads);
   for (auto& [size, rate] : rates.bytes_per_s) rate = bandwidth / mesh.size();
-  rates.weight_bytes_per_s = measure_weight_rate(format, plan.ffn.count, c.dim, bytes, mesh.size(), threads);
+  rates.weight_bytes_per_s = measure_weight_rates(work, weights, mesh.size(), threads, model::shard_bytes(weights, plan));
   return predict(work, comm, pm, rates);
 }
 
@@ -328,10 +289,7 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
     const DecodeTiming t = time_decode(weights, mesh, f, threads, links);
     const double roofline = bandwidth.median / bytes;
     std::optional<Prediction> prediction;
-    const std::string w1 = "layers.0.w1";  // the format the matrices are in (model/llama_config.cpp's names)
-    if (!c.is_moe())
-      prediction = predict_token(weights, conversion ? *conversion : model::stored_format(weights, w1), mesh, links, f,
-                                 threads, bandwidth.median);
+    if (!c.is_moe()) prediction = predict_token(weights, mesh, links, f, threads, bandwidth.median);
     char predicted[48] = "-";  // MoE: not planned
     if (prediction)
       std::snprintf(predicted, sizeof predicted, "%.3f (%.2fx)", prediction->total() * 1e3, prediction->total() * t.tok_s);

@@ -8,7 +8,10 @@
 #include <stdexcept>
 
 #include "dist/runtime.h"
+#include "model/packed_weights.h"
+#include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
+#include "tensor/packed_matrix.h"
 #include "tensor/vec_math.h"
 
 namespace tpcli::cli {
@@ -145,8 +148,10 @@ double WorkRates::seconds(const model::PlannedWork& w) const {
     }
     case model::PlannedWork::Kind::Memory: return calls * static_cast<double>(w.bytes) / memory_rate(w.bytes);
     case model::PlannedWork::Kind::Exp: return calls * static_cast<double>(w.elements) / exps_per_s;
-    case model::PlannedWork::Kind::Weights:
-      return calls * static_cast<double>(w.bytes) / (weight_bytes_per_s > 0 ? weight_bytes_per_s : memory_rate(w.bytes));
+    case model::PlannedWork::Kind::Weights: {
+      const auto it = weight_bytes_per_s.find(w.tensor);
+      return calls * static_cast<double>(w.bytes) / (it != weight_bytes_per_s.end() ? it->second : memory_rate(w.bytes));
+    }
   }
   return 0;
 }
@@ -245,6 +250,70 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
   for (size_t i = 0; i < classes.size(); ++i) r.bytes_per_s[classes[i]] = 1.0 / slowest(class_s[i]);
   if (exps) r.exps_per_s = 1.0 / slowest(exp_s);
   return r;
+}
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Seconds of the median pass of the slowest device, each pass one `stream` over copies of one
+// [rows, cols] matrix (distinct copies, `stream_bytes` in all, so they come from memory).
+double time_matvec_passes(const model::PlannedWork& item, const tensor::WeightFormat& format, bool packed, int devices,
+                          int threads, int64_t stream_bytes, int64_t& streamed) {
+  constexpr int PASSES = 7;
+  const int64_t rows = item.m, cols = item.k;
+  std::vector<std::vector<double>> pass_s(static_cast<size_t>(devices), std::vector<double>(PASSES));
+  dist::RunOptions options;
+  options.blas_threads = threads;
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
+    const auto w = random_floats(static_cast<size_t>(rows * cols), rng), x = random_floats(static_cast<size_t>(cols), rng);
+    std::vector<float> y(static_cast<size_t>(rows));
+    const tensor::HugePageArena as_the_model_holds_them;  // (model/llama.cpp: weights on 2 MB pages)
+    std::vector<tensor::PackedMatrix> set;  // packed: [count] copies of [rows, cols]
+    std::vector<std::vector<float, tensor::AlignedAllocator<float>>> plain;  // f32: the same
+    const int64_t each = packed ? tensor::PackedMatrix::from_f32(w.data(), rows, cols, format).bytes() : rows * cols * 4;
+    for (int64_t held = 0; held < std::max(stream_bytes, each); held += each) {
+      if (packed) set.push_back(set.empty() ? tensor::PackedMatrix::from_f32(w.data(), rows, cols, format) : set.front());
+      else plain.emplace_back(w.begin(), w.end());
+    }
+    const auto pass = [&] {
+      for (const auto& m : set) m.matvec(y.data(), x.data());
+      for (const auto& m : plain) tensor::matvec(y.data(), m.data(), x.data(), rows, cols);
+    };
+    if (dev.rank() == 0) streamed = each * static_cast<int64_t>(set.size() + plain.size());
+    pass();  // warm-up
+    for (int p = 0; p < PASSES; ++p) {
+      dev.world().barrier();
+      const auto t0 = Clock::now();
+      pass();
+      pass_s[static_cast<size_t>(dev.rank())][static_cast<size_t>(p)] = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  }, options);
+  std::vector<double> slowest(PASSES, 0.0);  // [PASSES] the slowest device's pass
+  for (size_t p = 0; p < PASSES; ++p)
+    for (const auto& dev : pass_s) slowest[p] = std::max(slowest[p], dev[p]);
+  return median_of(slowest);
+}
+
+}  // namespace
+
+std::map<std::string, double> measure_weight_rates(const std::vector<model::PlannedWork>& work,
+                                                   const model::WeightSource& weights, int devices, int threads,
+                                                   int64_t stream_bytes) {
+  const bool packed = model::holds_packed_weights(weights);
+  std::map<std::string, double> rates;
+  for (const auto& item : work) {
+    if (item.kind != model::PlannedWork::Kind::Weights || rates.count(item.tensor)) continue;
+    int64_t streamed = 0;
+    const double s = time_matvec_passes(item, model::stored_format(weights, item.tensor), packed, devices, threads,
+                                        stream_bytes, streamed);
+    rates[item.tensor] = static_cast<double>(streamed) / s;
+  }
+  return rates;
 }
 
 double collective_seconds(const model::PlannedCollective& p, const PlanMesh& m, const WorkRates& rates) {

@@ -15,6 +15,7 @@
 #include "dist/links.h"
 #include "model/comm_plan.h"
 #include "model/llama_config.h"
+#include "model/weights.h"
 
 namespace tpcli::cli {
 
@@ -48,7 +49,7 @@ struct WorkRates {
   std::map<std::array<int64_t, 4>, double> gflops;  // by gemm {m, n, k, layout (PlannedWork::Gemm)}
   std::map<int64_t, double> bytes_per_s;            // by working-set class (working_set_class)
   double exps_per_s = 0;
-  double weight_bytes_per_s = 0;  // decode's matvec kernels (bench decode measures them; else the memory rate)
+  std::map<std::string, double> weight_bytes_per_s;  // decode's matvec kernels, by PlannedWork::tensor (measure_weight_rates)
   double seconds(const model::PlannedWork& w) const;  // of all of w's calls
   double memory_rate(int64_t bytes) const;             // bytes/s for a pass of `bytes`
 };
@@ -57,6 +58,15 @@ int64_t working_set_class(int64_t bytes);  // the power of two >= bytes, within 
 // > 0 the matmuls are not measured.
 WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
                              int devices, int blas_threads, double given_gflops = 0, double seconds = 0.02);
+
+// Bytes/s of each Weights item of `work` (keyed by its tensor) through the kernel the model runs it
+// with -- a frozen model's tensor::PackedMatrix::matvec in the tensor's stored format, a trainable
+// f32 model's tensor::matvec -- at the item's shape, while every device streams copies of it,
+// about `stream_bytes` a pass (the device's weights: from memory, as a token's come), `threads`
+// each. The median pass of the slowest device.
+std::map<std::string, double> measure_weight_rates(const std::vector<model::PlannedWork>& work,
+                                                   const model::WeightSource& weights, int devices, int threads,
+                                                   int64_t stream_bytes);
 
 // One call of `p` on the threads backend: its modelled time on its axis's link (dist/links.h), but
 // no less than the copy the backend does (the payload read and written once, 2 x bytes, at the

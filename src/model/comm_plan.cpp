@@ -156,11 +156,32 @@ std::vector<PlannedWork> plan_train_work(const LlamaConfig& c, const ShardPlan& 
   return w.items;
 }
 
-std::vector<PlannedWork> plan_decode_work(const LlamaConfig& c, const ShardPlan& p, int64_t pos, int64_t weight_bytes) {
+std::vector<PlannedWork> plan_decode_work(const LlamaConfig& c, const ShardPlan& p, int64_t pos,
+                                          const DecodeStorage& storage) {
   require_dense(c);
-  const int64_t L = c.n_layers, KVL = p.kv_rows().count;
+  const int64_t L = c.n_layers, C = c.dim, QL = p.q_rows().count, KVL = p.kv_rows().count, FL = p.ffn.count;
   WorkList w;
-  w.items.push_back({Kind::Weights, "weights (matvec kernels)", 0, 0, 0, weight_bytes, 0, 1});
+  const auto matrix = [&](const std::string& what, const std::string& tensor, int64_t rows, int64_t cols, int64_t calls) {
+    if (rows > 0 && cols > 0)
+      w.items.push_back({Kind::Weights, what, rows, 0, cols, storage.bytes(tensor, rows, cols), 0, calls, false,
+                         Gemm::NT, tensor});
+  };
+  if (storage.fused) {
+    matrix("wq|wk|wv", "layers.0.wq", QL + 2 * KVL, C, L);
+  } else {
+    matrix("wq|wk|wv", "layers.0.wq", QL, C, L);
+    matrix("wq|wk|wv", "layers.0.wk", KVL, C, L);
+    matrix("wq|wk|wv", "layers.0.wv", KVL, C, L);
+  }
+  matrix("wo", "layers.0.wo", C, QL, L);
+  if (storage.fused) {
+    matrix("w1|w3", "layers.0.w1", 2 * FL, C, L);
+  } else {
+    matrix("w1|w3", "layers.0.w1", FL, C, L);
+    matrix("w1|w3", "layers.0.w3", FL, C, L);
+  }
+  matrix("w2", "layers.0.w2", C, FL, L);
+  matrix("classifier", c.shared_classifier ? "tok_embeddings" : "output", p.vocab.count, C, 1);
   w.memory("KV cache", 2 * F32 * L * (pos + 1) * KVL, 1);
   w.exps("attention softmax exps", p.heads.count * (pos + 1), L);
   w.exps("SwiGLU sigmoids", p.ffn.count, L);

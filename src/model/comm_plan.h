@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,8 @@ std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& config,
 // measured in the same run: a matrix product (a BLIS gemm of [m, k] @ [k, n]; its rate depends on
 // the shape), a pass over memory (bytes read + written per call: the working set sets the rate,
 // cache or DRAM), exponentials (softmax, sigmoid: tensor/vec_math.h's vector exp sets the rate),
-// weights streamed through the decode matvec kernels (bytes as stored: the format's kernel, which
-// may dequantize slower than memory delivers, sets the rate).
+// weights streamed through the decode matvec kernels (one matrix of [m, k] as stored, `bytes` a call:
+// the format's kernel at that shape sets the rate; it may dequantize slower than memory delivers).
 struct PlannedWork {
   enum class Kind { Matmul, Memory, Exp, Weights };
   // Which operands the gemm reads transposed (row-major): NT = a[m, k] @ b[n, k]^T (a linear
@@ -73,6 +74,7 @@ struct PlannedWork {
   int64_t calls = 1;
   bool backward = false;      // part of the backward pass (data-parallel buckets overlap with it)
   Gemm gemm = Gemm::NT;       // Matmul
+  std::string tensor;         // Weights: the parameter read (llama_parameters' name, layer 0: its stored format)
   double flops() const { return kind == Kind::Matmul ? 2.0 * static_cast<double>(m * n) * static_cast<double>(k) * static_cast<double>(calls) : 0.0; }
 };
 
@@ -85,11 +87,20 @@ struct PlannedWork {
 std::vector<PlannedWork> plan_train_work(const LlamaConfig& config, const ShardPlan& plan, int64_t rows, int64_t seq_len,
                                          bool recompute);
 double total_flops(const std::vector<PlannedWork>& work);
-// One decoded token at position pos on one device: every weight read once (weight_bytes: this
-// device's, as stored, e.g. model/packed_weights.h shard_bytes), the KV cache read up to pos, the
-// attention softmax and SwiGLU exponentials. Decode streams the weights: memory, not FLOPs, bounds it.
+// How decode holds its matrices: the bytes of this device's [rows, cols] of a parameter as stored
+// (model/packed_weights.h stored_bytes), and whether wq|wk|wv and w1|w3 are one fused f32 matrix
+// each (a trainable model, nn/linear.h) or run part by part (a frozen one, nn/quantized_linear.h).
+struct DecodeStorage {
+  std::function<int64_t(const std::string& tensor, int64_t rows, int64_t cols)> bytes;
+  bool fused = false;
+};
+// One decoded token at position pos on one device: every matrix read once through the matvec
+// kernels, one Weights item per matrix shape (wq|wk|wv or wq, wk, wv; wo; w1|w3 or w1, w3; w2 --
+// L calls each -- and the classifier: `output`, or the embedding when shared), the KV cache read up
+// to pos, the attention softmax and SwiGLU exponentials. Decode streams the weights: memory (or the
+// kernel's dequantizing), not FLOPs, bounds it. The embedding's one row is not counted.
 std::vector<PlannedWork> plan_decode_work(const LlamaConfig& config, const ShardPlan& plan, int64_t pos,
-                                          int64_t weight_bytes);
+                                          const DecodeStorage& storage);
 
 // Multiply-add FLOPs (2 per MAC) of this device's matrix products: one decoded token at position
 // pos (weights and attention over pos + 1 cached positions), and one forward_backward (the gemms of

@@ -155,6 +155,19 @@ PackedMatrix load_packed_full(const WeightSource& weights, const std::string& na
   throw std::out_of_range("weights: no parameter named '" + name + "'");
 }
 
+int64_t stored_bytes(const WeightFormat& f, int64_t rows, int64_t cols) {
+  const int64_t groups = f.quantized() ? rows * (cols / f.group_size) : 0;
+  const int64_t group_bytes = f.kind == WeightKind::Mxfp8 ? 1 : f.kind == WeightKind::Affine ? 8 : 0;  // scale (+bias)
+  return rows * cols * f.bits / 8 + groups * group_bytes;
+}
+
+DecodeStorage decode_storage(const WeightSource& weights) {
+  return {[&weights](const std::string& tensor, int64_t rows, int64_t cols) {
+            return stored_bytes(stored_format(weights, tensor), rows, cols);
+          },
+          !holds_packed_weights(weights)};
+}
+
 int64_t shard_bytes(const WeightSource& weights, const ShardPlan& plan) {
   const LlamaConfig& c = weights.config();
   auto ends_with = [](const std::string& s, const std::string& tail) {
@@ -165,9 +178,7 @@ int64_t shard_bytes(const WeightSource& weights, const ShardPlan& plan) {
   for (const auto& spec : llama_parameters(c)) {
     const auto [rows, cols] = matrix_dims(spec.shape);
     const WeightFormat f = is_matrix(spec) ? stored_format(weights, spec.name) : WeightFormat::f32();
-    const int64_t groups = f.quantized() ? rows * (cols / f.group_size) : 0;
-    const int64_t group_bytes = f.kind == WeightKind::Mxfp8 ? 1 : f.kind == WeightKind::Affine ? 8 : 0;  // scale (+bias)
-    const int64_t full = rows * cols * f.bits / 8 + groups * group_bytes;
+    const int64_t full = stored_bytes(f, rows, cols);
     // The fraction held: local rows (or columns) over all of them.
     int64_t part = 1, of = 1;
     if (ends_with(spec.name, "experts.w1") || ends_with(spec.name, "experts.w2") || ends_with(spec.name, "experts.w3"))

@@ -18,6 +18,7 @@
 
 #include "model/llama_config.h"
 #include "model/shard_plan.h"
+#include "model/comm_plan.h"
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
 
@@ -42,6 +43,13 @@ tensor::PackedMatrix load_packed(const WeightSource& weights, const std::string&
                                  int64_t row0, int64_t nrows, const std::vector<tensor::Columns>& columns = {});
 // The whole parameter (leading dims folded into rows), in its stored format.
 tensor::PackedMatrix load_packed_full(const WeightSource& weights, const std::string& name);
+
+// Bytes of [rows, cols] in format f as stored (tensor::PackedMatrix::bytes): the elements plus, per
+// group, an f32 scale and bias (affine) or a shared exponent byte (mxfp8).
+int64_t stored_bytes(const tensor::WeightFormat& f, int64_t rows, int64_t cols);
+// Decode's view of the matrices of `weights` (model/comm_plan.h): each at its stored bytes; an
+// all-f32 source is fused (a trainable model), a packed one is not.
+DecodeStorage decode_storage(const WeightSource& weights);
 
 // Bytes of the weights (as stored) that the device of `plan` holds: its rows or columns of the
 // split matrices (the embedding and classifier by vocabulary rows), every replicated tensor (norms,

@@ -2,10 +2,13 @@
 // a decoded token records on each device, in kind and size, on 2 and 4 devices.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "dist/runtime.h"
 #include "dist/trace.h"
 #include "model/comm_plan.h"
 #include "model/llama.h"
+#include "model/packed_weights.h"
 #include "random_model.h"
 #include "support/planned_calls.h"
 
@@ -117,16 +120,57 @@ TEST_CASE("comm plan: the training work's gemm FLOPs are the count from the dims
   }
 }
 
-// Decode: the weights as given, and the KV cache of 2 L (pos + 1) positions of this device's KV rows.
-TEST_CASE("comm plan: a decoded token's work reads the weights given and the KV cache up to its position") {
-  const LlamaConfig c = shapes()[0].config;
-  const model::ShardPlan p = model::plan_shards(c, 2, 0);
-  const auto work = model::plan_decode_work(c, p, 9, 12345);
-  int64_t weights = 0, kv = 0;
-  for (const model::PlannedWork& w : work) {
-    if (w.kind == model::PlannedWork::Kind::Weights) weights += w.bytes * w.calls;
-    if (w.what == "KV cache") kv += w.bytes * w.calls;
+namespace {
+
+int64_t weight_bytes(const std::vector<model::PlannedWork>& work) {
+  int64_t bytes = 0;
+  for (const model::PlannedWork& w : work)
+    if (w.kind == model::PlannedWork::Kind::Weights) bytes += w.bytes * w.calls;
+  return bytes;
+}
+
+int64_t weight_items(const std::vector<model::PlannedWork>& work) {
+  return std::count_if(work.begin(), work.end(), [](const auto& w) { return w.kind == model::PlannedWork::Kind::Weights; });
+}
+
+}  // namespace
+
+// Decode: every matrix of the device once per token, as the model runs it, and the KV cache of
+// 2 L (pos + 1) positions of this device's KV rows. An f32 model fuses wq|wk|wv and w1|w3 (one
+// matvec each, nn/linear.h): per layer [QL + 2 KVL, C], [C, QL], [2 FL, C], [C, FL], then the
+// classifier [VL, C] (the shared embedding here), 4 bytes an element.
+TEST_CASE("comm plan: a decoded token's work reads every f32 matrix once, fused, and the KV cache up to its position") {
+  const LlamaConfig c = shapes()[0].config;  // dim 32, 8 heads (q 32), 4 KV heads (kv 16), hidden 40, 2 layers, vocab 29
+  const TensorWeights f32 = random_weights(c, 9);
+  for (int T : {1, 2}) {
+    INFO(T << " device(s)");
+    const model::ShardPlan p = model::plan_shards(c, T, 0);
+    const auto work = model::plan_decode_work(c, p, 9, model::decode_storage(f32));
+    const int64_t C = 32, QL = 32 / T, KVL = 16 / T, FL = 40 / T, VL = p.vocab.count, L = 2;
+    CHECK(weight_items(work) == 5);
+    CHECK(weight_bytes(work) == 4 * (L * (C * (QL + 2 * KVL) + C * QL + 2 * FL * C + C * FL) + VL * C));
+    int64_t kv = 0;
+    for (const model::PlannedWork& w : work)
+      if (w.what == "KV cache") kv += w.bytes * w.calls;
+    CHECK(kv == 2 * 2 * 10 * KVL * 4);  // 2 (k, v) x 2 layers x 10 positions x KV rows x 4 bytes
   }
-  CHECK(weights == 12345);
-  CHECK(kv == 2 * 2 * 10 * 8 * 4);  // 2 (k, v) x 2 layers x 10 positions x 8 KV rows (2 of 4 heads x 4) x 4 bytes
+}
+
+// Packed (frozen) models run each part alone: wq, wk, wv, wo, w1, w3, w2 and the classifier, each
+// at its stored bytes: affine 4-bit in groups of 32 is half a byte an element plus an f32 scale
+// and bias per group (3/4 byte an element); w2's rows of 40 are not whole groups, so it stays f32.
+// The total is every byte the device holds but the norms (model/packed_weights.h shard_bytes).
+TEST_CASE("comm plan: a packed model's decoded token reads each matrix part at its stored bytes") {
+  const LlamaConfig c = shapes()[0].config;
+  const TensorWeights f32 = random_weights(c, 9);
+  const model::ConvertedWeights q4(f32, tensor::WeightFormat::affine(4, 32));
+  REQUIRE(model::stored_format(q4, "layers.0.w2").kind == tensor::WeightKind::F32);
+  const model::ShardPlan p = model::plan_shards(c, 1, 0);
+  const auto work = model::plan_decode_work(c, p, 3, model::decode_storage(q4));
+  const int64_t C = 32, L = 2;
+  const auto packed = [](int64_t rows, int64_t cols) { return rows * cols * 3 / 4; };
+  CHECK(weight_items(work) == 8);
+  CHECK(weight_bytes(work) ==
+        L * (packed(32, C) + 2 * packed(16, C) + packed(C, 32) + 2 * packed(40, C) + 4 * C * 40) + packed(29, C));
+  CHECK(weight_bytes(work) == model::shard_bytes(q4, p) - 4 * C * (2 * L + 1));
 }
