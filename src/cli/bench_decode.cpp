@@ -233,7 +233,7 @@ Prediction predict_token(const model::WeightSource& weights, const dist::Mesh& m
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
   const auto work = model::plan_decode_work(c, plan, f.warmup + f.tokens / 2, model::decode_storage(weights));
   const auto comm = model::plan_decode_collectives(c, plan, true);
-  WorkRates rates = measure_work_rates(work, comm, mesh.size(), threads);
+  WorkRates rates = measure_work_rates(work, comm, pm, threads);
   for (auto& [size, rate] : rates.bytes_per_s) rate = bandwidth / mesh.size();
   rates.weight_bytes_per_s = measure_weight_rates(work, weights, mesh.size(), threads, model::shard_bytes(weights, plan));
   return predict(work, comm, pm, rates);

@@ -14,7 +14,8 @@
 // Predicted step time (cli/plan_report.h): device 0's work items (train/step_plan.h: every gemm at
 // its shape, the passes over memory, the exponentials, AdamW) at rates measured just before with
 // every device of the mesh running at once, plus its collectives (the modelled time under
-// [mesh.links] / --link, at least the backend's copy), less the gradient buckets that overlap the
+// [mesh.links] / --link, at least the same call measured
+// without links on the threads backend), less the gradient buckets that overlap the
 // last backward. The line under each row gives the parts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -95,7 +96,7 @@ std::optional<Prediction> predict_step(const config::RunConfig& cfg, const train
   layout.bucket_elems = t.bucket_elems;
   const auto work = train::plan_step_work(t.model, layout, t.grad_accum);
   const auto comm = train::plan_step_collectives(t.model, layout, t.grad_accum);
-  const WorkRates rates = measure_work_rates(work, comm, mesh.devices(), threads);
+  const WorkRates rates = measure_work_rates(work, comm, mesh, threads);
   return predict(work, comm, mesh, rates, t.overlap_buckets, t.grad_accum);
 }
 

@@ -122,9 +122,10 @@ void describe_memory(const config::RunConfig& config, const model::LlamaConfig& 
 // The rates predictions use: measured now (every device at once), with --matmul-gflops for every matmul.
 // A checkpoint's matrices (decode) are measured through the model's matvec kernels at their shapes.
 WorkRates work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
-                     double given_gflops, int devices, std::ostream& out, const model::WeightSource* weights = nullptr,
-                     int64_t weight_bytes = 0) {
-  WorkRates rates = measure_work_rates(work, comm, devices, 0, given_gflops);
+                     double given_gflops, const PlanMesh& mesh, std::ostream& out,
+                     const model::WeightSource* weights = nullptr, int64_t weight_bytes = 0) {
+  const int devices = mesh.devices();
+  WorkRates rates = measure_work_rates(work, comm, mesh, 0, given_gflops);
   if (weights) rates.weight_bytes_per_s = measure_weight_rates(work, *weights, devices, 0, weight_bytes);
   out << "  work (rates measured now with " << devices << " device(s) at once"
       << (given_gflops > 0 ? ", matmuls at --matmul-gflops" : "; --matmul-gflops to give the matmul rate") << "):\n";
@@ -154,9 +155,9 @@ void describe_training_plan(const config::RunConfig& config, const model::LlamaC
       << layout.seq_len << " tokens):\n";
   print_collectives(plan, mesh, out);
   const auto work = train::plan_step_work(c, layout, K);
-  const WorkRates rates = work_rates(work, plan, gflops, mesh.devices(), out);
+  const WorkRates rates = work_rates(work, plan, gflops, mesh, out);
   out << "  step time: " << describe(predict(work, plan, mesh, rates, config.train.overlap_buckets, K))
-      << (mesh.links.empty() ? " (links unmodelled: collectives at the threads backend's copy)" : "") << "\n";
+      << (mesh.links.empty() ? " (links unmodelled: collectives as measured on the threads backend)" : "") << "\n";
 }
 
 void describe_run_config(const config::RunConfig& config, double gflops, std::ostream& out) {
@@ -247,7 +248,8 @@ void describe_decode_plan(const std::string& path, const RunFlags& flags, double
   out << "  collectives per decoded token, device 0 (sampling; greedy gathers 2 floats per device instead of the logits):\n";
   print_collectives(calls, pm, out);
   const auto work = model::plan_decode_work(c, plan, c.seq_len / 2, model::decode_storage(w));
-  const WorkRates rates = work_rates(work, calls, gflops, pm.tensor, out, &w, model::shard_bytes(w, plan));
+  const WorkRates rates = work_rates(work, calls, gflops, PlanMesh{pm.tensor_axis, pm.data_axis, pm.tensor, 1, pm.links}, out, &w,
+                                     model::shard_bytes(w, plan));
   out << "  time per token at position " << c.seq_len / 2 << " (memory at one thread per device; `tpcli bench decode`"
       << " measures the full read bandwidth): " << describe(predict(work, calls, pm, rates)) << "\n";
 }

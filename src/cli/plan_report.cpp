@@ -9,6 +9,9 @@
 
 #include "dist/runtime.h"
 #include "model/packed_weights.h"
+#include "nn/attention.h"
+#include "nn/rmsnorm.h"
+#include "nn/rope.h"
 #include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
 #include "tensor/packed_matrix.h"
@@ -135,6 +138,10 @@ double WorkRates::memory_rate(int64_t bytes) const {
   return it->second;
 }
 
+std::array<int64_t, 6> call_key(const model::PlannedWork& w) {
+  return {static_cast<int64_t>(w.op), w.m, w.n, w.heads, w.kv_heads, w.head_size};
+}
+
 namespace {
 std::array<int64_t, 4> gemm_key(const model::PlannedWork& w) { return {w.m, w.n, w.k, static_cast<int64_t>(w.gemm)}; }
 }  // namespace
@@ -148,6 +155,7 @@ double WorkRates::seconds(const model::PlannedWork& w) const {
     }
     case model::PlannedWork::Kind::Memory: return calls * static_cast<double>(w.bytes) / memory_rate(w.bytes);
     case model::PlannedWork::Kind::Exp: return calls * static_cast<double>(w.elements) / exps_per_s;
+    case model::PlannedWork::Kind::Call: return calls * call_s.at(call_key(w));
     case model::PlannedWork::Kind::Weights: {
       const auto it = weight_bytes_per_s.find(w.tensor);
       return calls * static_cast<double>(w.bytes) / (it != weight_bytes_per_s.end() ? it->second : memory_rate(w.bytes));
@@ -184,12 +192,142 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng) {
 
 }  // namespace
 
+std::string collective_key(const model::PlannedCollective& p) {
+  return std::to_string(static_cast<int>(p.role)) + " " + p.name + " " + std::to_string(p.floats);
+}
+
+namespace {
+
+dist::Group& group_of(model::Role role, const PlanMesh& m, dist::Device& dev) {
+  return role == model::Role::Tensor ? dev.axis(m.tensor_axis) : role == model::Role::Data ? dev.axis(m.data_axis) : dev.world();
+}
+
+// One call of `p` as the model and the optimizer make it: all_sum / all_max over `floats`,
+// all_gather into `floats` (each member's even share in), reduce_scatter of `floats` (a share out).
+void run_collective(const model::PlannedCollective& p, dist::Group& g, std::vector<float>& whole, std::vector<float>& share) {
+  const auto counts = dist::even_split_counts(p.floats, g.size());
+  const auto mine = static_cast<size_t>(counts[static_cast<size_t>(g.rank())]);
+  const std::string_view name = p.name;
+  if (name == "all_sum") g.all_sum(whole);
+  else if (name == "all_max") g.all_max(whole);
+  else if (name == "all_gather") g.all_gather_v(std::span<const float>(share.data(), mine), whole, counts);
+  else if (name == "reduce_scatter") g.reduce_scatter_v(whole, std::span<float>(share.data(), mine), counts);
+  else throw std::logic_error(std::string("plan report: no way to run collective ") + p.name);
+}
+
+// Seconds per call of each distinct collective of `comm` (collective_key), the slowest device's.
+std::map<std::string, double> measure_collectives(const std::vector<model::PlannedCollective>& comm, const PlanMesh& m,
+                                                  double seconds) {
+  std::vector<const model::PlannedCollective*> distinct;
+  for (const auto& c : comm)
+    if (std::none_of(distinct.begin(), distinct.end(), [&](auto* d) { return collective_key(*d) == collective_key(c); }))
+      distinct.push_back(&c);
+  std::vector<std::vector<double>> took(distinct.size(), std::vector<double>(static_cast<size_t>(m.devices())));
+  if (distinct.empty()) return {};
+  const dist::Mesh mesh({{m.data_axis, m.data}, {m.tensor_axis, m.tensor}});
+  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+    for (size_t i = 0; i < distinct.size(); ++i) {
+      const model::PlannedCollective& p = *distinct[i];
+      dist::Group& g = group_of(p.role, m, dev);
+      std::vector<float> whole(static_cast<size_t>(p.floats), 1.0f), share(whole.size());
+      dev.world().barrier();
+      run_collective(p, g, whole, share);  // warm-up, and a first measure of its time
+      const auto t0 = Clock::now();
+      run_collective(p, g, whole, share);
+      // the same count of calls on every device (each deciding by its own clock would not match)
+      float reps = static_cast<float>(std::clamp(seconds / std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-7), 2.0, 200.0));
+      dev.world().all_max(std::span<float>(&reps, 1));
+      dev.world().barrier();
+      const auto t1 = Clock::now();
+      for (int r = 0; r < static_cast<int>(reps); ++r) run_collective(p, g, whole, share);
+      took[i][static_cast<size_t>(dev.rank())] = std::chrono::duration<double>(Clock::now() - t1).count() / static_cast<int>(reps);
+    }
+  });
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < distinct.size(); ++i)
+    out[collective_key(*distinct[i])] = *std::max_element(took[i].begin(), took[i].end());
+  return out;
+}
+
+// Seconds of one attention call at the item's shape, on random q, k, v (and output gradients).
+double time_attention_call(const model::PlannedWork& w, std::mt19937& rng, double seconds) {
+  std::vector<int> kv_of(static_cast<size_t>(w.heads));  // [NH] as model/shard_plan.h pairs them
+  for (int64_t h = 0; h < w.heads; ++h) kv_of[static_cast<size_t>(h)] = static_cast<int>(h / (w.heads / w.kv_heads));
+  const nn::AttentionShape shape{static_cast<int>(w.heads), static_cast<int>(w.kv_heads), static_cast<int>(w.head_size), kv_of};
+  const int64_t B = w.m, T = w.n, N = B * T;
+  const auto qkv = random_floats(static_cast<size_t>(N * shape.qkv_dim()), rng);    // [N, QL + 2 KVL]
+  const auto dout = random_floats(static_cast<size_t>(N * shape.q_dim()), rng);     // [N, QL]
+  std::vector<float> out(static_cast<size_t>(N * shape.q_dim())), dqkv(qkv.size());  // [N, QL], [N, QL + 2 KVL]
+  std::vector<float> att(static_cast<size_t>(B * w.heads * T * T));                // [B, NH, T, T]
+  nn::attention_forward(out.data(), att.data(), qkv.data(), B, T, shape);  // the backward reads att
+  if (w.op == model::PlannedWork::Op::AttentionForward)
+    return seconds_per_call([&] { nn::attention_forward(out.data(), att.data(), qkv.data(), B, T, shape); }, seconds);
+  return seconds_per_call([&] { nn::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, shape); },
+                          seconds);
+}
+
+// Seconds of one rmsnorm call over [N, C] (forward: out, rstd from x; backward: dx, dweight from dy).
+double time_rmsnorm_call(const model::PlannedWork& w, std::mt19937& rng, double seconds) {
+  const int64_t N = w.m, C = w.n;
+  const auto x = random_floats(static_cast<size_t>(N * C), rng), dy = random_floats(x.size(), rng);  // [N, C]
+  const auto weight = random_floats(static_cast<size_t>(C), rng);                                   // [C]
+  std::vector<float> out(x.size()), dweight(weight.size()), rstd(static_cast<size_t>(N));           // [N, C], [C], [N]
+  nn::rmsnorm_forward(out.data(), rstd.data(), x.data(), weight.data(), N, C, 1e-5f);
+  if (w.op == model::PlannedWork::Op::RmsNormForward)
+    return seconds_per_call([&] { nn::rmsnorm_forward(out.data(), rstd.data(), x.data(), weight.data(), N, C, 1e-5f); },
+                            seconds);
+  return seconds_per_call(
+      [&] { nn::rmsnorm_backward(out.data(), dweight.data(), dy.data(), x.data(), weight.data(), rstd.data(), N, C); },
+      seconds);
+}
+
+// Seconds of RoPE over N rows of q|k (rows at positions 0..T-1 in turn), as model/llama.cpp does.
+double time_rope_call(const model::PlannedWork& w, std::mt19937& rng, double seconds) {
+  const int64_t N = w.m, T = w.n, QL = w.heads * w.head_size, QK = QL + w.kv_heads * w.head_size;
+  const nn::RopeTable rope(static_cast<int>(T), static_cast<int>(w.head_size), 10000.0f);
+  auto qk = random_floats(static_cast<size_t>(N * QK), rng);  // [N, QL + KVL]
+  const bool forward = w.op == model::PlannedWork::Op::RopeForward;
+  return seconds_per_call([&] {
+    for (int64_t n = 0; n < N; ++n) {
+      float* row = qk.data() + n * QK;
+      const int pos = static_cast<int>(n % T);
+      if (forward) {
+        rope.forward(row, static_cast<int>(w.heads), pos);
+        rope.forward(row + QL, static_cast<int>(w.kv_heads), pos);
+      } else {
+        rope.backward(row, static_cast<int>(w.heads), pos);
+        rope.backward(row + QL, static_cast<int>(w.kv_heads), pos);
+      }
+    }
+  }, seconds);
+}
+
+double time_call(const model::PlannedWork& w, std::mt19937& rng, double seconds) {
+  using Op = model::PlannedWork::Op;
+  switch (w.op) {
+    case Op::AttentionForward:
+    case Op::AttentionBackward: return time_attention_call(w, rng, seconds);
+    case Op::RmsNormForward:
+    case Op::RmsNormBackward: return time_rmsnorm_call(w, rng, seconds);
+    case Op::RopeForward:
+    case Op::RopeBackward: return time_rope_call(w, rng, seconds);
+  }
+  return 0;
+}
+
+}  // namespace
+
 WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
-                             int devices, int blas_threads, double given_gflops, double seconds) {
+                             const PlanMesh& mesh, int blas_threads, double given_gflops, double seconds) {
+  const int devices = mesh.devices();
   std::vector<std::array<int64_t, 4>> shapes;  // distinct gemm_key, in order
   std::vector<int64_t> classes;
+  std::vector<const model::PlannedWork*> calls;  // distinct call_key, in order
   bool exps = false;
   for (const auto& w : work) {
+    if (w.kind == model::PlannedWork::Kind::Call &&
+        std::none_of(calls.begin(), calls.end(), [&](auto* c) { return call_key(*c) == call_key(w); }))
+      calls.push_back(&w);
     if (w.kind == model::PlannedWork::Kind::Matmul && given_gflops <= 0 &&
         std::find(shapes.begin(), shapes.end(), gemm_key(w)) == shapes.end())
       shapes.push_back(gemm_key(w));
@@ -204,6 +342,7 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
   const size_t D = static_cast<size_t>(devices);
   std::vector<std::vector<double>> shape_s(shapes.size(), std::vector<double>(D)), class_s(classes.size(), std::vector<double>(D));
   std::vector<double> exp_s(D);
+  std::vector<std::vector<double>> call_seconds(calls.size(), std::vector<double>(D));
   constexpr int64_t EXP_N = 4096;
   dist::RunOptions options;
   options.blas_threads = blas_threads;
@@ -233,6 +372,10 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
         asm volatile("" : : "r"(z.data()) : "memory");  // keep the stores
       }, seconds) / static_cast<double>(n * 12);
     }
+    for (size_t i = 0; i < calls.size(); ++i) {
+      dev.world().barrier();
+      call_seconds[i][d] = time_call(*calls[i], rng, seconds);
+    }
     if (exps) {
       const auto x = random_floats(EXP_N, rng);
       std::vector<float> y(EXP_N);
@@ -249,6 +392,8 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
   }
   for (size_t i = 0; i < classes.size(); ++i) r.bytes_per_s[classes[i]] = 1.0 / slowest(class_s[i]);
   if (exps) r.exps_per_s = 1.0 / slowest(exp_s);
+  for (size_t i = 0; i < calls.size(); ++i) r.call_s[call_key(*calls[i])] = slowest(call_seconds[i]);
+  r.collective_s = measure_collectives(comm, mesh, seconds);
   return r;
 }
 
@@ -317,8 +462,10 @@ std::map<std::string, double> measure_weight_rates(const std::vector<model::Plan
 }
 
 double collective_seconds(const model::PlannedCollective& p, const PlanMesh& m, const WorkRates& rates) {
-  const double copy = 2.0 * static_cast<double>(p.bytes()) / rates.memory_rate(2 * p.bytes());
-  return std::max(modelled_seconds(p, m), copy);
+  const auto measured = rates.collective_s.find(collective_key(p));
+  const double floor = measured != rates.collective_s.end() ? measured->second
+                                                            : 2.0 * static_cast<double>(p.bytes()) / rates.memory_rate(2 * p.bytes());
+  return std::max(modelled_seconds(p, m), floor);
 }
 
 Prediction predict(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
@@ -327,7 +474,8 @@ Prediction predict(const std::vector<model::PlannedWork>& work, const std::vecto
   double backward_s = 0;
   for (const auto& w : work) {
     const double s = rates.seconds(w);
-    (w.kind == model::PlannedWork::Kind::Matmul ? p.matmul_s : w.kind == model::PlannedWork::Kind::Exp ? p.exp_s : p.memory_s) += s;
+    using K = model::PlannedWork::Kind;
+    (w.kind == K::Matmul ? p.matmul_s : w.kind == K::Call ? p.calls_s : w.kind == K::Exp ? p.exp_s : p.memory_s) += s;
     if (w.backward) backward_s += s;
   }
   double buckets_s = 0, last_bucket_s = 0;
@@ -344,34 +492,45 @@ Prediction predict(const std::vector<model::PlannedWork>& work, const std::vecto
 }
 
 void print_work(const std::vector<model::PlannedWork>& work, const WorkRates& rates, std::ostream& out) {
+  struct Sum {
+    double seconds = 0, flops = 0, bytes = 0, calls = 0;
+    bool timed_call = false;  // Kind::Call: each call timed at its shape
+  };
   std::vector<std::string> order;
-  std::map<std::string, std::array<double, 3>> sums;  // what -> {seconds, flops, bytes}
+  std::map<std::string, Sum> sums;  // by what
   for (const auto& w : work) {
     if (!sums.count(w.what)) order.push_back(w.what);
-    auto& s = sums[w.what];
-    s[0] += rates.seconds(w);
-    s[1] += w.flops();
-    s[2] += static_cast<double>(w.bytes * w.calls);
+    Sum& s = sums[w.what];
+    s.seconds += rates.seconds(w);
+    s.flops += w.flops();
+    s.bytes += static_cast<double>(w.bytes * w.calls);
+    s.calls += static_cast<double>(w.calls);
+    s.timed_call |= w.kind == model::PlannedWork::Kind::Call;
   }
   for (const std::string& what : order) {
-    const auto& [sec, flops, bytes] = sums[what];
+    const Sum& s = sums[what];
     char line[200];
-    if (flops > 0)
-      std::snprintf(line, sizeof line, "    %-32s %10s  %8.3f GFLOP at %6.1f GFLOP/s\n", what.c_str(), duration(sec).c_str(),
-                    flops / 1e9, flops / sec / 1e9);
-    else if (bytes > 0)
-      std::snprintf(line, sizeof line, "    %-32s %10s  %8.1f MB at %6.1f GB/s\n", what.c_str(), duration(sec).c_str(),
-                    bytes / 1e6, bytes / sec / 1e9);
+    if (s.flops > 0)
+      std::snprintf(line, sizeof line, "    %-32s %10s  %8.3f GFLOP at %6.1f GFLOP/s%s\n", what.c_str(),
+                    duration(s.seconds).c_str(), s.flops / 1e9, s.flops / s.seconds / 1e9,
+                    s.timed_call ? " (calls timed at their shape)" : "");
+    else if (s.timed_call)
+      std::snprintf(line, sizeof line, "    %-32s %10s  %8.0f calls of %s (timed at their shape)\n", what.c_str(),
+                    duration(s.seconds).c_str(), s.calls, duration(s.seconds / s.calls).c_str());
+    else if (s.bytes > 0)
+      std::snprintf(line, sizeof line, "    %-32s %10s  %8.1f MB at %6.1f GB/s\n", what.c_str(), duration(s.seconds).c_str(),
+                    s.bytes / 1e6, s.bytes / s.seconds / 1e9);
     else
-      std::snprintf(line, sizeof line, "    %-32s %10s  (exponentials at %.0f M/s)\n", what.c_str(), duration(sec).c_str(),
+      std::snprintf(line, sizeof line, "    %-32s %10s  (exponentials at %.0f M/s)\n", what.c_str(), duration(s.seconds).c_str(),
                     rates.exps_per_s / 1e6);
     out << line;
   }
 }
 
 std::string describe(const Prediction& p) {
-  std::string s = "matmul " + duration(p.matmul_s) + " + memory " + duration(p.memory_s) + " + exp " + duration(p.exp_s) +
-                  " + collectives " + duration(p.collectives_s);
+  std::string s = "matmul " + duration(p.matmul_s) + (p.calls_s > 0 ? " + timed calls " + duration(p.calls_s) : "") +
+                  " + memory " + duration(p.memory_s) + " + exp " + duration(p.exp_s) + " + collectives " +
+                  duration(p.collectives_s);
   if (p.hidden_s > 0) s += " - overlapped " + duration(p.hidden_s);
   return s + " = " + duration(p.total());
 }

@@ -41,7 +41,7 @@ void print_collectives(const std::vector<model::PlannedCollective>& plan, const 
 
 // The rates a prediction prices a step's work at (model/comm_plan.h PlannedWork), measured in the
 // same run with every device of the mesh at once, each device on its BLIS threads: GFLOP/s of a
-// gemm of each shape and layout the step uses, bytes/s of a read-2-write-1 pass over a working set of each
+// gemm of each shape and layout the step uses, seconds of each Call (attention, rmsnorm, RoPE) run at its shape, bytes/s of a read-2-write-1 pass over a working set of each
 // size class (a power of two: an item that stays in cache runs at cache speed), exponentials/s
 // of tensor/vec_math.h's exp_sum. The slowest device's rate counts (devices wait for each other).
 struct WorkRates {
@@ -49,15 +49,21 @@ struct WorkRates {
   std::map<std::array<int64_t, 4>, double> gflops;  // by gemm {m, n, k, layout (PlannedWork::Gemm)}
   std::map<int64_t, double> bytes_per_s;            // by working-set class (working_set_class)
   double exps_per_s = 0;
+  std::map<std::array<int64_t, 6>, double> call_s;  // seconds of one Call, by call_key
   std::map<std::string, double> weight_bytes_per_s;  // decode's matvec kernels, by PlannedWork::tensor (measure_weight_rates)
+  // Seconds of one call of each planned collective run for real on the mesh without modelled
+  // links (the backend's copies, sums and synchronisation), by collective_key.
+  std::map<std::string, double> collective_s;
   double seconds(const model::PlannedWork& w) const;  // of all of w's calls
   double memory_rate(int64_t bytes) const;             // bytes/s for a pass of `bytes`
 };
+std::array<int64_t, 6> call_key(const model::PlannedWork& w);  // {op, B, T, heads, kv_heads, HS}
 int64_t working_set_class(int64_t bytes);  // the power of two >= bytes, within [16 KB, 64 MB]
-// Measures what `work` and the copies of `comm` need (about `seconds` per rate); with given_gflops
-// > 0 the matmuls are not measured.
+std::string collective_key(const model::PlannedCollective& p);  // "tensor all_sum 4096"
+// Measures what `work` needs and runs each distinct collective of `comm` on `mesh`'s groups (about
+// `seconds` per rate, every device at once); with given_gflops > 0 the matmuls are not measured.
 WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
-                             int devices, int blas_threads, double given_gflops = 0, double seconds = 0.02);
+                             const PlanMesh& mesh, int blas_threads, double given_gflops = 0, double seconds = 0.02);
 
 // Bytes/s of each Weights item of `work` (keyed by its tensor) through the kernel the model runs it
 // with -- a frozen model's tensor::PackedMatrix::matvec in the tensor's stored format, a trainable
@@ -69,15 +75,15 @@ std::map<std::string, double> measure_weight_rates(const std::vector<model::Plan
                                                    int64_t stream_bytes);
 
 // One call of `p` on the threads backend: its modelled time on its axis's link (dist/links.h), but
-// no less than the copy the backend does (the payload read and written once, 2 x bytes, at the
-// measured memory rate for that size).
+// no less than the call measured without links (WorkRates::collective_s; when not measured, the
+// payload read and written once, 2 x bytes, at the measured memory rate for that size).
 double collective_seconds(const model::PlannedCollective& p, const PlanMesh& mesh, const WorkRates& rates);
 
 struct Prediction {
-  double matmul_s = 0, memory_s = 0, exp_s = 0;  // the work items
+  double matmul_s = 0, calls_s = 0, memory_s = 0, exp_s = 0;  // the work items (calls: attention, norms, RoPE)
   double collectives_s = 0;                      // every call of every planned collective
   double hidden_s = 0;  // data-parallel buckets started during the last backward, overlapped with it
-  double total() const { return matmul_s + memory_s + exp_s + collectives_s - hidden_s; }
+  double total() const { return matmul_s + calls_s + memory_s + exp_s + collectives_s - hidden_s; }
 };
 // A step (or token): work at `rates`, plus collectives; with overlap_buckets every gradient bucket
 // but the last hides behind the last micro-batch's backward (train/loop.h), as far as it lasts.
@@ -85,7 +91,7 @@ Prediction predict(const std::vector<model::PlannedWork>& work, const std::vecto
                    const PlanMesh& mesh, const WorkRates& rates, bool overlap_buckets = false, int grad_accum = 1);
 // One line per kind of work (items of equal `what` summed): time, GFLOP or MB, the rate.
 void print_work(const std::vector<model::PlannedWork>& work, const WorkRates& rates, std::ostream& out);
-// "matmul 12.3 ms + memory 2.1 ms + exp 0.3 ms + collectives 1.2 ms - overlapped 0.4 ms = 15.5 ms"
+// "matmul 12.3 ms + timed calls 4.0 ms + memory 2.1 ms + exp 0.3 ms + collectives 1.2 ms - overlapped 0.4 ms = 19.5 ms"
 std::string describe(const Prediction& p);
 
 }  // namespace tpcli::cli

@@ -68,6 +68,7 @@ constexpr int64_t ATTENTION_ROWS = 64;   // nn/attention.cpp's ATT_ROWS: rows pe
 
 using Kind = PlannedWork::Kind;
 using Gemm = PlannedWork::Gemm;
+using Op = PlannedWork::Op;
 
 struct WorkList {
   std::vector<PlannedWork> items;
@@ -77,6 +78,18 @@ struct WorkList {
   }
   void memory(const std::string& what, int64_t bytes, int64_t calls) {
     if (bytes > 0 && calls > 0) items.push_back({Kind::Memory, what, 0, 0, 0, bytes, 0, calls, backward});
+  }
+  // nn/rmsnorm.h over [N, C]; nn/rope.h over N rows at positions 0..T-1, heads + kv_heads a row.
+  void rmsnorm(const std::string& what, PlannedWork::Op op, int64_t N, int64_t C, int64_t calls) {
+    PlannedWork c{Kind::Call, what, N, C, 0, 0, 0, calls, backward};
+    c.op = op;
+    if (N > 0 && calls > 0) items.push_back(c);
+  }
+  void rope(const std::string& what, PlannedWork::Op op, int64_t N, int64_t T, int64_t heads, int64_t kv_heads, int64_t HS,
+            int64_t calls) {
+    PlannedWork c{Kind::Call, what, N, T, 0, 0, 0, calls, backward};
+    c.op = op, c.heads = heads, c.kv_heads = kv_heads, c.head_size = HS;
+    if (N > 0 && calls > 0) items.push_back(c);
   }
   void exps(const std::string& what, int64_t elements, int64_t calls) {
     if (elements > 0 && calls > 0) items.push_back({Kind::Exp, what, 0, 0, 0, 0, elements, calls, backward});
@@ -91,26 +104,23 @@ struct WorkList {
   }
 };
 
-// nn/attention.cpp per sequence, local head and block of rows [r0, r0 + rows) attending to ctx =
-// r0 + rows positions: scores q k^T [rows, ctx], a causal softmax over the seen positions (pairs),
-// att v; backward 4 gemms and the softmax's gradient.
-void add_attention(WorkList& w, int64_t B, int64_t T, int64_t heads, int64_t HS, int64_t forwards, int64_t backwards) {
+// nn/attention.cpp's attention_forward / attention_backward on B sequences of T rows: per local
+// head and block of rows [r0, r0 + rows) attending to ctx = r0 + rows positions, scores q k^T
+// [rows, ctx] and att v forward (2 gemms, a causal softmax between), 4 gemms backward.
+void add_attention(WorkList& w, int64_t B, int64_t T, int64_t heads, int64_t kv_heads, int64_t HS, int64_t forwards,
+                   int64_t backwards) {
+  double forward_flops = 0;
   for (int64_t r0 = 0; r0 < T; r0 += ATTENTION_ROWS) {
     const int64_t rows = std::min(ATTENTION_ROWS, T - r0), ctx = r0 + rows;
-    const int64_t pairs = rows * r0 + rows * (rows + 1) / 2, blocks = B * heads;
-    w.matmul("attention q k^T, att v", Gemm::NT, rows, ctx, HS, blocks * forwards);
-    w.matmul("attention q k^T, att v", Gemm::NN, rows, HS, ctx, blocks * forwards);
-    // max, exp (read + write), scale (read + write) over the seen positions, zeros above them
-    w.memory("attention softmax", F32 * (5 * pairs + rows * ctx - pairs), blocks * forwards);
-    w.exps("attention softmax exps", pairs, blocks * forwards);
-    w.backward = true;
-    w.matmul("attention backward", Gemm::NT, rows, ctx, HS, blocks * backwards);  // datt = dy v^T
-    w.matmul("attention backward", Gemm::TN, ctx, HS, rows, blocks * backwards);  // dv += att^T dy
-    w.matmul("attention backward", Gemm::NN, rows, HS, ctx, blocks * backwards);  // dq += dpre k
-    w.matmul("attention backward", Gemm::TN, ctx, HS, rows, blocks * backwards);  // dk += dpre^T q
-    w.memory("attention softmax backward", F32 * (5 * pairs + rows * ctx - pairs), blocks * backwards);
-    w.backward = false;
+    forward_flops += 2.0 * 2.0 * static_cast<double>(rows * ctx * HS * B * heads);
   }
+  PlannedWork call{Kind::Call, "attention forward", B, T, 0, 0, 0, forwards};
+  call.op = Op::AttentionForward;
+  call.heads = heads, call.kv_heads = kv_heads, call.head_size = HS, call.call_flops = forward_flops;
+  if (forwards > 0 && heads > 0) w.items.push_back(call);
+  call.what = "attention backward", call.op = Op::AttentionBackward, call.calls = backwards;
+  call.backward = true, call.call_flops = 2 * forward_flops;
+  if (backwards > 0 && heads > 0) w.items.push_back(call);
 }
 
 }  // namespace
@@ -125,10 +135,10 @@ std::vector<PlannedWork> plan_train_work(const LlamaConfig& c, const ShardPlan& 
   w.memory("embedding rows", 2 * F32 * N * C, 1);
   // per block: attention rmsnorm, wq|wk|wv, RoPE, attention, wo, residual, ffn rmsnorm, w1|w3, SwiGLU, w2, residual
   w.memory("x_in saved", 2 * F32 * N * C, fwd);
-  w.memory("rmsnorm", 2 * F32 * N * C, 2 * fwd);
+  w.rmsnorm("rmsnorm", Op::RmsNormForward, N, C, 2 * fwd);
   for (int64_t rows_of_part : {QL, KVL, KVL}) w.linear("wq|wk|wv", N, rows_of_part, C, fwd, L);
-  w.memory("RoPE", 2 * F32 * N * (QL + KVL), fwd);
-  add_attention(w, rows, seq_len, p.heads.count, HS, fwd, L);
+  w.rope("RoPE", Op::RopeForward, N, seq_len, p.heads.count, p.kv_heads.count, HS, fwd);
+  add_attention(w, rows, seq_len, p.heads.count, p.kv_heads.count, HS, fwd, L);
   w.linear("wo", N, C, QL, fwd, L);
   w.memory("residual adds", 3 * F32 * N * C, 2 * fwd);
   for (int part = 0; part < 2; ++part) w.linear("w1|w3", N, FL, C, fwd, L);
@@ -136,17 +146,17 @@ std::vector<PlannedWork> plan_train_work(const LlamaConfig& c, const ShardPlan& 
   w.exps("SwiGLU sigmoids", N * FL, fwd);
   w.linear("w2", N, C, FL, fwd, L);
   // final rmsnorm, classifier, vocab-split cross-entropy: max, exp-sum (read + write), normalise (read + write)
-  w.memory("rmsnorm", 2 * F32 * N * C, 1);
+  w.rmsnorm("rmsnorm", Op::RmsNormForward, N, C, 1);
   w.linear("classifier", N, VL, C, 1, 1);
   w.memory("cross-entropy", 5 * F32 * N * VL, 1);
   w.exps("cross-entropy exps", N * VL, 1);
   // backward: dlogits zero-filled then probs added; rmsnorm backward reads dy and x, adds into dx
   w.backward = true;
   w.memory("cross-entropy backward", 4 * F32 * N * VL, 1);
-  w.memory("rmsnorm backward", 4 * F32 * N * C, 1 + 2 * L);
+  w.rmsnorm("rmsnorm backward", Op::RmsNormBackward, N, C, 1 + 2 * L);
   w.memory("SwiGLU backward", 5 * F32 * N * FL, L);
   w.exps("SwiGLU sigmoids", N * FL, L);
-  w.memory("RoPE", 2 * F32 * N * (QL + KVL), L);
+  w.rope("RoPE backward", Op::RopeBackward, N, seq_len, p.heads.count, p.kv_heads.count, HS, L);
   // gradient buffers zero-filled per call: dxf, dx; per block dxn (twice), dy, dqkv, dg
   w.memory("zero-filled gradient buffers", F32 * 2 * N * C, 1);
   w.memory("zero-filled gradient buffers", F32 * N * (2 * C + QL + (QL + 2 * KVL) + FL), L);

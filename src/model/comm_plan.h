@@ -60,8 +60,15 @@ std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& config,
 // cache or DRAM), exponentials (softmax, sigmoid: tensor/vec_math.h's vector exp sets the rate),
 // weights streamed through the decode matvec kernels (one matrix of [m, k] as stored, `bytes` a call:
 // the format's kernel at that shape sets the rate; it may dequantize slower than memory delivers).
+// A call (an nn/ operation too entangled to price by parts: attention's small gemms, with softmax
+// rows between them, are bound by BLIS's per-call cost and the strided operands; the norms' and
+// RoPE's short scalar rows run well below the memory rate) is priced by running that operation
+// at its shape.
 struct PlannedWork {
-  enum class Kind { Matmul, Memory, Exp, Weights };
+  enum class Kind { Matmul, Memory, Exp, Weights, Call };
+  // Call: nn/attention.h's on m = B sequences of n = T rows; nn/rmsnorm.h's on [m = N, n = C];
+  // nn/rope.h's over m = N rows of n = T positions (q's heads and k's kv_heads each row).
+  enum class Op { AttentionForward, AttentionBackward, RmsNormForward, RmsNormBackward, RopeForward, RopeBackward };
   // Which operands the gemm reads transposed (row-major): NT = a[m, k] @ b[n, k]^T (a linear
   // forward), NN = a[m, k] @ b[k, n] (an input gradient), TN = a[k, m]^T @ b[k, n] (a weight
   // gradient). BLIS packs each layout differently, so each has its own rate.
@@ -75,14 +82,22 @@ struct PlannedWork {
   bool backward = false;      // part of the backward pass (data-parallel buckets overlap with it)
   Gemm gemm = Gemm::NT;       // Matmul
   std::string tensor;         // Weights: the parameter read (llama_parameters' name, layer 0: its stored format)
-  double flops() const { return kind == Kind::Matmul ? 2.0 * static_cast<double>(m * n) * static_cast<double>(k) * static_cast<double>(calls) : 0.0; }
+  Op op = Op::AttentionForward;  // Call
+  int64_t heads = 0, kv_heads = 0, head_size = 0;  // Call: local heads, local KV heads, HS
+  double call_flops = 0;      // Call: the FLOPs of its gemms, per call
+  double flops() const {
+    const double c = static_cast<double>(calls);
+    if (kind == Kind::Call) return call_flops * c;
+    return kind == Kind::Matmul ? 2.0 * static_cast<double>(m * n) * static_cast<double>(k) * c : 0.0;
+  }
 };
 
 // What one forward_backward of rows x seq_len tokens does on one device of `plan`, item by item:
-// every gemm of the linear layers (forward; backward: input gradient and weight gradient) and of
-// the blocked causal attention (nn/attention.cpp: blocks of 64 rows, 2 gemms forward, 4 backward),
-// the classifier, and the passes over memory around them (norms, RoPE, residuals, SwiGLU,
-// softmax, cross-entropy, the zero-filled gradient buffers). With recompute, the blocks' forward
+// every gemm of the linear layers (forward; backward: input gradient and weight gradient), the
+// blocked causal attention as calls (nn/attention.cpp: blocks of 64 rows, 2 gemms and a softmax
+// forward, 4 gemms and the softmax's gradient backward; their FLOPs are the gemms'),
+// the classifier, the norms and RoPE as calls, and the passes over memory around them (residuals,
+// SwiGLU, cross-entropy, the zero-filled gradient buffers). With recompute, the blocks' forward
 // twice. Dense models only (throws for MoE, like the collectives).
 std::vector<PlannedWork> plan_train_work(const LlamaConfig& config, const ShardPlan& plan, int64_t rows, int64_t seq_len,
                                          bool recompute);

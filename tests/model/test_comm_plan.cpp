@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 
 #include "dist/runtime.h"
 #include "dist/trace.h"
@@ -110,14 +111,53 @@ TEST_CASE("comm plan: the training work's gemm FLOPs are the count from the dims
     INFO(T << " device(s)");
     CHECK(model::train_flops(c, p, rows, seq_len, false) == Approx(3 * (forward_blocks + 2 * head_macs)));
     CHECK(model::train_flops(c, p, rows, seq_len, true) == Approx(4 * forward_blocks + 3 * 2 * head_macs));
-    // every item has a positive size and count; the gemm layouts are those of nn/linear.cpp
+    // every item has a positive size and count; the gemm layouts are those of nn/linear.cpp;
+    // attention is one call per layer forward and one backward, on this device's heads
+    int64_t attention_calls = 0;
     for (const model::PlannedWork& w : model::plan_train_work(c, p, rows, seq_len, false)) {
       CHECK(w.calls > 0);
+      using Op = model::PlannedWork::Op;
+      if (w.kind == model::PlannedWork::Kind::Call && (w.op == Op::AttentionForward || w.op == Op::AttentionBackward)) {
+        CHECK((w.m == rows && w.n == seq_len && w.heads == 8 / T && w.kv_heads == 4 / T && w.head_size == 4));
+        CHECK(w.backward == (w.op == Op::AttentionBackward));
+        attention_calls += w.calls;
+      }
       if (w.what.ends_with(" weight gradient")) CHECK(w.gemm == model::PlannedWork::Gemm::TN);
       if (w.what.ends_with(" input gradient")) CHECK(w.gemm == model::PlannedWork::Gemm::NN);
-      if (w.what.ends_with(" forward")) CHECK(w.gemm == model::PlannedWork::Gemm::NT);
+      if (w.what.ends_with(" forward") && w.kind == model::PlannedWork::Kind::Matmul) CHECK(w.gemm == model::PlannedWork::Gemm::NT);
     }
+    CHECK(attention_calls == 2 * L);
   }
+}
+
+// The norms and RoPE as timed calls, counted from the layers: per layer two rmsnorms forward and two
+// backward, plus the final norm once each way, over N = rows x seq_len rows of C; RoPE over the N rows
+// (q's local heads and k's local KV heads) once forward per block forward and once backward per layer.
+TEST_CASE("comm plan: the training work's norm and RoPE calls are counted from the layers, recompute adding forwards") {
+  const LlamaConfig c = shapes()[0].config;  // dim 32, 8 heads (HS 4), 4 KV heads, 2 layers
+  const int64_t rows = 2, seq_len = 12, N = rows * seq_len, L = 2;
+  for (int T : {1, 2})
+    for (bool recompute : {false, true}) {
+      INFO(T << " device(s)" << (recompute ? ", recompute" : ""));
+      const int64_t forwards = recompute ? 2 * L : L;
+      std::map<model::PlannedWork::Op, int64_t> calls;
+      for (const model::PlannedWork& w : model::plan_train_work(c, model::plan_shards(c, T, 0), rows, seq_len, recompute)) {
+        if (w.kind != model::PlannedWork::Kind::Call) continue;
+        calls[w.op] += w.calls;
+        using Op = model::PlannedWork::Op;
+        CHECK(w.backward == (w.op == Op::RmsNormBackward || w.op == Op::RopeBackward || w.op == Op::AttentionBackward));
+        if (w.op == Op::RmsNormForward || w.op == Op::RmsNormBackward) CHECK((w.m == N && w.n == c.dim));
+        if (w.op == Op::RopeForward || w.op == Op::RopeBackward)
+          CHECK((w.m == N && w.n == seq_len && w.heads == 8 / T && w.kv_heads == 4 / T && w.head_size == 4));
+      }
+      using Op = model::PlannedWork::Op;
+      CHECK(calls[Op::RmsNormForward] == 2 * forwards + 1);
+      CHECK(calls[Op::RmsNormBackward] == 2 * L + 1);
+      CHECK(calls[Op::RopeForward] == forwards);
+      CHECK(calls[Op::RopeBackward] == L);
+      CHECK(calls[Op::AttentionForward] == forwards);
+      CHECK(calls[Op::AttentionBackward] == L);
+    }
 }
 
 namespace {

@@ -98,7 +98,15 @@ TEST_CASE("step plan: the optimizer's work is counted from the parameters, halve
   const auto accumulated = train::plan_step_work(c, layout, 3);
   CHECK(train::step_flops(c, layout, 3) == Approx(3 * train::step_flops(c, layout, 1)));
   CHECK(bytes_of(accumulated, "AdamW") == 28 * P);
-  CHECK(bytes_of(accumulated, "rmsnorm") == 3 * bytes_of(work, "rmsnorm"));
+  const auto calls_of = [](const std::vector<model::PlannedWork>& work, const std::string& what) {
+    int64_t n = 0;
+    for (const auto& w : work)
+      if (w.what == what) n += w.calls;
+    return n;
+  };
+  CHECK(calls_of(work, "rmsnorm") == 2 * 2 + 1);  // attention and ffn norms per layer, the final one
+  CHECK(calls_of(accumulated, "rmsnorm") == 3 * calls_of(work, "rmsnorm"));
+  CHECK(bytes_of(accumulated, "residual adds") == 3 * bytes_of(work, "residual adds"));
   layout.data = 2;
   layout.shard_optimizer = true;
   layout.bucket_elems = 1 << 30;  // one bucket: device 0 holds the moments of its first half (even_split)
