@@ -13,10 +13,9 @@
 // cores / devices, would let 1x1 run its large gemms on every core).
 // Predicted step time (cli/plan_report.h): device 0's work items (train/step_plan.h: every gemm at
 // its shape, the passes over memory, the exponentials, AdamW) at rates measured just before with
-// every device of the mesh running at once, plus its collectives (the modelled time under
-// [mesh.links] / --link, at least the same call measured
-// without links on the threads backend), less the gradient buckets that overlap the
-// last backward. The line under each row gives the parts.
+// every device of the mesh running at once, plus its collectives (each call run on the mesh's
+// groups under [mesh.links] / --link: the modelled time and the backend's own cost), less the
+// gradient buckets that overlap the last backward. The line under each row gives the parts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>

@@ -215,7 +215,9 @@ void run_collective(const model::PlannedCollective& p, dist::Group& g, std::vect
   else throw std::logic_error(std::string("plan report: no way to run collective ") + p.name);
 }
 
-// Seconds per call of each distinct collective of `comm` (collective_key), the slowest device's.
+// Seconds per call of each distinct collective of `comm` (collective_key), the slowest device's,
+// run on the mesh's groups under its modelled links (dist/links.h: the backend holds a call until
+// its modelled end, waking a little after it).
 std::map<std::string, double> measure_collectives(const std::vector<model::PlannedCollective>& comm, const PlanMesh& m,
                                                   double seconds) {
   std::vector<const model::PlannedCollective*> distinct;
@@ -225,6 +227,8 @@ std::map<std::string, double> measure_collectives(const std::vector<model::Plann
   std::vector<std::vector<double>> took(distinct.size(), std::vector<double>(static_cast<size_t>(m.devices())));
   if (distinct.empty()) return {};
   const dist::Mesh mesh({{m.data_axis, m.data}, {m.tensor_axis, m.tensor}});
+  dist::RunOptions options;
+  options.links = m.links;  // the backend holding each call until its modelled end, as in the run
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
     for (size_t i = 0; i < distinct.size(); ++i) {
       const model::PlannedCollective& p = *distinct[i];
@@ -242,7 +246,7 @@ std::map<std::string, double> measure_collectives(const std::vector<model::Plann
       for (int r = 0; r < static_cast<int>(reps); ++r) run_collective(p, g, whole, share);
       took[i][static_cast<size_t>(dev.rank())] = std::chrono::duration<double>(Clock::now() - t1).count() / static_cast<int>(reps);
     }
-  });
+  }, options);
   std::map<std::string, double> out;
   for (size_t i = 0; i < distinct.size(); ++i)
     out[collective_key(*distinct[i])] = *std::max_element(took[i].begin(), took[i].end());

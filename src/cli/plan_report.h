@@ -51,8 +51,9 @@ struct WorkRates {
   double exps_per_s = 0;
   std::map<std::array<int64_t, 6>, double> call_s;  // seconds of one Call, by call_key
   std::map<std::string, double> weight_bytes_per_s;  // decode's matvec kernels, by PlannedWork::tensor (measure_weight_rates)
-  // Seconds of one call of each planned collective run for real on the mesh without modelled
-  // links (the backend's copies, sums and synchronisation), by collective_key.
+  // Seconds of one call of each planned collective run for real on the mesh under its modelled
+  // links (the backend's copies, sums, synchronisation and its wait for the modelled end), by
+  // collective_key.
   std::map<std::string, double> collective_s;
   double seconds(const model::PlannedWork& w) const;  // of all of w's calls
   double memory_rate(int64_t bytes) const;             // bytes/s for a pass of `bytes`
@@ -60,7 +61,8 @@ struct WorkRates {
 std::array<int64_t, 6> call_key(const model::PlannedWork& w);  // {op, B, T, heads, kv_heads, HS}
 int64_t working_set_class(int64_t bytes);  // the power of two >= bytes, within [16 KB, 64 MB]
 std::string collective_key(const model::PlannedCollective& p);  // "tensor all_sum 4096"
-// Measures what `work` needs and runs each distinct collective of `comm` on `mesh`'s groups (about
+// Measures what `work` needs and runs each distinct collective of `comm` on `mesh`'s groups, under
+// its links (about
 // `seconds` per rate, every device at once); with given_gflops > 0 the matmuls are not measured.
 WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
                              const PlanMesh& mesh, int blas_threads, double given_gflops = 0, double seconds = 0.02);
@@ -75,7 +77,7 @@ std::map<std::string, double> measure_weight_rates(const std::vector<model::Plan
                                                    int64_t stream_bytes);
 
 // One call of `p` on the threads backend: its modelled time on its axis's link (dist/links.h), but
-// no less than the call measured without links (WorkRates::collective_s; when not measured, the
+// no less than the same call measured on the mesh (WorkRates::collective_s; when not measured, the
 // payload read and written once, 2 x bytes, at the measured memory rate for that size).
 double collective_seconds(const model::PlannedCollective& p, const PlanMesh& mesh, const WorkRates& rates);
 
