@@ -348,6 +348,7 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
   std::vector<double> exp_s(D);
   std::vector<std::vector<double>> call_seconds(calls.size(), std::vector<double>(D));
   constexpr int64_t EXP_N = 4096;
+  constexpr size_t GEMM_STREAM_BYTES = size_t{64} << 20;  // each gemm shape's copies: beyond the caches
   dist::RunOptions options;
   options.blas_threads = blas_threads;
   dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
@@ -355,15 +356,27 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
     std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
     for (size_t i = 0; i < shapes.size(); ++i) {
       const auto [m, n, k, layout] = shapes[i];
-      const auto a = random_floats(static_cast<size_t>(m * k), rng), b = random_floats(static_cast<size_t>(n * k), rng);
-      std::vector<float> c(static_cast<size_t>(m * n));  // [m, n], row-major, as the model's calls lay them out
+      // Copies of the operands, one after another, taken in turn: a step's gemm finds its operands
+      // out of cache (its working set, the activations of every layer and the weights, is larger),
+      // so the rate is measured with them coming from memory, not hot from the previous call.
+      const size_t A = static_cast<size_t>(m * k), B = static_cast<size_t>(n * k), C = static_cast<size_t>(m * n);
+      const size_t copies = std::clamp<size_t>(GEMM_STREAM_BYTES / (4 * (A + B + C)), 1, 64);
+      std::vector<float> a = random_floats(A, rng), b = random_floats(B, rng);  // [copies, m, k], [copies, n, k] (or k, n)
+      std::vector<float> c(C * copies);  // [copies, m, n], row-major, as the model's calls lay them out
+      a.resize(A * copies), b.resize(B * copies);
+      for (size_t j = 1; j < copies; ++j) {
+        std::copy_n(a.begin(), A, a.begin() + static_cast<std::ptrdiff_t>(j * A));
+        std::copy_n(b.begin(), B, b.begin() + static_cast<std::ptrdiff_t>(j * B));
+      }
       const bool ta = layout == static_cast<int64_t>(model::PlannedWork::Gemm::TN);
       const bool tb = layout == static_cast<int64_t>(model::PlannedWork::Gemm::NT);
       using tensor::Trans;
+      size_t turn = 0;
       dev.world().barrier();
       shape_s[i][d] = seconds_per_call([&] {
-        tensor::gemm(ta ? Trans::Yes : Trans::No, tb ? Trans::Yes : Trans::No, m, n, k, 1.0f, a.data(), ta ? m : k,
-                     b.data(), tb ? k : n, 0.0f, c.data(), n);
+        const size_t j = turn++ % copies;
+        tensor::gemm(ta ? Trans::Yes : Trans::No, tb ? Trans::Yes : Trans::No, m, n, k, 1.0f, a.data() + j * A, ta ? m : k,
+                     b.data() + j * B, tb ? k : n, 0.0f, c.data() + j * C, n);
       }, seconds);
     }
     for (size_t i = 0; i < classes.size(); ++i) {

@@ -80,12 +80,14 @@ TEST_CASE("tpcli bench decode reports tokens/s next to the roofline", "[bench][c
   CHECK(out.find("f32 (as stored)") != std::string::npos);
   CHECK(out.find("\nbf16 ") != std::string::npos);
   CHECK(out.find("device 2") != std::string::npos);
+  CHECK(out.find("  predicted: matmul 0.0 us + memory ") != std::string::npos);  // each row's parts
   // the quantized rows (on 3 devices wo's groups of 32 would be cut: one device here)
   REQUIRE(run_tpcli("bench decode --model " + path + " --tokens 2 --warmup 1 --bandwidth-mb 16 --formats 8,4,mxfp8 "
                     "--group-size 32", &out) == 0);
   CHECK(out.find("affine 8-bit g32") != std::string::npos);
   CHECK(out.find("affine 4-bit g32") != std::string::npos);
   CHECK(out.find("mxfp8") != std::string::npos);
+  CHECK(out.find("  predicted: matmul 0.0 us + memory ") != std::string::npos);  // the matrices at their kernels' rates
   CHECK(run_tpcli("bench decode --model " + path + " --devices 9 --tokens 4") == 2);
   std::filesystem::remove(path);
 }
