@@ -168,19 +168,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Calls `once` until `seconds` have passed (at least twice); returns the seconds per call.
+// Calls `once` until `seconds` have passed (at least three times); returns the median call's
+// seconds: like the benches' median step, so a burst of other work on a shared machine moves the
+// prediction no more than it moves the measured step.
 template <class F>
 double seconds_per_call(F&& once, double seconds) {
   once();  // warm-up: BLIS buffers, caches
   const auto t0 = Clock::now();
-  int reps = 0;
-  double took = 0;
-  do {
+  std::vector<double> calls;
+  for (auto last = t0; calls.size() < 3 || std::chrono::duration<double>(last - t0).count() < seconds;) {
     once();
-    ++reps;
-    took = std::chrono::duration<double>(Clock::now() - t0).count();
-  } while (took < seconds || reps < 2);
-  return took / reps;
+    const auto now = Clock::now();
+    calls.push_back(std::chrono::duration<double>(now - last).count());
+    last = now;
+  }
+  std::nth_element(calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(calls.size() / 2), calls.end());
+  return calls[calls.size() / 2];
 }
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng) {
@@ -306,6 +309,34 @@ double time_rope_call(const model::PlannedWork& w, std::mt19937& rng, double sec
   }, seconds);
 }
 
+// Seconds of one gemm of `shape` {m, n, k, layout}. Copies of the operands, one after another,
+// are taken in turn: a step's gemm finds its operands out of cache (its working set, the
+// activations of every layer and the weights, is larger), so the rate is measured with them
+// coming from memory, not hot from the previous call. Every device starts timing together (`world`).
+double time_gemm(const std::array<int64_t, 4>& shape, std::mt19937& rng, double seconds, dist::Group& world) {
+  constexpr size_t STREAM_BYTES = size_t{64} << 20;  // the copies in all: beyond the caches
+  const auto [m, n, k, layout] = shape;
+  const size_t A = static_cast<size_t>(m * k), B = static_cast<size_t>(n * k), C = static_cast<size_t>(m * n);
+  const size_t copies = std::clamp<size_t>(STREAM_BYTES / (4 * (A + B + C)), 1, 64);
+  std::vector<float> a = random_floats(A, rng), b = random_floats(B, rng);  // [copies, m, k], [copies, n, k] (or k, n)
+  std::vector<float> c(C * copies);  // [copies, m, n], row-major, as the model's calls lay them out
+  a.resize(A * copies), b.resize(B * copies);
+  for (size_t j = 1; j < copies; ++j) {
+    std::copy_n(a.begin(), A, a.begin() + static_cast<std::ptrdiff_t>(j * A));
+    std::copy_n(b.begin(), B, b.begin() + static_cast<std::ptrdiff_t>(j * B));
+  }
+  const bool ta = layout == static_cast<int64_t>(model::PlannedWork::Gemm::TN);
+  const bool tb = layout == static_cast<int64_t>(model::PlannedWork::Gemm::NT);
+  using tensor::Trans;
+  size_t turn = 0;
+  world.barrier();
+  return seconds_per_call([&] {
+    const size_t j = turn++ % copies;
+    tensor::gemm(ta ? Trans::Yes : Trans::No, tb ? Trans::Yes : Trans::No, m, n, k, 1.0f, a.data() + j * A, ta ? m : k,
+                 b.data() + j * B, tb ? k : n, 0.0f, c.data() + j * C, n);
+  }, seconds);
+}
+
 double time_call(const model::PlannedWork& w, std::mt19937& rng, double seconds) {
   using Op = model::PlannedWork::Op;
   switch (w.op) {
@@ -348,36 +379,13 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
   std::vector<double> exp_s(D);
   std::vector<std::vector<double>> call_seconds(calls.size(), std::vector<double>(D));
   constexpr int64_t EXP_N = 4096;
-  constexpr size_t GEMM_STREAM_BYTES = size_t{64} << 20;  // each gemm shape's copies: beyond the caches
   dist::RunOptions options;
   options.blas_threads = blas_threads;
   dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
     const auto d = static_cast<size_t>(dev.rank());
     std::mt19937 rng(static_cast<uint32_t>(dev.rank()));
     for (size_t i = 0; i < shapes.size(); ++i) {
-      const auto [m, n, k, layout] = shapes[i];
-      // Copies of the operands, one after another, taken in turn: a step's gemm finds its operands
-      // out of cache (its working set, the activations of every layer and the weights, is larger),
-      // so the rate is measured with them coming from memory, not hot from the previous call.
-      const size_t A = static_cast<size_t>(m * k), B = static_cast<size_t>(n * k), C = static_cast<size_t>(m * n);
-      const size_t copies = std::clamp<size_t>(GEMM_STREAM_BYTES / (4 * (A + B + C)), 1, 64);
-      std::vector<float> a = random_floats(A, rng), b = random_floats(B, rng);  // [copies, m, k], [copies, n, k] (or k, n)
-      std::vector<float> c(C * copies);  // [copies, m, n], row-major, as the model's calls lay them out
-      a.resize(A * copies), b.resize(B * copies);
-      for (size_t j = 1; j < copies; ++j) {
-        std::copy_n(a.begin(), A, a.begin() + static_cast<std::ptrdiff_t>(j * A));
-        std::copy_n(b.begin(), B, b.begin() + static_cast<std::ptrdiff_t>(j * B));
-      }
-      const bool ta = layout == static_cast<int64_t>(model::PlannedWork::Gemm::TN);
-      const bool tb = layout == static_cast<int64_t>(model::PlannedWork::Gemm::NT);
-      using tensor::Trans;
-      size_t turn = 0;
-      dev.world().barrier();
-      shape_s[i][d] = seconds_per_call([&] {
-        const size_t j = turn++ % copies;
-        tensor::gemm(ta ? Trans::Yes : Trans::No, tb ? Trans::Yes : Trans::No, m, n, k, 1.0f, a.data() + j * A, ta ? m : k,
-                     b.data() + j * B, tb ? k : n, 0.0f, c.data() + j * C, n);
-      }, seconds);
+      shape_s[i][d] = time_gemm(shapes[i], rng, seconds, dev.world());
     }
     for (size_t i = 0; i < classes.size(); ++i) {
       const size_t n = static_cast<size_t>(classes[i]) / 12;  // x, y read, z written: classes[i] bytes a pass
