@@ -1,8 +1,9 @@
 // tpcli::model — what one device of a tensor-parallel Llama communicates and computes, derived
 // from the shard plan (model/shard_plan.h) and the dims alone: the collectives the model's code
 // makes, in kind and size, per decoded token and per training micro-batch, and the work of this
-// device item by item (gemms at their shapes, passes over memory, exponentials; PlannedWork). `tpcli inspect` and the benches' predictions read it; tests check it
-// against the collectives a real decode and training step record (tests/model/test_comm_plan.cpp),
+// device item by item (gemms at their shapes, nn/ calls at theirs, passes over memory,
+// exponentials, decode's matrices; PlannedWork). `tpcli inspect` and the benches' predictions
+// read it; tests check it against the collectives a real decode and training step record (tests/model/test_comm_plan.cpp),
 // so a change to the model's communication that is not made here too fails them.
 //
 // Dimension legend: C dim, V vocab, L layers, N rows of a micro-batch (B_local * T), T tensor
