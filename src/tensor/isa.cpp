@@ -44,6 +44,18 @@ Isa cpu_isa() {
 #endif
 }
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 Isa detected_isa() {
   static const Isa isa = [] {
     const char* forced = std::getenv("TPCLI_ISA");

@@ -16,5 +16,8 @@ Isa cpu_isa();
 // other than scalar/avx2/avx512 is std::invalid_argument naming it.
 Isa detected_isa();
 const char* isa_name(Isa isa);
+// AVX512_BF16 (vdpbf16ps; cpuid leaf 7 subleaf 1, eax bit 5): the AVX-512 set uses it for 4-bit
+// affine weights when present.
+bool cpu_has_avx512_bf16();
 
 }  // namespace tpcli::tensor

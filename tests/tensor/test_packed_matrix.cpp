@@ -200,27 +200,92 @@ TEST_CASE("packed matvec and matmul: every kernel set against double products", 
   }
 }
 
-TEST_CASE("f32 matvec: a row's value does not depend on the rows around it (row blocks of 8, 4 and 1)",
-          "[tensor][kernels]") {
+TEST_CASE("f32 and 4-bit matvec: a row's value does not depend on the rows around it", "[tensor][kernels]") {
   // Sharding hands a device a row range: its rows must sum exactly as in the whole matrix, or the
-  // greedy tokens could differ with the device count. K % 16 == 0, as in the models.
+  // greedy tokens could differ with the device count. K % 16 == 0, as in the models. f32 takes
+  // row blocks of 4 and 1; 4-bit g64/g128 with AVX512_BF16 pairs of rows and 1.
   std::mt19937 rng(11);
-  const int64_t R = 45, K = 400;  // 45 = 5 blocks of 8, one of 4, one single
+  const int64_t R = 45, K = 640;  // 45 = 11 blocks of 4 (22 pairs) and one single row
   const auto w = random_floats(rng, size_t(R * K), 0.05f);
   const auto x = random_floats(rng, size_t(K));
-  const PackedMatrix m = PackedMatrix::from_f32(w.data(), R, K, WeightFormat::f32());
   std::vector<Isa> isas = {Isa::Scalar};
   if (detected_isa() != Isa::Scalar) isas.push_back(Isa::Avx2);
   if (detected_isa() == Isa::Avx512) isas.push_back(Isa::Avx512);
-  for (Isa isa : isas) {
-    INFO(isa_name(isa));
-    std::vector<float> whole(size_t(R), NAN);
-    m.matvec(whole.data(), x.data(), 0, R, isa);
-    for (int64_t first : {1, 3, 4, 7, 9, 37}) {
-      INFO("rows from " << first);
-      std::vector<float> part(size_t(R - first), NAN);
-      m.matvec(part.data(), x.data(), first, R - first, isa);
-      for (int64_t r = first; r < R; ++r) CHECK(part[size_t(r - first)] == whole[size_t(r)]);
+  for (const WeightFormat& f : {WeightFormat::f32(), WeightFormat::affine(4, 64), WeightFormat::affine(4, 128)}) {
+    const PackedMatrix m = PackedMatrix::from_f32(w.data(), R, K, f);
+    for (Isa isa : isas) {
+      INFO(f.name() << ", " << isa_name(isa));
+      std::vector<float> whole(size_t(R), NAN);
+      m.matvec(whole.data(), x.data(), 0, R, isa);
+      for (int64_t first : {1, 3, 4, 7, 9, 37, 44}) {
+        INFO("rows from " << first);
+        std::vector<float> part(size_t(R - first), NAN);
+        m.matvec(part.data(), x.data(), first, R - first, isa);
+        for (int64_t r = first; r < R; ++r) CHECK(part[size_t(r - first)] == whole[size_t(r)]);
+      }
+    }
+  }
+}
+
+TEST_CASE("4-bit matvec: every kernel set within its error bound of the exact sum", "[tensor][quant][kernels]") {
+  // Exact: sum_g s_g * sum_i q_i x_i + b_g * sum_i x_i, in double from the codes. The AVX-512 bf16
+  // kernel reads x as hi + lo (two bf16), |x - (hi + lo)| <= 2^-16 |x| and exact products, so its
+  // error is at most 2^-16 A, A = sum_g |s_g| sum_i q_i |x_i|, plus f32 rounding: at most n * 2^-24
+  // (A + B), B = sum_g |b_g| sum_i |x_i|, with n the roundings one term meets (GS in the float
+  // group sum of x, GS/8 in a lane of the dot products, 2G across groups, a few in the reduction).
+  // x spans 2^-10..2^10 in magnitude, so a kernel that lost the low half would fail: bf16 alone
+  // errs by up to 2^-9 |x|.
+  std::mt19937 rng(5);
+  const int64_t R = 23, K = 768;
+  const auto w = random_floats(rng, size_t(R * K), 0.05f);
+  std::vector<float> x = random_floats(rng, size_t(K));
+  std::uniform_int_distribution<int> exponent(-10, 10);
+  for (float& v : x) v = std::ldexp(v, exponent(rng));
+  std::vector<Isa> isas = {Isa::Scalar};
+  if (detected_isa() != Isa::Scalar) isas.push_back(Isa::Avx2);
+  if (detected_isa() == Isa::Avx512) isas.push_back(Isa::Avx512);
+  for (int gs : {32, 64, 128}) {
+    const WeightFormat f = WeightFormat::affine(4, gs);
+    const PackedMatrix m = PackedMatrix::from_f32(w.data(), R, K, f);
+    const PackedMatrix::Parts p = m.parts();
+    const int64_t G = K / gs;
+    std::vector<double> exact(static_cast<size_t>(R)), bound(exact), bf16_only(exact);
+    for (int64_t r = 0; r < R; ++r) {
+      const auto* words = static_cast<const uint32_t*>(p.data) + r * K / 8;
+      double e = 0, A = 0, B = 0, hi_err = 0;
+      for (int64_t g = 0; g < G; ++g) {
+        double dot = 0, xs = 0, qa = 0, xa = 0, he = 0;
+        for (int64_t i = g * gs; i < (g + 1) * gs; ++i) {
+          const double q = unpack_code(words, i, 4), xi = x[size_t(i)];
+          dot += q * xi;
+          xs += xi;
+          qa += q * std::fabs(xi);
+          xa += std::fabs(xi);
+          he += q * (double(bf16_to_f32(f32_to_bf16(x[size_t(i)]))) - xi);
+        }
+        const double s = p.scales[r * G + g], b = p.biases[r * G + g];
+        e += s * dot + b * xs;
+        A += std::fabs(s) * qa;
+        B += std::fabs(b) * xa;
+        hi_err += s * he;
+      }
+      exact[size_t(r)] = e;
+      const double n = gs + gs / 8.0 + 2.0 * G + 8;
+      bound[size_t(r)] = std::ldexp(A, -16) + n * std::ldexp(A + B, -24);
+      bf16_only[size_t(r)] = std::fabs(hi_err);
+    }
+    double worst_bf16_only = 0;
+    for (int64_t r = 0; r < R; ++r) worst_bf16_only = std::max(worst_bf16_only, bf16_only[size_t(r)] / bound[size_t(r)]);
+    INFO(f.name());
+    CHECK(worst_bf16_only > 4);  // the bound is tight enough to tell hi + lo from hi alone
+    for (Isa isa : isas) {
+      INFO(isa_name(isa));
+      std::vector<float> out(size_t(R), NAN);
+      m.matvec(out.data(), x.data(), 0, R, isa);
+      for (int64_t r = 0; r < R; ++r) {
+        INFO("row " << r << ": " << out[size_t(r)] << " vs " << exact[size_t(r)] << ", bound " << bound[size_t(r)]);
+        CHECK(std::fabs(out[size_t(r)] - exact[size_t(r)]) <= bound[size_t(r)]);
+      }
     }
   }
 }
