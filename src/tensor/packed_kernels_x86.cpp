@@ -43,13 +43,13 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
 
 // ---- AVX-512 ----
 
-// f32: one row after another, so the weights are read as one sequential stream (rows are
-// contiguous). Reading four rows side by side (x loaded once per four rows) kept four streams 3 KB
-// apart and read ~12% slower on decode's matrices in a standalone test (28.7-29.3 against
-// 32.4-32.8 GB/s, one thread). Each row is one FMA chain over 16 lanes, the arithmetic of the
-// four-row kernel, so results are bit for bit those of it; out-of-order execution overlaps the
-// chains of neighbouring rows. Rows of a block of four end with a masked vector, the last rows
-// (fewer than four) with a scalar tail, as before.
+// f32: four rows a pass, one from each quarter of the range, so the weights are read as four
+// sequential streams far apart (rows are contiguous). Four neighbouring rows side by side (streams
+// 3 KB apart, the old kernel) read decode's matrices ~19% slower in a standalone test at one
+// thread (30.5 against 36.4 GB/s), one row after another ~16% slower; with two processes at once
+// 27.5-30 against 31-36 GB/s. Each row is one FMA chain over 16 lanes, the arithmetic of the
+// old kernel, so results are bit for bit those of it: rows of the first 4 * (n / 4) end with a
+// masked vector, the last (fewer than four) with a scalar tail, as before.
 TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   __m512 a = _mm512_setzero_ps();
   int64_t p = 0;
@@ -59,24 +59,35 @@ TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   return s;
 }
 
-TPCLI_AVX512 float f32_dot_masked_512(const float* w, const float* x, int64_t k) {
-  __m512 a = _mm512_setzero_ps();
-  int64_t p = 0;
-  for (; p + 16 <= k; p += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + p), _mm512_loadu_ps(x + p), a);
-  if (p < k) {
-    const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
-    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w + p), _mm512_maskz_loadu_ps(mk, x + p), a);
-  }
-  return _mm512_reduce_add_ps(a);
-}
-
 TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
-  const int64_t k = w.cols;
-  const auto* base = reinterpret_cast<const float*>(w.data);
-  const int64_t blocked_end = r0 + (r1 - r0) / 4 * 4;
-  int64_t i = r0;
-  for (; i < blocked_end; ++i) out[i - r0] = f32_dot_masked_512(base + i * k, x, k);
-  for (; i < r1; ++i) out[i - r0] = f32_dot_512(base + i * k, x, k);
+  const int64_t k = w.cols, q = (r1 - r0) / 4;  // q rows in each quarter
+  const auto* base = reinterpret_cast<const float*>(w.data) + r0 * k;
+  for (int64_t i = 0; i < q; ++i) {
+    const float* w0 = base + i * k;
+    const float *w1 = w0 + q * k, *w2 = w1 + q * k, *w3 = w2 + q * k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + p);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + p), xv, a3);
+    }
+    if (p < k) {
+      const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + p);
+      a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w0 + p), xv, a0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w1 + p), xv, a1);
+      a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w2 + p), xv, a2);
+      a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, w3 + p), xv, a3);
+    }
+    out[i] = _mm512_reduce_add_ps(a0);
+    out[i + q] = _mm512_reduce_add_ps(a1);
+    out[i + 2 * q] = _mm512_reduce_add_ps(a2);
+    out[i + 3 * q] = _mm512_reduce_add_ps(a3);
+  }
+  for (int64_t i = 4 * q; i < r1 - r0; ++i) out[i] = f32_dot_512(base + i * k, x, k);
 }
 
 TPCLI_AVX512 void prepare4_512(float* xp, const float* x, int64_t cols) {
