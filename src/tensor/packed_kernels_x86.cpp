@@ -43,6 +43,14 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
 
 // ---- AVX-512 ----
 
+// Bytes ahead of the weights being read that the quantized kernels prefetch. Without it a whole
+// stories110M-shaped model streamed at ~18-20 GB/s at one thread through the 4-bit and 8-bit
+// kernels (stalled on loads, while one layer in cache ran 1.26x faster); 4 KB ahead bought
+// ~1.15x (4-bit bf16) and ~1.17x (8-bit) on its matrices (1.5 KB to 12 KB all helped; 768 B did
+// not; prefetching to L2 only was no better). The f32 kernel does without: in a standalone test
+// a one-row-at-a-time f32 kernel ran slower with prefetches 1-4 KB ahead.
+constexpr int64_t PREFETCH_BYTES = 4096;
+
 // f32: four rows a pass, one from each quarter of the range, so the weights are read as four
 // sequential streams far apart (rows are contiguous). Four neighbouring rows side by side (streams
 // 3 KB apart, the old kernel) read decode's matrices ~19% slower in a standalone test at one
@@ -113,9 +121,9 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
       const int64_t c0 = g * GS;
       if (bits == 8) {
         for (int64_t c = c0; c < c0 + GS; c += 32) {
-          // 4 KB ahead: without it the row stalls on its loads (~20 GB/s at 1 thread, below the
-          // memory rate and the kernel's compute rate alike), as the 4-bit bf16 kernel found.
-          _mm_prefetch(reinterpret_cast<const char*>(q + c + 4096), _MM_HINT_T0);
+          // Without it the row stalls on its loads (~20 GB/s at 1 thread, below the memory rate
+          // and this kernel's compute rate alike).
+          _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
           const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
           const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));
           ga = _mm512_fmadd_ps(v0, _mm512_loadu_ps(x + c), ga);
@@ -257,11 +265,6 @@ TPCLI_AVX512BF16 __m512i code_table_bf16() {
   return _mm512_load_si512(table);
 }
 
-// Bytes ahead of the weights being read that a pass asks for: without it a whole model streams
-// at ~18 GB/s at one thread for both this kernel and the f32 one (stalled on loads, while one
-// layer in cache runs 1.26x faster here); 4 KB ahead bought ~1.15x on stories110M's matrices
-// (1.5 KB to 12 KB all helped; 768 B did not; prefetching to L2 only was no better).
-constexpr int64_t PREFETCH_BYTES = 4096;
 
 TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const float* xp, const float* xsum, int64_t r0,
                                             int64_t r1) {
