@@ -145,21 +145,18 @@ void bench_contracting(const Case& c, const dist::LinkSpec& links, double local_
               static_cast<long long>(o.ffn));
   print_link(links.at("model"), T, dist::CollectiveKind::AllGather, static_cast<uint64_t>(B * D) * sizeof(float), local_s);
   auto my_columns = [&](int r) {  // [B, DC_r]
-    const dist::Range cols = dist::even_split(D, T, r);
-    std::vector<float> mine;
-    for (int64_t n = 0; n < B; ++n) mine.insert(mine.end(), c.a.begin() + n * D + cols.offset, c.a.begin() + n * D + cols.offset + cols.count);
-    return mine;
+    return std::make_shared<tensor::Tensor>(nn::slice_columns(c.a.data(), B, D, {dist::even_split(D, T, r)}));
   };
   const Timing plain = measure(o, links, [&](dist::Device& dev) -> Call {
     auto l = c.layer(dev);
     dist::Group& g = dev.world();
-    auto mine = std::make_shared<std::vector<float>>(my_columns(g.rank()));
+    auto mine = my_columns(g.rank());
     auto blocks = std::make_shared<std::vector<float>>(static_cast<size_t>(B * D));  // [T][B, DC_m]
     auto whole = std::make_shared<std::vector<float>>(blocks->size());                // [B, D]
     std::vector<int64_t> counts = dist::even_split_counts(D, T);
     for (int64_t& n : counts) n *= B;
     return [=, &g](std::vector<float>& out) {
-      g.all_gather_v(*mine, *blocks, counts);
+      g.all_gather_v(std::span<const float>(mine->data(), static_cast<size_t>(mine->numel())), *blocks, counts);
       const float* block = blocks->data();
       for (int m = 0; m < T; ++m) {  // the gathered blocks into A's own layout
         const dist::Range cols = dist::even_split(D, T, m);
@@ -174,7 +171,7 @@ void bench_contracting(const Case& c, const dist::LinkSpec& links, double local_
     return measure(o, over, [&](dist::Device& dev) -> Call {
       auto l = c.layer(dev);
       dist::Group& g = dev.world();
-      auto mine = std::make_shared<std::vector<float>>(my_columns(g.rank()));
+      auto mine = my_columns(g.rank());
       return [l, mine, &g, B](std::vector<float>& out) {
         out.resize(static_cast<size_t>(B * l->out_features()));
         nn::all_gather_contracting_matmul(out.data(), mine->data(), B, *l, g);

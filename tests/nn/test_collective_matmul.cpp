@@ -37,9 +37,7 @@ TEST_CASE("all_gather_matmul and matmul_reduce_scatter, one-way and two-way, equ
       const auto rows = dist::even_split(N, T, r), cols = dist::even_split(IN, T, r);
       std::vector<float> out_a(N * a.out_features());
       nn::all_gather_matmul(out_a.data(), x.data() + rows.offset * IN, N, a, g, ring);
-      std::vector<float> xl;  // this device's input columns, all rows
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < cols.count; ++j) xl.push_back(x[n * IN + cols.offset + j]);
+      const tensor::Tensor xl = nn::slice_columns(x.data(), N, IN, {cols});  // this device's input columns, all rows
       std::vector<float> out_b(rows.count * OUT);
       nn::matmul_reduce_scatter(out_b.data(), xl.data(), N, b, g, ring);
       gathered[r] = out_a;
@@ -78,9 +76,7 @@ TEST_CASE("all_gather_contracting_matmul equals the product over the whole input
       const int r = g.rank();
       auto a = std::get<nn::AllToShardedLinear>(nn::shard_linear(full, nn::Sharding::AllToSharded, g, nn::even_segments(OUT, segments, g)));
       const auto cols = dist::even_split(IN, T, r);
-      std::vector<float> xl;  // this device's input columns, all rows
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t j = 0; j < cols.count; ++j) xl.push_back(x[n * IN + cols.offset + j]);
+      const tensor::Tensor xl = nn::slice_columns(x.data(), N, IN, {cols});  // this device's input columns, all rows
       got[r].assign(N * a.out_features(), NAN);
       nn::all_gather_contracting_matmul(got[r].data(), xl.data(), N, a, g);
       want[r].resize(N * a.out_features());
