@@ -168,6 +168,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 // Calls `once` until `seconds` have passed (at least three times); returns the median call's
 // seconds: like the benches' median step, so a burst of other work on a shared machine moves the
 // prediction no more than it moves the measured step.
@@ -182,8 +187,7 @@ double seconds_per_call(F&& once, double seconds) {
     calls.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
   }
-  std::nth_element(calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(calls.size() / 2), calls.end());
-  return calls[calls.size() / 2];
+  return median_of(std::move(calls));
 }
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng) {
@@ -424,10 +428,6 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
 
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // Seconds of the median pass of the slowest device, each pass one `stream` over copies of one
 // [rows, cols] matrix (distinct copies, `stream_bytes` in all, so they come from memory).
@@ -445,9 +445,11 @@ double time_matvec_passes(const model::PlannedWork& item, const tensor::WeightFo
     const tensor::HugePageArena as_the_model_holds_them;  // (model/llama.cpp: weights on 2 MB pages)
     std::vector<tensor::PackedMatrix> set;  // packed: [count] copies of [rows, cols]
     std::vector<std::vector<float, tensor::AlignedAllocator<float>>> plain;  // f32: the same
-    const int64_t each = packed ? tensor::PackedMatrix::from_f32(w.data(), rows, cols, format).bytes() : rows * cols * 4;
+    const tensor::PackedMatrix first = packed ? tensor::PackedMatrix::from_f32(w.data(), rows, cols, format)
+                                              : tensor::PackedMatrix{};
+    const int64_t each = packed ? first.bytes() : rows * cols * 4;
     for (int64_t held = 0; held < std::max(stream_bytes, each); held += each) {
-      if (packed) set.push_back(set.empty() ? tensor::PackedMatrix::from_f32(w.data(), rows, cols, format) : set.front());
+      if (packed) set.push_back(first);
       else plain.emplace_back(w.begin(), w.end());
     }
     const auto pass = [&] {

@@ -42,7 +42,7 @@ void all_gather_matmul_backward(float* dinp, const float* dout, const float* inp
   if (N % T == 0) {
     // Equal rows (the model's case: seq_len divides by T): the gather of the input runs while the
     // input gradient multiplies, the reduce-scatter of that gradient while the weight gradient does.
-    dist::Pending gather = group.start_all_gather({inp, mine_sum.size()}, inp_full);
+    dist::Pending gather = group.start_all_gather({inp, static_cast<size_t>(mine.count * IN)}, inp_full);
     layer.input_gradient(dinp_partial.data(), dout, N, false);
     dist::Pending scatter = group.start_reduce_scatter(dinp_partial, mine_sum);
     gather.wait();
