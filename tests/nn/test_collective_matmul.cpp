@@ -69,18 +69,26 @@ TEST_CASE("all_gather_contracting_matmul equals the product over the whole input
   std::mt19937 rng(7);
   auto w = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng);
   nn::Linear full(tensor::Tensor({OUT, IN}, w));
+  std::vector<float> ref(N * OUT);  // [N, OUT]: the unsharded product, the reference
+  full.forward(ref.data(), x.data(), N);
   for (int T = 1; T <= 4; ++T) {
     std::vector<std::vector<float>> got(T), want(T);
     dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
       dist::Group& g = dev.axis("model");
       const int r = g.rank();
-      auto a = std::get<nn::AllToShardedLinear>(nn::shard_linear(full, nn::Sharding::AllToSharded, g, nn::even_segments(OUT, segments, g)));
+      const auto segs = nn::even_segments(OUT, segments, g);
+      auto a = std::get<nn::AllToShardedLinear>(nn::shard_linear(full, nn::Sharding::AllToSharded, g, segs));
       const auto cols = dist::even_split(IN, T, r);
       const tensor::Tensor xl = nn::slice_columns(x.data(), N, IN, {cols});  // this device's input columns, all rows
       got[r].assign(N * a.out_features(), NAN);
       nn::all_gather_contracting_matmul(got[r].data(), xl.data(), N, a, g);
-      want[r].resize(N * a.out_features());
-      a.forward(want[r].data(), x.data(), N);
+      for (int64_t n = 0; n < N; ++n) {  // this device's output columns of ref: each segment's local rows
+        int64_t seg_start = 0;
+        for (const nn::Segment& seg : segs) {
+          for (int64_t j = 0; j < seg.local.count; ++j) want[r].push_back(ref[n * OUT + seg_start + seg.local.offset + j]);
+          seg_start += seg.size;
+        }
+      }
     }, options);
     for (int r = 0; r < T; ++r) {
       INFO(T << " devices, device " << r);
