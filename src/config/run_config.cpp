@@ -386,6 +386,15 @@ void read_mesh(const toml::table& table, const std::string& file, const std::vec
   if (auto value = r.boolean("sequence_parallel")) mesh.sequence_parallel = *value;
 }
 
+// init_from's checkpoint brings its own dims: one given beside it would be silently ignored.
+void reject_dims_beside_init_from(const Reader& r, const std::string& init_from) {
+  std::vector<std::string_view> keys = {"config"};
+  keys.insert(keys.end(), MODEL_DIM_KEYS.begin(), MODEL_DIM_KEYS.end());
+  for (auto key : keys)
+    if (const toml::node* node = r.find(key))
+      fail(r.where(*node), r.full(key) + " cannot be set with model.init_from (the dims come from " + init_from + ")");
+}
+
 void read_model(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,
                 ModelSection& model) {
   Reader r(table, "model.", file, source);
@@ -401,6 +410,7 @@ void read_model(const toml::table& table, const std::string& file, const fs::pat
   read_model_dims(r, model);  // ... then inline keys override them
   merge_model_sources(source, model.source);
   model.init_from = r.existing_path("init_from", base_dir);
+  if (model.init_from) reject_dims_beside_init_from(r, *model.init_from);
 }
 
 void read_data(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,

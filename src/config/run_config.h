@@ -8,7 +8,8 @@
 //           sequence_parallel = false  # true: training splits the token rows over the tensor axis
 //   [model] config = "models/tiny.toml"      # dims from a model file (see load_model_config) ...
 //           dim = 64 ...                     # ... and/or inline; inline keys override the file's
-//           init_from = "path.bin"           # llama2.c .bin, tpcli .safetensors or a Hugging Face directory
+//           init_from = "path.bin"           # llama2.c .bin, tpcli .safetensors or a Hugging Face directory;
+//                                            # its dims are the model's: config and dims beside it are errors
 //   [data]  path = "corpus.txt"  tokenizer = "chars" | "bytes" | "path/tokenizer.bin"  shuffle = true
 //           format = "text" | "shards"   # shards: path and val_path are globs of token shards
 //           val_path = "DIR/*_val_*.bin" # (tpcli tokenize); tokenizer: the one that wrote them

@@ -494,3 +494,37 @@ data = { gb_per_s = 12.5, latency_us = 25, topology = "switch" }
     CHECK(error_of<ConfigError>([&] { load_run_config(path); }) == where(path, c.text, c.marker) + ": " + c.message);
   }
 }
+
+// Issue 25: init_from's checkpoint brings its dims, so a dim beside it was silently ignored.
+TEST_CASE("model dims beside model.init_from are errors naming the key, from the file or --set") {
+  TempDir dir;
+  const std::string init = dir.write("init.bin", "x");
+  dir.write("models/m.toml", TINY_MODEL);
+  const std::string tail = " cannot be set with model.init_from (the dims come from " + init + ")";
+
+  const std::string dim_text = "[model]\ninit_from = \"init.bin\"\ndim = 128\n";
+  const std::string dim_path = dir.write("dim.toml", dim_text);
+  CHECK(error_of<ConfigError>([&] { load_run_config(dim_path); }) == where(dim_path, dim_text, "128") + ": model.dim" + tail);
+
+  const std::string config_text = "[model]\nconfig = \"models/m.toml\"\ninit_from = \"init.bin\"\n";
+  const std::string config_path = dir.write("config.toml", config_text);
+  CHECK(error_of<ConfigError>([&] { load_run_config(config_path); }) ==
+        where(config_path, config_text, "\"models/m.toml\"") + ": model.config" + tail);
+
+  // init_from from --set, a dim in the file: the file's line.
+  const std::string heads_text = "[model]\nn_heads = 4\n";
+  const std::string heads_path = dir.write("heads.toml", heads_text);
+  CHECK(error_of<ConfigError>([&] { load_run_config(heads_path, {"model.init_from=" + init}); }) ==
+        where(heads_path, heads_text, "4") + ": model.n_heads" + tail);
+
+  // Every dim key from --set names the flag.
+  const std::string bare = dir.write("bare.toml", "[model]\ninit_from = \"init.bin\"\n");
+  for (const std::string set : {"dim=128", "hidden_dim=64", "n_layers=2", "n_heads=4", "n_kv_heads=2", "vocab_size=65",
+                                "seq_len=64", "n_experts=4", "top_k=2", "moe_aux_loss=0.01", "expert_hidden_dim=32",
+                                "capacity_factor=1.5", "shared_classifier=false", "norm_eps=1e-6", "rope_theta=1e4"}) {
+    INFO(set);
+    const std::string key = "model." + set.substr(0, set.find('='));
+    CHECK(error_of<ConfigError>([&] { load_run_config(bare, {"model." + set}); }) == "--set model." + set + ": " + key + tail);
+  }
+  CHECK(load_run_config(bare).model.init_from == init);
+}

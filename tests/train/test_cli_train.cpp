@@ -35,11 +35,13 @@ std::string write_config(const std::string& name, const std::string& text) {
   return p.string();
 }
 
+const std::string MODEL_DIMS = "dim = 32\nhidden_dim = 64\nn_layers = 1\nn_heads = 4\nn_kv_heads = 2\nseq_len = 32\n";
+
 // A small valid config on the in-repo corpus; `extra` is appended (TOML allows no repeated keys,
-// so tests change things with --set instead where possible).
-std::string config_text(const std::string& mesh, const std::string& extra = "") {
+// so tests change things with --set instead where possible). `dims`: the [model] section's body.
+std::string config_text(const std::string& mesh, const std::string& extra = "", const std::string& dims = MODEL_DIMS) {
   return "[mesh]\naxes = { " + mesh + " }\n"
-         "[model]\ndim = 32\nhidden_dim = 64\nn_layers = 1\nn_heads = 4\nn_kv_heads = 2\nseq_len = 32\n"
+         "[model]\n" + dims +
          "[data]\npath = \"" + std::string(TPCLI_SOURCE_DIR) + "/configs/data/verona.txt\"\ntokenizer = \"chars\"\n"
          "[train]\nsteps = 3\nbatch_size = 4\nseq_len = 16\neval_every = 0\neval_batches = 1\nsample_tokens = 20\n"
          "out_dir = \"" + (scratch() / "run").string() + "\"\n" + extra;
@@ -214,6 +216,16 @@ TEST_CASE("tpcli train: model.init_from takes a Hugging Face directory, f32 give
   INFO("train stderr: " << r.err);
   REQUIRE(r.code == 0);
   const std::string ckpt = (scratch() / "run" / "latest.safetensors").string();
+  // Issue 25: a dim beside init_from was silently ignored; the dims come from the checkpoint.
+  Run dims = run_tpcli("train " + path + " --set model.init_from='" + ckpt + "' --set train.steps=1");
+  CHECK(dims.code == 2);
+  CHECK(lines_of(dims.err) == 1);
+  CHECK(dims.err.find(path + ":4:7: model.dim cannot be set with model.init_from (the dims come from " + ckpt + ")") !=
+        std::string::npos);
+  const std::string init_path = write_config("hf-init.toml", config_text("data = 1, model = 2", "", ""));
+  Run set_dim = run_tpcli("train " + init_path + " --set model.init_from='" + ckpt + "' --set model.dim=128");
+  CHECK(set_dim.code == 2);
+  CHECK(set_dim.err.find("--set model.dim=128: model.dim cannot be set with model.init_from") != std::string::npos);
   for (const char* dtype : {"f32", "bf16"}) {
     Run e = run_tpcli("export --to hf --model " + ckpt + " --out " + (scratch() / (std::string("hf-") + dtype)).string() + " --dtype " + dtype);
     INFO("export stderr: " << e.err);
@@ -222,7 +234,7 @@ TEST_CASE("tpcli train: model.init_from takes a Hugging Face directory, f32 give
   auto loss_from = [&](const std::string& init, const std::string& name) {
     const fs::path out = scratch() / name;
     fs::remove_all(out);
-    Run t = run_tpcli("train " + path + " --set model.init_from='" + init + "' --set train.steps=1 --set train.out_dir='" +
+    Run t = run_tpcli("train " + init_path + " --set model.init_from='" + init + "' --set train.steps=1 --set train.out_dir='" +
                       out.string() + "'");
     INFO("train from " << init << ": " << t.err);
     CHECK(t.code == 0);
