@@ -11,7 +11,9 @@
 //   "tokenizer.chars"             chars only: the vocabulary as decimal byte values, "10,32,33,..."
 //   "tokenizer"                   llama2c, hf: absolute path of the tokenizer.bin / tokenizer.json (the key
 //                                 `tpcli infer` reads, see model/safetensors.h)
-// Written with temp file + rename, so a kill at any moment leaves the previous one intact.
+// Written with temp file + rename, so a kill at any moment leaves the previous one intact; and only
+// once the next step's loss and gradient norm say the weights are sound (train/loss_guard.h), so a
+// diverging run leaves its last good checkpoint.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,7 @@
 #include "model/shard_plan.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_io.h"
+#include "train/loss_guard.h"
 #include "train/loss_plot.h"
 #include "train/metrics.h"
 #include "train/sample.h"
@@ -97,12 +98,10 @@ MemoryLayout memory_layout(const TrainOptions& o) {
 
 DeviceBytes run_device_bytes(const TrainOptions& o) { return device_bytes(o.model, memory_layout(o)); }
 
-[[noreturn]] static void throw_diverged(int64_t step, double loss, double norm, const std::string& kept) {
-  char text[160];
-  std::snprintf(text, sizeof text, "training diverged at step %lld: loss %g, gradient norm %g",
-                static_cast<long long>(step), loss, norm);
-  throw std::runtime_error(std::string(text) + " (stopped before the update; " +
-                           (kept.empty() ? std::string("no checkpoint was written") : kept + " is kept") +
+// One line for a run that stops because its weights went bad: what was seen, what was done about
+// it, and the checkpoint the user can resume from (`kept`: DeviceRun::kept_text()).
+[[noreturn]] static void throw_diverged(const std::string& what, const std::string& done, const std::string& kept) {
+  throw std::runtime_error("training diverged " + what + " (" + done + "; " + kept +
                            "; lower train.lr or raise train.warmup_steps)");
 }
 
@@ -157,6 +156,12 @@ void RunShared::open_files() {
   metrics.open(o.out_dir, o.resume, start_step);
 }
 
+// What one step's gradients say about the weights they were taken at (before its update).
+struct StepGradients {
+  double loss = 0;  // mean over the step's K global batches
+  double norm = 0;  // global gradient norm, the same on every device; non-finite when any loss is
+};
+
 // One device's whole run (SPMD: every device runs the same calls, so collectives pair up).
 class DeviceRun {
  public:
@@ -165,7 +170,12 @@ class DeviceRun {
 
  private:
   void check_same_resume_step();
+  StepGradients gradients(int64_t step);
   StepRecord optimizer_step(int64_t step);
+  std::string agreed_unsound(const StepGradients& next);
+  void save_if_sound(int64_t step, const StepGradients& next);
+  void save_final(int64_t step);
+  std::string kept_text() const;
   double evaluate();
   void save(int64_t step);
   void report(const StepRecord& rec, int64_t step, Clock::time_point run_start);
@@ -183,7 +193,9 @@ class DeviceRun {
   DataParallelOptimizer optimizer_;
   RowRange rows_;  // this data rank's rows of the K-times batch
   std::vector<int> inputs_, targets_;  // (B_local, T) scratch
-  std::string kept_checkpoint_;        // what a diverged run leaves on disk
+  LossGuard loss_guard_;               // judges the weights before a checkpoint takes them
+  bool save_due_ = false;              // a checkpoint of the weights now in the model, once the next step's gradients vouch for them
+  int64_t kept_step_ = -1;             // the step of out_dir/latest.safetensors (-1: none from this run or its resume)
 };
 
 std::string expert_axis_of(const TrainOptions& o) { return o.expert_axis.empty() ? o.data_axis : o.expert_axis; }
@@ -199,7 +211,8 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
       axes_{&data_, &dev.world(), data_.size(), tp_.size(), experts_.size(), expert_axis_of(o_) == o_.data_axis},
       llama_(*shared.source, tp_, experts_),
       optimizer_(llama_, axes_, tp_.rank(), o_.adamw, o_.shard_optimizer, o_.bucket_elems),
-      rows_(data_rows(o_.batch_size * o_.grad_accum, data_.size(), data_.rank())) {
+      rows_(data_rows(o_.batch_size * o_.grad_accum, data_.size(), data_.rank())),
+      loss_guard_(o_.model.vocab_size) {
   llama_.set_recompute(o_.recompute);
   llama_.set_sequence_parallel(o_.sequence_parallel);
   if (s_.resume_file) {
@@ -207,7 +220,7 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
     optimizer_.set_moments(0, load_moments(*s_.resume_file, o_.model, tp_, experts_, EXP_AVG_PREFIX));
     optimizer_.set_moments(1, load_moments(*s_.resume_file, o_.model, tp_, experts_, EXP_AVG_SQ_PREFIX));
     optimizer_.set_steps(s_.start_step);
-    kept_checkpoint_ = s_.resume_file->path() + " (step " + std::to_string(s_.start_step) + ")";
+    kept_step_ = s_.start_step;
   }
 }
 
@@ -224,7 +237,7 @@ void DeviceRun::check_same_resume_step() {
                              "): every process must read the same checkpoint (one shared out_dir)");
 }
 
-StepRecord DeviceRun::optimizer_step(int64_t step) {
+StepGradients DeviceRun::gradients(int64_t step) {
   std::optional<dist::TraceSpan> span(std::in_place, dev_.trace(), dev_.rank(), "gradients");
   GradientExchange exchange(optimizer_, o_.grad_accum, o_.overlap_buckets);
   auto loss = static_cast<float>(accumulate_gradients(llama_, *s_.train_batches, step, rows_, o_.grad_accum, inputs_,
@@ -232,20 +245,74 @@ StepRecord DeviceRun::optimizer_step(int64_t step) {
   span.emplace(dev_.trace(), dev_.rank(), "data-parallel mean");
   exchange.finish();
   data_.mean(std::span<float>(&loss, 1));
-  span.emplace(dev_.trace(), dev_.rank(), "optimizer");
+  span.emplace(dev_.trace(), dev_.rank(), "gradient norm");
   // A non-finite loss rides in the norm's all_sum, so every device sees it and stops together.
-  const double norm = optimizer_.global_grad_norm(std::isfinite(loss));
-  if (!std::isfinite(norm)) throw_diverged(step + 1, loss, norm, kept_checkpoint_);
-  optimizer_.clip(norm, o_.grad_clip);
+  return {loss, optimizer_.global_grad_norm(std::isfinite(loss))};
+}
+
+StepRecord DeviceRun::optimizer_step(int64_t step) {
+  const StepGradients g = gradients(step);
+  if (save_due_) save_if_sound(step, g);
+  if (!std::isfinite(g.norm))
+    throw_diverged("at step " + std::to_string(step + 1) + ": " + loss_guard_.unsound(g.loss, g.norm),
+                   "stopped before the update", kept_text());
+  loss_guard_.add(g.loss);
+  dist::TraceSpan span(dev_.trace(), dev_.rank(), "optimizer");
+  optimizer_.clip(g.norm, o_.grad_clip);
   const double lr = o_.schedule.at(step);
   optimizer_.step(lr);
-  StepRecord rec{step + 1, loss, lr, norm, 0, std::nullopt};
+  StepRecord rec{step + 1, g.loss, lr, g.norm, 0, std::nullopt};
   for (const nn::MoeStats& m : llama_.moe_stats()) {  // before evaluate() routes other tokens
     rec.expert_tokens.push_back(m.tokens_per_expert);
     rec.moe_bytes_sent += m.bytes_sent;
     rec.moe_dropped += m.dropped;
   }
   return rec;
+}
+
+// Why the weights that gave `next` are unsound (train/loss_guard.h), "" when sound. Collective
+// over the world: each device judges its own copy of the loss and any doubt wins, so every device
+// saves, or skips, the same checkpoint.
+std::string DeviceRun::agreed_unsound(const StepGradients& next) {
+  std::string why = loss_guard_.unsound(next.loss, next.norm);
+  float unsound = why.empty() ? 0.0f : 1.0f;
+  dev_.world().all_max(std::span<float>(&unsound, 1));
+  if (unsound > 0 && why.empty()) why = "another device found them unsound";
+  return why;
+}
+
+// The weights of `step` completed steps are still in the model (step + 1's update has not run):
+// they replace latest.safetensors only when step + 1's loss and gradient norm vouch for them, so a
+// diverging run never destroys its last good checkpoint.
+void DeviceRun::save_if_sound(int64_t step, const StepGradients& next) {
+  save_due_ = false;
+  const std::string why = agreed_unsound(next);
+  if (why.empty()) {
+    save(step);
+    return;
+  }
+  // A non-finite norm stops the run next, and its error says the same.
+  if (writer_ && std::isfinite(next.norm))
+    s_.progress.message("step " + std::to_string(step + 1) + ": " + why + ": the weights of step " +
+                        std::to_string(step) + " are not saved; " + kept_text());
+}
+
+// The end of the run (last step, interrupted, or resumed at the end): no next step will vouch for
+// the final weights, so one more step's gradients are taken (and not applied) to judge them.
+void DeviceRun::save_final(int64_t step) {
+  if (o_.out_dir.empty() || step == kept_step_) return;
+  const std::string why = agreed_unsound(gradients(step));
+  if (!why.empty())
+    throw_diverged("by step " + std::to_string(step) + ": its weights give " + why + " on the next batch",
+                   "they are not saved", kept_text());
+  save(step);
+}
+
+// Where the user can pick up a diverged run.
+std::string DeviceRun::kept_text() const {
+  if (kept_step_ < 0) return "no checkpoint was written";
+  const std::string step = std::to_string(kept_step_);
+  return latest_checkpoint(o_.out_dir) + " (step " + step + ") is kept: --resume continues from step " + step;
 }
 
 double DeviceRun::evaluate() {
@@ -269,7 +336,7 @@ void DeviceRun::save(int64_t step) {
   dist::TraceSpan span(dev_.trace(), dev_.rank(), "checkpoint");
   const std::string path = latest_checkpoint(o_.out_dir);
   save_checkpoint(llama_, optimizer_, {path, step, &o_}, writer_);
-  kept_checkpoint_ = path + " (step " + std::to_string(step) + ")";
+  kept_step_ = step;
   if (writer_) {
     std::lock_guard lock(s_.result_mutex);
     s_.result.checkpoint = path;
@@ -304,7 +371,6 @@ void DeviceRun::run() {
   const auto run_start = Clock::now();
   auto last = run_start;
   int64_t step = s_.start_step;
-  bool saved_at_end = false;
   for (; step < o_.steps; ++step) {
     float stop = o_.stop && o_.stop->load() ? 1.0f : 0.0f;
     dev_.world().all_max(std::span<float>(&stop, 1));  // every device stops at the same step
@@ -322,12 +388,9 @@ void DeviceRun::run() {
     rec.tokens_per_s = dt > 0 ? static_cast<double>(o_.batch_size) * o_.grad_accum * o_.seq_len / dt : 0;
     if (writer_) report(rec, step, run_start);
     const bool save_now = o_.save_every ? ((step + 1) % *o_.save_every == 0) : eval_now;
-    if (save_now || last_step) {
-      save(step + 1);
-      saved_at_end = last_step;
-    }
+    save_due_ = !o_.out_dir.empty() && save_now && !last_step;  // saved by the next step's gradients
   }
-  if (!saved_at_end) save(step);  // interrupted (or resumed at the end): keep what we have
+  save_final(step);  // the last step, interrupted, or resumed at the end: keep what we have
   if (writer_) {
     s_.result.end_step = step;
     if (o_.progress && s_.result.interrupted)

@@ -17,7 +17,9 @@
 //                                                all_gather of the values)
 //     global norm: all_sum over the world of each device's weighted sum of squares
 //     clip, AdamW with lr(s)
-//   every eval_every steps: validation loss (pmean over the data axis); checkpoint
+//   every eval_every steps: validation loss (pmean over the data axis); checkpoint, written once
+//                                                the next step's loss and gradient norm vouch
+//                                                for the weights (train/loss_guard.h)
 // The loss of step s is the mean cross-entropy over all K*B*T targets of that step, before the update.
 //
 // Files: loop.cpp (options, the per-device run), step.cpp (gradients of a step),
@@ -112,8 +114,8 @@ struct TrainOptions {
 
   // Set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint.
   const std::atomic<bool>* stop = nullptr;
-  // Records every device's steps (spans "forward+backward", "data-parallel mean", "optimizer",
-  // "evaluate", "checkpoint") and collectives, when not null (dist/trace.h).
+  // Records every device's steps (spans "gradients", "data-parallel mean", "gradient norm",
+  // "optimizer", "evaluate", "checkpoint") and collectives, when not null (dist/trace.h).
   dist::Trace* trace = nullptr;
   // Called on world rank 0 after every step (tests read the loss sequence).
   std::function<void(int64_t step, double loss)> on_step;

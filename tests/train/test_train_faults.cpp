@@ -1,4 +1,4 @@
-// Training under faults (issue 12): a diverged run never replaces a good checkpoint, interrupted
+// Training under faults (issues 12, 25): a diverged run never replaces a good checkpoint, interrupted
 // saves leave nothing behind, resume keeps every step once and refuses what does not fit, and
 // Ctrl-C exits 130 after saving. Mostly through the binary, as a user meets them.
 #include <catch2/catch.hpp>
@@ -27,6 +27,7 @@
 #include "support/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
+#include "train/loss_guard.h"
 
 namespace fs = std::filesystem;
 using namespace tpcli;
@@ -76,6 +77,18 @@ std::vector<int64_t> metric_steps() {
   return steps;
 }
 
+// The losses metrics.jsonl holds for the steps after `after`.
+std::vector<double> metric_losses_after(int64_t after) {
+  std::vector<double> losses;
+  std::istringstream in(slurp(run_dir() / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    if (std::stoll(line.substr(line.find(':') + 1)) <= after) continue;
+    const size_t at = line.find("\"loss\": ") + 8;
+    losses.push_back(std::strtod(line.c_str() + at, nullptr));
+  }
+  return losses;
+}
+
 // The checkpoint rewritten with metadata train.step = `step`.
 void set_checkpoint_step(const std::string& step) {
   const fs::path copy = scratch() / "copy.safetensors";
@@ -109,6 +122,60 @@ TEST_CASE("train faults: a diverging run stops with one line naming the step - t
   CHECK(fresh.code == 1);
   CHECK(fresh.err.find("no checkpoint was written") != std::string::npos);
   CHECK_FALSE(fs::exists(checkpoint()));
+}
+
+// Issue 25: with save_every = 1, step 4's update blew the weights up to |w| ~ 1e9 (still finite),
+// step 4 was saved over the good step-3 checkpoint, and step 5 stopped on a NaN gradient norm
+// "keeping" the ruined one, from which no run could continue.
+TEST_CASE("train faults: a run blown up with save_every = 1 keeps the last good checkpoint, and --resume trains from it") {
+  train_three_steps();
+  const std::string good = slurp(checkpoint());
+  const Run r = run_tpcli("train " + config() + " --resume --set train.steps=8 --set train.lr=1e9 --set train.save_every=1");
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.err.find("training diverged ") != std::string::npos);
+  CHECK(r.err.find(checkpoint().string() + " (step 3) is kept: --resume continues from step 3") != std::string::npos);
+  CHECK(slurp(checkpoint()) == good);
+
+  const Run resumed = run_tpcli("train " + config() + " --resume --set train.steps=6");
+  INFO("resumed stderr: " << resumed.err);
+  CHECK(resumed.code == 0);
+  const std::vector<double> losses = metric_losses_after(3);
+  CHECK(losses.size() == 3);
+  for (double loss : losses) CHECK(std::isfinite(loss));
+  CHECK(model::SafetensorsFile(checkpoint().string()).metadata().at("train.step") == "6");
+}
+
+// The last step's weights have no next step to vouch for them: one more step's gradients judge them.
+TEST_CASE("train faults: a run whose last update blows up writes no checkpoint of it") {
+  fs::remove_all(run_dir());
+  const Run one = run_tpcli("train " + config() + " --set train.steps=1 --set train.lr=1e9");
+  INFO("stderr: " << one.err);
+  CHECK(one.code == 1);
+  CHECK(one.err.find("training diverged by step 1: its weights give loss ") != std::string::npos);
+  CHECK(one.err.find("no checkpoint was written") != std::string::npos);
+  CHECK_FALSE(fs::exists(checkpoint()));
+}
+
+TEST_CASE("train faults: the loss guard passes ordinary training and catches a blow-up") {
+  train::LossGuard guard(65);  // ln(65) = 4.17: a uniform guess
+  CHECK(guard.unsound(4.6, 2.0).empty());  // a fresh model, a little worse than uniform
+  CHECK(guard.unsound(12.0, 2.0).empty());
+  CHECK(guard.unsound(13.0, 2.0) == "loss 13 is far above the recent losses (3 x 4.17439)");
+  CHECK(guard.unsound(NAN, 2.0) == "loss nan, gradient norm 2");
+  CHECK(guard.unsound(2.0, INFINITY) == "loss 2, gradient norm inf");
+  // Late in a run the bar stays at 3 x ln(vocab): a spike to 2x of the recent losses is ordinary.
+  for (int i = 0; i < 40; ++i) guard.add(1.5 - 0.01 * i);
+  CHECK(guard.unsound(2.4, 5.0).empty());
+  CHECK_FALSE(guard.unsound(1e9, 5.0).empty());
+  // Losses above ln(vocab) (a model from another corpus): their median sets the bar, one spike does not.
+  train::LossGuard high(65);
+  for (int i = 0; i < 15; ++i) high.add(20);
+  high.add(1e6);
+  CHECK(high.unsound(59, 1).empty());
+  CHECK(high.unsound(61, 1) == "loss 61 is far above the recent losses (3 x 20)");
+  high.add(NAN);  // not kept
+  CHECK(high.unsound(59, 1).empty());
 }
 
 TEST_CASE("train faults: a checkpoint holding a non-finite value is never written") {
