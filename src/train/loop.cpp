@@ -303,7 +303,7 @@ void DeviceRun::save_final(int64_t step) {
   if (o_.out_dir.empty() || step == kept_step_) return;
   const std::string why = agreed_unsound(gradients(step));
   if (!why.empty())
-    throw_diverged("by step " + std::to_string(step) + ": its weights give " + why + " on the next batch",
+    throw_diverged("by step " + std::to_string(step) + ": on the next batch its weights give " + why,
                    "they are not saved", kept_text());
   save(step);
 }

@@ -27,8 +27,8 @@ std::string LossGuard::unsound(double loss, double norm) const {
     return text;
   }
   if (loss <= bar()) return "";
-  std::snprintf(text, sizeof text, "loss %g is far above the recent losses (%g x %g)", loss, SPIKE_FACTOR,
-                bar() / SPIKE_FACTOR);
+  std::snprintf(text, sizeof text, "loss %g, more than %g x %g (the median recent loss, or ln(vocab_size) if larger)",
+                loss, SPIKE_FACTOR, bar() / SPIKE_FACTOR);
   return text;
 }
 

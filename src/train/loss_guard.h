@@ -26,7 +26,7 @@ class LossGuard {
   explicit LossGuard(int vocab_size);
 
   // "" when weights that give (loss, norm) are sound, else why not, for a message:
-  // "loss 3.1e+10 is far above the recent losses (3 x 4.17)".
+  // "loss 3.1e+10, more than 3 x 4.17439 (the median recent loss, or ln(vocab_size) if larger)".
   std::string unsound(double loss, double norm) const;
   // Remembers a step's loss (non-finite losses are not kept).
   void add(double loss);
