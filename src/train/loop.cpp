@@ -178,6 +178,7 @@ class DeviceRun {
   std::string kept_text() const;
   double evaluate();
   void save(int64_t step);
+  void note_kept(int64_t step);
   void report(const StepRecord& rec, int64_t step, Clock::time_point run_start);
   void sample();
 
@@ -300,7 +301,11 @@ void DeviceRun::save_if_sound(int64_t step, const StepGradients& next) {
 // The end of the run (last step, interrupted, or resumed at the end): no next step will vouch for
 // the final weights, so one more step's gradients are taken (and not applied) to judge them.
 void DeviceRun::save_final(int64_t step) {
-  if (o_.out_dir.empty() || step == kept_step_) return;
+  if (o_.out_dir.empty()) return;
+  if (step == kept_step_) {  // resumed at the end: the checkpoint holds these weights already
+    note_kept(step);
+    return;
+  }
   const std::string why = agreed_unsound(gradients(step));
   if (!why.empty())
     throw_diverged("by step " + std::to_string(step) + ": on the next batch its weights give " + why,
@@ -336,10 +341,15 @@ void DeviceRun::save(int64_t step) {
   dist::TraceSpan span(dev_.trace(), dev_.rank(), "checkpoint");
   const std::string path = latest_checkpoint(o_.out_dir);
   save_checkpoint(llama_, optimizer_, {path, step, &o_}, writer_);
+  note_kept(step);
+}
+
+// out_dir/latest.safetensors holds the weights of `step`.
+void DeviceRun::note_kept(int64_t step) {
   kept_step_ = step;
   if (writer_) {
     std::lock_guard lock(s_.result_mutex);
-    s_.result.checkpoint = path;
+    s_.result.checkpoint = latest_checkpoint(o_.out_dir);
   }
 }
 
