@@ -1,6 +1,8 @@
 // The command line under bad input (issue 12): CLI11's errors are one line with the tpcli prefix;
 // a FIFO or a directory where a file belongs is refused by name at once; NaN sampling settings
-// are refused before anything runs.
+// are refused before anything runs. Issue 25: a prompt file or chat line is bounded by what the
+// context holds; numeric flags out of range are refused by name; a chat that outgrows its context
+// exits non-zero; an export folder appears whole or not at all, even on a full disk.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "support/run_tpcli.h"
+#include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -99,4 +102,54 @@ TEST_CASE("cli faults: -t nan and -p nan are refused with one line before genera
     CHECK(r.err.find("is not a finite number") != std::string::npos);
     CHECK(r.out.empty());
   }
+}
+
+namespace {
+
+// A one-line error, exit 2, that names `names`, within the timeout.
+void check_one_line_error(const Run& r, const std::string& names) {
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.find(names) != std::string::npos);
+}
+
+// Entries of `dir` whose names start with `prefix` (an export's temporaries: OUT.tmp-XXXXXX).
+std::vector<std::string> entries_starting(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().starts_with(prefix)) names.push_back(entry.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("cli faults: infer -f refuses a device, a directory, and a file too big for the context, by name") {
+  const std::string base = "infer --model " + model_file() + " -z /nonexistent/tok.bin -n 4 -f ";
+  const Run zero = run_tpcli(base + "/dev/zero");  // was: read until memory ran out (15.8 GB)
+  CHECK(zero.seconds < 10);
+  check_one_line_error(zero, "/dev/zero: is a character device, not a prompt file");
+  check_one_line_error(run_tpcli(base + scratch().string()), scratch().string() + ": is a directory");
+  // seq_len 512: more than 512 x 256 bytes cannot fit, whatever the tokenizer; refused from the size.
+  const tpcli::testing::TempDir dir;
+  const std::string big = dir.write("big.txt", std::string(512 * 256 + 1, 'a'));
+  check_one_line_error(run_tpcli(base + big), big + ": more than 131072 bytes");
+  const std::string fits = dir.write("fits.txt", std::string(512 * 256, 'a'));
+  CHECK(run_tpcli(base + fits).err.find("more than 131072 bytes") == std::string::npos);
+}
+
+TEST_CASE("cli faults: a prompt of more tokens than the context is refused naming its file, not truncated") {
+  TPCLI_REQUIRE_SHARED("data/tok512.bin");
+  const std::string tokenizer = tpcli::testing::shared_path("data/tok512.bin");
+  const tpcli::testing::TempDir dir;
+  std::string story;
+  for (int i = 0; i < 20; ++i) story += "Once upon a time, there was a little dog. ";
+  const std::string prompt = dir.write("prompt.txt", story);  // ~200 tokens
+  const std::string base = "infer --model " + model_file() + " -z " + tokenizer + " -n 0 -t 0 ";
+  const Run r = run_tpcli(base + "--context 64 -f " + prompt);
+  check_one_line_error(r, prompt + ": the prompt is ");
+  CHECK(r.err.find("more than the model's context of 64 positions") != std::string::npos);
+  CHECK(r.out.empty());
+  check_one_line_error(run_tpcli(base + "--context 64 -i '" + story + "'"), "-i/--prompt: the prompt is ");
+  CHECK(run_tpcli(base + "-f " + prompt).code == 0);  // the model's own 512 positions hold it
 }
