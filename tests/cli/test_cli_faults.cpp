@@ -153,3 +153,33 @@ TEST_CASE("cli faults: a prompt of more tokens than the context is refused namin
   check_one_line_error(run_tpcli(base + "--context 64 -i '" + story + "'"), "-i/--prompt: the prompt is ");
   CHECK(run_tpcli(base + "-f " + prompt).code == 0);  // the model's own 512 positions hold it
 }
+
+TEST_CASE("cli faults: chat that outgrows its context says so in one line and exits 1, not 0") {
+  TPCLI_REQUIRE_SHARED("data/tok512.bin");
+  const std::string chat = "chat --model " + model_file() + " -z " + tpcli::testing::shared_path("data/tok512.bin") +
+                           " --template zephyr -t 0 ";
+  auto run_chat = [&](const std::string& flags, const std::string& input) {
+    return tpcli::testing::run_tpcli_line(chat + flags, {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive",
+                                                         .input = input, .timeout_seconds = 20});
+  };
+  // A reply cut short by the context's end.
+  const Run cut = run_chat("--context 40 -n 200", "Hi there.\nAnd then?\n");
+  INFO("stderr: " << cut.err);
+  CHECK(cut.code == 1);
+  CHECK(lines_of(cut.err) == 1);
+  CHECK(cut.err.find("tpcli chat: the model's context of 40 positions is full: reply 1 was cut short") == 0);
+  // A turn whose conversation no longer fits.
+  std::string long_turn;
+  for (int i = 0; i < 10; ++i) long_turn += "Tell me a story about a dog. ";
+  const Run unanswered = run_chat("--context 40 -n 4", long_turn + "\n");
+  INFO("stderr: " << unanswered.err);
+  CHECK(unanswered.code == 1);
+  CHECK(lines_of(unanswered.err) == 1);
+  CHECK(unanswered.err.find("no longer fits the model's context of 40") != std::string::npos);
+  // A line longer than 16 positions x 256 bytes can hold is not read on (stdin may be /dev/zero).
+  check_one_line_error(run_chat("--context 16 -n 4", std::string(5000, 'a') + "\n"),
+                       "stdin: line 1 is longer than 4096 bytes");
+  const Run fits = run_chat("-n 4", "Hi there.\n");
+  INFO("stderr: " << fits.err);
+  CHECK(fits.code == 0);
+}
