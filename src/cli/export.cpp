@@ -10,6 +10,7 @@
 // tokenizer.bin uses that file; no tokenizer.json is written for --to hf).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
@@ -17,6 +18,7 @@
 #include "cli/model_file.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
+#include "model/llama_config.h"
 
 namespace tpcli::cli {
 
@@ -37,7 +39,24 @@ model::DType export_dtype(const std::string& name) {
   throw UsageError("--dtype " + name + ": expected bf16, f16 or f32");
 }
 
+// Each shard holds whole tensors, so there can be no more shards than tensors.
+void check_shards(const ExportFlags& f, const model::LlamaConfig& config) {
+  const size_t tensors = model::llama_parameters(config).size();
+  if (static_cast<size_t>(f.shards) > tensors)
+    throw UsageError("--shards " + std::to_string(f.shards) + ": the model has " + std::to_string(tensors) +
+                     " tensors, and a shard holds whole tensors: at most " + std::to_string(tensors));
+}
+
+// The safetensors files written into `dir`, counted rather than assumed from --shards.
+int safetensors_files(const std::string& dir) {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files += entry.path().extension() == ".safetensors" ? 1 : 0;
+  return files;
+}
+
 void export_hf(const ExportFlags& f, const OpenedModel& opened) {
+  check_shards(f, opened.weights->config());
   model::HfExportOptions options;
   options.dtype = export_dtype(f.dtype);
   options.shards = f.shards;
@@ -45,15 +64,17 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
     options.bos_token_id = opened.bos_token_id;
     options.eos_token_ids = opened.eos_token_ids;
   }
+  int files = 0;
   try {
     model::write_hf_model(f.out, *opened.weights, options);
+    files = safetensors_files(f.out);
   } catch (const std::invalid_argument& e) {
     throw UsageError(f.model + ": " + e.what());
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
-  std::fprintf(stderr, "wrote %s (Hugging Face LlamaForCausalLM, %s, %d file%s, %lld parameters)\n", f.out.c_str(),
-               f.dtype.c_str(), f.shards, f.shards == 1 ? "" : "s",
+  std::fprintf(stderr, "wrote %s (Hugging Face LlamaForCausalLM, %s, %d safetensors file%s, %lld parameters)\n",
+               f.out.c_str(), f.dtype.c_str(), files, files == 1 ? "" : "s",
                static_cast<long long>(opened.weights->config().parameter_count()));
 }
 
@@ -81,7 +102,7 @@ void setup_export(CLI::App& sub) {
   sub.add_option("--model", flags->model, "checkpoint to export (.safetensors, .bin or a Hugging Face directory)")->required();
   sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf)")->required();
   sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();
-  sub.add_option("--shards", flags->shards, "hf: number of safetensors files")->capture_default_str();
+  sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
   sub.callback([flags] { run_export(*flags); });
 }
 

@@ -138,7 +138,7 @@ uintmax_t check_inputs(const TokenizeFlags& f) {
     if (!fresh) throw UsageError(file + ": same name as " + it->second + " (shards are named after the file: rename one)");
     bytes += fs::file_size(file);
   }
-  if (f.val_fraction < 0 || f.val_fraction >= 1)
+  if (!(f.val_fraction >= 0 && f.val_fraction < 1))  // written so that NaN fails too
     throw UsageError("--val-fraction " + std::to_string(f.val_fraction) + " must be in [0, 1)");
   if (f.shard_tokens < 1 || f.shard_tokens > INT32_MAX)
     throw UsageError("--shard-tokens " + std::to_string(f.shard_tokens) + " must be in [1, 2^31 - 1]");
@@ -201,7 +201,7 @@ void setup_tokenize(CLI::App& sub) {
   sub.add_option("--val-fraction", f->val_fraction, "the last part of each file that goes to its _val_ shard")
       ->capture_default_str();
   sub.add_option("--shard-tokens", f->shard_tokens, "tokens per train shard at most")->capture_default_str();
-  sub.add_option("--jobs", f->jobs, "files tokenized at once (default: the cores)");
+  sub.add_option("--jobs", f->jobs, "files tokenized at once (0: the cores)")->check(CLI::Range(0, 1 << 16));
   sub.callback([f] { run_tokenize(*f); });
 }
 

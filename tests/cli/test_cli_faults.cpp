@@ -154,6 +154,25 @@ TEST_CASE("cli faults: a prompt of more tokens than the context is refused namin
   CHECK(run_tpcli(base + "-f " + prompt).code == 0);  // the model's own 512 positions hold it
 }
 
+TEST_CASE("cli faults: numeric flags out of range are one-line errors naming the flag") {
+  const tpcli::testing::TempDir dir;
+  const std::string text = dir.write("t.txt", std::string(3000, 'x'));
+  const std::string out = (dir.path() / "shards").string();
+  for (const std::string value : {"nan", "inf", "-0.5", "1"}) {  // nan was accepted, and wrote nothing
+    INFO("--val-fraction " << value);
+    check_one_line_error(run_tpcli("tokenize --tokenizer bytes --out " + out + " --val-fraction " + value + " " + text),
+                         "--val-fraction");
+    CHECK(!fs::exists(out));
+  }
+  check_one_line_error(run_tpcli("tokenize --tokenizer bytes --out " + out + " --jobs -4 " + text), "--jobs");
+  check_one_line_error(run_tpcli("perplexity --model " + model_file() + " --data " + text + " --windows -1"), "--windows");
+  // stories260K has 2 + 5 x 9 = 47 tensors; each shard holds whole ones (was: "100000 files", 47 written).
+  const Run shards = run_tpcli("export --to hf --model " + model_file() + " --out " + out + " --shards 100000");
+  check_one_line_error(shards, "--shards 100000");
+  CHECK(shards.err.find("at most 47") != std::string::npos);
+  CHECK(!fs::exists(out));
+}
+
 TEST_CASE("cli faults: chat that outgrows its context says so in one line and exits 1, not 0") {
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
   const std::string chat = "chat --model " + model_file() + " -z " + tpcli::testing::shared_path("data/tok512.bin") +
