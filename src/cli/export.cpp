@@ -4,7 +4,8 @@
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
 // Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
 // with model.safetensors.index.json) that transformers' LlamaForCausalLM and llama.cpp's
-// convert_hf_to_gguf.py read.
+// convert_hf_to_gguf.py read. DIR must be absent or empty; it is written as a sibling temporary
+// folder renamed into place when complete, so a failure (a full disk) leaves no DIR at all.
 // Only the weights travel: the optimizer state stays behind, and the tokenizer must be given
 // separately (a chars or bytes vocabulary has no llama2.c tokenizer.bin; a model trained with a
 // tokenizer.bin uses that file; no tokenizer.json is written for --to hf).
@@ -16,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
+#include "model/atomic_file.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/llama_config.h"
@@ -55,6 +57,8 @@ int safetensors_files(const std::string& dir) {
   return files;
 }
 
+// The folder appears whole or not at all (model/atomic_file.h): a full disk or an error half way
+// leaves no folder with some shards and no config.json.
 void export_hf(const ExportFlags& f, const OpenedModel& opened) {
   check_shards(f, opened.weights->config());
   model::HfExportOptions options;
@@ -66,8 +70,10 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
   }
   int files = 0;
   try {
-    model::write_hf_model(f.out, *opened.weights, options);
-    files = safetensors_files(f.out);
+    model::write_directory_atomically(f.out, [&](const std::string& tmp) {
+      model::write_hf_model(tmp, *opened.weights, options);
+      files = safetensors_files(tmp);
+    });
   } catch (const std::invalid_argument& e) {
     throw UsageError(f.model + ": " + e.what());
   } catch (const std::runtime_error& e) {
@@ -100,7 +106,7 @@ void setup_export(CLI::App& sub) {
   auto flags = std::make_shared<ExportFlags>();
   sub.add_option("--to", flags->to, "format to write: llama2c or hf")->capture_default_str();
   sub.add_option("--model", flags->model, "checkpoint to export (.safetensors, .bin or a Hugging Face directory)")->required();
-  sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf)")->required();
+  sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf; absent or empty)")->required();
   sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();
   sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
   sub.callback([flags] { run_export(*flags); });

@@ -173,6 +173,53 @@ TEST_CASE("cli faults: numeric flags out of range are one-line errors naming the
   CHECK(!fs::exists(out));
 }
 
+TEST_CASE("cli faults: export --to hf reports the files it wrote; the folder must be absent or empty") {
+  const tpcli::testing::TempDir dir;
+  const std::string out = (dir.path() / "hf").string();
+  const Run all = run_tpcli("export --to hf --model " + model_file() + " --out " + out + " --shards 47");
+  INFO("stderr: " << all.err);
+  REQUIRE(all.code == 0);
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(out)) files += entry.path().extension() == ".safetensors";
+  CHECK(all.err.find(", " + std::to_string(files) + " safetensors files,") != std::string::npos);
+  CHECK(fs::exists(fs::path(out) / "config.json"));
+  CHECK(entries_starting(dir.path(), "hf.tmp-").empty());
+  // A folder holding anything is not written over; an empty one is replaced.
+  check_one_line_error(run_tpcli("export --to hf --model " + model_file() + " --out " + out), out + ": already exists");
+  const std::string empty = (dir.path() / "empty").string();
+  fs::create_directories(empty);
+  CHECK(run_tpcli("export --to hf --model " + model_file() + " --out " + empty + "/").code == 0);
+  CHECK(fs::exists(fs::path(empty) / "model.safetensors"));
+}
+
+// RLIMIT_FSIZE stands in for a full disk: a write past it fails with EFBIG (SIGXFSZ ignored, as
+// its default action would kill the process). The limit lets the first shard through and stops a
+// later, bigger one, as a disk that fills half way.
+TEST_CASE("cli faults: export --to hf onto a full disk leaves no folder and no temporary") {
+  const tpcli::testing::TempDir dir;
+  const std::string export_line = "export --to hf --model " + model_file() + " --shards 4 --dtype f32 --out ";
+  const fs::path whole = dir.path() / "whole";
+  REQUIRE(run_tpcli(export_line + whole.string()).code == 0);
+  const uintmax_t first = fs::file_size(whole / "model-00001-of-00004.safetensors");
+  uintmax_t largest = 0;
+  for (const char* later : {"model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
+                            "model-00004-of-00004.safetensors"})
+    largest = std::max(largest, fs::file_size(whole / later));
+  REQUIRE(largest > first);
+  const std::string out = (dir.path() / "hf").string();
+  const Run r = tpcli::testing::run_tpcli_line(
+      export_line + out,
+      {.cwd = TPCLI_SOURCE_DIR, .timeout_seconds = 20,
+       .launcher = "prlimit --fsize=" + std::to_string(first) + " sh -c 'trap \"\" XFSZ; exec \"$0\" \"$@\"'"});
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.find("-of-00004.safetensors") != std::string::npos);  // names the shard that failed
+  CHECK(r.err.find("File too large") != std::string::npos);
+  CHECK(!fs::exists(out));
+  CHECK(entries_starting(dir.path(), "hf").empty());
+}
+
 TEST_CASE("cli faults: chat that outgrows its context says so in one line and exits 1, not 0") {
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
   const std::string chat = "chat --model " + model_file() + " -z " + tpcli::testing::shared_path("data/tok512.bin") +
@@ -201,4 +248,24 @@ TEST_CASE("cli faults: chat that outgrows its context says so in one line and ex
   const Run fits = run_chat("-n 4", "Hi there.\n");
   INFO("stderr: " << fits.err);
   CHECK(fits.code == 0);
+}
+
+// As export: the shards of a run that fails half way (here file b's shard does not fit under
+// RLIMIT_FSIZE, a stand-in for a full disk) must not be left for a training glob to pick up.
+TEST_CASE("cli faults: tokenize onto a full disk leaves no folder; a non-empty --out is refused") {
+  const tpcli::testing::TempDir dir;
+  const std::string a = dir.write("a.txt", std::string(1000, 'a')), b = dir.write("b.txt", std::string(100000, 'b'));
+  const std::string out = (dir.path() / "shards").string();
+  const Run r = tpcli::testing::run_tpcli_line(
+      "tokenize --tokenizer bytes --jobs 1 --val-fraction 0 --out " + out + " " + a + " " + b,
+      {.cwd = TPCLI_SOURCE_DIR, .timeout_seconds = 20,
+       .launcher = "prlimit --fsize=65536 sh -c 'trap \"\" XFSZ; exec \"$0\" \"$@\"'"});
+  INFO("stderr: " << r.err);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("b_train_000000.bin") != std::string::npos);
+  CHECK(!fs::exists(out));
+  CHECK(entries_starting(dir.path(), "shards").empty());
+  REQUIRE(run_tpcli("tokenize --tokenizer bytes --out " + out + " " + a).code == 0);
+  CHECK(fs::exists(fs::path(out) / "a_train_000000.bin"));
+  check_one_line_error(run_tpcli("tokenize --tokenizer bytes --out " + out + " " + a), "--out " + out + ": already exists");
 }
