@@ -57,10 +57,24 @@ int safetensors_files(const std::string& dir) {
   return files;
 }
 
+// --out must be absent or an empty folder; one holding a model is named as such.
+void require_new_out(const std::string& out) {
+  try {
+    model::require_new_folder(out);
+  } catch (const std::runtime_error& e) {
+    const std::filesystem::path dir(out);
+    if (std::filesystem::exists(dir / "config.json") || std::filesystem::exists(dir / "model.safetensors") ||
+        std::filesystem::exists(dir / "model.safetensors.index.json"))
+      throw UsageError(out + ": already holds a model (config.json or safetensors): choose a new folder");
+    throw UsageError(e.what());
+  }
+}
+
 // The folder appears whole or not at all (model/atomic_file.h): a full disk or an error half way
 // leaves no folder with some shards and no config.json.
 void export_hf(const ExportFlags& f, const OpenedModel& opened) {
   check_shards(f, opened.weights->config());
+  require_new_out(f.out);
   model::HfExportOptions options;
   options.dtype = export_dtype(f.dtype);
   options.shards = f.shards;

@@ -185,7 +185,11 @@ TEST_CASE("cli faults: export --to hf reports the files it wrote; the folder mus
   CHECK(fs::exists(fs::path(out) / "config.json"));
   CHECK(entries_starting(dir.path(), "hf.tmp-").empty());
   // A folder holding anything is not written over; an empty one is replaced.
-  check_one_line_error(run_tpcli("export --to hf --model " + model_file() + " --out " + out), out + ": already exists");
+  check_one_line_error(run_tpcli("export --to hf --model " + model_file() + " --out " + out), out + ": already holds a model");
+  const std::string other = dir.write("other/notes.txt", "mine");
+  check_one_line_error(run_tpcli("export --to hf --model " + model_file() + " --out " + (dir.path() / "other").string()),
+                       (dir.path() / "other").string() + ": already exists and is not empty");
+  CHECK(tpcli::testing::slurp(other) == "mine");
   const std::string empty = (dir.path() / "empty").string();
   fs::create_directories(empty);
   CHECK(run_tpcli("export --to hf --model " + model_file() + " --out " + empty + "/").code == 0);
