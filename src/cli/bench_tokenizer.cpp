@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "model/load_tokenizer.h"
+#include "model/regular_file.h"
 
 namespace tpcli::cli {
 
@@ -46,6 +47,11 @@ double best_seconds(int repeats, const std::function<void()>& fn) {
 }
 
 std::string read_corpus(const std::string& path) {
+  try {
+    model::require_regular_file(path, "a text file");  // /dev/zero would be read until memory runs out
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("--corpus ") + e.what());
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("--corpus " + path + ": cannot open");
   std::stringstream text;

@@ -8,6 +8,8 @@
 // streams to stdout as it is generated, then a newline. The KV cache is kept across turns: only the
 // tokens past what is already cached are fed (model/chat_session.h). --verbose writes one JSON
 // line per turn on stderr: {"turn", "start", "fed", "generated", "end"}.
+// A conversation that outgrows the context ends there with one line on stderr and exit code 1 (a
+// reply was cut, or a turn went unanswered); a stdin line too long for the context is exit 2.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
+#include "cli/prompt_text.h"
 #include "cli/tokenizer_setup.h"
 #include "model/chat_session.h"
 #include "model/generate.h"
@@ -43,22 +46,36 @@ struct ChatFlags {
   int context = 0;  // KV cache positions; 0 = the model's (capped for Hugging Face directories)
 };
 
-// The user's lines, read once from stdin and handed to every device thread in the same order.
+// The user's lines, read once from stdin and handed to every device thread in the same order. A
+// line longer than `max_bytes` ends the input (it cannot fit the context; stdin may be /dev/zero,
+// which has no newline): it is not read on, and too_long_line() names it.
 class SharedLines {
  public:
+  explicit SharedLines(int64_t max_bytes) : max_bytes_(static_cast<size_t>(max_bytes)) {}
+
   std::optional<std::string> line(size_t index) {
     std::lock_guard<std::mutex> lock(mutex_);
     while (lines_.size() <= index && !eof_) read_one();
     if (index < lines_.size()) return lines_[index];
     return std::nullopt;
   }
+  // 1-based number of the line of stdin that was too long; 0 when none was.
+  size_t too_long_line() const { return too_long_line_; }
 
  private:
   void read_one() {
     if (isatty(STDIN_FILENO)) std::fputs("> ", stderr);
     std::string text;
     int c;
-    while ((c = std::fgetc(stdin)) != EOF && c != '\n') text += static_cast<char>(c);
+    while ((c = std::fgetc(stdin)) != EOF && c != '\n') {
+      if (text.size() == max_bytes_) {
+        too_long_line_ = stdin_lines_ + 1;
+        eof_ = true;
+        return;
+      }
+      text += static_cast<char>(c);
+    }
+    ++stdin_lines_;
     if (c == EOF && text.empty()) {
       eof_ = true;
       return;
@@ -66,8 +83,11 @@ class SharedLines {
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (!text.empty()) lines_.push_back(std::move(text));  // a blank line is no turn
   }
+  const size_t max_bytes_;
   std::mutex mutex_;
   std::vector<std::string> lines_;
+  size_t stdin_lines_ = 0;    // lines of stdin read, blank ones included
+  size_t too_long_line_ = 0;
   bool eof_ = false;
 };
 
@@ -85,11 +105,12 @@ void print_turn(size_t turn, const model::TurnReport& r) {
   std::fprintf(stderr, "%s\n", line.dump().c_str());
 }
 
-// One device's whole conversation; device 0 (out != null) streams and reports.
+// One device's whole conversation; device 0 (out != null) streams and reports, and sets
+// `cut_short` to why the conversation ended before stdin did (the context is full).
 model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterface& tokenizer,
                                const ChatFormatting& formatting, const model::ChatOptions& options,
                                const model::LlamaConfig& config, SharedLines& lines, const model::ModelFns& model,
-                               std::FILE* out) {
+                               std::FILE* out, std::string& cut_short) {
   model::ChatSession session(tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
                              config.seq_len);
   model::GenerateResult result;
@@ -100,7 +121,7 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
     try {
       report = session.turn(*line, model, out);
     } catch (const std::runtime_error& e) {  // the context is full: the conversation ends here
-      if (out) std::fprintf(stderr, "tpcli chat: %s\n", e.what());
+      if (out) cut_short = e.what();
       break;
     }
     result.text += report.reply + "\n";
@@ -108,7 +129,8 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
     result.tokens.insert(result.tokens.end(), report.generated.begin(), report.generated.end());
     if (out && f.verbose) print_turn(turn + 1, report);
     if (report.end == model::TurnEnd::ContextFull) {
-      if (out) std::fprintf(stderr, "tpcli chat: the model's context of %d positions is full\n", config.seq_len);
+      if (out) cut_short = "the model's context of " + std::to_string(config.seq_len) + " positions is full: reply " +
+                           std::to_string(turn + 1) + " was cut short";
       break;
     }
   }
@@ -140,13 +162,25 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(loaded.path + ": " + e.what());
   }
-  SharedLines lines;
+  SharedLines lines(max_text_bytes(config.seq_len));
+  std::string cut_short;  // written by device 0 only
   model::run_model_on_mesh(
       *opened.weights, mesh,
       [&](const model::ModelFns& model, std::FILE* out) {
-        return converse(f, *loaded.tokenizer, formatting, options, config, lines, model, out);
+        return converse(f, *loaded.tokenizer, formatting, options, config, lines, model, out, cut_short);
       },
       stdout);
+  std::fflush(stdout);
+  if (lines.too_long_line() > 0)
+    throw UsageError("stdin: line " + std::to_string(lines.too_long_line()) + " is longer than " +
+                     std::to_string(max_text_bytes(config.seq_len)) + " bytes, more text than the model's context of " +
+                     std::to_string(config.seq_len) + " positions can hold");
+  // A script piping its turns in must learn that not all of them were answered in full.
+  if (!cut_short.empty()) {
+    std::fprintf(stderr, "tpcli chat: %s; the conversation ends here (--context, when below the model's, holds more)\n",
+                 cut_short.c_str());
+    throw CLI::RuntimeError(1);
+  }
 }
 
 void setup_chat(CLI::App& sub) {

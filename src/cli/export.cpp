@@ -4,19 +4,23 @@
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
 // Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
 // with model.safetensors.index.json) that transformers' LlamaForCausalLM and llama.cpp's
-// convert_hf_to_gguf.py read.
+// convert_hf_to_gguf.py read. DIR must be absent or empty; it is written as a sibling temporary
+// folder renamed into place when complete, so a failure (a full disk) leaves no DIR at all.
 // Only the weights travel: the optimizer state stays behind, and the tokenizer must be given
 // separately (a chars or bytes vocabulary has no llama2.c tokenizer.bin; a model trained with a
 // tokenizer.bin uses that file; no tokenizer.json is written for --to hf).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
+#include "model/atomic_file.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
+#include "model/llama_config.h"
 
 namespace tpcli::cli {
 
@@ -37,7 +41,40 @@ model::DType export_dtype(const std::string& name) {
   throw UsageError("--dtype " + name + ": expected bf16, f16 or f32");
 }
 
+// Each shard holds whole tensors, so there can be no more shards than tensors.
+void check_shards(const ExportFlags& f, const model::LlamaConfig& config) {
+  const size_t tensors = model::llama_parameters(config).size();
+  if (static_cast<size_t>(f.shards) > tensors)
+    throw UsageError("--shards " + std::to_string(f.shards) + ": the model has " + std::to_string(tensors) +
+                     " tensors, and a shard holds whole tensors: at most " + std::to_string(tensors));
+}
+
+// The safetensors files written into `dir`, counted rather than assumed from --shards.
+int safetensors_files(const std::string& dir) {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    files += entry.path().extension() == ".safetensors" ? 1 : 0;
+  return files;
+}
+
+// --out must be absent or an empty folder; one holding a model is named as such.
+void require_new_out(const std::string& out) {
+  try {
+    model::require_new_folder(out);
+  } catch (const std::runtime_error& e) {
+    const std::filesystem::path dir(out);
+    if (std::filesystem::exists(dir / "config.json") || std::filesystem::exists(dir / "model.safetensors") ||
+        std::filesystem::exists(dir / "model.safetensors.index.json"))
+      throw UsageError(out + ": already holds a model (config.json or safetensors): choose a new folder");
+    throw UsageError(e.what());
+  }
+}
+
+// The folder appears whole or not at all (model/atomic_file.h): a full disk or an error half way
+// leaves no folder with some shards and no config.json.
 void export_hf(const ExportFlags& f, const OpenedModel& opened) {
+  check_shards(f, opened.weights->config());
+  require_new_out(f.out);
   model::HfExportOptions options;
   options.dtype = export_dtype(f.dtype);
   options.shards = f.shards;
@@ -45,15 +82,19 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
     options.bos_token_id = opened.bos_token_id;
     options.eos_token_ids = opened.eos_token_ids;
   }
+  int files = 0;
   try {
-    model::write_hf_model(f.out, *opened.weights, options);
+    model::write_directory_atomically(f.out, [&](const std::string& tmp) {
+      model::write_hf_model(tmp, *opened.weights, options);
+      files = safetensors_files(tmp);
+    });
   } catch (const std::invalid_argument& e) {
     throw UsageError(f.model + ": " + e.what());
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
-  std::fprintf(stderr, "wrote %s (Hugging Face LlamaForCausalLM, %s, %d file%s, %lld parameters)\n", f.out.c_str(),
-               f.dtype.c_str(), f.shards, f.shards == 1 ? "" : "s",
+  std::fprintf(stderr, "wrote %s (Hugging Face LlamaForCausalLM, %s, %d safetensors file%s, %lld parameters)\n",
+               f.out.c_str(), f.dtype.c_str(), files, files == 1 ? "" : "s",
                static_cast<long long>(opened.weights->config().parameter_count()));
 }
 
@@ -79,9 +120,9 @@ void setup_export(CLI::App& sub) {
   auto flags = std::make_shared<ExportFlags>();
   sub.add_option("--to", flags->to, "format to write: llama2c or hf")->capture_default_str();
   sub.add_option("--model", flags->model, "checkpoint to export (.safetensors, .bin or a Hugging Face directory)")->required();
-  sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf)")->required();
+  sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf; absent or empty)")->required();
   sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();
-  sub.add_option("--shards", flags->shards, "hf: number of safetensors files")->capture_default_str();
+  sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
   sub.callback([flags] { run_export(*flags); });
 }
 

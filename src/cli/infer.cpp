@@ -11,14 +11,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
+#include "cli/prompt_text.h"
 #include "dist/trace.h"
 #include "dist/select_backend.h"
 #include "cli/tokenizer_setup.h"
@@ -59,6 +58,9 @@ bool is_tokenizer_json(const std::string& path) {
   return !path.empty() && (std::filesystem::is_directory(path) || std::filesystem::path(path).extension() == ".json");
 }
 
+// Where the prompt came from, for an error about it: the -f file, else the flag.
+std::string prompt_source(const InferFlags& f) { return f.prompt_file.empty() ? "-i/--prompt" : f.prompt_file; }
+
 // A Hugging Face tokenizer (-z tokenizer.json or a directory, else the model's directory or the
 // checkpoint's recorded tokenizer.json): stop at
 // its end-of-sequence token.
@@ -73,6 +75,7 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
   if (tokenizer.vocab_size() > config.vocab_size)
     throw UsageError(loaded.path + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
+  require_prompt_fits(prompt_source(f), tokenizer.encode_text(options.prompt, true).size(), config.seq_len);
   std::vector<int> stop_ids = opened.eos_token_ids;  // config.json / generation_config.json's
   if (auto eos = tokenizer.token_id(tokenizer.eos_text()); eos && !tokenizer.eos_text().empty()) stop_ids.push_back(*eos);
   return model::run_model_on_mesh(
@@ -81,12 +84,6 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
         return model::generate_with_tokenizer(model, tokenizer, config.vocab_size, stop_ids, options, out);
       },
       stdout, run_options);
-}
-
-std::string read_prompt_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": cannot open prompt file");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
@@ -102,6 +99,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
     } catch (const std::runtime_error& e) {
       throw UsageError(e.what());
     }
+    require_prompt_fits(prompt_source(f), text_tokenizer->encode(options.prompt).size(), config.seq_len);
     return model::run_model_on_mesh(
         *opened.weights, mesh,
         [&](const model::ModelFns& model, std::FILE* out) {
@@ -129,6 +127,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
+  require_prompt_fits(prompt_source(f), tokenizer->encode(options.prompt, true, false).size(), config.seq_len);
   return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options);
 }
 
@@ -156,7 +155,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   model::GenerateOptions options;
-  options.prompt = f.prompt_file.empty() ? f.prompt : read_prompt_file(f.prompt_file);
+  options.prompt = f.prompt_file.empty() ? f.prompt : read_prompt_file(f.prompt_file, config.seq_len);
   options.steps = f.steps;
   options.temperature = f.temperature;
   options.topp = f.topp;

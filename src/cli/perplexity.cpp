@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include "cli/commands.h"
@@ -125,7 +126,9 @@ void setup_perplexity(CLI::App& sub) {
   sub.add_option("--data", f->data, "text file to score")->required();
   sub.add_option("-z,--tokenizer", f->tokenizer, "llama2.c tokenizer.bin (default: the checkpoint's recorded one)");
   sub.add_option("-c,--ctx", f->ctx, "window length in tokens (default: the model's seq_len)");
-  sub.add_option("--windows", f->max_windows, "score at most this many windows (0 = all)")->capture_default_str();
+  sub.add_option("--windows", f->max_windows, "score at most this many windows (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   sub.add_option("--quantize", f->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", f->group_size, "affine group size with --quantize")->capture_default_str();
   sub.add_flag("--decode", f->decode,

@@ -7,7 +7,7 @@
 // Files are tokenized in parallel (--jobs, default: the cores), each worker with its own
 // tokenizer; a progress bar on stderr counts the input bytes done. TOK: "bytes" (vocabulary 256),
 // a llama2.c tokenizer.bin, a tokenizer.json or a directory holding one. Shards are written
-// atomically: a failed or interrupted run leaves whole shards or none.
+// into --out (absent or empty), which appears with all of them or, after a failure, not at all.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -26,6 +26,7 @@
 
 #include "cli/commands.h"
 #include "cli/tokenizer_setup.h"
+#include "model/atomic_file.h"
 #include "model/regular_file.h"
 #include "train/data.h"
 #include "train/token_shards.h"
@@ -66,14 +67,15 @@ struct ShardCounts {
   int64_t train_tokens = 0, val_tokens = 0;
 };
 
-std::string shard_name(const TokenizeFlags& f, const std::string& file, const char* split, int index) {
+std::string shard_name(const std::string& dir, const std::string& file, const char* split, int index) {
   char number[16];
   std::snprintf(number, sizeof number, "%06d", index);
-  return (fs::path(f.out) / (fs::path(file).stem().string() + "_" + split + "_" + number + ".bin")).string();
+  return (fs::path(dir) / (fs::path(file).stem().string() + "_" + split + "_" + number + ".bin")).string();
 }
 
-// Writes one file's tokens as its train shards and its val shard.
-ShardCounts write_file_shards(const TokenizeFlags& f, const Encoder& encoder, const std::string& file) {
+// Writes one file's tokens as its train shards and its val shard into `dir`.
+ShardCounts write_file_shards(const TokenizeFlags& f, const Encoder& encoder, const std::string& file,
+                              const std::string& dir) {
   std::vector<int> tokens = encoder.encode(train::read_text_file(file));  // (N,)
   const auto n_val = static_cast<int64_t>(std::floor(static_cast<double>(tokens.size()) * f.val_fraction));
   const int64_t n_train = static_cast<int64_t>(tokens.size()) - n_val;
@@ -81,12 +83,12 @@ ShardCounts write_file_shards(const TokenizeFlags& f, const Encoder& encoder, co
   const std::span<const int> all(tokens);
   for (int64_t begin = 0, index = 0; begin < n_train; begin += f.shard_tokens, ++index) {
     const int64_t n = std::min(f.shard_tokens, n_train - begin);
-    train::write_token_shard(shard_name(f, file, "train", static_cast<int>(index)),
+    train::write_token_shard(shard_name(dir, file, "train", static_cast<int>(index)),
                              all.subspan(static_cast<size_t>(begin), static_cast<size_t>(n)), encoder.vocab_size);
     ++counts.shards;
   }
   if (n_val > 0) {
-    train::write_token_shard(shard_name(f, file, "val", 0), all.subspan(static_cast<size_t>(n_train)), encoder.vocab_size);
+    train::write_token_shard(shard_name(dir, file, "val", 0), all.subspan(static_cast<size_t>(n_train)), encoder.vocab_size);
     ++counts.shards;
   }
   counts.train_tokens = n_train;
@@ -138,20 +140,15 @@ uintmax_t check_inputs(const TokenizeFlags& f) {
     if (!fresh) throw UsageError(file + ": same name as " + it->second + " (shards are named after the file: rename one)");
     bytes += fs::file_size(file);
   }
-  if (f.val_fraction < 0 || f.val_fraction >= 1)
+  if (!(f.val_fraction >= 0 && f.val_fraction < 1))  // written so that NaN fails too
     throw UsageError("--val-fraction " + std::to_string(f.val_fraction) + " must be in [0, 1)");
   if (f.shard_tokens < 1 || f.shard_tokens > INT32_MAX)
     throw UsageError("--shard-tokens " + std::to_string(f.shard_tokens) + " must be in [1, 2^31 - 1]");
   return bytes;
 }
 
-void run_tokenize(const TokenizeFlags& f) {
-  const uintmax_t bytes = check_inputs(f);
-  const Encoder first = open_encoder(f.tokenizer);  // a bad tokenizer fails here, before any thread
-  std::error_code ec;
-  fs::create_directories(f.out, ec);
-  if (ec || !fs::is_directory(f.out)) throw UsageError("--out " + f.out + ": cannot create the directory: " + ec.message());
-
+// Tokenizes every file into `dir` on `jobs` threads; the first error stops them and is rethrown.
+ShardCounts write_all_shards(const TokenizeFlags& f, const Encoder& first, const std::string& dir, uintmax_t bytes) {
   const int files = static_cast<int>(f.files.size());
   const int jobs = std::clamp(f.jobs > 0 ? f.jobs : static_cast<int>(std::thread::hardware_concurrency()), 1, files);
   ProgressBar progress(files, bytes);
@@ -164,7 +161,7 @@ void run_tokenize(const TokenizeFlags& f) {
     try {
       const Encoder encoder = worker == 0 ? first : open_encoder(f.tokenizer);
       for (int i = next++; i < files && !failed; i = next++) {
-        const ShardCounts counts = write_file_shards(f, encoder, f.files[static_cast<size_t>(i)]);
+        const ShardCounts counts = write_file_shards(f, encoder, f.files[static_cast<size_t>(i)], dir);
         progress.file_done(fs::file_size(f.files[static_cast<size_t>(i)]));
         std::lock_guard lock(mutex);
         total.shards += counts.shards;
@@ -182,6 +179,21 @@ void run_tokenize(const TokenizeFlags& f) {
   work(0);
   for (auto& t : threads) t.join();
   if (error) std::rethrow_exception(error);
+  return total;
+}
+
+void run_tokenize(const TokenizeFlags& f) {
+  const uintmax_t bytes = check_inputs(f);
+  try {
+    model::require_new_folder(f.out);
+  } catch (const std::runtime_error& e) {
+    throw UsageError("--out " + std::string(e.what()));
+  }
+  const Encoder first = open_encoder(f.tokenizer);  // a bad tokenizer fails here, before any thread
+  // The folder appears with every shard or not at all: a training run globbing it never sees half
+  // the files of a run that failed (a full disk) or was stopped.
+  ShardCounts total;
+  model::write_directory_atomically(f.out, [&](const std::string& dir) { total = write_all_shards(f, first, dir, bytes); });
 
   std::printf("wrote %d shards to %s: %lld train and %lld val tokens (%s, vocabulary %lld)\n", total.shards,
               f.out.c_str(), static_cast<long long>(total.train_tokens), static_cast<long long>(total.val_tokens),
@@ -196,12 +208,12 @@ void setup_tokenize(CLI::App& sub) {
   auto f = std::make_shared<TokenizeFlags>();
   sub.add_option("--tokenizer", f->tokenizer, "\"bytes\", a llama2.c tokenizer.bin, a tokenizer.json or its directory")
       ->required();
-  sub.add_option("--out", f->out, "folder for the shards (created)")->required();
+  sub.add_option("--out", f->out, "new folder for the shards (absent or empty)")->required();
   sub.add_option("files", f->files, "text files, one document each")->required()->type_name("FILES...");
   sub.add_option("--val-fraction", f->val_fraction, "the last part of each file that goes to its _val_ shard")
       ->capture_default_str();
   sub.add_option("--shard-tokens", f->shard_tokens, "tokens per train shard at most")->capture_default_str();
-  sub.add_option("--jobs", f->jobs, "files tokenized at once (default: the cores)");
+  sub.add_option("--jobs", f->jobs, "files tokenized at once (0: the cores)")->check(CLI::Range(0, 1 << 16));
   sub.callback([f] { run_tokenize(*f); });
 }
 

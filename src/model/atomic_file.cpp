@@ -1,12 +1,14 @@
 #include "model/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 
 namespace tpcli::model {
@@ -29,7 +31,65 @@ void remove_quietly(const std::string& path) {
   std::filesystem::remove(path, ignored);
 }
 
+void remove_folder_quietly(const std::string& path) {
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+}
+
+// Creates a new folder DIR.tmp-XXXXXX beside `dir` (mode 0777 less the umask, as mkdir -p would
+// give `dir`; mkdtemp's 0700 would stay on the renamed folder) and returns its path.
+std::string make_temporary_folder(const std::filesystem::path& dir) {
+  static constexpr char LETTERS[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::mt19937_64 random(std::random_device{}() ^ static_cast<uint64_t>(::getpid()));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string path = dir.string() + ".tmp-";
+    for (int i = 0; i < 6; ++i) path += LETTERS[random() % (sizeof LETTERS - 1)];
+    if (::mkdir(path.c_str(), 0777) == 0) return path;
+    if (errno != EEXIST) throw std::runtime_error(path + ": cannot create the temporary folder: " + errno_text(errno));
+  }
+  throw std::runtime_error(dir.string() + ".tmp-XXXXXX: no free temporary folder name after 100 tries");
+}
+
+std::filesystem::path without_trailing_slash(const std::string& dir) {
+  const std::filesystem::path path(dir);
+  return path.has_filename() ? path : path.parent_path();
+}
+
 }  // namespace
+
+void write_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write) {
+  const std::filesystem::path target = without_trailing_slash(dir);
+  require_new_folder(target.string());
+  const std::filesystem::path parent = target.parent_path().empty() ? "." : target.parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw std::runtime_error(parent.string() + ": cannot create the folder: " + ec.message());
+  const std::string tmp = make_temporary_folder(target);
+  try {
+    write(tmp);
+    if (const int err = sync_path(tmp, true); err != 0) throw std::runtime_error(tmp + ": fsync failed: " + errno_text(err));
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+      const int err = errno;
+      throw std::runtime_error(target.string() + ": cannot rename " + tmp + " into place: " + errno_text(err));
+    }
+  } catch (...) {
+    remove_folder_quietly(tmp);
+    throw;
+  }
+  if (const int err = sync_path(parent.string(), true); err != 0)
+    throw std::runtime_error(parent.string() + ": fsync of the folder after writing " + target.string() +
+                             " failed: " + errno_text(err));
+}
+
+void require_new_folder(const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::symlink_status(dir, ec);
+  if (!std::filesystem::exists(status)) return;
+  if (!std::filesystem::is_directory(status))
+    throw std::runtime_error(dir + ": already exists and is not a folder: choose a new folder");
+  if (!std::filesystem::is_empty(dir, ec) || ec)
+    throw std::runtime_error(dir + ": already exists and is not empty: choose a new folder");
+}
 
 std::string temporary_path(const std::string& path) { return path + ".tmp"; }
 

@@ -14,6 +14,18 @@ namespace tpcli::model {
 // file and keep the system's reason (errno is read before any cleanup).
 void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
+// Fills the folder `dir` whole or not at all: `write` fills a fresh sibling folder DIR.tmp-XXXXXX
+// (its argument), which is then renamed to `dir`, so a full disk, an error or a kill never leaves
+// a partial `dir` (a kill -9 can leave the temporary, under a name no later call reuses). `dir`
+// must not exist or be an empty folder (the rename replaces it); anything else is refused before
+// `write` runs. On any failure the temporary folder is removed and the error rethrown. Missing
+// parent folders are created. Durable as write_atomically, if `write` syncs its files.
+void write_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write);
+
+// Throws std::runtime_error "DIR: already exists and is not empty: choose a new folder" (or "... is
+// not a folder") unless write_directory_atomically(dir) may write there.
+void require_new_folder(const std::string& dir);
+
 // The temporary write_atomically uses for `path`.
 std::string temporary_path(const std::string& path);
 

@@ -1,6 +1,8 @@
 // The command line under bad input (issue 12): CLI11's errors are one line with the tpcli prefix;
 // a FIFO or a directory where a file belongs is refused by name at once; NaN sampling settings
-// are refused before anything runs.
+// are refused before anything runs. Issue 25: a prompt file or chat line is bounded by what the
+// context holds; numeric flags out of range are refused by name; a chat that outgrows its context
+// exits non-zero; an export folder appears whole or not at all, even on a full disk.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "support/run_tpcli.h"
+#include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -99,4 +102,174 @@ TEST_CASE("cli faults: -t nan and -p nan are refused with one line before genera
     CHECK(r.err.find("is not a finite number") != std::string::npos);
     CHECK(r.out.empty());
   }
+}
+
+namespace {
+
+// A one-line error, exit 2, that names `names`, within the timeout.
+void check_one_line_error(const Run& r, const std::string& names) {
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.find(names) != std::string::npos);
+}
+
+// Entries of `dir` whose names start with `prefix` (an export's temporaries: OUT.tmp-XXXXXX).
+std::vector<std::string> entries_starting(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().starts_with(prefix)) names.push_back(entry.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("cli faults: infer -f refuses a device, a directory, and a file too big for the context, by name") {
+  const std::string base = "infer --model " + model_file() + " -z /nonexistent/tok.bin -n 4 -f ";
+  const Run zero = run_tpcli(base + "/dev/zero");  // was: read until memory ran out (15.8 GB)
+  CHECK(zero.seconds < 10);
+  check_one_line_error(zero, "/dev/zero: is a character device, not a prompt file");
+  check_one_line_error(run_tpcli(base + scratch().string()), scratch().string() + ": is a directory");
+  // seq_len 512: more than 512 x 256 bytes cannot fit, whatever the tokenizer; refused from the size.
+  const tpcli::testing::TempDir dir;
+  const std::string big = dir.write("big.txt", std::string(512 * 256 + 1, 'a'));
+  check_one_line_error(run_tpcli(base + big), big + ": more than 131072 bytes");
+  const std::string fits = dir.write("fits.txt", std::string(512 * 256, 'a'));
+  CHECK(run_tpcli(base + fits).err.find("more than 131072 bytes") == std::string::npos);
+}
+
+TEST_CASE("cli faults: a prompt of more tokens than the context is refused naming its file, not truncated") {
+  TPCLI_REQUIRE_SHARED("data/tok512.bin");
+  const std::string tokenizer = tpcli::testing::shared_path("data/tok512.bin");
+  const tpcli::testing::TempDir dir;
+  std::string story;
+  for (int i = 0; i < 20; ++i) story += "Once upon a time, there was a little dog. ";
+  const std::string prompt = dir.write("prompt.txt", story);  // ~200 tokens
+  const std::string base = "infer --model " + model_file() + " -z " + tokenizer + " -n 0 -t 0 ";
+  const Run r = run_tpcli(base + "--context 64 -f " + prompt);
+  check_one_line_error(r, prompt + ": the prompt is ");
+  CHECK(r.err.find("more than the model's context of 64 positions") != std::string::npos);
+  CHECK(r.out.empty());
+  check_one_line_error(run_tpcli(base + "--context 64 -i '" + story + "'"), "-i/--prompt: the prompt is ");
+  CHECK(run_tpcli(base + "-f " + prompt).code == 0);  // the model's own 512 positions hold it
+}
+
+TEST_CASE("cli faults: numeric flags out of range are one-line errors naming the flag") {
+  const tpcli::testing::TempDir dir;
+  const std::string text = dir.write("t.txt", std::string(3000, 'x'));
+  const std::string out = (dir.path() / "shards").string();
+  for (const std::string value : {"nan", "inf", "-0.5", "1"}) {  // nan was accepted, and wrote nothing
+    INFO("--val-fraction " << value);
+    check_one_line_error(run_tpcli("tokenize --tokenizer bytes --out " + out + " --val-fraction " + value + " " + text),
+                         "--val-fraction");
+    CHECK(!fs::exists(out));
+  }
+  check_one_line_error(run_tpcli("tokenize --tokenizer bytes --out " + out + " --jobs -4 " + text), "--jobs");
+  check_one_line_error(run_tpcli("perplexity --model " + model_file() + " --data " + text + " --windows -1"), "--windows");
+  // stories260K has 2 + 5 x 9 = 47 tensors; each shard holds whole ones (was: "100000 files", 47 written).
+  const Run shards = run_tpcli("export --to hf --model " + model_file() + " --out " + out + " --shards 100000");
+  check_one_line_error(shards, "--shards 100000");
+  CHECK(shards.err.find("at most 47") != std::string::npos);
+  CHECK(!fs::exists(out));
+}
+
+TEST_CASE("cli faults: export --to hf reports the files it wrote; the folder must be absent or empty") {
+  const tpcli::testing::TempDir dir;
+  const std::string out = (dir.path() / "hf").string();
+  const Run all = run_tpcli("export --to hf --model " + model_file() + " --out " + out + " --shards 47");
+  INFO("stderr: " << all.err);
+  REQUIRE(all.code == 0);
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(out)) files += entry.path().extension() == ".safetensors";
+  CHECK(all.err.find(", " + std::to_string(files) + " safetensors files,") != std::string::npos);
+  CHECK(fs::exists(fs::path(out) / "config.json"));
+  CHECK(entries_starting(dir.path(), "hf.tmp-").empty());
+  // A folder holding anything is not written over; an empty one is replaced.
+  check_one_line_error(run_tpcli("export --to hf --model " + model_file() + " --out " + out), out + ": already holds a model");
+  const std::string other = dir.write("other/notes.txt", "mine");
+  check_one_line_error(run_tpcli("export --to hf --model " + model_file() + " --out " + (dir.path() / "other").string()),
+                       (dir.path() / "other").string() + ": already exists and is not empty");
+  CHECK(tpcli::testing::slurp(other) == "mine");
+  const std::string empty = (dir.path() / "empty").string();
+  fs::create_directories(empty);
+  CHECK(run_tpcli("export --to hf --model " + model_file() + " --out " + empty + "/").code == 0);
+  CHECK(fs::exists(fs::path(empty) / "model.safetensors"));
+}
+
+// RLIMIT_FSIZE stands in for a full disk: a write past it fails with EFBIG (SIGXFSZ ignored, as
+// its default action would kill the process). The limit lets the first shard through and stops a
+// later, bigger one, as a disk that fills half way.
+TEST_CASE("cli faults: export --to hf onto a full disk leaves no folder and no temporary") {
+  const tpcli::testing::TempDir dir;
+  const std::string export_line = "export --to hf --model " + model_file() + " --shards 4 --dtype f32 --out ";
+  const fs::path whole = dir.path() / "whole";
+  REQUIRE(run_tpcli(export_line + whole.string()).code == 0);
+  const uintmax_t first = fs::file_size(whole / "model-00001-of-00004.safetensors");
+  uintmax_t largest = 0;
+  for (const char* later : {"model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors",
+                            "model-00004-of-00004.safetensors"})
+    largest = std::max(largest, fs::file_size(whole / later));
+  REQUIRE(largest > first);
+  const std::string out = (dir.path() / "hf").string();
+  const Run r = tpcli::testing::run_tpcli_line(
+      export_line + out,
+      {.cwd = TPCLI_SOURCE_DIR, .timeout_seconds = 20,
+       .launcher = "prlimit --fsize=" + std::to_string(first) + " sh -c 'trap \"\" XFSZ; exec \"$0\" \"$@\"'"});
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.find("-of-00004.safetensors") != std::string::npos);  // names the shard that failed
+  CHECK(r.err.find("File too large") != std::string::npos);
+  CHECK(!fs::exists(out));
+  CHECK(entries_starting(dir.path(), "hf").empty());
+}
+
+TEST_CASE("cli faults: chat that outgrows its context says so in one line and exits 1, not 0") {
+  TPCLI_REQUIRE_SHARED("data/tok512.bin");
+  const std::string chat = "chat --model " + model_file() + " -z " + tpcli::testing::shared_path("data/tok512.bin") +
+                           " --template zephyr -t 0 ";
+  auto run_chat = [&](const std::string& flags, const std::string& input) {
+    return tpcli::testing::run_tpcli_line(chat + flags, {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive",
+                                                         .input = input, .timeout_seconds = 20});
+  };
+  // A reply cut short by the context's end.
+  const Run cut = run_chat("--context 40 -n 200", "Hi there.\nAnd then?\n");
+  INFO("stderr: " << cut.err);
+  CHECK(cut.code == 1);
+  CHECK(lines_of(cut.err) == 1);
+  CHECK(cut.err.find("tpcli chat: the model's context of 40 positions is full: reply 1 was cut short") == 0);
+  // A turn whose conversation no longer fits.
+  std::string long_turn;
+  for (int i = 0; i < 10; ++i) long_turn += "Tell me a story about a dog. ";
+  const Run unanswered = run_chat("--context 40 -n 4", long_turn + "\n");
+  INFO("stderr: " << unanswered.err);
+  CHECK(unanswered.code == 1);
+  CHECK(lines_of(unanswered.err) == 1);
+  CHECK(unanswered.err.find("no longer fits the model's context of 40") != std::string::npos);
+  // A line longer than 16 positions x 256 bytes can hold is not read on (stdin may be /dev/zero).
+  check_one_line_error(run_chat("--context 16 -n 4", std::string(5000, 'a') + "\n"),
+                       "stdin: line 1 is longer than 4096 bytes");
+  const Run fits = run_chat("-n 4", "Hi there.\n");
+  INFO("stderr: " << fits.err);
+  CHECK(fits.code == 0);
+}
+
+// As export: the shards of a run that fails half way (here file b's shard does not fit under
+// RLIMIT_FSIZE, a stand-in for a full disk) must not be left for a training glob to pick up.
+TEST_CASE("cli faults: tokenize onto a full disk leaves no folder; a non-empty --out is refused") {
+  const tpcli::testing::TempDir dir;
+  const std::string a = dir.write("a.txt", std::string(1000, 'a')), b = dir.write("b.txt", std::string(100000, 'b'));
+  const std::string out = (dir.path() / "shards").string();
+  const Run r = tpcli::testing::run_tpcli_line(
+      "tokenize --tokenizer bytes --jobs 1 --val-fraction 0 --out " + out + " " + a + " " + b,
+      {.cwd = TPCLI_SOURCE_DIR, .timeout_seconds = 20,
+       .launcher = "prlimit --fsize=65536 sh -c 'trap \"\" XFSZ; exec \"$0\" \"$@\"'"});
+  INFO("stderr: " << r.err);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("b_train_000000.bin") != std::string::npos);
+  CHECK(!fs::exists(out));
+  CHECK(entries_starting(dir.path(), "shards").empty());
+  REQUIRE(run_tpcli("tokenize --tokenizer bytes --out " + out + " " + a).code == 0);
+  CHECK(fs::exists(fs::path(out) / "a_train_000000.bin"));
+  check_one_line_error(run_tpcli("tokenize --tokenizer bytes --out " + out + " " + a), "--out " + out + ": already exists");
 }

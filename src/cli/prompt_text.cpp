@@ -1,0 +1,52 @@
+#include "cli/prompt_text.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "model/regular_file.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+std::string too_long(const std::string& path, int seq_len) {
+  return path + ": more than " + std::to_string(max_text_bytes(seq_len)) + " bytes, more text than the model's context of " +
+         std::to_string(seq_len) + " positions can hold";
+}
+
+}  // namespace
+
+int64_t max_text_bytes(int seq_len) { return static_cast<int64_t>(seq_len) * MAX_TEXT_BYTES_PER_POSITION; }
+
+std::string read_prompt_file(const std::string& path, int seq_len) {
+  try {
+    model::require_regular_file(path, "a prompt file");  // a FIFO would block, a device never end
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  const auto limit = static_cast<size_t>(max_text_bytes(seq_len));
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) > limit && !ec) throw UsageError(too_long(path, seq_len));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": cannot open the prompt file: " + std::strerror(errno));
+  // Reads on while the text fits: a file that grows meanwhile is still refused, not read whole.
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+    if (text.size() > limit) throw UsageError(too_long(path, seq_len));
+  }
+  if (in.bad()) throw UsageError(path + ": cannot read the prompt file: " + std::strerror(errno));
+  return text;
+}
+
+void require_prompt_fits(const std::string& source, size_t tokens, int seq_len) {
+  if (tokens <= static_cast<size_t>(seq_len)) return;
+  throw UsageError(source + ": the prompt is " + std::to_string(tokens) + " tokens, more than the model's context of " +
+                   std::to_string(seq_len) + " positions");
+}
+
+}  // namespace tpcli::cli
