@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 
 #include "model/atomic_file.h"
 #include "model/dtype.h"
+#include "model/json_file.h"
 #include "model/packed_weights.h"
 
 namespace tpcli::model {
@@ -23,20 +23,6 @@ using nlohmann::json;
 namespace {
 
 const char* const INDEX_FILE = "model.safetensors.index.json";
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open: " + (fs::exists(path) ? "unreadable" : "no such file"));
-  try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    throw std::runtime_error(path + ": not valid JSON: " + what);
-  } catch (const json::exception& e) {  // a number too large, ...: not a parse_error
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
-}
 
 // Typed reads of config.json keys, with errors naming the file and the key.
 class ConfigReader {
@@ -179,7 +165,7 @@ bool is_hf_model_dir(const std::string& path) {
 HfConfig read_hf_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(path)) throw std::runtime_error(path + ": missing: not a Hugging Face model directory?");
-  const json j = read_json_file(path);
+  const json j = read_json_file(path, "a Hugging Face config.json");
   if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
   const ConfigReader r(j, path);
   HfConfig out;
@@ -189,18 +175,22 @@ HfConfig read_hf_config(const std::string& dir) {
   out.torch_dtype = r.text("torch_dtype", "");
   if (auto bos = r.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();
   out.eos_token_ids = r.ids("eos_token_id");
+  std::string eos_origin = path;  // the file the ids come from, for the range check's error
   const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
   if (fs::exists(gen_path)) {  // generation_config.json wins: it is what generate() uses
-    const json g = read_json_file(gen_path);
+    const json g = read_json_file(gen_path, "a generation_config.json");
     if (!g.is_object()) throw std::runtime_error(gen_path + ": not a JSON object");
     const ConfigReader gr(g, gen_path);
     if (auto bos = gr.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();
-    if (auto eos = gr.ids("eos_token_id"); !eos.empty()) out.eos_token_ids = eos;
+    if (auto eos = gr.ids("eos_token_id"); !eos.empty()) {
+      out.eos_token_ids = eos;
+      eos_origin = gen_path;
+    }
   }
   for (int id : out.eos_token_ids)
     if (id >= out.llama.vocab_size)
-      throw std::runtime_error(path + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary (" +
-                               std::to_string(out.llama.vocab_size) + ")");
+      throw std::runtime_error(eos_origin + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary (" +
+                               std::to_string(out.llama.vocab_size) + " in config.json)");
   return out;
 }
 
@@ -276,7 +266,7 @@ void HfModelDir::open_files() {
     for (const auto& name : files_.back()->names()) file_of_[name] = files_.back().get();
     return;
   }
-  const json index = read_json_file(index_path.string());
+  const json index = read_json_file(index_path.string(), std::string("a ") + INDEX_FILE);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw std::runtime_error(index_path.string() + ": no \"weight_map\" object");
   std::map<std::string, const SafetensorsFile*> opened;

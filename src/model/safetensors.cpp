@@ -5,6 +5,7 @@
 #include "model/atomic_file.h"
 #include "model/packed_weights.h"
 #include "model/dtype.h"
+#include "model/json_file.h"
 
 #include <algorithm>
 #include <charconv>
@@ -208,15 +209,8 @@ namespace {
 constexpr uint64_t MAX_DIM = uint64_t{1} << 40;  // far beyond any real tensor; keeps products in range
 
 nlohmann::json parse_header(std::string_view text, const std::string& path) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    throw std::runtime_error(path + ": header JSON at byte " + std::to_string(e.byte) + ": " + what);
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large (found by fuzz_safetensors)
-    throw std::runtime_error(path + ": header JSON: " + e.what());
-  }
+  // "PATH: header: not valid JSON at byte N: ...", nesting bounded (model/json_file.h)
+  return parse_json_text(text, path + ": header");
 }
 
 // One header entry {"dtype": .., "shape": [..], "data_offsets": [begin, end]}, checked against

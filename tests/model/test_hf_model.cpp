@@ -516,6 +516,39 @@ TEST_CASE("hf: bad directories are one-line errors naming the file", "[hf][corru
   CHECK_THROWS_WITH(write_hf_model(good.string(), bin, {}), Catch::Contains("already holds a model"));
 }
 
+TEST_CASE("hf: a folder where a JSON file should be, or an eos id out of range, is an error naming the right file", "[hf][corrupt]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const Llama2cFile bin(shared_path("data/stories260K.bin"));
+  TempDir tmp;
+  const fs::path good = tmp.path() / "good", sharded = tmp.path() / "sharded";
+  write_hf_model(good.string(), bin, {.dtype = DType::F32});
+  write_hf_model(sharded.string(), bin, {.dtype = DType::F32, .shards = 2});
+  int n = 0;
+  auto copy = [&](const fs::path& from) {
+    const fs::path to = tmp.path() / ("case" + std::to_string(n++));
+    fs::copy(from, to, fs::copy_options::recursive);
+    return to;
+  };
+  // Each JSON file replaced by a folder of the same name: named, not "basic_filebuf::underflow".
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    const fs::path d = copy(good);
+    fs::remove(d / name);
+    fs::create_directory(d / name);
+    check_one_line_naming(open_error(d), (d / name).string(), "is a directory");
+  }
+  {
+    const fs::path d = copy(sharded);
+    fs::remove(d / "model.safetensors.index.json");
+    fs::create_directory(d / "model.safetensors.index.json");
+    check_one_line_naming(open_error(d), (d / "model.safetensors.index.json").string(), "is a directory");
+  }
+  {  // an eos id out of range in generation_config.json is that file's fault, not config.json's
+    const fs::path d = copy(good);
+    write_json(d / "generation_config.json", {{"eos_token_id", 9999}});
+    check_one_line_naming(open_error(d), (d / "generation_config.json").string(), "eos_token_id 9999");
+  }
+}
+
 namespace {
 
 struct Run {
