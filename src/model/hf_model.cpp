@@ -244,6 +244,13 @@ HfModule hf_module_of(const std::string& name, const LlamaConfig& c) {
 
 std::string shape_text(const tensor::Shape& s) { return tensor::to_string(s); }
 
+// MLX quantizes every matrix whose input dimension its group divides and leaves the rest (and the
+// norms) in float: a matrix it would have quantized but that is stored in float contradicts a
+// config.json that states a quantization, and would run unquantized while `inspect` said otherwise.
+bool mlx_would_quantize(const ParamSpec& p, const Quantization& q) {
+  return p.shape.size() == 2 && q.group_size > 0 && p.shape[1] % q.group_size == 0;
+}
+
 }  // namespace
 
 // ---- reading ----
@@ -312,6 +319,10 @@ void HfModelDir::map_parameters() {
     const bool quantized = c.quantization && file_of_.count(m.path + ".scales");
     if (!quantized) {
       if (!is_float(t.dtype)) throw bad(std::string("is ") + dtype_name(t.dtype) + " (no .scales beside it): not a float weight");
+      if (c.quantization && mlx_would_quantize(p, *c.quantization))
+        throw bad(std::string("is ") + dtype_name(t.dtype) + " with no .scales beside it, but config.json's quantization (" +
+                  c.quantization->mode + ", " + std::to_string(c.quantization->bits) + " bits, group_size " +
+                  std::to_string(c.quantization->group_size) + ") says it is quantized: the weights do not match config.json");
       if (t.shape != p.shape) throw bad("has shape " + shape_text(t.shape) + ", config.json implies " + shape_text(p.shape));
       continue;
     }

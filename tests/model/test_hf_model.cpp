@@ -549,6 +549,22 @@ TEST_CASE("hf: a folder where a JSON file should be, or an eos id out of range, 
   }
 }
 
+TEST_CASE("hf: a quantization block over float weights is refused, naming the tensor", "[hf][corrupt][quant]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const Llama2cFile bin(shared_path("data/stories260K.bin"));
+  TempDir tmp;
+  const fs::path d = tmp.path() / "float";
+  write_hf_model(d.string(), bin, {.dtype = DType::BF16});
+  // It would run as bf16 while `inspect` says "quantized affine, 4 bits". (The MLX test above
+  // keeps the float matrices MLX leaves alone: those whose input the group does not divide.)
+  json config = read_json(d / "config.json");
+  config["quantization"] = {{"group_size", 32}, {"bits", 4}};
+  write_json(d / "config.json", config);
+  const std::string msg = open_error(d);
+  check_one_line_naming(msg, (d / "model.safetensors").string(), "model.embed_tokens.weight");
+  CHECK(msg.find("config.json's quantization (affine, 4 bits, group_size 32)") != std::string::npos);
+}
+
 namespace {
 
 struct Run {
