@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 namespace tpcli::model {
 
@@ -282,6 +283,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
     }
   }
 
+  refuse_overlaps(data);
   if (metadata_.count("model.dim")) {
     config_ = config_from_metadata(metadata_, path);
     for (const auto& p : llama_parameters(*config_)) {
@@ -297,6 +299,30 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
       if (!is_float(it->second.dtype))
         throw std::runtime_error(path + ": parameter " + p.name + " is " + dtype_name(it->second.dtype) + ", not a float type");
     }
+  }
+}
+
+// The format forbids two tensors sharing bytes: writing one would change the other. Sorted by
+// where they begin, each must begin at or after the end of the one before.
+void SafetensorsFile::refuse_overlaps(const std::byte* data) const {
+  struct Span {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  spans.reserve(stored_.size());
+  for (const auto& [name, t] : stored_) {
+    const auto begin = static_cast<uint64_t>(static_cast<const std::byte*>(t.data) - data);
+    spans.push_back({begin, begin + static_cast<uint64_t>(tensor::numel(t.shape)) * dtype_bytes(t.dtype), &name});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const Span &previous = spans[i - 1], &next = spans[i];
+    if (next.begin < previous.end)
+      throw std::runtime_error(path() + ": tensors '" + *previous.name + "' (data_offsets [" + std::to_string(previous.begin) +
+                               ", " + std::to_string(previous.end) + "]) and '" + *next.name + "' ([" +
+                               std::to_string(next.begin) + ", " + std::to_string(next.end) +
+                               "]) overlap: safetensors tensors may not share bytes");
   }
 }
 

@@ -206,6 +206,27 @@ TEST_CASE("safetensors: corrupt files are one-line errors naming the file", "[sa
   std::filesystem::remove(path);
 }
 
+TEST_CASE("safetensors: tensors whose data_offsets overlap are refused, naming both", "[safetensors]") {
+  const std::string path = temp_path("overlap.safetensors");
+  // "b" starts inside "a": each would alias the other's bytes. Listed out of order on purpose.
+  std::string header =
+      R"({"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  header.resize((header.size() + 7) / 8 * 8, ' ');  // the data 8-byte aligned, as the spec pads it
+  write_bytes(path, le64(header.size()) + header + floats({1, 2, 3, 4, 5, 6}));
+  std::string msg = "(no error)";
+  try {
+    SafetensorsFile f(path);
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.rfind(path + ": ", 0) == 0);
+  CHECK(msg.find("'a'") != std::string::npos);
+  CHECK(msg.find("'b'") != std::string::npos);
+  CHECK(msg.find("overlap") != std::string::npos);
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("safetensors: F16 and BF16 by their bit patterns, round to nearest even, read back as stored and as f32", "[safetensors]") {
   const std::vector<uint16_t> f16_bits{0x3C00, 0xC000, 0x0001, 0x7C00, 0x3555};
   const std::vector<float> f16_values{1.0f, -2.0f, 0x1p-24f, INFINITY, 0.333251953125f};
