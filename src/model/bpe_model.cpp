@@ -45,6 +45,8 @@ BpeModel::BpeModel(const json& spec, const std::string& where) {
 
 void BpeModel::load_vocab(const json& vocab, const std::string& where) {
   if (!vocab.is_object()) throw std::runtime_error(where + ": expected an object of token: id");
+  // Without a single token every piece of text would encode to nothing, silently.
+  if (vocab.empty()) throw std::runtime_error(where + ": empty: a tokenizer needs at least one token");
   vocab_.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (1 << 24))

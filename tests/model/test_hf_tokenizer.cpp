@@ -118,6 +118,9 @@ TEST_CASE("tokenizer.json: a broken file is a one-line error naming the file and
   f["model"]["vocab"] = nlohmann::json::array();
   check(f, "vocab");
   f = small_tokenizer();
+  f["model"]["vocab"] = nlohmann::json::object();  // would encode every text to []
+  check(f, "model.vocab: empty");
+  f = small_tokenizer();
   f["model"]["type"] = "WordPiece";
   check(f, "WordPiece");
   f = small_tokenizer();
