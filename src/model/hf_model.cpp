@@ -118,7 +118,7 @@ std::optional<Quantization> quantization_of(const ConfigReader& r) {
   out.bits = q.integer("bits");
   out.group_size = q.integer("group_size");
   out.mode = q.text("mode", "affine");
-  if (out.mode != "affine" && out.mode != "mxfp8") r.fail("quantization mode \"" + out.mode + "\" is not supported (affine, mxfp8)");
+  if (out.mode != "affine" && out.mode != "mxfp8") r.fail("quantization mode " + quoted_value(out.mode) + " is not supported (affine, mxfp8)");
   if (out.group_size < 1 || (out.bits * out.group_size) % 32 != 0 || out.bits < 2 || out.bits > 8)
     r.fail("quantization bits = " + std::to_string(out.bits) + ", group_size = " + std::to_string(out.group_size) +
            " is not an MLX layout");

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "model/json_file.h"
 #include "model/utf8.h"
 
 namespace tpcli::model::hf {
@@ -220,7 +221,7 @@ SplitBehavior split_behavior(const std::string& name, const Location& at) {
   if (name == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::MergedWithNext;
   if (name == "Contiguous") return SplitBehavior::Contiguous;
-  unsupported(at.child("behavior"), "\"" + name + "\"");
+  unsupported(at.child("behavior"), quoted_value(name));
 }
 
 // Splits `piece` at the matches of `regex` as the tokenizers library's split(pattern, behavior) does.
@@ -306,7 +307,7 @@ PrependScheme prepend_scheme(const json& spec, const Location& at) {
     if (scheme == "always") return PrependScheme::Always;
     if (scheme == "first") return PrependScheme::First;
     if (scheme == "never") return PrependScheme::Never;
-    unsupported(at.child("prepend_scheme"), "\"" + scheme + "\"");
+    unsupported(at.child("prepend_scheme"), quoted_value(scheme));
   }
   return spec.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;  // older files
 }
@@ -471,7 +472,7 @@ Normalizer normalizer_at(const json& spec, const Location& at) {
     const bool left = spec.value("strip_left", true), right = spec.value("strip_right", true);
     return [left, right](std::string t) { return strip_spaces(t, left, right); };
   }
-  unsupported(at, "normalizer type \"" + type + "\"");
+  unsupported(at, "normalizer type " + quoted_value(type));
 }
 
 PreTokenizer pre_tokenizer_at(const json& spec, const Location& at) {
@@ -488,7 +489,7 @@ PreTokenizer pre_tokenizer_at(const json& spec, const Location& at) {
   if (type == "ByteLevel") return make_byte_level(spec, at);
   if (type == "Metaspace") return make_metaspace(spec, at);
   if (type == "Digits") return make_digits(spec, at);
-  unsupported(at, "pre-tokenizer type \"" + type + "\"");
+  unsupported(at, "pre-tokenizer type " + quoted_value(type));
 }
 
 Decoder decoder_at(const json& spec, const Location& at) {
@@ -526,7 +527,7 @@ Decoder decoder_at(const json& spec, const Location& at) {
   }
   if (type == "Strip") return make_strip_decoder(spec, at);
   if (type == "Metaspace") return make_metaspace_decoder(spec, at);
-  unsupported(at, "decoder type \"" + type + "\"");
+  unsupported(at, "decoder type " + quoted_value(type));
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ HfTokenizer::HfTokenizer(const std::string& path, const TokenizerConfig& config)
   clean_up_spaces_ = config.clean_up_tokenization_spaces;
   for (const std::string* name : {&bos_, &eos_})
     if (!name->empty() && !token_id(*name))
-      throw std::runtime_error(path + ": special token \"" + *name + "\" of tokenizer_config.json is not in the vocabulary");
+      throw std::runtime_error(path + ": special token " + quoted_value(*name) + " of tokenizer_config.json is not in the vocabulary");
 }
 
 void HfTokenizer::load_added_tokens(const json& added, const std::string& where) {

@@ -59,6 +59,14 @@ std::optional<TooDeep> first_too_deep(std::string_view text, int limit) {
 
 }  // namespace
 
+std::string quoted_value(std::string_view text) {
+  constexpr size_t MAX_SHOWN = 100;
+  const bool cut = text.size() > MAX_SHOWN;
+  const nlohmann::json value = std::string(text.substr(0, MAX_SHOWN));
+  // replace: a cut through a UTF-8 sequence shows as U+FFFD instead of throwing
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + (cut ? "..." : "");
+}
+
 nlohmann::json parse_json_text(std::string_view text, const std::string& path) {
   if (const auto deep = first_too_deep(text, MAX_JSON_DEPTH))
     throw std::runtime_error(path + ": " + (deep->top_key.empty() ? "" : deep->top_key + ": ") + "JSON nested deeper than " +

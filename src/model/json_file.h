@@ -19,6 +19,10 @@ constexpr int MAX_JSON_DEPTH = 256;
 // or "PATH: KEY: JSON nested deeper than 256 levels at byte N" (KEY: the top-level key it is under).
 nlohmann::json parse_json_text(std::string_view text, const std::string& path);
 
+// `text` as a JSON string literal, escaped and cut to 100 bytes: a value from a hostile file
+// (a newline in a type name, a megabyte-long key) keeps an error message on one short line.
+std::string quoted_value(std::string_view text);
+
 // Reads and parses `path`, refusing first what is not a regular file ("PATH: is a directory, not
 // WHAT"; `what` names the file's role, as for require_regular_file).
 nlohmann::json read_json_file(const std::string& path, const std::string& what);

@@ -274,3 +274,31 @@ TEST_CASE("tokenizer.json: a folder named tokenizer.json or tokenizer_config.jso
   std::filesystem::create_directory(config_path);
   CHECK(error_of_loading() == config_path.string() + ": is a directory, not a tokenizer_config.json");
 }
+
+TEST_CASE("tokenizer.json: a newline in a type name, a vocabulary key or a merge keeps the error on one line") {
+  tpcli::testing::TempDir dir;
+  const std::string path = (dir.path() / "tokenizer.json").string();
+  auto check = [&](const nlohmann::json& file, const std::string& escaped) {
+    const std::string message = load_error(dir, file.dump());
+    INFO(message);
+    CHECK(message.rfind(path + ": ", 0) == 0);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.find(escaped) != std::string::npos);  // shown as JSON shows it
+  };
+  nlohmann::json f = small_tokenizer();
+  f["decoder"] = {{"type", "Word\nPiece"}};
+  check(f, R"("Word\nPiece")");
+  f = small_tokenizer();
+  f["model"]["vocab"]["x\ny"] = -1;
+  check(f, R"(vocab["x\ny"])");
+  f = small_tokenizer();
+  f["model"]["merges"].push_back("a\nb c");
+  check(f, R"("a\nb")");
+  f = small_tokenizer();
+  f["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", "Iso\r\nlated"}};
+  check(f, R"("Iso\r\nlated")");
+  f = small_tokenizer();
+  f["decoder"] = {{"type", std::string(5000, 'x')}};
+  const std::string long_type = load_error(dir, f.dump());
+  CHECK(long_type.size() < 300);  // the value cut, not a 5000-byte line
+}
