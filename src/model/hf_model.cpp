@@ -278,19 +278,19 @@ void HfModelDir::open_files() {
     throw std::runtime_error(index_path.string() + ": no \"weight_map\" object");
   std::map<std::string, const SafetensorsFile*> opened;
   for (const auto& [tensor_name, file_json] : index["weight_map"].items()) {
-    if (!file_json.is_string()) throw std::runtime_error(index_path.string() + ": weight_map." + tensor_name + " is not a file name");
+    if (!file_json.is_string()) throw std::runtime_error(index_path.string() + ": weight_map[" + quoted_value(tensor_name) + "] is not a file name");
     const std::string file = file_json.get<std::string>();
     if (file.find('/') != std::string::npos || file.starts_with("."))
-      throw std::runtime_error(index_path.string() + ": shard name '" + file + "' is not a plain file name");
+      throw std::runtime_error(index_path.string() + ": shard name " + quoted_value(file) + " is not a plain file name");
     if (!opened.count(file)) {
       const fs::path shard = fs::path(dir_) / file;
       if (!fs::exists(shard))
-        throw std::runtime_error(shard.string() + ": missing, but " + INDEX_FILE + " lists it (for " + tensor_name + ")");
+        throw std::runtime_error(shard.string() + ": missing, but " + INDEX_FILE + " lists it (for " + quoted_value(tensor_name) + ")");
       files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
       opened[file] = files_.back().get();
     }
     if (!opened[file]->has(tensor_name))
-      throw std::runtime_error(opened[file]->path() + ": tensor '" + tensor_name + "' is missing, but " + INDEX_FILE +
+      throw std::runtime_error(opened[file]->path() + ": tensor " + quoted_value(tensor_name) + " is missing, but " + INDEX_FILE +
                                " places it here");
     file_of_[tensor_name] = opened[file];
   }

@@ -218,7 +218,7 @@ nlohmann::json parse_header(std::string_view text, const std::string& path) {
 // the data bytes that follow the header.
 StoredTensor read_entry(const std::string& path, const std::string& name, const nlohmann::json& entry,
                         const std::byte* data, uint64_t data_size) {
-  auto bad = [&](const std::string& what) { return std::runtime_error(path + ": tensor '" + name + "': " + what); };
+  auto bad = [&](const std::string& what) { return std::runtime_error(path + ": tensor " + quoted_value(name) + ": " + what); };
   if (!entry.is_object()) throw bad("entry is not an object");
   auto dtype_it = entry.find("dtype"), shape_it = entry.find("shape"), offsets_it = entry.find("data_offsets");
   if (dtype_it == entry.end() || !dtype_it->is_string()) throw bad("dtype missing");
@@ -278,7 +278,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
     }
     if (!entry.is_object()) throw std::runtime_error(path + ": __metadata__ is not an object");
     for (const auto& [k, v] : entry.items()) {
-      if (!v.is_string()) throw std::runtime_error(path + ": __metadata__." + k + " is not a string");
+      if (!v.is_string()) throw std::runtime_error(path + ": __metadata__[" + quoted_value(k) + "] is not a string");
       metadata_[k] = v.get<std::string>();
     }
   }
@@ -319,8 +319,9 @@ void SafetensorsFile::refuse_overlaps(const std::byte* data) const {
   for (size_t i = 1; i < spans.size(); ++i) {
     const Span &previous = spans[i - 1], &next = spans[i];
     if (next.begin < previous.end)
-      throw std::runtime_error(path() + ": tensors '" + *previous.name + "' (data_offsets [" + std::to_string(previous.begin) +
-                               ", " + std::to_string(previous.end) + "]) and '" + *next.name + "' ([" +
+      throw std::runtime_error(path() + ": tensors " + quoted_value(*previous.name) + " (data_offsets [" +
+                               std::to_string(previous.begin) + ", " + std::to_string(previous.end) + "]) and " +
+                               quoted_value(*next.name) + " ([" +
                                std::to_string(next.begin) + ", " + std::to_string(next.end) +
                                "]) overlap: safetensors tensors may not share bytes");
   }

@@ -549,6 +549,25 @@ TEST_CASE("hf: a folder where a JSON file should be, or an eos id out of range, 
   }
 }
 
+TEST_CASE("hf: an index whose tensor or shard names hold a newline is a one-line error", "[hf][corrupt]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const Llama2cFile bin(shared_path("data/stories260K.bin"));
+  TempDir tmp;
+  const fs::path d = tmp.path() / "sharded";
+  write_hf_model(d.string(), bin, {.dtype = DType::F32, .shards = 2});
+  const fs::path index_path = d / "model.safetensors.index.json";
+  const std::pair<json, std::string> cases[] = {
+      {{{"weight_map", {{"model.norm\nweight", 3}}}}, R"(weight_map["model.norm\nweight"])"},
+      {{{"weight_map", {{"model.norm.weight", "../x\ny"}}}}, R"(shard name "../x\ny")"},
+      {{{"weight_map", {{"model.norm\nweight", "model-00001-of-00002.safetensors"}}}}, R"(tensor "model.norm\nweight" is missing)"}};
+  for (const auto& [bad_index, escaped] : cases) {
+    write_json(index_path, bad_index);
+    const std::string msg = open_error(d);
+    const std::string file = escaped.starts_with("tensor") ? (d / "model-00001-of-00002.safetensors").string() : index_path.string();
+    check_one_line_naming(msg, file, escaped);
+  }
+}
+
 TEST_CASE("hf: a quantization block over float weights is refused, naming the tensor", "[hf][corrupt][quant]") {
   TPCLI_REQUIRE_SHARED("data/stories260K.bin");
   const Llama2cFile bin(shared_path("data/stories260K.bin"));
