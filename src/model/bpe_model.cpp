@@ -5,6 +5,7 @@
 #include <queue>
 #include <stdexcept>
 
+#include "model/json_file.h"
 #include "model/utf8.h"
 
 namespace tpcli::model::hf {
@@ -34,7 +35,7 @@ BpeModel::BpeModel(const json& spec, const std::string& where) {
   load_merges(spec.contains("merges") ? spec.at("merges") : json::array(), where + ".merges");
   if (const std::string unk = optional_string(spec, "unk_token"); !unk.empty()) {
     unk_id_ = id_of(unk);
-    if (!unk_id_) throw std::runtime_error(where + ".unk_token: \"" + unk + "\" is not in the vocabulary");
+    if (!unk_id_) throw std::runtime_error(where + ".unk_token: " + quoted_value(unk) + " is not in the vocabulary");
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];
@@ -45,10 +46,12 @@ BpeModel::BpeModel(const json& spec, const std::string& where) {
 
 void BpeModel::load_vocab(const json& vocab, const std::string& where) {
   if (!vocab.is_object()) throw std::runtime_error(where + ": expected an object of token: id");
+  // Without a single token every piece of text would encode to nothing, silently.
+  if (vocab.empty()) throw std::runtime_error(where + ": empty: a tokenizer needs at least one token");
   vocab_.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (1 << 24))
-      throw std::runtime_error(where + "[\"" + it.key() + "\"]: expected an id in 0..16777216");
+      throw std::runtime_error(where + "[" + quoted_value(it.key()) + "]: expected an id in 0..16777216");
     const int id = it.value().get<int>();
     vocab_.emplace(it.key(), id);
     if (id >= static_cast<int>(id_to_token_.size())) id_to_token_.resize(static_cast<size_t>(id) + 1);
@@ -67,7 +70,7 @@ void BpeModel::load_merges(const json& merges, const std::string& where) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        throw std::runtime_error(where + "[" + std::to_string(rank) + "]: \"" + s + "\" is not two tokens");
+        throw std::runtime_error(where + "[" + std::to_string(rank) + "]: " + quoted_value(s) + " is not two tokens");
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["left", "right"]
@@ -82,8 +85,8 @@ void BpeModel::load_merges(const json& merges, const std::string& where) {
     merged = left + right.substr(prefix);
     const auto l = id_of(left), r = id_of(right), result = id_of(merged);
     if (!l || !r || !result)
-      throw std::runtime_error(where + "[" + std::to_string(rank) + "]: \"" + (l ? (r ? merged : right) : left) +
-                               "\" is not in the vocabulary");
+      throw std::runtime_error(where + "[" + std::to_string(rank) + "]: " + quoted_value(l ? (r ? merged : right) : left) +
+                               " is not in the vocabulary");
     merges_.try_emplace(pair_key(*l, *r), Merge{static_cast<int>(rank), *result});  // first (lowest) rank wins
   }
 }

@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 
 #include "model/atomic_file.h"
 #include "model/dtype.h"
+#include "model/json_file.h"
 #include "model/packed_weights.h"
 
 namespace tpcli::model {
@@ -23,20 +23,6 @@ using nlohmann::json;
 namespace {
 
 const char* const INDEX_FILE = "model.safetensors.index.json";
-
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open: " + (fs::exists(path) ? "unreadable" : "no such file"));
-  try {
-    return json::parse(in);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    throw std::runtime_error(path + ": not valid JSON: " + what);
-  } catch (const json::exception& e) {  // a number too large, ...: not a parse_error
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
-}
 
 // Typed reads of config.json keys, with errors naming the file and the key.
 class ConfigReader {
@@ -132,7 +118,7 @@ std::optional<Quantization> quantization_of(const ConfigReader& r) {
   out.bits = q.integer("bits");
   out.group_size = q.integer("group_size");
   out.mode = q.text("mode", "affine");
-  if (out.mode != "affine" && out.mode != "mxfp8") r.fail("quantization mode \"" + out.mode + "\" is not supported (affine, mxfp8)");
+  if (out.mode != "affine" && out.mode != "mxfp8") r.fail("quantization mode " + quoted_value(out.mode) + " is not supported (affine, mxfp8)");
   if (out.group_size < 1 || (out.bits * out.group_size) % 32 != 0 || out.bits < 2 || out.bits > 8)
     r.fail("quantization bits = " + std::to_string(out.bits) + ", group_size = " + std::to_string(out.group_size) +
            " is not an MLX layout");
@@ -179,7 +165,7 @@ bool is_hf_model_dir(const std::string& path) {
 HfConfig read_hf_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(path)) throw std::runtime_error(path + ": missing: not a Hugging Face model directory?");
-  const json j = read_json_file(path);
+  const json j = read_json_file(path, "a Hugging Face config.json");
   if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
   const ConfigReader r(j, path);
   HfConfig out;
@@ -189,18 +175,22 @@ HfConfig read_hf_config(const std::string& dir) {
   out.torch_dtype = r.text("torch_dtype", "");
   if (auto bos = r.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();
   out.eos_token_ids = r.ids("eos_token_id");
+  std::string eos_origin = path;  // the file the ids come from, for the range check's error
   const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
   if (fs::exists(gen_path)) {  // generation_config.json wins: it is what generate() uses
-    const json g = read_json_file(gen_path);
+    const json g = read_json_file(gen_path, "a generation_config.json");
     if (!g.is_object()) throw std::runtime_error(gen_path + ": not a JSON object");
     const ConfigReader gr(g, gen_path);
     if (auto bos = gr.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();
-    if (auto eos = gr.ids("eos_token_id"); !eos.empty()) out.eos_token_ids = eos;
+    if (auto eos = gr.ids("eos_token_id"); !eos.empty()) {
+      out.eos_token_ids = eos;
+      eos_origin = gen_path;
+    }
   }
   for (int id : out.eos_token_ids)
     if (id >= out.llama.vocab_size)
-      throw std::runtime_error(path + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary (" +
-                               std::to_string(out.llama.vocab_size) + ")");
+      throw std::runtime_error(eos_origin + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary (" +
+                               std::to_string(out.llama.vocab_size) + " in config.json)");
   return out;
 }
 
@@ -254,6 +244,13 @@ HfModule hf_module_of(const std::string& name, const LlamaConfig& c) {
 
 std::string shape_text(const tensor::Shape& s) { return tensor::to_string(s); }
 
+// MLX quantizes every matrix whose input dimension its group divides and leaves the rest (and the
+// norms) in float: a matrix it would have quantized but that is stored in float contradicts a
+// config.json that states a quantization, and would run unquantized while `inspect` said otherwise.
+bool mlx_would_quantize(const ParamSpec& p, const Quantization& q) {
+  return p.shape.size() == 2 && q.group_size > 0 && p.shape[1] % q.group_size == 0;
+}
+
 }  // namespace
 
 // ---- reading ----
@@ -276,24 +273,24 @@ void HfModelDir::open_files() {
     for (const auto& name : files_.back()->names()) file_of_[name] = files_.back().get();
     return;
   }
-  const json index = read_json_file(index_path.string());
+  const json index = read_json_file(index_path.string(), std::string("a ") + INDEX_FILE);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw std::runtime_error(index_path.string() + ": no \"weight_map\" object");
   std::map<std::string, const SafetensorsFile*> opened;
   for (const auto& [tensor_name, file_json] : index["weight_map"].items()) {
-    if (!file_json.is_string()) throw std::runtime_error(index_path.string() + ": weight_map." + tensor_name + " is not a file name");
+    if (!file_json.is_string()) throw std::runtime_error(index_path.string() + ": weight_map[" + quoted_value(tensor_name) + "] is not a file name");
     const std::string file = file_json.get<std::string>();
     if (file.find('/') != std::string::npos || file.starts_with("."))
-      throw std::runtime_error(index_path.string() + ": shard name '" + file + "' is not a plain file name");
+      throw std::runtime_error(index_path.string() + ": shard name " + quoted_value(file) + " is not a plain file name");
     if (!opened.count(file)) {
       const fs::path shard = fs::path(dir_) / file;
       if (!fs::exists(shard))
-        throw std::runtime_error(shard.string() + ": missing, but " + INDEX_FILE + " lists it (for " + tensor_name + ")");
+        throw std::runtime_error(shard.string() + ": missing, but " + INDEX_FILE + " lists it (for " + quoted_value(tensor_name) + ")");
       files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
       opened[file] = files_.back().get();
     }
     if (!opened[file]->has(tensor_name))
-      throw std::runtime_error(opened[file]->path() + ": tensor '" + tensor_name + "' is missing, but " + INDEX_FILE +
+      throw std::runtime_error(opened[file]->path() + ": tensor " + quoted_value(tensor_name) + " is missing, but " + INDEX_FILE +
                                " places it here");
     file_of_[tensor_name] = opened[file];
   }
@@ -322,6 +319,10 @@ void HfModelDir::map_parameters() {
     const bool quantized = c.quantization && file_of_.count(m.path + ".scales");
     if (!quantized) {
       if (!is_float(t.dtype)) throw bad(std::string("is ") + dtype_name(t.dtype) + " (no .scales beside it): not a float weight");
+      if (c.quantization && mlx_would_quantize(p, *c.quantization))
+        throw bad(std::string("is ") + dtype_name(t.dtype) + " with no .scales beside it, but config.json's quantization (" +
+                  c.quantization->mode + ", " + std::to_string(c.quantization->bits) + " bits, group_size " +
+                  std::to_string(c.quantization->group_size) + ") says it is quantized: the weights do not match config.json");
       if (t.shape != p.shape) throw bad("has shape " + shape_text(t.shape) + ", config.json implies " + shape_text(p.shape));
       continue;
     }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "model/json_file.h"
 #include "model/utf8.h"
 
 namespace tpcli::model::hf {
@@ -19,19 +20,63 @@ namespace {
 // GPT-2's pre-tokenizer pattern (ByteLevel with use_regex = true).
 constexpr const char* GPT2_PATTERN = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-[[noreturn]] void unsupported(const std::string& where, const std::string& what) {
-  throw std::runtime_error(where + ": " + what + " is not supported");
+// Sequences nested deeper are refused: real tokenizers nest 2 or 3, and each level recurses.
+constexpr int MAX_SEQUENCE_DEPTH = 64;
+
+// Where a stage sits in the file: a chain of links on the builders' stack, so building a stage
+// copies no string; the text ("PATH: decoder.decoders[0].pattern") is made only for an error or a
+// regex's own error message.
+class Location {
+ public:
+  explicit Location(std::string_view root) : name_(root) {}
+  Location child(std::string_view key) const { return Location(this, key, NO_INDEX, sequence_depth_); }
+  Location sequence_item(std::string_view key, size_t index) const {
+    return Location(this, key, index, sequence_depth_ + 1);
+  }
+  int sequence_depth() const { return sequence_depth_; }
+  std::string text() const;
+  [[noreturn]] void fail(const std::string& what) const { throw std::runtime_error(text() + ": " + what); }
+
+ private:
+  static constexpr size_t NO_INDEX = static_cast<size_t>(-1);
+  static constexpr size_t SHOWN_LINKS = 8;  // a longer path keeps its first and last links
+  Location(const Location* parent, std::string_view name, size_t index, int sequence_depth)
+      : parent_(parent), name_(name), index_(index), sequence_depth_(sequence_depth) {}
+
+  const Location* parent_ = nullptr;
+  std::string_view name_;  // the root's text, or a key
+  size_t index_ = NO_INDEX;
+  int sequence_depth_ = 0;
+};
+
+std::string Location::text() const {
+  std::vector<const Location*> links;  // root first
+  for (const Location* at = this; at; at = at->parent_) links.insert(links.begin(), at);
+  std::string out(links.front()->name_);
+  const size_t keys = links.size() - 1, head = SHOWN_LINKS / 2, tail = SHOWN_LINKS - head;
+  for (size_t k = 1; k < links.size(); ++k) {
+    if (keys > SHOWN_LINKS && k == head + 1) {
+      out += "(" + std::to_string(keys - SHOWN_LINKS) + " more levels)";
+      k = links.size() - tail - 1;
+      continue;
+    }
+    out += "." + std::string(links[k]->name_);
+    if (links[k]->index_ != NO_INDEX) out += "[" + std::to_string(links[k]->index_) + "]";
+  }
+  return out;
 }
 
-std::string string_field(const json& spec, const char* key, const std::string& where) {
+[[noreturn]] void unsupported(const Location& at, const std::string& what) { at.fail(what + " is not supported"); }
+
+std::string string_field(const json& spec, const char* key, const Location& at) {
   auto it = spec.find(key);
-  if (it == spec.end() || !it->is_string()) throw std::runtime_error(where + "." + key + ": expected a string");
+  if (it == spec.end() || !it->is_string()) at.child(key).fail("expected a string");
   return it->get<std::string>();
 }
 
-std::string type_of(const json& spec, const std::string& where) {
-  if (!spec.is_object()) throw std::runtime_error(where + ": expected an object");
-  return string_field(spec, "type", where);
+std::string type_of(const json& spec, const Location& at) {
+  if (!spec.is_object()) at.fail("expected an object");
+  return string_field(spec, "type", at);
 }
 
 void replace_all(std::string& text, std::string_view from, std::string_view to) { text = utf8::replace_all(text, from, to); }
@@ -41,7 +86,7 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
 // A compiled PCRE2 pattern (UTF, Unicode classes, JIT when available), shared by copies.
 class Regex {
  public:
-  Regex(const std::string& pattern, const std::string& where) {
+  Regex(const std::string& pattern, const Location& at) : where_(at.text()) {
     int error = 0;
     PCRE2_SIZE offset = 0;
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -49,7 +94,7 @@ class Regex {
     if (!code) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof(message));
-      throw std::runtime_error(where + ": regex does not compile at offset " + std::to_string(offset) + ": " +
+      throw std::runtime_error(where_ + ": regex does not compile at offset " + std::to_string(offset) + ": " +
                                reinterpret_cast<const char*>(message));
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // optional speed-up: the interpreter is the fallback
@@ -66,7 +111,7 @@ class Regex {
       const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
                                  PCRE2_NO_UTF_CHECK, data.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) throw std::runtime_error("pre-tokenizer regex failed (PCRE2 error " + std::to_string(rc) + ")");
+      if (rc < 0) throw_match_error(rc);
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
       if (ovector[1] > ovector[0]) {
         matches.emplace_back(ovector[0], ovector[1]);
@@ -80,21 +125,32 @@ class Regex {
   }
 
  private:
+  // A match that gives up (a pattern that backtracks without end hits PCRE2's match limit):
+  // the key and PCRE2's own words, since the input text alone cannot say what went wrong.
+  [[noreturn]] void throw_match_error(int rc) const {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(rc, message, sizeof(message));
+    throw std::runtime_error(where_ + ": regex failed on the input: " + reinterpret_cast<const char*>(message) +
+                             " (PCRE2 error " + std::to_string(rc) + ")");
+  }
+
+  std::string where_;  // file and key, for errors at match time
   std::shared_ptr<pcre2_code> code_;
 };
 
 // The "pattern" of Split and Replace: {"String": s} (literal) or {"Regex": r}.
-Regex pattern_regex(const json& spec, const std::string& where) {
+Regex pattern_regex(const json& spec, const Location& at) {
+  const Location pattern = at.child("pattern");
   auto it = spec.find("pattern");
-  if (it == spec.end() || !it->is_object()) throw std::runtime_error(where + ".pattern: expected an object");
-  if (it->contains("Regex")) return Regex(it->at("Regex").get<std::string>(), where + ".pattern.Regex");
+  if (it == spec.end() || !it->is_object()) pattern.fail("expected an object");
+  if (it->contains("Regex")) return Regex(it->at("Regex").get<std::string>(), pattern.child("Regex"));
   if (it->contains("String")) {
     // A literal: quote it for PCRE2 (\Q...\E, with any \E inside split out).
     std::string literal = it->at("String").get<std::string>();
     replace_all(literal, "\\E", "\\E\\\\E\\Q");
-    return Regex("\\Q" + literal + "\\E", where + ".pattern.String");
+    return Regex("\\Q" + literal + "\\E", pattern.child("String"));
   }
-  throw std::runtime_error(where + ".pattern: expected \"String\" or \"Regex\"");
+  pattern.fail("expected \"String\" or \"Regex\"");
 }
 
 // ---- normalizers ----
@@ -159,13 +215,13 @@ std::string replace_matches(const Regex& regex, const std::string& text, const s
 
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
 
-SplitBehavior split_behavior(const std::string& name, const std::string& where) {
+SplitBehavior split_behavior(const std::string& name, const Location& at) {
   if (name == "Removed") return SplitBehavior::Removed;
   if (name == "Isolated") return SplitBehavior::Isolated;
   if (name == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::MergedWithNext;
   if (name == "Contiguous") return SplitBehavior::Contiguous;
-  unsupported(where + ".behavior", "\"" + name + "\"");
+  unsupported(at.child("behavior"), quoted_value(name));
 }
 
 // Splits `piece` at the matches of `regex` as the tokenizers library's split(pattern, behavior) does.
@@ -205,9 +261,9 @@ void split_piece(const Piece& piece, const Regex& regex, SplitBehavior behavior,
     out.push_back({piece.text.substr(s.begin, s.end - s.begin), piece.at_start && s.begin == 0});
 }
 
-PreTokenizer make_split(const json& spec, const std::string& where) {
-  const Regex regex = pattern_regex(spec, where);
-  const SplitBehavior behavior = split_behavior(string_field(spec, "behavior", where), where);
+PreTokenizer make_split(const json& spec, const Location& at) {
+  const Regex regex = pattern_regex(spec, at);
+  const SplitBehavior behavior = split_behavior(string_field(spec, "behavior", at), at);
   const bool invert = spec.value("invert", false);
   return [regex, behavior, invert](std::vector<Piece> pieces) {
     std::vector<Piece> out;
@@ -224,10 +280,10 @@ std::string to_byte_level(std::string_view bytes) {
   return out;
 }
 
-PreTokenizer make_byte_level(const json& spec, const std::string& where) {
+PreTokenizer make_byte_level(const json& spec, const Location& at) {
   const bool add_prefix_space = spec.value("add_prefix_space", false);
   std::optional<Regex> gpt2;
-  if (spec.value("use_regex", true)) gpt2.emplace(GPT2_PATTERN, where);
+  if (spec.value("use_regex", true)) gpt2.emplace(GPT2_PATTERN, at);
   return [add_prefix_space, gpt2](std::vector<Piece> pieces) {
     std::vector<Piece> split;
     for (Piece& p : pieces) {
@@ -245,20 +301,20 @@ PreTokenizer make_byte_level(const json& spec, const std::string& where) {
 
 enum class PrependScheme { Always, First, Never };
 
-PrependScheme prepend_scheme(const json& spec, const std::string& where) {
+PrependScheme prepend_scheme(const json& spec, const Location& at) {
   if (spec.contains("prepend_scheme")) {
-    const std::string scheme = string_field(spec, "prepend_scheme", where);
+    const std::string scheme = string_field(spec, "prepend_scheme", at);
     if (scheme == "always") return PrependScheme::Always;
     if (scheme == "first") return PrependScheme::First;
     if (scheme == "never") return PrependScheme::Never;
-    unsupported(where + ".prepend_scheme", "\"" + scheme + "\"");
+    unsupported(at.child("prepend_scheme"), quoted_value(scheme));
   }
   return spec.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;  // older files
 }
 
-PreTokenizer make_metaspace(const json& spec, const std::string& where) {
-  const std::string replacement = string_field(spec, "replacement", where);
-  const PrependScheme scheme = prepend_scheme(spec, where);
+PreTokenizer make_metaspace(const json& spec, const Location& at) {
+  const std::string replacement = string_field(spec, "replacement", at);
+  const PrependScheme scheme = prepend_scheme(spec, at);
   const bool split = spec.value("split", true);  // each piece then starts at a replacement character
   return [replacement, scheme, split](std::vector<Piece> pieces) {
     std::vector<Piece> out;
@@ -281,8 +337,8 @@ PreTokenizer make_metaspace(const json& spec, const std::string& where) {
   };
 }
 
-PreTokenizer make_digits(const json& spec, const std::string& where) {
-  const Regex digits(spec.value("individual_digits", false) ? "[0-9]" : "[0-9]+", where);
+PreTokenizer make_digits(const json& spec, const Location& at) {
+  const Regex digits(spec.value("individual_digits", false) ? "[0-9]" : "[0-9]+", at);
   return [digits](std::vector<Piece> pieces) {
     std::vector<Piece> out;
     for (const Piece& p : pieces) split_piece(p, digits, SplitBehavior::Isolated, false, out);
@@ -351,8 +407,8 @@ std::vector<std::string> byte_fallback_decode(const std::vector<std::string>& to
   return out;
 }
 
-Decoder make_strip_decoder(const json& spec, const std::string& where) {
-  const std::string content = string_field(spec, "content", where);
+Decoder make_strip_decoder(const json& spec, const Location& at) {
+  const std::string content = string_field(spec, "content", at);
   const size_t start = spec.value("start", size_t{0}), stop = spec.value("stop", size_t{0});
   return [content, start, stop](std::vector<std::string> tokens) {
     for (std::string& t : tokens) {
@@ -363,9 +419,9 @@ Decoder make_strip_decoder(const json& spec, const std::string& where) {
   };
 }
 
-Decoder make_metaspace_decoder(const json& spec, const std::string& where) {
-  const std::string replacement = string_field(spec, "replacement", where);
-  const bool strip_first = prepend_scheme(spec, where) != PrependScheme::Never;
+Decoder make_metaspace_decoder(const json& spec, const Location& at) {
+  const std::string replacement = string_field(spec, "replacement", at);
+  const bool strip_first = prepend_scheme(spec, at) != PrependScheme::Never;
   return [replacement, strip_first](std::vector<std::string> tokens) {
     // As the tokenizers library: every replacement character of the first token is dropped.
     for (size_t i = 0; i < tokens.size(); ++i) replace_all(tokens[i], replacement, i == 0 && strip_first ? "" : " ");
@@ -373,24 +429,24 @@ Decoder make_metaspace_decoder(const json& spec, const std::string& where) {
   };
 }
 
+// The stages of a Sequence, each built by `make` (which recurses here for a nested Sequence).
 template <typename Stage>
-std::vector<Stage> sequence_of(const json& spec, const char* key, const std::string& where,
-                               Stage (*make)(const json&, const std::string&)) {
+std::vector<Stage> sequence_of(const json& spec, const char* key, const Location& at,
+                               Stage (*make)(const json&, const Location&)) {
+  if (at.sequence_depth() >= MAX_SEQUENCE_DEPTH)
+    at.fail("Sequence nested more than " + std::to_string(MAX_SEQUENCE_DEPTH) + " levels deep (real tokenizers nest 2 or 3)");
   auto it = spec.find(key);
-  if (it == spec.end() || !it->is_array()) throw std::runtime_error(where + "." + key + ": expected an array");
+  if (it == spec.end() || !it->is_array()) at.child(key).fail("expected an array");
   std::vector<Stage> stages;
-  for (size_t i = 0; i < it->size(); ++i)
-    stages.push_back(make((*it)[i], where + "." + key + "[" + std::to_string(i) + "]"));
+  for (size_t i = 0; i < it->size(); ++i) stages.push_back(make((*it)[i], at.sequence_item(key, i)));
   return stages;
 }
 
-}  // namespace
-
-Normalizer make_normalizer(const json& spec, const std::string& where) {
+Normalizer normalizer_at(const json& spec, const Location& at) {
   if (spec.is_null()) return [](std::string text) { return text; };
-  const std::string type = type_of(spec, where);
+  const std::string type = type_of(spec, at);
   if (type == "Sequence") {
-    auto stages = sequence_of(spec, "normalizers", where, &make_normalizer);
+    auto stages = sequence_of(spec, "normalizers", at, &normalizer_at);
     return [stages](std::string text) {
       for (const auto& stage : stages) text = stage(std::move(text));
       return text;
@@ -404,39 +460,39 @@ Normalizer make_normalizer(const json& spec, const std::string& where) {
     return [](std::string t) { return utf8proc_transform(t, utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT)); };
   if (type == "Lowercase") return [](std::string t) { return lowercase(t); };
   if (type == "Prepend") {
-    const std::string prefix = string_field(spec, "prepend", where);
+    const std::string prefix = string_field(spec, "prepend", at);
     return [prefix](std::string t) { return t.empty() ? t : prefix + t; };
   }
   if (type == "Replace") {
-    const Regex regex = pattern_regex(spec, where);
-    const std::string content = string_field(spec, "content", where);
+    const Regex regex = pattern_regex(spec, at);
+    const std::string content = string_field(spec, "content", at);
     return [regex, content](std::string t) { return replace_matches(regex, t, content); };
   }
   if (type == "Strip") {
     const bool left = spec.value("strip_left", true), right = spec.value("strip_right", true);
     return [left, right](std::string t) { return strip_spaces(t, left, right); };
   }
-  unsupported(where, "normalizer type \"" + type + "\"");
+  unsupported(at, "normalizer type " + quoted_value(type));
 }
 
-PreTokenizer make_pre_tokenizer(const json& spec, const std::string& where) {
+PreTokenizer pre_tokenizer_at(const json& spec, const Location& at) {
   if (spec.is_null()) return [](std::vector<Piece> pieces) { return pieces; };
-  const std::string type = type_of(spec, where);
+  const std::string type = type_of(spec, at);
   if (type == "Sequence") {
-    auto stages = sequence_of(spec, "pretokenizers", where, &make_pre_tokenizer);
+    auto stages = sequence_of(spec, "pretokenizers", at, &pre_tokenizer_at);
     return [stages](std::vector<Piece> pieces) {
       for (const auto& stage : stages) pieces = stage(std::move(pieces));
       return pieces;
     };
   }
-  if (type == "Split") return make_split(spec, where);
-  if (type == "ByteLevel") return make_byte_level(spec, where);
-  if (type == "Metaspace") return make_metaspace(spec, where);
-  if (type == "Digits") return make_digits(spec, where);
-  unsupported(where, "pre-tokenizer type \"" + type + "\"");
+  if (type == "Split") return make_split(spec, at);
+  if (type == "ByteLevel") return make_byte_level(spec, at);
+  if (type == "Metaspace") return make_metaspace(spec, at);
+  if (type == "Digits") return make_digits(spec, at);
+  unsupported(at, "pre-tokenizer type " + quoted_value(type));
 }
 
-Decoder make_decoder(const json& spec, const std::string& where) {
+Decoder decoder_at(const json& spec, const Location& at) {
   if (spec.is_null()) {  // the library joins the tokens with spaces
     return [](std::vector<std::string> tokens) {
       std::string text;
@@ -444,9 +500,9 @@ Decoder make_decoder(const json& spec, const std::string& where) {
       return std::vector<std::string>{text};
     };
   }
-  const std::string type = type_of(spec, where);
+  const std::string type = type_of(spec, at);
   if (type == "Sequence") {
-    auto stages = sequence_of(spec, "decoders", where, &make_decoder);
+    auto stages = sequence_of(spec, "decoders", at, &decoder_at);
     return [stages](std::vector<std::string> tokens) {
       for (const auto& stage : stages) tokens = stage(std::move(tokens));
       return tokens;
@@ -462,17 +518,23 @@ Decoder make_decoder(const json& spec, const std::string& where) {
     };
   }
   if (type == "Replace") {
-    const Regex regex = pattern_regex(spec, where);
-    const std::string content = string_field(spec, "content", where);
+    const Regex regex = pattern_regex(spec, at);
+    const std::string content = string_field(spec, "content", at);
     return [regex, content](std::vector<std::string> tokens) {
       for (auto& t : tokens) t = replace_matches(regex, t, content);
       return tokens;
     };
   }
-  if (type == "Strip") return make_strip_decoder(spec, where);
-  if (type == "Metaspace") return make_metaspace_decoder(spec, where);
-  unsupported(where, "decoder type \"" + type + "\"");
+  if (type == "Strip") return make_strip_decoder(spec, at);
+  if (type == "Metaspace") return make_metaspace_decoder(spec, at);
+  unsupported(at, "decoder type " + quoted_value(type));
 }
+
+}  // namespace
+
+Normalizer make_normalizer(const json& spec, const std::string& where) { return normalizer_at(spec, Location(where)); }
+PreTokenizer make_pre_tokenizer(const json& spec, const std::string& where) { return pre_tokenizer_at(spec, Location(where)); }
+Decoder make_decoder(const json& spec, const std::string& where) { return decoder_at(spec, Location(where)); }
 
 const std::vector<std::string>& byte_to_unicode() {
   static const std::vector<std::string> table = [] {

@@ -1,7 +1,8 @@
 // tpcli::model — the stages of a Hugging Face tokenizer.json around its model, built from the file's
 // JSON: normalizers (text -> text), pre-tokenizers (pieces -> finer pieces) and decoders (token
 // strings -> text). Each builder throws std::runtime_error naming `where` (file and key) and the
-// type it does not support.
+// type it does not support; Sequences nested more than 64 deep are refused. A regex that fails at
+// encode time (PCRE2's match limit) throws naming its key and PCRE2's message.
 //
 // Supported, as the `tokenizers` library defines them:
 //   normalizers:     Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip

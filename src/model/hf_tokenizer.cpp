@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "model/json_file.h"
 #include "model/utf8.h"
 
 namespace tpcli::model {
@@ -14,19 +13,6 @@ namespace tpcli::model {
 using nlohmann::json;
 
 namespace {
-
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error(path + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
-  } catch (const json::exception& e) {  // a number too large, ...: not a parse_error
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
-}
 
 // bos_token / eos_token: a string, null, or an AddedToken object {"content": ...}.
 std::string token_name(const json& config, const char* key, const std::string& path) {
@@ -88,20 +74,22 @@ static TokenizerConfig read_tokenizer_config_json(const json& config, const std:
 
 TokenizerConfig read_tokenizer_config(const std::string& path) {
   try {
-    return read_tokenizer_config_json(read_json(path), path);
+    return read_tokenizer_config_json(read_json_file(path, "a tokenizer_config.json"), path);
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": " + e.what());
   }
 }
 
 HfTokenizer::HfTokenizer(const std::string& path, const TokenizerConfig& config) {
-  const json file = read_json(path);
+  const json file = read_json_file(path, "a tokenizer.json");
   if (!file.is_object() || !file.contains("model")) throw std::runtime_error(path + ": no \"model\" (not a tokenizer.json?)");
   // Each part built with its key named: nlohmann's own errors (a value of the wrong type deep
   // inside) then still say which part of which file.
+  static const json ABSENT;  // a part the file leaves out; by reference, so no part is ever copied
   auto part = [&](const char* key, const auto& build) {
     try {
-      build(file.contains(key) ? file.at(key) : json(), path + ": " + key);
+      auto it = file.find(key);
+      build(it != file.end() ? *it : ABSENT, path + ": " + key);
     } catch (const json::exception& e) {
       throw std::runtime_error(path + ": " + key + ": " + e.what());
     }
@@ -113,12 +101,13 @@ HfTokenizer::HfTokenizer(const std::string& path, const TokenizerConfig& config)
   part("added_tokens", [&](const json& j, const std::string& where) {
     load_added_tokens(j.is_null() ? json::array() : j, where);
   });
-  bos_ = !config.bos_token.empty() ? config.bos_token : template_bos(file.value("post_processor", json()));
+  const auto post_processor = file.find("post_processor");
+  bos_ = !config.bos_token.empty() ? config.bos_token : template_bos(post_processor != file.end() ? *post_processor : ABSENT);
   eos_ = config.eos_token;
   clean_up_spaces_ = config.clean_up_tokenization_spaces;
   for (const std::string* name : {&bos_, &eos_})
     if (!name->empty() && !token_id(*name))
-      throw std::runtime_error(path + ": special token \"" + *name + "\" of tokenizer_config.json is not in the vocabulary");
+      throw std::runtime_error(path + ": special token " + quoted_value(*name) + " of tokenizer_config.json is not in the vocabulary");
 }
 
 void HfTokenizer::load_added_tokens(const json& added, const std::string& where) {

@@ -5,6 +5,7 @@
 #include "model/atomic_file.h"
 #include "model/packed_weights.h"
 #include "model/dtype.h"
+#include "model/json_file.h"
 
 #include <algorithm>
 #include <charconv>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 namespace tpcli::model {
 
@@ -208,22 +210,15 @@ namespace {
 constexpr uint64_t MAX_DIM = uint64_t{1} << 40;  // far beyond any real tensor; keeps products in range
 
 nlohmann::json parse_header(std::string_view text, const std::string& path) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    throw std::runtime_error(path + ": header JSON at byte " + std::to_string(e.byte) + ": " + what);
-  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large (found by fuzz_safetensors)
-    throw std::runtime_error(path + ": header JSON: " + e.what());
-  }
+  // "PATH: header: not valid JSON at byte N: ...", nesting bounded (model/json_file.h)
+  return parse_json_text(text, path + ": header");
 }
 
 // One header entry {"dtype": .., "shape": [..], "data_offsets": [begin, end]}, checked against
 // the data bytes that follow the header.
 StoredTensor read_entry(const std::string& path, const std::string& name, const nlohmann::json& entry,
                         const std::byte* data, uint64_t data_size) {
-  auto bad = [&](const std::string& what) { return std::runtime_error(path + ": tensor '" + name + "': " + what); };
+  auto bad = [&](const std::string& what) { return std::runtime_error(path + ": tensor " + quoted_value(name) + ": " + what); };
   if (!entry.is_object()) throw bad("entry is not an object");
   auto dtype_it = entry.find("dtype"), shape_it = entry.find("shape"), offsets_it = entry.find("data_offsets");
   if (dtype_it == entry.end() || !dtype_it->is_string()) throw bad("dtype missing");
@@ -283,11 +278,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
     }
     if (!entry.is_object()) throw std::runtime_error(path + ": __metadata__ is not an object");
     for (const auto& [k, v] : entry.items()) {
-      if (!v.is_string()) throw std::runtime_error(path + ": __metadata__." + k + " is not a string");
+      if (!v.is_string()) throw std::runtime_error(path + ": __metadata__[" + quoted_value(k) + "] is not a string");
       metadata_[k] = v.get<std::string>();
     }
   }
 
+  refuse_overlaps(data);
   if (metadata_.count("model.dim")) {
     config_ = config_from_metadata(metadata_, path);
     for (const auto& p : llama_parameters(*config_)) {
@@ -303,6 +299,31 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
       if (!is_float(it->second.dtype))
         throw std::runtime_error(path + ": parameter " + p.name + " is " + dtype_name(it->second.dtype) + ", not a float type");
     }
+  }
+}
+
+// The format forbids two tensors sharing bytes: writing one would change the other. Sorted by
+// where they begin, each must begin at or after the end of the one before.
+void SafetensorsFile::refuse_overlaps(const std::byte* data) const {
+  struct Span {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  spans.reserve(stored_.size());
+  for (const auto& [name, t] : stored_) {
+    const auto begin = static_cast<uint64_t>(static_cast<const std::byte*>(t.data) - data);
+    spans.push_back({begin, begin + static_cast<uint64_t>(tensor::numel(t.shape)) * dtype_bytes(t.dtype), &name});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  for (size_t i = 1; i < spans.size(); ++i) {
+    const Span &previous = spans[i - 1], &next = spans[i];
+    if (next.begin < previous.end)
+      throw std::runtime_error(path() + ": tensors " + quoted_value(*previous.name) + " (data_offsets [" +
+                               std::to_string(previous.begin) + ", " + std::to_string(previous.end) + "]) and " +
+                               quoted_value(*next.name) + " ([" +
+                               std::to_string(next.begin) + ", " + std::to_string(next.end) +
+                               "]) overlap: safetensors tensors may not share bytes");
   }
 }
 

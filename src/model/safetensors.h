@@ -72,7 +72,8 @@ void write_stored_safetensors(const std::string& path, const std::vector<NamedTe
 // NAME.scales / NAME.biases.
 void write_safetensors(const std::string& path, const WeightSource& weights, Metadata metadata = {});
 
-// A safetensors file, mapped. Header errors are one line naming the file and what is wrong.
+// A safetensors file, mapped. Header errors are one line naming the file and what is wrong;
+// tensors whose data_offsets overlap are refused, naming both.
 class SafetensorsFile : public WeightSource {
  public:
   explicit SafetensorsFile(const std::string& path);
@@ -98,6 +99,7 @@ class SafetensorsFile : public WeightSource {
   void release_conversions() const override;
 
  private:
+  void refuse_overlaps(const std::byte* data) const;
   void check_packed_parameter(const ParamSpec& p) const;
   MappedFile map_;
   Metadata metadata_;

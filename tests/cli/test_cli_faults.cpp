@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "support/run_tpcli.h"
@@ -90,6 +91,44 @@ TEST_CASE("cli faults: a tokenizer path that is a directory names the path") {
   CHECK(r.code == 2);
   CHECK(lines_of(r.err) == 1);
   CHECK(r.err.find(dir + ": no tokenizer.json in this directory") != std::string::npos);
+}
+
+namespace {
+
+// A tokenizer.json whose `key` is Sequences nested `depth` deep around `leaf`, as text (the
+// file the crash was reported with: 2.8 MB at 100,000 levels).
+std::string nested_tokenizer_json(const std::string& key, const std::string& list_key, const std::string& leaf, int depth) {
+  std::string nested;
+  for (int i = 0; i < depth; ++i) nested += R"({"type":"Sequence",")" + list_key + R"(":[)";
+  nested += leaf;
+  for (int i = 0; i < depth; ++i) nested += "]}";
+  return R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]},")" + key + "\":" + nested + "}";
+}
+
+}  // namespace
+
+TEST_CASE("cli faults: Sequences nested 100,000 deep in tokenizer.json are one line, no crash, in modest memory") {
+  const std::string parts[][3] = {{"decoder", "decoders", R"({"type":"Fuse"})"},
+                                   {"normalizer", "normalizers", R"({"type":"Lowercase"})"},
+                                   {"pre_tokenizer", "pretokenizers", R"({"type":"Digits"})"}};
+  for (const auto& [key, list_key, leaf] : parts) {
+    INFO(key);
+    const fs::path dir = scratch() / ("nested_" + key);
+    fs::create_directories(dir);
+    const std::string path = (dir / "tokenizer.json").string();
+    std::ofstream(path) << nested_tokenizer_json(key, list_key, leaf, 100000);
+    // Before the fix: a stack overflow (exit 139); at 10,000 levels, 1 GB of key-path strings.
+    // RLIMIT_DATA bounds the heap and every private mapping, thread stacks included.
+    const Run r = tpcli::testing::run_tpcli_line(
+        "tokenizer decode --tokenizer " + dir.string(),
+        {.cwd = TPCLI_SOURCE_DIR, .environment = "OMP_WAIT_POLICY=passive", .input = "[0, 1]", .timeout_seconds = 20,
+         .launcher = "prlimit --data=400000000"});
+    INFO("exit " << r.code << ", stderr: " << r.err);
+    CHECK(r.code > 0);
+    CHECK(r.code < 128);
+    CHECK(lines_of(r.err) == 1);
+    CHECK(r.err.find(path + ": " + key + ": JSON nested deeper than 256 levels") != std::string::npos);
+  }
 }
 
 TEST_CASE("cli faults: -t nan and -p nan are refused with one line before generating") {

@@ -1,7 +1,8 @@
 // libFuzzer target: a Hugging Face model directory's JSON files as read before any tensor:
 // config.json (architecture, dims, rope_scaling, quantization, token ids), generation_config.json
-// and tokenizer_config.json (special tokens, chat template). The input is the three files
-// separated by NUL bytes; a missing part is an absent file.
+// and tokenizer_config.json (special tokens, chat template), and model.safetensors.index.json
+// (its weight_map, the shard names it lists). The input is the four files separated by NUL bytes;
+// a missing part is an absent file.
 #include <unistd.h>
 
 #include <filesystem>
@@ -48,8 +49,8 @@ void write_or_remove(const fs::path& path, std::string_view bytes, bool present)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view rest(reinterpret_cast<const char*>(data), size);
-  const char* names[] = {"config.json", "generation_config.json", "tokenizer_config.json"};
-  for (int i = 0; i < 3; ++i) {
+  const char* names[] = {"config.json", "generation_config.json", "tokenizer_config.json", "model.safetensors.index.json"};
+  for (int i = 0; i < 4; ++i) {
     const size_t end = rest.find('\0');
     write_or_remove(model_dir() / names[i], rest.substr(0, end), i == 0 || !rest.empty());
     rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
@@ -60,6 +61,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)c.llama.parameter_count();
   } catch (const std::runtime_error& e) {
     tpcli::fuzz::check_error_names(e.what(), dir);
+  }
+  if (fs::exists(model_dir() / "model.safetensors.index.json")) {
+    try {  // config.json again, then the index: its weight_map and every shard it names
+      const tpcli::model::HfModelDir model(dir);
+    } catch (const std::runtime_error& e) {
+      tpcli::fuzz::check_error_names(e.what(), dir);
+    }
   }
   const std::string tokenizer_config = (model_dir() / "tokenizer_config.json").string();
   if (!fs::exists(tokenizer_config)) return 0;

@@ -123,14 +123,30 @@ void hf_tokenizer_seeds(const fs::path& shared, const fs::path& out) {
     std::ofstream(seed) << cut_tokenizer(nlohmann::json::parse(read_file(path)), 400).dump();
     model::HfTokenizer check(seed.string(), {});  // a seed that does not load is a bug here
   }
+  // Nested Sequences: 3 deep (loads) and 70 deep (past the builders' bound of 64).
+  for (int depth : {3, 70}) {
+    nlohmann::json decoder = {{"type", "Fuse"}}, normalizer = {{"type", "Lowercase"}}, pre = {{"type", "Digits"}};
+    for (int i = 0; i < depth; ++i) {
+      decoder = {{"type", "Sequence"}, {"decoders", nlohmann::json::array({decoder})}};
+      normalizer = {{"type", "Sequence"}, {"normalizers", nlohmann::json::array({normalizer})}};
+      pre = {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array({pre})}};
+    }
+    const nlohmann::json model = {
+        {"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", nlohmann::json::array({"a b"})}};
+    const nlohmann::json file = {
+        {"model", model}, {"normalizer", normalizer}, {"pre_tokenizer", pre}, {"decoder", decoder}};
+    std::ofstream(out / ("nested-" + std::to_string(depth) + ".json")) << file.dump();
+  }
 }
 
 void hf_config_seeds(const fs::path& shared, const fs::path& out, const model::TensorWeights& tiny) {
   const fs::path dir = out / "tiny-model";
-  model::write_hf_model(dir.string(), tiny, model::HfExportOptions{.dtype = model::DType::F32});
+  model::write_hf_model(dir.string(), tiny, model::HfExportOptions{.dtype = model::DType::F32, .shards = 2});
   const std::string config = read_file(dir / "config.json"), generation = read_file(dir / "generation_config.json");
+  const std::string index = read_file(dir / "model.safetensors.index.json");
   fs::remove_all(dir);
   std::ofstream(out / "tiny.bin") << config << '\0' << generation;
+  std::ofstream(out / "tiny-index.bin") << config << '\0' << generation << '\0' << "{}" << '\0' << index;
   for (const char* name : {"mistral", "llama3", "qwen3"}) {
     const fs::path path = shared / "data/hf-tokenizers" / name / "tokenizer_config.json";
     if (!fs::exists(path)) continue;

@@ -516,6 +516,74 @@ TEST_CASE("hf: bad directories are one-line errors naming the file", "[hf][corru
   CHECK_THROWS_WITH(write_hf_model(good.string(), bin, {}), Catch::Contains("already holds a model"));
 }
 
+TEST_CASE("hf: a folder where a JSON file should be, or an eos id out of range, is an error naming the right file", "[hf][corrupt]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const Llama2cFile bin(shared_path("data/stories260K.bin"));
+  TempDir tmp;
+  const fs::path good = tmp.path() / "good", sharded = tmp.path() / "sharded";
+  write_hf_model(good.string(), bin, {.dtype = DType::F32});
+  write_hf_model(sharded.string(), bin, {.dtype = DType::F32, .shards = 2});
+  int n = 0;
+  auto copy = [&](const fs::path& from) {
+    const fs::path to = tmp.path() / ("case" + std::to_string(n++));
+    fs::copy(from, to, fs::copy_options::recursive);
+    return to;
+  };
+  // Each JSON file replaced by a folder of the same name: named, not "basic_filebuf::underflow".
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    const fs::path d = copy(good);
+    fs::remove(d / name);
+    fs::create_directory(d / name);
+    check_one_line_naming(open_error(d), (d / name).string(), "is a directory");
+  }
+  {
+    const fs::path d = copy(sharded);
+    fs::remove(d / "model.safetensors.index.json");
+    fs::create_directory(d / "model.safetensors.index.json");
+    check_one_line_naming(open_error(d), (d / "model.safetensors.index.json").string(), "is a directory");
+  }
+  {  // an eos id out of range in generation_config.json is that file's fault, not config.json's
+    const fs::path d = copy(good);
+    write_json(d / "generation_config.json", {{"eos_token_id", 9999}});
+    check_one_line_naming(open_error(d), (d / "generation_config.json").string(), "eos_token_id 9999");
+  }
+}
+
+TEST_CASE("hf: an index whose tensor or shard names hold a newline is a one-line error", "[hf][corrupt]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const Llama2cFile bin(shared_path("data/stories260K.bin"));
+  TempDir tmp;
+  const fs::path d = tmp.path() / "sharded";
+  write_hf_model(d.string(), bin, {.dtype = DType::F32, .shards = 2});
+  const fs::path index_path = d / "model.safetensors.index.json";
+  const std::pair<json, std::string> cases[] = {
+      {{{"weight_map", {{"model.norm\nweight", 3}}}}, R"(weight_map["model.norm\nweight"])"},
+      {{{"weight_map", {{"model.norm.weight", "../x\ny"}}}}, R"(shard name "../x\ny")"},
+      {{{"weight_map", {{"model.norm\nweight", "model-00001-of-00002.safetensors"}}}}, R"(tensor "model.norm\nweight" is missing)"}};
+  for (const auto& [bad_index, escaped] : cases) {
+    write_json(index_path, bad_index);
+    const std::string msg = open_error(d);
+    const std::string file = escaped.starts_with("tensor") ? (d / "model-00001-of-00002.safetensors").string() : index_path.string();
+    check_one_line_naming(msg, file, escaped);
+  }
+}
+
+TEST_CASE("hf: a quantization block over float weights is refused, naming the tensor", "[hf][corrupt][quant]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const Llama2cFile bin(shared_path("data/stories260K.bin"));
+  TempDir tmp;
+  const fs::path d = tmp.path() / "float";
+  write_hf_model(d.string(), bin, {.dtype = DType::BF16});
+  // It would run as bf16 while `inspect` says "quantized affine, 4 bits". (The MLX test above
+  // keeps the float matrices MLX leaves alone: those whose input the group does not divide.)
+  json config = read_json(d / "config.json");
+  config["quantization"] = {{"group_size", 32}, {"bits", 4}};
+  write_json(d / "config.json", config);
+  const std::string msg = open_error(d);
+  check_one_line_naming(msg, (d / "model.safetensors").string(), "model.embed_tokens.weight");
+  CHECK(msg.find("config.json's quantization (affine, 4 bits, group_size 32)") != std::string::npos);
+}
+
 namespace {
 
 struct Run {

@@ -4,6 +4,7 @@
 // encode, decode, and the chat template's rendering and ids.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <nlohmann/json.hpp>
@@ -117,6 +118,9 @@ TEST_CASE("tokenizer.json: a broken file is a one-line error naming the file and
   f["model"]["vocab"] = nlohmann::json::array();
   check(f, "vocab");
   f = small_tokenizer();
+  f["model"]["vocab"] = nlohmann::json::object();  // would encode every text to []
+  check(f, "model.vocab: empty");
+  f = small_tokenizer();
   f["model"]["type"] = "WordPiece";
   check(f, "WordPiece");
   f = small_tokenizer();
@@ -178,4 +182,123 @@ TEST_CASE("tokenizer.json: Split's delimiter behaviours, as the tokenizers libra
     for (const hf::Piece& p : hf::make_pre_tokenizer(spec, "test")({{"the-final--countdown", true}})) pieces.push_back(p.text);
     CHECK(pieces == expected);
   }
+}
+
+namespace {
+
+// small_tokenizer()'s text with `key` set to Sequences nested `depth` deep around `leaf`. Written
+// as text: nlohmann's dump() would itself recurse once per level.
+std::string nested_pipeline(const std::string& key, const std::string& list_key, const std::string& leaf, int depth) {
+  nlohmann::json file = small_tokenizer();
+  file.erase(key);
+  std::string text = file.dump();
+  std::string nested;
+  nested.reserve(static_cast<size_t>(depth) * (list_key.size() + 30) + leaf.size());
+  for (int i = 0; i < depth; ++i) nested += R"({"type":"Sequence",")" + list_key + R"(":[)";
+  nested += leaf;
+  for (int i = 0; i < depth; ++i) nested += "]}";
+  return text.insert(1, "\"" + key + "\":" + nested + ",");
+}
+
+struct PipelinePart {
+  std::string key, list_key, leaf;
+};
+
+const PipelinePart PIPELINE_PARTS[] = {
+    {"decoder", "decoders", R"({"type":"ByteLevel"})"},
+    {"normalizer", "normalizers", R"({"type":"Lowercase"})"},
+    {"pre_tokenizer", "pretokenizers", R"({"type":"ByteLevel","add_prefix_space":false})"}};
+
+}  // namespace
+
+TEST_CASE("tokenizer.json: Sequences nested 100,000 deep are a one-line error naming file and key, not a crash") {
+  tpcli::testing::TempDir dir;
+  const std::string path = (dir.path() / "tokenizer.json").string();
+  for (const PipelinePart& part : PIPELINE_PARTS) {
+    INFO(part.key);
+    CHECK(load_error(dir, nested_pipeline(part.key, part.list_key, part.leaf, 8)).empty());  // generous: real files nest 2-3
+    // Past the JSON bound (256 levels): refused before it is parsed into a deep value.
+    const std::string deep = load_error(dir, nested_pipeline(part.key, part.list_key, part.leaf, 100000));
+    INFO(deep);
+    CHECK(deep.rfind(path + ": " + part.key + ": JSON nested deeper than 256 levels", 0) == 0);
+    CHECK(deep.find('\n') == std::string::npos);
+    // Within it, past the builders' bound (64 Sequences): the key path, its middle elided.
+    const std::string sequences = load_error(dir, nested_pipeline(part.key, part.list_key, part.leaf, 100));
+    INFO(sequences);
+    const std::string item = "." + part.list_key + "[0]";
+    CHECK(sequences.rfind(path + ": " + part.key + item + item, 0) == 0);
+    CHECK(sequences.find("more levels)" + item) != std::string::npos);
+    CHECK(sequences.find("nested more than 64 levels deep") != std::string::npos);
+    CHECK(sequences.size() < 400);
+    CHECK(sequences.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("tokenizer.json: a regex that exceeds PCRE2's limits names the file, the key and PCRE2's message") {
+  tpcli::testing::TempDir dir;
+  nlohmann::json file = small_tokenizer();
+  // (a|aa)+$ backtracks through every split of a run of a's: exponential in its length.
+  file["pre_tokenizer"] = {{"type", "Sequence"},
+                           {"pretokenizers",
+                            {{{"type", "Split"}, {"pattern", {{"Regex", "(a|aa)+$"}}}, {"behavior", "Isolated"}},
+                             {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
+  const std::string path = dir.write("tokenizer.json", file.dump());
+  const HfTokenizer tokenizer(path, {});
+  std::string message;
+  try {
+    (void)tokenizer.encode_text(std::string(60, 'a') + "b", false);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.rfind(path + ": pre_tokenizer.pretokenizers[0].pattern.Regex: regex failed on the input: ", 0) == 0);
+  CHECK(message.find("limit") != std::string::npos);  // PCRE2's own words ("match limit exceeded")
+  CHECK(message.find('\n') == std::string::npos);
+}
+
+TEST_CASE("tokenizer.json: a folder named tokenizer.json or tokenizer_config.json is refused by name") {
+  tpcli::testing::TempDir dir;
+  const std::filesystem::path json_path = dir.path() / "tokenizer.json", config_path = dir.path() / "tokenizer_config.json";
+  std::filesystem::create_directory(json_path);
+  auto error_of_loading = [&] {
+    try {
+      (void)load_tokenizer(dir.path().string());
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of_loading() == json_path.string() + ": is a directory, not a tokenizer.json");
+  std::filesystem::remove(json_path);
+  dir.write("tokenizer.json", small_tokenizer().dump());
+  std::filesystem::create_directory(config_path);
+  CHECK(error_of_loading() == config_path.string() + ": is a directory, not a tokenizer_config.json");
+}
+
+TEST_CASE("tokenizer.json: a newline in a type name, a vocabulary key or a merge keeps the error on one line") {
+  tpcli::testing::TempDir dir;
+  const std::string path = (dir.path() / "tokenizer.json").string();
+  auto check = [&](const nlohmann::json& file, const std::string& escaped) {
+    const std::string message = load_error(dir, file.dump());
+    INFO(message);
+    CHECK(message.rfind(path + ": ", 0) == 0);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.find(escaped) != std::string::npos);  // shown as JSON shows it
+  };
+  nlohmann::json f = small_tokenizer();
+  f["decoder"] = {{"type", "Word\nPiece"}};
+  check(f, R"("Word\nPiece")");
+  f = small_tokenizer();
+  f["model"]["vocab"]["x\ny"] = -1;
+  check(f, R"(vocab["x\ny"])");
+  f = small_tokenizer();
+  f["model"]["merges"].push_back("a\nb c");
+  check(f, R"("a\nb")");
+  f = small_tokenizer();
+  f["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", "Iso\r\nlated"}};
+  check(f, R"("Iso\r\nlated")");
+  f = small_tokenizer();
+  f["decoder"] = {{"type", std::string(5000, 'x')}};
+  const std::string long_type = load_error(dir, f.dump());
+  CHECK(long_type.size() < 300);  // the value cut, not a 5000-byte line
 }

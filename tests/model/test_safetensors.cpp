@@ -186,6 +186,9 @@ TEST_CASE("safetensors: corrupt files are one-line errors naming the file", "[sa
       {"negative dim", with_header(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})")},
       {"reversed offsets", with_header(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})")},
       {"metadata not strings", with_header(R"({"__metadata__":{"k":1}})")},
+      // A newline in a name from the header stays escaped: the error keeps to one line.
+      {"newline in a tensor name", with_header(R"({"a\nb":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})")},
+      {"newline in a metadata key", with_header(R"({"__metadata__":{"k\nx":1}})")},
       {"deep nesting", with_header(R"({"a":)" + std::string(100, '[') + std::string(100, ']') + "}")},
       {"truncated data", good.substr(0, good.size() - 4)},
       // Regression (fuzz_safetensors): nlohmann throws out_of_range, not parse_error, for this.
@@ -203,6 +206,27 @@ TEST_CASE("safetensors: corrupt files are one-line errors naming the file", "[sa
   config_to_metadata(small_config(), m);
   write_safetensors(path, {{"tok_embeddings", {2}, std::vector<float>{1, 2}}}, m);
   CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains("tok_embeddings"));
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("safetensors: tensors whose data_offsets overlap are refused, naming both", "[safetensors]") {
+  const std::string path = temp_path("overlap.safetensors");
+  // "b" starts inside "a": each would alias the other's bytes. Listed out of order on purpose.
+  std::string header =
+      R"({"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  header.resize((header.size() + 7) / 8 * 8, ' ');  // the data 8-byte aligned, as the spec pads it
+  write_bytes(path, le64(header.size()) + header + floats({1, 2, 3, 4, 5, 6}));
+  std::string msg = "(no error)";
+  try {
+    SafetensorsFile f(path);
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.rfind(path + ": ", 0) == 0);
+  CHECK(msg.find(R"("a" (data_offsets [0, 16]))") != std::string::npos);
+  CHECK(msg.find(R"("b" ([8, 24]))") != std::string::npos);
+  CHECK(msg.find("overlap") != std::string::npos);
   std::filesystem::remove(path);
 }
 
