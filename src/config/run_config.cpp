@@ -395,6 +395,15 @@ void reject_dims_beside_init_from(const Reader& r, const std::string& init_from)
       fail(r.where(*node), r.full(key) + " cannot be set with model.init_from (the dims come from " + init_from + ")");
 }
 
+// The models/NAME.toml file that model.config names; its errors also name the key that led there.
+ModelSection model_file_named_by(const Reader& r, const std::string& path) {
+  try {
+    return load_model_config(path);
+  } catch (const ConfigError& e) {
+    fail(r.where(*r.find("config")), r.full("config") + ": " + e.what());
+  }
+}
+
 void read_model(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,
                 ModelSection& model) {
   Reader r(table, "model.", file, source);
@@ -402,7 +411,7 @@ void read_model(const toml::table& table, const std::string& file, const fs::pat
   known.insert(known.end(), MODEL_DIM_KEYS.begin(), MODEL_DIM_KEYS.end());
   r.reject_unknown(known);
   if (auto path = r.existing_path("config", base_dir)) {
-    model = load_model_config(*path);  // the file's dims first ...
+    model = model_file_named_by(r, *path);  // the file's dims first ...
     model.config = *path;
   } else {
     model.source = SourceMap(file);
@@ -611,6 +620,7 @@ namespace {
 toml::table parse_toml_file(const std::string& path) {
   if (!fs::exists(path)) throw ConfigError(path + ": no such file");
   if (fs::is_directory(path)) throw ConfigError(path + ": is a directory, not a TOML file");
+  if (!fs::is_regular_file(path)) throw ConfigError(path + ": is not a regular file, not a TOML file");
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {

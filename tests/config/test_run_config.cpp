@@ -311,9 +311,19 @@ TEST_CASE("errors inside a model file name that file") {
   TempDir dir;
   const std::string model_text = "dim = 64\nheads = 4\n";
   const std::string model = dir.write("models/bad.toml", model_text);
-  const std::string run = dir.write("run.toml", "[model]\nconfig = \"models/bad.toml\"\n");
+  const std::string run_text = "[model]\nconfig = \"models/bad.toml\"\n";
+  const std::string run = dir.write("run.toml", run_text);
   CHECK(error_of<ConfigError>([&] { load_run_config(run); }) ==
-        where(model, model_text, "heads") + ": unknown key 'heads' (did you mean 'n_heads'?)");
+        where(run, run_text, "\"models/bad.toml\"") + ": model.config: " + where(model, model_text, "heads") +
+            ": unknown key 'heads' (did you mean 'n_heads'?)");
+
+  // Found by fuzz_run_config: a folder (or any file but a regular one) as the model file names the
+  // run config's key too.
+  const std::string folder_text = "[model]\nconfig = \"models\"\n";
+  const std::string folder = dir.write("folder.toml", folder_text);
+  CHECK(error_of<ConfigError>([&] { load_run_config(folder); }) ==
+        where(folder, folder_text, "\"models\"") + ": model.config: " + (dir.path() / "models").string() +
+            ": is a directory, not a TOML file");
 
   const std::string wrapped_text = "[model]\ndim = 64\n";
   const std::string wrapped = dir.write("models/wrapped.toml", wrapped_text);
