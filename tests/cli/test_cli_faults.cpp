@@ -212,7 +212,7 @@ TEST_CASE("cli faults: numeric flags out of range are one-line errors naming the
   CHECK(!fs::exists(out));
 }
 
-TEST_CASE("cli faults: export --to hf reports the files it wrote; the folder must be absent or empty") {
+TEST_CASE("cli faults: export --to hf reports the files it wrote, and the folder must be absent or empty") {
   const tpcli::testing::TempDir dir;
   const std::string out = (dir.path() / "hf").string();
   const Run all = run_tpcli("export --to hf --model " + model_file() + " --out " + out + " --shards 47");
@@ -295,7 +295,7 @@ TEST_CASE("cli faults: chat that outgrows its context says so in one line and ex
 
 // As export: the shards of a run that fails half way (here file b's shard does not fit under
 // RLIMIT_FSIZE, a stand-in for a full disk) must not be left for a training glob to pick up.
-TEST_CASE("cli faults: tokenize onto a full disk leaves no folder; a non-empty --out is refused") {
+TEST_CASE("cli faults: tokenize onto a full disk leaves no folder, and a non-empty --out is refused") {
   const tpcli::testing::TempDir dir;
   const std::string a = dir.write("a.txt", std::string(1000, 'a')), b = dir.write("b.txt", std::string(100000, 'b'));
   const std::string out = (dir.path() / "shards").string();
