@@ -118,3 +118,12 @@ TEST_CASE("cli faults: absurd --link values are one line naming the flag and the
     CHECK(r.err.rfind(expect, 0) == 0);
   }
 }
+
+// Issue 25: -n 1000 started a thousand processes.
+TEST_CASE("cli faults: launch -n beyond the ranks a host may run is one line naming -n, exit 2") {
+  const Run r = run_tpcli("launch -n 1000 -- true");
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.rfind("tpcli launch: -n 1000: 1000 ranks on this machine, more than the 256 a host may run", 0) == 0);
+}
