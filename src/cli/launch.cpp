@@ -10,8 +10,8 @@
 // in the same directory, with the same absolute path to tpcli on every host.
 //
 // Rank 0's stdout is the run's output, passed through unchanged; everything else goes to stderr
-// prefixed "[rank] " (--tag-output prefixes rank 0's stdout too); a line many ranks print alike is
-// shown once and counted at the end. The exit code is the first failing rank's.
+// prefixed "[rank] " (--tag-output prefixes rank 0's stdout too); a stderr line many ranks print
+// alike is shown once and counted at the end. The exit code is the first failing rank's.
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <sstream>

@@ -502,6 +502,11 @@ TEST_CASE("launch: a line many ranks print alike is shown once, and counted at t
   const bool one_first = twice.err.find("[1] again\n[1] again\n") != std::string::npos;
   CHECK(zero_first != one_first);
   CHECK(twice.err.find("tpcli launch: (2 processes) again\n") != std::string::npos);
+  // Stdout is the ranks' output: alike lines all stay.
+  o.tag_output = true;
+  const Ran out = run_launch(o, {"sh", "-c", "echo same"});
+  CHECK(out.out.find("[0] same\n") != std::string::npos);
+  CHECK(out.out.find("[1] same\n") != std::string::npos);
 }
 
 TEST_CASE("launch: the environment tells each rank its place") {

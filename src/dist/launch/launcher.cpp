@@ -50,8 +50,8 @@ void note(int fd, const std::string& line) {
   write_all(fd, s.data(), s.size());
 }
 
-// Lines that several ranks print alike (990 ranks failing with one error) are shown once, from the
-// first rank that printed it, and noted at the end with their count. That first rank repeating its
+// Stderr lines that several ranks print alike (990 ranks failing with one error) are shown once, from
+// the first rank that printed it, and noted at the end with their count. That first rank repeating its
 // line still shows each copy: that is its output, not an echo of the others'.
 class LineFolder {
  public:
@@ -465,7 +465,7 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
           "TPCLI_DEVICES_PER_PROCESS=" + std::to_string(o.devices_per_process),
           "TPCLI_JOB=" + job};
       ranks.push_back(spawn(rank_argv(command, env, host, o), env, i, host, o));
-      ranks.back().out.folder = ranks.back().err.folder = &folder;
+      ranks.back().err.folder = &folder;  // stdout is the ranks' output: every line of it stays
     }
   } catch (const std::exception&) {
     stop_all();

@@ -26,7 +26,7 @@
 // diff it); every other stream goes to stderr one line at a time, prefixed "[rank] ". With
 // tag_output every line of every rank is prefixed, stdout lines to stdout.
 //
-// A line several ranks print alike is shown once, from the first of them, and noted at the end as
+// A stderr line several ranks print alike is shown once, from the first of them, and noted at the end as
 // "tpcli launch: (990 processes) LINE": a thousand ranks failing alike make two lines, not 990.
 //
 // When a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after a grace
