@@ -40,8 +40,8 @@ std::vector<std::string> split_hosts(const std::string& list) {
 
 void setup_launch(CLI::App& sub) {
   auto f = std::make_shared<LaunchFlags>();
-  sub.add_option("-n,--processes", f->options.processes,
-                 "number of ranks (processes) to start, at most " + std::to_string(dist::MAX_RANKS_PER_HOST) + " per host")
+  const std::string most = std::to_string(dist::MAX_RANKS_PER_HOST);
+  sub.add_option("-n,--processes", f->options.processes, "number of ranks (processes) to start, at most " + most + " per host")
       ->required();
   auto* hosts = sub.add_option("--hosts", f->hosts,
                                "comma-separated hosts ([user@]IPv4 address or name), ranks dealt round-robin, "

@@ -68,7 +68,8 @@ std::string short_number(double v) {
 std::string link_problem(const AxisLink& link) {
   const std::string bw = "bandwidth " + short_number(link.gb_per_s) + " GB/s";
   if (!std::isfinite(link.gb_per_s) || link.gb_per_s <= 0) return bw + " is not a finite number > 0";
-  if (link.gb_per_s < MIN_GB_PER_S) return bw + " is below " + short_number(MIN_GB_PER_S) + " GB/s (1 MB/s, a slow WAN)";
+  if (link.gb_per_s < MIN_GB_PER_S)
+    return bw + " is below " + short_number(MIN_GB_PER_S) + " GB/s (1 MB/s, a slow WAN)";
   if (link.gb_per_s > MAX_GB_PER_S)
     return bw + " is beyond " + short_number(MAX_GB_PER_S) + " GB/s (10 TB/s, faster than any interconnect)";
   const std::string lat = "latency " + short_number(link.latency_us) + " us";

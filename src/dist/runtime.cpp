@@ -130,8 +130,8 @@ class StopWatcher {
 
   static std::string describe(const CollectiveWatch::LongestWait& stuck, Clock::duration since_request) {
     char text[160];
-    std::snprintf(text, sizeof text, "device %d had waited %.1f s in one collective when the stop request was %.1f s old",
-                  stuck.rank, std::chrono::duration<double>(stuck.waited).count(),
+    std::snprintf(text, sizeof text,
+                  "device %d had waited %.1f s in one collective when the stop request was %.1f s old", stuck.rank, std::chrono::duration<double>(stuck.waited).count(),
                   std::chrono::duration<double>(since_request).count());
     return std::string(text) + " (a modelled link or a peer too slow for the step to finish)";
   }

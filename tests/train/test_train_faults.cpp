@@ -1,6 +1,7 @@
 // Training under faults (issue 12): a diverged run never replaces a good checkpoint, interrupted
 // saves leave nothing behind, resume keeps every step once and refuses what does not fit,
-// Ctrl-C exits 130 after saving, and SIGTERM ends a step stuck in a collective (issue 25). Mostly through the binary, as a user meets them.
+// Ctrl-C exits 130 after saving, and SIGTERM ends a step stuck in a collective (issue 25).
+// Mostly through the binary, as a user meets them.
 #include <catch2/catch.hpp>
 
 #include <signal.h>

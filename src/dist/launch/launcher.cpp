@@ -275,7 +275,8 @@ Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>&
   r.host = host;
   r.lifeline = in[1];
   const std::string prefix = std::string("[") + std::to_string(rank) + "] ";
-  r.out = Stream{out[0], (rank == 0 || o.tag_output) ? o.out_fd : o.err_fd, rank == 0 && !o.tag_output, prefix, {}, rank};
+  const bool stdout_raw = rank == 0 && !o.tag_output;
+  r.out = Stream{out[0], (rank == 0 || o.tag_output) ? o.out_fd : o.err_fd, stdout_raw, prefix, {}, rank};
   r.err = Stream{err[0], o.err_fd, false, prefix, {}, rank};
   return r;
 }
