@@ -68,10 +68,10 @@ class FirstError {
     std::lock_guard<std::mutex> lock(mutex_);
     if (rank_) throw DeviceError(*rank_, message_);
   }
-  // Whether a device failed by itself (not only through another's abort).
-  bool has_own_error() {
+  // Whether the run failed only through aborts: no device failed by itself.
+  bool abort_only() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return rank_ && !is_abort_;
+    return rank_ && is_abort_;
   }
 
  private:
@@ -221,8 +221,10 @@ void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, con
     throw;
   }
   for (std::thread& t : threads) t.join();
+  // Only this process's watcher says "stopped": an abort from elsewhere (a peer process that died,
+  // or whose own watcher fired first) keeps its own message, even with a stop pending here.
   const std::optional<std::string> stopped = stop_watcher.finish();
-  if (stopped && !first.has_own_error()) throw RunStopped(*stopped);
+  if (stopped && first.abort_only()) throw RunStopped(*stopped);
   first.rethrow();
 }
 
