@@ -58,6 +58,11 @@ dist::LinkSpec links_from_flags(const RunFlags& flags) {
   return spec;
 }
 
+// config/ cannot include dist/, so [mesh.links] keeps its own copy of the link bounds.
+static_assert(config::MIN_LINK_GB_PER_S == dist::MIN_GB_PER_S && config::MAX_LINK_GB_PER_S == dist::MAX_GB_PER_S &&
+                  config::MAX_LINK_LATENCY_US == dist::MAX_LATENCY_US,
+              "[mesh.links] and --link must accept the same links");
+
 dist::LinkSpec to_link_spec(const config::MeshSection& mesh) {
   dist::LinkSpec spec;
   for (const auto& [axis, link] : mesh.links)

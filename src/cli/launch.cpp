@@ -10,8 +10,8 @@
 // in the same directory, with the same absolute path to tpcli on every host.
 //
 // Rank 0's stdout is the run's output, passed through unchanged; everything else goes to stderr
-// prefixed "[rank] " (--tag-output prefixes rank 0's stdout too). The exit code is the first
-// failing rank's.
+// prefixed "[rank] " (--tag-output prefixes rank 0's stdout too); a stderr line many ranks print
+// alike is shown once and counted at the end. The exit code is the first failing rank's.
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <sstream>
@@ -40,7 +40,9 @@ std::vector<std::string> split_hosts(const std::string& list) {
 
 void setup_launch(CLI::App& sub) {
   auto f = std::make_shared<LaunchFlags>();
-  sub.add_option("-n,--processes", f->options.processes, "number of ranks (processes) to start")->required();
+  const std::string most = std::to_string(dist::MAX_RANKS_PER_HOST);
+  sub.add_option("-n,--processes", f->options.processes, "number of ranks (processes) to start, at most " + most + " per host")
+      ->required();
   auto* hosts = sub.add_option("--hosts", f->hosts,
                                "comma-separated hosts ([user@]IPv4 address or name), ranks dealt round-robin, "
                                "started over ssh");

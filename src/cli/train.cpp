@@ -3,7 +3,9 @@
 // Everything the config names is checked before the first step: the mesh against the heads and
 // the batch, the corpus, the tokenizer against the vocabulary. Errors are one line (exit 2).
 // Ctrl-C (or SIGTERM) stops after the current step, saves a checkpoint and exits with 130; the
-// same signal again exits at once.
+// same signal again exits at once (128 + the signal). A step that cannot finish, a device stuck in
+// a collective (a modelled link of hours, a hung peer), ends about a second later with one line and
+// 128 + the signal, saving nothing: it has no whole step to save (dist/collective_watch.h).
 //
 // Over ZeroMQ (`tpcli launch -n P [--devices-per-process K] -- tpcli train CONFIG --backend zmq`,
 // or [mesh] backend = "zmq"), every rank runs this command on its share of the mesh (P*K devices);
@@ -27,6 +29,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_from_config.h"
 #include "cli/train_setup.h"
+#include "dist/runtime.h"
 #include "dist/trace.h"
 #include "train/loop.h"
 
@@ -37,12 +40,26 @@ namespace {
 std::atomic<bool> stop_requested{false};
 constexpr int INTERRUPTED_EXIT_CODE = 128 + SIGINT;  // 130, on every backend
 std::atomic<bool> got_sigint{false}, got_sigterm{false};
+std::atomic<int> first_stop_signal{0};  // the signal that asked first, for the exit code
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "a signal handler may only touch lock-free atomics");
 
 // Each signal counts on its own: Ctrl-C under `tpcli launch` brings a SIGINT (the terminal) and a
 // SIGTERM (the launcher), and that is still a first request.
 extern "C" void on_stop_signal(int sig) {
   if ((sig == SIGINT ? got_sigint : got_sigterm).exchange(true)) std::_Exit(128 + sig);  // again: leave now
+  int none = 0;
+  first_stop_signal.compare_exchange_strong(none, sig);
   stop_requested = true;
+}
+
+// A stop that came while a device could not leave a collective: one line, and the exit code of
+// the signal, as a second signal gives (there is no checkpoint of a half-done step).
+[[noreturn]] void exit_stopped_in_collective(const dist::RunStopped& e) {
+  const int sig = first_stop_signal.load();
+  std::fprintf(stderr, "tpcli train: stopped by %s: %s; the unfinished step was not saved\n",
+               sig == SIGTERM ? "SIGTERM" : "Ctrl-C (SIGINT)", e.what());
+  throw CLI::RuntimeError(128 + (sig ? sig : SIGINT));
 }
 
 // train::train on a thread that blocks SIGINT and SIGTERM, as do the device, ZeroMQ and BLIS threads
@@ -78,8 +95,12 @@ train::TrainResult train_stoppable(const train::TrainOptions& o) {
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  if (error) std::rethrow_exception(error);
-  return result;
+  if (!error) return result;
+  try {
+    std::rethrow_exception(error);
+  } catch (const dist::RunStopped& e) {
+    exit_stopped_in_collective(e);
+  }
 }
 
 // Prompt for the final hint: the first characters of the corpus's first line, like "ROMEO:".

@@ -331,10 +331,23 @@ void read_links(const Reader& mesh_reader, const toml::node& node, const std::st
     r.reject_unknown({"gb_per_s", "latency_us", "topology"});
     source.set("mesh.links." + axis, key_location(key, link_node, file));
     LinkConfig link;
-    const auto bw = r.number("gb_per_s", [](double v) { return v > 0 ? "" : "must be > 0"; });
+    const auto bw = r.number("gb_per_s", [](double v) -> std::string {
+      if (v <= 0) return "must be > 0";
+      if (v < MIN_LINK_GB_PER_S)
+        return "is below " + format_number(MIN_LINK_GB_PER_S) + " GB/s (1 MB/s, a slow WAN)";
+      if (v > MAX_LINK_GB_PER_S)
+        return "is beyond " + format_number(MAX_LINK_GB_PER_S) + " GB/s (10 TB/s, faster than any interconnect)";
+      return "";
+    });
     if (!bw) fail(key_location(key, link_node, file), "mesh.links." + axis + " needs gb_per_s (GB/s per direction per link)");
     link.gb_per_s = *bw;
-    if (auto lat = r.number("latency_us", [](double v) { return v >= 0 ? "" : "must be >= 0"; })) link.latency_us = *lat;
+    const auto latency_check = [](double v) -> std::string {
+      if (v < 0) return "must be >= 0";
+      if (v > MAX_LINK_LATENCY_US)
+        return "is beyond " + format_number(MAX_LINK_LATENCY_US) + " us (1 s, more than a satellite hop)";
+      return "";
+    };
+    if (auto lat = r.number("latency_us", latency_check)) link.latency_us = *lat;
     if (auto topo = r.choice("topology", {"ring", "switch"})) link.topology = *topo == 0 ? LinkTopology::Ring : LinkTopology::Switch;
     mesh.links[axis] = link;
   }

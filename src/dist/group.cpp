@@ -10,6 +10,7 @@
 #include <numeric>
 #include <thread>
 
+#include "dist/collective_watch.h"
 #include "dist/links.h"
 #include "dist/trace.h"
 
@@ -64,23 +65,27 @@ struct Group::Cost {
 
 namespace {
 
-// Holds the calling device until `done`. sleep_until alone wakes ~50-100 us late (the kernel's
-// timer slack, a VM's timer), which is more than a small collective's whole modelled time: a token
-// of decode makes ~26 of them. So: sleep until shortly before, then yield until the time comes.
-void hold_until(std::chrono::steady_clock::time_point done) {
-  constexpr auto SLEEP_MARGIN = std::chrono::microseconds(200);
-  if (done - std::chrono::steady_clock::now() > SLEEP_MARGIN) std::this_thread::sleep_until(done - SLEEP_MARGIN);
-  while (std::chrono::steady_clock::now() < done) std::this_thread::yield();
+// Holds the calling device until `done`, or throws when the run ends first (a watch of its own
+// when the group has none: nothing ends it then).
+void hold_until(std::chrono::steady_clock::time_point done, CollectiveWatch* watch) {
+  if (watch) return watch->hold_until(done);
+  CollectiveWatch(0).hold_until(done);
 }
+
+// Which device's waits a call stamps, in which watch (null: none).
+struct WatchedDevice {
+  CollectiveWatch* watch;
+  int device;
+};
 
 // Counts one call's bytes, holds it until its modelled link time has passed, and records its trace
 // span when it ends (also on an exception).
 class CallScope {
  public:
-  CallScope(CommStats* stats, Trace* trace, int track, LinkClock* link, const char* name, uint64_t sent,
-            uint64_t received, CollectiveKind kind, uint64_t bytes, PermShape shape = {})
-      : trace_(trace), track_(track), link_(link), name_(name), kind_(kind), bytes_(bytes), shape_(shape),
-        counted_(static_cast<int64_t>(sent + received)) {
+  CallScope(CommStats* stats, Trace* trace, int track, LinkClock* link, WatchedDevice watched, const char* name,
+            uint64_t sent, uint64_t received, CollectiveKind kind, uint64_t bytes, PermShape shape = {})
+      : trace_(trace), track_(track), link_(link), watch_(watched.watch), name_(name), kind_(kind), bytes_(bytes),
+        shape_(shape), counted_(static_cast<int64_t>(sent + received)), waiting_(watched.watch, watched.device) {
     if (stats) stats->add(sent, received);
     if (trace_) start_ns_ = trace_->now_ns();
   }
@@ -90,7 +95,7 @@ class CallScope {
     const auto now = std::chrono::steady_clock::now();
     const auto done = link_->book(kind_, bytes_, shape_, now);
     modelled_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(done - now).count();
-    hold_until(done);
+    hold_until(done, watch_);
   }
   ~CallScope() {
     if (trace_) trace_->record({track_, name_, "collective", start_ns_, trace_->now_ns() - start_ns_, counted_, modelled_ns_,
@@ -103,29 +108,48 @@ class CallScope {
   Trace* trace_;
   int track_;
   LinkClock* link_;
+  CollectiveWatch* watch_;
   const char* name_;
   CollectiveKind kind_;
   uint64_t bytes_;
   PermShape shape_;
   int64_t counted_;
   int64_t start_ns_ = 0, modelled_ns_ = -1;
+  CollectiveWatch::Waiting waiting_;
 };
 
 // A started call whose modelled transfer is booked when its data has moved; wait() then holds
 // until the modelled end.
 class ModelledPending : public PendingCollective {
  public:
-  ModelledPending(std::unique_ptr<PendingCollective> inner, std::shared_ptr<std::chrono::steady_clock::time_point> done)
-      : inner_(std::move(inner)), done_(std::move(done)) {}
+  ModelledPending(std::unique_ptr<PendingCollective> inner, std::shared_ptr<std::chrono::steady_clock::time_point> done,
+                  CollectiveWatch* watch)
+      : inner_(std::move(inner)), done_(std::move(done)), watch_(watch) {}
   std::chrono::steady_clock::time_point wait() override {
     const auto moved = inner_->wait();  // synchronises with the worker that wrote *done_
-    hold_until(*done_);
+    hold_until(*done_, watch_);
     return std::max(moved, *done_);
   }
 
  private:
   std::unique_ptr<PendingCollective> inner_;
   std::shared_ptr<std::chrono::steady_clock::time_point> done_;
+  CollectiveWatch* watch_;
+};
+
+// A started call whose wait() is stamped as the device waiting in a collective.
+class WatchedPending : public PendingCollective {
+ public:
+  WatchedPending(std::unique_ptr<PendingCollective> inner, WatchedDevice watched)
+      : inner_(std::move(inner)), watched_(watched) {}
+  std::chrono::steady_clock::time_point wait() override {
+    CollectiveWatch::Waiting waiting(watched_.watch, watched_.device);
+    return inner_->wait();
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  WatchedDevice watched_;
 };
 
 class CompletedPending : public PendingCollective {
@@ -182,7 +206,8 @@ void Pending::wait() {
 
 void Group::all_sum(std::span<float> x) {
   const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), "all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
                   CollectiveKind::AllSum, b);
   if (S > 1) comm_->all_sum(x);
   scope.transferred();
@@ -190,7 +215,8 @@ void Group::all_sum(std::span<float> x) {
 
 void Group::all_max(std::span<float> x) {
   const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), "all_max", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "all_max", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
                   CollectiveKind::AllSum, b);
   if (S > 1) comm_->all_max(x);
   scope.transferred();
@@ -236,7 +262,8 @@ void Group::all_gather_v(std::span<const float> in, std::span<float> out, std::s
   check_all_gather(in, out, counts);
   const int S = size();
   const uint64_t own = in.size() * F, total = out.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), "all_gather", own * static_cast<uint64_t>(S - 1), total - own,
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "all_gather", own * static_cast<uint64_t>(S - 1), total - own,
                   CollectiveKind::AllGather, total);
   if (S > 1) {
     comm_->all_gather_v(in, out, counts);
@@ -284,7 +311,8 @@ void Group::reduce_scatter_v(std::span<const float> in, std::span<float> out, st
   check_reduce_scatter_v(in, out, counts);
   const int S = size();
   const uint64_t b = in.size() * F, own = out.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), "reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1),
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1),
                   CollectiveKind::ReduceScatter, b);
   if (S > 1) {
     comm_->reduce_scatter_v(in, out, counts);
@@ -309,7 +337,8 @@ uint64_t Group::check_all_to_all(std::span<const float> in, std::span<float> out
 void Group::all_to_all(std::span<const float> in, std::span<float> out) {
   const int S = size();
   const uint64_t moved = check_all_to_all(in, out);
-  CallScope scope(stats_, trace_, track_, link_.get(), "all_to_all", moved, moved, CollectiveKind::AllToAll,
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "all_to_all", moved, moved, CollectiveKind::AllToAll,
                   in.size() * F);
   if (S > 1) {
     comm_->all_to_all(in, out);
@@ -329,14 +358,16 @@ std::vector<float> Group::all_to_all_v(std::span<const float> in, std::span<cons
     fail("all_to_all_v", "send counts sum to " + std::to_string(total) + " but in has " + std::to_string(in.size()) +
                              " floats");
   if (S == 1) {
-    CallScope scope(stats_, trace_, track_, nullptr, "all_to_all_v", 0, 0, CollectiveKind::AllToAll, 0);
+    CallScope scope(stats_, trace_, track_, nullptr, {watch_, watch_device_},
+                    "all_to_all_v", 0, 0, CollectiveKind::AllToAll, 0);
     recv_counts.assign(1, total);
     return std::vector<float>(in.begin(), in.end());
   }
   std::vector<float> out;
   {
     // Bytes are known only once the data arrived: counted below, not by the scope.
-    CallScope scope(nullptr, trace_, track_, link_.get(), "all_to_all_v", 0, 0, CollectiveKind::AllToAll, in.size() * F);
+    CallScope scope(nullptr, trace_, track_, link_.get(), {watch_, watch_device_},
+                    "all_to_all_v", 0, 0, CollectiveKind::AllToAll, in.size() * F);
     out = comm_->all_to_all_v(in, send_counts, recv_counts);
     scope.transferred();
   }
@@ -379,7 +410,8 @@ static void ppermute_alone(std::span<const float> in, std::span<float> out, cons
 void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) {
   const auto [sends, receives] = check_ppermute(in, out, perm);
   const uint64_t b = in.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), "ppermute", sends ? b : 0, receives ? b : 0,
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "ppermute", sends ? b : 0, receives ? b : 0,
                   CollectiveKind::Ppermute, b, perm_shape(perm, size()));
   if (size() > 1) {
     comm_->ppermute(in, out, perm);
@@ -395,7 +427,12 @@ Pending Group::start(const Cost& cost, CollectiveCall call) {
   if (stats_) stats_->add(cost.sent, cost.received);
   const int64_t started_ns = trace_ ? trace_->now_ns() : 0;
   const int64_t bytes = static_cast<int64_t>(cost.sent + cost.received), payload = static_cast<int64_t>(cost.bytes);
-  if (!link_) return Pending(comm_->start(std::move(call)), trace_, track_, cost.name, started_ns, bytes, payload);
+  const auto watched = [this](std::unique_ptr<PendingCollective> op) -> std::unique_ptr<PendingCollective> {
+    if (!watch_) return op;
+    return std::make_unique<WatchedPending>(std::move(op), WatchedDevice{watch_, watch_device_});
+  };
+  if (!link_)
+    return Pending(watched(comm_->start(std::move(call))), trace_, track_, cost.name, started_ns, bytes, payload);
   // The transfer is booked from the moment this member started it (members of an SPMD program
   // start it together; a late member still delays the end through the real exchange, which wait()
   // also waits for), not from when the worker thread got a core: on a busy machine that comes
@@ -406,8 +443,8 @@ Pending Group::start(const Cost& cost, CollectiveCall call) {
     call(c);
     *done = link->book(cost.kind, cost.bytes, cost.shape, started);
   };
-  return Pending(std::make_unique<ModelledPending>(comm_->start(std::move(booked)), done), trace_, track_, cost.name,
-                 started_ns, bytes, payload);
+  auto modelled = std::make_unique<ModelledPending>(comm_->start(std::move(booked)), done, watch_);
+  return Pending(watched(std::move(modelled)), trace_, track_, cost.name, started_ns, bytes, payload);
 }
 
 Pending Group::start_all_sum(std::span<float> x) {
@@ -461,7 +498,8 @@ void Group::broadcast(std::span<float> x, int root) {
   check_broadcast(root);
   const uint64_t b = x.size() * F;
   const bool is_root = rank() == root;
-  CallScope scope(stats_, trace_, track_, link_.get(), "broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0,
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0,
                   is_root ? 0 : b, CollectiveKind::Broadcast, b);
   if (S > 1) comm_->broadcast(x, root);
   scope.transferred();
@@ -488,7 +526,8 @@ Pending Group::start_broadcast(std::span<float> x, int root) {
 }
 
 void Group::barrier() {
-  CallScope scope(stats_, trace_, track_, link_.get(), "barrier", 0, 0, CollectiveKind::Barrier, 0);
+  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
+                  "barrier", 0, 0, CollectiveKind::Barrier, 0);
   if (size() > 1) comm_->barrier();
   scope.transferred();
 }

@@ -110,7 +110,8 @@ class Pending {
   int64_t started_ns_ = 0, bytes_ = -1, payload_ = -1;
 };
 
-class LinkClock;  // dist/links.h
+class LinkClock;        // dist/links.h
+class CollectiveWatch;  // dist/collective_watch.h
 
 class Group {
  public:
@@ -160,6 +161,12 @@ class Group {
   // Every collective of this handle then completes no earlier than its modelled time on `link`
   // (dist/links.h). Null: no model (the default).
   void model_links(std::shared_ptr<LinkClock> link) { link_ = std::move(link); }
+  // Stamps device `device`'s waits in `watch`, and lets it cut modelled-link holds short when the
+  // run ends. Null: neither (the default).
+  void watch_collectives(CollectiveWatch* watch, int device) {
+    watch_ = watch;
+    watch_device_ = device;
+  }
 
  private:
   struct Cost;  // group.cpp: one call's counted bytes and modelled link use
@@ -177,6 +184,8 @@ class Group {
   Trace* trace_ = nullptr;              // collective spans go here (may be null)
   int track_ = 0;
   std::shared_ptr<LinkClock> link_;     // modelled link (may be null)
+  CollectiveWatch* watch_ = nullptr;    // the run's stop watch (may be null)
+  int watch_device_ = -1;
 };
 
 // The even split used everywhere a length is dealt out over parts: part i gets

@@ -2,6 +2,8 @@
 #include "dist/links.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <stdexcept>
 
 namespace tpcli::dist {
@@ -54,6 +56,31 @@ AxisLink group_link(const LinkSpec& spec, const std::vector<std::string>& axes) 
 
 namespace {
 
+// 1e12, 0.001, 100: as the user would write it.
+std::string short_number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+std::string link_problem(const AxisLink& link) {
+  const std::string bw = "bandwidth " + short_number(link.gb_per_s) + " GB/s";
+  if (!std::isfinite(link.gb_per_s) || link.gb_per_s <= 0) return bw + " is not a finite number > 0";
+  if (link.gb_per_s < MIN_GB_PER_S)
+    return bw + " is below " + short_number(MIN_GB_PER_S) + " GB/s (1 MB/s, a slow WAN)";
+  if (link.gb_per_s > MAX_GB_PER_S)
+    return bw + " is beyond " + short_number(MAX_GB_PER_S) + " GB/s (10 TB/s, faster than any interconnect)";
+  const std::string lat = "latency " + short_number(link.latency_us) + " us";
+  if (!std::isfinite(link.latency_us) || link.latency_us < 0) return lat + " is not a finite number >= 0";
+  if (link.latency_us > MAX_LATENCY_US)
+    return lat + " is beyond " + short_number(MAX_LATENCY_US) + " us (1 s, more than a satellite hop)";
+  return {};
+}
+
+namespace {
+
 double parse_number(const std::string& text, const std::string& what, const std::string& flag) {
   size_t used = 0;
   double v = 0;
@@ -86,8 +113,8 @@ std::pair<std::string, AxisLink> parse_link_flag(const std::string& text) {
   AxisLink link;
   link.gb_per_s = parse_number(text, parts[0], "bandwidth in GB/s");
   link.latency_us = parse_number(text, parts[1], "latency in us");
-  if (!(link.gb_per_s > 0)) throw std::invalid_argument("--link " + text + ": bandwidth must be > 0 GB/s");
-  if (!(link.latency_us >= 0)) throw std::invalid_argument("--link " + text + ": latency must be >= 0 us");
+  if (const std::string problem = link_problem(link); !problem.empty())
+    throw std::invalid_argument("--link " + text + ": " + problem);
   if (parts.size() == 3) {
     if (parts[2] == "ring") link.topology = Topology::Ring;
     else if (parts[2] == "switch" || parts[2] == "full") link.topology = Topology::Switch;

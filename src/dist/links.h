@@ -35,10 +35,21 @@ namespace tpcli::dist {
 enum class Topology { Ring, Switch };
 
 struct AxisLink {
-  double gb_per_s = 0;     // GB/s (1e9 bytes) per direction per link, > 0
-  double latency_us = 0;   // per hop, >= 0
+  double gb_per_s = 0;     // GB/s (1e9 bytes) per direction per link, in [MIN_GB_PER_S, MAX_GB_PER_S]
+  double latency_us = 0;   // per hop, in [0, MAX_LATENCY_US]; 0 models bandwidth alone
   Topology topology = Topology::Ring;
 };
+
+// What a real interconnect can be. Beyond these a modelled collective takes hours or ends at once,
+// and a run looks hung: 1 MB/s is a slow WAN, 10 TB/s is beyond any GPU link (NVLink 5: 0.9 TB/s
+// per direction), 1 s is beyond a geostationary satellite hop (~0.6 s). config/run_config.cpp
+// checks [mesh.links] against the same numbers (config/ cannot include dist/).
+constexpr double MIN_GB_PER_S = 1e-3;
+constexpr double MAX_GB_PER_S = 1e4;
+constexpr double MAX_LATENCY_US = 1e6;
+
+// Why `link` is no plausible link ("bandwidth 1e-12 GB/s is below ..."), or "" when it is one.
+std::string link_problem(const AxisLink& link);
 
 using LinkSpec = std::map<std::string, AxisLink>;  // by mesh axis name; axes not listed are not modelled
 
@@ -60,7 +71,7 @@ double modelled_seconds(const AxisLink& link, int size, CollectiveKind kind, uin
 AxisLink group_link(const LinkSpec& spec, const std::vector<std::string>& axes);
 
 // "model=100,1" or "data=10,25,switch" (the --link flag: GB/s, us, [ring|switch]). Throws
-// std::invalid_argument naming the value.
+// std::invalid_argument naming the flag's value, also for values outside the bounds above.
 std::pair<std::string, AxisLink> parse_link_flag(const std::string& text);
 
 // One member's view of its link on one group: when each direction is next free. Used from the

@@ -2,12 +2,15 @@
 #include "dist/runtime.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "dist/backend.h"
+#include "dist/collective_watch.h"
 #include "dist/threads/thread_backend.h"
 #include "tensor/blas.h"
 
@@ -40,6 +43,7 @@ Group& Device::axes(const std::vector<std::string>& names) {
   std::shared_ptr<Communicator> comm;
   if (members.size() > 1) comm = backend_.communicator(rank_, members);
   Group group(std::move(comm), &stats_, trace_, rank_);
+  group.watch_collectives(watch_, rank_);
   const AxisLink link = group_link(links_, names);
   if (members.size() > 1 && link.gb_per_s > 0)
     group.model_links(std::make_shared<LinkClock>(link, static_cast<int>(members.size())));
@@ -64,6 +68,11 @@ class FirstError {
     std::lock_guard<std::mutex> lock(mutex_);
     if (rank_) throw DeviceError(*rank_, message_);
   }
+  // Whether the run failed only through aborts: no device failed by itself.
+  bool abort_only() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return rank_ && is_abort_;
+  }
 
  private:
   std::mutex mutex_;
@@ -71,6 +80,77 @@ class FirstError {
   std::string message_;
   bool is_abort_ = false;
 };
+
+// Polls RunOptions::stop while the devices run, and ends the run when a device is stuck in a
+// collective after a stop request (dist/collective_watch.h says when, and why).
+class StopWatcher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  StopWatcher(const std::atomic<bool>* stop, CollectiveWatch& watch, Backend& backend)
+      : stop_(stop), watch_(watch), backend_(backend) {
+    if (stop_) thread_ = std::thread([this] { poll(); });
+  }
+  ~StopWatcher() { finish(); }
+  StopWatcher(const StopWatcher&) = delete;
+  StopWatcher& operator=(const StopWatcher&) = delete;
+
+  // Stops polling; returns why the watcher ended the run, if it did.
+  std::optional<std::string> finish() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    return why_;
+  }
+
+ private:
+  // A signal handler cannot wake a condition variable, hence a poll; 50 ms is nothing next to the
+  // grace and costs nothing while the run goes on.
+  static constexpr std::chrono::milliseconds POLL{50};
+
+  void poll() {
+    std::optional<Clock::time_point> requested_at;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, POLL, [this] { return done_; })) {
+      if (!stop_->load(std::memory_order_relaxed)) continue;
+      const auto now = Clock::now();
+      if (!requested_at) requested_at = now;
+      if (now - *requested_at < STOP_GRACE) continue;
+      const auto stuck = watch_.longest_wait(now);
+      if (!stuck || stuck->waited < STOP_GRACE) continue;
+      why_ = describe(*stuck, now - *requested_at);
+      lock.unlock();
+      watch_.end(*why_);
+      backend_.abort(stuck->rank, *why_);
+      return;
+    }
+  }
+
+  static std::string describe(const CollectiveWatch::LongestWait& stuck, Clock::duration since_request) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "device %d had waited %.1f s in one collective when the stop request was %.1f s old", stuck.rank, std::chrono::duration<double>(stuck.waited).count(),
+                  std::chrono::duration<double>(since_request).count());
+    return std::string(text) + " (a modelled link or a peer too slow for the step to finish)";
+  }
+
+  const std::atomic<bool>* stop_;
+  CollectiveWatch& watch_;
+  Backend& backend_;
+  std::mutex mutex_;  // guards done_
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::optional<std::string> why_;  // written by the thread, read after it is joined
+  std::thread thread_;              // last: started once everything above exists
+};
+
+void check_links(const LinkSpec& links) {
+  for (const auto& [axis, link] : links)
+    if (const std::string problem = link_problem(link); !problem.empty())
+      throw std::invalid_argument("run_on_mesh: links." + axis + ": " + problem);
+}
 
 }  // namespace
 
@@ -96,13 +176,22 @@ void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, con
                                ? options.blas_threads
                                : std::max(1, tensor::available_cores() / static_cast<int>(ranks.size()));
 
+  check_links(options.links);
+
+  CollectiveWatch watch(mesh.size());
   std::vector<std::unique_ptr<Device>> devices;
   for (int r : ranks) {
     devices.push_back(std::make_unique<Device>(r, mesh, *backend, options.seed, options.trace));
     devices.back()->model_links(options.links);
+    devices.back()->watch_collectives(&watch);
   }
 
   FirstError first;
+  // The transport's waits and the modelled-link holds, which only sleep, both end at once.
+  auto fail_run = [&](int rank, const std::string& what) {
+    backend->abort(rank, what);
+    watch.end("device " + std::to_string(rank) + " failed: " + what);
+  };
   auto run_device = [&](Device& dev) {
     try {
       tensor::set_blas_threads(blas_threads);
@@ -111,26 +200,31 @@ void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, con
       return;
     } catch (const CollectiveAborted& e) {
       first.record(dev.rank(), e.what(), true);
-      backend->abort(dev.rank(), e.what());
+      fail_run(dev.rank(), e.what());
     } catch (const std::exception& e) {
       first.record(dev.rank(), e.what(), false);
-      backend->abort(dev.rank(), e.what());
+      fail_run(dev.rank(), e.what());
     } catch (...) {
       first.record(dev.rank(), "unknown exception", false);
-      backend->abort(dev.rank(), "unknown exception");
+      fail_run(dev.rank(), "unknown exception");
     }
   };
 
+  StopWatcher stop_watcher(options.stop, watch, *backend);
   std::vector<std::thread> threads;
   threads.reserve(devices.size());
   try {
     for (auto& dev : devices) threads.emplace_back(run_device, std::ref(*dev));
   } catch (const std::exception& e) {  // could not start a thread: stop the ones that run
-    backend->abort(-1, std::string("run_on_mesh: cannot start device thread: ") + e.what());
+    fail_run(-1, std::string("run_on_mesh: cannot start device thread: ") + e.what());
     for (std::thread& t : threads) t.join();
     throw;
   }
   for (std::thread& t : threads) t.join();
+  // Only this process's watcher says "stopped": an abort from elsewhere (a peer process that died,
+  // or whose own watcher fired first) keeps its own message, even with a stop pending here.
+  const std::optional<std::string> stopped = stop_watcher.finish();
+  if (stopped && first.abort_only()) throw RunStopped(*stopped);
   first.rethrow();
 }
 

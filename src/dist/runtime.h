@@ -8,6 +8,7 @@
 // run_on_mesh rethrows the first error as DeviceError, naming the device's rank.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -35,7 +36,14 @@ class DeviceError : public std::runtime_error {
   int rank_;
 };
 
-class Backend;  // creates the communicators of a run (dist/backend.h)
+// run_on_mesh's error when RunOptions::stop ended the run while a device waited in a collective.
+class RunStopped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Backend;          // creates the communicators of a run (dist/backend.h)
+class CollectiveWatch;  // dist/collective_watch.h
 
 class Device {
  public:
@@ -55,6 +63,8 @@ class Device {
   Device(int rank, Mesh mesh, Backend& backend, uint64_t seed, Trace* trace);
   // Groups made from now on along a listed axis complete no earlier than their modelled link time.
   void model_links(LinkSpec links) { links_ = std::move(links); }
+  // Groups made from now on stamp their waits in `watch` and end their holds when the run ends.
+  void watch_collectives(CollectiveWatch* watch) { watch_ = watch; }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -67,6 +77,7 @@ class Device {
   CommStats stats_;
   Trace* trace_;
   LinkSpec links_;  // empty: nothing modelled
+  CollectiveWatch* watch_ = nullptr;
   // Cache keyed by axis list; a deque so references handed out by axis()/axes() stay valid.
   std::deque<std::pair<std::vector<std::string>, Group>> groups_;
 };
@@ -83,6 +94,10 @@ struct RunOptions {
   int blas_threads = 0;
   // Modelled links by axis (dist/links.h); empty: collectives run at the transport's own speed.
   LinkSpec links;
+  // Set from outside (a signal handler) to ask the run to stop. The body is expected to notice it
+  // between its own steps; a device still waiting in one collective STOP_GRACE after the request,
+  // and for STOP_GRACE, fails the run with RunStopped (dist/collective_watch.h). Null: never.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, const RunOptions& options = {});

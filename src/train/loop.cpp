@@ -450,6 +450,7 @@ TrainResult train(const TrainOptions& o) {
   run_options.local_ranks = o.local_ranks;
   run_options.trace = o.trace;
   run_options.links = o.links;
+  run_options.stop = o.stop;  // also ends a collective wait that would hold the step forever
   dist::run_on_mesh(o.mesh, [&](dist::Device& dev) { DeviceRun(shared, dev).run(); }, run_options);
   if (shared.progress.open_line) shared.progress.message("");
   shared.result.seconds = std::chrono::duration<double>(Clock::now() - shared.t0).count();

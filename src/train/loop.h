@@ -112,7 +112,8 @@ struct TrainOptions {
   int sample_tokens = 200;
   std::string metadata_note;  // "train.config": the config file, for the record
 
-  // Set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint.
+  // Set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint. A step that
+  // cannot finish (a device stuck in a collective) fails with dist::RunStopped instead.
   const std::atomic<bool>* stop = nullptr;
   // Records every device's steps (spans "gradients", "data-parallel mean", "gradient norm",
   // "optimizer", "evaluate", "checkpoint") and collectives, when not null (dist/trace.h).

@@ -312,3 +312,30 @@ TEST_CASE("cli faults: tokenize onto a full disk leaves no folder, and a non-emp
   CHECK(fs::exists(fs::path(out) / "a_train_000000.bin"));
   check_one_line_error(run_tpcli("tokenize --tokenizer bytes --out " + out + " " + a), "--out " + out + ": already exists");
 }
+
+// Issue 25: absurd modelled links ran forever (or, inf, did nothing).
+TEST_CASE("cli faults: absurd --link values are one line naming the flag and the bound, exit 2") {
+  for (const auto& [args, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"infer --model " + model_file() + " -n 2 --devices 2 --link model=1,1e12",
+            "tpcli infer: --link model=1,1e12: latency 1e+12 us is beyond 1e+06 us"},
+           {"infer --model " + model_file() + " -n 2 --devices 2 --link model=1e-12,1",
+            "tpcli infer: --link model=1e-12,1: bandwidth 1e-12 GB/s is below 0.001 GB/s"},
+           {"infer --model " + model_file() + " -n 2 --devices 2 --link model=1,inf",
+            "tpcli infer: --link model=1,inf: latency inf us is not a finite number >= 0"}}) {
+    INFO("tpcli " << args);
+    const Run r = run_tpcli(args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines_of(r.err) == 1);
+    CHECK(r.err.rfind(expect, 0) == 0);
+  }
+}
+
+// Issue 25: -n 1000 started a thousand processes.
+TEST_CASE("cli faults: launch -n beyond the ranks a host may run is one line naming -n, exit 2") {
+  const Run r = run_tpcli("launch -n 1000 -- true");
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.rfind("tpcli launch: -n 1000: 1000 ranks on this machine, more than the 256 a host may run", 0) == 0);
+}

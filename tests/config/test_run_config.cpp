@@ -490,6 +490,11 @@ data = { gb_per_s = 12.5, latency_us = 25, topology = "switch" }
   const std::vector<Case> cases = {
       {mesh + "[mesh.links]\nmodel = { gb_per_s = 0 }\n", "0 }", "mesh.links.model.gb_per_s = 0 must be > 0"},
       {mesh + "[mesh.links]\nmodel = { gb_per_s = 1, latency_us = -2 }\n", "-2", "mesh.links.model.latency_us = -2 must be >= 0"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 0.0009765625 }\n", "0.0009765625", "mesh.links.model.gb_per_s = 0.0009765625 is below 0.001 GB/s (1 MB/s, a slow WAN)"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 20000 }\n", "20000", "mesh.links.model.gb_per_s = 20000 is beyond 10000 GB/s (10 TB/s, faster than any interconnect)"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 1, latency_us = 2000000 }\n", "2000000", "mesh.links.model.latency_us = 2000000 is beyond 1e+06 us (1 s, more than a satellite hop)"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = 1, latency_us = inf }\n", "inf", "mesh.links.model.latency_us = inf must be finite"},
+      {mesh + "[mesh.links]\nmodel = { gb_per_s = nan }\n", "nan", "mesh.links.model.gb_per_s = nan must be finite"},
       {mesh + "[mesh.links]\nmodel = { gb_per_s = 1, topology = \"torus\" }\n", "\"torus\"",
        "mesh.links.model.topology = \"torus\" must be one of \"ring\", \"switch\""},
       {mesh + "[mesh.links]\nmodel = { latency_us = 1 }\n", "model = { latency", "mesh.links.model needs gb_per_s (GB/s per direction per link)"},

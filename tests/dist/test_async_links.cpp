@@ -1,13 +1,18 @@
 // Started (asynchronous) collectives against the blocking forms and serial references, their
-// failure handling, and the modelled links (formulas, booking, the lower bound, the trace).
+// failure handling, and the modelled links (formulas, booking, the lower bound, the trace, the
+// bounds on their values, and how a stop request or a failure ends a long hold).
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dist/collective_checks.h"
+#include "dist/collective_watch.h"
 #include "dist/expect_failure.h"
 #include "dist/links.h"
 #include "dist/runtime.h"
@@ -196,4 +201,119 @@ TEST_CASE("links: a started ppermute's transfer is drawn on its own track with i
     dev.world().all_sum(x);
   }, none);
   for (const Trace::Event& e : plain.events()) CHECK(e.modelled_ns == -1);
+}
+
+TEST_CASE("links: absurd --link values (1e12, 1e-12, inf, nan, -1, 0) are refused naming the flag and the bound") {
+  struct Case {
+    std::string flag, reason;
+  };
+  const std::vector<Case> cases = {
+      {"model=1,1e12", "latency 1e+12 us is beyond 1e+06 us"},
+      {"model=1e-12,1", "bandwidth 1e-12 GB/s is below 0.001 GB/s"},
+      {"model=1e12,1", "bandwidth 1e+12 GB/s is beyond 10000 GB/s"},
+      {"model=inf,1", "bandwidth inf GB/s is not a finite number > 0"},
+      {"model=1,inf", "latency inf us is not a finite number >= 0"},
+      {"model=nan,1", "bandwidth nan GB/s is not a finite number > 0"},
+      {"model=1,nan", "latency nan us is not a finite number >= 0"},
+      {"model=-1,1", "bandwidth -1 GB/s is not a finite number > 0"},
+      {"model=1,-1", "latency -1 us is not a finite number >= 0"},
+      {"model=0,1", "bandwidth 0 GB/s is not a finite number > 0"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.flag);
+    try {
+      parse_link_flag(c.flag);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).rfind("--link " + c.flag + ": " + c.reason, 0) == 0);
+      CHECK(std::string(e.what()).find('\n') == std::string::npos);
+    }
+  }
+  // The bounds themselves, and a latency of 0 (bandwidth alone), are links.
+  CHECK_NOTHROW(parse_link_flag("model=0.001,1000000"));
+  CHECK_NOTHROW(parse_link_flag("model=10000,0"));
+  // run_on_mesh refuses them too, whoever built the spec.
+  RunOptions options;
+  options.links = {{"model", {1e-12, 1, Topology::Ring}}};
+  CHECK_THROWS_WITH(run_on_mesh(Mesh::line(2), [](Device&) {}, options),
+                    Catch::Contains("run_on_mesh: links.model: bandwidth 1e-12 GB/s is below"));
+}
+
+TEST_CASE("links: a stop request ends a collective held by a link of hours, with RunStopped, about a second later") {
+  std::atomic<bool> stop{false};
+  RunOptions options;
+  options.links = {{"model", {MIN_GB_PER_S, MAX_LATENCY_US, Topology::Ring}}};  // every all_sum >= 2 s
+  options.stop = &stop;
+  std::thread requester([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stop = true;
+  });
+  const auto t0 = Clock::now();
+  std::string error;
+  try {
+    run_on_mesh(Mesh::line(2), [&](Device& dev) {
+      std::vector<float> x(1'000'000, 1.0f);  // 4 MB at 1 MB/s: ~8 s per all_sum
+      for (int step = 0; step < 1000 && !stop; ++step) dev.axis("model").all_sum(x);
+    }, options);
+  } catch (const RunStopped& e) {
+    error = e.what();
+  }
+  requester.join();
+  const double took = seconds_since(t0);
+  CHECK(took < 0.3 + 2 * std::chrono::duration<double>(STOP_GRACE).count() + 1.0);
+  CHECK(error.find("in one collective when the stop request was") != std::string::npos);
+}
+
+TEST_CASE("links: a started collective's wait on a link of hours also ends on a stop request") {
+  std::atomic<bool> stop{false};
+  RunOptions options;
+  options.links = {{"model", {MIN_GB_PER_S, MAX_LATENCY_US, Topology::Ring}}};
+  options.stop = &stop;
+  stop = true;  // asked before the run even started: the wait must still end
+  const auto t0 = Clock::now();
+  CHECK_THROWS_AS(run_on_mesh(Mesh::line(2), [&](Device& dev) {
+    std::vector<float> x(1'000'000, 1.0f);
+    Pending p = dev.axis("model").start_all_sum(x);
+    p.wait();
+  }, options), RunStopped);
+  CHECK(seconds_since(t0) < 2 * std::chrono::duration<double>(STOP_GRACE).count() + 1.0);
+}
+
+TEST_CASE("links: a stop request leaves short collectives alone, so the body stops between its steps") {
+  std::atomic<bool> stop{false};
+  RunOptions options;
+  options.links = {{"model", {100, 1, Topology::Ring}}};
+  options.stop = &stop;
+  std::vector<int> steps(2);
+  run_on_mesh(Mesh::line(2), [&](Device& dev) {
+    for (int step = 0;; ++step) {
+      float asked = stop ? 1.0f : 0.0f;
+      dev.axis("model").all_max(std::span<float>(&asked, 1));  // every device stops at the same step
+      if (asked > 0) break;
+      std::vector<float> x(1000, 1.0f);
+      dev.axis("model").all_sum(x);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (dev.rank() == 0 && step == 3) stop = true;
+      steps[static_cast<size_t>(dev.rank())] = step;
+    }
+  }, options);
+  CHECK(steps[0] == steps[1]);
+  CHECK(steps[0] >= 3);
+}
+
+TEST_CASE("links: a device that fails ends the holds of a link of hours elsewhere at once") {
+  RunOptions options;
+  options.links = {{"model", {MIN_GB_PER_S, MAX_LATENCY_US, Topology::Ring}}};  // only model groups are slow
+  const auto t0 = Clock::now();
+  // Devices 0 and 1 (one model group) hold ~6 s on their all_sum; device 2, of the other group, fails.
+  CHECK_THROWS_WITH(run_on_mesh(Mesh({{"data", 2}, {"model", 2}}), [&](Device& dev) {
+    if (dev.rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      throw std::runtime_error("out of memory, say");
+    }
+    if (dev.rank() == 3) return;
+    std::vector<float> x(1'000'000, 1.0f);
+    dev.axis("model").all_sum(x);
+  }, options), Catch::Contains("out of memory, say"));
+  CHECK(seconds_since(t0) < 2.0);
 }

@@ -465,6 +465,50 @@ TEST_CASE("launch: rank 0's stdout passes through and the rest is prefixed on st
   CHECK(t.out.find("[2] out 2\n") != std::string::npos);
 }
 
+// Issue 25: -n 1000 forked a thousand processes, and their common error came 990 times.
+TEST_CASE("launch: -n beyond the ranks a host may run is one line naming -n, before any start") {
+  LaunchOptions o;
+  o.processes = 1000;
+  CHECK_THROWS_WITH(launch(o, {"true"}), "-n 1000: 1000 ranks on this machine, more than the 256 a host may run "
+                                         "(for more devices use --devices-per-process, or more --hosts)");
+  o.processes = MAX_RANKS_PER_HOST + 1;
+  CHECK_THROWS_WITH(launch(o, {"true"}), Catch::StartsWith("-n 257: 257 ranks on this machine"));
+  // Over hosts the cap is per host: 600 ranks on 3 hosts are 200 each; two slots of one host add up.
+  o.processes = 600;
+  o.hosts = {"10.0.0.1", "10.0.0.2", "10.0.0.1"};
+  CHECK_THROWS_WITH(launch(o, {"true"}), Catch::StartsWith("-n 600: 400 ranks on 10.0.0.1, more than the 256"));
+}
+
+TEST_CASE("launch: a line many ranks print alike is shown once, and counted at the end") {
+  LaunchOptions o;
+  o.processes = 12;
+  o.stop_on_failure = false;  // let every rank fail with its own (identical) message
+  const Ran r = run_launch(o, {"sh", "-c", "echo 'tpcli: out of file handles' >&2; echo rank $TPCLI_RANK >&2; exit 3"});
+  INFO(r.err);
+  CHECK(r.code == 3);
+  const auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = r.err.find(what); at != std::string::npos; at = r.err.find(what, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("tpcli: out of file handles\n") == 2);  // the first rank's line, and the note
+  CHECK(r.err.find("tpcli launch: (12 processes) tpcli: out of file handles\n") != std::string::npos);
+  CHECK(count("] rank ") == 12);                       // lines that differ all pass
+  // The rank shown repeating its own line still shows each copy; the other's copies are folded.
+  o.processes = 2;
+  const Ran twice = run_launch(o, {"sh", "-c", "echo again >&2; echo again >&2"});
+  INFO(twice.err);
+  const bool zero_first = twice.err.find("[0] again\n[0] again\n") != std::string::npos;
+  const bool one_first = twice.err.find("[1] again\n[1] again\n") != std::string::npos;
+  CHECK(zero_first != one_first);
+  CHECK(twice.err.find("tpcli launch: (2 processes) again\n") != std::string::npos);
+  // Stdout is the ranks' output: alike lines all stay.
+  o.tag_output = true;
+  const Ran out = run_launch(o, {"sh", "-c", "echo same"});
+  CHECK(out.out.find("[0] same\n") != std::string::npos);
+  CHECK(out.out.find("[1] same\n") != std::string::npos);
+}
+
 TEST_CASE("launch: the environment tells each rank its place") {
   LaunchOptions o;
   o.processes = 2;

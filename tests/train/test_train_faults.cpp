@@ -1,6 +1,7 @@
 // Training under faults (issues 12, 25): a diverged run never replaces a good checkpoint, interrupted
-// saves leave nothing behind, resume keeps every step once and refuses what does not fit, and
-// Ctrl-C exits 130 after saving. Mostly through the binary, as a user meets them.
+// saves leave nothing behind, resume keeps every step once and refuses what does not fit,
+// Ctrl-C exits 130 after saving, and SIGTERM ends a step stuck in a collective.
+// Mostly through the binary, as a user meets them.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dist/mesh.h"
 #include "model/random_init.h"
@@ -317,12 +319,9 @@ TEST_CASE("train faults: data.path naming a directory says so") {
   CHECK(r.err.find(scratch().string() + ": is a directory, not a text file") != std::string::npos);
 }
 
-TEST_CASE("train faults: Ctrl-C stops after a step, saves, and exits 130") {
-  fs::remove_all(run_dir());
-  const std::string cfg = config();
-  const fs::path err = scratch() / "sigint_stderr.txt";
-  const std::string binary = TPCLI_BINARY;
-  std::vector<std::string> args{binary, "train", cfg, "--set", "train.steps=100000", "--set", "train.log_every=1"};
+// Starts `tpcli ARGS...` with stderr to `err` and stdout to /dev/null; returns its pid.
+pid_t spawn_tpcli(std::vector<std::string> args, const fs::path& err) {
+  args.insert(args.begin(), TPCLI_BINARY);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -331,11 +330,24 @@ TEST_CASE("train faults: Ctrl-C stops after a step, saves, and exits 130") {
   posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&files, 1, "/dev/null", O_WRONLY, 0);
   pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, binary.c_str(), &files, nullptr, argv.data(), environ) == 0);
+  const int spawned = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&files);
+  REQUIRE(spawned == 0);
+  return pid;
+}
+
+// Waits until `text` shows in the file `err` (at most 60 s).
+void wait_for_text(const fs::path& err, const std::string& text) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (slurp(err).find("step 2/") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+  while (slurp(err).find(text) == std::string::npos && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+TEST_CASE("train faults: Ctrl-C stops after a step, saves, and exits 130") {
+  fs::remove_all(run_dir());
+  const fs::path err = scratch() / "sigint_stderr.txt";
+  const pid_t pid = spawn_tpcli({"train", config(), "--set", "train.steps=100000", "--set", "train.log_every=1"}, err);
+  wait_for_text(err, "step 2/");
   ::kill(pid, SIGINT);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -344,6 +356,39 @@ TEST_CASE("train faults: Ctrl-C stops after a step, saves, and exits 130") {
   CHECK(WEXITSTATUS(status) == 130);
   CHECK(fs::exists(checkpoint()));
   CHECK(slurp(err).find("interrupted: stopped after step") != std::string::npos);
+}
+
+// Issue 25: a step held for hours by a modelled link ignored SIGTERM, which only asks for a stop
+// after the step. Now the wait inside the collective ends about a second later.
+TEST_CASE("train faults: SIGTERM inside a collective on a link of hours exits 143 within seconds, one line, nothing saved") {
+  fs::remove_all(run_dir());
+  const fs::path err = scratch() / "sigterm_stderr.txt";
+  // 1 MB/s and 1 s per hop: every collective of the step takes seconds, the run hours.
+  const pid_t pid = spawn_tpcli({"train", config(), "--set", "train.steps=100000", "--link", "model=0.001,1000000"}, err);
+  wait_for_text(err, "tpcli train: ");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // inside the first step's collectives
+  ::kill(pid, SIGTERM);
+  const auto sent = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - sent > std::chrono::seconds(20)) {
+      ::kill(pid, SIGKILL);  // bounded, whatever happens
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  const std::string text = slurp(err);
+  INFO("stderr: " << text);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 143);
+  CHECK(took < 5.0);
+  const auto at = text.find("tpcli train: stopped by SIGTERM: device ");
+  REQUIRE(at != std::string::npos);
+  CHECK(text.find('\n', at) == text.size() - 1);  // one line, the last
+  CHECK(text.find("in one collective when the stop request was") != std::string::npos);
+  CHECK(!fs::exists(checkpoint()));
 }
 
 TEST_CASE("train faults: a batch sampler over exactly seq_len + 1 tokens serves its one window") {

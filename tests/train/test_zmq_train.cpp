@@ -270,3 +270,25 @@ TEST_CASE("tpcli train over zmq: a rank killed mid-run ends the run, and no file
   const tpcli::model::SafetensorsFile ckpt(out_dir / "latest.safetensors");  // whole: it loads
   CHECK(std::stoll(ckpt.metadata().at("train.step")) % 3 == 0);
 }
+
+// Issue 25: the launcher's SIGTERM reached ranks whose step was held for hours by a modelled link;
+// they only meant to stop after the step, and the launcher had to SIGKILL them. Now each rank's
+// wait in the collective ends a second or two later, with one line, inside the launcher's grace.
+TEST_CASE("tpcli train over zmq: SIGTERM ends ranks stuck in a collective on a link of hours, before any SIGKILL") {
+  const std::string config = write_config("slow_link.toml", "data = 1, model = 2");
+  const fs::path out_dir = scratch() / "slow_link";
+  const std::string train =
+      train_command(config, out_dir, "--set train.steps=100000 --link model=0.001,1000000 --backend zmq");
+  // timeout sends the launcher (alone: --foreground) SIGTERM after 5 s; the launcher passes it on to
+  // the ranks, and would SIGKILL them 3 s later.
+  const Run r = tpcli::testing::run_tpcli_line(
+      "launch -n 2 -- tpcli " + train,
+      {.cwd = scratch().string(), .environment = "OMP_WAIT_POLICY=passive", .launcher = "timeout --foreground -s TERM 5"});
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 124);  // timeout's own code: the launcher was stopped
+  CHECK(r.seconds < 5 + 3);
+  CHECK(r.err.find("was killed by signal 9") == std::string::npos);
+  // The rank whose watcher fires first says so; the other may name its abort instead.
+  CHECK(count_of(r.err, "] tpcli train: stopped by SIGTERM: ") >= 1);
+  CHECK(!fs::exists(out_dir / "latest.safetensors"));
+}

@@ -19,7 +19,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <set>
 #include <random>
 #include <sstream>
 
@@ -48,6 +50,42 @@ void note(int fd, const std::string& line) {
   write_all(fd, s.data(), s.size());
 }
 
+// Stderr lines that several ranks print alike (990 ranks failing with one error) are shown once, from
+// the first rank that printed it, and noted at the end with their count. That first rank repeating its
+// line still shows each copy: that is its output, not an echo of the others'.
+class LineFolder {
+ public:
+  // Whether `rank`'s `line` (without the "[r] " prefix) is to be shown.
+  bool show(int rank, const std::string& line) {
+    auto it = seen_.find(line);
+    if (it == seen_.end()) {
+      if (seen_.size() < MAX_LINES) seen_.emplace(line, Printers{rank, {rank}});  // beyond: shown, not folded
+      return true;
+    }
+    it->second.ranks.insert(rank);
+    return rank == it->second.first;
+  }
+  // One note per folded line: "(990 processes) LINE".
+  void report(int fd) const;
+
+ private:
+  static constexpr size_t MAX_LINES = 4096;  // distinct lines remembered (a long run's progress lines)
+  struct Printers {
+    int first;            // the rank whose copies are shown
+    std::set<int> ranks;  // every rank that printed the line
+  };
+  std::map<std::string, Printers> seen_;
+};
+
+void LineFolder::report(int fd) const {
+  for (const auto& [line, printers] : seen_)
+    if (const size_t ranks = printers.ranks.size(); ranks > 1) {
+      std::string text = line;
+      if (!text.empty() && text.back() == '\n') text.pop_back();
+      note(fd, "(" + std::to_string(ranks) + " processes) " + text);
+    }
+}
+
 // One pipe from a rank: raw pass-through, or whole lines prefixed with the rank.
 struct Stream {
   int fd = -1;         // read end, -1 once closed
@@ -55,13 +93,17 @@ struct Stream {
   bool raw = false;
   std::string prefix;  // "[r] "
   std::string pending; // partial line
+  int rank = 0;
+  LineFolder* folder = nullptr;  // null: every line shown
 
   void forward(const char* data, size_t n) {
     if (raw) return write_all(to_fd, data, n);
     pending.append(data, n);
     size_t start = 0;
     for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      const std::string line = prefix + pending.substr(start, nl + 1 - start);
+      const std::string text = pending.substr(start, nl + 1 - start);
+      if (folder && !folder->show(rank, text)) continue;
+      const std::string line = prefix + text;
       write_all(to_fd, line.data(), line.size());
     }
     pending.erase(0, start);
@@ -233,8 +275,9 @@ Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>&
   r.host = host;
   r.lifeline = in[1];
   const std::string prefix = std::string("[") + std::to_string(rank) + "] ";
-  r.out = Stream{out[0], (rank == 0 || o.tag_output) ? o.out_fd : o.err_fd, rank == 0 && !o.tag_output, prefix, {}};
-  r.err = Stream{err[0], o.err_fd, false, prefix, {}};
+  const bool stdout_raw = rank == 0 && !o.tag_output;
+  r.out = Stream{out[0], (rank == 0 || o.tag_output) ? o.out_fd : o.err_fd, stdout_raw, prefix, {}, rank};
+  r.err = Stream{err[0], o.err_fd, false, prefix, {}, rank};
   return r;
 }
 
@@ -347,9 +390,24 @@ static std::string random_job_token() {
   return text;
 }
 
+// Refuses more than MAX_RANKS_PER_HOST ranks on any one host (rank r runs on hosts[r % size]).
+void check_ranks_per_host(const LaunchOptions& o) {
+  std::map<std::string, int64_t> per_host;
+  if (o.hosts.empty()) per_host["this machine"] = o.processes;
+  const int64_t n = o.processes, size = static_cast<int64_t>(o.hosts.size());
+  for (int64_t i = 0; i < size; ++i)
+    per_host[o.hosts[static_cast<size_t>(i)]] += n / size + (i < n % size ? 1 : 0);
+  for (const auto& [host, count] : per_host)
+    if (count > MAX_RANKS_PER_HOST)
+      throw LaunchError("-n " + std::to_string(o.processes) + ": " + std::to_string(count) + " ranks on " + host +
+                        ", more than the " + std::to_string(MAX_RANKS_PER_HOST) +
+                        " a host may run (for more devices use --devices-per-process, or more --hosts)");
+}
+
 int launch(const LaunchOptions& o, std::vector<std::string> command) {
   if (command.empty()) throw LaunchError("no command to launch (usage: tpcli launch -n N -- tpcli infer ...)");
   if (o.processes < 1) throw LaunchError("-n " + std::to_string(o.processes) + ": need at least 1 rank");
+  check_ranks_per_host(o);
   if (o.devices_per_process < 1) throw LaunchError("--devices-per-process must be at least 1");
   if (o.timeout_s < 1) throw LaunchError("--timeout must be at least 1 second");
   const bool local = o.hosts.empty();
@@ -383,6 +441,7 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
   sigaction(SIGTERM, &stop, &old_term);
 
   std::vector<Rank> ranks;
+  LineFolder folder;
   std::optional<std::pair<int, int>> failed;  // (rank, exit code)
   std::optional<Clock::time_point> stopping;  // SIGTERM sent at
   auto stop_all = [&] {
@@ -407,6 +466,7 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
           "TPCLI_DEVICES_PER_PROCESS=" + std::to_string(o.devices_per_process),
           "TPCLI_JOB=" + job};
       ranks.push_back(spawn(rank_argv(command, env, host, o), env, i, host, o));
+      ranks.back().err.folder = &folder;  // stdout is the ranks' output: every line of it stays
     }
   } catch (const std::exception&) {
     stop_all();
@@ -461,6 +521,7 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
     }
   }
   for (Rank& r : ranks) r.close_lifeline();
+  folder.report(o.err_fd);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   return failed ? failed->second : 0;

@@ -26,6 +26,9 @@
 // diff it); every other stream goes to stderr one line at a time, prefixed "[rank] ". With
 // tag_output every line of every rank is prefixed, stdout lines to stdout.
 //
+// A stderr line several ranks print alike is shown once, from the first of them, and noted at the end as
+// "tpcli launch: (990 processes) LINE": a thousand ranks failing alike make two lines, not 990.
+//
 // When a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after a grace
 // period; launch returns the failed rank's exit code (128 + signal for a signal). Local ranks (and
 // ssh clients) die with the launcher (PR_SET_PDEATHSIG), so a killed launcher leaves no orphans.
@@ -37,8 +40,13 @@
 
 namespace tpcli::dist {
 
+// Ranks one host may run. Each rank is a process with its own threads, sockets and copy of the
+// weights: far past the cores it only thrashes, and a mistyped -n 1000 would fork a thousand.
+// --devices-per-process adds devices without processes.
+constexpr int MAX_RANKS_PER_HOST = 256;
+
 struct LaunchOptions {
-  int processes = 1;                 // -n: ranks to start
+  int processes = 1;                 // -n: ranks to start, at most MAX_RANKS_PER_HOST on any host
   std::vector<std::string> hosts;    // empty: all on this machine; else rank r runs on hosts[r % size] over ssh
   int port = 0;                      // coordinator port; 0: a free one (local) or 29500 (hosts)
   int timeout_s = 30;                // passed to the ranks (TPCLI_TIMEOUT)
