@@ -62,8 +62,8 @@ fuzz: fuzz-deps
 # builds leave MPI out (TPCLI_MPI=OFF): OpenMPI is not instrumented, and no fuzz target uses it.
 tsan-test: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread -DTPCLI_MPI=OFF $(CMAKE_LAUNCHER)
-	cmake --build build-tsan -j $(JOBS) --target test_dist
-	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/support/tsan.supp" ctest --output-on-failure -L dist --timeout 900
+	cmake --build build-tsan -j $(JOBS) --target test_distributed
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/support/tsan.supp" ctest --output-on-failure -L distributed --timeout 900
 
 asan-test: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=address $(CMAKE_LAUNCHER)

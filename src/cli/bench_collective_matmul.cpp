@@ -30,9 +30,9 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
-#include "dist/links.h"
-#include "dist/runtime.h"
-#include "dist/trace.h"
+#include "distributed/links.h"
+#include "distributed/runtime.h"
+#include "distributed/trace.h"
 #include "nn/collective_matmul.h"
 #include "nn/linear.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 
 namespace tpcli::cli {
 

@@ -27,7 +27,7 @@
 #include "cli/bench_collective_ops.h"
 #include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "tensor/blas.h"
 
 namespace tpcli::cli {

@@ -19,10 +19,10 @@
 #include "cli/bench_collective_ops.h"
 #include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
-#include "dist/launch/launcher.h"
-#include "dist/mpi/mpi_backend.h"
-#include "dist/runtime.h"
-#include "dist/zmq/zmq_backend.h"
+#include "distributed/launch/launcher.h"
+#include "distributed/mpi/mpi_backend.h"
+#include "distributed/runtime.h"
+#include "distributed/zmq/zmq_backend.h"
 
 namespace tpcli::cli {
 

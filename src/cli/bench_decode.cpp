@@ -34,7 +34,7 @@
 #include "cli/model_file.h"
 #include "cli/plan_report.h"
 #include "model/comm_plan.h"
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/sampler.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "nn/feed_forward.h"
 #include "nn/moe.h"
 

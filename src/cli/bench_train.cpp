@@ -141,7 +141,7 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     t.blas_threads = o.blas_threads;
     t.links = to_link_spec(cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
     const double tokens_per_step = static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
-    const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // dist/runtime.cpp's rule
+    const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // distributed/runtime.cpp's rule
     const std::optional<Prediction> predicted = predict_step(cfg, t, threads);
     auto result = train::train(t);
     std::vector<double> step_s;

@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "cli/commands.h"
-#include "dist/mpi/mpi_backend.h"
-#include "dist/trace.h"
-#include "dist/zmq/zmq_backend.h"
+#include "distributed/mpi/mpi_backend.h"
+#include "distributed/trace.h"
+#include "distributed/zmq/zmq_backend.h"
 
 namespace tpcli::cli {
 
@@ -58,7 +58,7 @@ dist::LinkSpec links_from_flags(const RunFlags& flags) {
   return spec;
 }
 
-// config/ cannot include dist/, so [mesh.links] keeps its own copy of the link bounds.
+// config/ cannot include distributed/, so [mesh.links] keeps its own copy of the link bounds.
 static_assert(config::MIN_LINK_GB_PER_S == dist::MIN_GB_PER_S && config::MAX_LINK_GB_PER_S == dist::MAX_GB_PER_S &&
                   config::MAX_LINK_LATENCY_US == dist::MAX_LATENCY_US,
               "[mesh.links] and --link must accept the same links");

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "config/run_config.h"
-#include "dist/links.h"
-#include "dist/mesh.h"
+#include "distributed/links.h"
+#include "distributed/mesh.h"
 
 namespace CLI {
 class App;

@@ -1,4 +1,4 @@
-// tpcli launch — run a command as N processes connected by ZeroMQ (see dist/launcher.h).
+// tpcli launch — run a command as N processes connected by ZeroMQ (see distributed/launcher.h).
 //
 //   tpcli launch -n 2 -- tpcli infer --model m.bin -z tok.bin -i "Once upon a time" --backend zmq
 //   tpcli launch -n 4 --hosts 10.0.0.1,10.0.0.2 --port 29500 -- tpcli train run.toml --backend zmq
@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "dist/launch/launcher.h"
+#include "distributed/launch/launcher.h"
 
 namespace tpcli::cli {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "cli/commands.h"
 #include "config/run_config.h"
-#include "dist/mpi/mpi_backend.h"
+#include "distributed/mpi/mpi_backend.h"
 #include "tensor/isa.h"
 
 namespace {

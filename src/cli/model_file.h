@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/mesh.h"
+#include "distributed/mesh.h"
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
 

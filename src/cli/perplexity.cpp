@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "tensor/packed_matrix.h"

@@ -7,7 +7,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/packed_weights.h"
 #include "nn/attention.h"
 #include "nn/rmsnorm.h"
@@ -223,7 +223,7 @@ void run_collective(const model::PlannedCollective& p, dist::Group& g, std::vect
 }
 
 // Seconds per call of each distinct collective of `comm` (collective_key), the slowest device's,
-// run on the mesh's groups under its modelled links (dist/links.h: the backend holds a call until
+// run on the mesh's groups under its modelled links (distributed/links.h: the backend holds a call until
 // its modelled end, waking a little after it).
 std::map<std::string, double> measure_collectives(const std::vector<model::PlannedCollective>& comm, const PlanMesh& m,
                                                   double seconds) {

@@ -2,7 +2,7 @@
 // JAX notation, per-device bytes, the collectives per step or token with their modelled times and
 // the compute time), and the predictions `tpcli bench train` / `bench decode` print beside their
 // measured times. The collectives come from model/comm_plan.h and train/step_plan.h (tested
-// against real runs); times from dist/links.h and a matmul rate measured here.
+// against real runs); times from distributed/links.h and a matmul rate measured here.
 #pragma once
 
 #include <array>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/links.h"
+#include "distributed/links.h"
 #include "model/comm_plan.h"
 #include "model/llama_config.h"
 #include "model/weights.h"
@@ -76,7 +76,7 @@ std::map<std::string, double> measure_weight_rates(const std::vector<model::Plan
                                                    const model::WeightSource& weights, int devices, int threads,
                                                    int64_t stream_bytes);
 
-// One call of `p` on the threads backend: its modelled time on its axis's link (dist/links.h), but
+// One call of `p` on the threads backend: its modelled time on its axis's link (distributed/links.h), but
 // no less than the same call measured on the mesh (WorkRates::collective_s; when not measured, the
 // payload read and written once, 2 x bytes, at the measured memory rate for that size).
 double collective_seconds(const model::PlannedCollective& p, const PlanMesh& mesh, const WorkRates& rates);

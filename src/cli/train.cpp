@@ -5,7 +5,7 @@
 // Ctrl-C (or SIGTERM) stops after the current step, saves a checkpoint and exits with 130; the
 // same signal again exits at once (128 + the signal). A step that cannot finish, a device stuck in
 // a collective (a modelled link of hours, a hung peer), ends about a second later with one line and
-// 128 + the signal, saving nothing: it has no whole step to save (dist/collective_watch.h).
+// 128 + the signal, saving nothing: it has no whole step to save (distributed/collective_watch.h).
 //
 // Over ZeroMQ (`tpcli launch -n P [--devices-per-process K] -- tpcli train CONFIG --backend zmq`,
 // or [mesh] backend = "zmq"), every rank runs this command on its share of the mesh (P*K devices);
@@ -29,8 +29,8 @@
 #include "cli/common_flags.h"
 #include "cli/model_from_config.h"
 #include "cli/train_setup.h"
-#include "dist/runtime.h"
-#include "dist/trace.h"
+#include "distributed/runtime.h"
+#include "distributed/trace.h"
 #include "train/loop.h"
 
 namespace tpcli::cli {

@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "cli/model_from_config.h"
-#include "dist/mpi/mpi_backend.h"
-#include "dist/zmq/zmq_backend.h"
+#include "distributed/mpi/mpi_backend.h"
+#include "distributed/zmq/zmq_backend.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"

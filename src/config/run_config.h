@@ -73,9 +73,9 @@ struct MeshAxisConfig {
 enum class BackendKind { Threads, Zmq, Mpi };
 
 // [mesh.links] AXIS = { gb_per_s = 100, latency_us = 1, topology = "ring" }: the modelled link of
-// one axis (dist/links.h). Collectives on that axis then take at least their modelled time.
+// one axis (distributed/links.h). Collectives on that axis then take at least their modelled time.
 enum class LinkTopology { Ring, Switch };
-// The plausible range of a link: the same bounds as dist/links.h (which this layer cannot include).
+// The plausible range of a link: the same bounds as distributed/links.h (which this layer cannot include).
 constexpr double MIN_LINK_GB_PER_S = 1e-3;     // 1 MB/s, a slow WAN
 constexpr double MAX_LINK_GB_PER_S = 1e4;      // 10 TB/s, beyond any interconnect
 constexpr double MAX_LINK_LATENCY_US = 1e6;    // 1 s, beyond a satellite hop

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/links.h"
+#include "distributed/links.h"
 #include "model/llama_config.h"
 #include "model/shard_plan.h"
 
@@ -41,7 +41,7 @@ struct PlannedCollective {
   Role role = Role::Tensor;
   const char* name = "";  // as dist::Group names it in traces: "all_sum", "all_gather", ...
   dist::CollectiveKind kind = dist::CollectiveKind::AllSum;
-  int64_t floats = 0;     // the array the call is about (dist/links.h's B = 4 x floats)
+  int64_t floats = 0;     // the array the call is about (distributed/links.h's B = 4 x floats)
   int64_t calls = 1;      // how many such calls
   std::string what;       // "wo outputs", "logits", ...
   int64_t bytes() const { return floats * 4; }

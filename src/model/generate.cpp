@@ -9,7 +9,7 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "dist/trace.h"
+#include "distributed/trace.h"
 #include "model/llama.h"
 
 namespace tpcli::model {

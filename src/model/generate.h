@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dist/mesh.h"
-#include "dist/runtime.h"
+#include "distributed/mesh.h"
+#include "distributed/runtime.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"

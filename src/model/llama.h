@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "model/llama_config.h"
 #include "model/shard_plan.h"
 #include "model/weights.h"

@@ -17,7 +17,7 @@
 
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "model/llama_config.h"
 
 namespace tpcli::model {

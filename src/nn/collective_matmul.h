@@ -26,7 +26,7 @@
 
 #include <cstdint>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "nn/linear.h"
 
 namespace tpcli::nn {

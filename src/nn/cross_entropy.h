@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 
 namespace tpcli::nn {
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "nn/linear.h"
 #include "tensor/packed_matrix.h"
 #include "tensor/tensor.h"

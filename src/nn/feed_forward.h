@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "nn/linear.h"
 #include "nn/quantized_linear.h"
 #include "tensor/tensor.h"

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::nn {

@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::nn {

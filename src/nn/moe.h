@@ -62,7 +62,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "nn/feed_forward.h"
 #include "nn/quantized_linear.h"
 #include "tensor/tensor.h"

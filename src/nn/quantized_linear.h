@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "nn/linear.h"
 #include "tensor/packed_matrix.h"
 

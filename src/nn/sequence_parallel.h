@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "nn/linear.h"
 
 namespace tpcli::nn {

@@ -83,7 +83,7 @@ class DataParallelOptimizer {
 // all, so the optimizer reads complete gradients. Without start_early, finish() runs the blocking
 // collectives, bucket by bucket. Same sums, same bits either way. Keep it on the step's stack:
 // leaving by an exception drops the started handles there, which fails the run rather than
-// leaving collectives behind (dist/async_worker.h).
+// leaving collectives behind (distributed/async_worker.h).
 class GradientExchange {
  public:
   GradientExchange(DataParallelOptimizer& optimizer, int micro_batches, bool start_early);

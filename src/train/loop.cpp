@@ -8,8 +8,8 @@
 #include <optional>
 #include <stdexcept>
 
-#include "dist/runtime.h"
-#include "dist/trace.h"
+#include "distributed/runtime.h"
+#include "distributed/trace.h"
 #include "model/atomic_file.h"
 #include "model/llama.h"
 #include "model/random_init.h"

@@ -40,8 +40,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/links.h"
-#include "dist/mesh.h"
+#include "distributed/links.h"
+#include "distributed/mesh.h"
 #include "model/llama_config.h"
 #include "model/weights.h"
 #include "train/data.h"
@@ -70,12 +70,12 @@ struct TrainOptions {
   std::string tensor_axis = "model";
   std::string expert_axis;  // "" = the data axis
   int blas_threads = 0;     // per device; 0 = automatic
-  // The transport (dist/runtime.h RunOptions, set by dist::use_zmq_backend): null and empty = the
+  // The transport (distributed/runtime.h RunOptions, set by dist::use_zmq_backend): null and empty = the
   // thread backend, every device a thread of this process. Otherwise this process runs
   // `local_ranks` only.
   std::function<std::unique_ptr<dist::Backend>(const dist::Mesh&)> make_backend;
   std::vector<int> local_ranks;
-  dist::LinkSpec links;  // modelled links by axis ([mesh.links], dist/links.h); empty = none
+  dist::LinkSpec links;  // modelled links by axis ([mesh.links], distributed/links.h); empty = none
 
   // Model: the initial weights (null = random_weights(model, seed)).
   model::LlamaConfig model;
@@ -116,7 +116,7 @@ struct TrainOptions {
   // cannot finish (a device stuck in a collective) fails with dist::RunStopped instead.
   const std::atomic<bool>* stop = nullptr;
   // Records every device's steps (spans "gradients", "data-parallel mean", "gradient norm",
-  // "optimizer", "evaluate", "checkpoint") and collectives, when not null (dist/trace.h).
+  // "optimizer", "evaluate", "checkpoint") and collectives, when not null (distributed/trace.h).
   dist::Trace* trace = nullptr;
   // Called on world rank 0 after every step (tests read the loss sequence).
   std::function<void(int64_t step, double loss)> on_step;

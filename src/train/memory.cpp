@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "model/shard_plan.h"
 #include "nn/moe.h"
 

@@ -17,7 +17,7 @@
 #include <span>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "model/llama.h"
 #include "tensor/tensor.h"
 

@@ -1,5 +1,5 @@
 // The architecture's layering (README, "Architecture"): a file under src/X includes only the folders
-// layer X may use, the same ones X's library links in CMakeLists.txt; and a backend folder of dist/
+// layer X may use, the same ones X's library links in CMakeLists.txt; and a backend folder of distributed/
 // does not include another backend's (the MPI backend may use the thread backend for the devices
 // inside one process).
 #include <catch2/catch.hpp>
@@ -23,17 +23,17 @@ namespace {
 const std::map<std::string, std::set<std::string>>& allowed_includes() {
   static const std::map<std::string, std::set<std::string>> allowed = {
       {"tensor", {"tensor"}},
-      {"dist", {"tensor", "dist"}},
-      {"nn", {"tensor", "dist", "nn"}},
-      {"model", {"tensor", "dist", "nn", "model"}},
-      {"train", {"tensor", "dist", "nn", "model", "train"}},
+      {"distributed", {"tensor", "distributed"}},
+      {"nn", {"tensor", "distributed", "nn"}},
+      {"model", {"tensor", "distributed", "nn", "model"}},
+      {"train", {"tensor", "distributed", "nn", "model", "train"}},
       {"config", {"config"}},
-      {"cli", {"tensor", "dist", "nn", "model", "train", "config", "cli"}},
+      {"cli", {"tensor", "distributed", "nn", "model", "train", "config", "cli"}},
   };
   return allowed;
 }
 
-// Backend folders of dist/ -> the other dist/ sub-folders they may include.
+// Backend folders of distributed/ -> the other distributed/ sub-folders they may include.
 const std::map<std::string, std::set<std::string>>& allowed_backend_includes() {
   static const std::map<std::string, std::set<std::string>> allowed = {
       {"threads", {}}, {"zmq", {}}, {"mpi", {"threads"}}, {"launch", {}}};
@@ -46,9 +46,11 @@ std::vector<std::string> layering_violations(const std::string& relative, const 
   const std::string layer = relative.substr(0, relative.find('/'));
   const auto rule = allowed_includes().find(layer);
   if (rule == allowed_includes().end()) return {"src/" + relative + ": folder '" + layer + "' is no layer of the table"};
-  std::string backend;  // "zmq" for dist/zmq/x.cpp, "" for dist/x.cpp
-  if (layer == "dist" && std::count(relative.begin(), relative.end(), '/') >= 2)
-    backend = relative.substr(5, relative.find('/', 5) - 5);
+  std::string backend;  // "zmq" for distributed/zmq/x.cpp, "" for distributed/x.cpp
+  if (layer == "distributed" && std::count(relative.begin(), relative.end(), '/') >= 2) {
+    const size_t start = layer.size() + 1;
+    backend = relative.substr(start, relative.find('/', start) - start);
+  }
   static const std::regex include(R"(^\s*#\s*include\s*"([a-z_]+)/([^"]*)\")");
   std::istringstream lines(text);
   std::string line;
@@ -62,11 +64,11 @@ std::vector<std::string> layering_violations(const std::string& relative, const 
       continue;
     }
     const std::string rest = m[2].str();
-    if (backend.empty() || target != "dist" || rest.find('/') == std::string::npos) continue;
+    if (backend.empty() || target != "distributed" || rest.find('/') == std::string::npos) continue;
     const std::string other = rest.substr(0, rest.find('/'));
     const auto backend_rule = allowed_backend_includes().find(backend);
     if (other != backend && (backend_rule == allowed_backend_includes().end() || !backend_rule->second.contains(other)))
-      found.push_back(where + "dist/" + rest + ", another backend's folder (from dist/" + backend + "/)");
+      found.push_back(where + "distributed/" + rest + ", another backend's folder (from distributed/" + backend + "/)");
   }
   return found;
 }
@@ -101,10 +103,10 @@ TEST_CASE("layering: the check names an include from above, and another backend'
   CHECK(layering_violations("config/run_config.cpp", "#include \"tensor/tensor.h\"\n").size() == 1);
   CHECK(layering_violations("cli/train.cpp", "#include \"config/run_config.h\"\n#include \"train/loop.h\"\n").empty());
 
-  const auto sideways = layering_violations("dist/zmq/zmq_backend.cpp", "  # include \"dist/mpi/mpi_backend.h\"\n");
+  const auto sideways = layering_violations("distributed/zmq/zmq_backend.cpp", "  # include \"distributed/mpi/mpi_backend.h\"\n");
   REQUIRE(sideways.size() == 1);
   CHECK(sideways[0].find("another backend's folder") != std::string::npos);
-  CHECK(layering_violations("dist/mpi/mpi_backend.cpp", "#include \"dist/threads/thread_backend.h\"\n").empty());
-  CHECK(layering_violations("dist/select_backend.cpp", "#include \"dist/zmq/zmq_backend.h\"\n").empty());
+  CHECK(layering_violations("distributed/mpi/mpi_backend.cpp", "#include \"distributed/threads/thread_backend.h\"\n").empty());
+  CHECK(layering_violations("distributed/select_backend.cpp", "#include \"distributed/zmq/zmq_backend.h\"\n").empty());
   CHECK(layering_violations("util/x.cpp", "").size() == 1);  // a new folder must be placed in the table
 }

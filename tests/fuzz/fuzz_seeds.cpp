@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/zmq/zmq_wire.h"
+#include "distributed/zmq/zmq_wire.h"
 #include <nlohmann/json.hpp>
 
 #include "model/hf_model.h"

@@ -3,7 +3,7 @@
 #include <span>
 #include <string>
 
-#include "dist/zmq/zmq_wire.h"
+#include "distributed/zmq/zmq_wire.h"
 
 using tpcli::dist::Hello;
 

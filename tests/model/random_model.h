@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 
 namespace tpcli::testing {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <map>
 
-#include "dist/runtime.h"
-#include "dist/trace.h"
+#include "distributed/runtime.h"
+#include "distributed/trace.h"
 #include "model/comm_plan.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"

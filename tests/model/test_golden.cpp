@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model/llama2c.h"

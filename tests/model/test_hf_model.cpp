@@ -12,7 +12,7 @@
 #include <fstream>
 #include <random>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/dtype.h"
 #include "model/generate.h"
 #include "model/hf_model.h"

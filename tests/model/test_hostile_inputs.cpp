@@ -12,7 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "dist/mesh.h"
+#include "distributed/mesh.h"
 #include "model/atomic_file.h"
 #include "model/generate.h"
 #include "model/llama.h"

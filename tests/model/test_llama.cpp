@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 #include "nn/fd_check.h"
 #include "random_model.h"

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model/llama2c.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
 #include "model/dtype.h"

@@ -4,7 +4,7 @@
 #include <random>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "fd_check.h"
 #include "nn/collective_matmul.h"
 

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "dist/group.h"
+#include "distributed/group.h"
 #include "fd_check.h"
 #include "nn/attention.h"
 #include "nn/cross_entropy.h"

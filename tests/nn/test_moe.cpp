@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "nn/moe.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "fd_check.h"
 #include "nn/quantized_linear.h"
 

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "fd_check.h"
 #include "nn/collective_matmul.h"
 #include "nn/sequence_parallel.h"

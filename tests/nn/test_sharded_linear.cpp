@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "fd_check.h"
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"

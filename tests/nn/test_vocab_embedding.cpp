@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "fd_check.h"
 #include "nn/embedding.h"
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/trace.h"
+#include "distributed/trace.h"
 #include "model/comm_plan.h"
 
 namespace tpcli::testing {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/random_init.h"
 #include "train/loop.h"

@@ -2,7 +2,7 @@
 // records in one optimizer step (model, data-parallel optimizer, loop), in kind and size.
 #include <catch2/catch.hpp>
 
-#include "dist/trace.h"
+#include "distributed/trace.h"
 #include "train/loop.h"
 #include "train/step_plan.h"
 

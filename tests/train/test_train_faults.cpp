@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/mesh.h"
+#include "distributed/mesh.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "train/quiet_run.h"

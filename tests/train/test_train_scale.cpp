@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "dist/runtime.h"
+#include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"

@@ -1,0 +1,63 @@
+// tpcli::dist — collective wait stamps and interruptible modelled-link holds (collective_watch.h).
+#include "distributed/collective_watch.h"
+
+#include <thread>
+
+#include "distributed/group.h"
+
+namespace tpcli::dist {
+
+namespace {
+
+int64_t ns_of(CollectiveWatch::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+CollectiveWatch::Waiting::Waiting(CollectiveWatch* watch, int rank) {
+  if (!watch || rank < 0 || rank >= static_cast<int>(watch->since_ns_.size())) return;
+  slot_ = &watch->since_ns_[static_cast<size_t>(rank)];
+  outer_ = slot_->load(std::memory_order_relaxed);
+  // An inner call of an outer collective counts from the outer one's start.
+  if (outer_ == 0) slot_->store(ns_of(Clock::now()), std::memory_order_relaxed);
+}
+
+CollectiveWatch::Waiting::~Waiting() {
+  if (slot_) slot_->store(outer_, std::memory_order_relaxed);
+}
+
+std::optional<CollectiveWatch::LongestWait> CollectiveWatch::longest_wait(Clock::time_point now) const {
+  std::optional<LongestWait> longest;
+  for (size_t r = 0; r < since_ns_.size(); ++r) {
+    const int64_t since = since_ns_[r].load(std::memory_order_relaxed);
+    if (since == 0) continue;
+    const Clock::duration waited = std::chrono::nanoseconds(ns_of(now) - since);
+    if (!longest || waited > longest->waited) longest = LongestWait{static_cast<int>(r), waited};
+  }
+  return longest;
+}
+
+void CollectiveWatch::end(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (why_) return;
+    why_ = why;
+  }
+  ended_.notify_all();
+}
+
+// Sleeps until shortly before `until`, then yields: sleep_until alone wakes ~50-100 us late (the
+// kernel's timer slack, a VM's timer), more than a small collective's whole modelled time, and a
+// token of decode makes ~26 of them.
+void CollectiveWatch::hold_until(Clock::time_point until) {
+  constexpr auto SLEEP_MARGIN = std::chrono::microseconds(200);
+  if (until - Clock::now() > SLEEP_MARGIN) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ended_.wait_until(lock, until - SLEEP_MARGIN, [&] { return why_.has_value(); });
+    if (why_) throw CollectiveAborted(*why_);
+  }
+  while (Clock::now() < until) std::this_thread::yield();
+}
+
+}  // namespace tpcli::dist

@@ -1,0 +1,144 @@
+// tpcli::dist — modelled link times (formulas: links.h).
+#include "distributed/links.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace tpcli::dist {
+
+PermShape perm_shape(const Perm& perm, int size) {
+  PermShape shape{0, RingDirection::Both};
+  bool forward = false, backward = false;
+  for (const auto& [src, dst] : perm) {
+    if (src == dst) continue;
+    const int ahead = ((dst - src) % size + size) % size, behind = size - ahead;
+    shape.hops = std::max(shape.hops, std::min(ahead, behind));
+    (ahead <= behind ? forward : backward) = true;
+    if (size == 2) forward = backward = true;  // two members: one link, both ways
+  }
+  if (forward != backward) shape.direction = forward ? RingDirection::Forward : RingDirection::Backward;
+  shape.hops = std::max(shape.hops, 1);
+  return shape;
+}
+
+double modelled_seconds(const AxisLink& link, int size, CollectiveKind kind, uint64_t bytes, int hops) {
+  if (size <= 1 || link.gb_per_s <= 0) return 0.0;
+  const double S = size, B = static_cast<double>(bytes), bw = link.gb_per_s * 1e9, L = link.latency_us * 1e-6;
+  const bool ring = link.topology == Topology::Ring;
+  switch (kind) {
+    case CollectiveKind::AllSum: return 2 * (S - 1) / S * B / bw + (ring ? 2 * (S - 1) : 2) * L;
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter: return (S - 1) / S * B / bw + (ring ? S - 1 : 1) * L;
+    case CollectiveKind::Ppermute: return B / bw + (ring ? hops : 1) * L;
+    case CollectiveKind::AllToAll: return (ring ? (S - 1) / 2 : (S - 1) / S) * B / bw + (ring ? S - 1 : 1) * L;
+    case CollectiveKind::Broadcast: return ring ? B / bw + (S - 1) * L : 2 * (S - 1) / S * B / bw + 2 * L;
+    case CollectiveKind::Barrier: return (ring ? 2 * (S - 1) : 2) * L;
+  }
+  return 0.0;
+}
+
+AxisLink group_link(const LinkSpec& spec, const std::vector<std::string>& axes) {
+  AxisLink worst;
+  bool any = false;
+  for (const std::string& a : axes) {
+    const auto it = spec.find(a);
+    if (it == spec.end()) continue;
+    const AxisLink& l = it->second;
+    worst.gb_per_s = any ? std::min(worst.gb_per_s, l.gb_per_s) : l.gb_per_s;
+    worst.latency_us = any ? std::max(worst.latency_us, l.latency_us) : l.latency_us;
+    worst.topology = (any && worst.topology == Topology::Ring) ? Topology::Ring : l.topology;
+    any = true;
+  }
+  return any ? worst : AxisLink{};
+}
+
+namespace {
+
+// 1e12, 0.001, 100: as the user would write it.
+std::string short_number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+std::string link_problem(const AxisLink& link) {
+  const std::string bw = "bandwidth " + short_number(link.gb_per_s) + " GB/s";
+  if (!std::isfinite(link.gb_per_s) || link.gb_per_s <= 0) return bw + " is not a finite number > 0";
+  if (link.gb_per_s < MIN_GB_PER_S)
+    return bw + " is below " + short_number(MIN_GB_PER_S) + " GB/s (1 MB/s, a slow WAN)";
+  if (link.gb_per_s > MAX_GB_PER_S)
+    return bw + " is beyond " + short_number(MAX_GB_PER_S) + " GB/s (10 TB/s, faster than any interconnect)";
+  const std::string lat = "latency " + short_number(link.latency_us) + " us";
+  if (!std::isfinite(link.latency_us) || link.latency_us < 0) return lat + " is not a finite number >= 0";
+  if (link.latency_us > MAX_LATENCY_US)
+    return lat + " is beyond " + short_number(MAX_LATENCY_US) + " us (1 s, more than a satellite hop)";
+  return {};
+}
+
+namespace {
+
+double parse_number(const std::string& text, const std::string& what, const std::string& flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(what, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != what.size())
+    throw std::invalid_argument("--link " + text + ": '" + what + "' is not a number (" + flag + ")");
+  return v;
+}
+
+}  // namespace
+
+std::pair<std::string, AxisLink> parse_link_flag(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::invalid_argument("--link " + text + ": expected AXIS=GBPS,LATENCY_US[,ring|switch], e.g. model=100,1");
+  std::vector<std::string> parts;
+  size_t at = eq + 1;
+  for (;;) {
+    const auto comma = text.find(',', at);
+    parts.push_back(text.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (parts.size() < 2 || parts.size() > 3)
+    throw std::invalid_argument("--link " + text + ": expected AXIS=GBPS,LATENCY_US[,ring|switch], e.g. model=100,1");
+  AxisLink link;
+  link.gb_per_s = parse_number(text, parts[0], "bandwidth in GB/s");
+  link.latency_us = parse_number(text, parts[1], "latency in us");
+  if (const std::string problem = link_problem(link); !problem.empty())
+    throw std::invalid_argument("--link " + text + ": " + problem);
+  if (parts.size() == 3) {
+    if (parts[2] == "ring") link.topology = Topology::Ring;
+    else if (parts[2] == "switch" || parts[2] == "full") link.topology = Topology::Switch;
+    else throw std::invalid_argument("--link " + text + ": topology '" + parts[2] + "' is not ring or switch");
+  }
+  return {text.substr(0, eq), link};
+}
+
+LinkClock::TimePoint LinkClock::book(CollectiveKind kind, uint64_t bytes, PermShape shape, TimePoint ready) {
+  const auto duration = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(seconds(kind, bytes, shape.hops)));
+  const bool one_way = kind == CollectiveKind::Ppermute && link_.topology == Topology::Ring &&
+                       shape.direction != RingDirection::Both;
+  std::lock_guard<std::mutex> lock(mutex_);
+  TimePoint start = ready;
+  if (one_way) {
+    TimePoint& free = free_at_[shape.direction == RingDirection::Forward ? 0 : 1];
+    start = std::max(start, free);
+    free = start + duration;
+  } else {
+    start = std::max({start, free_at_[0], free_at_[1]});
+    free_at_[0] = free_at_[1] = start + duration;
+  }
+  return start + duration;
+}
+
+}  // namespace tpcli::dist

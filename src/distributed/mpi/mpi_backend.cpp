@@ -1,0 +1,424 @@
+// tpcli::dist — collectives on MPI (the mapping and the failure handling: mpi_backend.h).
+//
+// S = group size, r = this member's index in the group, n = floats a member passes.
+#include "distributed/mpi/mpi_backend.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+
+#include "distributed/backend.h"
+#include "distributed/threads/thread_backend.h"
+
+namespace tpcli::dist {
+
+namespace {
+
+// MPI is initialised once per process, the first time anything asks for it, and finalised at exit.
+struct MpiProcess {
+  int rank = 0;
+  int size = 1;
+};
+
+const MpiProcess& mpi_process() {
+  static const MpiProcess process = [] {
+    int provided = MPI_THREAD_SINGLE;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      throw std::runtime_error("mpi: MPI_Init_thread failed");
+    if (provided < MPI_THREAD_MULTIPLE) {
+      MPI_Finalize();
+      throw std::runtime_error("mpi: this MPI library does not provide MPI_THREAD_MULTIPLE (devices are threads)");
+    }
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+    MpiProcess p;
+    MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &p.size);
+    return p;
+  }();
+  return process;
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+// MPI counts are int: a larger buffer is an error rather than a silent truncation.
+int mpi_count(int64_t n, const char* op) {
+  if (n < 0 || n > INT_MAX)
+    throw std::runtime_error(std::string("mpi: ") + op + ": " + std::to_string(n) + " floats exceed MPI's int count");
+  return static_cast<int>(n);
+}
+
+std::vector<int> int_counts(std::span<const int64_t> counts, const char* op) {
+  std::vector<int> out(counts.size());  // [S]
+  for (size_t m = 0; m < counts.size(); ++m) out[m] = mpi_count(counts[m], op);
+  return out;
+}
+
+std::vector<int> displacements(const std::vector<int>& counts, const char* op) {
+  std::vector<int> off(counts.size(), 0);  // [S] start of member m's part
+  int64_t at = 0;
+  for (size_t m = 0; m < counts.size(); ++m) {
+    off[m] = mpi_count(at, op);
+    at += counts[m];
+  }
+  mpi_count(at, op);
+  return off;
+}
+
+bool overlaps(const float* a, size_t na, const float* b, size_t nb) {
+  return na > 0 && nb > 0 && a < b + nb && b < a + na;
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Takes ownership of `comm` (this member's index in it is its MPI rank).
+  MpiCommunicator(MPI_Comm comm, int device) : comm_(comm), device_(device) {
+    MPI_Comm_rank(comm_, &r_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+
+  int rank() const override { return r_; }
+  int size() const override { return size_; }
+
+  void all_sum(std::span<float> x) override {
+    check("all_sum", MPI_Allreduce(MPI_IN_PLACE, x.data(), mpi_count(std::ssize(x), "all_sum"), MPI_FLOAT, MPI_SUM, comm_));
+  }
+  void all_max(std::span<float> x) override {
+    check("all_max", MPI_Allreduce(MPI_IN_PLACE, x.data(), mpi_count(std::ssize(x), "all_max"), MPI_FLOAT, MPI_MAX, comm_));
+  }
+
+  void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
+    const std::vector<int> n = int_counts(counts, "all_gather");
+    const std::vector<int> off = displacements(n, "all_gather");
+    // Group allows `in` to be this member's chunk of out: that is MPI_IN_PLACE.
+    const bool in_place = !in.empty() && in.data() == out.data() + off[static_cast<size_t>(r_)];
+    const void* send = in_place ? MPI_IN_PLACE : static_cast<const void*>(in.data());
+    check("all_gather", MPI_Allgatherv(send, n[static_cast<size_t>(r_)], MPI_FLOAT, out.data(), n.data(), off.data(),
+                                       MPI_FLOAT, comm_));
+  }
+
+  void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
+    const std::vector<int> n = int_counts(counts, "reduce_scatter");
+    displacements(n, "reduce_scatter");
+    // MPI forbids aliased buffers; Group allows out to be this member's chunk of in.
+    if (overlaps(in.data(), in.size(), out.data(), out.size())) {
+      staging_.resize(out.size());
+      check("reduce_scatter", MPI_Reduce_scatter(in.data(), staging_.data(), n.data(), MPI_FLOAT, MPI_SUM, comm_));
+      std::copy(staging_.begin(), staging_.end(), out.begin());
+      return;
+    }
+    check("reduce_scatter", MPI_Reduce_scatter(in.data(), out.data(), n.data(), MPI_FLOAT, MPI_SUM, comm_));
+  }
+
+  std::vector<float> all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                  std::vector<int64_t>& recv_counts) override {
+    recv_counts.assign(static_cast<size_t>(size_), 0);
+    check("all_to_all_v", MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm_));
+    const std::vector<int> sn = int_counts(send_counts, "all_to_all_v");
+    const std::vector<int> rn = int_counts(recv_counts, "all_to_all_v");
+    const std::vector<int> soff = displacements(sn, "all_to_all_v");
+    const std::vector<int> roff = displacements(rn, "all_to_all_v");
+    std::vector<float> out(static_cast<size_t>(roff.back() + rn.back()));  // [sum of recv_counts] in source order
+    check("all_to_all_v", MPI_Alltoallv(in.data(), sn.data(), soff.data(), MPI_FLOAT, out.data(), rn.data(),
+                                        roff.data(), MPI_FLOAT, comm_));
+    return out;
+  }
+
+  void all_to_all(std::span<const float> in, std::span<float> out) override {
+    const int chunk = mpi_count(std::ssize(in) / size_, "all_to_all");
+    check("all_to_all", MPI_Alltoall(in.data(), chunk, MPI_FLOAT, out.data(), chunk, MPI_FLOAT, comm_));
+  }
+
+  void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override {
+    // Sources and destinations are unique: this member sends to at most one and hears from at most one.
+    int to = MPI_PROC_NULL, from = MPI_PROC_NULL;
+    for (const auto& [src, dst] : perm) {
+      if (src == r_) to = dst;
+      if (dst == r_) from = src;
+    }
+    if (from == MPI_PROC_NULL) std::fill(out.begin(), out.end(), 0.0f);
+    if (to == r_) {  // this member keeps its own data
+      if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    const int n = mpi_count(std::ssize(in), "ppermute");
+    const float* send = in.data();
+    if (to != MPI_PROC_NULL && from != MPI_PROC_NULL && overlaps(in.data(), in.size(), out.data(), out.size())) {
+      staging_.assign(in.begin(), in.end());  // MPI_Sendrecv's buffers must not alias
+      send = staging_.data();
+    }
+    check("ppermute", MPI_Sendrecv(send, n, MPI_FLOAT, to, 0, out.data(), n, MPI_FLOAT, from, 0, comm_,
+                                   MPI_STATUS_IGNORE));
+  }
+
+  void broadcast(std::span<float> x, int root) override {
+    check("broadcast", MPI_Bcast(x.data(), mpi_count(std::ssize(x), "broadcast"), MPI_FLOAT, root, comm_));
+  }
+
+  void barrier() override { check("barrier", MPI_Barrier(comm_)); }
+
+ private:
+  void check(const char* op, int code) const {
+    if (code == MPI_SUCCESS) return;
+    throw std::runtime_error("mpi: " + std::string(op) + " failed on device " + std::to_string(device_) +
+                             " (member " + std::to_string(r_) + " of " + std::to_string(size_) +
+                             "): " + mpi_error_text(code));
+  }
+
+  MPI_Comm comm_;
+  int device_;  // mesh rank of this member (for messages)
+  int r_ = 0;
+  int size_ = 1;
+  std::vector<float> staging_;  // a copy where MPI needs unaliased buffers
+};
+
+// A group with several devices in this process and members in other processes (the world of
+// `mpirun -n 2` over a 2x2 mesh): the reductions, broadcast and barrier go in three steps, over the
+// thread backend inside the process, MPI between the processes' leaders (each process's lowest
+// member), and the thread backend again. The sum is then (local sums) summed across processes: equal
+// to the serial sum within rounding, not bit for bit. The other collectives are built on that all_sum
+// (exact, see below).
+class MixedCommunicator : public Communicator {
+ public:
+  MixedCommunicator(int index, int size, std::shared_ptr<Communicator> local, int leader_in_local,
+                    std::unique_ptr<MpiCommunicator> leaders, std::vector<int> process_of_member, int device)
+      : r_(index), size_(size), local_(std::move(local)), leader_(leader_in_local), leaders_(std::move(leaders)),
+        process_of_member_(std::move(process_of_member)), device_(device) {}
+
+  int rank() const override { return r_; }
+  int size() const override { return size_; }
+
+  void all_sum(std::span<float> x) override {
+    if (local_) local_->all_sum(x);
+    if (leaders_) leaders_->all_sum(x);
+    if (local_) local_->broadcast(x, leader_);
+  }
+  void all_max(std::span<float> x) override {
+    if (local_) local_->all_max(x);
+    if (leaders_) leaders_->all_max(x);
+    if (local_) local_->broadcast(x, leader_);
+  }
+  void broadcast(std::span<float> x, int root) override {
+    const int root_process = process_of_member_[static_cast<size_t>(root)];
+    if (local_ && root_process == here_process()) local_->broadcast(x, local_index_of(root));  // the leader has it now
+    if (leaders_) leaders_->broadcast(x, root_process);
+    if (local_) local_->broadcast(x, leader_);
+  }
+  void barrier() override {
+    if (local_) local_->barrier();
+    if (leaders_) leaders_->barrier();
+    if (local_) local_->barrier();
+  }
+
+  // The data-moving collectives, as one all_sum of a zero-filled buffer in which each member writes
+  // its part where the result wants it: every element then has exactly one non-zero term, so the
+  // result is exact (bit for bit the data sent). It moves S times the bytes of a direct algorithm:
+  // correct on any mixed group, fast only with one device per process.
+  void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
+    std::fill(out.begin(), out.end(), 0.0f);
+    std::copy(in.begin(), in.end(), out.begin() + offset_of(counts, r_));
+    all_sum(out);
+  }
+  void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
+    std::vector<float> sum(in.begin(), in.end());
+    all_sum(sum);
+    const auto from = sum.begin() + offset_of(counts, r_);
+    std::copy(from, from + counts[static_cast<size_t>(r_)], out.begin());
+  }
+  std::vector<float> all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                  std::vector<int64_t>& recv_counts) override {
+    const size_t S = static_cast<size_t>(size_);
+    // counts[i * S + j]: floats member i sends member j (exact in float up to 2^24 per pair).
+    std::vector<float> counts(S * S, 0.0f);
+    for (size_t j = 0; j < S; ++j) counts[static_cast<size_t>(r_) * S + j] = static_cast<float>(send_counts[j]);
+    all_sum(counts);
+    // The buffer holds, for each destination j in turn, what every source i sends it, i ascending.
+    std::vector<int64_t> start(S * S + 1, 0);
+    for (size_t j = 0, k = 0; j < S; ++j)
+      for (size_t i = 0; i < S; ++i, ++k) start[k + 1] = start[k] + static_cast<int64_t>(counts[i * S + j]);
+    std::vector<float> buffer(static_cast<size_t>(start.back()), 0.0f);
+    int64_t read = 0;
+    for (size_t j = 0; j < S; ++j) {
+      std::copy(in.begin() + read, in.begin() + read + send_counts[j], buffer.begin() + start[j * S + static_cast<size_t>(r_)]);
+      read += send_counts[j];
+    }
+    all_sum(buffer);
+    const size_t me = static_cast<size_t>(r_);
+    recv_counts.assign(S, 0);
+    for (size_t i = 0; i < S; ++i) recv_counts[i] = static_cast<int64_t>(counts[i * S + me]);
+    return {buffer.begin() + start[me * S], buffer.begin() + start[(me + 1) * S]};
+  }
+  void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override {
+    // Slot d of the buffer: what member d receives; a member nobody sends to receives zeros.
+    const size_t n = in.size();
+    std::vector<float> slots(n * static_cast<size_t>(size_), 0.0f);
+    for (const auto& [source, destination] : perm)
+      if (source == r_) std::copy(in.begin(), in.end(), slots.begin() + static_cast<int64_t>(n) * destination);
+    all_sum(slots);
+    const auto mine = slots.begin() + static_cast<int64_t>(n) * r_;
+    std::copy(mine, mine + static_cast<int64_t>(n), out.begin());
+  }
+
+ private:
+  int here_process() const { return process_of_member_[static_cast<size_t>(r_)]; }
+  // Position of group member m among the members of this process.
+  int local_index_of(int m) const {
+    int index = 0;
+    for (int k = 0; k < m; ++k) index += process_of_member_[static_cast<size_t>(k)] == here_process();
+    return index;
+  }
+  static int64_t offset_of(std::span<const int64_t> counts, int member) {
+    int64_t offset = 0;
+    for (int k = 0; k < member; ++k) offset += counts[static_cast<size_t>(k)];
+    return offset;
+  }
+
+  int r_, size_;
+  std::shared_ptr<Communicator> local_;  // this process's members (thread backend); null when only this one
+  int leader_;                           // index of the leader in local_
+  std::unique_ptr<MpiCommunicator> leaders_;  // the leaders of every process; null on non-leaders
+  std::vector<int> process_of_member_;   // [size] process rank (in leaders_' order) of each member
+  int device_;
+};
+
+class MpiBackend : public Backend {
+ public:
+  MpiBackend(int mesh_devices, int devices_per_process)
+      : K_(devices_per_process), local_(mesh_devices) {
+    // A private copy of the world, so tpcli's traffic never meets anyone else's; errors are returned
+    // (and become exceptions naming the op) instead of MPI's default of aborting without a word.
+    check_setup("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &world_));
+    check_setup("MPI_Comm_set_errhandler", MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN));
+  }
+  ~MpiBackend() override { MPI_Comm_free(&world_); }
+
+  std::shared_ptr<Communicator> communicator(int rank, const std::vector<int>& members) override {
+    const int here = mpi_process().rank;
+    std::set<int> processes;
+    for (int m : members) processes.insert(m / K_);
+    if (processes.size() == 1 && *processes.begin() == here) return local_.communicator(rank, members);
+    std::vector<int> process_ranks(processes.begin(), processes.end());  // ascending, as the members
+    if (processes.size() != members.size()) return mixed(rank, members, process_ranks);
+    return std::make_shared<MpiCommunicator>(communicator_over(process_ranks, members), rank);
+  }
+
+  // A device that returned can no longer release a local peer waiting for it in a thread group: the
+  // thread backends fail such waits instead of hanging. (Across processes, a rank that has returned
+  // while others wait is mpirun's to notice.)
+  void device_finished(int rank) override {
+    local_.device_finished(rank);
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [members, fabric] : mixed_local_) fabric->device_finished(rank);
+  }
+
+  [[noreturn]] void abort(int failed_rank, const std::string& message) override {
+    // The other processes may be waiting in a collective for this one: end the job, loudly.
+    std::fprintf(stderr, "mpi: process %d (device %d) failed: %s\n", mpi_process().rank, failed_rank, message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
+  }
+
+ private:
+  // A group with several devices here and members elsewhere (see MixedCommunicator).
+  std::shared_ptr<Communicator> mixed(int rank, const std::vector<int>& members, const std::vector<int>& process_ranks) {
+    const int here = mpi_process().rank;
+    std::vector<int> local, process_of_member;  // local: this process's members, ascending
+    for (int m : members) {
+      if (m / K_ == here) local.push_back(m);
+      process_of_member.push_back(static_cast<int>(
+          std::lower_bound(process_ranks.begin(), process_ranks.end(), m / K_) - process_ranks.begin()));
+    }
+    ThreadBackend* fabric = nullptr;  // one per mixed group, so its local part never shares state with
+    {                                 // a thread group of the same members (counters are per communicator)
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& entry = mixed_local_[members];
+      if (!entry) entry = std::make_unique<ThreadBackend>(K_ * mpi_process().size);
+      fabric = entry.get();
+    }
+    std::shared_ptr<Communicator> local_comm = local.size() > 1 ? fabric->communicator(rank, local) : nullptr;
+    std::unique_ptr<MpiCommunicator> leaders;
+    if (rank == local.front()) leaders = std::make_unique<MpiCommunicator>(communicator_over(process_ranks, members), rank);
+    return std::make_shared<MixedCommunicator>(
+        static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin()),
+        static_cast<int>(members.size()), std::move(local_comm), 0, std::move(leaders), std::move(process_of_member), rank);
+  }
+
+  // An MPI communicator over `process_ranks` (ascending), made by one caller in each of them.
+  MPI_Comm communicator_over(const std::vector<int>& process_ranks, const std::vector<int>& members) {
+    MPI_Group world_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    MPI_Comm_group(world_, &world_group);
+    MPI_Group_incl(world_group, static_cast<int>(process_ranks.size()), process_ranks.data(), &group);
+    MPI_Comm comm = MPI_COMM_NULL;
+    // Threads of one process may create communicators over the same processes at once (K > 1):
+    // the tag, the same on every member, keeps the creations apart.
+    const int code = MPI_Comm_create_group(world_, group, tag_of(members), &comm);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    check_setup("MPI_Comm_create_group", code);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    return comm;
+  }
+
+  static int tag_of(const std::vector<int>& members) {
+    uint32_t h = 2166136261u;
+    for (int m : members) h = (h ^ static_cast<uint32_t>(m)) * 16777619u;
+    return static_cast<int>(h & 0x7fff);  // MPI guarantees tags up to 32767
+  }
+  static void check_setup(const char* call, int code) {
+    if (code != MPI_SUCCESS)
+      throw std::runtime_error("mpi: " + std::string(call) + " failed on process " +
+                               std::to_string(mpi_process().rank) + ": " + mpi_error_text(code));
+  }
+
+  int K_;               // devices per process
+  ThreadBackend local_;  // groups inside this process
+  MPI_Comm world_ = MPI_COMM_NULL;
+  std::mutex mutex_;     // guards mixed_local_
+  std::map<std::vector<int>, std::unique_ptr<ThreadBackend>> mixed_local_;  // by the mixed group's members
+};
+
+}  // namespace
+
+bool mpi_available() { return true; }
+int mpi_process_rank() { return mpi_process().rank; }
+int mpi_process_count() { return mpi_process().size; }
+
+void mpi_abort_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void use_mpi_backend(RunOptions& options, int mesh_devices) {
+  const int P = mpi_process_count(), here = mpi_process_rank();
+  if (mesh_devices % P != 0)
+    throw std::invalid_argument("mpi backend: the mesh has " + std::to_string(mesh_devices) + " devices but mpirun started " +
+                                std::to_string(P) + " processes (the devices must split evenly over the processes)");
+  const int K = mesh_devices / P;
+  options.local_ranks.clear();
+  for (int d = 0; d < K; ++d) options.local_ranks.push_back(here * K + d);
+  options.make_backend = [K](const Mesh& mesh) -> std::unique_ptr<Backend> {
+    return std::make_unique<MpiBackend>(mesh.size(), K);
+  };
+}
+
+}  // namespace tpcli::dist

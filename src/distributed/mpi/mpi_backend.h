@@ -1,0 +1,60 @@
+// tpcli::dist — the MPI backend: devices are MPI processes started by `mpirun`/`srun` (each may host
+// K thread devices), and every collective is the MPI collective that does it:
+//
+//   all_sum / all_max    MPI_Allreduce (MPI_SUM / MPI_MAX, in place)
+//   all_gather_v         MPI_Allgatherv          reduce_scatter_v   MPI_Reduce_scatter
+//   all_to_all           MPI_Alltoall            all_to_all_v       MPI_Alltoall (counts), MPI_Alltoallv
+//   ppermute             MPI_Sendrecv (MPI_PROC_NULL where this member sends or receives nothing)
+//   broadcast            MPI_Bcast               barrier            MPI_Barrier
+//
+// P processes (MPI_COMM_WORLD's size) run a mesh of N devices, K = N / P per process: process p
+// hosts mesh ranks [p*K, p*K + K), as with ZeroMQ. A mesh sub-group with one device per process is
+// an MPI communicator over those processes (MPI_Comm_create_group, made lazily by its members only);
+// a sub-group inside one process is the thread backend's; a group with several devices in one
+// process *and* members in others (the world of 2 processes x 2 devices) does all_sum, all_max,
+// broadcast and barrier in three steps (threads, MPI between one leader per process, threads), and
+// the data-moving collectives as one such all_sum of a zero-filled buffer (exact, S times the bytes).
+// MPI is initialised with MPI_THREAD_MULTIPLE: with K > 1 the device threads call MPI concurrently,
+// each on its own communicators (and even with K = 1 the device is not the main thread).
+//
+// Failures: every communicator returns errors (MPI_ERRORS_RETURN); a failed call throws a one-line
+// error naming the op, the device and the MPI error, and any device failure prints
+// "mpi: process P (device D) failed: ..." and calls MPI_Abort, so mpirun ends the whole job instead
+// of leaving the others waiting in a collective. A process killed outright is mpirun's to report
+// (it stops the job and names the rank).
+//
+// Built without MPI (CMake TPCLI_MPI=OFF or no MPI found), distributed/mpi/mpi_stub.cpp provides these
+// functions: mpi_available() is false and the others throw "built without MPI".
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "distributed/runtime.h"
+
+namespace tpcli::dist {
+
+// True when this binary was built with MPI.
+bool mpi_available();
+
+// This process's MPI rank and MPI_COMM_WORLD's size (initialises MPI on first use).
+int mpi_process_rank();
+int mpi_process_count();
+
+// True when this process was started by an MPI launcher (mpirun/srun set these variables); does not
+// initialise MPI.
+inline bool started_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (const char* s = std::getenv(v); s && *s) return true;
+  return false;
+}
+
+// When MPI is running in this process (initialised, not finalised), ends the whole job with
+// MPI_Abort(code) so that no other rank waits for this one; otherwise does nothing.
+void mpi_abort_job(int code);
+
+// Makes run_on_mesh use MPI for a mesh of `mesh_devices` devices: sets options.make_backend and
+// options.local_ranks. Throws a one-line error when the mesh does not split evenly over the processes.
+void use_mpi_backend(RunOptions& options, int mesh_devices);
+
+}  // namespace tpcli::dist
