@@ -16,8 +16,8 @@
 //
 // Predicted (every row): device 0's bytes per token: each of its matrices as stored at the rate the
 // model's matvec kernel streams that shape in that format (measured now, every device at once,
-// from memory; cli/plan_report.h measure_weight_rates), its KV cache at its share of the read bandwidth above, plus exponentials and its collectives (greedy decode) under
-// --link, or the backend's copies (cli/plan_report.h); the line under each row gives the parts.
+// from memory; perf/measure_rates.h measure_weight_rates), its KV cache at its share of the read bandwidth above, plus exponentials and its collectives (greedy decode) under
+// --link, or the backend's copies (perf/cost_model.h); the line under each row gives the parts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
@@ -38,6 +38,7 @@
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/sampler.h"
+#include "perf/measure_rates.h"
 #include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
 #include "tensor/packed_matrix.h"
@@ -226,17 +227,17 @@ double weight_bytes_per_token(const model::WeightSource& weights) {
 // stored, the KV cache) with memory at device 0's share of the read bandwidth measured above, the
 // exponentials at a rate measured now, plus its collectives (greedy decode; modelled links, or the
 // backend's copies).
-Prediction predict_token(const model::WeightSource& weights, const dist::Mesh& mesh, const dist::LinkSpec& links,
+perf::Prediction predict_token(const model::WeightSource& weights, const dist::Mesh& mesh, const dist::LinkSpec& links,
                          const BenchFlags& f, int threads, double bandwidth) {
   const model::LlamaConfig& c = weights.config();
-  const PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
+  const perf::PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
   const auto work = model::plan_decode_work(c, plan, f.warmup + f.tokens / 2, model::decode_storage(weights));
   const auto comm = model::plan_decode_collectives(c, plan, true);
-  WorkRates rates = measure_work_rates(work, comm, pm, threads);
+  perf::WorkRates rates = perf::measure_work_rates(work, comm, pm, threads);
   for (auto& [size, rate] : rates.bytes_per_s) rate = bandwidth / mesh.size();
-  rates.weight_bytes_per_s = measure_weight_rates(work, weights, mesh.size(), threads, model::shard_bytes(weights, plan));
-  return predict(work, comm, pm, rates);
+  rates.weight_bytes_per_s = perf::measure_weight_rates(work, weights, mesh.size(), threads, model::shard_bytes(weights, plan));
+  return perf::predict(work, comm, pm, rates);
 }
 
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
@@ -288,7 +289,7 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
     const double bytes = weight_bytes_per_token(weights) + kv_bytes;
     const DecodeTiming t = time_decode(weights, mesh, f, threads, links);
     const double roofline = bandwidth.median / bytes;
-    std::optional<Prediction> prediction;
+    std::optional<perf::Prediction> prediction;
     if (!c.is_moe()) prediction = predict_token(weights, mesh, links, f, threads, bandwidth.median);
     char predicted[48] = "-";  // MoE: not planned
     if (prediction)

@@ -11,7 +11,7 @@
 // (min(devices x BLIS threads per device, cores)). One BLIS thread per device by default, so the
 // first mesh (1x1) is one core and the ratios are what more devices give (train's own default,
 // cores / devices, would let 1x1 run its large gemms on every core).
-// Predicted step time (cli/plan_report.h): device 0's work items (train/step_plan.h: every gemm at
+// Predicted step time (perf/cost_model.h): device 0's work items (train/step_plan.h: every gemm at
 // its shape, the passes over memory, the exponentials, AdamW) at rates measured just before with
 // every device of the mesh running at once, plus its collectives (each call run on the mesh's
 // groups under [mesh.links] / --link: the modelled time and the backend's own cost), less the
@@ -32,6 +32,7 @@
 #include "cli/model_from_config.h"
 #include "cli/plan_report.h"
 #include "cli/train_setup.h"
+#include "perf/measure_rates.h"
 #include "tensor/blas.h"
 #include "train/loop.h"
 #include "train/step_plan.h"
@@ -81,10 +82,10 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
 // Device 0's step (train/step_plan.h) priced at rates measured now with every device at once on
 // `threads` BLIS threads each, plus its collectives (modelled links, or the copies). Nullopt for a
 // mesh without a plan (sequence parallel, MoE).
-std::optional<Prediction> predict_step(const config::RunConfig& cfg, const train::TrainOptions& t, int threads) {
+std::optional<perf::Prediction> predict_step(const config::RunConfig& cfg, const train::TrainOptions& t, int threads) {
   const config::MeshSection& ms = cfg.mesh;
   if ((ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) || t.model.is_moe()) return std::nullopt;
-  const PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.links};
+  const perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.links};
   train::MemoryLayout layout;
   layout.data = mesh.data;
   layout.tensor = mesh.tensor;
@@ -95,8 +96,8 @@ std::optional<Prediction> predict_step(const config::RunConfig& cfg, const train
   layout.bucket_elems = t.bucket_elems;
   const auto work = train::plan_step_work(t.model, layout, t.grad_accum);
   const auto comm = train::plan_step_collectives(t.model, layout, t.grad_accum);
-  const WorkRates rates = measure_work_rates(work, comm, mesh, threads);
-  return predict(work, comm, mesh, rates, t.overlap_buckets, t.grad_accum);
+  const perf::WorkRates rates = perf::measure_work_rates(work, comm, mesh, threads);
+  return perf::predict(work, comm, mesh, rates, t.overlap_buckets, t.grad_accum);
 }
 
 void run(const BenchTrainOptions& o, const RunFlags& flags) {
@@ -142,7 +143,7 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     t.links = to_link_spec(cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
     const double tokens_per_step = static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
     const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // distributed/runtime.cpp's rule
-    const std::optional<Prediction> predicted = predict_step(cfg, t, threads);
+    const std::optional<perf::Prediction> predicted = predict_step(cfg, t, threads);
     auto result = train::train(t);
     std::vector<double> step_s;
     for (size_t i = static_cast<size_t>(o.warmup); i < result.records.size(); ++i)

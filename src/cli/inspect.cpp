@@ -18,6 +18,7 @@
 #include "model/llama_config.h"
 #include "model/packed_weights.h"
 #include "model/shard_plan.h"
+#include "perf/measure_rates.h"
 #include "train/data.h"
 #include "train/memory.h"
 #include "train/step_plan.h"
@@ -121,12 +122,12 @@ void describe_memory(const config::RunConfig& config, const model::LlamaConfig& 
 
 // The rates predictions use: measured now (every device at once), with --matmul-gflops for every matmul.
 // A checkpoint's matrices (decode) are measured through the model's matvec kernels at their shapes.
-WorkRates work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
-                     double given_gflops, const PlanMesh& mesh, std::ostream& out,
-                     const model::WeightSource* weights = nullptr, int64_t weight_bytes = 0) {
+perf::WorkRates work_rates(const std::vector<model::PlannedWork>& work, const std::vector<model::PlannedCollective>& comm,
+                           double given_gflops, const perf::PlanMesh& mesh, std::ostream& out,
+                           const model::WeightSource* weights = nullptr, int64_t weight_bytes = 0) {
   const int devices = mesh.devices();
-  WorkRates rates = measure_work_rates(work, comm, mesh, 0, given_gflops);
-  if (weights) rates.weight_bytes_per_s = measure_weight_rates(work, *weights, devices, 0, weight_bytes);
+  perf::WorkRates rates = perf::measure_work_rates(work, comm, mesh, 0, given_gflops);
+  if (weights) rates.weight_bytes_per_s = perf::measure_weight_rates(work, *weights, devices, 0, weight_bytes);
   out << "  work (rates measured now with " << devices << " device(s) at once"
       << (given_gflops > 0 ? ", matmuls at --matmul-gflops" : "; --matmul-gflops to give the matmul rate") << "):\n";
   print_work(work, rates, out);
@@ -137,7 +138,7 @@ WorkRates work_rates(const std::vector<model::PlannedWork>& work, const std::vec
 void describe_training_plan(const config::RunConfig& config, const model::LlamaConfig& c, double gflops,
                             std::ostream& out) {
   const config::MeshSection& ms = config.mesh;
-  PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis),
+  perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis),
                 to_link_spec(ms)};
   print_sharding(c, mesh, [](const model::ParamSpec&) { return std::string("f32"); }, out);
   if (c.is_moe()) {
@@ -155,8 +156,8 @@ void describe_training_plan(const config::RunConfig& config, const model::LlamaC
       << layout.seq_len << " tokens):\n";
   print_collectives(plan, mesh, out);
   const auto work = train::plan_step_work(c, layout, K);
-  const WorkRates rates = work_rates(work, plan, gflops, mesh, out);
-  out << "  step time: " << describe(predict(work, plan, mesh, rates, config.train.overlap_buckets, K))
+  const perf::WorkRates rates = work_rates(work, plan, gflops, mesh, out);
+  out << "  step time: " << describe(perf::predict(work, plan, mesh, rates, config.train.overlap_buckets, K))
       << (mesh.links.empty() ? " (links unmodelled: collectives as measured on the threads backend)" : "") << "\n";
 }
 
@@ -228,7 +229,7 @@ void describe_decode_plan(const std::string& path, const RunFlags& flags, double
   OpenedModel opened = open_model(path, mesh);
   const model::WeightSource& w = *opened.weights;
   const model::LlamaConfig& c = w.config();
-  PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links_from_flags(flags)};
+  perf::PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links_from_flags(flags)};
   out << "plan on " << mesh.to_string() << " (decode: the tensor axis 'model' splits the model";
   out << (pm.data > 1 ? "; each 'data' replica decodes its own sequences)\n" : ")\n");
   print_sharding(c, pm, [&](const model::ParamSpec& spec) { return stored_dtype(w, spec); }, out);
@@ -248,10 +249,10 @@ void describe_decode_plan(const std::string& path, const RunFlags& flags, double
   out << "  collectives per decoded token, device 0 (sampling; greedy gathers 2 floats per device instead of the logits):\n";
   print_collectives(calls, pm, out);
   const auto work = model::plan_decode_work(c, plan, c.seq_len / 2, model::decode_storage(w));
-  const WorkRates rates = work_rates(work, calls, gflops, PlanMesh{pm.tensor_axis, pm.data_axis, pm.tensor, 1, pm.links}, out, &w,
+  const perf::WorkRates rates = work_rates(work, calls, gflops, perf::PlanMesh{pm.tensor_axis, pm.data_axis, pm.tensor, 1, pm.links}, out, &w,
                                      model::shard_bytes(w, plan));
   out << "  time per token at position " << c.seq_len / 2 << " (memory at one thread per device; `tpcli bench decode`"
-      << " measures the full read bandwidth): " << describe(predict(work, calls, pm, rates)) << "\n";
+      << " measures the full read bandwidth): " << describe(perf::predict(work, calls, pm, rates)) << "\n";
 }
 
 void setup_inspect(CLI::App& sub) {

@@ -27,8 +27,9 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"nn", {"tensor", "distributed", "nn"}},
       {"model", {"tensor", "distributed", "nn", "model"}},
       {"train", {"tensor", "distributed", "nn", "model", "train"}},
+      {"perf", {"tensor", "distributed", "nn", "model", "train", "perf"}},
       {"config", {"config"}},
-      {"cli", {"tensor", "distributed", "nn", "model", "train", "config", "cli"}},
+      {"cli", {"tensor", "distributed", "nn", "model", "train", "perf", "config", "cli"}},
   };
   return allowed;
 }
