@@ -6,7 +6,7 @@
 // the perplexity exp(mean NLL). The model runs tensor-parallel on the mesh (batched forward; with
 // --decode token by token through the decode path, whose kernels differ for quantized weights).
 //
-// Dimension legend: S seq_len (window), W windows, B windows per forward.
+// Dimension legend: S seq_len (window), W windows (model/perplexity.h scores them).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -20,6 +20,7 @@
 #include "cli/model_file.h"
 #include "distributed/runtime.h"
 #include "model/llama.h"
+#include "model/perplexity.h"
 #include "model/tokenizer.h"
 #include "tensor/packed_matrix.h"
 #include "train/checkpoint.h"
@@ -54,22 +55,6 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
   }
 }
 
-// Mean NLL of one window fed token by token through forward(): the decode path (matrix-vector
-// kernels, e.g. the int8 activations of 8- and 4-bit weights, and the KV cache) rather than the
-// batched forward's gemm, so its numerics can be scored too.
-double window_nll_by_decode(model::Llama& llama, const int* in, const int* target, int S) {
-  double nll = 0;
-  for (int p = 0; p < S; ++p) {
-    const std::span<const float> logits = llama.forward(in[p], p);
-    double top = logits[0];
-    for (float l : logits) top = std::max(top, double(l));
-    double z = 0;
-    for (float l : logits) z += std::exp(double(l) - top);
-    nll += std::log(z) + top - double(logits[size_t(target[p])]);
-  }
-  return nll / S;
-}
-
 void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   const OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
@@ -91,25 +76,11 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   if (W < 1)
     throw UsageError(f.data + ": " + std::to_string(tokens.size()) + " tokens, fewer than one window of " +
                      std::to_string(S) + " + 1");
-  constexpr int64_t B = 4;
   double nll_sum = 0;  // sum over windows of the window's mean NLL (device 0's)
   const auto start = std::chrono::steady_clock::now();
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
     model::Llama llama = model::Llama::for_inference(*opened.weights, dev.axis("model"));
-    double sum = 0;
-    for (int64_t w0 = 0; w0 < W; w0 += B) {
-      const int b = static_cast<int>(std::min(B, W - w0));
-      std::vector<int> in, target;  // [b, S] each
-      for (int64_t w = w0; w < w0 + b; ++w) {
-        in.insert(in.end(), tokens.begin() + w * S, tokens.begin() + w * S + S);
-        target.insert(target.end(), tokens.begin() + w * S + 1, tokens.begin() + w * S + S + 1);
-      }
-      if (f.decode) {
-        for (int i = 0; i < b; ++i) sum += window_nll_by_decode(llama, &in[size_t(i) * S], &target[size_t(i) * S], S);
-      } else {
-        sum += static_cast<double>(llama.loss(in, target, b, S)) * b;
-      }
-    }
+    const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
     if (dev.rank() == 0) nll_sum = sum;
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
