@@ -20,13 +20,11 @@
 // --link, or the backend's copies (perf/cost_model.h); the line under each row gives the parts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
@@ -39,13 +37,10 @@
 #include "model/packed_weights.h"
 #include "model/sampler.h"
 #include "perf/measure_rates.h"
-#include "tensor/aligned_storage.h"
+#include "perf/read_bandwidth.h"
+#include "perf/stats.h"
 #include "tensor/blas.h"
 #include "tensor/packed_matrix.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace tpcli::cli {
 
@@ -63,102 +58,6 @@ struct BenchFlags {
   int group_size = 64;
 };
 
-constexpr int STREAMS = 4;  // buffers each thread reads at once
-
-// Sum of STREAMS buffers of n floats each, read side by side with SIMD loads into independent
-// accumulators, so the loop is bound by memory reads, not by the add latency or the decoder.
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) float read_streams_avx512(const float* const* s, size_t n) {
-  __m512 a[STREAMS] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m512 b[STREAMS] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (size_t i = 0; i + 32 <= n; i += 32)
-    for (int j = 0; j < STREAMS; ++j) {
-      a[j] = _mm512_add_ps(a[j], _mm512_load_ps(s[j] + i));
-      b[j] = _mm512_add_ps(b[j], _mm512_load_ps(s[j] + i + 16));
-    }
-  float out = 0;
-  for (int j = 0; j < STREAMS; ++j) out += _mm512_reduce_add_ps(_mm512_add_ps(a[j], b[j]));
-  return out;
-}
-__attribute__((target("avx"))) float read_streams_avx(const float* const* s, size_t n) {
-  __m256 a[STREAMS] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  __m256 b[STREAMS] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (size_t i = 0; i + 16 <= n; i += 16)
-    for (int j = 0; j < STREAMS; ++j) {
-      a[j] = _mm256_add_ps(a[j], _mm256_load_ps(s[j] + i));
-      b[j] = _mm256_add_ps(b[j], _mm256_load_ps(s[j] + i + 8));
-    }
-  alignas(32) float lanes[8];
-  float out = 0;
-  for (int j = 0; j < STREAMS; ++j) {
-    _mm256_store_ps(lanes, _mm256_add_ps(a[j], b[j]));
-    for (float v : lanes) out += v;
-  }
-  return out;
-}
-#endif
-
-float read_streams(const float* const* s, size_t n) {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f")) return read_streams_avx512(s, n);
-  if (__builtin_cpu_supports("avx")) return read_streams_avx(s, n);
-#endif
-  float acc[STREAMS][8] = {};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < STREAMS; ++j)
-      for (int k = 0; k < 8; ++k) acc[j][k] += s[j][i + k];
-  float out = 0;
-  for (auto& row : acc)
-    for (float v : row) out += v;
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-struct Bandwidth {
-  double median = 0, best = 0;  // bytes/s
-};
-
-// Read bandwidth of `threads` threads, each streaming STREAMS buffers of its own (first touched by
-// itself, 64-byte aligned, huge pages as the weights), over passes started together. Median and best are both reported, and compared with the median
-// and best decode step: like with like, so the ratio stays fair on a machine shared with other work.
-Bandwidth measure_read_bandwidth(int threads, size_t total_bytes) {
-  const size_t per_stream = total_bytes / static_cast<size_t>(threads * STREAMS) / sizeof(float) / 32 * 32;
-  const size_t per_thread = per_stream * STREAMS;
-  constexpr int PASSES = 10;
-  std::vector<std::vector<double>> times(static_cast<size_t>(threads), std::vector<double>(PASSES));
-  std::barrier sync(threads);
-  volatile float sink = 0;
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      // [STREAMS, per_stream], first touched here; allocated as the weights are (tensor/aligned_storage.h:
-      // 64-byte aligned, on huge pages), so the roofline gets the same pages as the decode it judges
-      std::vector<float, tensor::AlignedAllocator<float>> buffer(per_thread, 1.0f);
-      float* base = buffer.data();
-      const float* streams[STREAMS];
-      for (int j = 0; j < STREAMS; ++j) streams[j] = base + j * per_stream;
-      for (int p = 0; p < PASSES; ++p) {
-        sync.arrive_and_wait();
-        const auto t0 = Clock::now();
-        const float s = read_streams(streams, per_stream);
-        times[static_cast<size_t>(t)][static_cast<size_t>(p)] = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (s == -1.0f) sink = s;  // keep the sum alive
-      }
-    });
-  for (auto& th : pool) th.join();
-  (void)sink;
-  std::vector<double> bandwidths;  // [PASSES - 1]; pass 0 warms up
-  for (int p = 1; p < PASSES; ++p) {
-    double slowest = 0;
-    for (int t = 0; t < threads; ++t) slowest = std::max(slowest, times[static_cast<size_t>(t)][static_cast<size_t>(p)]);
-    bandwidths.push_back(static_cast<double>(per_thread * sizeof(float)) * threads / slowest);
-  }
-  return {median(bandwidths), *std::max_element(bandwidths.begin(), bandwidths.end())};
-}
 
 struct DecodeTiming {
   double tok_s = 0, best_tok_s = 0, mean_tok_s = 0;
@@ -205,7 +104,7 @@ DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& m
     for (const auto& dev : step_seconds) steps[i] = std::max(steps[i], dev[i]);
     total += steps[i];
   }
-  out.tok_s = 1.0 / median(steps);
+  out.tok_s = 1.0 / perf::median(steps);
   out.best_tok_s = 1.0 / *std::min_element(steps.begin(), steps.end());
   out.mean_tok_s = f.tokens / total;
   return out;
@@ -270,14 +169,14 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   for (int pos = f.warmup; pos < f.warmup + f.tokens; ++pos) kv_bytes += 2.0 * c.n_layers * (pos + 1) * c.kv_dim() * 4;
   kv_bytes /= f.tokens;
 
-  std::fprintf(stderr, "measuring read bandwidth with %d thread(s), %d streams each...\n", roofline_threads, STREAMS);
-  const Bandwidth bandwidth = measure_read_bandwidth(roofline_threads, static_cast<size_t>(f.bandwidth_mb) << 20);
+  std::fprintf(stderr, "measuring read bandwidth with %d thread(s), %d streams each...\n", roofline_threads, perf::STREAMS);
+  const perf::Bandwidth bandwidth = perf::measure_read_bandwidth(roofline_threads, static_cast<size_t>(f.bandwidth_mb) << 20);
   std::printf("model        %s: dim %d, %d layers, %d heads (%d kv), vocab %d, %.1f M parameters\n", f.model.c_str(),
               c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.parameter_count() / 1e6);
   std::printf("mesh         %s: %d device(s) x %d thread(s) on %d core(s); kernels %s\n", mesh.to_string().c_str(),
               devices, threads, cores, tensor::isa_name(tensor::detected_isa()));
   std::printf("bandwidth    %.2f GB/s read with %d thread(s) x %d streams (median; best %.2f)\n", bandwidth.median / 1e9,
-              roofline_threads, STREAMS, bandwidth.best / 1e9);
+              roofline_threads, perf::STREAMS, bandwidth.best / 1e9);
   const dist::LinkSpec links = links_from_flags(run_flags);
   std::printf("%-22s %10s %10s %12s %10s %10s %9s %12s %10s\n", "format", "MB/token", "tok/s", "(best)", "roofline", "% roof",
               "GB/s", "ms/token", "predicted");

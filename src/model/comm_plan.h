@@ -55,7 +55,7 @@ std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& config
 std::vector<PlannedCollective> plan_train_collectives(const LlamaConfig& config, const ShardPlan& plan, int64_t rows,
                                                       int64_t seq_len, bool recompute);
 
-// One kind of work a device does, as the model's code does it, priced by cli/plan_report.h at rates
+// One kind of work a device does, as the model's code does it, priced by perf/cost_model.h at rates
 // measured in the same run: a matrix product (a BLIS gemm of [m, k] @ [k, n]; its rate depends on
 // the shape), a pass over memory (bytes read + written per call: the working set sets the rate,
 // cache or DRAM), exponentials (softmax, sigmoid: tensor/vec_math.h's vector exp sets the rate),

@@ -11,6 +11,7 @@
 #include "nn/attention.h"
 #include "nn/rmsnorm.h"
 #include "nn/rope.h"
+#include "perf/stats.h"
 #include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
 #include "tensor/packed_matrix.h"
@@ -21,11 +22,6 @@ namespace tpcli::perf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // Calls `once` until `seconds` have passed (at least three times); returns the median call's
 // seconds: like the benches' median step, so a burst of other work on a shared machine moves the
@@ -41,7 +37,7 @@ double seconds_per_call(F&& once, double seconds) {
     calls.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
   }
-  return median_of(std::move(calls));
+  return median(std::move(calls));
 }
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng) {
@@ -314,7 +310,7 @@ double time_matvec_passes(const model::PlannedWork& item, const tensor::WeightFo
   std::vector<double> slowest(PASSES, 0.0);  // [PASSES] the slowest device's pass
   for (size_t p = 0; p < PASSES; ++p)
     for (const auto& dev : pass_s) slowest[p] = std::max(slowest[p], dev[p]);
-  return median_of(slowest);
+  return median(slowest);
 }
 
 }  // namespace
