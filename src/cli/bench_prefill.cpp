@@ -7,14 +7,12 @@
 // Dimension legend: P prompt tokens, C dim, F hidden_dim, V vocab, L layers.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <memory>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
@@ -23,6 +21,8 @@
 #include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/shard_plan.h"
+#include "perf/gemm_rate.h"
+#include "perf/stats.h"
 #include "tensor/blas.h"
 
 namespace tpcli::cli {
@@ -48,11 +48,6 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 // FLOPs of one batched pass over P tokens on the whole mesh (unsharded count): every matrix of the
 // blocks once per token, attention's two products over the causal triangle, the classifier once.
 double prefill_flops(const model::LlamaConfig& c, int P) {
@@ -60,28 +55,6 @@ double prefill_flops(const model::LlamaConfig& c, int P) {
   const double block_matrices = C * C + 2 * KV * C + C * C + 3 * F * C;
   const double attention = 2.0 * 2.0 * C * (double(P) * (P + 1) / 2);  // scores and values, per layer
   return L * (2.0 * P * block_matrices + attention) + 2.0 * c.vocab_size * C;
-}
-
-// GFLOP/s of BLIS sgemm at [P, C] x [C, FL]^T (the w1 product of one device), `threads` threads,
-// in `devices` threads at once (as the devices run); best of 11 calls, slowest thread.
-double measure_gemm_gflops(int P, int C, int FL, int threads, int devices) {
-  std::vector<double> best(static_cast<size_t>(devices), 1e30);
-  std::barrier sync(devices);
-  std::vector<std::thread> pool;
-  for (int d = 0; d < devices; ++d)
-    pool.emplace_back([&, d] {
-      tensor::set_blas_threads(threads);
-      std::vector<float> a(static_cast<size_t>(P) * C, 0.5f), w(static_cast<size_t>(FL) * C, 0.25f);
-      std::vector<float> out(static_cast<size_t>(P) * FL);
-      for (int rep = 0; rep < 12; ++rep) {
-        sync.arrive_and_wait();
-        const auto t0 = Clock::now();
-        tensor::matmul_wt(out.data(), a.data(), w.data(), P, FL, C);
-        if (rep > 0) best[static_cast<size_t>(d)] = std::min(best[static_cast<size_t>(d)], seconds_since(t0));
-      }
-    });
-  for (auto& t : pool) t.join();
-  return 2.0 * P * C * FL / *std::max_element(best.begin(), best.end()) / 1e9;
 }
 
 struct Timings {
@@ -167,18 +140,18 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const model::ShardPlan plan = model::plan_shards(c, devices, 0);
   std::fprintf(stderr, "measuring BLIS sgemm at [%d, %d] x [%d, %d]^T...\n", f.tokens, c.dim,
                static_cast<int>(plan.ffn.count), c.dim);
-  const double gemm_gflops = measure_gemm_gflops(f.tokens, c.dim, static_cast<int>(plan.ffn.count), threads, devices);
+  const double gemm_gflops = perf::measure_gemm_gflops(f.tokens, c.dim, static_cast<int>(plan.ffn.count), threads, devices);
   std::fprintf(stderr, "timing %d repeats of a %d-token prompt...\n", f.repeats, f.tokens);
   const Timings t = time_prefill(*opened.weights, mesh, prompt, f.repeats, threads);
 
-  const double one = f.tokens / median(t.token_by_token), batched = f.tokens / median(t.batched);
+  const double one = f.tokens / perf::median(t.token_by_token), batched = f.tokens / perf::median(t.batched);
   const double best_one = f.tokens / *std::min_element(t.token_by_token.begin(), t.token_by_token.end());
   const double best_batched = f.tokens / *std::min_element(t.batched.begin(), t.batched.end());
-  const double per_device_gflops = prefill_flops(c, f.tokens) / median(t.batched) / devices / 1e9;
+  const double per_device_gflops = prefill_flops(c, f.tokens) / perf::median(t.batched) / devices / 1e9;
   // Rates had every compute thread had a core to itself: CPU seconds over the threads in use.
   const double busy_threads = static_cast<double>(devices) * threads;
-  const double one_cpu = f.tokens / (median(t.token_by_token_cpu) / busy_threads);
-  const double batched_cpu = f.tokens / (median(t.batched_cpu) / busy_threads);
+  const double one_cpu = f.tokens / (perf::median(t.token_by_token_cpu) / busy_threads);
+  const double batched_cpu = f.tokens / (perf::median(t.batched_cpu) / busy_threads);
   std::printf("model           %s: dim %d, %d layers, %d heads (%d kv), vocab %d, %.1f M parameters\n",
               f.model.c_str(), c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.parameter_count() / 1e6);
   std::printf("mesh            %s: %d device(s) x %d thread(s) on %d core(s), BLIS kernels %s\n",

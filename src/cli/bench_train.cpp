@@ -23,7 +23,6 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <vector>
 
@@ -32,6 +31,7 @@
 #include "cli/model_from_config.h"
 #include "cli/plan_report.h"
 #include "cli/train_setup.h"
+#include "perf/gemm_rate.h"
 #include "perf/measure_rates.h"
 #include "tensor/blas.h"
 #include "train/loop.h"
@@ -49,26 +49,6 @@ struct BenchTrainOptions {
   int blas_threads = 1;  // per device; 0 = train's automatic (cores / devices)
   std::vector<std::string> set;
 };
-
-double sgemm_peak_gflops() {
-  const int n = 1024;
-  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), c(a.size());
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& x : a) x = u(rng);
-  for (auto& x : b) x = u(rng);
-  const int saved = tensor::blas_threads();
-  tensor::set_blas_threads(1);
-  double best = 1e30;
-  for (int rep = 0; rep < 4; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (rep > 0) best = std::min(best, s);  // the first call warms BLIS up
-  }
-  tensor::set_blas_threads(saved);
-  return 2.0 * n * n * n / best / 1e9;
-}
 
 double flops_per_token(const model::LlamaConfig& c, int T) {
   const double C = c.dim, L = c.n_layers, V = c.vocab_size;
@@ -106,7 +86,7 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     throw config::ConfigError(base.where("mesh.backend") + ": bench train runs on the threads backend (for zmq, time "
                               "`tpcli launch -n P -- tpcli train CONFIG --backend zmq`; for mpi, `mpirun -n P tpcli "
                               "train CONFIG --backend mpi`)");
-  const double peak1 = sgemm_peak_gflops();
+  const double peak1 = perf::sgemm_peak_gflops();
   const int cores = tensor::available_cores();
   std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "
               "(1 thread, 1024^3), %d cores\n",

@@ -1,9 +1,10 @@
-// perf/measure_rates.h and perf/read_bandwidth.h: what they measure cannot be checked against a
+// perf/measure_rates.h, perf/read_bandwidth.h and perf/gemm_rate.h: what they measure cannot be checked against a
 // number (it is the machine's), but they must measure every rate a plan needs, each positive, so
 // predict() prices the plan; and the summaries must be what they say.
 #include <catch2/catch.hpp>
 
 #include "model/shard_plan.h"
+#include "perf/gemm_rate.h"
 #include "perf/measure_rates.h"
 #include "perf/read_bandwidth.h"
 #include "perf/stats.h"
@@ -39,4 +40,9 @@ TEST_CASE("perf: measure_work_rates measures every rate a training step's plan n
   CHECK(p.calls_s > 0);
   CHECK(p.memory_s > 0);
   CHECK(p.collectives_s > 0);
+}
+
+TEST_CASE("perf: the gemm rates are positive") {
+  CHECK(perf::sgemm_peak_gflops() > 0);
+  CHECK(perf::measure_gemm_gflops(16, 32, 64, 1, 2) > 0);
 }
