@@ -127,7 +127,7 @@ double weight_bytes_per_token(const model::WeightSource& weights) {
 // exponentials at a rate measured now, plus its collectives (greedy decode; modelled links, or the
 // backend's copies).
 perf::Prediction predict_token(const model::WeightSource& weights, const dist::Mesh& mesh, const dist::LinkSpec& links,
-                         const BenchFlags& f, int threads, double bandwidth) {
+                               const BenchFlags& f, int threads, double bandwidth) {
   const model::LlamaConfig& c = weights.config();
   const perf::PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);

@@ -139,7 +139,7 @@ void describe_training_plan(const config::RunConfig& config, const model::LlamaC
                             std::ostream& out) {
   const config::MeshSection& ms = config.mesh;
   perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis),
-                to_link_spec(ms)};
+                      to_link_spec(ms)};
   print_sharding(c, mesh, [](const model::ParamSpec&) { return std::string("f32"); }, out);
   if (c.is_moe()) {
     out << "  collectives: not planned for MoE models (all_to_all_v moves data-dependent amounts)\n";
@@ -250,7 +250,7 @@ void describe_decode_plan(const std::string& path, const RunFlags& flags, double
   print_collectives(calls, pm, out);
   const auto work = model::plan_decode_work(c, plan, c.seq_len / 2, model::decode_storage(w));
   const perf::WorkRates rates = work_rates(work, calls, gflops, perf::PlanMesh{pm.tensor_axis, pm.data_axis, pm.tensor, 1, pm.links}, out, &w,
-                                     model::shard_bytes(w, plan));
+                                           model::shard_bytes(w, plan));
   out << "  time per token at position " << c.seq_len / 2 << " (memory at one thread per device; `tpcli bench decode`"
       << " measures the full read bandwidth): " << describe(perf::predict(work, calls, pm, rates)) << "\n";
 }
