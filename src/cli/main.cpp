@@ -66,8 +66,8 @@ int exit_for_cli11(CLI::App& app, const CLI::Error& e) {
 }  // namespace
 
 // libgomp reads OMP_WAIT_POLICY when the program loads, before main. Its default spins, and
-// spinning BLIS threads starve the device threads on a busy 2-core machine (TOOLCHAIN.md measured
-// 5-20x slowdowns), so a run without an explicit policy re-executes itself with "passive".
+// spinning BLIS threads starve the device threads on a busy 2-core machine (TOOLCHAIN.md records
+// the slowdowns), so a run without an explicit policy re-executes itself with "passive".
 static void ensure_passive_openmp(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   setenv("OMP_WAIT_POLICY", "passive", 1);
@@ -77,9 +77,9 @@ static void ensure_passive_openmp(char** argv) {
 // glibc returns freed memory above 128 KB to the kernel and maps big blocks afresh, so a buffer
 // allocated and freed per step (a 1 MB ZeroMQ message, a collective's temporary) is page-faulted
 // and zeroed again every time; page faults are costly in the VMs these machines are. Keeping up to
-// 256 MB of freed heap and mapping only blocks over 32 MB: all_sum of 4 MB over ZeroMQ sockets
-// went from 10-29 ms to 2.4 ms. (Setting the trim threshold alone would be worse: it also fixes
-// the mmap threshold at its 128 KB default.)
+// 256 MB of freed heap and mapping only blocks over 32 MB lets those buffers be reused as they
+// are (BENCHMARKS.md has what it did to all_sum over ZeroMQ). (Setting the trim threshold alone
+// would be worse: it also fixes the mmap threshold at its 128 KB default.)
 static void keep_freed_memory() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);

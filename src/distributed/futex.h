@@ -3,8 +3,8 @@
 //
 // Why not std::atomic::wait: libstdc++ 12 spins and then calls sched_yield several times before it
 // sleeps. With more devices than cores and other programs running, each yield can hand the core to
-// an unrelated process for a whole scheduler slice: 8 devices on 2 cores beside two busy processes
-// decoded 20-40x slower than idle. A futex wait goes to sleep at once, and the waker's FUTEX_WAKE
+// an unrelated process for a whole scheduler slice, at every wait (`tpcli bench busy` measures the
+// slowdown; BENCHMARKS.md has it). A futex wait goes to sleep at once, and the waker's FUTEX_WAKE
 // makes the sleeper runnable straight away.
 //
 // The protocol every waiter here follows (the lost-wake-up-free one):

@@ -50,8 +50,8 @@ class Llama {
   // With a MoE model, every forward is a collective over the expert group as well.
   Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {});
   // The same, built inside a tensor::HugePageArena: every weight that decode streams lies back to
-  // back on 2 MB pages (a 2-device stories110M: 434 of 440 MB instead of 160). Inference only: a
-  // training step at 1 device measured ~2x slower with its model built this way (cause not found).
+  // back on 2 MB pages, however its matrices were cut. Inference only: training steps ran slower
+  // with the model built this way, for a cause not yet found (BENCHMARKS.md, Kernel design notes).
   static Llama for_inference(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {});
   ~Llama();
   Llama(Llama&&) noexcept;

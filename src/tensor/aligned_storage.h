@@ -31,11 +31,12 @@ void free_aligned(void* p, size_t bytes) noexcept;
 
 // While one lives on a thread, that thread's buffers of at least ARENA_MIN_BYTES are carved, one
 // after another, out of chunks of 32 MB (or more) that are advised huge pages whole, so every byte
-// of a model's weights sits on 2 MB pages however the matrices were cut (at 2 devices ~60% of a
-// stories110M layer's weight bytes otherwise stay on 4 KB pages, and the f32 matvec read those
-// ~1.4x slower). Freed ranges are reused (first fit: a constructor's temporaries cost nothing
-// lasting); a chunk goes back to the system once nothing in it is alive and no scope carves from
-// it. Scopes nest. Under AddressSanitizer it does nothing (each buffer keeps its own guard zones).
+// of a model's weights sits on 2 MB pages however the matrices were cut (shards under 2 MB would
+// otherwise stay on 4 KB pages, which the decode's matvec streams more slowly: more TLB misses;
+// BENCHMARKS.md has the measured share and cost). Freed ranges are reused (first fit: a
+// constructor's temporaries cost nothing lasting); a chunk goes back to the system once nothing
+// in it is alive and no scope carves from it. Scopes nest. Under AddressSanitizer it does nothing
+// (each buffer keeps its own guard zones).
 class HugePageArena {
  public:
   static constexpr size_t ARENA_MIN_BYTES = size_t{64} << 10;

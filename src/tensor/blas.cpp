@@ -28,8 +28,9 @@ namespace {
 thread_local int t_blas_threads = 1;
 
 // BLIS reads BLIS_ARCH_TYPE once, when it initialises: pick the AVX-512 (skx) kernels before that
-// when the CPU has avx512f (~2x the haswell kernels BLIS chooses on its own here). A value the user
-// set in the environment wins.
+// when the CPU has avx512f: on its own BLIS picks its haswell kernels there, 256-bit vectors on a
+// 512-bit machine (BENCHMARKS.md has the measured gap). A value the user set in the environment
+// wins.
 void init_blis() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -74,8 +75,8 @@ void matvec_impl(float* out, const float* weight, const float* x, int64_t n, int
 }  // namespace
 
 // Small products run on one thread: a BLIS fork-join costs tens of microseconds on a quiet
-// machine and whole scheduler slices on a busy one (a 1-device training step measured 13x slower
-// on 2 threads than on 1 under load), more than a small gemm takes.
+// machine and whole scheduler slices on a busy one, more than a small gemm takes (BENCHMARKS.md,
+// Kernel design notes, has what it cost a training step).
 constexpr int64_t MIN_FLOPS_PER_EXTRA_THREAD = int64_t{1} << 26;
 
 static int gemm_threads(int64_t m, int64_t n, int64_t k) {
@@ -113,8 +114,8 @@ void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float a
   // Several threads: independent blocks of C (columns, or rows when C is taller than wide), one
   // single-threaded BLIS call each. BLIS's own threads meet at spinning barriers inside every
   // call; when the machine has more runnable threads than cores, one descheduled partner stalls
-  // the others for whole scheduler slices (a 1-device prompt pass on 2 threads measured 20x
-  // slower than 2 devices of 1 thread under load). These blocks meet once, at the end.
+  // the others for whole scheduler slices, at every barrier of every call. These blocks meet
+  // once, at the end.
   const bool by_columns = n >= m;
   const int64_t len = by_columns ? n : m;
 #pragma omp parallel num_threads(threads)

@@ -43,21 +43,20 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
 
 // ---- AVX-512 ----
 
-// Bytes ahead of the weights being read that the quantized kernels prefetch. Without it a whole
-// stories110M-shaped model streamed at ~18-20 GB/s at one thread through the 4-bit and 8-bit
-// kernels (stalled on loads, while one layer in cache ran 1.26x faster); 4 KB ahead bought
-// ~1.15x (4-bit bf16) and ~1.17x (8-bit) on its matrices (1.5 KB to 12 KB all helped; 768 B did
-// not; prefetching to L2 only was no better). The f32 kernel does without: in a standalone test
-// a one-row-at-a-time f32 kernel ran slower with prefetches 1-4 KB ahead.
+// Bytes ahead of the weights being read that the quantized kernels prefetch. Without it they
+// stall on loads when the weights come from memory (a layer already in cache runs faster): the
+// hardware prefetchers restart on every decode row, and rows are a few KB. A few KB ahead is what
+// helped (a much shorter distance did not; prefetching to L2 only was no better). The f32 kernel
+// does without: explicit prefetches made it slower. The distances tried and their speeds:
+// BENCHMARKS.md, Kernel design notes.
 constexpr int64_t PREFETCH_BYTES = 4096;
 
 // f32: four rows a pass, one from each quarter of the range, so the weights are read as four
-// sequential streams far apart (rows are contiguous). Four neighbouring rows side by side (streams
-// 3 KB apart, the old kernel) read decode's matrices ~19% slower in a standalone test at one
-// thread (30.5 against 36.4 GB/s), one row after another ~16% slower; with two processes at once
-// 27.5-30 against 31-36 GB/s. Each row is one FMA chain over 16 lanes, the arithmetic of the
-// old kernel, so results are bit for bit those of it: rows of the first 4 * (n / 4) end with a
-// masked vector, the last (fewer than four) with a scalar tail, as before.
+// sequential streams far apart (rows are contiguous), which read decode's matrices faster than
+// four neighbouring rows side by side (streams a row apart) or one row after another
+// (BENCHMARKS.md, Kernel design notes, compares the three). Each row is one FMA chain over 16
+// lanes whatever the row order, so the order changes no result: rows of the first 4 * (n / 4)
+// end with a masked vector, the last (fewer than four) with a scalar tail.
 TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   __m512 a = _mm512_setzero_ps();
   int64_t p = 0;
@@ -121,8 +120,8 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
       const int64_t c0 = g * GS;
       if (bits == 8) {
         for (int64_t c = c0; c < c0 + GS; c += 32) {
-          // Without it the row stalls on its loads (~20 GB/s at 1 thread, below the memory rate
-          // and this kernel's compute rate alike).
+          // Without it the row stalls on its loads, below the memory rate and this kernel's
+          // compute rate alike (PREFETCH_BYTES).
           _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
           const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
           const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));

@@ -48,14 +48,12 @@ struct Columns {
 
 // Decode of 8- and 4-bit affine weights with int8 activations (llama.cpp's q8_0 scheme; the
 // integer kernels of tensor/int8_dot.h): matvec quantizes x per group to int8 and multiplies
-// integers. Not faster: stories110M-shaped decode at 1 thread, one quiet sitting, 8-bit g64
-// 110.0 and 106.2 tok/s against 116.1 and 113.4 without it; 4-bit g64 against the bf16 kernel
-// (packed_kernels_x86.cpp), two runs on a shared host, 276.5 and 263.9 against 248.4 and 288.3.
-// Off by default also because it is not split-invariant: x rounded to 8 bits turns a one-ulp
-// difference in the residual stream (another device count sums the sharded-to-all partials in
-// another order) into a different code now and then, and that grows into different greedy
-// tokens on 1 and n devices. Every instruction set gives bit-identical results. Process-wide;
-// set before decoding starts.
+// integers. Off by default: it has not measured faster than the kernels it would replace (figures
+// in BENCHMARKS.md, Kernel design notes), and it is not split-invariant: x rounded to 8 bits
+// turns a one-ulp difference in the residual stream (another device count sums the
+// sharded-to-all partials in another order) into a different code now and then, and that grows
+// into different greedy tokens on 1 and n devices. Every instruction set gives bit-identical
+// results. Process-wide; set before decoding starts.
 void set_int8_activations(bool on);
 bool int8_activations();
 

@@ -438,7 +438,8 @@ ThreadBackend::ThreadBackend(int world_size)
       // Spinning only pays while every device can own a core; beyond that, block almost at once.
       // A spin pays only when the last member is running on another core right now and arrives
       // within about a futex wake-up's cost; beyond that it burns a core that the late member, or
-      // another program, needs (4000 pauses, ~70 us, made 2 devices 5-15x slower on a busy machine).
+      // another program, needs (a spin of tens of microseconds made 2 devices on a busy machine
+      // many times slower; BENCHMARKS.md).
       spin_budget_(world_size <= tensor::available_cores() ? std::chrono::microseconds(4)
                                                            : std::chrono::microseconds(0)),
       finished_(static_cast<size_t>(std::max(world_size, 0)), 0) {
