@@ -28,13 +28,20 @@ struct Llama::Layer {
   Tensor ffn_norm, ffn_norm_grad;              // [C]
   nn::AllToShardedLinear qkv;                  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
   nn::ShardedToAllLinear wo;                   // [C, QL]
-  std::unique_ptr<nn::FeedForward> ffn;        // dense SwiGLU, or MoE (make_feed_forward)
+  // Every forward runs ffn; training runs trainable_ffn, the same layer with its backward (f32
+  // models: dense SwiGLU or MoE, make_feed_forward). Frozen models' is forward only (null here).
+  std::unique_ptr<nn::FeedForward> ffn;
+  nn::TrainableFeedForward* trainable_ffn = nullptr;
   std::vector<float> k_cache, v_cache;         // [S, KVL]
   // Frozen models: the same two linears over packed weights (qkv and wo above stay empty).
   bool packed = false;
   nn::QuantizedAllToShardedLinear qkv_packed;  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
   nn::QuantizedShardedToAllLinear wo_packed;   // [C, QL]
 
+  void set_trainable_ffn(std::unique_ptr<nn::TrainableFeedForward> f) {
+    trainable_ffn = f.get();
+    ffn = std::move(f);
+  }
   void qkv_forward(float* out, const float* inp, int64_t N) const {
     if (packed) qkv_packed.forward(out, inp, N);
     else qkv.forward(out, inp, N);
@@ -104,9 +111,9 @@ Tensor local_slice(const WeightSource& w, const ParamSpec& spec, const ShardPlan
 // The feed-forward of block `l`. MoE: the MoE helper's layer (nn/moe.h) is plugged in here.
 using SpecOf = std::function<const ParamSpec&(const std::string& name)>;
 
-std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const LlamaConfig& c, int l,
-                                                   const ShardPlan& plan, const std::vector<ShardPlan>& all,
-                                                   dist::Group group, dist::Group experts, const SpecOf& spec) {
+std::unique_ptr<nn::TrainableFeedForward> make_feed_forward(const WeightSource& w, const LlamaConfig& c, int l,
+                                                            const ShardPlan& plan, const std::vector<ShardPlan>& all,
+                                                            dist::Group group, dist::Group experts, const SpecOf& spec) {
   const std::string p = "layers." + std::to_string(l) + ".";
   if (c.is_moe()) {
     const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
@@ -205,7 +212,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     for (const char* name : {"wq", "wk", "wv"}) parts.emplace_back(local_slice(weights, spec(p + name), plan_));
     L.qkv = nn::AllToShardedLinear(std::move(parts), group_);
     L.wo = nn::ShardedToAllLinear(nn::Linear(local_slice(weights, spec(p + "wo"), plan_)), group_);
-    L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_, spec);
+    L.set_trainable_ffn(make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_, spec));
   }
   if (frozen_) load_packed_layers(weights, std::move(vocab_ranges));
   norm_grad_ = Tensor({C});
@@ -451,7 +458,7 @@ void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int 
   for (int64_t i = 0; i < R * C; ++i) a.xm[i] = x_in[i] + A.tmp[i];
   nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), R, C, config_.norm_eps);
   if (rows_split())
-    L.ffn->forward_sequence_split(A.tmp.data(), a.xn2.data(), N);  // collective matmuls inside
+    L.trainable_ffn->forward_sequence_split(A.tmp.data(), a.xn2.data(), N);  // collective matmuls inside
   else
     L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
   for (int64_t i = 0; i < R * C; ++i) x_out[i] = a.xm[i] + A.tmp[i];
@@ -516,9 +523,9 @@ void Llama::block_backward(size_t li, float* dx, int B, int T) {
   const float* x_in = A.layers[li].x_in.data();
   // feed-forward branch: x_out = xm + ffn(ffn_norm(xm))
   if (rows_split())
-    L.ffn->backward_sequence_split(dxn.data(), dx, a.xn2.data(), N);
+    L.trainable_ffn->backward_sequence_split(dxn.data(), dx, a.xn2.data(), N);
   else
-    L.ffn->backward(dxn.data(), dx, a.xn2.data(), N);
+    L.trainable_ffn->backward(dxn.data(), dx, a.xn2.data(), N);
   nn::rmsnorm_backward(dx, L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(), a.rstd2.data(), R, C);
   // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
   if (rows_split())
@@ -548,6 +555,7 @@ dist::Range Llama::sequence_rows(int64_t N) const {
 void Llama::set_sequence_parallel(bool on) {
   if (on && config_.is_moe())
     throw std::invalid_argument("llama: sequence parallelism needs a dense model (the MoE layer takes all the rows)");
+  if (on) require_trainable("sequence parallelism");  // its forward runs the trainable layers
   sequence_parallel_ = on;
 }
 
@@ -606,7 +614,7 @@ std::vector<Llama::Held> Llama::held_parameters(std::vector<size_t>& layer_ends)
   for (size_t l = layers_.size(); l-- > 0;) {  // backward order: feed-forward, then attention
     Layer& L = layers_[l];
     const std::string p = "layers." + std::to_string(l) + ".";
-    for (auto& r : L.ffn->parameters()) out.push_back({r.name, r.value, r.grad});
+    for (auto& r : L.trainable_ffn->parameters()) out.push_back({r.name, r.value, r.grad});
     out.push_back({p + "ffn_norm", &L.ffn_norm, &L.ffn_norm_grad});
     out.push_back({p + "wo", &L.wo.local().weight(), &L.wo.local().grad()});
     const char* qkv[] = {"wq", "wk", "wv"};
@@ -772,7 +780,7 @@ TensorWeights Llama::gather(bool grads) {
   }
   if (grads || !config_.is_moe()) return out;
   for (auto& L : layers_)
-    for (auto& [name, t] : L.ffn->gather_full()) out.set(name, std::move(t));
+    for (auto& [name, t] : L.trainable_ffn->gather_full()) out.set(name, std::move(t));
   return out;
 }
 

@@ -77,11 +77,11 @@ void SwiGluFeedForward::backward(float* dinp, const float* dout, const float* in
       [&](float* dx, const float* dh13, const float* x) { w13_.backward(dx, dh13, x, N); });  // all_sum of dinp
 }
 
-void FeedForward::forward_sequence_split(float*, const float*, int64_t) {
+void TrainableFeedForward::forward_sequence_split(float*, const float*, int64_t) {
   throw std::invalid_argument("feed-forward: sequence parallelism needs the dense SwiGLU layer");
 }
 
-void FeedForward::backward_sequence_split(float*, const float*, const float*, int64_t) {
+void TrainableFeedForward::backward_sequence_split(float*, const float*, const float*, int64_t) {
   throw std::invalid_argument("feed-forward: sequence parallelism needs the dense SwiGLU layer");
 }
 
@@ -136,19 +136,10 @@ int64_t SwiGluFeedForward::parameter_bytes() const {
 // ---- QuantizedSwiGluFeedForward ----
 
 QuantizedSwiGluFeedForward::QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2)
-    : FrozenFeedForward("a quantized (frozen) layer"), w13_(std::move(w13)), w2_(std::move(w2)) {}
+    : w13_(std::move(w13)), w2_(std::move(w2)) {}
 
 void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N) {
   swiglu_ffn_forward(out, h13_, g_, inp, N, w13_, w2_);
 }
-
-void FrozenFeedForward::refuse(const char* call) const {
-  throw std::invalid_argument(std::string("feed-forward: ") + call + " of " + what_ +
-                              ": training a quantized model is not supported");
-}
-
-void FrozenFeedForward::backward(float*, const float*, const float*, int64_t) { refuse("backward"); }
-std::vector<ParamRef> FrozenFeedForward::parameters() { refuse("parameters"); }
-std::vector<std::pair<std::string, tensor::Tensor>> FrozenFeedForward::gather_full() { refuse("gather_full"); }
 
 }  // namespace tpcli::nn

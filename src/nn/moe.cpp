@@ -547,8 +547,7 @@ int64_t MoeFeedForward::parameter_bytes() const {
 QuantizedMoeFeedForward::QuantizedMoeFeedForward(const MoeSizes& sizes, tensor::Tensor router,
                                                  std::vector<PackedExpert> local, dist::Group experts,
                                                  dist::Group tensor)
-    : FrozenFeedForward("quantized (frozen) experts"),
-      sizes_(sizes),
+    : sizes_(sizes),
       experts_(std::move(experts)),
       tensor_(std::move(tensor)),
       router_(std::move(router)),
