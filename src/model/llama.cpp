@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <variant>
 
 #include "nn/attention.h"
 #include "nn/collective_matmul.h"
@@ -23,25 +24,47 @@ namespace tpcli::model {
 
 using tensor::Tensor;
 
+namespace {
+// Attention's two linears, all of one kind: f32 (trainable) or packed (a frozen checkpoint's
+// quantized or 16-bit weights, forward only).
+template <class AllToSharded, class ShardedToAll>
+struct AttentionLinears {
+  AllToSharded qkv;  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
+  ShardedToAll wo;   // [C, QL]
+};
+using TrainableLinears = AttentionLinears<nn::AllToShardedLinear, nn::ShardedToAllLinear>;
+using PackedLinears = AttentionLinears<nn::QuantizedAllToShardedLinear, nn::QuantizedShardedToAllLinear>;
+}  // namespace
+
 struct Llama::Layer {
   Tensor attention_norm, attention_norm_grad;  // [C]
   Tensor ffn_norm, ffn_norm_grad;              // [C]
-  nn::AllToShardedLinear qkv;                  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
-  nn::ShardedToAllLinear wo;                   // [C, QL]
-  std::unique_ptr<nn::FeedForward> ffn;        // dense SwiGLU, or MoE (make_feed_forward)
+  std::variant<TrainableLinears, PackedLinears> linears;  // frozen models: packed
+  // Every forward runs ffn; training runs trainable_ffn, the same layer with its backward (f32
+  // models: dense SwiGLU or MoE, make_feed_forward). Frozen models' is forward only (null here).
+  std::unique_ptr<nn::FeedForward> ffn;
+  nn::TrainableFeedForward* trainable_ffn = nullptr;
   std::vector<float> k_cache, v_cache;         // [S, KVL]
-  // Frozen models: the same two linears over packed weights (qkv and wo above stay empty).
-  bool packed = false;
-  nn::QuantizedAllToShardedLinear qkv_packed;  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
-  nn::QuantizedShardedToAllLinear wo_packed;   // [C, QL]
 
+  void set_trainable_ffn(std::unique_ptr<nn::TrainableFeedForward> f) {
+    trainable_ffn = f.get();
+    ffn = std::move(f);
+  }
+  // Training's view of the attention linears: f32 models only (training calls require_trainable first).
+  TrainableLinears& trainable() { return std::get<TrainableLinears>(linears); }
   void qkv_forward(float* out, const float* inp, int64_t N) const {
-    if (packed) qkv_packed.forward(out, inp, N);
-    else qkv.forward(out, inp, N);
+    std::visit([&](const auto& l) { l.qkv.forward(out, inp, N); }, linears);
   }
   void wo_forward(float* out, const float* inp, int64_t N) {
-    if (packed) wo_packed.forward(out, inp, N);
-    else wo.forward(out, inp, N);
+    std::visit([&](auto& l) { l.wo.forward(out, inp, N); }, linears);
+  }
+  // The linears' weights as this device holds them.
+  int64_t linears_bytes() const {
+    if (const auto* packed = std::get_if<PackedLinears>(&linears)) return packed->qkv.bytes() + packed->wo.bytes();
+    const auto& f32 = std::get<TrainableLinears>(linears);
+    int64_t n = f32.wo.local().weight().numel();
+    for (int i = 0; i < f32.qkv.n_parts(); ++i) n += f32.qkv.part(i).weight().numel();
+    return n * static_cast<int64_t>(sizeof(float));
   }
 };
 
@@ -104,9 +127,9 @@ Tensor local_slice(const WeightSource& w, const ParamSpec& spec, const ShardPlan
 // The feed-forward of block `l`. MoE: the MoE helper's layer (nn/moe.h) is plugged in here.
 using SpecOf = std::function<const ParamSpec&(const std::string& name)>;
 
-std::unique_ptr<nn::FeedForward> make_feed_forward(const WeightSource& w, const LlamaConfig& c, int l,
-                                                   const ShardPlan& plan, const std::vector<ShardPlan>& all,
-                                                   dist::Group group, dist::Group experts, const SpecOf& spec) {
+std::unique_ptr<nn::TrainableFeedForward> make_feed_forward(const WeightSource& w, const LlamaConfig& c, int l,
+                                                            const ShardPlan& plan, const std::vector<ShardPlan>& all,
+                                                            dist::Group group, dist::Group experts, const SpecOf& spec) {
   const std::string p = "layers." + std::to_string(l) + ".";
   if (c.is_moe()) {
     const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
@@ -203,9 +226,10 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     if (frozen_) continue;
     std::vector<nn::Linear> parts;
     for (const char* name : {"wq", "wk", "wv"}) parts.emplace_back(local_slice(weights, spec(p + name), plan_));
-    L.qkv = nn::AllToShardedLinear(std::move(parts), group_);
-    L.wo = nn::ShardedToAllLinear(nn::Linear(local_slice(weights, spec(p + "wo"), plan_)), group_);
-    L.ffn = make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_, spec);
+    nn::AllToShardedLinear qkv(std::move(parts), group_);
+    nn::ShardedToAllLinear wo(nn::Linear(local_slice(weights, spec(p + "wo"), plan_)), group_);
+    L.linears = TrainableLinears{std::move(qkv), std::move(wo)};
+    L.set_trainable_ffn(make_feed_forward(weights, config_, l, plan_, all_plans_, group_, expert_group_, spec));
   }
   if (frozen_) load_packed_layers(weights, std::move(vocab_ranges));
   norm_grad_ = Tensor({C});
@@ -258,10 +282,10 @@ void Llama::load_packed_layers(const WeightSource& weights, std::vector<dist::Ra
   for (int l = 0; l < config_.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.packed = true;
-    L.qkv_packed = nn::QuantizedAllToShardedLinear(
-        {rows(p + "wq", Q, C, q_rows), rows(p + "wk", KV, C, kv_rows), rows(p + "wv", KV, C, kv_rows)}, group_);
-    L.wo_packed = nn::QuantizedShardedToAllLinear(wo_columns(p + "wo"), group_);
+    L.linears = PackedLinears{
+        nn::QuantizedAllToShardedLinear(
+            {rows(p + "wq", Q, C, q_rows), rows(p + "wk", KV, C, kv_rows), rows(p + "wv", KV, C, kv_rows)}, group_),
+        nn::QuantizedShardedToAllLinear(wo_columns(p + "wo"), group_)};
     if (config_.is_moe()) {  // experts stay packed (nn/moe.h QuantizedMoeFeedForward)
       L.ffn = make_packed_moe(weights, config_, l, plan_, group_, expert_group_);
       continue;
@@ -435,7 +459,7 @@ void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int 
   size(a.y, N * QL); size(a.xm, R * C); size(a.xn2, R * C); size(a.rstd2, R); size(A.tmp, R * C);
   nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), R, C, config_.norm_eps);
   if (rows_split())
-    nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.qkv, group_);  // [R, C] split -> [N, QKV] sharded
+    nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.trainable().qkv, group_);  // [R, C] split -> [N, QKV]
   else
     L.qkv_forward(a.qkv.data(), a.xn1.data(), N);
   for (int64_t n = 0; n < N; ++n) {
@@ -445,13 +469,13 @@ void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int 
   }
   nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, shape);
   if (rows_split())
-    nn::matmul_reduce_scatter(A.tmp.data(), a.y.data(), N, L.wo, group_);  // -> [R, C] split
+    nn::matmul_reduce_scatter(A.tmp.data(), a.y.data(), N, L.trainable().wo, group_);  // -> [R, C] split
   else
     L.wo_forward(A.tmp.data(), a.y.data(), N);  // all_sum
   for (int64_t i = 0; i < R * C; ++i) a.xm[i] = x_in[i] + A.tmp[i];
   nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), R, C, config_.norm_eps);
   if (rows_split())
-    L.ffn->forward_sequence_split(A.tmp.data(), a.xn2.data(), N);  // collective matmuls inside
+    L.trainable_ffn->forward_sequence_split(A.tmp.data(), a.xn2.data(), N);  // collective matmuls inside
   else
     L.ffn->forward(A.tmp.data(), a.xn2.data(), N);  // all_sum inside
   for (int64_t i = 0; i < R * C; ++i) x_out[i] = a.xm[i] + A.tmp[i];
@@ -516,15 +540,16 @@ void Llama::block_backward(size_t li, float* dx, int B, int T) {
   const float* x_in = A.layers[li].x_in.data();
   // feed-forward branch: x_out = xm + ffn(ffn_norm(xm))
   if (rows_split())
-    L.ffn->backward_sequence_split(dxn.data(), dx, a.xn2.data(), N);
+    L.trainable_ffn->backward_sequence_split(dxn.data(), dx, a.xn2.data(), N);
   else
-    L.ffn->backward(dxn.data(), dx, a.xn2.data(), N);
+    L.trainable_ffn->backward(dxn.data(), dx, a.xn2.data(), N);
   nn::rmsnorm_backward(dx, L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(), a.rstd2.data(), R, C);
   // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
+  TrainableLinears& lin = L.trainable();
   if (rows_split())
-    nn::matmul_reduce_scatter_backward(dy.data(), dx, a.y.data(), N, L.wo, group_);  // all_gather of dx
+    nn::matmul_reduce_scatter_backward(dy.data(), dx, a.y.data(), N, lin.wo, group_);  // all_gather of dx
   else
-    L.wo.backward(dy.data(), dx, a.y.data(), N);
+    lin.wo.backward(dy.data(), dx, a.y.data(), N);
   nn::attention_backward(dqkv.data(), dy.data(), a.qkv.data(), a.att.data(), B, T, shape);
   for (int64_t n = 0; n < N; ++n) {
     const int pos = static_cast<int>(n % T);
@@ -533,9 +558,9 @@ void Llama::block_backward(size_t li, float* dx, int B, int T) {
   }
   std::fill(dxn.begin(), dxn.end(), 0.0f);
   if (rows_split())
-    nn::all_gather_matmul_backward(dxn.data(), dqkv.data(), a.xn1.data(), N, L.qkv, group_);  // reduce_scatter
+    nn::all_gather_matmul_backward(dxn.data(), dqkv.data(), a.xn1.data(), N, lin.qkv, group_);  // reduce_scatter
   else
-    L.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
+    lin.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
   nn::rmsnorm_backward(dx, L.attention_norm_grad.data(), dxn.data(), x_in, L.attention_norm.data(), a.rstd1.data(), R, C);
 }
 
@@ -548,6 +573,7 @@ dist::Range Llama::sequence_rows(int64_t N) const {
 void Llama::set_sequence_parallel(bool on) {
   if (on && config_.is_moe())
     throw std::invalid_argument("llama: sequence parallelism needs a dense model (the MoE layer takes all the rows)");
+  if (on) require_trainable("sequence parallelism");  // its forward runs the trainable layers
   sequence_parallel_ = on;
 }
 
@@ -606,11 +632,12 @@ std::vector<Llama::Held> Llama::held_parameters(std::vector<size_t>& layer_ends)
   for (size_t l = layers_.size(); l-- > 0;) {  // backward order: feed-forward, then attention
     Layer& L = layers_[l];
     const std::string p = "layers." + std::to_string(l) + ".";
-    for (auto& r : L.ffn->parameters()) out.push_back({r.name, r.value, r.grad});
+    for (auto& r : L.trainable_ffn->parameters()) out.push_back({r.name, r.value, r.grad});
     out.push_back({p + "ffn_norm", &L.ffn_norm, &L.ffn_norm_grad});
-    out.push_back({p + "wo", &L.wo.local().weight(), &L.wo.local().grad()});
+    TrainableLinears& lin = L.trainable();
+    out.push_back({p + "wo", &lin.wo.local().weight(), &lin.wo.local().grad()});
     const char* qkv[] = {"wq", "wk", "wv"};
-    for (int i = 0; i < 3; ++i) out.push_back({p + qkv[i], &L.qkv.part(i).weight(), &L.qkv.part(i).grad()});
+    for (int i = 0; i < 3; ++i) out.push_back({p + qkv[i], &lin.qkv.part(i).weight(), &lin.qkv.part(i).grad()});
     out.push_back({p + "attention_norm", &L.attention_norm, &L.attention_norm_grad});
     layer_ends[l] = out.size();
   }
@@ -674,14 +701,14 @@ void Llama::sync_replicated_kv_grads(const std::vector<Tensor>& before) {
   for (auto& L : layers_) {
     std::fill(full.begin(), full.end(), 0.0f);
     for (int part = 1; part <= 2; ++part) {
-      const Tensor& g = L.qkv.part(part).grad();
+      const Tensor& g = L.trainable().qkv.part(part).grad();
       const Tensor& prev = before[b + static_cast<size_t>(part - 1)];
       float* dst = full.data() + (part - 1) * KV * C + rows.offset * C;
       for (int64_t i = 0; i < g.numel(); ++i) dst[i] = g[i] - prev[i];  // this call's contribution
     }
     group_.all_sum(full);
     for (int part = 1; part <= 2; ++part) {
-      Tensor& g = L.qkv.part(part).grad();
+      Tensor& g = L.trainable().qkv.part(part).grad();
       const Tensor& prev = before[b + static_cast<size_t>(part - 1)];
       const float* src = full.data() + (part - 1) * KV * C + rows.offset * C;
       for (int64_t i = 0; i < g.numel(); ++i) g[i] = prev[i] + src[i];
@@ -695,8 +722,8 @@ float Llama::forward_backward(std::span<const int> tokens, std::span<const int> 
   std::vector<Tensor> before;  // wk, wv grads per layer before this call (replicated KV only)
   if (plan_.kv_replicated)
     for (auto& L : layers_) {
-      before.push_back(L.qkv.part(1).grad());
-      before.push_back(L.qkv.part(2).grad());
+      before.push_back(L.trainable().qkv.part(1).grad());
+      before.push_back(L.trainable().qkv.part(2).grad());
     }
   const bool split_norms = rows_split();
   const std::vector<float> norms_before = split_norms ? norm_grads() : std::vector<float>{};
@@ -772,7 +799,7 @@ TensorWeights Llama::gather(bool grads) {
   }
   if (grads || !config_.is_moe()) return out;
   for (auto& L : layers_)
-    for (auto& [name, t] : L.ffn->gather_full()) out.set(name, std::move(t));
+    for (auto& [name, t] : L.trainable_ffn->gather_full()) out.set(name, std::move(t));
   return out;
 }
 
@@ -780,9 +807,8 @@ int64_t Llama::parameter_bytes() const {
   int64_t n = embedding_.rows().weight().numel() + norm_.numel() + output_.weight().numel();
   int64_t bytes = embedding_packed_.bytes() + (config_.shared_classifier || !frozen_ ? 0 : output_packed_.bytes());
   for (const auto& L : layers_) {
-    n += L.attention_norm.numel() + L.ffn_norm.numel() + L.wo.local().weight().numel();
-    for (int i = 0; i < L.qkv.n_parts(); ++i) n += L.qkv.part(i).weight().numel();
-    if (L.packed) bytes += L.qkv_packed.bytes() + L.wo_packed.bytes();
+    n += L.attention_norm.numel() + L.ffn_norm.numel();
+    bytes += L.linears_bytes();
     bytes += L.ffn->parameter_bytes();
   }
   return bytes + n * static_cast<int64_t>(sizeof(float));

@@ -17,6 +17,44 @@ std::vector<Linear> two(tensor::Tensor a, tensor::Tensor b) {
   v.emplace_back(std::move(b));
   return v;
 }
+
+// The one SwiGLU feed-forward, f32 or packed, whole rows or sequence split: out = w2(silu(w1 inp)
+// * w3 inp), saving h13[N, 2*FL] and g[N, FL]. The products are the caller's:
+// gate_up(h13, inp) -> [N, 2*FL] sharded, down(out, g) -> out mirrored (all_sum) or split
+// (reduce_scatter).
+template <class GateUp, class Down>
+void swiglu_ffn_forward(float* out, std::vector<float>& h13, std::vector<float>& g, const float* inp, int64_t N,
+                        int64_t FL, GateUp&& gate_up, Down&& down) {
+  h13.resize(static_cast<size_t>(N * 2 * FL));
+  g.resize(static_cast<size_t>(N * FL));
+  gate_up(h13.data(), inp);                     // [N, 2*FL] sharded
+  swiglu_forward(g.data(), h13.data(), N, FL);  // [N, FL] sharded
+  down(out, g.data());                          // [N, C]
+}
+
+// The same over whole rows, for a linear pair of either kind: AllToShardedLinear and
+// ShardedToAllLinear (f32) or their quantized twins (packed).
+template <class W13, class W2>
+void swiglu_ffn_forward(float* out, std::vector<float>& h13, std::vector<float>& g, const float* inp, int64_t N,
+                        const W13& w13, W2& w2) {
+  swiglu_ffn_forward(
+      out, h13, g, inp, N, w2.in_features(), [&](float* h, const float* x) { w13.forward(h, x, N); },
+      [&](float* y, const float* act) { w2.forward(y, act, N); });  // all_sum
+}
+
+// swiglu_ffn_forward in reverse, on what it saved: dinp += ..., the linears' grads +=. The
+// products' transposes are the caller's: down_back(dg, dout, g) (dg += ; all_gather of dout when
+// sequence split), gate_up_back(dinp, dh13, inp) (all_sum or reduce_scatter of dinp).
+template <class DownBack, class GateUpBack>
+void swiglu_ffn_backward(float* dinp, std::vector<float>& dh13, std::vector<float>& dg, const float* dout,
+                         const std::vector<float>& h13, const std::vector<float>& g, const float* inp, int64_t N,
+                         int64_t FL, DownBack&& down_back, GateUpBack&& gate_up_back) {
+  dg.assign(static_cast<size_t>(N * FL), 0.0f);
+  dh13.resize(static_cast<size_t>(N * 2 * FL));  // overwritten by swiglu_backward
+  down_back(dg.data(), dout, g.data());
+  swiglu_backward(dh13.data(), dg.data(), h13.data(), N, FL);
+  gate_up_back(dinp, dh13.data(), inp);
+}
 }  // namespace
 
 SwiGluFeedForward::SwiGluFeedForward(tensor::Tensor w1, tensor::Tensor w3, tensor::Tensor w2, dist::Group group,
@@ -29,47 +67,40 @@ SwiGluFeedForward::SwiGluFeedForward(tensor::Tensor w1, tensor::Tensor w3, tenso
       hidden_dim_(hidden_dim) {}
 
 void SwiGluFeedForward::forward(float* out, const float* inp, int64_t N) {
-  const int64_t FL = w2_.in_features();
-  h13_.resize(static_cast<size_t>(N * 2 * FL));
-  g_.resize(static_cast<size_t>(N * FL));
-  w13_.forward(h13_.data(), inp, N);           // [N, 2*FL] split
-  swiglu_forward(g_.data(), h13_.data(), N, FL);  // [N, FL] split
-  w2_.forward(out, g_.data(), N);              // [N, C] mirrored (all_sum)
+  swiglu_ffn_forward(out, h13_, g_, inp, N, w13_, w2_);
 }
 
 void SwiGluFeedForward::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
-  const int64_t FL = w2_.in_features();
-  dg_.assign(static_cast<size_t>(N * FL), 0.0f);
-  dh13_.resize(static_cast<size_t>(N * 2 * FL));  // overwritten by swiglu_backward
-  w2_.backward(dg_.data(), dout, g_.data(), N);                 // pass-through: no communication
-  swiglu_backward(dh13_.data(), dg_.data(), h13_.data(), N, FL);
-  w13_.backward(dinp, dh13_.data(), inp, N);                    // all_sum of dinp (sum_gradients)
+  swiglu_ffn_backward(
+      dinp, dh13_, dg_, dout, h13_, g_, inp, N, w2_.in_features(),
+      [&](float* dg, const float* dy, const float* g) { w2_.backward(dg, dy, g, N); },  // no communication
+      [&](float* dx, const float* dh13, const float* x) { w13_.backward(dx, dh13, x, N); });  // all_sum of dinp
 }
 
-void FeedForward::forward_sequence_split(float*, const float*, int64_t) {
+void TrainableFeedForward::forward_sequence_split(float*, const float*, int64_t) {
   throw std::invalid_argument("feed-forward: sequence parallelism needs the dense SwiGLU layer");
 }
 
-void FeedForward::backward_sequence_split(float*, const float*, const float*, int64_t) {
+void TrainableFeedForward::backward_sequence_split(float*, const float*, const float*, int64_t) {
   throw std::invalid_argument("feed-forward: sequence parallelism needs the dense SwiGLU layer");
 }
 
 void SwiGluFeedForward::forward_sequence_split(float* out, const float* inp, int64_t N) {
-  const int64_t FL = w2_.in_features();
-  h13_.resize(static_cast<size_t>(N * 2 * FL));
-  g_.resize(static_cast<size_t>(N * FL));
-  all_gather_matmul(h13_.data(), inp, N, w13_, group_);    // [NL, C] split -> [N, 2*FL] sharded
-  swiglu_forward(g_.data(), h13_.data(), N, FL);           // [N, FL] sharded
-  matmul_reduce_scatter(out, g_.data(), N, w2_, group_);  // -> [NL, C] split
+  swiglu_ffn_forward(
+      out, h13_, g_, inp, N, w2_.in_features(),
+      [&](float* h13, const float* x) { all_gather_matmul(h13, x, N, w13_, group_); },  // [NL, C] split in
+      [&](float* y, const float* g) { matmul_reduce_scatter(y, g, N, w2_, group_); });  // [NL, C] split out
 }
 
 void SwiGluFeedForward::backward_sequence_split(float* dinp, const float* dout, const float* inp, int64_t N) {
-  const int64_t FL = w2_.in_features();
-  dg_.assign(static_cast<size_t>(N * FL), 0.0f);
-  dh13_.assign(static_cast<size_t>(N * 2 * FL), 0.0f);
-  matmul_reduce_scatter_backward(dg_.data(), dout, g_.data(), N, w2_, group_);  // all_gather of dout
-  swiglu_backward(dh13_.data(), dg_.data(), h13_.data(), N, FL);
-  all_gather_matmul_backward(dinp, dh13_.data(), inp, N, w13_, group_);  // reduce_scatter of dinp
+  swiglu_ffn_backward(
+      dinp, dh13_, dg_, dout, h13_, g_, inp, N, w2_.in_features(),
+      [&](float* dg, const float* dy, const float* g) {
+        matmul_reduce_scatter_backward(dg, dy, g, N, w2_, group_);  // all_gather of dout
+      },
+      [&](float* dx, const float* dh13, const float* x) {
+        all_gather_matmul_backward(dx, dh13, x, N, w13_, group_);  // reduce_scatter of dinp
+      });
 }
 
 void SwiGluFeedForward::release_activations() {
@@ -105,24 +136,10 @@ int64_t SwiGluFeedForward::parameter_bytes() const {
 // ---- QuantizedSwiGluFeedForward ----
 
 QuantizedSwiGluFeedForward::QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2)
-    : FrozenFeedForward("a quantized (frozen) layer"), w13_(std::move(w13)), w2_(std::move(w2)) {}
+    : w13_(std::move(w13)), w2_(std::move(w2)) {}
 
 void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N) {
-  const int64_t FL = w2_.in_features();
-  h13_.resize(static_cast<size_t>(N * 2 * FL));
-  g_.resize(static_cast<size_t>(N * FL));
-  w13_.forward(h13_.data(), inp, N);              // [N, 2*FL] split
-  swiglu_forward(g_.data(), h13_.data(), N, FL);  // [N, FL] split
-  w2_.forward(out, g_.data(), N);                 // [N, C] mirrored (all_sum)
+  swiglu_ffn_forward(out, h13_, g_, inp, N, w13_, w2_);
 }
-
-void FrozenFeedForward::refuse(const char* call) const {
-  throw std::invalid_argument(std::string("feed-forward: ") + call + " of " + what_ +
-                              ": training a quantized model is not supported");
-}
-
-void FrozenFeedForward::backward(float*, const float*, const float*, int64_t) { refuse("backward"); }
-std::vector<ParamRef> FrozenFeedForward::parameters() { refuse("parameters"); }
-std::vector<std::pair<std::string, tensor::Tensor>> FrozenFeedForward::gather_full() { refuse("gather_full"); }
 
 }  // namespace tpcli::nn

@@ -26,17 +26,13 @@ struct ParamRef {
   tensor::Tensor* grad = nullptr;
 };
 
+// What every feed-forward does: forward. Inference runs any of them; training needs a
+// TrainableFeedForward, so a frozen (packed) layer has no backward to be asked for.
 class FeedForward {
  public:
   virtual ~FeedForward() = default;
   // out[N, C] = ffn(inp[N, C]); both mirrored. A collective. Saves what backward needs.
   virtual void forward(float* out, const float* inp, int64_t N) = 0;
-  // dinp[N, C] += ... (mirrored); parameter grads +=. Follows forward on the same inp and N.
-  virtual void backward(float* dinp, const float* dout, const float* inp, int64_t N) = 0;
-  // This device's parameters (grads allocated).
-  virtual std::vector<ParamRef> parameters() = 0;
-  // Collective: every parameter's full tensor, by name (for saving).
-  virtual std::vector<std::pair<std::string, tensor::Tensor>> gather_full() = 0;
   // Extra training loss of the last forward (MoE load balancing), already in the returned loss's
   // units; its gradient is added by backward. 0 for the dense layer.
   virtual float aux_loss() const { return 0.0f; }
@@ -46,6 +42,17 @@ class FeedForward {
   virtual void release_activations() {}
   // Bytes of what forward keeps for backward (allocated capacity).
   virtual int64_t activation_bytes() const { return 0; }
+};
+
+// A feed-forward over f32 weights it can train: forward's backward and the parameters.
+class TrainableFeedForward : public FeedForward {
+ public:
+  // dinp[N, C] += ... (mirrored); parameter grads +=. Follows forward on the same inp and N.
+  virtual void backward(float* dinp, const float* dout, const float* inp, int64_t N) = 0;
+  // This device's parameters (grads allocated).
+  virtual std::vector<ParamRef> parameters() = 0;
+  // Collective: every parameter's full tensor, by name (for saving).
+  virtual std::vector<std::pair<std::string, tensor::Tensor>> gather_full() = 0;
 
   // Sequence parallel (nn/sequence_parallel.h, model/llama.h set_sequence_parallel): inp, out,
   // dinp and dout are this device's rows [NL, C] of the N rows (dist::even_split over the tensor
@@ -61,7 +68,7 @@ class FeedForward {
 // Communication: one all_sum of [N, C] in forward, one in backward. Sequence split: w1|w3 is an
 // all_gather_matmul and w2 a matmul_reduce_scatter (nn/collective_matmul.h); backward their
 // transposes (nn/sequence_parallel.h).
-class SwiGluFeedForward : public FeedForward {
+class SwiGluFeedForward : public TrainableFeedForward {
  public:
   // w1, w3: [FL, C]; w2: [C, FL]; prefix: "layers.3."; ffn_ranges: every member's FL rows of F.
   SwiGluFeedForward(tensor::Tensor w1, tensor::Tensor w3, tensor::Tensor w2, dist::Group group, std::string prefix,
@@ -91,23 +98,8 @@ class SwiGluFeedForward : public FeedForward {
   std::vector<float> dh13_; // [N, 2*FL] scratch
 };
 
-// A feed-forward over frozen packed weights (quantized or 16-bit checkpoints): forward only;
-// backward, parameters and gather_full throw one error naming `what` (training a quantized model
-// is not supported).
-class FrozenFeedForward : public FeedForward {
- public:
-  explicit FrozenFeedForward(const char* what) : what_(what) {}
-  void backward(float* dinp, const float* dout, const float* inp, int64_t N) final;
-  std::vector<ParamRef> parameters() final;
-  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() final;
-
- private:
-  [[noreturn]] void refuse(const char* call) const;
-  const char* what_;  // "a quantized (frozen) layer", ...
-};
-
-// The same SwiGLU over frozen packed weights.
-class QuantizedSwiGluFeedForward : public FrozenFeedForward {
+// The same SwiGLU over frozen packed weights (quantized or 16-bit checkpoints): forward only.
+class QuantizedSwiGluFeedForward : public FeedForward {
  public:
   // w13: parts w1 [FL, C], w3 [FL, C]; w2: [C, FL].
   QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2);

@@ -43,10 +43,14 @@ void expect_size(const char* what, size_t got, int64_t want) {
                                 std::to_string(want));
 }
 
-void check(const MoeSizes& s, const MoeWeights& w, int64_t el, int64_t fl) {
+void check_top_k(const MoeSizes& s) {
   if (s.n_experts < 1 || s.top_k < 1 || s.top_k > s.n_experts)
     throw std::invalid_argument("moe: top_k = " + std::to_string(s.top_k) + " must be in [1, n_experts = " +
                                 std::to_string(s.n_experts) + "]");
+}
+
+void check(const MoeSizes& s, const MoeWeights& w, int64_t el, int64_t fl) {
+  check_top_k(s);
   if (s.capacity_factor && !(*s.capacity_factor > 0.0f))
     throw std::invalid_argument("moe: capacity_factor = " + std::to_string(*s.capacity_factor) + " must be > 0");
   expect_size("router", w.router.size(), s.n_experts * s.dim);
@@ -543,16 +547,13 @@ int64_t MoeFeedForward::parameter_bytes() const {
 QuantizedMoeFeedForward::QuantizedMoeFeedForward(const MoeSizes& sizes, tensor::Tensor router,
                                                  std::vector<PackedExpert> local, dist::Group experts,
                                                  dist::Group tensor)
-    : FrozenFeedForward("quantized (frozen) experts"),
-      sizes_(sizes),
+    : sizes_(sizes),
       experts_(std::move(experts)),
       tensor_(std::move(tensor)),
       router_(std::move(router)),
       local_(std::move(local)) {
   const int64_t C = sizes_.dim, E = sizes_.n_experts;
-  if (E < 1 || sizes_.top_k < 1 || sizes_.top_k > E)
-    throw std::invalid_argument("moe: top_k = " + std::to_string(sizes_.top_k) + " must be in [1, n_experts = " +
-                                std::to_string(E) + "]");
+  check_top_k(sizes_);
   expect_size("router", static_cast<size_t>(router_.numel()), E * C);
   const int64_t EL = local_experts(sizes_.n_experts, experts_.size(), experts_.rank()).count;
   if (static_cast<int64_t>(local_.size()) != EL)

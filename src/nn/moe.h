@@ -153,7 +153,7 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
 // Parameter names: PREFIX + "router" [E, C], "experts.w1" [E, FE, C], "experts.w2" [E, C, FE],
 // "experts.w3" [E, FE, C] (full shapes; this device holds [EL, FL, C] etc.). The constructor does
 // no communication (it slices full tensors).
-class MoeFeedForward : public FeedForward {
+class MoeFeedForward : public TrainableFeedForward {
  public:
   // router [E, C], w1/w3 [E, FE, C], w2 [E, C, FE]: the FULL tensors; this device keeps its slices.
   MoeFeedForward(const MoeSizes& sizes, std::span<const float> router, std::span<const float> w1,
@@ -202,9 +202,9 @@ struct PackedExpert {
 
 // MoeFeedForward over packed experts (inference only): the same routing (f32 router), dispatch,
 // combine and communication, with each local expert's SwiGLU read from its packed weights by the
-// quantized kernels (tensor/packed_matrix.h), never dequantized to an f32 copy. backward,
-// parameters and gather_full throw: training a quantized model is not supported.
-class QuantizedMoeFeedForward : public FrozenFeedForward {
+// quantized kernels (tensor/packed_matrix.h), never dequantized to an f32 copy. Forward only: no
+// backward, no trainable parameters.
+class QuantizedMoeFeedForward : public FeedForward {
  public:
   // router [E, C] (mirrored); local: the experts local_experts(E, G, rank) of the expert group, in
   // order, each holding this member's FL of FE (the tensor group splits FE; FL equal for all).

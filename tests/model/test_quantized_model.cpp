@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "distributed/runtime.h"
@@ -21,6 +22,8 @@
 #include "model/packed_weights.h"
 #include "model/safetensors.h"
 #include "model/tokenizer.h"
+#include "nn/feed_forward.h"
+#include "nn/moe.h"
 #include "random_model.h"
 #include "reference_files.h"
 #include "support/temp_dir.h"
@@ -182,6 +185,12 @@ TEST_CASE("quantized safetensors round trip keeps the packed words, and the mode
     CHECK(a.logits == b.logits);
   }
 }
+
+// The packed feed-forwards have no backward to be asked for: the type rules training out.
+static_assert(!std::is_base_of_v<nn::TrainableFeedForward, nn::QuantizedSwiGluFeedForward>);
+static_assert(!std::is_base_of_v<nn::TrainableFeedForward, nn::QuantizedMoeFeedForward>);
+static_assert(std::is_base_of_v<nn::TrainableFeedForward, nn::SwiGluFeedForward>);
+static_assert(std::is_base_of_v<nn::TrainableFeedForward, nn::MoeFeedForward>);
 
 TEST_CASE("quantized model: training is refused, and a wo split that cuts groups keeps that wo in f32", "[llama][quantized]") {
   const TensorWeights f32 = random_weights(small_config(true), 7);
