@@ -33,6 +33,14 @@ Run run_tpcli(const std::string& args) {
 
 int lines_of(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
+// A usage error: exit 2, one line on stderr, starting with `start`.
+void check_usage_error(const Run& r, const std::string& start) {
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(r.err.rfind(start, 0) == 0);
+}
+
 // A random-weight model with a 512-token vocabulary (models/stories260K.toml), made once.
 const std::string& model_file() {
   static const std::string path = [] {
@@ -54,11 +62,7 @@ TEST_CASE("cli faults: CLI11's errors are one line with the tpcli prefix, exit 2
            {"infer --model x -n notanumber", "tpcli infer: "},
            {"nosuchcommand", "tpcli: "}}) {
     INFO("tpcli " << args);
-    const Run r = run_tpcli(args);
-    INFO("stderr: " << r.err);
-    CHECK(r.code == 2);
-    CHECK(lines_of(r.err) == 1);
-    CHECK(r.err.rfind(expect, 0) == 0);
+    check_usage_error(run_tpcli(args), expect);
   }
   const Run help = run_tpcli("infer --help");  // help stays CLI11's, exit 0
   CHECK(help.code == 0);
@@ -330,19 +334,12 @@ TEST_CASE("cli faults: absurd --link values are one line naming the flag and the
            {"infer --model " + model_file() + " -n 2 --devices 2 --link model=1,inf",
             "tpcli infer: --link model=1,inf: latency inf us is not a finite number >= 0"}}) {
     INFO("tpcli " << args);
-    const Run r = run_tpcli(args);
-    INFO("stderr: " << r.err);
-    CHECK(r.code == 2);
-    CHECK(lines_of(r.err) == 1);
-    CHECK(r.err.rfind(expect, 0) == 0);
+    check_usage_error(run_tpcli(args), expect);
   }
 }
 
 // Issue 25: -n 1000 started a thousand processes.
 TEST_CASE("cli faults: launch -n beyond the ranks a host may run is one line naming -n, exit 2") {
-  const Run r = run_tpcli("launch -n 1000 -- true");
-  INFO("stderr: " << r.err);
-  CHECK(r.code == 2);
-  CHECK(lines_of(r.err) == 1);
-  CHECK(r.err.rfind("tpcli launch: -n 1000: 1000 ranks on this machine, more than the 256 a host may run", 0) == 0);
+  check_usage_error(run_tpcli("launch -n 1000 -- true"),
+                    "tpcli launch: -n 1000: 1000 ranks on this machine, more than the 256 a host may run");
 }

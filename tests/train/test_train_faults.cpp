@@ -103,6 +103,26 @@ void set_checkpoint_step(const std::string& step) {
   model::write_safetensors(checkpoint().string(), tensors, meta);
 }
 
+// A 1-layer character model over "abc cab bca" lines, 2 sequences of 8 a step on `mesh`: the
+// smallest run that trains. `unused_tokens` rows of the vocabulary no text uses.
+train::TrainOptions smallest_run(const std::string& alphabet, dist::Mesh mesh, int64_t steps, int unused_tokens = 0) {
+  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(alphabet));
+  train::TrainOptions o;
+  o.tokenizer = tokenizer;
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "abc cab bca\n";
+  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
+  o.model = model::LlamaConfig{.dim = 16, .hidden_dim = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+                               .vocab_size = tokenizer->vocab_size() + unused_tokens, .seq_len = 16,
+                               .shared_classifier = unused_tokens == 0};
+  o.mesh = std::move(mesh);
+  o.steps = steps;
+  o.batch_size = 2;
+  o.seq_len = 8;
+  tpcli::testing::quiet_run(o);
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("train faults: a diverging run stops with one line naming the step - the good checkpoint stays") {
@@ -161,19 +181,7 @@ TEST_CASE("train faults: a run whose last update blows up writes no checkpoint o
 
 // The save of step s waits for step s + 1's gradients (before its update): still every save_every steps.
 TEST_CASE("train faults: a checkpoint is written once the next step's gradients vouch for it") {
-  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars("abc \n"));
-  train::TrainOptions o;
-  o.tokenizer = tokenizer;
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "abc cab bca\n";
-  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
-  o.model = model::LlamaConfig{.dim = 16, .hidden_dim = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
-                               .vocab_size = tokenizer->vocab_size(), .seq_len = 16};
-  o.mesh = dist::Mesh({{"data", 2}, {"model", 1}});
-  o.steps = 5;
-  o.batch_size = 2;
-  o.seq_len = 8;
-  tpcli::testing::quiet_run(o);
+  train::TrainOptions o = smallest_run("abc \n", dist::Mesh({{"data", 2}, {"model", 1}}), 5);
   o.out_dir = (scratch() / "deferred_run").string();
   o.save_every = 2;
   fs::remove_all(o.out_dir);
@@ -212,24 +220,12 @@ TEST_CASE("train faults: the loss guard passes ordinary training and catches a b
 TEST_CASE("train faults: a checkpoint holding a non-finite value is never written") {
   // A NaN in an embedding row no token of the corpus uses (the classifier is separate): the loss
   // and the gradients stay finite, so only the check before writing can catch it.
-  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars("abcabcabcab cab\n"));
-  train::TrainOptions o;
-  o.tokenizer = tokenizer;
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "abc cab bca\n";
-  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
-  o.model = model::LlamaConfig{.dim = 16, .hidden_dim = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
-                               .vocab_size = tokenizer->vocab_size() + 1, .seq_len = 16, .shared_classifier = false};
+  train::TrainOptions o = smallest_run("abcabcabcab cab\n", dist::Mesh({{"data", 1}, {"model", 2}}), 2, 1);
   auto weights = std::make_shared<model::TensorWeights>(model::random_weights(o.model, 1));
   std::vector<float> embeddings(weights->get("tok_embeddings").begin(), weights->get("tok_embeddings").end());
   embeddings.back() = NAN;  // the unused last token's row
   weights->set("tok_embeddings", tensor::Tensor({o.model.vocab_size, o.model.dim}, embeddings));
   o.init = weights;
-  o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
-  o.steps = 2;
-  o.batch_size = 2;
-  o.seq_len = 8;
-  tpcli::testing::quiet_run(o);
   o.out_dir = (scratch() / "nan_run").string();
   fs::remove_all(o.out_dir);
   std::string error;
