@@ -11,17 +11,16 @@ namespace tpcli::train {
 
 namespace {
 
-// Elements of `spec` held by the device with shard plan `plan` and local experts `experts`.
+// Elements of `spec` held by the device with shard plan `plan` and local experts `experts`: the
+// whole tensor when replicated, the experts' FE rows of each local expert, else the plan's range of
+// the spec's sharded dimension, as rows ([range, in]) or columns ([out, range]).
 int64_t local_numel(const model::ParamSpec& spec, const model::LlamaConfig& c, const model::ShardPlan& plan,
                     const dist::Range& experts) {
-  const int64_t C = c.dim;
-  const std::string& n = spec.name;
-  if (spec.split == model::Split::Replicated) return tensor::numel(spec.shape);
-  if (n == "tok_embeddings" || n == "output") return plan.vocab.count * C;
-  if (spec.expert) return experts.count * plan.expert_ffn.count * C;
-  if (spec.kv_heads) return plan.kv_rows().count * C;
-  if (n.ends_with(".wq") || n.ends_with(".wo")) return plan.q_rows().count * C;
-  return plan.ffn.count * C;  // w1, w2, w3
+  const tensor::Shape& s = spec.shape;
+  if (spec.split == model::Split::Replicated) return tensor::numel(s);
+  if (spec.expert) return experts.count * plan.expert_ffn.count * c.dim;  // [E_L, FE_L, C] or [E_L, C, FE_L]
+  const int64_t part = plan.range_of(spec.sharded_dim).count;
+  return spec.split == model::Split::Rows ? part * s[1] : s[0] * part;
 }
 
 int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan,
