@@ -20,4 +20,11 @@ BlockActivationSizes block_activation_sizes(const LlamaConfig& c, const ShardPla
   return s;
 }
 
+HeadActivationSizes head_activation_sizes(const LlamaConfig& c, const ShardPlan& plan, int B, int T,
+                                          bool sequence_parallel) {
+  const BlockActivationSizes b = block_activation_sizes(c, plan, B, T, sequence_parallel);
+  const int64_t N = int64_t{B} * T, C = c.dim;
+  return {b.x_in, N * C, b.rows, N * plan.vocab.count, N};
+}
+
 }  // namespace tpcli::model

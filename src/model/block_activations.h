@@ -1,6 +1,7 @@
-// tpcli::model — the sizes of what one block's training forward keeps for its backward, from the
-// dims alone: Llama::block_forward sizes its buffers from block_activation_sizes and train/memory.h
-// counts with it, so the two cannot drift.
+// tpcli::model — the sizes of what one block's training forward keeps for its backward (and what the
+// forward keeps after the blocks), from the dims alone: Llama::block_forward and train_forward size
+// their buffers from block_activation_sizes and head_activation_sizes and train/memory.h counts with
+// them, so the two cannot drift.
 //
 // Dimension legend: B batch, T time, N = B*T rows, R residual rows (N, or this device's NL of the N
 // under sequence parallelism: dist::even_split over the tensor group), C dim, NH_L this device's
@@ -34,9 +35,22 @@ struct BlockActivationSizes {
   int64_t saved() const { return xn1 + rstd1 + qkv + att + y + xm + xn2 + rstd2; }
 };
 
+// What the training forward keeps after the blocks, for the final norm, classifier and loss.
+struct HeadActivationSizes {
+  int64_t x_final = 0;  // [R, C] residual stream after the last block
+  int64_t xf = 0;       // [N, C] final norm output (all rows: the classifier's input)
+  int64_t rstdf = 0;    // [R]
+  int64_t probs = 0;    // [N, VL] softmax over this device's vocabulary rows
+  int64_t losses = 0;   // [N]
+  int64_t total() const { return x_final + xf + rstdf + probs + losses; }
+};
+
 // Block sizes on the device with shard plan `plan`, for B sequences of T; sequence_parallel: the
 // residual stream is split by rows over the plan's devices (Llama::set_sequence_parallel).
 BlockActivationSizes block_activation_sizes(const LlamaConfig& config, const ShardPlan& plan, int B, int T,
                                             bool sequence_parallel);
+// The same for the head (the blocks' scratch tmp is BlockActivationSizes').
+HeadActivationSizes head_activation_sizes(const LlamaConfig& config, const ShardPlan& plan, int B, int T,
+                                          bool sequence_parallel);
 
 }  // namespace tpcli::model

@@ -434,7 +434,9 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
     if (recompute_) layers_[l].ffn->release_activations();
   }
   A.x_final = std::move(x);
-  size(A.xf, N * C); size(A.rstdf, R); size(A.probs, N * VL); size(A.losses, N); size(A.tmp, R * C);
+  const HeadActivationSizes sizes = head_activation_sizes(config_, plan_, B, T, split);
+  size(A.xf, sizes.xf); size(A.rstdf, sizes.rstdf); size(A.probs, sizes.probs); size(A.losses, sizes.losses);
+  size(A.tmp, block_activation_sizes(config_, plan_, B, T, split).tmp);
   float* xf_rows = split ? A.tmp.data() : A.xf.data();  // [R, C]
   nn::rmsnorm_forward(xf_rows, A.rstdf.data(), A.x_final.data(), norm_.data(), R, C, config_.norm_eps);
   if (split) nn::all_gather_rows(A.xf.data(), xf_rows, N, C, group_);  // split -> mirrored

@@ -26,10 +26,10 @@ int64_t local_numel(const model::ParamSpec& spec, const model::LlamaConfig& c, c
 
 int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan) {
   const model::BlockActivationSizes b = model::block_activation_sizes(c, plan, m.rows, m.seq_len, m.sequence_parallel);
-  const int64_t N = int64_t{m.rows} * m.seq_len, C = c.dim, L = c.n_layers, VL = plan.vocab.count;
+  const model::HeadActivationSizes h = model::head_activation_sizes(c, plan, m.rows, m.seq_len, m.sequence_parallel);
+  const int64_t L = c.n_layers;
   const int64_t block = b.saved() + b.ffn;
-  // x_final [R, C], the blocks' scratch, xf [N, C]; rstdf [R], losses [N]; probs [N, VL]
-  const int64_t last = b.x_in + b.tmp + N * C + b.rows + N + N * VL;
+  const int64_t last = h.total() + b.tmp;  // after the blocks, and their one scratch
   if (m.recompute) return L * b.x_in + block + last;
   return L * (b.x_in + block) + last;
 }
