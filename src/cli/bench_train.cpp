@@ -66,14 +66,7 @@ std::optional<perf::Prediction> predict_step(const config::RunConfig& cfg, const
   const config::MeshSection& ms = cfg.mesh;
   if ((ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) || t.model.is_moe()) return std::nullopt;
   const perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.links};
-  train::MemoryLayout layout;
-  layout.data = mesh.data;
-  layout.tensor = mesh.tensor;
-  layout.rows = t.batch_size / mesh.data;
-  layout.seq_len = t.seq_len;
-  layout.recompute = t.recompute;
-  layout.shard_optimizer = t.shard_optimizer;
-  layout.bucket_elems = t.bucket_elems;
+  const train::MemoryLayout layout = train::memory_layout(t);
   const auto work = train::plan_step_work(t.model, layout, t.grad_accum);
   const auto comm = train::plan_step_collectives(t.model, layout, t.grad_accum);
   const perf::WorkRates rates = perf::measure_work_rates(work, comm, mesh, threads);

@@ -15,6 +15,7 @@
 #include "cli/model_file.h"
 #include "cli/model_from_config.h"
 #include "cli/plan_report.h"
+#include "cli/train_setup.h"
 #include "model/llama_config.h"
 #include "model/packed_weights.h"
 #include "model/shard_plan.h"
@@ -94,22 +95,13 @@ std::optional<int> corpus_vocab_size(const config::DataSection& data) {
   return std::nullopt;
 }
 
-// The bytes `tpcli train` prints at start for the same config and mesh (train/memory.h).
+// The bytes `tpcli train` prints at start for the same config and mesh (train/memory.h): the
+// options prepare_training gives the run, without reading its corpus or weights.
 train::MemoryLayout memory_layout(const config::RunConfig& config, const model::LlamaConfig& c) {
-  const config::MeshSection& m = config.mesh;
-  const config::TrainSection& t = config.train;
-  train::MemoryLayout layout;
-  layout.data = m.axis_size(m.data_axis);
-  layout.tensor = m.axis_size(m.tensor_axis);
-  layout.expert_group = m.axis_size(m.experts_axis());
-  layout.experts_on_data_axis = m.experts_axis() == m.data_axis;
-  layout.rows = t.batch_size / std::max(1, layout.data);
-  layout.seq_len = t.seq_len.value_or(c.seq_len);
-  layout.recompute = t.recompute;
-  layout.shard_optimizer = t.shard_optimizer;
-  layout.sequence_parallel = m.sequence_parallel;
-  layout.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
-  return layout;
+  train::TrainOptions options;
+  options.model = c;
+  set_config_fields(config, options);
+  return train::memory_layout(options);
 }
 
 void describe_memory(const config::RunConfig& config, const model::LlamaConfig& c, std::ostream& out) {

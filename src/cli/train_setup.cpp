@@ -172,11 +172,41 @@ static void refuse_several_thread_processes(const config::RunConfig& config) {
                               fix + ")");
 }
 
+void set_config_fields(const config::RunConfig& config, TrainOptions& o) {
+  const config::TrainSection& t = config.train;
+  o.mesh = to_dist_mesh(config.mesh);
+  o.data_axis = config.mesh.data_axis;
+  o.tensor_axis = config.mesh.tensor_axis;
+  o.expert_axis = config.mesh.experts_axis();
+  o.sequence_parallel = config.mesh.sequence_parallel;
+
+  o.steps = t.steps;
+  o.batch_size = t.batch_size;
+  o.seq_len = t.seq_len.value_or(o.model.seq_len);
+  o.seed = t.seed;
+  o.schedule = {t.lr, t.min_lr, t.warmup_steps, t.steps,
+                t.decay == config::DecayKind::Cosine ? Decay::Cosine : Decay::Constant};
+  o.adamw = {t.beta1, t.beta2, t.eps, t.weight_decay};
+  o.grad_clip = t.grad_clip;
+  o.eval_every = t.eval_every;
+  o.eval_batches = t.eval_batches;
+  o.out_dir = t.out_dir;
+  o.save_every = t.save_every;
+  o.log_every = t.log_every;
+  o.sample_tokens = t.sample_tokens;
+  o.shuffle = config.data.shuffle;
+  o.grad_accum = t.grad_accum;
+  o.recompute = t.recompute;
+  o.shard_optimizer = t.shard_optimizer;
+  o.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
+  o.overlap_buckets = t.overlap_buckets;
+  o.metadata_note = config.path;
+}
+
 Prepared prepare_training(const config::RunConfig& config, bool resume) {
   using config::ConfigError;
   Prepared p;
   TrainOptions& o = p.options;
-  const auto& t = config.train;
 
   std::optional<TextTokenizer> tokenizer = open_data(config, p);
   std::optional<int> tokenizer_vocab;
@@ -205,8 +235,8 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   o.tokenizer = std::make_shared<const TextTokenizer>(*tokenizer);
   o.corpus = std::make_shared<const Corpus>(open_corpus(config, p.corpus_text, *tokenizer, o.model.vocab_size));
 
-  // Mesh and its roles.
-  o.mesh = to_dist_mesh(config.mesh);
+  // Mesh, its roles, optimisation and output; then the transport.
+  set_config_fields(config, o);
   if (config.mesh.backend == config::BackendKind::Zmq) {
     select_zmq(config, p);
   } else if (config.mesh.backend == config::BackendKind::Mpi) {
@@ -214,34 +244,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   } else {
     refuse_several_thread_processes(config);
   }
-  o.data_axis = config.mesh.data_axis;
-  o.tensor_axis = config.mesh.tensor_axis;
-  o.expert_axis = config.mesh.experts_axis();
-
-  // Optimisation and output.
-  o.steps = t.steps;
-  o.batch_size = t.batch_size;
-  o.seq_len = t.seq_len.value_or(o.model.seq_len);
-  o.seed = t.seed;
-  o.schedule = {t.lr, t.min_lr, t.warmup_steps, t.steps,
-                t.decay == config::DecayKind::Cosine ? Decay::Cosine : Decay::Constant};
-  o.adamw = {t.beta1, t.beta2, t.eps, t.weight_decay};
-  o.grad_clip = t.grad_clip;
-  o.eval_every = t.eval_every;
-  o.eval_batches = t.eval_batches;
-  o.out_dir = t.out_dir;
-  o.save_every = t.save_every;
-  o.log_every = t.log_every;
-  o.sample_tokens = t.sample_tokens;
-  o.shuffle = config.data.shuffle;
-  o.grad_accum = t.grad_accum;
-  o.recompute = t.recompute;
-  o.sequence_parallel = config.mesh.sequence_parallel;
-  o.shard_optimizer = t.shard_optimizer;
-  o.bucket_elems = int64_t{t.bucket_kb} * 1024 / static_cast<int64_t>(sizeof(float));
-  o.overlap_buckets = t.overlap_buckets;
   o.resume = resume;
-  o.metadata_note = config.path;
 
   try {
     check_options(o);

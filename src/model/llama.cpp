@@ -16,6 +16,7 @@
 #include "nn/gather.h"
 #include "nn/rmsnorm.h"
 #include "nn/sequence_parallel.h"
+#include "model/block_activations.h"
 #include "model/packed_weights.h"
 #include "tensor/aligned_storage.h"
 #include "tensor/blas.h"
@@ -433,7 +434,9 @@ float Llama::train_forward(std::span<const int> tokens, std::span<const int> tar
     if (recompute_) layers_[l].ffn->release_activations();
   }
   A.x_final = std::move(x);
-  size(A.xf, N * C); size(A.rstdf, R); size(A.probs, N * VL); size(A.losses, N); size(A.tmp, R * C);
+  const HeadActivationSizes sizes = head_activation_sizes(config_, plan_, B, T, split);
+  size(A.xf, sizes.xf); size(A.rstdf, sizes.rstdf); size(A.probs, sizes.probs); size(A.losses, sizes.losses);
+  size(A.tmp, block_activation_sizes(config_, plan_, B, T, split).tmp);
   float* xf_rows = split ? A.tmp.data() : A.xf.data();  // [R, C]
   nn::rmsnorm_forward(xf_rows, A.rstdf.data(), A.x_final.data(), norm_.data(), R, C, config_.norm_eps);
   if (split) nn::all_gather_rows(A.xf.data(), xf_rows, N, C, group_);  // split -> mirrored
@@ -454,9 +457,10 @@ void Llama::block_forward(size_t l, const float* x_in, float* x_out, int B, int 
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
   Layer& L = layers_[l];
   auto& a = A.layers[recompute_ ? layers_.size() : l];
-  const int64_t R = sequence_rows(N).count;  // rows of the residual stream here
-  size(a.xn1, R * C); size(a.rstd1, R); size(a.qkv, N * QKV); size(a.att, int64_t(B) * shape.heads * T * T);
-  size(a.y, N * QL); size(a.xm, R * C); size(a.xn2, R * C); size(a.rstd2, R); size(A.tmp, R * C);
+  const BlockActivationSizes sizes = block_activation_sizes(config_, plan_, B, T, rows_split());
+  const int64_t R = sizes.rows;  // rows of the residual stream here
+  size(a.xn1, sizes.xn1); size(a.rstd1, sizes.rstd1); size(a.qkv, sizes.qkv); size(a.att, sizes.att);
+  size(a.y, sizes.y); size(a.xm, sizes.xm); size(a.xn2, sizes.xn2); size(a.rstd2, sizes.rstd2); size(A.tmp, sizes.tmp);
   nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), R, C, config_.norm_eps);
   if (rows_split())
     nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.trainable().qkv, group_);  // [R, C] split -> [N, QKV]

@@ -10,6 +10,10 @@
 
 namespace tpcli::nn {
 
+SwiGluActivationSizes swiglu_activation_sizes(int64_t N, int64_t FL) {
+  return {N * 2 * FL, N * FL, N * FL, N * 2 * FL};
+}
+
 namespace {
 std::vector<Linear> two(tensor::Tensor a, tensor::Tensor b) {
   std::vector<Linear> v;
@@ -25,8 +29,9 @@ std::vector<Linear> two(tensor::Tensor a, tensor::Tensor b) {
 template <class GateUp, class Down>
 void swiglu_ffn_forward(float* out, std::vector<float>& h13, std::vector<float>& g, const float* inp, int64_t N,
                         int64_t FL, GateUp&& gate_up, Down&& down) {
-  h13.resize(static_cast<size_t>(N * 2 * FL));
-  g.resize(static_cast<size_t>(N * FL));
+  const SwiGluActivationSizes n = swiglu_activation_sizes(N, FL);
+  h13.resize(static_cast<size_t>(n.h13));
+  g.resize(static_cast<size_t>(n.g));
   gate_up(h13.data(), inp);                     // [N, 2*FL] sharded
   swiglu_forward(g.data(), h13.data(), N, FL);  // [N, FL] sharded
   down(out, g.data());                          // [N, C]
@@ -49,8 +54,9 @@ template <class DownBack, class GateUpBack>
 void swiglu_ffn_backward(float* dinp, std::vector<float>& dh13, std::vector<float>& dg, const float* dout,
                          const std::vector<float>& h13, const std::vector<float>& g, const float* inp, int64_t N,
                          int64_t FL, DownBack&& down_back, GateUpBack&& gate_up_back) {
-  dg.assign(static_cast<size_t>(N * FL), 0.0f);
-  dh13.resize(static_cast<size_t>(N * 2 * FL));  // overwritten by swiglu_backward
+  const SwiGluActivationSizes n = swiglu_activation_sizes(N, FL);
+  dg.assign(static_cast<size_t>(n.dg), 0.0f);
+  dh13.resize(static_cast<size_t>(n.dh13));  // overwritten by swiglu_backward
   down_back(dg.data(), dout, g.data());
   swiglu_backward(dh13.data(), dg.data(), h13.data(), N, FL);
   gate_up_back(dinp, dh13.data(), inp);

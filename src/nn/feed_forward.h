@@ -62,6 +62,15 @@ class TrainableFeedForward : public FeedForward {
   virtual void backward_sequence_split(float* dinp, const float* dout, const float* inp, int64_t N);
 };
 
+// The dense SwiGLU's buffers, in floats, for N rows and FL hidden rows: forward saves h13 [N, 2*FL]
+// and g [N, FL], backward's scratch is dg [N, FL] and dh13 [N, 2*FL]. The layers size them from
+// here; model/block_activations.h counts them.
+struct SwiGluActivationSizes {
+  int64_t h13 = 0, g = 0, dg = 0, dh13 = 0;
+  int64_t total() const { return h13 + g + dg + dh13; }
+};
+SwiGluActivationSizes swiglu_activation_sizes(int64_t N, int64_t FL);
+
 // The dense SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
 //   w1|w3: one AllToShardedLinear with two segments (rows FL of each) -> h13[N, 2*FL]
 //   w2:    ShardedToAllLinear over FL columns -> all_sum -> out[N, C]

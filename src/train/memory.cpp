@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "distributed/group.h"
+#include "model/block_activations.h"
 #include "model/shard_plan.h"
 #include "nn/moe.h"
 
@@ -11,31 +12,26 @@ namespace tpcli::train {
 
 namespace {
 
-// Elements of `spec` held by the device with shard plan `plan` and local experts `experts`.
+// Elements of `spec` held by the device with shard plan `plan` and local experts `experts`: the
+// whole tensor when replicated, the experts' FE rows of each local expert, else the plan's range of
+// the spec's sharded dimension, as rows ([range, in]) or columns ([out, range]).
 int64_t local_numel(const model::ParamSpec& spec, const model::LlamaConfig& c, const model::ShardPlan& plan,
                     const dist::Range& experts) {
-  const int64_t C = c.dim;
-  const std::string& n = spec.name;
-  if (spec.split == model::Split::Replicated) return tensor::numel(spec.shape);
-  if (n == "tok_embeddings" || n == "output") return plan.vocab.count * C;
-  if (spec.expert) return experts.count * plan.expert_ffn.count * C;
-  if (spec.kv_heads) return plan.kv_rows().count * C;
-  if (n.ends_with(".wq") || n.ends_with(".wo")) return plan.q_rows().count * C;
-  return plan.ffn.count * C;  // w1, w2, w3
+  const tensor::Shape& s = spec.shape;
+  if (spec.split == model::Split::Replicated) return tensor::numel(s);
+  if (spec.expert) return experts.count * plan.expert_ffn.count * c.dim;  // [E_L, FE_L, C] or [E_L, C, FE_L]
+  const int64_t part = plan.range_of(spec.sharded_dim).count;
+  return spec.split == model::Split::Rows ? part * s[1] : s[0] * part;
 }
 
-int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan,
-                          int tensor_rank) {
-  const int64_t N = int64_t{m.rows} * m.seq_len, C = c.dim, T = m.seq_len, L = c.n_layers;
-  const int64_t QL = plan.q_rows().count, KVL = plan.kv_rows().count, VL = plan.vocab.count;
-  const int64_t FL = c.is_moe() ? 0 : plan.ffn.count;
-  const int64_t R = m.sequence_parallel ? dist::even_split(N, m.tensor, tensor_rank).count : N;  // residual rows
-  const int64_t block_input = R * C;
-  const int64_t block_rest = 3 * R * C + 2 * R + N * (QL + 2 * KVL) + N * QL + int64_t{m.rows} * plan.heads.count * T * T;
-  const int64_t ffn = 6 * N * FL;
-  const int64_t last = 2 * R * C + N * C + R + N + N * VL;  // x_final, scratch, xf; rstdf, losses; probs
-  if (m.recompute) return L * block_input + block_rest + ffn + last;
-  return L * (block_input + block_rest + ffn) + last;
+int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan) {
+  const model::BlockActivationSizes b = model::block_activation_sizes(c, plan, m.rows, m.seq_len, m.sequence_parallel);
+  const model::HeadActivationSizes h = model::head_activation_sizes(c, plan, m.rows, m.seq_len, m.sequence_parallel);
+  const int64_t L = c.n_layers;
+  const int64_t block = b.saved() + b.ffn;
+  const int64_t last = h.total() + b.tmp;  // after the blocks, and their one scratch
+  if (m.recompute) return L * b.x_in + block + last;
+  return L * (b.x_in + block) + last;
 }
 
 std::string megabytes(int64_t bytes) {
@@ -64,7 +60,7 @@ DeviceBytes device_bytes(const model::LlamaConfig& c, const MemoryLayout& m, int
       moments += dist::even_split(std::min(m.bucket_elems, flat - o), m.data, data_rank).count;
   }
   const int64_t f = static_cast<int64_t>(sizeof(float));
-  return {local * f, local * f, 2 * moments * f, activation_floats(c, m, plan, tensor_rank) * f};
+  return {local * f, local * f, 2 * moments * f, activation_floats(c, m, plan) * f};
 }
 
 int64_t data_replicated_elements(const model::LlamaConfig& c, const MemoryLayout& m, int tensor_rank) {

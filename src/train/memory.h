@@ -10,7 +10,8 @@
 //   optimizer    AdamW's two moments: of every local element, or (shard_optimizer) of this data
 //                rank's chunk of each gradient bucket plus the expert weights it owns
 //   activations  what the forward keeps for the backward at its peak (model/llama.h
-//                peak_activation_bytes): per block [N, C] x 4, [N] x 2, [N, QL+2KVL], [N, QL],
+//                peak_activation_bytes): per block (model/block_activations.h, the sizes
+//                Llama::block_forward allocates) [N, C] x 4, [N] x 2, [N, QL+2KVL], [N, QL],
 //                [rows, NH_L, T, T] and the SwiGLU's [N, FL] x 6; then [N, C] x 3, [N] x 2,
 //                [N, VL]. With recompute: only each block's input [N, C] plus one block's set.
 //                Sequence parallel: the [N, C] and [N] of the residual stream and the norms are
