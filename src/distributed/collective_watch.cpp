@@ -1,8 +1,6 @@
 // tpcli::dist — collective wait stamps and interruptible modelled-link holds (collective_watch.h).
 #include "distributed/collective_watch.h"
 
-#include <thread>
-
 #include "distributed/group.h"
 
 namespace tpcli::dist {
@@ -47,17 +45,10 @@ void CollectiveWatch::end(const std::string& why) {
   ended_.notify_all();
 }
 
-// Sleeps until shortly before `until`, then yields: sleep_until alone wakes ~50-100 us late (the
-// kernel's timer slack, a VM's timer), more than a small collective's whole modelled time, and a
-// token of decode makes ~26 of them.
-void CollectiveWatch::hold_until(Clock::time_point until) {
-  constexpr auto SLEEP_MARGIN = std::chrono::microseconds(200);
-  if (until - Clock::now() > SLEEP_MARGIN) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    ended_.wait_until(lock, until - SLEEP_MARGIN, [&] { return why_.has_value(); });
-    if (why_) throw CollectiveAborted(*why_);
-  }
-  while (Clock::now() < until) std::this_thread::yield();
+void CollectiveWatch::sleep_until(Clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ended_.wait_until(lock, until, [&] { return why_.has_value(); });
+  if (why_) throw CollectiveAborted(*why_);
 }
 
 }  // namespace tpcli::dist

@@ -55,7 +55,7 @@ class CollectiveWatch {
   // Ends the run: every hold, now or later, throws CollectiveAborted(why). The first call wins.
   void end(const std::string& why);
   // Sleeps until `until`; throws CollectiveAborted if the run ends first.
-  void hold_until(Clock::time_point until);
+  void sleep_until(Clock::time_point until);
 
  private:
   std::vector<std::atomic<int64_t>> since_ns_;  // [devices] steady-clock ns of entry; 0 = not waiting

@@ -161,8 +161,8 @@ class Group {
   // Every collective of this handle then completes no earlier than its modelled time on `link`
   // (distributed/links.h). Null: no model (the default).
   void model_links(std::shared_ptr<LinkClock> link) { link_ = std::move(link); }
-  // Stamps device `device`'s waits in `watch`, and lets it cut modelled-link holds short when the
-  // run ends. Null: neither (the default).
+  // Lets `watch` cut modelled-link holds short when the run ends, and stamps device `device`'s
+  // waits in it (device < 0: no stamps). Null: neither (the default).
   void watch_collectives(CollectiveWatch* watch, int device) {
     watch_ = watch;
     watch_device_ = device;

@@ -43,7 +43,7 @@ Group& Device::axes(const std::vector<std::string>& names) {
   std::shared_ptr<Communicator> comm;
   if (members.size() > 1) comm = backend_.communicator(rank_, members);
   Group group(std::move(comm), &stats_, trace_, rank_);
-  group.watch_collectives(watch_, rank_);
+  group.watch_collectives(watch_, stamp_waits_ ? rank_ : -1);
   const AxisLink link = group_link(links_, names);
   if (members.size() > 1 && link.gb_per_s > 0)
     group.model_links(std::make_shared<LinkClock>(link, static_cast<int>(members.size())));
@@ -183,7 +183,7 @@ void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, con
   for (int r : ranks) {
     devices.push_back(std::make_unique<Device>(r, mesh, *backend, options.seed, options.trace));
     devices.back()->model_links(options.links);
-    devices.back()->watch_collectives(&watch);
+    devices.back()->watch_collectives(&watch, options.stop != nullptr);
   }
 
   FirstError first;

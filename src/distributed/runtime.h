@@ -63,8 +63,12 @@ class Device {
   Device(int rank, Mesh mesh, Backend& backend, uint64_t seed, Trace* trace);
   // Groups made from now on along a listed axis complete no earlier than their modelled link time.
   void model_links(LinkSpec links) { links_ = std::move(links); }
-  // Groups made from now on stamp their waits in `watch` and end their holds when the run ends.
-  void watch_collectives(CollectiveWatch* watch) { watch_ = watch; }
+  // Groups made from now on end their holds when `watch` ends the run, and stamp their waits in
+  // it when `stamp_waits` (only a run that can be asked to stop reads the stamps).
+  void watch_collectives(CollectiveWatch* watch, bool stamp_waits) {
+    watch_ = watch;
+    stamp_waits_ = stamp_waits;
+  }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -78,6 +82,7 @@ class Device {
   Trace* trace_;
   LinkSpec links_;  // empty: nothing modelled
   CollectiveWatch* watch_ = nullptr;
+  bool stamp_waits_ = false;
   // Cache keyed by axis list; a deque so references handed out by axis()/axes() stay valid.
   std::deque<std::pair<std::vector<std::string>, Group>> groups_;
 };
