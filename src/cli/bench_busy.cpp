@@ -142,7 +142,7 @@ std::unique_ptr<model::WeightSource> load_bench_model(const std::string& path, s
 
 // Greedy decode of `tokens` positions from BOS on this device's shards.
 void decode(const model::WeightSource& weights, dist::Device& dev, int tokens) {
-  model::Llama llama = model::Llama::for_inference(weights, dev.axis("model"));
+  model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"));
   int token = 1;  // BOS
   for (int pos = 0; pos < tokens; ++pos) token = model::sample_argmax(llama.forward(token, pos));
 }

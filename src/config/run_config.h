@@ -93,7 +93,7 @@ struct MeshSection {
   std::optional<std::string> expert_axis;  // splits the experts; not given = data_axis
   BackendKind backend = BackendKind::Threads;
   std::map<std::string, LinkConfig> links;  // [mesh.links] by axis name; empty = not modelled
-  bool sequence_parallel = false;    // training: Megatron-style sequence parallelism (model/llama.h)
+  bool sequence_parallel = false;    // training: Megatron-style sequence parallelism (model/trainable_llama.h)
 
   const std::string& experts_axis() const { return expert_axis ? *expert_axis : data_axis; }
   int device_count() const;               // product of the axis sizes (1 when empty)

@@ -1,5 +1,5 @@
 // tpcli::model — the sizes of what one block's training forward keeps for its backward (and what the
-// forward keeps after the blocks), from the dims alone: Llama::block_forward and train_forward size
+// forward keeps after the blocks), from the dims alone: TrainableLlama::block_forward and train_forward size
 // their buffers from block_activation_sizes and head_activation_sizes and train/memory.h counts with
 // them, so the two cannot drift.
 //
@@ -46,7 +46,7 @@ struct HeadActivationSizes {
 };
 
 // Block sizes on the device with shard plan `plan`, for B sequences of T; sequence_parallel: the
-// residual stream is split by rows over the plan's devices (Llama::set_sequence_parallel).
+// residual stream is split by rows over the plan's devices (TrainableLlama::set_sequence_parallel).
 BlockActivationSizes block_activation_sizes(const LlamaConfig& config, const ShardPlan& plan, int B, int T,
                                             bool sequence_parallel);
 // The same for the head (the blocks' scratch tmp is BlockActivationSizes').

@@ -14,7 +14,7 @@
 //   all_sum     C      x L: wo's partial outputs            (ShardedToAll)
 //   all_sum     C      x L: the feed-forward's w2 outputs   (ShardedToAll)
 //   all_gather  V      the logits (sampling); greedy decoding (forward_argmax) gathers 2T floats instead
-// Per training micro-batch (Llama::forward_backward), over the tensor group:
+// Per training micro-batch (TrainableLlama::forward_backward), over the tensor group:
 //   all_gather  N C    embedding rows;  all_sum N C x 2L forward (x 4L with recompute)
 //   all_max N, all_sum 2N   the vocab-split cross-entropy
 //   all_sum N C        the classifier's input gradient; all_sum N C x 2L: w1|w3's and wq|wk|wv's

@@ -2,6 +2,7 @@
 #include "model/perplexity.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <span>
 
@@ -21,20 +22,11 @@ double window_nll_by_decode(Llama& llama, const int* in, const int* target, int 
 }
 
 double sum_window_nll(Llama& llama, const std::vector<int>& tokens, int S, int64_t W, bool decode) {
-  constexpr int64_t B = 4;
   double sum = 0;
-  for (int64_t w0 = 0; w0 < W; w0 += B) {
-    const int b = static_cast<int>(std::min(B, W - w0));
-    std::vector<int> in, target;  // [b, S] each
-    for (int64_t w = w0; w < w0 + b; ++w) {
-      in.insert(in.end(), tokens.begin() + w * S, tokens.begin() + w * S + S);
-      target.insert(target.end(), tokens.begin() + w * S + 1, tokens.begin() + w * S + S + 1);
-    }
-    if (decode) {
-      for (int i = 0; i < b; ++i) sum += window_nll_by_decode(llama, &in[size_t(i) * S], &target[size_t(i) * S], S);
-    } else {
-      sum += static_cast<double>(llama.loss(in, target, b, S)) * b;
-    }
+  for (int64_t w = 0; w < W; ++w) {
+    const int* in = tokens.data() + w * S;  // its targets are one further
+    if (decode) sum += window_nll_by_decode(llama, in, in + 1, S);
+    else sum += llama.prefill_loss({in, size_t(S)}, {in + 1, size_t(S)});
   }
   return sum;
 }

@@ -1,8 +1,8 @@
 // tpcli::model — perplexity scoring: the negative log-likelihood of a text cut into windows of S
 // tokens, each window's tokens predicting the next one (llama.cpp's llama-perplexity), through the
-// batched forward (Llama::loss) or token by token through the decode path.
+// batched prefill (Llama::prefill_loss) or token by token through the decode path.
 //
-// Dimension legend: S window length, W windows, B windows per batched forward.
+// Dimension legend: S window length, W windows.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +14,11 @@ namespace tpcli::model {
 
 // Mean NLL of one window fed token by token through forward(): the decode path (matrix-vector
 // kernels, e.g. the int8 activations of 8- and 4-bit weights, and the KV cache) rather than the
-// batched forward's gemm, so its numerics can be scored too.
+// prefill's gemm, so its numerics can be scored too.
 double window_nll_by_decode(Llama& llama, const int* in, const int* target, int S);
 
 // Sum over windows 0..W-1 of `tokens` (window w: tokens[w S, w S + S), its targets one further)
-// of each window's mean NLL, by decode or by the batched forward (a few windows a call). Every
+// of each window's mean NLL, by decode or by one prefill a window. Every
 // device of the llama's group calls it with the same arguments.
 double sum_window_nll(Llama& llama, const std::vector<int>& tokens, int S, int64_t W, bool decode);
 

@@ -1,6 +1,6 @@
 // tpcli::nn — the feed-forward half of a transformer block, behind an interface so the
-// mixture-of-experts layer (nn/moe.h) can take the dense layer's place (model/llama.cpp,
-// make_feed_forward, picks one per block).
+// mixture-of-experts layer (nn/moe.h) can take the dense layer's place (model/llama_core.cpp,
+// load_f32_feed_forward, picks one per block).
 //
 // Dimension legend: N rows, C channels, F hidden features, FL this device's hidden rows.
 // Input and output are mirrored [N, C] (the same on every tensor-parallel device); what happens
@@ -37,7 +37,7 @@ class FeedForward {
   // units; its gradient is added by backward. 0 for the dense layer.
   virtual float aux_loss() const { return 0.0f; }
   virtual int64_t parameter_bytes() const = 0;
-  // Activation checkpointing (model/llama.h set_recompute): frees what forward saved for backward
+  // Activation checkpointing (model/trainable_llama.h set_recompute): frees what forward saved for backward
   // (a later forward on the same input saves it again). The MoE layer keeps its buffers (no-op).
   virtual void release_activations() {}
   // Bytes of what forward keeps for backward (allocated capacity).
@@ -54,7 +54,7 @@ class TrainableFeedForward : public FeedForward {
   // Collective: every parameter's full tensor, by name (for saving).
   virtual std::vector<std::pair<std::string, tensor::Tensor>> gather_full() = 0;
 
-  // Sequence parallel (nn/sequence_parallel.h, model/llama.h set_sequence_parallel): inp, out,
+  // Sequence parallel (nn/sequence_parallel.h, model/trainable_llama.h set_sequence_parallel): inp, out,
   // dinp and dout are this device's rows [NL, C] of the N rows (dist::even_split over the tensor
   // group); N is the full count. The dense layer only: the default throws.
   virtual bool supports_sequence_split() const { return false; }

@@ -145,7 +145,7 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
                   std::span<const float> inp, const MoeWeights& w, MoeActivations& acts, const MoeSizes& sizes,
                   dist::Group& experts, dist::Group* tensor = nullptr);
 
-// The MoE as a transformer block's feed-forward (model/llama.cpp picks it when config.is_moe()).
+// The MoE as a transformer block's feed-forward (model/llama_core.cpp loads it when config.is_moe()).
 // Input and output [N, C] are mirrored over the tensor group and split (each member its own
 // tokens) over the expert group. Experts: member e of the expert group owns local_experts(E, G, e);
 // with a tensor group of size T > 1 every expert's FE is split over it as well (w1/w3 rows,

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel_optimizer.h"
@@ -17,7 +17,7 @@ namespace tpcli::train {
 // Every parameter's full tensor, for the moments: the moment buffers take the place of the values
 // while the model gathers its "weights" (collective over the tensor group), so the sharding
 // arithmetic stays in one place (the model).
-model::TensorWeights gather_as_weights(model::Llama& llama, std::vector<tensor::Tensor>& shards) {
+model::TensorWeights gather_as_weights(model::TrainableLlama& llama, std::vector<tensor::Tensor>& shards) {
   auto params = llama.parameters();
   for (size_t i = 0; i < params.size(); ++i) std::swap(*params[i].value, shards[i]);
   model::TensorWeights full = [&] {
@@ -32,7 +32,7 @@ model::TensorWeights gather_as_weights(model::Llama& llama, std::vector<tensor::
   return full;
 }
 
-model::TensorWeights gather_gradients(model::Llama& llama) {
+model::TensorWeights gather_gradients(model::TrainableLlama& llama) {
   std::vector<tensor::Tensor> grads;
   for (auto& p : llama.parameters()) grads.push_back(*p.grad);
   return gather_as_weights(llama, grads);
@@ -47,7 +47,7 @@ static void require_finite(std::span<const float> values, const std::string& pat
 }
 
 // Collective over the tensor group (gathers); every device calls it, world rank 0 writes.
-void save_checkpoint(model::Llama& llama, DataParallelOptimizer& optimizer, const SaveInfo& info, bool writer) {
+void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimizer, const SaveInfo& info, bool writer) {
   model::TensorWeights weights = llama.gather_weights();
   std::vector<tensor::Tensor> exp_avg = optimizer.moments(0), exp_avg_sq = optimizer.moments(1);
   model::TensorWeights m = gather_as_weights(llama, exp_avg);
@@ -92,7 +92,7 @@ std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, con
     auto data = file.tensor(name).data;
     source.set(spec.name, tensor::Tensor(spec.shape, std::vector<float>(data.begin(), data.end())));
   }
-  model::Llama shards(source, tensor_group, expert_group);
+  model::TrainableLlama shards(source, tensor_group, expert_group);
   std::vector<tensor::Tensor> out;
   // Copies: a value may be a view of its layer's storage (wq|wk|wv, w1|w3: nn/linear.h), which
   // `shards` takes with it.

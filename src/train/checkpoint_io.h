@@ -1,7 +1,7 @@
 // tpcli::train — checkpoints from and into a device's shards: gathering every parameter and
 // AdamW moment into full tensors for saving, and slicing a checkpoint's moments for resuming
 // (train/checkpoint.h describes the file). The moments go through the same model code as the
-// weights, so the sharding arithmetic stays in one place (model/llama.cpp), and through
+// weights, so the sharding arithmetic stays in one place (model/llama_core.cpp), and through
 // DataParallelOptimizer::moments(), so a checkpoint is the same whatever the mesh and whether the
 // optimizer state is sharded.
 #pragma once
@@ -14,7 +14,7 @@
 #include "tensor/tensor.h"
 
 namespace tpcli::model {
-class Llama;
+class TrainableLlama;
 class SafetensorsFile;
 }
 namespace tpcli::dist {
@@ -28,7 +28,7 @@ class DataParallelOptimizer;
 
 // Collective over the tensor group: full tensors of per-parameter local `shards` (one per
 // llama.parameters() entry, in their local shapes), by parameter name.
-model::TensorWeights gather_as_weights(model::Llama& llama, std::vector<tensor::Tensor>& shards);
+model::TensorWeights gather_as_weights(model::TrainableLlama& llama, std::vector<tensor::Tensor>& shards);
 
 struct SaveInfo {
   std::string path;
@@ -38,7 +38,7 @@ struct SaveInfo {
 
 // Collective over the tensor group (gathers) and, sharded, the data axis; every device calls it,
 // world rank 0 (writer) writes. Refuses (throws naming the tensor) to write non-finite values.
-void save_checkpoint(model::Llama& llama, DataParallelOptimizer& optimizer, const SaveInfo& info, bool writer);
+void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimizer, const SaveInfo& info, bool writer);
 
 // The moments stored in a checkpoint under `prefix`, sliced into this device's local shapes (one
 // per llama.parameters() entry): a model built from them holds exactly the local slices.

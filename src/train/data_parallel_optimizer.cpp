@@ -27,14 +27,14 @@ std::vector<int64_t> slot_sizes(const std::vector<Slot>& slots) {
 
 }  // namespace
 
-std::vector<Slot> make_slots(model::Llama& llama, const model::LlamaConfig&, const ParallelAxes& axes, int tensor_rank) {
+std::vector<Slot> make_slots(model::TrainableLlama& llama, const model::LlamaConfig&, const ParallelAxes& axes, int tensor_rank) {
   ParamTable table(llama, axes, tensor_rank, int64_t{1} << 40);
   std::vector<Slot> slots;
   for (const ParamEntry& e : table.entries()) slots.push_back(whole_slot(e, e.offset < 0 ? 1.0 : axes.data_size));
   return slots;
 }
 
-DataParallelOptimizer::DataParallelOptimizer(model::Llama& llama, const ParallelAxes& axes, int tensor_rank,
+DataParallelOptimizer::DataParallelOptimizer(model::TrainableLlama& llama, const ParallelAxes& axes, int tensor_rank,
                                              const AdamWOptions& adamw, bool shard, int64_t bucket_elems)
     : table_(llama, axes, tensor_rank, bucket_elems),
       axes_(axes),

@@ -26,7 +26,7 @@ namespace tpcli::train {
 
 class DataParallelOptimizer {
  public:
-  DataParallelOptimizer(model::Llama& llama, const ParallelAxes& axes, int tensor_rank, const AdamWOptions& adamw,
+  DataParallelOptimizer(model::TrainableLlama& llama, const ParallelAxes& axes, int tensor_rank, const AdamWOptions& adamw,
                         bool shard, int64_t bucket_elems);
 
   // After K forward_backward calls (grads summed over K micro-batches): every device holds the
@@ -78,7 +78,7 @@ class DataParallelOptimizer {
 
 // One step's data-parallel gradient reduction (PyTorch DDP's reducer). With start_early, each
 // bucket's collective (all_sum, or reduce_scatter when sharded) starts as soon as backward has
-// finished its gradients (model::Llama::set_gradients_ready calls gradients_ready); the buckets
+// finished its gradients (model::TrainableLlama::set_gradients_ready calls gradients_ready); the buckets
 // follow grad_buffer()'s order, the last block's first. finish() starts what is left and waits for
 // all, so the optimizer reads complete gradients. Without start_early, finish() runs the blocking
 // collectives, bucket by bucket. Same sums, same bits either way. Keep it on the step's stack:
@@ -109,7 +109,7 @@ class GradientExchange {
 
 // The optimizer's view of every local parameter with the global-norm weights of the plain
 // (unsharded) mode: 1 / (devices in the world holding the same gradient element).
-std::vector<Slot> make_slots(model::Llama& llama, const model::LlamaConfig& config, const ParallelAxes& axes,
+std::vector<Slot> make_slots(model::TrainableLlama& llama, const model::LlamaConfig& config, const ParallelAxes& axes,
                              int tensor_rank);
 
 }  // namespace tpcli::train

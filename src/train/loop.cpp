@@ -12,6 +12,7 @@
 #include "distributed/trace.h"
 #include "model/atomic_file.h"
 #include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
@@ -190,7 +191,7 @@ class DeviceRun {
   dist::Group& experts_;  // MoE: the experts are dealt out over it (nn/moe.h)
   const bool writer_;
   ParallelAxes axes_;
-  model::Llama llama_;
+  model::TrainableLlama llama_;
   DataParallelOptimizer optimizer_;
   RowRange rows_;  // this data rank's rows of the K-times batch
   std::vector<int> inputs_, targets_;  // (B_local, T) scratch
@@ -409,18 +410,14 @@ void DeviceRun::run() {
   sample();
 }
 
-// A sample from the trained model, on data rank 0's tensor group. With experts spread over an
-// expert group (MoE), every decode step would be a collective over it: data rank 0 samples from
-// a copy that holds every expert (gather_weights is a collective, so every device calls it).
+// A sample from the trained model, on data rank 0's tensor group, by the inference model built
+// from the gathered weights (gather_weights is a collective, so every device calls it). It holds
+// every expert of a MoE model, so a decode step is no collective over the expert group.
 void DeviceRun::sample() {
   if (o_.sample_tokens <= 0) return;
-  std::optional<model::Llama> all_experts;
-  if (experts_.size() > 1) {
-    model::TensorWeights full = llama_.gather_weights();
-    if (data_.rank() == 0) all_experts.emplace(full, tp_);
-  }
+  const model::TensorWeights full = llama_.gather_weights();
   if (data_.rank() != 0) return;
-  model::Llama& sampler = all_experts ? *all_experts : llama_;
+  model::Llama sampler(full, tp_);
   auto forward = [&](int token, int pos) -> std::span<const float> { return sampler.forward(token, pos); };
   const int steps = std::min(o_.sample_tokens + 1, o_.model.seq_len);
   std::string text;

@@ -52,7 +52,7 @@
 #include "train/step.h"
 
 namespace tpcli::model {
-class Llama;
+class TrainableLlama;
 }
 namespace tpcli::dist {
 class Backend;
@@ -91,8 +91,8 @@ struct TrainOptions {
   int batch_size = 12;  // rows of one micro-batch over the whole data axis
   int seq_len = 64;
   int grad_accum = 1;   // K micro-batches per optimizer step: a step sees K * batch_size rows
-  bool recompute = false;        // activation checkpointing per block (model/llama.h set_recompute)
-  bool sequence_parallel = false;  // token rows split over the tensor axis (model/llama.h set_sequence_parallel)
+  bool recompute = false;        // activation checkpointing per block (model/trainable_llama.h set_recompute)
+  bool sequence_parallel = false;  // token rows split over the tensor axis (model/trainable_llama.h set_sequence_parallel)
   bool shard_optimizer = false;  // ZeRO-1 (train/data_parallel_optimizer.h)
   int64_t bucket_elems = 262144; // floats per data-parallel gradient bucket
   bool overlap_buckets = true;   // buckets start during backward (train/data_parallel_optimizer.h GradientExchange)
@@ -163,6 +163,6 @@ DeviceBytes run_device_bytes(const TrainOptions& options);
 
 // Collective over the tensor group: every parameter's full gradient (the model gathers its
 // gradients the way it gathers its weights).
-model::TensorWeights gather_gradients(model::Llama& llama);
+model::TensorWeights gather_gradients(model::TrainableLlama& llama);
 
 }  // namespace tpcli::train

@@ -9,9 +9,9 @@
 //   gradients    one gradient per parameter element (f32; not sharded, as in ZeRO-1)
 //   optimizer    AdamW's two moments: of every local element, or (shard_optimizer) of this data
 //                rank's chunk of each gradient bucket plus the expert weights it owns
-//   activations  what the forward keeps for the backward at its peak (model/llama.h
+//   activations  what the forward keeps for the backward at its peak (model/trainable_llama.h
 //                peak_activation_bytes): per block (model/block_activations.h, the sizes
-//                Llama::block_forward allocates) [N, C] x 4, [N] x 2, [N, QL+2KVL], [N, QL],
+//                TrainableLlama::block_forward allocates) [N, C] x 4, [N] x 2, [N, QL+2KVL], [N, QL],
 //                [rows, NH_L, T, T] and the SwiGLU's [N, FL] x 6; then [N, C] x 3, [N] x 2,
 //                [N, VL]. With recompute: only each block's input [N, C] plus one block's set.
 //                Sequence parallel: the [N, C] and [N] of the residual stream and the norms are
@@ -37,7 +37,7 @@ struct MemoryLayout {
   bool recompute = false;
   bool shard_optimizer = false;
   int64_t bucket_elems = 262144;
-  bool sequence_parallel = false;  // [mesh] sequence_parallel (model/llama.h set_sequence_parallel)
+  bool sequence_parallel = false;  // [mesh] sequence_parallel (model/trainable_llama.h set_sequence_parallel)
 };
 
 struct DeviceBytes {

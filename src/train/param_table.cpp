@@ -9,7 +9,7 @@
 
 namespace tpcli::train {
 
-ParamTable::ParamTable(model::Llama& llama, const ParallelAxes& axes, int tensor_rank, int64_t bucket_elems) {
+ParamTable::ParamTable(model::TrainableLlama& llama, const ParallelAxes& axes, int tensor_rank, int64_t bucket_elems) {
   if (bucket_elems < 1) throw std::invalid_argument("gradient buckets must hold at least 1 element");
   const auto plans = model::plan_all_shards(llama.config(), axes.tensor_size);
   const model::ShardPlan& mine = plans[static_cast<size_t>(tensor_rank)];

@@ -5,7 +5,7 @@
 // Dimension legend: P elements of the flat buffer (every local parameter that is replicated over
 // the data axis, in llama_parameters order), D data ranks, TP tensor devices.
 //
-// The flat buffer is the model's gradient buffer (model::Llama::grad_buffer(), in the order backward
+// The flat buffer is the model's gradient buffer (model::TrainableLlama::grad_buffer(), in the order backward
 // finishes the gradients: last block first), so a bucket of gradients is a view of it and the
 // collectives run in place. Values stay in the model's tensors: a range of them is copied out and
 // back (gather / scatter) where the sharded optimizer needs them flat. Expert weights dealt out over
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "distributed/group.h"
-#include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::train {
@@ -53,7 +53,7 @@ std::vector<dist::Range> bucket_ranges(int64_t flat, int64_t bucket_elems);
 class ParamTable {
  public:
   // bucket_elems: floats per bucket (at least 1).
-  ParamTable(model::Llama& llama, const ParallelAxes& axes, int tensor_rank, int64_t bucket_elems);
+  ParamTable(model::TrainableLlama& llama, const ParallelAxes& axes, int tensor_rank, int64_t bucket_elems);
 
   std::vector<ParamEntry>& entries() { return entries_; }
   const std::vector<ParamEntry>& entries() const { return entries_; }

@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "model/llama.h"
+#include "model/trainable_llama.h"
 
 namespace tpcli::train {
 
@@ -10,8 +10,8 @@ namespace {
 
 // Clears the model's gradients-ready hook however the call ends (it points into the caller's frame).
 struct ReadyHook {
-  model::Llama& llama;
-  ReadyHook(model::Llama& m, const std::function<void(int64_t)>& ready) : llama(m) { llama.set_gradients_ready(ready); }
+  model::TrainableLlama& llama;
+  ReadyHook(model::TrainableLlama& m, const std::function<void(int64_t)>& ready) : llama(m) { llama.set_gradients_ready(ready); }
   ~ReadyHook() { llama.set_gradients_ready({}); }
   ReadyHook(const ReadyHook&) = delete;
   ReadyHook& operator=(const ReadyHook&) = delete;
@@ -22,7 +22,7 @@ struct ReadyHook {
 // (before any capacity drop) that the K forward_backward passes then use. Cleared on exit.
 class BatchFractions {
  public:
-  BatchFractions(model::Llama& llama) : llama_(llama) {}
+  BatchFractions(model::TrainableLlama& llama) : llama_(llama) {}
   ~BatchFractions() { llama_.set_moe_batch_fractions({}); }
   BatchFractions(const BatchFractions&) = delete;
   BatchFractions& operator=(const BatchFractions&) = delete;
@@ -46,13 +46,13 @@ class BatchFractions {
   }
 
  private:
-  model::Llama& llama_;
+  model::TrainableLlama& llama_;
   std::vector<std::vector<int64_t>> counts_;  // [blocks][E] assignments over the K micro-batches
 };
 
 }  // namespace
 
-double accumulate_gradients(model::Llama& llama, const BatchSampler& batches, int64_t step, RowRange rows,
+double accumulate_gradients(model::TrainableLlama& llama, const BatchSampler& batches, int64_t step, RowRange rows,
                             int micro_batches, std::vector<int>& inputs, std::vector<int>& targets,
                             const std::function<void(int64_t end)>& last_ready) {
   const int T = batches.seq_len(), R = (rows.end - rows.begin) / micro_batches;
@@ -84,7 +84,7 @@ double accumulate_gradients(model::Llama& llama, const BatchSampler& batches, in
   return sum / micro_batches;
 }
 
-double data_parallel_gradients(model::Llama& llama, const ParallelAxes& axes, std::span<const int> inputs,
+double data_parallel_gradients(model::TrainableLlama& llama, const ParallelAxes& axes, std::span<const int> inputs,
                                std::span<const int> targets, int rows, int seq_len) {
   llama.zero_grad();
   float loss = llama.forward_backward(inputs, targets, rows, seq_len);

@@ -13,7 +13,7 @@
 #include "train/param_table.h"
 
 namespace tpcli::model {
-class Llama;
+class TrainableLlama;
 }
 
 namespace tpcli::train {
@@ -24,8 +24,8 @@ namespace tpcli::train {
 // larger batch. Gradients are summed (not averaged) over k. Returns this device's mean loss over
 // the K micro-batches. inputs, targets: scratch, (R*T,).
 // During the last micro-batch's backward, last_ready (when set) hears which gradients are final
-// (model::Llama::set_gradients_ready), so their data-parallel collectives can start.
-double accumulate_gradients(model::Llama& llama, const BatchSampler& batches, int64_t step, RowRange rows,
+// (model::TrainableLlama::set_gradients_ready), so their data-parallel collectives can start.
+double accumulate_gradients(model::TrainableLlama& llama, const BatchSampler& batches, int64_t step, RowRange rows,
                             int micro_batches, std::vector<int>& inputs, std::vector<int>& targets,
                             const std::function<void(int64_t end)>& last_ready = {});
 
@@ -34,7 +34,7 @@ double accumulate_gradients(model::Llama& llama, const BatchSampler& batches, in
 // gradient averaged so that every device holds the gradient of the mean loss over the global batch
 // (pmean over data; expert weights scaled by 1/G instead, nn/moe.h). Returns the mean loss over
 // the global batch (pmean of the local mean losses).
-double data_parallel_gradients(model::Llama& llama, const ParallelAxes& axes, std::span<const int> inputs,
+double data_parallel_gradients(model::TrainableLlama& llama, const ParallelAxes& axes, std::span<const int> inputs,
                                std::span<const int> targets, int rows, int seq_len);
 
 }  // namespace tpcli::train

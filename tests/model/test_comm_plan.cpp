@@ -9,6 +9,7 @@
 #include "distributed/trace.h"
 #include "model/comm_plan.h"
 #include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "model/packed_weights.h"
 #include "random_model.h"
 #include "support/planned_calls.h"
@@ -66,7 +67,7 @@ TEST_CASE("comm plan: one training forward_backward's collectives are the planne
       options.trace = &trace;
       std::vector<int64_t> from(static_cast<size_t>(T));
       dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
-        model::Llama m(w, dev.axis("model"));
+        model::TrainableLlama m(w, dev.axis("model"));
         m.set_recompute(recompute);
         dev.world().barrier();
         from[static_cast<size_t>(dev.rank())] = trace.now_ns();

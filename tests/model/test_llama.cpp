@@ -13,6 +13,7 @@
 
 #include "distributed/runtime.h"
 #include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "nn/fd_check.h"
 #include "random_model.h"
 
@@ -128,7 +129,7 @@ TEST_CASE("batched forward equals token-by-token decode", "[llama][batched]") {
     for (int devices : {1, 3}) {
       std::vector<float> batched;
       dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
-        model::Llama m(w, dev.axis("model"));
+        model::TrainableLlama m(w, dev.axis("model"));
         auto l = m.forward_logits(tokens, B, T);
         if (dev.rank() == devices - 1) batched = std::move(l);
       });
@@ -161,7 +162,7 @@ std::vector<TrainResult> train_step(const TensorWeights& w, int T, const std::ve
                                     const std::vector<int>& targets, int B, int seq, bool twice = false) {
   std::vector<TrainResult> out(T);
   dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
-    model::Llama m(w, dev.axis("model"));
+    model::TrainableLlama m(w, dev.axis("model"));
     m.zero_grad();
     TrainResult r;
     r.loss = m.forward_backward(tokens, targets, B, seq);
@@ -239,7 +240,7 @@ TEST_CASE("model gradient matches finite differences of the loss", "[llama][grad
   const auto tokens = random_tokens(B * T, c.vocab_size, 72), targets = random_tokens(B * T, c.vocab_size, 73);
   const auto ref = train_step(w, 1, tokens, targets, B, T)[0];
   dist::Group single;
-  auto loss_of = [&] { return double(model::Llama(w, single).loss(tokens, targets, B, T)); };
+  auto loss_of = [&] { return double(model::TrainableLlama(w, single).loss(tokens, targets, B, T)); };
   std::mt19937 rng(74);
   for (const auto& spec : model::llama_parameters(c)) {
     auto& t = w.at(spec.name);
@@ -259,10 +260,12 @@ TEST_CASE("gather_weights returns the original weights - byte counts - errors", 
   std::vector<int64_t> param_bytes(4), kv_bytes(4);
   std::vector<TensorWeights> gathered(4, TensorWeights(c));
   dist::run_on_mesh(dist::Mesh::line(4), [&](dist::Device& dev) {
-    model::Llama m(w, dev.axis("model"));
+    model::TrainableLlama m(w, dev.axis("model"));
     gathered[dev.rank()] = m.gather_weights();
     param_bytes[dev.rank()] = m.parameter_bytes();
-    kv_bytes[dev.rank()] = m.kv_cache_bytes();
+    const model::Llama inference(w, dev.axis("model"));
+    CHECK(inference.parameter_bytes() == param_bytes[dev.rank()]);
+    kv_bytes[dev.rank()] = inference.kv_cache_bytes();
   });
   for (int r = 0; r < 4; ++r)
     for (const auto& spec : model::llama_parameters(c)) {
@@ -278,6 +281,7 @@ TEST_CASE("gather_weights returns the original weights - byte counts - errors", 
   dist::Group single;
   model::Llama one(w, single);
   CHECK(one.parameter_bytes() == c.parameter_count() * 4);
+  CHECK(model::TrainableLlama(w, single).parameter_bytes() == c.parameter_count() * 4);
   CHECK_THROWS_WITH(one.forward(0, c.seq_len), Catch::Contains("position 16"));
   const auto big = make_config(32, 8, 4, 40, 1, 29, true);
   const auto wb = random_weights(big, 82);

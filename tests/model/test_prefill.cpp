@@ -11,6 +11,7 @@
 #include "distributed/runtime.h"
 #include "model/generate.h"
 #include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "model/llama2c.h"
 #include "model/shard_plan.h"
 #include "random_model.h"
@@ -165,7 +166,9 @@ TEST_CASE("memory: per-device parameters add up to the model once, plus the repl
         model::Llama m(w, dev.axis("model"));
         params[static_cast<size_t>(dev.rank())] = m.parameter_bytes();
         caches[static_cast<size_t>(dev.rank())] = m.kv_cache_bytes();
-        gathered[static_cast<size_t>(dev.rank())] = m.gather_weights();  // what a checkpoint saves
+        model::TrainableLlama trainable(w, dev.axis("model"));
+        CHECK(trainable.parameter_bytes() == m.parameter_bytes());
+        gathered[static_cast<size_t>(dev.rank())] = trainable.gather_weights();  // what a checkpoint saves
       });
       // Held more than once: the norm gains (on every device) and KV heads several devices use.
       int64_t kv_rows_held = 0;  // sum over devices of wk (= wv) rows

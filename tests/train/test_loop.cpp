@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
@@ -167,7 +167,7 @@ TEST_CASE("resume after an interruption reproduces the uninterrupted loss sequen
 
 TEST_CASE("loss on a fixed batch decreases over 50 steps") {
   auto o = base_options();
-  model::Llama llama(model::random_weights(o.model, 5), dist::Group());
+  model::TrainableLlama llama(model::random_weights(o.model, 5), dist::Group());
   const int B = 4, T = 16;
   train::BatchSampler batches(o.corpus->train, B, T, false, 0);
   std::vector<int> inputs(B * T), targets(B * T);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "model/random_init.h"
 #include "train/loop.h"
 
@@ -45,7 +45,7 @@ TEST_CASE("data + tensor parallel gradients equal the single-device gradients") 
   for (auto& t : targets) t = token(rng);
 
   // Reference: one device, the whole batch.
-  model::Llama ref(weights, dist::Group());
+  model::TrainableLlama ref(weights, dist::Group());
   ref.zero_grad();
   const float ref_loss = ref.forward_backward(inputs, targets, B, T);
   std::map<std::string, std::vector<float>> ref_grads;
@@ -60,7 +60,7 @@ TEST_CASE("data + tensor parallel gradients equal the single-device gradients") 
       dist::run_on_mesh(mesh, [&](dist::Device& dev) {
         dist::Group& data = dev.axis("data");
         train::ParallelAxes axes{&data, &dev.world(), D, TP, D, true};
-        model::Llama llama(weights, dev.axis("model"));
+        model::TrainableLlama llama(weights, dev.axis("model"));
         const auto rows = train::data_rows(B, D, data.rank());
         const auto first = static_cast<size_t>(rows.begin * T), n = static_cast<size_t>((rows.end - rows.begin) * T);
         double loss = train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(first, n),
@@ -91,7 +91,7 @@ TEST_CASE("global-norm weights count every distinct gradient element once") {
   std::mt19937 rng(5);
   for (auto& t : inputs) t = static_cast<int>(rng() % 37);
   for (auto& t : targets) t = static_cast<int>(rng() % 37);
-  model::Llama ref(weights, dist::Group());
+  model::TrainableLlama ref(weights, dist::Group());
   ref.zero_grad();
   ref.forward_backward(inputs, targets, B, T);
   double ref_sq = 0;
@@ -104,7 +104,7 @@ TEST_CASE("global-norm weights count every distinct gradient element once") {
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
     dist::Group& data = dev.axis("data");
     train::ParallelAxes axes{&data, &dev.world(), 2, 4, 2, true};
-    model::Llama llama(weights, dev.axis("model"));
+    model::TrainableLlama llama(weights, dev.axis("model"));
     const auto rows = train::data_rows(B, 2, data.rank());
     train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(static_cast<size_t>(rows.begin * T), T),
                                    std::span(targets).subspan(static_cast<size_t>(rows.begin * T), T), 1, T);
@@ -146,7 +146,7 @@ TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (
         std::vector<std::vector<std::vector<float>>> grads(2);  // [plain, split][parameter]
         std::vector<int64_t> activations(2);
         for (int split = 0; split < 2; ++split) {
-          model::Llama llama(weights, dev.axis("model"));
+          model::TrainableLlama llama(weights, dev.axis("model"));
           llama.set_recompute(c.recompute);
           llama.set_sequence_parallel(split == 1);
           loss[split] = train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(first, n),

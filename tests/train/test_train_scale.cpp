@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/llama.h"
+#include "model/trainable_llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
@@ -200,7 +200,7 @@ TEST_CASE("bucketed data-parallel all-sum equals the per-parameter all-sum") {
   }
   dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
     dist::Group& data = dev.axis("data");
-    model::Llama reference(weights, dev.axis("model")), bucketed(weights, dev.axis("model"));
+    model::TrainableLlama reference(weights, dev.axis("model")), bucketed(weights, dev.axis("model"));
     train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};
     const auto rows = std::span<const int>(inputs).subspan(static_cast<size_t>(data.rank()) * 32, 32);
     const auto rows_t = std::span<const int>(targets).subspan(static_cast<size_t>(data.rank()) * 32, 32);
@@ -264,7 +264,7 @@ TEST_CASE("a bucket's all-sum starts during backward, before the embedding's gra
   const BucketRun run = bucket_run();
   dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 1}}), [&](dist::Device& dev) {
     dist::Group& data = dev.axis("data");
-    model::Llama reference(run.weights, dev.axis("model")), started(run.weights, dev.axis("model"));
+    model::TrainableLlama reference(run.weights, dev.axis("model")), started(run.weights, dev.axis("model"));
     train::ParallelAxes axes{&data, &dev.world(), 2, 1, 2, true};
     const auto rows = std::span<const int>(run.inputs).subspan(static_cast<size_t>(data.rank()) * 32, 32);
     const auto rows_t = std::span<const int>(run.targets).subspan(static_cast<size_t>(data.rank()) * 32, 32);
@@ -303,7 +303,7 @@ TEST_CASE("a device failing during backward with buckets started ends the run wi
   try {
     dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 1}}), [&](dist::Device& dev) {
       dist::Group& data = dev.axis("data");
-      model::Llama llama(run.weights, dev.axis("model"));
+      model::TrainableLlama llama(run.weights, dev.axis("model"));
       train::ParallelAxes axes{&data, &dev.world(), 2, 1, 2, true};
       const auto rows = std::span<const int>(run.inputs).subspan(static_cast<size_t>(data.rank()) * 32, 32);
       const auto rows_t = std::span<const int>(run.targets).subspan(static_cast<size_t>(data.rank()) * 32, 32);
@@ -339,7 +339,7 @@ TEST_CASE("bytes per device: the accounting equals what the model and optimizer 
         dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
           dist::Group& data = dev.axis("data");
           dist::Group& tp = dev.axis("model");
-          model::Llama llama(weights, tp);
+          model::TrainableLlama llama(weights, tp);
           llama.set_recompute(recompute);
           llama.set_sequence_parallel(split);
           train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};

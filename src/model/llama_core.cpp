@@ -1,0 +1,113 @@
+// tpcli::model — the core both Llama roles share (see llama_core.h).
+#include "model/llama_core.h"
+
+#include <stdexcept>
+
+#include "nn/gather.h"
+#include "nn/linear.h"
+#include "nn/moe.h"
+
+namespace tpcli::model {
+
+using tensor::Tensor;
+
+LlamaCore::LlamaCore(LlamaConfig c, dist::Group tensor_group, dist::Group experts)
+    : config(std::move(c)), group(std::move(tensor_group)), expert_group(std::move(experts)) {
+  config.validate();
+  specs = llama_parameters(config);
+  all_plans = plan_all_shards(config, group.size());
+  plan = all_plans[static_cast<size_t>(group.rank())];
+  const int kv_mul = config.n_heads / config.n_kv_heads;
+  for (int h = 0; h < plan.heads.count; ++h) kv_of.push_back(plan.kv_head_of(h, kv_mul));
+  rope = nn::RopeTable(config.seq_len, config.head_size(), config.rope_theta, config.rope_scaling);
+}
+
+nn::AttentionShape LlamaCore::attention_shape() const {
+  return {static_cast<int>(plan.heads.count), static_cast<int>(plan.kv_heads.count), config.head_size(), kv_of};
+}
+
+std::vector<dist::Range> LlamaCore::vocab_ranges() const {
+  std::vector<dist::Range> ranges;
+  for (const auto& q : all_plans) ranges.push_back(q.vocab);
+  return ranges;
+}
+
+const ParamSpec& LlamaCore::spec(const std::string& name) const {
+  for (const auto& s : specs)
+    if (s.name == name) return s;
+  throw std::logic_error("llama: no parameter " + name);
+}
+
+void LlamaCore::rope_forward(float* qkv, int64_t N, int pos, int64_t period) const {
+  const nn::AttentionShape shape = attention_shape();
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
+  for (int64_t n = 0; n < N; ++n) {
+    const int p = pos + static_cast<int>(n % period);
+    rope.forward(qkv + n * QKV, shape.heads, p);
+    rope.forward(qkv + n * QKV + QL, shape.kv_heads, p);
+  }
+}
+
+void LlamaCore::rope_backward(float* dqkv, int64_t N, int64_t period) const {
+  const nn::AttentionShape shape = attention_shape();
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
+  for (int64_t n = 0; n < N; ++n) {
+    const int p = static_cast<int>(n % period);
+    rope.backward(dqkv + n * QKV, shape.heads, p);
+    rope.backward(dqkv + n * QKV + QL, shape.kv_heads, p);
+  }
+}
+
+std::vector<float> LlamaCore::gather_vocab_columns(const float* local, int64_t N) {
+  Tensor full = nn::gather_columns(group, local, vocab_ranges(), N, config.vocab_size);
+  return std::vector<float>(full.span().begin(), full.span().end());
+}
+
+std::span<const float> checked_values(const WeightSource& w, const std::string& name, int64_t expected) {
+  auto src = w.get(name);
+  if (static_cast<int64_t>(src.size()) != expected)
+    throw std::invalid_argument("llama: parameter '" + name + "' has " + std::to_string(src.size()) +
+                                " values, expected " + std::to_string(expected));
+  return src;
+}
+
+Tensor LlamaCore::local_slice(const WeightSource& w, const std::string& name) const {
+  const ParamSpec& s = spec(name);
+  const int64_t rows = s.shape[0], cols = tensor::numel(s.shape) / rows;
+  const std::span<const float> full = checked_values(w, name, rows * cols);
+  switch (s.split) {
+    case Split::Replicated: return Tensor(s.shape, full);
+    case Split::Rows: return nn::slice_rows(full.data(), cols, plan.range_of(s.sharded_dim));
+    case Split::Columns: return nn::slice_columns(full.data(), rows, cols, {plan.range_of(s.sharded_dim)});
+  }
+  throw std::logic_error("llama: parameter '" + name + "' has no split");
+}
+
+Tensor LlamaCore::block_slice(const WeightSource& w, int l, const std::string& name) const {
+  return local_slice(w, "layers." + std::to_string(l) + "." + name);
+}
+
+F32AttentionLinears LlamaCore::load_f32_attention(const WeightSource& w, int l) const {
+  std::vector<nn::Linear> parts;
+  for (const char* name : {"wq", "wk", "wv"}) parts.emplace_back(block_slice(w, l, name));
+  return {nn::AllToShardedLinear(std::move(parts), group), nn::ShardedToAllLinear(nn::Linear(block_slice(w, l, "wo")), group)};
+}
+
+std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const WeightSource& w, int l) const {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  const LlamaConfig& c = config;
+  if (c.is_moe()) {
+    const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
+    const nn::MoeSizes sizes{C, FE, c.n_experts, c.top_k, c.moe_aux_loss, c.capacity_factor};
+    return std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, p + "router", E * C),
+                                                checked_values(w, p + "experts.w1", E * FE * C),
+                                                checked_values(w, p + "experts.w2", E * C * FE),
+                                                checked_values(w, p + "experts.w3", E * FE * C), expert_group, group, p);
+  }
+  std::vector<dist::Range> ranges;
+  for (const auto& q : all_plans) ranges.push_back(q.ffn);
+  return std::make_unique<nn::SwiGluFeedForward>(block_slice(w, l, "w1"), block_slice(w, l, "w3"), block_slice(w, l, "w2"),
+                                                 group, p, std::move(ranges), c.hidden_dim);
+}
+
+}  // namespace tpcli::model

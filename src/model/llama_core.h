@@ -1,0 +1,81 @@
+// tpcli::model — what the two roles of a Llama shard share: the inference model (model/llama.h:
+// packed or f32 weights, KV cache, decode and prefill) and the trainable one
+// (model/trainable_llama.h: f32 parameters, gradients, activations). Both are built on one
+// LlamaCore: the config and its parameter specs, every device's shard plan, the local heads'
+// attention shape, RoPE, and the slicing of a parameter's local part out of a full tensor.
+//
+// Dimension legend: N rows, C dim, V vocab, VL this device's vocabulary rows, QL/KVL its q/kv rows.
+//
+// Sharding (MLX's Llama recipe), per block:
+//   x -[attention_norm]-> AllToSharded(wq|wk|wv) -> RoPE, attention on local heads
+//     -> ShardedToAll(wo) (all_sum) -> + x
+//   x -[ffn_norm]-> FeedForward (dense: AllToSharded(w1|w3), SwiGLU, ShardedToAll(w2); or MoE) -> + x
+// then final norm -> classifier split by vocabulary rows (AllToSharded) -> logits gathered
+// (all_gather_v) in decode, or a vocab-split cross-entropy in training.
+// The token embedding is split by vocabulary rows too (nn::VocabParallelEmbedding: a lookup is one
+// all_gather_v of the rows' owners); a tied classifier is the same rows. Which part is this
+// device's: model/shard_plan.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "distributed/group.h"
+#include "model/llama_config.h"
+#include "model/shard_plan.h"
+#include "model/weights.h"
+#include "nn/attention.h"
+#include "nn/feed_forward.h"
+#include "nn/linear.h"
+#include "nn/rope.h"
+#include "tensor/tensor.h"
+
+namespace tpcli::model {
+
+// A block's attention linears in f32, this device's parts.
+struct F32AttentionLinears {
+  nn::AllToShardedLinear qkv;  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
+  nn::ShardedToAllLinear wo;   // [C, QL]
+};
+
+struct LlamaCore {
+  LlamaCore() = default;
+  // tensor_group: the devices that split the weights; expert_group (MoE only): the devices the
+  // experts are dealt out over (nn/moe.h). Validates the config.
+  LlamaCore(LlamaConfig config, dist::Group tensor_group, dist::Group expert_group);
+
+  LlamaConfig config;
+  std::vector<ParamSpec> specs;  // llama_parameters(config)
+  dist::Group group;             // tensor group
+  dist::Group expert_group;
+  std::vector<ShardPlan> all_plans;  // [TP] every device's
+  ShardPlan plan;                    // this device's
+  std::vector<int> kv_of;            // [NH_L] local kv head of each local query head
+  nn::RopeTable rope;
+
+  nn::AttentionShape attention_shape() const;
+  std::vector<dist::Range> vocab_ranges() const;  // [TP] every device's vocabulary rows
+  const ParamSpec& spec(const std::string& name) const;
+  // RoPE on q and k of qkv[N, QL+2KVL]: row n sits at position pos + n % period.
+  void rope_forward(float* qkv, int64_t N, int pos, int64_t period) const;
+  void rope_backward(float* dqkv, int64_t N, int64_t period) const;  // positions n % period
+  // Collective over the tensor group: full logits [N, V] from every device's [N, VL] columns.
+  std::vector<float> gather_vocab_columns(const float* local, int64_t N);
+  // This device's part of parameter `name` (rows or columns by its spec's sharded dimension, the
+  // whole of a replicated one), copied from the full tensor in `w`.
+  tensor::Tensor local_slice(const WeightSource& w, const std::string& name) const;
+  // The same for block l's parameter `name` ("wq", "ffn_norm", ...).
+  tensor::Tensor block_slice(const WeightSource& w, int l, const std::string& name) const;
+  // Block l's f32 layers, this device's parts: both roles load f32 weights alike. The feed-forward
+  // is the dense SwiGLU or, for a MoE config, the MoE layer (its experts over expert_group).
+  F32AttentionLinears load_f32_attention(const WeightSource& w, int l) const;
+  std::unique_ptr<nn::TrainableFeedForward> load_f32_feed_forward(const WeightSource& w, int l) const;
+};
+
+// The full values of `name` in `w`, checked to hold `expected` floats.
+std::span<const float> checked_values(const WeightSource& w, const std::string& name, int64_t expected);
+
+}  // namespace tpcli::model
