@@ -11,6 +11,22 @@ int64_t ns_of(CollectiveWatch::Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
+// A started call whose wait() is stamped as the device waiting in a collective.
+class WatchedPending : public PendingCollective {
+ public:
+  WatchedPending(std::unique_ptr<PendingCollective> inner, CollectiveWatch* watch, int device)
+      : inner_(std::move(inner)), watch_(watch), device_(device) {}
+  CollectiveWatch::Clock::time_point wait() override {
+    CollectiveWatch::Waiting waiting(watch_, device_);
+    return inner_->wait();
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  CollectiveWatch* watch_;
+  int device_;
+};
+
 }  // namespace
 
 CollectiveWatch::Waiting::Waiting(CollectiveWatch* watch, int rank) {
@@ -49,6 +65,15 @@ void CollectiveWatch::sleep_until(Clock::time_point until) {
   std::unique_lock<std::mutex> lock(mutex_);
   ended_.wait_until(lock, until, [&] { return why_.has_value(); });
   if (why_) throw CollectiveAborted(*why_);
+}
+
+void WatchedCommunicator::run(const Call&, CallOn on) {
+  CollectiveWatch::Waiting waiting(watch_, device_);
+  on(inner_);
+}
+
+std::unique_ptr<PendingCollective> WatchedCommunicator::start(CollectiveCall call) {
+  return std::make_unique<WatchedPending>(inner_.start(std::move(call)), watch_, device_);
 }
 
 }  // namespace tpcli::dist

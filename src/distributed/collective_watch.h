@@ -10,6 +10,9 @@
 // count, so a stop between steps still finishes the step and saves.
 //
 // end() is also called when a device fails, so a hold on a slow modelled link does not outlive it.
+//
+// The stamps are made by a communicator wrapped around the group's (WatchedCommunicator), outside
+// any modelled link (LinkModelledCommunicator) so that a hold counts as waiting.
 #pragma once
 
 #include <atomic>
@@ -20,6 +23,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "distributed/links.h"
 
 namespace tpcli::dist {
 
@@ -62,6 +67,24 @@ class CollectiveWatch {
   std::mutex mutex_;                            // guards why_
   std::condition_variable ended_;
   std::optional<std::string> why_;
+};
+
+// Wraps a group's communicator so that device `device`'s time in each collective (for a started
+// one, in wait()) is stamped in `watch`. Only a run that can be asked to stop reads the stamps, so
+// the runtime wraps only then: other runs pay no clock read per collective.
+class WatchedCommunicator : public ForwardingCommunicator {
+ public:
+  WatchedCommunicator(std::shared_ptr<Communicator> inner, CollectiveWatch* watch, int device)
+      : ForwardingCommunicator(*inner), owned_(std::move(inner)), watch_(watch), device_(device) {}
+  std::unique_ptr<PendingCollective> start(CollectiveCall call) override;
+
+ protected:
+  void run(const Call& call, CallOn on) override;
+
+ private:
+  std::shared_ptr<Communicator> owned_;  // inner_
+  CollectiveWatch* watch_;
+  int device_;
 };
 
 }  // namespace tpcli::dist

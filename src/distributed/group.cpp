@@ -8,10 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <thread>
 
-#include "distributed/collective_watch.h"
-#include "distributed/links.h"
 #include "distributed/trace.h"
 
 namespace tpcli::dist {
@@ -54,60 +51,28 @@ Group::Group(std::shared_ptr<Communicator> comm, CommStats* stats, Trace* trace,
 int Group::rank() const { return comm_ ? comm_->rank() : 0; }
 int Group::size() const { return comm_ ? comm_->size() : 1; }
 
-// One call's counted bytes (see the file comment) and what it books on a modelled link.
+// One call's counted bytes (see the file comment) and the array its trace span is about.
 struct Group::Cost {
   const char* name;
   uint64_t sent = 0, received = 0;
-  CollectiveKind kind = CollectiveKind::Barrier;
-  uint64_t bytes = 0;  // the size the link model charges (distributed/links.h)
-  PermShape shape{};
+  uint64_t payload = 0;  // the array the call is about (distributed/links.h's B)
 };
 
-namespace {
-
-// Holds the calling device until `done`, or throws when the run ends first (watch non-null).
-// sleep_until alone wakes ~50-100 us late (the kernel's timer slack, a VM's timer), which is more
-// than a small collective's whole modelled time: a token of decode makes ~26 of them. So: sleep
-// until shortly before, then yield until the time comes.
-void hold_until(std::chrono::steady_clock::time_point done, CollectiveWatch* watch) {
-  constexpr auto SLEEP_MARGIN = std::chrono::microseconds(200);
-  if (done - std::chrono::steady_clock::now() > SLEEP_MARGIN) {
-    if (watch)
-      watch->sleep_until(done - SLEEP_MARGIN);
-    else
-      std::this_thread::sleep_until(done - SLEEP_MARGIN);
-  }
-  while (std::chrono::steady_clock::now() < done) std::this_thread::yield();
-}
-
-// Which device's waits a call stamps, in which watch (null: none).
-struct WatchedDevice {
-  CollectiveWatch* watch;
-  int device;
-};
-
-// Counts one call's bytes, holds it until its modelled link time has passed, and records its trace
-// span when it ends (also on an exception).
-class CallScope {
+// Counts one blocking call's bytes and records its trace span when it ends (also on an exception),
+// with the modelled link time the communicator reports, if it went through one.
+class Group::CallScope {
  public:
-  CallScope(CommStats* stats, Trace* trace, int track, LinkClock* link, WatchedDevice watched, const char* name,
-            uint64_t sent, uint64_t received, CollectiveKind kind, uint64_t bytes, PermShape shape = {})
-      : trace_(trace), track_(track), link_(link), watch_(watched.watch), name_(name), kind_(kind), bytes_(bytes),
-        shape_(shape), counted_(static_cast<int64_t>(sent + received)), waiting_(watched.watch, watched.device) {
-    if (stats) stats->add(sent, received);
+  // count = false: the caller counts the call itself, once its bytes are known.
+  CallScope(const Group& group, const Cost& cost, bool count = true)
+      : trace_(group.trace_), track_(group.track_), comm_(group.size() > 1 ? group.comm_.get() : nullptr), cost_(cost) {
+    if (count && group.stats_) group.stats_->add(cost.sent, cost.received);
     if (trace_) start_ns_ = trace_->now_ns();
   }
-  // The data moved (every member had arrived): now the modelled transfer runs its course.
-  void transferred() {
-    if (!link_) return;
-    const auto now = std::chrono::steady_clock::now();
-    const auto done = link_->book(kind_, bytes_, shape_, now);
-    modelled_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(done - now).count();
-    hold_until(done, watch_);
-  }
   ~CallScope() {
-    if (trace_) trace_->record({track_, name_, "collective", start_ns_, trace_->now_ns() - start_ns_, counted_, modelled_ns_,
-                                 static_cast<int64_t>(bytes_)});
+    if (!trace_) return;
+    const int64_t modelled_ns = comm_ ? comm_->last_modelled_ns() : -1;
+    trace_->record({track_, cost_.name, "collective", start_ns_, trace_->now_ns() - start_ns_,
+                    static_cast<int64_t>(cost_.sent + cost_.received), modelled_ns, static_cast<int64_t>(cost_.payload)});
   }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
@@ -115,50 +80,12 @@ class CallScope {
  private:
   Trace* trace_;
   int track_;
-  LinkClock* link_;
-  CollectiveWatch* watch_;
-  const char* name_;
-  CollectiveKind kind_;
-  uint64_t bytes_;
-  PermShape shape_;
-  int64_t counted_;
-  int64_t start_ns_ = 0, modelled_ns_ = -1;
-  CollectiveWatch::Waiting waiting_;
+  const Communicator* comm_;  // null: the call moved nothing (size-1 group)
+  Cost cost_;
+  int64_t start_ns_ = 0;
 };
 
-// A started call whose modelled transfer is booked when its data has moved; wait() then holds
-// until the modelled end.
-class ModelledPending : public PendingCollective {
- public:
-  ModelledPending(std::unique_ptr<PendingCollective> inner, std::shared_ptr<std::chrono::steady_clock::time_point> done,
-                  CollectiveWatch* watch)
-      : inner_(std::move(inner)), done_(std::move(done)), watch_(watch) {}
-  std::chrono::steady_clock::time_point wait() override {
-    const auto moved = inner_->wait();  // synchronises with the worker that wrote *done_
-    hold_until(*done_, watch_);
-    return std::max(moved, *done_);
-  }
-
- private:
-  std::unique_ptr<PendingCollective> inner_;
-  std::shared_ptr<std::chrono::steady_clock::time_point> done_;
-  CollectiveWatch* watch_;
-};
-
-// A started call whose wait() is stamped as the device waiting in a collective.
-class WatchedPending : public PendingCollective {
- public:
-  WatchedPending(std::unique_ptr<PendingCollective> inner, WatchedDevice watched)
-      : inner_(std::move(inner)), watched_(watched) {}
-  std::chrono::steady_clock::time_point wait() override {
-    CollectiveWatch::Waiting waiting(watched_.watch, watched_.device);
-    return inner_->wait();
-  }
-
- private:
-  std::unique_ptr<PendingCollective> inner_;
-  WatchedDevice watched_;
-};
+namespace {
 
 class CompletedPending : public PendingCollective {
  public:
@@ -214,20 +141,14 @@ void Pending::wait() {
 
 void Group::all_sum(std::span<float> x) {
   const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
-                  CollectiveKind::AllSum, b);
+  CallScope scope(*this, {"all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S, b});
   if (S > 1) comm_->all_sum(x);
-  scope.transferred();
 }
 
 void Group::all_max(std::span<float> x) {
   const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "all_max", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S,
-                  CollectiveKind::AllSum, b);
+  CallScope scope(*this, {"all_max", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S, b});
   if (S > 1) comm_->all_max(x);
-  scope.transferred();
 }
 
 void Group::mean(std::span<float> x) {
@@ -270,15 +191,12 @@ void Group::all_gather_v(std::span<const float> in, std::span<float> out, std::s
   check_all_gather(in, out, counts);
   const int S = size();
   const uint64_t own = in.size() * F, total = out.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "all_gather", own * static_cast<uint64_t>(S - 1), total - own,
-                  CollectiveKind::AllGather, total);
+  CallScope scope(*this, {"all_gather", own * static_cast<uint64_t>(S - 1), total - own, total});
   if (S > 1) {
     comm_->all_gather_v(in, out, counts);
   } else if (!in.empty() && in.data() != out.data()) {
     std::memcpy(out.data(), in.data(), in.size() * F);
   }
-  scope.transferred();
 }
 
 // Returns the chunk sizes (even_split of in over the members).
@@ -319,15 +237,12 @@ void Group::reduce_scatter_v(std::span<const float> in, std::span<float> out, st
   check_reduce_scatter_v(in, out, counts);
   const int S = size();
   const uint64_t b = in.size() * F, own = out.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1),
-                  CollectiveKind::ReduceScatter, b);
+  CallScope scope(*this, {"reduce_scatter", b - own, own * static_cast<uint64_t>(S - 1), b});
   if (S > 1) {
     comm_->reduce_scatter_v(in, out, counts);
   } else if (!in.empty() && in.data() != out.data()) {
     std::memcpy(out.data(), in.data(), in.size() * F);
   }
-  scope.transferred();
 }
 
 // Returns the bytes this member sends (= receives): every chunk but its own.
@@ -345,15 +260,12 @@ uint64_t Group::check_all_to_all(std::span<const float> in, std::span<float> out
 void Group::all_to_all(std::span<const float> in, std::span<float> out) {
   const int S = size();
   const uint64_t moved = check_all_to_all(in, out);
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "all_to_all", moved, moved, CollectiveKind::AllToAll,
-                  in.size() * F);
+  CallScope scope(*this, {"all_to_all", moved, moved, in.size() * F});
   if (S > 1) {
     comm_->all_to_all(in, out);
   } else if (!in.empty()) {
     std::memcpy(out.data(), in.data(), in.size() * F);
   }
-  scope.transferred();
 }
 
 std::vector<float> Group::all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
@@ -366,18 +278,15 @@ std::vector<float> Group::all_to_all_v(std::span<const float> in, std::span<cons
     fail("all_to_all_v", "send counts sum to " + std::to_string(total) + " but in has " + std::to_string(in.size()) +
                              " floats");
   if (S == 1) {
-    CallScope scope(stats_, trace_, track_, nullptr, {watch_, watch_device_},
-                    "all_to_all_v", 0, 0, CollectiveKind::AllToAll, 0);
+    CallScope scope(*this, {"all_to_all_v", 0, 0, 0});
     recv_counts.assign(1, total);
     return std::vector<float>(in.begin(), in.end());
   }
   std::vector<float> out;
   {
     // Bytes are known only once the data arrived: counted below, not by the scope.
-    CallScope scope(nullptr, trace_, track_, link_.get(), {watch_, watch_device_},
-                    "all_to_all_v", 0, 0, CollectiveKind::AllToAll, in.size() * F);
+    CallScope scope(*this, {"all_to_all_v", 0, 0, in.size() * F}, false);
     out = comm_->all_to_all_v(in, send_counts, recv_counts);
-    scope.transferred();
   }
   const uint64_t self = static_cast<uint64_t>(send_counts[static_cast<size_t>(r)]) * F;
   if (stats_) stats_->add(in.size() * F - self, out.size() * F - self);
@@ -418,15 +327,12 @@ static void ppermute_alone(std::span<const float> in, std::span<float> out, cons
 void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) {
   const auto [sends, receives] = check_ppermute(in, out, perm);
   const uint64_t b = in.size() * F;
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "ppermute", sends ? b : 0, receives ? b : 0,
-                  CollectiveKind::Ppermute, b, perm_shape(perm, size()));
+  CallScope scope(*this, {"ppermute", sends ? b : 0, receives ? b : 0, b});
   if (size() > 1) {
     comm_->ppermute(in, out, perm);
   } else {
     ppermute_alone(in, out, perm);
   }
-  scope.transferred();
 }
 
 // ---- asynchronous forms ----
@@ -434,31 +340,14 @@ void Group::ppermute(std::span<const float> in, std::span<float> out, const Perm
 Pending Group::start(const Cost& cost, CollectiveCall call) {
   if (stats_) stats_->add(cost.sent, cost.received);
   const int64_t started_ns = trace_ ? trace_->now_ns() : 0;
-  const int64_t bytes = static_cast<int64_t>(cost.sent + cost.received), payload = static_cast<int64_t>(cost.bytes);
-  const auto watched = [this](std::unique_ptr<PendingCollective> op) -> std::unique_ptr<PendingCollective> {
-    if (!watch_ || watch_device_ < 0) return op;  // no stamps: no wrapper on a hot path
-    return std::make_unique<WatchedPending>(std::move(op), WatchedDevice{watch_, watch_device_});
-  };
-  if (!link_)
-    return Pending(watched(comm_->start(std::move(call))), trace_, track_, cost.name, started_ns, bytes, payload);
-  // The transfer is booked from the moment this member started it (members of an SPMD program
-  // start it together; a late member still delays the end through the real exchange, which wait()
-  // also waits for), not from when the worker thread got a core: on a busy machine that comes
-  // later, and would charge scheduling delays to the link. wait() holds until the booked end.
-  auto done = std::make_shared<std::chrono::steady_clock::time_point>();
-  CollectiveCall booked = [call = std::move(call), link = link_, cost, done,
-                           started = std::chrono::steady_clock::now()](Communicator& c) {
-    call(c);
-    *done = link->book(cost.kind, cost.bytes, cost.shape, started);
-  };
-  auto modelled = std::make_unique<ModelledPending>(comm_->start(std::move(booked)), done, watch_);
-  return Pending(watched(std::move(modelled)), trace_, track_, cost.name, started_ns, bytes, payload);
+  return Pending(comm_->start(std::move(call)), trace_, track_, cost.name, started_ns,
+                 static_cast<int64_t>(cost.sent + cost.received), static_cast<int64_t>(cost.payload));
 }
 
 Pending Group::start_all_sum(std::span<float> x) {
   const uint64_t S = static_cast<uint64_t>(size()), b = x.size() * F;
   if (S == 1) return Pending();
-  return start({"all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S, CollectiveKind::AllSum, b},
+  return start({"all_sum", 2 * b * (S - 1) / S, 2 * b * (S - 1) / S, b},
                [x](Communicator& c) { c.all_sum(x); });
 }
 
@@ -470,7 +359,7 @@ Pending Group::start_all_gather(std::span<const float> in, std::span<float> out)
     return Pending();
   }
   const uint64_t own = in.size() * F, total = out.size() * F;
-  return start({"all_gather", own * static_cast<uint64_t>(size() - 1), total - own, CollectiveKind::AllGather, total},
+  return start({"all_gather", own * static_cast<uint64_t>(size() - 1), total - own, total},
                [in, out, counts = std::move(counts)](Communicator& c) { c.all_gather_v(in, out, counts); });
 }
 
@@ -481,7 +370,7 @@ Pending Group::start_reduce_scatter(std::span<const float> in, std::span<float> 
     return Pending();
   }
   const uint64_t b = in.size() * F, own = out.size() * F;
-  return start({"reduce_scatter", b - own, own * static_cast<uint64_t>(size() - 1), CollectiveKind::ReduceScatter, b},
+  return start({"reduce_scatter", b - own, own * static_cast<uint64_t>(size() - 1), b},
                [in, out, counts = std::move(counts)](Communicator& c) { c.reduce_scatter_v(in, out, counts); });
 }
 
@@ -492,7 +381,7 @@ Pending Group::start_ppermute(std::span<const float> in, std::span<float> out, c
     return Pending();
   }
   const uint64_t b = in.size() * F;
-  return start({"ppermute", sends ? b : 0, receives ? b : 0, CollectiveKind::Ppermute, b, perm_shape(perm, size())},
+  return start({"ppermute", sends ? b : 0, receives ? b : 0, b},
                [in, out, perm](Communicator& c) { c.ppermute(in, out, perm); });
 }
 
@@ -506,11 +395,8 @@ void Group::broadcast(std::span<float> x, int root) {
   check_broadcast(root);
   const uint64_t b = x.size() * F;
   const bool is_root = rank() == root;
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0,
-                  is_root ? 0 : b, CollectiveKind::Broadcast, b);
+  CallScope scope(*this, {"broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0, is_root ? 0 : b, b});
   if (S > 1) comm_->broadcast(x, root);
-  scope.transferred();
 }
 
 Pending Group::start_all_to_all(std::span<const float> in, std::span<float> out) {
@@ -519,7 +405,7 @@ Pending Group::start_all_to_all(std::span<const float> in, std::span<float> out)
     if (!in.empty()) std::memcpy(out.data(), in.data(), in.size() * F);
     return Pending();
   }
-  return start({"all_to_all", moved, moved, CollectiveKind::AllToAll, in.size() * F},
+  return start({"all_to_all", moved, moved, in.size() * F},
                [in, out](Communicator& c) { c.all_to_all(in, out); });
 }
 
@@ -529,15 +415,13 @@ Pending Group::start_broadcast(std::span<float> x, int root) {
   if (S == 1) return Pending();
   const uint64_t b = x.size() * F;
   const bool is_root = rank() == root;
-  return start({"broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0, is_root ? 0 : b, CollectiveKind::Broadcast, b},
+  return start({"broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0, is_root ? 0 : b, b},
                [x, root](Communicator& c) { c.broadcast(x, root); });
 }
 
 void Group::barrier() {
-  CallScope scope(stats_, trace_, track_, link_.get(), {watch_, watch_device_},
-                  "barrier", 0, 0, CollectiveKind::Barrier, 0);
+  CallScope scope(*this, {"barrier", 0, 0, 0});
   if (size() > 1) comm_->barrier();
-  scope.transferred();
 }
 
 Range even_split(int64_t n, int parts, int index) {

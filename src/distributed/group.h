@@ -2,8 +2,11 @@
 //
 // Every member of a group makes the same calls in the same order. A Group is a small value handle
 // over a backend (threads in one process, or ZeroMQ across processes): backends implement
-// `Communicator`; users only see `Group`. A size-1 group is a no-op fast path. The handle counts
-// the bytes each call moves for this device (into the device's CommStats).
+// `Communicator`; users only see `Group`. A size-1 group is a no-op fast path. The handle checks
+// each call's arguments, counts the bytes it moves for this device (into the device's CommStats)
+// and records its trace span. What a run adds around every collective of any backend (a modelled
+// link, stop-watch stamps) is a communicator wrapped around the backend's, made by the runtime
+// (distributed/links.h, distributed/collective_watch.h), so the handle does not know about it.
 //
 // Shard states (ggml's vocabulary): *split* along an axis, *mirrored* (same on every member),
 // *partial* (each member holds a term of a sum). all_sum: partial -> mirrored; reduce_scatter:
@@ -82,6 +85,9 @@ class Communicator {
   // the same order. Default: runs `call` on this communicator now (blocking), so a backend without
   // an asynchronous path stays correct.
   virtual std::unique_ptr<PendingCollective> start(CollectiveCall call);
+  // The modelled link time of this member's last blocking collective, in ns, for its trace span;
+  // -1 when its links are not modelled (distributed/links.h's wrapper overrides it).
+  virtual int64_t last_modelled_ns() const { return -1; }
 };
 
 class Trace;  // distributed/trace.h
@@ -109,9 +115,6 @@ class Pending {
   const char* name_ = "";
   int64_t started_ns_ = 0, bytes_ = -1, payload_ = -1;
 };
-
-class LinkClock;        // distributed/links.h
-class CollectiveWatch;  // distributed/collective_watch.h
 
 class Group {
  public:
@@ -158,18 +161,10 @@ class Group {
   [[nodiscard]] Pending start_broadcast(std::span<float> x, int root);
 
   const CommStats* stats() const { return stats_; }
-  // Every collective of this handle then completes no earlier than its modelled time on `link`
-  // (distributed/links.h). Null: no model (the default).
-  void model_links(std::shared_ptr<LinkClock> link) { link_ = std::move(link); }
-  // Lets `watch` cut modelled-link holds short when the run ends, and stamps device `device`'s
-  // waits in it (device < 0: no stamps). Null: neither (the default).
-  void watch_collectives(CollectiveWatch* watch, int device) {
-    watch_ = watch;
-    watch_device_ = device;
-  }
 
  private:
-  struct Cost;  // group.cpp: one call's counted bytes and modelled link use
+  struct Cost;      // group.cpp: one call's counted bytes and trace payload
+  class CallScope;  // group.cpp: counts a blocking call and records its span
   Pending start(const Cost& cost, CollectiveCall call);
   std::vector<int64_t> equal_gather_counts(std::span<const float> in, std::span<float> out) const;
   void check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
@@ -183,9 +178,6 @@ class Group {
   CommStats* stats_ = nullptr;          // this device's counters (may be null)
   Trace* trace_ = nullptr;              // collective spans go here (may be null)
   int track_ = 0;
-  std::shared_ptr<LinkClock> link_;     // modelled link (may be null)
-  CollectiveWatch* watch_ = nullptr;    // the run's stop watch (may be null)
-  int watch_device_ = -1;
 };
 
 // The even split used everywhere a length is dealt out over parts: part i gets

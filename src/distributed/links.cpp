@@ -1,10 +1,14 @@
-// tpcli::dist — modelled link times (formulas: links.h).
+// tpcli::dist — modelled link times (formulas: links.h), and the communicator that holds each
+// collective until its modelled time.
 #include "distributed/links.h"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+
+#include "distributed/collective_watch.h"
 
 namespace tpcli::dist {
 
@@ -139,6 +143,143 @@ LinkClock::TimePoint LinkClock::book(CollectiveKind kind, uint64_t bytes, PermSh
     free_at_[0] = free_at_[1] = start + duration;
   }
   return start + duration;
+}
+
+// ---- forwarding: each collective described as the link model sees it ----
+
+namespace {
+constexpr uint64_t F = sizeof(float);
+}  // namespace
+
+void ForwardingCommunicator::all_sum(std::span<float> x) {
+  run({CollectiveKind::AllSum, x.size() * F}, [&](Communicator& c) { c.all_sum(x); });
+}
+
+void ForwardingCommunicator::all_max(std::span<float> x) {
+  run({CollectiveKind::AllSum, x.size() * F}, [&](Communicator& c) { c.all_max(x); });
+}
+
+void ForwardingCommunicator::all_gather_v(std::span<const float> in, std::span<float> out,
+                                          std::span<const int64_t> counts) {
+  run({CollectiveKind::AllGather, out.size() * F}, [&](Communicator& c) { c.all_gather_v(in, out, counts); });
+}
+
+void ForwardingCommunicator::reduce_scatter_v(std::span<const float> in, std::span<float> out,
+                                              std::span<const int64_t> counts) {
+  run({CollectiveKind::ReduceScatter, in.size() * F}, [&](Communicator& c) { c.reduce_scatter_v(in, out, counts); });
+}
+
+std::vector<float> ForwardingCommunicator::all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                                        std::vector<int64_t>& recv_counts) {
+  std::vector<float> out;
+  run({CollectiveKind::AllToAll, in.size() * F},
+      [&](Communicator& c) { out = c.all_to_all_v(in, send_counts, recv_counts); });
+  return out;
+}
+
+void ForwardingCommunicator::all_to_all(std::span<const float> in, std::span<float> out) {
+  run({CollectiveKind::AllToAll, in.size() * F}, [&](Communicator& c) { c.all_to_all(in, out); });
+}
+
+void ForwardingCommunicator::ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) {
+  run({CollectiveKind::Ppermute, in.size() * F, perm_shape(perm, size())},
+      [&](Communicator& c) { c.ppermute(in, out, perm); });
+}
+
+void ForwardingCommunicator::broadcast(std::span<float> x, int root) {
+  run({CollectiveKind::Broadcast, x.size() * F}, [&](Communicator& c) { c.broadcast(x, root); });
+}
+
+void ForwardingCommunicator::barrier() {
+  run({CollectiveKind::Barrier, 0}, [](Communicator& c) { c.barrier(); });
+}
+
+// ---- the modelled link ----
+
+namespace {
+
+// Holds the calling device until `done`, or throws when the run ends first (watch non-null).
+// sleep_until alone wakes ~50-100 us late (the kernel's timer slack, a VM's timer), which is more
+// than a small collective's whole modelled time: a token of decode makes ~26 of them. So: sleep
+// until shortly before, then yield until the time comes.
+void hold_until(std::chrono::steady_clock::time_point done, CollectiveWatch* watch) {
+  constexpr auto SLEEP_MARGIN = std::chrono::microseconds(200);
+  if (done - std::chrono::steady_clock::now() > SLEEP_MARGIN) {
+    if (watch)
+      watch->sleep_until(done - SLEEP_MARGIN);
+    else
+      std::this_thread::sleep_until(done - SLEEP_MARGIN);
+  }
+  while (std::chrono::steady_clock::now() < done) std::this_thread::yield();
+}
+
+// The view a started call runs on, on the worker: each collective, once its data moved, is booked
+// on the link from when the member started it (`started`), and the booked end kept for wait().
+class BookingCommunicator : public ForwardingCommunicator {
+ public:
+  BookingCommunicator(Communicator& inner, LinkClock& link, LinkClock::TimePoint started, LinkClock::TimePoint& done)
+      : ForwardingCommunicator(inner), link_(link), started_(started), done_(done) {}
+
+ protected:
+  void run(const Call& call, CallOn on) override {
+    on(inner_);
+    done_ = link_.book(call.kind, call.bytes, call.shape, started_);
+  }
+
+ private:
+  LinkClock& link_;
+  LinkClock::TimePoint started_;
+  LinkClock::TimePoint& done_;
+};
+
+// A started call on a modelled link: wait() returns once the data moved and the booked transfer
+// ended.
+class ModelledPending : public PendingCollective {
+ public:
+  ModelledPending(std::unique_ptr<PendingCollective> inner, std::shared_ptr<LinkClock::TimePoint> done,
+                  CollectiveWatch* watch)
+      : inner_(std::move(inner)), done_(std::move(done)), watch_(watch) {}
+  LinkClock::TimePoint wait() override {
+    const auto moved = inner_->wait();  // synchronises with the worker that wrote *done_
+    hold_until(*done_, watch_);
+    return std::max(moved, *done_);
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  std::shared_ptr<LinkClock::TimePoint> done_;
+  CollectiveWatch* watch_;
+};
+
+}  // namespace
+
+LinkModelledCommunicator::LinkModelledCommunicator(std::shared_ptr<Communicator> inner, AxisLink link,
+                                                   CollectiveWatch* watch)
+    : ForwardingCommunicator(*inner), owned_(std::move(inner)),
+      link_(std::make_shared<LinkClock>(link, owned_->size())), watch_(watch) {}
+
+void LinkModelledCommunicator::run(const Call& call, CallOn on) {
+  last_modelled_ns_ = -1;
+  on(inner_);
+  // The data moved (every member had arrived): now the modelled transfer runs its course.
+  const auto now = std::chrono::steady_clock::now();
+  const auto done = link_->book(call.kind, call.bytes, call.shape, now);
+  last_modelled_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(done - now).count();
+  hold_until(done, watch_);
+}
+
+// The transfer is booked from the moment this member started it (members of an SPMD program start
+// it together; a late member still delays the end through the real exchange, which wait() also
+// waits for), not from when the worker thread got a core: on a busy machine that comes later, and
+// would charge scheduling delays to the link. wait() holds until the booked end.
+std::unique_ptr<PendingCollective> LinkModelledCommunicator::start(CollectiveCall call) {
+  auto done = std::make_shared<LinkClock::TimePoint>();
+  CollectiveCall booked = [call = std::move(call), link = link_, done,
+                           started = std::chrono::steady_clock::now()](Communicator& c) {
+    BookingCommunicator view(c, *link, started, *done);
+    call(view);
+  };
+  return std::make_unique<ModelledPending>(inner_.start(std::move(booked)), std::move(done), watch_);
 }
 
 }  // namespace tpcli::dist

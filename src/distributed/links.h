@@ -19,13 +19,19 @@
 // directions, each carrying one transfer at a time: a ppermute whose pairs all move the same way
 // round the ring occupies that direction only (so two started in opposite directions overlap, as
 // in the bidirectional collective matmul); every other collective occupies both.
+//
+// The model is a communicator wrapped around the transport's (LinkModelledCommunicator), so any
+// backend can sit under it and Group stays a plain handle.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "distributed/group.h"
@@ -92,6 +98,75 @@ class LinkClock {
   int size_;
   std::mutex mutex_;
   TimePoint free_at_[2] = {};  // by direction: forward, backward
+};
+
+// A communicator that runs every collective on an inner one and hands each to run(), described as
+// the link model sees it (kind, B and ring shape, as in the table above): the base of wrappers that
+// add something around every collective of any backend. start() goes to the inner communicator
+// unchanged unless a wrapper overrides it.
+class ForwardingCommunicator : public Communicator {
+ public:
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void all_sum(std::span<float> x) override;
+  void all_max(std::span<float> x) override;
+  void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override;
+  void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override;
+  std::vector<float> all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
+                                  std::vector<int64_t>& recv_counts) override;
+  void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override;
+  void broadcast(std::span<float> x, int root) override;
+  void barrier() override;
+  void all_to_all(std::span<const float> in, std::span<float> out) override;
+  std::unique_ptr<PendingCollective> start(CollectiveCall call) override { return inner_.start(std::move(call)); }
+  int64_t last_modelled_ns() const override { return inner_.last_modelled_ns(); }
+
+ protected:
+  explicit ForwardingCommunicator(Communicator& inner) : inner_(inner) {}
+
+  struct Call {
+    CollectiveKind kind;
+    uint64_t bytes;  // B
+    PermShape shape{};
+  };
+  // The collective itself: makes its call on the communicator it is given. A reference to a
+  // callable, not a std::function, so forwarding a collective allocates nothing.
+  class CallOn {
+   public:
+    template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, CallOn>>>
+    CallOn(F&& f) : f_(&f), call_([](void* g, Communicator& c) { (*static_cast<std::remove_reference_t<F>*>(g))(c); }) {}
+    void operator()(Communicator& c) const { call_(f_, c); }
+
+   private:
+    void* f_;
+    void (*call_)(void*, Communicator&);
+  };
+  // Runs `on` (on inner_, or on what the wrapper chooses) with what the wrapper adds around it.
+  virtual void run(const Call& call, CallOn on) = 0;
+
+  Communicator& inner_;
+};
+
+class CollectiveWatch;  // distributed/collective_watch.h
+
+// Wraps a group's communicator so that each collective completes no earlier than its modelled time
+// on `link` (the table above), measured from when its data moved (every member had arrived); a
+// started one is booked from when this member started it. A null `watch` holds until then in any
+// case; otherwise the hold ends early, throwing CollectiveAborted, when the watch ends the run.
+class LinkModelledCommunicator : public ForwardingCommunicator {
+ public:
+  LinkModelledCommunicator(std::shared_ptr<Communicator> inner, AxisLink link, CollectiveWatch* watch);
+  std::unique_ptr<PendingCollective> start(CollectiveCall call) override;
+  int64_t last_modelled_ns() const override { return last_modelled_ns_; }
+
+ protected:
+  void run(const Call& call, CallOn on) override;
+
+ private:
+  std::shared_ptr<Communicator> owned_;  // inner_
+  std::shared_ptr<LinkClock> link_;      // shared with started calls still on the worker
+  CollectiveWatch* watch_;
+  int64_t last_modelled_ns_ = -1;
 };
 
 }  // namespace tpcli::dist

@@ -41,14 +41,17 @@ Group& Device::axes(const std::vector<std::string>& names) {
     if (key == names) return group;
   const std::vector<int> members = mesh_.group_members(rank_, names);
   std::shared_ptr<Communicator> comm;
-  if (members.size() > 1) comm = backend_.communicator(rank_, members);
-  Group group(std::move(comm), &stats_, trace_, rank_);
-  group.watch_collectives(watch_, stamp_waits_ ? rank_ : -1);
-  const AxisLink link = group_link(links_, names);
-  if (members.size() > 1 && link.gb_per_s > 0)
-    group.model_links(std::make_shared<LinkClock>(link, static_cast<int>(members.size())));
-  groups_.emplace_back(names, std::move(group));
+  if (members.size() > 1) comm = wrap(backend_.communicator(rank_, members), names);
+  groups_.emplace_back(names, Group(std::move(comm), &stats_, trace_, rank_));
   return groups_.back().second;
+}
+
+// The modelled link goes inside the stamps, so that a device held by it counts as waiting.
+std::shared_ptr<Communicator> Device::wrap(std::shared_ptr<Communicator> comm, const std::vector<std::string>& names) {
+  const AxisLink link = group_link(links_, names);
+  if (link.gb_per_s > 0) comm = std::make_shared<LinkModelledCommunicator>(std::move(comm), link, watch_);
+  if (watch_ && stamp_waits_) comm = std::make_shared<WatchedCommunicator>(std::move(comm), watch_, rank_);
+  return comm;
 }
 
 namespace {

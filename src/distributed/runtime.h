@@ -73,6 +73,10 @@ class Device {
   Device& operator=(const Device&) = delete;
 
  private:
+  // A group's communicator wrapped in what this run adds around each collective: the modelled
+  // link of the group's axes, the stop watch's stamps.
+  std::shared_ptr<Communicator> wrap(std::shared_ptr<Communicator> comm, const std::vector<std::string>& names);
+
   int rank_;
   Mesh mesh_;
   std::vector<int> coords_;

@@ -16,6 +16,7 @@
 #include "distributed/expect_failure.h"
 #include "distributed/links.h"
 #include "distributed/runtime.h"
+#include "distributed/threads/thread_backend.h"
 #include "distributed/trace.h"
 
 using namespace tpcli::dist;
@@ -171,6 +172,51 @@ TEST_CASE("links: a collective completes no earlier than its modelled time, and 
   }
   CHECK(sums == 2);
   CHECK(trace.to_json().find("\"modelled_us\":1100.000") != std::string::npos);
+}
+
+TEST_CASE("links: the link model wraps a backend's communicator by hand, outside run_on_mesh, blocking and started") {
+  const AxisLink link{1, 50, Topology::Ring};  // 1 GB/s, 50 us
+  const int64_t n = 250'000;                  // 1 MB: all_sum modelled 1 ms + 100 us
+  const double modelled = modelled_seconds(link, 2, CollectiveKind::AllSum, n * 4);
+  ThreadBackend backend(2);
+  Trace trace;
+  std::vector<CommStats> stats(2);
+  std::vector<double> took(2), started_took(2);
+  std::vector<float> sums(4);
+  std::vector<std::thread> devices;
+  for (int r = 0; r < 2; ++r)
+    devices.emplace_back([&, r] {
+      auto comm = std::make_shared<LinkModelledCommunicator>(backend.communicator(r, {0, 1}), link, nullptr);
+      Group group(comm, &stats[static_cast<size_t>(r)], &trace, r);
+      std::vector<float> x(n, static_cast<float>(r + 1)), y(n, static_cast<float>(10 * (r + 1)));
+      group.barrier();
+      auto t0 = Clock::now();
+      group.all_sum(x);
+      took[static_cast<size_t>(r)] = seconds_since(t0);
+      t0 = Clock::now();
+      Pending p = group.start_all_sum(y);
+      p.wait();
+      started_took[static_cast<size_t>(r)] = seconds_since(t0);
+      sums[static_cast<size_t>(2 * r)] = x[0];
+      sums[static_cast<size_t>(2 * r + 1)] = y[n - 1];
+    });
+  for (std::thread& t : devices) t.join();
+  CHECK(sums == std::vector<float>{3, 30, 3, 30});  // 1 + 2, 10 + 20
+  for (double t : took) CHECK(t >= modelled);
+  for (double t : started_took) CHECK(t >= modelled);
+  // The wrapper counts nothing of its own: each all_sum moves 2(S-1)/S of 1 MB each way.
+  for (const CommStats& s : stats) {
+    CHECK(s.calls == 3);
+    CHECK(s.bytes_sent == 2 * 1'000'000);
+    CHECK(s.bytes_received == 2 * 1'000'000);
+  }
+  int blocking_sums = 0;
+  for (const Trace::Event& e : trace.events())
+    if (e.name == "all_sum" && e.track < Trace::ASYNC_TRACK_BASE) {
+      ++blocking_sums;
+      CHECK(e.modelled_ns == Approx(modelled * 1e9).epsilon(1e-3));
+    }
+  CHECK(blocking_sums == 2);
 }
 
 TEST_CASE("links: a started ppermute's transfer is drawn on its own track with its modelled length, and without links nothing is modelled") {
