@@ -62,15 +62,15 @@ struct TrainOptions {
   std::string data_axis = "data";
   std::string tensor_axis = "model";
   std::string expert_axis;  // "" = the data axis
-  // How the devices run (distributed/runtime.h RunOptions): blas_threads per device; the transport
-  // (make_backend and local_ranks, set by dist::use_zmq_backend; null and empty = the thread
-  // backend, every device a thread of this process, otherwise this process runs local_ranks only);
-  // the modelled links by axis ([mesh.links]). In training, run.stop (e.g. set from a SIGINT
-  // handler) stops after the current step with a checkpoint; a step that cannot finish (a device
-  // stuck in a collective) fails with dist::RunStopped instead. run.trace, when not null, records
-  // every device's steps (spans "gradients", "data-parallel mean", "gradient norm", "optimizer",
-  // "evaluate", "checkpoint") and collectives (distributed/trace.h). run.seed is not read:
-  // train() runs the mesh with `seed` below.
+  // How the devices run (distributed/runtime.h RunOptions, which documents each field):
+  // blas_threads; the transport, make_backend and local_ranks (set by dist::use_zmq_backend or
+  // use_mpi_backend; unset = the thread backend); the modelled links ([mesh.links]). Here:
+  //   run.stop   set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint;
+  //              a step that cannot finish (a device stuck in a collective) fails with
+  //              dist::RunStopped instead.
+  //   run.trace  records every device's steps (spans "gradients", "data-parallel mean", "gradient
+  //              norm", "optimizer", "evaluate", "checkpoint") and collectives (distributed/trace.h).
+  //   run.seed   not read: train() runs the mesh with `seed` below.
   dist::RunOptions run;
 
   // Model: the initial weights (null = random_weights(model, seed)).
