@@ -65,7 +65,7 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
 std::optional<perf::Prediction> predict_step(const config::RunConfig& cfg, const train::TrainOptions& t, int threads) {
   const config::MeshSection& ms = cfg.mesh;
   if ((ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) || t.model.is_moe()) return std::nullopt;
-  const perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.links};
+  const perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.run.links};
   const train::MemoryLayout layout = train::memory_layout(t);
   const auto work = train::plan_step_work(t.model, layout, t.grad_accum);
   const auto comm = train::plan_step_collectives(t.model, layout, t.grad_accum);
@@ -112,8 +112,8 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     t.eval_batches = 0;
     t.sample_tokens = 0;
     t.progress = false;
-    t.blas_threads = o.blas_threads;
-    t.links = to_link_spec(cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
+    t.run.blas_threads = o.blas_threads;
+    t.run.links = to_link_spec(cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
     const double tokens_per_step = static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
     const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // distributed/runtime.cpp's rule
     const std::optional<perf::Prediction> predicted = predict_step(cfg, t, threads);

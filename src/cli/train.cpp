@@ -123,13 +123,13 @@ void setup_train(CLI::App& sub) {
     const config::RunConfig config = load_config(*path, *flags);
     Prepared prepared = prepare_training(config, *resume);
     train::TrainOptions& o = prepared.options;
-    o.stop = &stop_requested;
-    o.links = to_link_spec(config.mesh);
+    o.run.stop = &stop_requested;
+    o.run.links = to_link_spec(config.mesh);
     const bool writer = train::is_writer_process(o);  // the other ranks of a zmq run print nothing
     std::optional<dist::Trace> trace;
     if (!flags->trace.empty()) {
-      check_trace_path(flags->trace, !o.local_ranks.empty());
-      o.trace = &trace.emplace();
+      check_trace_path(flags->trace, !o.run.local_ranks.empty());
+      o.run.trace = &trace.emplace();
     }
 
     if (writer)

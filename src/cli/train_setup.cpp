@@ -65,10 +65,7 @@ static void select_zmq(const config::RunConfig& config, Prepared& p) {
     throw ConfigError(config.path + ": " + e.what());
   }
   zmq.config_hash = dist::fnv1a(model_text, dist::fnv1a(p.corpus_text, dist::fnv1a(config_text, zmq.config_hash)));
-  dist::RunOptions run;
-  dist::use_zmq_backend(run, zmq);
-  o.make_backend = std::move(run.make_backend);
-  o.local_ranks = std::move(run.local_ranks);
+  dist::use_zmq_backend(o.run, zmq);
 }
 
 // The corpus's tokenizer when the data alone decides it (chars, bytes); nullopt for a llama2.c
@@ -141,14 +138,11 @@ static Corpus open_corpus(const config::RunConfig& config, const std::string& te
 
 // The mpi backend: this process is one rank of mpirun and runs its share of the mesh.
 static void select_mpi(const config::RunConfig& config, Prepared& p) {
-  dist::RunOptions run;
   try {
-    dist::use_mpi_backend(run, p.options.mesh.size());
+    dist::use_mpi_backend(p.options.run, p.options.mesh.size());
   } catch (const std::exception& e) {
     throw config::ConfigError(config.where("mesh.backend") + ": " + e.what());
   }
-  p.options.make_backend = std::move(run.make_backend);
-  p.options.local_ranks = std::move(run.local_ranks);
 }
 
 // On the threads backend every process trains the whole mesh into the same out_dir: refused when a

@@ -78,7 +78,8 @@ void check_options(const TrainOptions& o) {
 }
 
 bool is_writer_process(const TrainOptions& o) {
-  return o.local_ranks.empty() || std::find(o.local_ranks.begin(), o.local_ranks.end(), 0) != o.local_ranks.end();
+  const std::vector<int>& local = o.run.local_ranks;
+  return local.empty() || std::find(local.begin(), local.end(), 0) != local.end();
 }
 
 MemoryLayout memory_layout(const TrainOptions& o) {
@@ -228,7 +229,7 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
 
 // Over ZeroMQ every process read the checkpoint on its own: they must resume the same step.
 void DeviceRun::check_same_resume_step() {
-  if (o_.local_ranks.empty()) return;
+  if (o_.run.local_ranks.empty()) return;
   const auto start = static_cast<float>(s_.start_step);
   float steps[2] = {start, -start};  // max, -min
   dev_.world().all_max(std::span<float>(steps, 2));
@@ -383,7 +384,7 @@ void DeviceRun::run() {
   auto last = run_start;
   int64_t step = s_.start_step;
   for (; step < o_.steps; ++step) {
-    float stop = o_.stop && o_.stop->load() ? 1.0f : 0.0f;
+    float stop = o_.run.stop && o_.run.stop->load() ? 1.0f : 0.0f;
     dev_.world().all_max(std::span<float>(&stop, 1));  // every device stops at the same step
     if (stop > 0) {
       s_.result.interrupted = true;
@@ -440,15 +441,9 @@ void DeviceRun::sample() {
 TrainResult train(const TrainOptions& o) {
   check_options(o);
   RunShared shared(o);
-  dist::RunOptions run_options;
-  run_options.seed = o.seed;
-  run_options.blas_threads = o.blas_threads;
-  run_options.make_backend = o.make_backend;
-  run_options.local_ranks = o.local_ranks;
-  run_options.trace = o.trace;
-  run_options.links = o.links;
-  run_options.stop = o.stop;  // also ends a collective wait that would hold the step forever
-  dist::run_on_mesh(o.mesh, [&](dist::Device& dev) { DeviceRun(shared, dev).run(); }, run_options);
+  dist::RunOptions run = o.run;  // run.stop also ends a collective wait that would hold the step forever
+  run.seed = o.seed;
+  dist::run_on_mesh(o.mesh, [&](dist::Device& dev) { DeviceRun(shared, dev).run(); }, run);
   if (shared.progress.open_line) shared.progress.message("");
   shared.result.seconds = std::chrono::duration<double>(Clock::now() - shared.t0).count();
   return std::move(shared.result);

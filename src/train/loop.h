@@ -27,12 +27,11 @@
 // (the parameter table and buckets), checkpoint_io.cpp (gathering and slicing checkpoints),
 // metrics.cpp (metrics.jsonl and the progress line), memory.cpp (bytes per device).
 //
-// Over the ZeroMQ backend (make_backend, local_ranks) each process runs its own devices; the one
+// Over the ZeroMQ backend (run.make_backend, run.local_ranks) each process runs its own devices; the one
 // hosting device 0 is the run's only writer (out_dir, metrics, checkpoints, progress, result),
 // the others create no file and leave TrainResult's records, checkpoint and sample empty.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "distributed/links.h"
 #include "distributed/mesh.h"
+#include "distributed/runtime.h"
 #include "model/llama_config.h"
 #include "model/weights.h"
 #include "train/data.h"
@@ -54,12 +53,6 @@
 namespace tpcli::model {
 class TrainableLlama;
 }
-namespace tpcli::dist {
-class Backend;
-class Device;
-class Group;
-class Trace;
-}
 
 namespace tpcli::train {
 
@@ -69,13 +62,16 @@ struct TrainOptions {
   std::string data_axis = "data";
   std::string tensor_axis = "model";
   std::string expert_axis;  // "" = the data axis
-  int blas_threads = 0;     // per device; 0 = automatic
-  // The transport (distributed/runtime.h RunOptions, set by dist::use_zmq_backend): null and empty = the
-  // thread backend, every device a thread of this process. Otherwise this process runs
-  // `local_ranks` only.
-  std::function<std::unique_ptr<dist::Backend>(const dist::Mesh&)> make_backend;
-  std::vector<int> local_ranks;
-  dist::LinkSpec links;  // modelled links by axis ([mesh.links], distributed/links.h); empty = none
+  // How the devices run (distributed/runtime.h RunOptions, which documents each field):
+  // blas_threads; the transport, make_backend and local_ranks (set by dist::use_zmq_backend or
+  // use_mpi_backend; unset = the thread backend); the modelled links ([mesh.links]). Here:
+  //   run.stop   set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint;
+  //              a step that cannot finish (a device stuck in a collective) fails with
+  //              dist::RunStopped instead.
+  //   run.trace  records every device's steps (spans "gradients", "data-parallel mean", "gradient
+  //              norm", "optimizer", "evaluate", "checkpoint") and collectives (distributed/trace.h).
+  //   run.seed   not read: train() runs the mesh with `seed` below.
+  dist::RunOptions run;
 
   // Model: the initial weights (null = random_weights(model, seed)).
   model::LlamaConfig model;
@@ -112,12 +108,6 @@ struct TrainOptions {
   int sample_tokens = 200;
   std::string metadata_note;  // "train.config": the config file, for the record
 
-  // Set (e.g. from a SIGINT handler) to stop after the current step with a checkpoint. A step that
-  // cannot finish (a device stuck in a collective) fails with dist::RunStopped instead.
-  const std::atomic<bool>* stop = nullptr;
-  // Records every device's steps (spans "gradients", "data-parallel mean", "gradient norm",
-  // "optimizer", "evaluate", "checkpoint") and collectives, when not null (distributed/trace.h).
-  dist::Trace* trace = nullptr;
   // Called on world rank 0 after every step (tests read the loss sequence).
   std::function<void(int64_t step, double loss)> on_step;
 };

@@ -11,7 +11,7 @@ inline void quiet_run(train::TrainOptions& o) {
   o.eval_batches = 0;
   o.progress = false;
   o.sample_tokens = 0;
-  o.blas_threads = 1;
+  o.run.blas_threads = 1;
 }
 
 }  // namespace tpcli::testing

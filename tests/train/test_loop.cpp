@@ -125,7 +125,7 @@ TEST_CASE("resume after an interruption reproduces the uninterrupted loss sequen
   // Interrupted after 3 steps (as Ctrl-C would), then resumed.
   std::atomic<bool> stop{false};
   o.out_dir = (dir / "cut").string();
-  o.stop = &stop;
+  o.run.stop = &stop;
   o.on_step = [&](int64_t step, double) {
     if (step == 2) stop = true;
   };

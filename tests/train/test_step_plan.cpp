@@ -66,7 +66,7 @@ TEST_CASE("step plan: one optimizer step's collectives on device 0 are the plann
     o.recompute = k.recompute;
     o.grad_accum = k.accum;
     dist::Trace trace;
-    o.trace = &trace;
+    o.run.trace = &trace;
     train::train(o);
     const CallCounts recorded = recorded_calls(trace, 0);
     CHECK(recorded.size() >= 3);

@@ -194,7 +194,7 @@ TEST_CASE("token shards: each device of a data=2 run reads its own windows, toge
   o.model = {.dim = 16, .hidden_dim = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .vocab_size = 256, .seq_len = 16};
   o.steps = 3, o.batch_size = 4, o.seq_len = 16, o.shuffle = false;
   o.schedule = {1e-3, 1e-4, 1, 3, train::Decay::Constant};
-  o.eval_every = 0, o.eval_batches = 0, o.progress = false, o.sample_tokens = 0, o.blas_threads = 1;
+  o.eval_every = 0, o.eval_batches = 0, o.progress = false, o.sample_tokens = 0, o.run.blas_threads = 1;
   train::train(o);
 
   const auto reads = recording->reads();

@@ -104,7 +104,7 @@ TEST_CASE("checkpoints are interchangeable between sharded and plain optimizers 
   o.out_dir = (dir / "cut").string();
   o.mesh = dist::Mesh({{"data", 2}, {"model", 1}});
   o.shard_optimizer = true;
-  o.stop = &stop;
+  o.run.stop = &stop;
   o.on_step = [&](int64_t step, double) { stop = step == 3; };
   auto first = train::train(o);
   REQUIRE(first.end_step == 4);
