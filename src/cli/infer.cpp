@@ -1,11 +1,16 @@
 // tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT | -f FILE]
 //             [-n STEPS] [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
 //             [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]] [--int8-activations]
+//             [--tokens 5,17,3 --ids]
 // PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
 // the speed, per-device memory and the bytes collectives moved per token. With a tokenizer.json
 // (-z FILE.json or a directory holding one) generation stops at the tokenizer's end-of-sequence
 // token and prints the text as that tokenizer decodes it (model/generate_text.h).
+// --tokens IDS --ids: the prompt as token ids, fed exactly (no BOS added), and the generated ids
+// (after the prompt) printed as one JSON array, e.g. [509,187,123]; no tokenizer is read and
+// nothing stops the run before -n positions (prompt included), so transformers' or llama.cpp's
+// greedy ids compare one for one.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -46,6 +51,8 @@ struct InferFlags {
   std::string quantize;  // "" = as stored; 4 | 8 | mxfp8 | bf16 | f16: convert an f32 checkpoint on load
   int group_size = 64;
   bool int8_activations = false;  // tensor::set_int8_activations
+  std::string tokens;  // --tokens: the prompt as token ids ("" = -i / -f text)
+  bool ids = false;    // --ids: print the generated ids as a JSON array instead of text
 };
 
 // The llama2.c tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
@@ -131,6 +138,28 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
   return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options);
 }
 
+// --tokens with --ids: the ids fed exactly, every position up to -n run, the ids after the prompt
+// printed by device 0 as one JSON array.
+model::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const OpenedModel& opened, const dist::Mesh& mesh,
+                                       const model::GenerateOptions& options, const dist::RunOptions& run_options) {
+  const int vocab = opened.weights->config().vocab_size;
+  return model::run_model_on_mesh(
+      *opened.weights, mesh,
+      [&](const model::ModelFns& model, std::FILE* out) {
+        model::GenerateResult r = model::generate_from_ids(model, prompt, vocab, options);
+        if (out) {
+          std::string json = "[";
+          for (size_t i = prompt.size(); i < r.tokens.size(); ++i)
+            json += (i > prompt.size() ? "," : "") + std::to_string(r.tokens[i]);
+          json += "]\n";
+          std::fwrite(json.data(), 1, json.size(), out);
+          r.text = std::move(json);
+        }
+        return r;
+      },
+      stdout, run_options);
+}
+
 // Per device: memory and traffic. Under `tpcli launch` (zmq) a rank knows only its own devices,
 // so it reports those (the launcher prefixes the lines of ranks > 0 with "[rank] ").
 void print_device_report(const model::MeshGenerateResult& r, const std::vector<int>& local_ranks) {
@@ -154,8 +183,11 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   apply_load_flags(opened, f.dtype, f.context);
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
+  std::vector<int> prompt_ids;  // --tokens
+  if (!f.tokens.empty() || f.ids) prompt_ids = parse_token_ids("--tokens", f.tokens, config.vocab_size, config.seq_len);
   model::GenerateOptions options;
-  options.prompt = f.prompt_file.empty() ? f.prompt : read_prompt_file(f.prompt_file, config.seq_len);
+  if (prompt_ids.empty())
+    options.prompt = f.prompt_file.empty() ? f.prompt : read_prompt_file(f.prompt_file, config.seq_len);
   options.steps = f.steps;
   options.temperature = f.temperature;
   options.topp = f.topp;
@@ -178,7 +210,8 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     check_trace_path(run_flags.trace, !run_options.local_ranks.empty());
     run_options.trace = &trace.emplace();
   }
-  const model::MeshGenerateResult r = generate(f, opened, mesh, options, run_options);
+  const model::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, mesh, options, run_options)
+                                                         : generate_ids(prompt_ids, opened, mesh, options, run_options);
   std::fflush(stdout);
   if (trace) write_trace(*trace, run_flags.trace, "forward passes");
 
@@ -203,7 +236,16 @@ void setup_infer(CLI::App& sub) {
                  "llama2.c tokenizer.bin, or a tokenizer.json / directory holding one (default: the checkpoint's recorded "
                  "tokenizer, else ./tokenizer.bin)");
   auto* prompt = sub.add_option("-i,--prompt", flags->prompt, "input prompt");
-  sub.add_option("-f,--file", flags->prompt_file, "read the prompt from this file (its exact content)")->excludes(prompt);
+  auto* file = sub.add_option("-f,--file", flags->prompt_file, "read the prompt from this file (its exact content)")->excludes(prompt);
+  auto* tokens = sub.add_option("--tokens", flags->tokens, "the prompt as comma-separated token ids, fed exactly (no BOS added); with --ids")
+                     ->type_name("IDS")
+                     ->excludes(prompt)
+                     ->excludes(file);
+  auto* ids = sub.add_flag("--ids", flags->ids,
+                           "print the generated ids (after the prompt) as one JSON array instead of text; needs --tokens, "
+                           "reads no tokenizer, runs all -n positions");
+  tokens->needs(ids);
+  ids->needs(tokens);
   sub.add_option("-n,--steps", flags->steps, "positions to run, prompt included; 0 = seq_len")->capture_default_str();
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();

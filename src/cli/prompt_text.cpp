@@ -1,6 +1,8 @@
 #include "cli/prompt_text.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +49,30 @@ void require_prompt_fits(const std::string& source, size_t tokens, int seq_len) 
   if (tokens <= static_cast<size_t>(seq_len)) return;
   throw UsageError(source + ": the prompt is " + std::to_string(tokens) + " tokens, more than the model's context of " +
                    std::to_string(seq_len) + " positions");
+}
+
+std::vector<int> parse_token_ids(const std::string& flag, const std::string& text, int vocab_size, int seq_len) {
+  const std::string where = flag + " " + (text.empty() ? "''" : text);
+  if (text.empty()) throw UsageError(where + ": no token ids (give them comma-separated, e.g. " + flag + " 5,17,3)");
+  std::vector<int> ids;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, comma - begin);
+    long long id = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size())
+      throw UsageError(where + ": '" + item + "' (item " + std::to_string(ids.size() + 1) + ") is not an integer token id");
+    if (id < 0 || id >= vocab_size)
+      throw UsageError(where + ": token id " + item + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    ids.push_back(static_cast<int>(id));
+    if (comma == text.size()) break;
+    begin = comma + 1;
+  }
+  if (ids.size() > static_cast<size_t>(seq_len))
+    throw UsageError(where + ": " + std::to_string(ids.size()) + " token ids, more than the model's context of " +
+                     std::to_string(seq_len) + " positions");
+  return ids;
 }
 
 }  // namespace tpcli::cli

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tpcli::cli {
 
@@ -28,5 +29,10 @@ std::string read_prompt_file(const std::string& path, int seq_len);
 // Throws UsageError "SOURCE: the prompt is N tokens, more than the model's context of S
 // positions" when `tokens` > `seq_len`. `source` names where the prompt came from.
 void require_prompt_fits(const std::string& source, size_t tokens, int seq_len);
+
+// A prompt given as token ids (`--tokens 5,17,3`): comma-separated decimal integers, each in
+// [0, vocab_size), at least one and at most `seq_len`. Throws UsageError
+// "FLAG VALUE: ..." naming the first bad item otherwise.
+std::vector<int> parse_token_ids(const std::string& flag, const std::string& text, int vocab_size, int seq_len);
 
 }  // namespace tpcli::cli

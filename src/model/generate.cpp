@@ -30,21 +30,38 @@ GenerateOptions normalized(GenerateOptions o, int seq_len) {
 GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const GenerateOptions& options,
                         std::FILE* out) {
   const std::vector<int> prompt = tokenizer.encode(options.prompt, /*bos=*/true, /*eos=*/false);
-  const int vocab = tokenizer.vocab_size();
-  Sampler sampler(vocab, options.temperature, options.topp, options.seed);
-  std::vector<float> logits(static_cast<size_t>(vocab));  // [V] the sampler's working copy
-
-  GenerateResult result;
+  std::string text;  // exactly what goes to `out`
   auto emit = [&](std::string_view piece) {
-    result.text.append(piece);
+    text.append(piece);
     if (out) {
       std::fwrite(piece.data(), 1, piece.size(), out);
       std::fflush(out);
     }
   };
+  GenerateResult result = generate_from_ids(model, prompt, tokenizer.vocab_size(), options, [&](int token, int next) {
+    if (next == BOS_TOKEN) return false;  // BOS delimits sequences
+    emit(Tokenizer::printable_piece(tokenizer.decode(token, next)));
+    return true;
+  });
+  emit("\n");
+  result.text = std::move(text);
+  return result;
+}
+
+GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> prompt, int vocab,
+                                 const GenerateOptions& options, const NextTokenFn& on_next) {
+  if (prompt.empty()) throw std::invalid_argument("generate: the prompt holds no token");
+  for (int id : prompt)
+    if (id < 0 || id >= vocab)
+      throw std::invalid_argument("generate: prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                  std::to_string(vocab) + ")");
+  Sampler sampler(vocab, options.temperature, options.topp, options.seed);
+  std::vector<float> logits(static_cast<size_t>(vocab));  // [V] the sampler's working copy
+
+  GenerateResult result;
   auto checked = [&](std::span<const float> full) {
     if (static_cast<int>(full.size()) != vocab)
-      throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, tokenizer has " +
+      throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, the vocabulary has " +
                                std::to_string(vocab) + " tokens");
     return full;
   };
@@ -59,7 +76,7 @@ GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const
   const bool can_prefill = greedy_shortcut ? static_cast<bool>(model.prefill_argmax) : static_cast<bool>(model.prefill);
   if (can_prefill && prompt.size() > 1 && options.steps > 1) {
     prefilled = std::min(static_cast<int>(prompt.size()), options.steps);
-    const std::span<const int> batch(prompt.data(), static_cast<size_t>(prefilled));
+    const std::span<const int> batch = prompt.first(static_cast<size_t>(prefilled));
     const auto t0 = Clock::now();
     if (greedy_shortcut) greedy = model.prefill_argmax(batch, 0);
     else full = checked(model.prefill(batch, 0));
@@ -94,11 +111,9 @@ GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const
     }
     ++pos;
     result.tokens.push_back(next);
-    if (next == BOS_TOKEN) break;  // BOS delimits sequences
-    emit(Tokenizer::printable_piece(tokenizer.decode(token, next)));
+    if (on_next && !on_next(token, next)) break;
     token = next;
   }
-  emit("\n");
   result.positions = pos;
   if (pos > first_call) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

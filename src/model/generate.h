@@ -80,6 +80,16 @@ GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const
 GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
                         std::FILE* out, const ArgmaxFn& argmax = nullptr);
 
+// Sees each token as it is appended to GenerateResult::tokens (`next`, forced inside the prompt,
+// picked after it) with the token fed before it; returns false to end the run there.
+using NextTokenFn = std::function<bool(int token, int next)>;
+// The loop generate() runs once it has encoded the prompt, from token ids: prompt[P] fed exactly
+// as given (nothing added, 0 <= id < vocab, P >= 1), the same prefill, forcing, sampling and
+// greedy shortcut, until options.steps positions have run (prompt included) or `on_next` says stop
+// (null: never). options.prompt is not read; GenerateResult::text stays empty.
+GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> prompt, int vocab,
+                                 const GenerateOptions& options, const NextTokenFn& on_next = nullptr);
+
 // What one device of a mesh run reports.
 struct DeviceReport {
   int64_t parameter_bytes = 0;  // this device's shard of the weights
