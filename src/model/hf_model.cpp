@@ -24,224 +24,6 @@ namespace {
 
 const char* const INDEX_FILE = "model.safetensors.index.json";
 
-// Typed reads of config.json keys, with errors naming the file and the key.
-class ConfigReader {
- public:
-  ConfigReader(const json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
-
-  [[noreturn]] void fail(const std::string& what) const { throw std::runtime_error(origin_ + ": " + what); }
-  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
-  const json& at(const char* key) const {
-    if (!has(key)) fail("key '" + std::string(key) + "' is missing");
-    return j_.at(key);
-  }
-  int integer(const char* key) const {
-    const json& v = at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 30))
-      fail(std::string(key) + " = " + v.dump() + " is not an integer in [0, 2^30]");
-    return v.get<int>();
-  }
-  int integer(const char* key, int fallback) const { return has(key) ? integer(key) : fallback; }
-  float real(const char* key, float fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = at(key);
-    if (!v.is_number() || !(v.get<double>() > 0)) fail(std::string(key) + " = " + v.dump() + " is not a positive number");
-    return v.get<float>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!at(key).is_boolean()) fail(std::string(key) + " = " + at(key).dump() + " is not true/false");
-    return at(key).get<bool>();
-  }
-  std::string text(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    if (!at(key).is_string()) fail(std::string(key) + " = " + at(key).dump() + " is not a string");
-    return at(key).get<std::string>();
-  }
-  // An id or a list of ids (eos_token_id is either).
-  std::vector<int> ids(const char* key) const {
-    if (!has(key)) return {};
-    const json& v = at(key);
-    std::vector<int> out;
-    for (const json& x : v.is_array() ? v : json::array({v})) {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0) fail(std::string(key) + " = " + v.dump() + " is not a token id or a list of them");
-      out.push_back(x.get<int>());
-    }
-    return out;
-  }
-  const std::string& origin() const { return origin_; }
-
- private:
-  const json& j_;
-  std::string origin_;
-};
-
-std::string architecture_of(const ConfigReader& r) {
-  const json& archs = r.at("architectures");
-  for (const json& a : archs.is_array() ? archs : json::array({archs}))
-    if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") return a.get<std::string>();
-  r.fail("architectures " + archs.dump() + " is not supported (LlamaForCausalLM, MistralForCausalLM)");
-}
-
-// Features of the Llama family tpcli does not compute: refused rather than run wrongly.
-void refuse_unsupported(const ConfigReader& r) {
-  if (r.boolean("attention_bias", false)) r.fail("attention_bias = true is not supported");
-  if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
-  const std::string act = r.text("hidden_act", "silu");
-  if (act != "silu") r.fail("hidden_act = " + json(act).dump() + " is not supported (only silu)");  // dump: escaped, one line
-}
-
-std::optional<nn::RopeScaling> rope_scaling_of(const ConfigReader& r) {
-  if (!r.has("rope_scaling")) return std::nullopt;
-  const json& j = r.at("rope_scaling");
-  if (!j.is_object()) r.fail("rope_scaling = " + j.dump() + " is not an object");
-  const ConfigReader s(j, r.origin());
-  const std::string type = s.text("rope_type", s.text("type", ""));
-  if (type == "default") return std::nullopt;
-  if (type != "llama3") r.fail("rope_scaling type " + json(type).dump() + " is not supported (only llama3)");
-  nn::RopeScaling out;
-  out.factor = s.real("factor", out.factor);
-  out.low_freq_factor = s.real("low_freq_factor", out.low_freq_factor);
-  out.high_freq_factor = s.real("high_freq_factor", out.high_freq_factor);
-  out.original_max_position = s.integer("original_max_position_embeddings", out.original_max_position);
-  if (!(out.high_freq_factor > out.low_freq_factor))
-    r.fail("rope_scaling: high_freq_factor must exceed low_freq_factor");
-  return out;
-}
-
-std::optional<Quantization> quantization_of(const ConfigReader& r) {
-  if (!r.has("quantization")) return std::nullopt;
-  const json& j = r.at("quantization");
-  if (!j.is_object()) r.fail("quantization = " + j.dump() + " is not an object");
-  const ConfigReader q(j, r.origin());
-  Quantization out;
-  out.bits = q.integer("bits");
-  out.group_size = q.integer("group_size");
-  out.mode = q.text("mode", "affine");
-  if (out.mode != "affine" && out.mode != "mxfp8") r.fail("quantization mode " + quoted_value(out.mode) + " is not supported (affine, mxfp8)");
-  if (out.group_size < 1 || (out.bits * out.group_size) % 32 != 0 || out.bits < 2 || out.bits > 8)
-    r.fail("quantization bits = " + std::to_string(out.bits) + ", group_size = " + std::to_string(out.group_size) +
-           " is not an MLX layout");
-  for (const auto& [key, value] : j.items())  // per-layer overrides (mixed recipes)
-    if (value.is_object() || value.is_boolean())
-      r.fail("quantization override for " + json(key).dump() + " is not supported (one bits/group_size for every layer)");
-  return out;
-}
-
-LlamaConfig llama_config_of(const ConfigReader& r) {
-  LlamaConfig c;
-  c.dim = r.integer("hidden_size");
-  c.hidden_dim = r.integer("intermediate_size");
-  c.n_layers = r.integer("num_hidden_layers");
-  c.n_heads = r.integer("num_attention_heads");
-  c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);
-  c.vocab_size = r.integer("vocab_size");
-  c.seq_len = r.integer("max_position_embeddings");
-  // Mistral's sliding-window attention is not computed: within the window it equals full
-  // attention, so the context is limited to the window and stays exact.
-  if (r.has("sliding_window")) c.seq_len = std::min(c.seq_len, r.integer("sliding_window"));
-  c.norm_eps = r.real("rms_norm_eps", 1e-6f);
-  c.rope_theta = r.real("rope_theta", 10000.0f);
-  c.rope_scaling = rope_scaling_of(r);
-  c.shared_classifier = r.boolean("tie_word_embeddings", false);  // transformers' LlamaConfig default
-  c.quantization = quantization_of(r);
-  // head_dim only where it is not hidden_size / num_attention_heads (then q_proj has NH * head_dim rows).
-  if (r.has("head_dim") && c.n_heads > 0 && r.integer("head_dim") * c.n_heads != c.dim) c.head_dim = r.integer("head_dim");
-  try {
-    c.validate();
-  } catch (const std::invalid_argument& e) {
-    r.fail(e.what());
-  }
-  return c;
-}
-
-}  // namespace
-
-bool is_hf_model_dir(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.json", ec);
-}
-
-HfConfig read_hf_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(path)) throw std::runtime_error(path + ": missing: not a Hugging Face model directory?");
-  const json j = read_json_file(path, "a Hugging Face config.json");
-  if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
-  const ConfigReader r(j, path);
-  HfConfig out;
-  out.architecture = architecture_of(r);
-  refuse_unsupported(r);
-  out.llama = llama_config_of(r);
-  out.torch_dtype = r.text("torch_dtype", "");
-  if (auto bos = r.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();
-  out.eos_token_ids = r.ids("eos_token_id");
-  std::string eos_origin = path;  // the file the ids come from, for the range check's error
-  const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
-  if (fs::exists(gen_path)) {  // generation_config.json wins: it is what generate() uses
-    const json g = read_json_file(gen_path, "a generation_config.json");
-    if (!g.is_object()) throw std::runtime_error(gen_path + ": not a JSON object");
-    const ConfigReader gr(g, gen_path);
-    if (auto bos = gr.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();
-    if (auto eos = gr.ids("eos_token_id"); !eos.empty()) {
-      out.eos_token_ids = eos;
-      eos_origin = gen_path;
-    }
-  }
-  for (int id : out.eos_token_ids)
-    if (id >= out.llama.vocab_size)
-      throw std::runtime_error(eos_origin + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary (" +
-                               std::to_string(out.llama.vocab_size) + " in config.json)");
-  return out;
-}
-
-// ---- the RoPE row order ----
-
-void rope_rows_from_hf(std::byte* out, const std::byte* in, int heads, int head_size, size_t row_bytes) {
-  const int half = head_size / 2;
-  for (int h = 0; h < heads; ++h)
-    for (int i = 0; i < half; ++i)
-      for (int j = 0; j < 2; ++j)
-        std::memcpy(out + static_cast<size_t>(h * head_size + 2 * i + j) * row_bytes,
-                    in + static_cast<size_t>(h * head_size + j * half + i) * row_bytes, row_bytes);
-}
-
-void rope_rows_to_hf(std::byte* out, const std::byte* in, int heads, int head_size, size_t row_bytes) {
-  const int half = head_size / 2;
-  for (int h = 0; h < heads; ++h)
-    for (int i = 0; i < half; ++i)
-      for (int j = 0; j < 2; ++j)
-        std::memcpy(out + static_cast<size_t>(h * head_size + j * half + i) * row_bytes,
-                    in + static_cast<size_t>(h * head_size + 2 * i + j) * row_bytes, row_bytes);
-}
-
-namespace {
-
-// tpcli parameter name -> Hugging Face module path (the tensor is PATH.weight), and how many heads
-// of rows to reorder for RoPE (0: none).
-struct HfModule {
-  std::string path;
-  int rope_heads = 0;
-};
-
-HfModule hf_module_of(const std::string& name, const LlamaConfig& c) {
-  if (name == "tok_embeddings") return {"model.embed_tokens"};
-  if (name == "norm") return {"model.norm"};
-  if (name == "output") return {"lm_head"};
-  static const std::map<std::string, std::string> per_layer{
-      {"attention_norm", "input_layernorm"}, {"wq", "self_attn.q_proj"}, {"wk", "self_attn.k_proj"},
-      {"wv", "self_attn.v_proj"},            {"wo", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
-      {"w1", "mlp.gate_proj"},               {"w2", "mlp.down_proj"},    {"w3", "mlp.up_proj"}};
-  const size_t dot = name.find('.', 7);  // "layers.{i}.{kind}"
-  if (name.starts_with("layers.") && dot != std::string::npos) {
-    const std::string kind = name.substr(dot + 1);
-    if (auto it = per_layer.find(kind); it != per_layer.end()) {
-      const int heads = kind == "wq" ? c.n_heads : kind == "wk" ? c.n_kv_heads : 0;
-      return {"model." + name.substr(0, dot) + "." + it->second, heads};
-    }
-  }
-  throw std::invalid_argument("hf: parameter '" + name + "' has no Hugging Face Llama name");
-}
-
 std::string shape_text(const tensor::Shape& s) { return tensor::to_string(s); }
 
 // MLX quantizes every matrix whose input dimension its group divides and leaves the rest (and the
@@ -296,53 +78,85 @@ void HfModelDir::open_files() {
   }
 }
 
-void HfModelDir::add_source(const std::string& name, const std::string& hf_name, int rope_heads) {
-  auto it = file_of_.find(hf_name);
-  if (it == file_of_.end()) {
-    const std::string where = files_.size() == 1 ? files_.front()->path() : (fs::path(dir_) / INDEX_FILE).string();
-    throw std::runtime_error(where + ": tensor '" + hf_name + "' is missing");
+const HfModelDir::Source& HfModelDir::add_source(const std::string& name, const HfTensorRef& ref, const std::string& suffix) {
+  Source s{{}, ref, ""};
+  for (const std::string& module : ref.modules) {
+    const std::string hf_name = module + (suffix.empty() ? "." + ref.kind : suffix);
+    auto it = file_of_.find(hf_name);
+    if (it == file_of_.end()) {
+      const std::string where = files_.size() == 1 ? files_.front()->path() : (fs::path(dir_) / INDEX_FILE).string();
+      throw std::runtime_error(where + ": tensor '" + hf_name + "' is missing");
+    }
+    s.parts.push_back({it->second, hf_name});
+    s.key += hf_name + (ref.rows ? "@" + std::to_string(ref.row_offset) : "") + ";";
   }
-  sources_[name] = {it->second, hf_name, rope_heads};
+  return sources_[name + suffix] = std::move(s);
+}
+
+namespace {
+
+// The rows every part of a source must have: a fused tensor's, else the parameter's own (one
+// expert's for stacked experts).
+tensor::Shape part_shape(const ParamSpec& p, const HfTensorRef& ref) {
+  tensor::Shape shape = p.shape;
+  if (ref.modules.size() > 1) shape.erase(shape.begin());
+  if (ref.fused_rows) shape[0] = ref.fused_rows;
+  return shape;
+}
+
+}  // namespace
+
+void HfModelDir::check_float_source(const ParamSpec& p, const Source& s) const {
+  const LlamaConfig& c = hf_.llama;
+  const tensor::Shape want = part_shape(p, s.ref);
+  for (const Part& part : s.parts) {
+    const StoredTensor t = *part.file->stored(part.hf_name);
+    auto bad = [&](const std::string& what) { return std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' " + what); };
+    if (!is_float(t.dtype)) throw bad(std::string("is ") + dtype_name(t.dtype) + " (no .scales beside it): not a float weight");
+    if (c.quantization && mlx_would_quantize(p, *c.quantization))
+      throw bad(std::string("is ") + dtype_name(t.dtype) + " with no .scales beside it, but config.json's quantization (" +
+                c.quantization->mode + ", " + std::to_string(c.quantization->bits) + " bits, group_size " +
+                std::to_string(c.quantization->group_size) + ") says it is quantized: the weights do not match config.json");
+    if (t.shape != want)
+      throw bad("has shape " + shape_text(t.shape) + ", config.json implies " + shape_text(want) +
+                (s.ref.fused_rows ? " (the fused segments together)" : ""));
+  }
+}
+
+void HfModelDir::check_quantized_source(const ParamSpec& p, const Source& s, const HfTensorRef& ref) {
+  const Quantization& q = *hf_.llama.quantization;
+  const tensor::Shape want = part_shape(p, ref);
+  const int64_t rows = want[0], cols = want[1];
+  for (const Part& part : s.parts) {
+    const StoredTensor t = *part.file->stored(part.hf_name);
+    if (t.dtype != DType::U32 || t.shape != tensor::Shape{rows, cols * q.bits / 32})
+      throw std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' is " + dtype_name(t.dtype) + " " +
+                               shape_text(t.shape) + ", a " + std::to_string(q.bits) + "-bit quantized " + shape_text(want) +
+                               " needs U32 " + shape_text({rows, cols * q.bits / 32}));
+  }
+  for (const char* suffix : {".scales", ".biases"}) {
+    if (q.mode != "affine" && std::string(suffix) == ".biases") continue;
+    for (const Part& part : add_source(p.name, ref, suffix).parts) {
+      const StoredTensor pt = *part.file->stored(part.hf_name);
+      if (pt.shape != tensor::Shape{rows, cols / q.group_size})
+        throw std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' has shape " + shape_text(pt.shape) +
+                                 ", group_size " + std::to_string(q.group_size) + " needs " +
+                                 shape_text({rows, cols / q.group_size}));
+      if (q.mode == "affine" ? !is_float(pt.dtype) : pt.dtype != DType::U8)
+        throw std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' has dtype " + dtype_name(pt.dtype));
+    }
+  }
 }
 
 // Every parameter's source, with its dtype and shape checked (quantized: words, scales, biases).
 void HfModelDir::map_parameters() {
   const LlamaConfig& c = hf_.llama;
   for (const ParamSpec& p : llama_parameters(c)) {
-    const HfModule m = hf_module_of(p.name, c);
-    add_source(p.name, m.path + ".weight", m.rope_heads);
-    const Source& s = sources_.at(p.name);
-    const StoredTensor t = *s.file->stored(s.hf_name);
-    auto bad = [&](const std::string& what) {
-      return std::runtime_error(s.file->path() + ": tensor '" + s.hf_name + "' " + what);
-    };
-    const bool quantized = c.quantization && file_of_.count(m.path + ".scales");
-    if (!quantized) {
-      if (!is_float(t.dtype)) throw bad(std::string("is ") + dtype_name(t.dtype) + " (no .scales beside it): not a float weight");
-      if (c.quantization && mlx_would_quantize(p, *c.quantization))
-        throw bad(std::string("is ") + dtype_name(t.dtype) + " with no .scales beside it, but config.json's quantization (" +
-                  c.quantization->mode + ", " + std::to_string(c.quantization->bits) + " bits, group_size " +
-                  std::to_string(c.quantization->group_size) + ") says it is quantized: the weights do not match config.json");
-      if (t.shape != p.shape) throw bad("has shape " + shape_text(t.shape) + ", config.json implies " + shape_text(p.shape));
-      continue;
-    }
-    const Quantization& q = *c.quantization;
-    const int64_t rows = p.shape[0], cols = p.shape[1];
-    if (t.dtype != DType::U32 || t.shape != tensor::Shape{rows, cols * q.bits / 32})
-      throw bad(std::string("is ") + dtype_name(t.dtype) + " " + shape_text(t.shape) + ", a " + std::to_string(q.bits) +
-                "-bit quantized " + shape_text(p.shape) + " needs U32 " + shape_text({rows, cols * q.bits / 32}));
-    for (const char* part : {".scales", ".biases"}) {
-      if (q.mode != "affine" && std::string(part) == ".biases") continue;
-      add_source(p.name + part, m.path + part, m.rope_heads);
-      const Source& ps = sources_.at(p.name + part);
-      const StoredTensor pt = *ps.file->stored(ps.hf_name);
-      if (pt.shape != tensor::Shape{rows, cols / q.group_size})
-        throw std::runtime_error(ps.file->path() + ": tensor '" + ps.hf_name + "' has shape " + shape_text(pt.shape) +
-                                 ", group_size " + std::to_string(q.group_size) + " needs " +
-                                 shape_text({rows, cols / q.group_size}));
-      if (q.mode == "affine" ? !is_float(pt.dtype) : pt.dtype != DType::U8)
-        throw std::runtime_error(ps.file->path() + ": tensor '" + ps.hf_name + "' has dtype " + dtype_name(pt.dtype));
-    }
+    const HfTensorRef ref = hf_tensor_of(p.name, c, hf_.architecture);
+    const Source& s = add_source(p.name, ref, "");
+    const std::string first_module = ref.modules.front();
+    if (c.quantization && ref.kind == "weight" && file_of_.count(first_module + ".scales")) check_quantized_source(p, s, ref);
+    else check_float_source(p, s);
   }
   if (c.shared_classifier)  // the classifier is the embedding: the same source under both names
     for (const char* part : {"", ".scales", ".biases"})
@@ -356,22 +170,52 @@ const HfModelDir::Source& HfModelDir::source(const std::string& name) const {
   return it->second;
 }
 
+namespace {
+
+// Rows [offset, offset + rows) of a stored tensor, as a view.
+StoredTensor row_range(StoredTensor t, int64_t offset, int64_t rows) {
+  const size_t row_bytes = static_cast<size_t>(tensor::numel(t.shape) / t.shape[0]) * dtype_bytes(t.dtype);
+  t.data = static_cast<const std::byte*>(t.data) + static_cast<size_t>(offset) * row_bytes;
+  t.shape[0] = rows;
+  return t;
+}
+
+}  // namespace
+
+// The parts one after another (each its row range), q/k rows reordered: a copy kept until
+// release_conversions.
+StoredTensor HfModelDir::assembled(const Source& s) const {
+  StoredTensor first = *s.parts.front().file->stored(s.parts.front().hf_name);
+  if (s.ref.rows) first = row_range(first, s.ref.row_offset, s.ref.rows);
+  StoredTensor out = first;
+  out.shape[0] *= static_cast<int64_t>(s.parts.size());
+  std::lock_guard lock(assembled_mutex_);
+  auto [slot, fresh] = assembled_.try_emplace(s.key);
+  if (fresh) {
+    const size_t part_bytes = static_cast<size_t>(tensor::numel(first.shape)) * dtype_bytes(first.dtype);
+    std::vector<std::byte> stacked(part_bytes * s.parts.size());
+    for (size_t i = 0; i < s.parts.size(); ++i) {
+      StoredTensor t = *s.parts[i].file->stored(s.parts[i].hf_name);
+      if (s.ref.rows) t = row_range(t, s.ref.row_offset, s.ref.rows);
+      std::memcpy(stacked.data() + i * part_bytes, t.data, part_bytes);
+    }
+    slot->second.resize(stacked.size());
+    if (s.ref.rope_heads == 0) slot->second = std::move(stacked);
+    else
+      rope_rows_from_hf(slot->second.data(), stacked.data(), s.ref.rope_heads, hf_.llama.head_size(),
+                        stacked.size() / static_cast<size_t>(out.shape[0]));
+  }
+  out.data = slot->second.data();
+  return out;
+}
+
 std::optional<StoredTensor> HfModelDir::stored(const std::string& name) const {
   auto it = sources_.find(name);
   if (it == sources_.end()) return std::nullopt;
   const Source& s = it->second;
-  StoredTensor t = *s.file->stored(s.hf_name);
-  if (s.rope_heads == 0) return t;
-  std::lock_guard lock(reordered_mutex_);
-  auto [slot, fresh] = reordered_.try_emplace(s.hf_name);
-  if (fresh) {
-    const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * dtype_bytes(t.dtype);
-    slot->second.resize(bytes);
-    rope_rows_from_hf(slot->second.data(), static_cast<const std::byte*>(t.data), s.rope_heads, hf_.llama.head_size(),
-                      bytes / static_cast<size_t>(t.shape[0]));
-  }
-  t.data = slot->second.data();
-  return t;
+  if (!s.view()) return assembled(s);
+  const StoredTensor t = *s.parts.front().file->stored(s.parts.front().hf_name);
+  return s.ref.rows ? row_range(t, s.ref.row_offset, s.ref.rows) : t;
 }
 
 namespace {
@@ -393,20 +237,19 @@ std::vector<float> HfModelDir::dequantized(const std::string& name) const {
 
 std::span<const float> HfModelDir::get(const std::string& name) const {
   const Source& s = source(name);
-  const StoredTensor raw = *s.file->stored(s.hf_name);
-  if (raw.dtype == DType::F32 && s.rope_heads == 0)
-    return {static_cast<const float*>(raw.data), static_cast<size_t>(tensor::numel(raw.shape))};
-  // One conversion per tensor, whichever device asks first; the others wait and share it.
+  const StoredTensor raw = *stored(name);
+  if (raw.dtype == DType::F32 && s.view()) return {static_cast<const float*>(raw.data), static_cast<size_t>(tensor::numel(raw.shape))};
+  // One conversion per source, whichever device asks first; the others wait and share it.
   std::lock_guard lock(converted_mutex_);
-  auto [slot, fresh] = converted_.try_emplace(s.hf_name);
-  if (fresh) slot->second = is_float(raw.dtype) ? to_f32_vector(*stored(name)) : dequantized(name);
+  auto [slot, fresh] = converted_.try_emplace(s.key);
+  if (fresh) slot->second = is_float(raw.dtype) ? to_f32_vector(raw) : dequantized(name);
   return slot->second;
 }
 
 void HfModelDir::release_conversions() const {
-  std::scoped_lock lock(converted_mutex_, reordered_mutex_);
+  std::scoped_lock lock(converted_mutex_, assembled_mutex_);
   converted_.clear();
-  reordered_.clear();
+  assembled_.clear();
 }
 
 // ---- writing ----
@@ -476,7 +319,7 @@ std::vector<OutTensor> hf_tensors(const WeightSource& weights, DType dtype) {
   const LlamaConfig& c = weights.config();
   std::vector<OutTensor> out;
   for (const ParamSpec& p : llama_parameters(c)) {
-    const HfModule m = hf_module_of(p.name, c);
+    const HfTensorRef m = hf_tensor_of(p.name, c, "LlamaForCausalLM");
     std::span<const float> values = weights.get(p.name);
     if (static_cast<int64_t>(values.size()) != tensor::numel(p.shape))
       throw std::invalid_argument("hf export: parameter '" + p.name + "' has " + std::to_string(values.size()) +
@@ -488,7 +331,7 @@ std::vector<OutTensor> hf_tensors(const WeightSource& weights, DType dtype) {
                       m.rope_heads, c.head_size(), static_cast<size_t>(p.shape[1]) * sizeof(float));
       values = reordered;
     }
-    OutTensor t{m.path + ".weight", p.shape, std::vector<std::byte>(values.size() * dtype_bytes(dtype))};
+    OutTensor t{m.modules.front() + "." + m.kind, p.shape, std::vector<std::byte>(values.size() * dtype_bytes(dtype))};
     from_f32(t.bytes.data(), values.data(), dtype, static_cast<int64_t>(values.size()));
     out.push_back(std::move(t));
   }
@@ -521,6 +364,8 @@ void write_hf_model(const std::string& dir, const WeightSource& weights, const H
   const LlamaConfig& c = weights.config();
   c.validate();
   if (c.is_moe()) throw std::invalid_argument(dir + ": Hugging Face Llama directories cannot hold a mixture-of-experts model");
+  if (const std::string feature = c.beyond_llama_feature(); !feature.empty())
+    throw std::invalid_argument(dir + ": Hugging Face Llama directories cannot hold a model with " + feature);
   if (!is_float(options.dtype)) throw std::invalid_argument(dir + ": export dtype must be F32, F16 or BF16");
   if (options.shards < 1) throw std::invalid_argument(dir + ": shards must be >= 1");
   std::error_code ec;

@@ -37,6 +37,7 @@ struct Overloaded : Fs... {
 struct Llama::Layer {
   Tensor attention_norm, ffn_norm;  // [C]
   std::variant<F32AttentionLinears, PackedAttentionLinears> linears;
+  QkvExtras qkv_extras;
   std::unique_ptr<nn::FeedForward> ffn;
   std::vector<float> k_cache, v_cache;  // [S, KVL]
 
@@ -133,8 +134,8 @@ nn::QuantizedLinear packed_wo(const WeightSource& w, const std::string& name, in
 std::unique_ptr<nn::FeedForward> make_packed_moe(const WeightSource& w, const LlamaCore& core, int l) {
   const LlamaConfig& c = core.config;
   const std::string p = "layers." + std::to_string(l) + ".";
-  const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
-  const nn::MoeSizes sizes{C, FE, c.n_experts, c.top_k, c.moe_aux_loss, c.capacity_factor};
+  const nn::MoeSizes sizes = core.moe_sizes();
+  const int64_t C = sizes.dim, FE = sizes.hidden, E = sizes.n_experts;
   const dist::Range mine = nn::local_experts(c.n_experts, core.expert_group.size(), core.expert_group.rank()),
                     h = core.plan.expert_ffn;
   std::vector<nn::PackedExpert> local;
@@ -171,6 +172,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     Layer& L = layers_[static_cast<size_t>(l)];
     L.attention_norm = core_.block_slice(weights, l, "attention_norm");
     L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
+    L.qkv_extras = core_.load_qkv_extras(weights, l);
     L.k_cache.assign(static_cast<size_t>(c.seq_len * kv_rows), 0.0f);
     L.v_cache.assign(static_cast<size_t>(c.seq_len * kv_rows), 0.0f);
   }
@@ -214,7 +216,7 @@ void Llama::load_packed_layers(const WeightSource& weights) {
                                          packed_rows(weights, p + "wv", KV, C, kv_rows)},
                                         core_.group),
         nn::QuantizedShardedToAllLinear(packed_wo(weights, p + "wo", C, Q, q_rows), core_.group)};
-    if (c.is_moe()) {  // experts stay packed (nn/moe.h QuantizedMoeFeedForward)
+    if (c.is_moe_layer(l)) {  // experts stay packed (nn/moe.h QuantizedMoeFeedForward)
       L.ffn = make_packed_moe(weights, core_, l);
       continue;
     }
@@ -242,6 +244,7 @@ void Llama::blocks_forward(std::span<const int> tokens, int pos) {
     // attention rmsnorm, then q, k, v of the local heads (no communication), RoPE at each row's position
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.attention_norm.data(), P, C, c.norm_eps);
     L.qkv_forward(r.qkv.data(), r.xb.data(), P);
+    core_.finish_qkv(r.qkv.data(), P, L.qkv_extras);
     core_.rope_forward(r.qkv.data(), P, pos, P);
     // k, v into the cache at pos.., causal attention over the cache
     nn::attention_cached(r.y.data(), r.att.data(), r.qkv.data(), L.k_cache.data(), L.v_cache.data(), pos, P, shape);
@@ -332,7 +335,8 @@ int64_t Llama::parameter_bytes() const {
   int64_t n = norm_.numel();
   int64_t bytes = vocab_->bytes();
   for (const auto& L : layers_) {
-    n += L.attention_norm.numel() + L.ffn_norm.numel();
+    const QkvExtras& e = L.qkv_extras;
+    n += L.attention_norm.numel() + L.ffn_norm.numel() + e.bias.numel() + e.q_norm.numel() + e.k_norm.numel();
     bytes += L.linears_bytes() + L.ffn->parameter_bytes();
   }
   return bytes + n * static_cast<int64_t>(sizeof(float));

@@ -1,5 +1,6 @@
 #include "model/llama_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -51,9 +52,25 @@ void LlamaConfig::validate() const {
   if (is_moe() && (top_k < 1 || top_k > n_experts))
     throw std::invalid_argument("top_k = " + std::to_string(top_k) + " must be in [1, n_experts = " +
                                 std::to_string(n_experts) + "]");
+  for (size_t i = 0; i < dense_layers.size(); ++i)
+    if (!is_moe() || dense_layers[i] < 0 || dense_layers[i] >= n_layers || (i > 0 && dense_layers[i] <= dense_layers[i - 1]))
+      throw std::invalid_argument("dense_layers: " + std::to_string(dense_layers[i]) +
+                                  (is_moe() ? " is not a block in [0, n_layers), ascending" : " with no experts"));
   if (expert_hidden_dim < 0 || expert_hidden_dim > MAX_EXPERT_HIDDEN_DIM.max)
     throw std::invalid_argument("expert_hidden_dim = " + std::to_string(expert_hidden_dim) + " must be in [0, " +
                                 std::to_string(MAX_EXPERT_HIDDEN_DIM.max) + "]");
+}
+
+bool LlamaConfig::is_moe_layer(int l) const {
+  return is_moe() && !std::binary_search(dense_layers.begin(), dense_layers.end(), l);
+}
+
+std::string LlamaConfig::beyond_llama_feature() const {
+  if (qkv_bias) return "q/k/v biases";
+  if (qk_norm) return "q/k norms";
+  if (!dense_layers.empty()) return "dense blocks among MoE blocks";
+  if (is_moe() && !norm_topk_prob) return "unnormalised top-k gates";
+  return "";
 }
 
 std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
@@ -67,8 +84,13 @@ std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
     specs.push_back({std::move(name), std::move(shape), split_of(dim, columns), decay, dim == ShardedDim::Experts,
                      dim == ShardedDim::KvHeads, dim});
   };
-  auto per_layer = [&](const std::string& kind, tensor::Shape shape, ShardedDim dim, bool decay, bool columns = false) {
-    for (int l = 0; l < c.n_layers; ++l) add("layers." + std::to_string(l) + "." + kind, shape, dim, decay, columns);
+  // Which blocks a per-layer parameter exists in: every block, the MoE blocks, the dense ones.
+  enum class Blocks { All, Moe, Dense };
+  auto per_layer = [&](const std::string& kind, tensor::Shape shape, ShardedDim dim, bool decay, bool columns = false,
+                       Blocks blocks = Blocks::All) {
+    for (int l = 0; l < c.n_layers; ++l)
+      if (blocks == Blocks::All || (blocks == Blocks::Moe) == c.is_moe_layer(l))
+        add("layers." + std::to_string(l) + "." + kind, shape, dim, decay, columns);
   };
   constexpr bool COLUMNS = true;
   // llama2.c order: embedding, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm.
@@ -78,18 +100,26 @@ std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
   per_layer("wk", {KV, C}, ShardedDim::KvHeads, true);
   per_layer("wv", {KV, C}, ShardedDim::KvHeads, true);
   per_layer("wo", {C, Q}, ShardedDim::QueryHeads, true, COLUMNS);
+  if (c.qkv_bias) {
+    per_layer("bq", {Q}, ShardedDim::QueryHeads, false);
+    per_layer("bk", {KV}, ShardedDim::KvHeads, false);
+    per_layer("bv", {KV}, ShardedDim::KvHeads, false);
+  }
+  if (c.qk_norm) {
+    per_layer("q_norm", {c.head_size()}, ShardedDim::None, false);
+    per_layer("k_norm", {c.head_size()}, ShardedDim::None, false);
+  }
   per_layer("ffn_norm", {C}, ShardedDim::None, false);
   if (c.is_moe()) {
     const int64_t E = c.n_experts, FE = c.expert_hidden_dim ? c.expert_hidden_dim : F;
-    per_layer("router", {E, C}, ShardedDim::None, true);
-    per_layer("experts.w1", {E, FE, C}, ShardedDim::Experts, true);
-    per_layer("experts.w2", {E, C, FE}, ShardedDim::Experts, true, COLUMNS);
-    per_layer("experts.w3", {E, FE, C}, ShardedDim::Experts, true);
-  } else {
-    per_layer("w1", {F, C}, ShardedDim::Hidden, true);
-    per_layer("w2", {C, F}, ShardedDim::Hidden, true, COLUMNS);
-    per_layer("w3", {F, C}, ShardedDim::Hidden, true);
+    per_layer("router", {E, C}, ShardedDim::None, true, false, Blocks::Moe);
+    per_layer("experts.w1", {E, FE, C}, ShardedDim::Experts, true, false, Blocks::Moe);
+    per_layer("experts.w2", {E, C, FE}, ShardedDim::Experts, true, COLUMNS, Blocks::Moe);
+    per_layer("experts.w3", {E, FE, C}, ShardedDim::Experts, true, false, Blocks::Moe);
   }
+  per_layer("w1", {F, C}, ShardedDim::Hidden, true, false, Blocks::Dense);
+  per_layer("w2", {C, F}, ShardedDim::Hidden, true, COLUMNS, Blocks::Dense);
+  per_layer("w3", {F, C}, ShardedDim::Hidden, true, false, Blocks::Dense);
   add("norm", {C}, ShardedDim::None, false);
   if (!c.shared_classifier) add("output", {V, C}, ShardedDim::Vocab, true);
   return specs;

@@ -44,13 +44,28 @@ struct LlamaConfig {
   int expert_hidden_dim = 0;  // 0 = hidden_dim
   float moe_aux_loss = 0.0f;
   std::optional<float> capacity_factor;
+  // Top-k gates renormalised to sum to 1 (Mixtral; Qwen3-MoE's norm_topk_prob), else the softmax
+  // probabilities over all E as they are.
+  bool norm_topk_prob = true;
+  // MoE: blocks whose feed-forward is the dense SwiGLU of hidden_dim instead (Qwen3-MoE's
+  // mlp_only_layers, decoder_sparse_step), ascending.
+  std::vector<int> dense_layers;
+  // Qwen2: biases on q, k and v (layers.{l}.bq [Q], bk [KV], bv [KV]), split with their weights' rows.
+  bool qkv_bias = false;
+  // Qwen3: RMSNorm over each head of q and of k before RoPE, one weight [HS] shared by the heads
+  // (layers.{l}.q_norm, k_norm).
+  bool qk_norm = false;
   // Set when the checkpoint's matrices are quantized (stored as NAME, NAME.scales, NAME.biases).
   std::optional<Quantization> quantization;
 
   int head_size() const { return head_dim ? head_dim : dim / n_heads; }
   int q_dim() const { return head_size() * n_heads; }  // Q: rows of wq, columns of wo
   int kv_dim() const { return head_size() * n_kv_heads; }
-  bool is_moe() const { return n_experts > 0; }
+  bool is_moe() const { return n_experts > 0; }  // some block's feed-forward is a MoE
+  bool is_moe_layer(int l) const;                 // block l's is
+  // The first feature beyond the Llama block (q/k/v biases, q/k norms, dense blocks among MoE ones,
+  // unnormalised gates) the model has, or "": what training and llama2.c/Llama exports refuse.
+  std::string beyond_llama_feature() const;
   int64_t parameter_count() const;
   // Throws std::invalid_argument naming the field when the dims don't fit together, exceed the
   // limits below, or a setting is not finite (norm_eps, rope_theta, ...).

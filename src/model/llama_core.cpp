@@ -6,6 +6,7 @@
 #include "nn/gather.h"
 #include "nn/linear.h"
 #include "nn/moe.h"
+#include "nn/rmsnorm.h"
 
 namespace tpcli::model {
 
@@ -24,6 +25,12 @@ LlamaCore::LlamaCore(LlamaConfig c, dist::Group tensor_group, dist::Group expert
 
 nn::AttentionShape LlamaCore::attention_shape() const {
   return {static_cast<int>(plan.heads.count), static_cast<int>(plan.kv_heads.count), config.head_size(), kv_of};
+}
+
+nn::MoeSizes LlamaCore::moe_sizes() const {
+  const LlamaConfig& c = config;
+  return {c.dim, c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, c.n_experts, c.top_k, c.moe_aux_loss,
+          c.capacity_factor, c.norm_topk_prob};
 }
 
 std::vector<dist::Range> LlamaCore::vocab_ranges() const {
@@ -96,9 +103,9 @@ F32AttentionLinears LlamaCore::load_f32_attention(const WeightSource& w, int l) 
 std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const WeightSource& w, int l) const {
   const std::string p = "layers." + std::to_string(l) + ".";
   const LlamaConfig& c = config;
-  if (c.is_moe()) {
-    const int64_t C = c.dim, FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim, E = c.n_experts;
-    const nn::MoeSizes sizes{C, FE, c.n_experts, c.top_k, c.moe_aux_loss, c.capacity_factor};
+  if (c.is_moe_layer(l)) {
+    const nn::MoeSizes sizes = moe_sizes();
+    const int64_t C = sizes.dim, FE = sizes.hidden, E = sizes.n_experts;
     return std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, p + "router", E * C),
                                                 checked_values(w, p + "experts.w1", E * FE * C),
                                                 checked_values(w, p + "experts.w2", E * C * FE),
@@ -108,6 +115,38 @@ std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const
   for (const auto& q : all_plans) ranges.push_back(q.ffn);
   return std::make_unique<nn::SwiGluFeedForward>(block_slice(w, l, "w1"), block_slice(w, l, "w3"), block_slice(w, l, "w2"),
                                                  group, p, std::move(ranges), c.hidden_dim);
+}
+
+QkvExtras LlamaCore::load_qkv_extras(const WeightSource& w, int l) const {
+  QkvExtras e;
+  if (config.qkv_bias) {
+    std::vector<float> bias;
+    for (const char* name : {"bq", "bk", "bv"}) {
+      const Tensor part = block_slice(w, l, name);
+      bias.insert(bias.end(), part.span().begin(), part.span().end());
+    }
+    e.bias = Tensor({static_cast<int64_t>(bias.size())}, bias);
+  }
+  if (config.qk_norm) {
+    e.q_norm = block_slice(w, l, "q_norm");
+    e.k_norm = block_slice(w, l, "k_norm");
+  }
+  return e;
+}
+
+void LlamaCore::finish_qkv(float* qkv, int64_t N, const QkvExtras& e) const {
+  const nn::AttentionShape shape = attention_shape();
+  const int64_t QKV = shape.qkv_dim();
+  if (!e.bias.empty())
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < QKV; ++i) qkv[n * QKV + i] += e.bias[i];
+  if (e.q_norm.empty()) return;
+  for (int64_t n = 0; n < N; ++n) {  // every head a row of HS
+    float* q = qkv + n * QKV;
+    nn::rmsnorm_forward(q, nullptr, q, e.q_norm.data(), shape.heads, shape.head_size, config.norm_eps);
+    float* k = q + shape.q_dim();
+    nn::rmsnorm_forward(k, nullptr, k, e.k_norm.data(), shape.kv_heads, shape.head_size, config.norm_eps);
+  }
 }
 
 }  // namespace tpcli::model

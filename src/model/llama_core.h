@@ -30,6 +30,7 @@
 #include "nn/attention.h"
 #include "nn/feed_forward.h"
 #include "nn/linear.h"
+#include "nn/moe.h"
 #include "nn/rope.h"
 #include "tensor/tensor.h"
 
@@ -39,6 +40,13 @@ namespace tpcli::model {
 struct F32AttentionLinears {
   nn::AllToShardedLinear qkv;  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
   nn::ShardedToAllLinear wo;   // [C, QL]
+};
+
+// What some architectures add to a block's q|k|v projection before RoPE: Qwen2's biases (this
+// device's rows of bq|bk|bv, as the projection's output), Qwen3's RMSNorm of each q and k head.
+struct QkvExtras {
+  tensor::Tensor bias;            // [QL+2KVL]; empty: none
+  tensor::Tensor q_norm, k_norm;  // [HS]; empty: none
 };
 
 struct LlamaCore {
@@ -57,6 +65,7 @@ struct LlamaCore {
   nn::RopeTable rope;
 
   nn::AttentionShape attention_shape() const;
+  nn::MoeSizes moe_sizes() const;  // a MoE block's (full FE, before any split)
   std::vector<dist::Range> vocab_ranges() const;  // [TP] every device's vocabulary rows
   const ParamSpec& spec(const std::string& name) const;
   // RoPE on q and k of qkv[N, QL+2KVL]: row n sits at position pos + n % period.
@@ -73,6 +82,9 @@ struct LlamaCore {
   // is the dense SwiGLU or, for a MoE config, the MoE layer (its experts over expert_group).
   F32AttentionLinears load_f32_attention(const WeightSource& w, int l) const;
   std::unique_ptr<nn::TrainableFeedForward> load_f32_feed_forward(const WeightSource& w, int l) const;
+  QkvExtras load_qkv_extras(const WeightSource& w, int l) const;  // empty tensors where the config has none
+  // Applies `extras` in place to the projection's output qkv[N, QL+2KVL].
+  void finish_qkv(float* qkv, int64_t N, const QkvExtras& extras) const;
 };
 
 // The full values of `name` in `w`, checked to hold `expected` floats.

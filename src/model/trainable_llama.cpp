@@ -69,6 +69,8 @@ TrainableLlama& TrainableLlama::operator=(TrainableLlama&&) noexcept = default;
 TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group)
     : core_(weights.config(), std::move(tensor_group), std::move(expert_group)), head_(std::make_unique<Head>()) {
   const LlamaConfig& c = core_.config;
+  if (const std::string feature = c.beyond_llama_feature(); !feature.empty())
+    throw std::invalid_argument("llama: training a model with " + feature + " is not supported yet (inference is)");
   if (holds_packed_weights(weights))
     throw std::invalid_argument("llama: the model's weights are " +
                                 (c.quantization ? weight_format(*c.quantization).name() : std::string("16-bit")) +

@@ -85,7 +85,8 @@ std::vector<float> exchange_rows(dist::Group& g, std::span<const float> in, std:
   return out;
 }
 
-// probs = softmax(x @ router^T); top-k experts (ties -> lower index); gates renormalised over them.
+// probs = softmax(x @ router^T); top-k experts (ties -> lower index); gates renormalised over them
+// (or, s.renormalise false, their probabilities as they are).
 void route(MoeActivations& a, std::span<const float> inp, std::span<const float> router, const MoeSizes& s) {
   const int64_t N = a.n_tokens, C = s.dim;
   const int E = s.n_experts, K = s.top_k;
@@ -104,6 +105,7 @@ void route(MoeActivations& a, std::span<const float> inp, std::span<const float>
                       [p](int32_t i, int32_t j) { return p[i] > p[j] || (p[i] == p[j] && i < j); });
     float chosen = 0.0f;
     for (int k = 0; k < K; ++k) chosen += p[order[static_cast<size_t>(k)]];
+    if (!s.renormalise) chosen = 1.0f;
     for (int k = 0; k < K; ++k) {
       a.expert[static_cast<size_t>(t * K + k)] = order[static_cast<size_t>(k)];
       a.gate[static_cast<size_t>(t * K + k)] = p[order[static_cast<size_t>(k)]] / chosen;

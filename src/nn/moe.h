@@ -76,6 +76,7 @@ struct MoeSizes {
   int top_k = 0;       // K
   float aux_coef = 0.0f;
   std::optional<float> capacity_factor;
+  bool renormalise = true;  // the top-k gates sum to 1; false: their softmax probabilities over all E
 };
 
 // Experts [offset, offset + count) owned by member `rank` of a group of `size` (even_split).

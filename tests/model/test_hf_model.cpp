@@ -462,8 +462,13 @@ TEST_CASE("hf: bad directories are one-line errors naming the file", "[hf][corru
   }
   {
     const fs::path d = copy(good);
+    edit_config(d, [](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; });
+    check_one_line_naming(open_error(d), (d / "config.json").string(), "GPT2LMHeadModel");
+  }
+  {  // a Llama directory said to be Qwen2: Qwen2's q/k/v biases are missing
+    const fs::path d = copy(good);
     edit_config(d, [](json& j) { j["architectures"] = {"Qwen2ForCausalLM"}; });
-    check_one_line_naming(open_error(d), (d / "config.json").string(), "Qwen2ForCausalLM");
+    check_one_line_naming(open_error(d), (d / "model.safetensors").string(), "model.layers.0.self_attn.q_proj.bias' is missing");
   }
   {
     const fs::path d = copy(good);

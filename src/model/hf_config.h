@@ -1,0 +1,35 @@
+// tpcli::model — a Hugging Face model directory's config.json (and generation_config.json) as a
+// LlamaConfig, for the architectures tpcli runs: Llama, Mistral, Qwen2 (q/k/v biases), Qwen3
+// (q/k norms, head_dim), Phi-3 (fused qkv and gate|up projections), Mixtral and Qwen3-MoE (experts;
+// Qwen3-MoE's dense blocks among them). Their tensor names: model/hf_names.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/llama_config.h"
+
+namespace tpcli::model {
+
+// What config.json (and generation_config.json) say beyond the LlamaConfig.
+struct HfConfig {
+  LlamaConfig llama;
+  std::string architecture;   // config.json's, one of supported_architectures()
+  std::string torch_dtype;    // "bfloat16", "float16", "float32" or "" when absent
+  std::optional<int> bos_token_id;
+  std::vector<int> eos_token_ids;  // config.json's, overridden by generation_config.json's
+};
+
+// True when `path` is a directory holding a config.json.
+bool is_hf_model_dir(const std::string& path);
+
+// Reads DIR/config.json and DIR/generation_config.json. Throws std::runtime_error
+// "DIR/config.json: ..." naming the key for a missing file, an unknown architecture, a missing,
+// mistyped or unsupported key.
+HfConfig read_hf_config(const std::string& dir);
+
+// config.json's "architectures" names tpcli runs.
+const std::vector<std::string>& supported_architectures();
+
+}  // namespace tpcli::model
