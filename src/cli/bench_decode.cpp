@@ -81,7 +81,7 @@ DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& m
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"));
+        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"));
         int token = 1;
         for (int pos = 0; pos < f.warmup; ++pos) token = llama.forward_argmax(token, pos);
         dev.world().barrier();

@@ -76,7 +76,7 @@ Timings time_prefill(const model::WeightSource& weights, const dist::Mesh& mesh,
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"));
+        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"));
         const auto d = static_cast<size_t>(dev.rank());
         std::vector<float> last;  // [V] token-by-token logits at P-1
         for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up

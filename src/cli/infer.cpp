@@ -1,4 +1,4 @@
-// tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh model=N] [-i PROMPT | -f FILE]
+// tpcli infer --model PATH [-z TOKENIZER] [--devices N | --mesh [expert=E,]model=N] [-i PROMPT | -f FILE]
 //             [-n STEPS] [-t TEMPERATURE] [-p TOPP] [-s SEED] [--dtype auto|f32] [--context N]
 //             [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]] [--int8-activations]
 //             [--tokens 5,17,3 --ids]

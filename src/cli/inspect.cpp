@@ -132,7 +132,7 @@ void describe_training_plan(const config::RunConfig& config, const model::LlamaC
   const config::MeshSection& ms = config.mesh;
   perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis),
                       to_link_spec(ms)};
-  print_sharding(c, mesh, [](const model::ParamSpec&) { return std::string("f32"); }, out);
+  print_sharding(c, mesh, ms.experts_axis(), [](const model::ParamSpec&) { return std::string("f32"); }, out);
   if (c.is_moe()) {
     out << "  collectives: not planned for MoE models (all_to_all_v moves data-dependent amounts)\n";
     return;
@@ -224,7 +224,8 @@ void describe_decode_plan(const std::string& path, const RunFlags& flags, double
   perf::PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links_from_flags(flags)};
   out << "plan on " << mesh.to_string() << " (decode: the tensor axis 'model' splits the model";
   out << (pm.data > 1 ? "; each 'data' replica decodes its own sequences)\n" : ")\n");
-  print_sharding(c, pm, [&](const model::ParamSpec& spec) { return stored_dtype(w, spec); }, out);
+  const std::string expert_axis = mesh.has_axis("expert") ? "expert" : "";  // as infer deals a MoE's experts
+  print_sharding(c, pm, expert_axis, [&](const model::ParamSpec& spec) { return stored_dtype(w, spec); }, out);
   out << "  (quantized tensors show their logical shape: q4g64 = MLX affine 4-bit in groups of 64, stored as u32 words"
          " with per-group scales and biases; mxfp8 = 8-bit floats with a shared exponent per 32)\n";
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);

@@ -1,11 +1,11 @@
-// tpcli logits --model PATH --tokens 5,17,3 [--devices N | --mesh model=N] [--backend threads|zmq|mpi]
+// tpcli logits --model PATH --tokens 5,17,3 [--devices N | --mesh [expert=E,]model=N] [--backend threads|zmq|mpi]
 //              [--dtype auto|f32] [--context N] [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]]
 // PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // The logits of every position of a prompt given as token ids (fed exactly, no BOS added), for
 // comparing tpcli with transformers or llama.cpp on the same ids: line p of stdout holds the V
 // logits after tokens 0..p, space-separated, with 9 significant digits (a float32 round trip).
-// No tokenizer is read. The model runs tensor-parallel over the mesh's "model" axis (one batched
-// prefill, Llama::prefill_logits); device 0 prints.
+// No tokenizer is read. The model runs tensor-parallel over the mesh's "model" axis, a MoE's
+// experts dealt over its "expert" axis (one batched prefill, Llama::prefill_logits); device 0 prints.
 //
 // Dimension legend: P prompt positions, V vocab_size.
 #include <CLI/CLI.hpp>
@@ -67,7 +67,7 @@ void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama(*opened.weights, dev.axis("model"));
+        model::Llama llama(*opened.weights, dev.axis("model"), dev.axis("expert"));
         std::vector<float> all = llama.prefill_logits(tokens, 0);  // a collective: every device calls it
         if (dev.rank() == 0) logits = std::move(all);
       },

@@ -79,7 +79,7 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   double nll_sum = 0;  // sum over windows of the window's mean NLL (device 0's)
   const auto start = std::chrono::steady_clock::now();
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
-    model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"));
+    model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
     const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
     if (dev.rank() == 0) nll_sum = sum;
   });

@@ -56,13 +56,13 @@ std::string jax_sharding(const model::ParamSpec& spec, const std::string& dtype,
   return s + "]";
 }
 
-void print_sharding(const model::LlamaConfig& c, const perf::PlanMesh& m,
+void print_sharding(const model::LlamaConfig& c, const perf::PlanMesh& m, const std::string& expert_axis,
                     const std::function<std::string(const model::ParamSpec&)>& dtype_of, std::ostream& out) {
   out << "  sharding (JAX notation; @" << m.tensor_axis << " = split over the " << m.tensor
       << " devices of that axis, dealt by even_split; no @ = replicated)\n";
   for (const model::ParamSpec& spec : model::llama_parameters(c))
     out << "    " << spec.name << std::string(spec.name.size() < 24 ? 24 - spec.name.size() : 1, ' ')
-        << jax_sharding(spec, dtype_of(spec), m.tensor_axis, m.tensor, c.is_moe() ? m.data_axis : "") << "\n";
+        << jax_sharding(spec, dtype_of(spec), m.tensor_axis, m.tensor, expert_axis) << "\n";
 }
 
 void print_collectives(const std::vector<model::PlannedCollective>& plan, const perf::PlanMesh& m, std::ostream& out) {

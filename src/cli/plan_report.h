@@ -19,8 +19,9 @@ namespace tpcli::cli {
 // "f32[32000@model, 768]": dtype, then the full shape with the tensor-split dim marked.
 std::string jax_sharding(const model::ParamSpec& spec, const std::string& dtype, const std::string& tensor_axis,
                          int tensor_devices, const std::string& expert_axis = "");
-// Every parameter's line; dtype_of names each tensor's stored type.
-void print_sharding(const model::LlamaConfig& c, const perf::PlanMesh& mesh,
+// Every parameter's line; dtype_of names each tensor's stored type. A MoE's experts are dealt over
+// expert_axis ("": not dealt, every device holds a slice of every expert).
+void print_sharding(const model::LlamaConfig& c, const perf::PlanMesh& mesh, const std::string& expert_axis,
                     const std::function<std::string(const model::ParamSpec&)>& dtype_of, std::ostream& out);
 
 // One line per planned collective (axis, kind, what, bytes, calls, modelled time), then the total.

@@ -139,7 +139,7 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        Llama model = Llama::on_huge_pages(weights, dev.axis("model"));
+        Llama model = Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"));
         if (built.fetch_add(1) + 1 == local_devices) {
           weights.release_conversions();
           ::malloc_trim(0);  // glibc keeps the freed blocks in the devices' arenas otherwise

@@ -148,6 +148,33 @@ std::unique_ptr<nn::FeedForward> make_packed_moe(const WeightSource& w, const Ll
                                                        core.group);
 }
 
+// A MoE feed-forward whose experts are dealt out over an expert group that holds the same rows on
+// every member (inference: one sequence, mirrored): each member routes only its share of the rows
+// (all_to_all_v to the experts' owners and back, nn/moe.h), then the shares are all-gathered, so
+// no expert computes a row twice. Decode's single row goes through the first member alone.
+class ExpertParallelRows : public nn::FeedForward {
+ public:
+  ExpertParallelRows(std::unique_ptr<nn::FeedForward> moe, dist::Group experts, int64_t dim)
+      : moe_(std::move(moe)), experts_(std::move(experts)), dim_(dim) {}
+
+  void forward(float* out, const float* inp, int64_t N) override {
+    const int G = experts_.size();
+    const dist::Range mine = dist::even_split(N, G, experts_.rank());
+    std::vector<int64_t> counts;  // [G] floats of each member's rows
+    for (int m = 0; m < G; ++m) counts.push_back(dist::even_split(N, G, m).count * dim_);
+    rows_.resize(static_cast<size_t>(mine.count * dim_));
+    moe_->forward(rows_.data(), inp + mine.offset * dim_, mine.count);
+    experts_.all_gather_v(rows_, std::span<float>(out, static_cast<size_t>(N * dim_)), counts);
+  }
+  int64_t parameter_bytes() const override { return moe_->parameter_bytes(); }
+
+ private:
+  std::unique_ptr<nn::FeedForward> moe_;
+  dist::Group experts_;
+  int64_t dim_;
+  std::vector<float> rows_;  // [rows, C] this member's share
+};
+
 }  // namespace
 
 Llama::~Llama() = default;
@@ -178,6 +205,12 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   }
   if (holds_packed_weights(weights)) load_packed_layers(weights);
   else load_f32_layers(weights);
+  if (core_.expert_group.size() > 1)
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.is_moe_layer(l)) {
+        Layer& L = layers_[static_cast<size_t>(l)];
+        L.ffn = std::make_unique<ExpertParallelRows>(std::move(L.ffn), core_.expert_group, c.dim);
+      }
   logits_local_.resize(static_cast<size_t>(plan.vocab.count));
   logits_.resize(static_cast<size_t>(c.vocab_size));
   for (const auto& q : core_.all_plans) vocab_counts_.push_back(q.vocab.count);

@@ -19,7 +19,6 @@
 #include "distributed/group.h"
 #include "model/llama_core.h"
 #include "model/weights.h"
-#include "nn/moe.h"
 
 namespace tpcli::model {
 
@@ -27,7 +26,8 @@ class Llama {
  public:
   // Copies only this device's slices of each tensor. tensor_group: the devices that split the
   // weights. expert_group (MoE only): the devices the experts are dealt out over (nn/moe.h); size
-  // 1: every expert here. With a MoE model, every forward is a collective over it as well.
+  // 1: every expert here. Every member of it runs the same sequence: a MoE block routes each
+  // member's share of the rows to the experts' owners, then gathers every row again.
   Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {});
   // The same, built inside a tensor::HugePageArena: every weight that decode streams lies back to
   // back on 2 MB pages, however its matrices were cut.
