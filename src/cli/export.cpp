@@ -3,8 +3,8 @@
 // that llama2.c's `run` and `tpcli infer` load.
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
 // Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
-// with model.safetensors.index.json) that transformers' LlamaForCausalLM and llama.cpp's
-// convert_hf_to_gguf.py read. DIR must be absent or empty; it is written as a sibling temporary
+// with model.safetensors.index.json) that transformers and llama.cpp's convert_hf_to_gguf.py read,
+// in the architecture the model was read as (model/hf_names.h; LlamaForCausalLM for a Llama). DIR must be absent or empty; it is written as a sibling temporary
 // folder renamed into place when complete, so a failure (a full disk) leaves no DIR at all.
 // Only the weights travel: the optimizer state stays behind, and the tokenizer must be given
 // separately (a chars or bytes vocabulary has no llama2.c tokenizer.bin; a model trained with a
@@ -93,8 +93,9 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
-  std::fprintf(stderr, "wrote %s (Hugging Face LlamaForCausalLM, %s, %d safetensors file%s, %lld parameters)\n",
-               f.out.c_str(), f.dtype.c_str(), files, files == 1 ? "" : "s",
+  const std::string& architecture = opened.weights->config().hf_architecture;
+  std::fprintf(stderr, "wrote %s (Hugging Face %s, %s, %d safetensors file%s, %lld parameters)\n", f.out.c_str(),
+               architecture.empty() ? "LlamaForCausalLM" : architecture.c_str(), f.dtype.c_str(), files, files == 1 ? "" : "s",
                static_cast<long long>(opened.weights->config().parameter_count()));
 }
 

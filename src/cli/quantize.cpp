@@ -52,7 +52,7 @@ void run_quantize(const QuantizeFlags& f) {
 
 void setup_quantize(CLI::App& sub) {
   auto f = std::make_shared<QuantizeFlags>();
-  sub.add_option("--model", f->model, "checkpoint to convert: llama2.c .bin or tpcli .safetensors (f32)")->required();
+  sub.add_option("--model", f->model, "checkpoint to convert: llama2.c .bin, tpcli .safetensors or a Hugging Face directory (f32 or 16-bit)")->required();
   sub.add_option("--out", f->out, "output .safetensors file")->required();
   sub.add_option("--bits", f->bits, "affine: 4 or 8; mxfp8: 8")->capture_default_str();
   sub.add_option("--group-size", f->group_size, "affine: 32, 64 or 128 input columns per scale")->capture_default_str();

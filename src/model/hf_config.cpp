@@ -14,6 +14,13 @@ namespace tpcli::model {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// The architectures tpcli runs, as config.json names them.
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> names{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                              "Phi3ForCausalLM",  "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
+  return names;
+}
+
 namespace {
 
 // Typed reads of config.json keys, with errors naming the file and the key.
@@ -67,13 +74,6 @@ class ConfigReader {
   const json& j_;
   std::string origin_;
 };
-
-// The architectures tpcli runs, as config.json names them.
-const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> names{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                              "Phi3ForCausalLM",  "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
-  return names;
-}
 
 std::string architecture_of(const ConfigReader& r) {
   const json& archs = r.at("architectures");
@@ -186,6 +186,7 @@ LlamaConfig llama_config_of(const ConfigReader& r, const std::string& architectu
   // head_dim only where it is not hidden_size / num_attention_heads (then q_proj has NH * head_dim rows).
   if (r.has("head_dim") && c.n_heads > 0 && r.integer("head_dim") * c.n_heads != c.dim) c.head_dim = r.integer("head_dim");
   set_architecture_features(r, architecture, c);
+  if (architecture != "LlamaForCausalLM") c.hf_architecture = architecture;
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {

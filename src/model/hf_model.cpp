@@ -272,7 +272,30 @@ const char* torch_dtype_name(DType d) {
 
 json id_or_list(const std::vector<int>& ids) { return ids.size() == 1 ? json(ids.front()) : json(ids); }
 
-json hf_config_json(const LlamaConfig& c, const HfExportOptions& o) {
+// config.json keys of the architectures beyond Llama's.
+void add_architecture_keys(json& j, const LlamaConfig& c, const std::string& architecture) {
+  static const std::map<std::string, std::string> model_types{
+      {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Qwen2ForCausalLM", "qwen2"},
+      {"Qwen3ForCausalLM", "qwen3"}, {"Phi3ForCausalLM", "phi3"},       {"MixtralForCausalLM", "mixtral"},
+      {"Qwen3MoeForCausalLM", "qwen3_moe"}};
+  j["architectures"] = {architecture};
+  j["model_type"] = model_types.at(architecture);
+  if (architecture.starts_with("Qwen")) j["use_sliding_window"] = false;
+  if (architecture == "MixtralForCausalLM") {
+    j["num_local_experts"] = c.n_experts;
+    j["num_experts_per_tok"] = c.top_k;
+  }
+  if (architecture == "Qwen3MoeForCausalLM") {
+    j["num_experts"] = c.n_experts;
+    j["num_experts_per_tok"] = c.top_k;
+    j["moe_intermediate_size"] = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = c.dense_layers;
+  }
+}
+
+json hf_config_json(const LlamaConfig& c, const std::string& architecture, const HfExportOptions& o) {
   json j = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
             {"hidden_size", c.dim},
@@ -299,6 +322,7 @@ json hf_config_json(const LlamaConfig& c, const HfExportOptions& o) {
                          {"low_freq_factor", decimal(c.rope_scaling->low_freq_factor)},
                          {"high_freq_factor", decimal(c.rope_scaling->high_freq_factor)},
                          {"original_max_position_embeddings", c.rope_scaling->original_max_position}};
+  add_architecture_keys(j, c, architecture);
   if (o.bos_token_id) j["bos_token_id"] = *o.bos_token_id;
   if (!o.eos_token_ids.empty()) j["eos_token_id"] = id_or_list(o.eos_token_ids);
   return j;
@@ -314,25 +338,47 @@ struct OutTensor {
   std::vector<std::byte> bytes;  // numel(shape) elements of the export dtype
 };
 
-// Every parameter under its Hugging Face name, q/k rows reordered for rotate_half, in `dtype`.
-std::vector<OutTensor> hf_tensors(const WeightSource& weights, DType dtype) {
+// A parameter's f32 values as Hugging Face stores them: q/k rows (and their biases and norms)
+// reordered for rotate_half.
+std::vector<float> hf_order_values(const WeightSource& weights, const ParamSpec& p, const HfTensorRef& ref) {
+  const std::span<const float> values = weights.get(p.name);
+  if (static_cast<int64_t>(values.size()) != tensor::numel(p.shape))
+    throw std::invalid_argument("hf export: parameter '" + p.name + "' has " + std::to_string(values.size()) +
+                                " values, expected " + shape_text(p.shape));
+  if (ref.rope_heads == 0) return {values.begin(), values.end()};
+  std::vector<float> reordered(values.size());
+  rope_rows_to_hf(reinterpret_cast<std::byte*>(reordered.data()), reinterpret_cast<const std::byte*>(values.data()),
+                  ref.rope_heads, weights.config().head_size(), values.size() / static_cast<size_t>(p.shape[0]) * sizeof(float));
+  return reordered;
+}
+
+// Every parameter under its Hugging Face name in `dtype`: fused segments written into their
+// tensor's rows, stacked experts one tensor each.
+std::vector<OutTensor> hf_tensors(const WeightSource& weights, const std::string& architecture, DType dtype) {
   const LlamaConfig& c = weights.config();
-  std::vector<OutTensor> out;
+  std::vector<std::pair<std::string, tensor::Shape>> order;  // tensors in first-written order
+  std::map<std::string, std::vector<float>> values;          // by Hugging Face name
   for (const ParamSpec& p : llama_parameters(c)) {
-    const HfTensorRef m = hf_tensor_of(p.name, c, "LlamaForCausalLM");
-    std::span<const float> values = weights.get(p.name);
-    if (static_cast<int64_t>(values.size()) != tensor::numel(p.shape))
-      throw std::invalid_argument("hf export: parameter '" + p.name + "' has " + std::to_string(values.size()) +
-                                  " values, expected " + shape_text(p.shape));
-    std::vector<float> reordered;
-    if (m.rope_heads > 0) {
-      reordered.resize(values.size());
-      rope_rows_to_hf(reinterpret_cast<std::byte*>(reordered.data()), reinterpret_cast<const std::byte*>(values.data()),
-                      m.rope_heads, c.head_size(), static_cast<size_t>(p.shape[1]) * sizeof(float));
-      values = reordered;
+    const HfTensorRef ref = hf_tensor_of(p.name, c, architecture);
+    const std::vector<float> v = hf_order_values(weights, p, ref);
+    const size_t parts = ref.modules.size(), part_size = v.size() / parts;
+    for (size_t i = 0; i < parts; ++i) {
+      const std::string name = ref.modules[i] + "." + ref.kind;
+      tensor::Shape shape = p.shape;
+      if (parts > 1) shape.erase(shape.begin());
+      if (ref.fused_rows) shape[0] = ref.fused_rows;
+      auto [slot, fresh] = values.try_emplace(name, static_cast<size_t>(tensor::numel(shape)), 0.0f);
+      if (fresh) order.emplace_back(name, shape);
+      const size_t row = static_cast<size_t>(tensor::numel(shape) / shape[0]);
+      std::copy(v.begin() + static_cast<std::ptrdiff_t>(i * part_size), v.begin() + static_cast<std::ptrdiff_t>((i + 1) * part_size),
+                slot->second.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(ref.row_offset) * row));
     }
-    OutTensor t{m.modules.front() + "." + m.kind, p.shape, std::vector<std::byte>(values.size() * dtype_bytes(dtype))};
-    from_f32(t.bytes.data(), values.data(), dtype, static_cast<int64_t>(values.size()));
+  }
+  std::vector<OutTensor> out;
+  for (const auto& [name, shape] : order) {
+    const std::vector<float>& v = values.at(name);
+    OutTensor t{name, shape, std::vector<std::byte>(v.size() * dtype_bytes(dtype))};
+    from_f32(t.bytes.data(), v.data(), dtype, static_cast<int64_t>(v.size()));
     out.push_back(std::move(t));
   }
   return out;
@@ -363,8 +409,10 @@ std::string shard_name(size_t k, size_t n) {
 void write_hf_model(const std::string& dir, const WeightSource& weights, const HfExportOptions& options) {
   const LlamaConfig& c = weights.config();
   c.validate();
-  if (c.is_moe()) throw std::invalid_argument(dir + ": Hugging Face Llama directories cannot hold a mixture-of-experts model");
-  if (const std::string feature = c.beyond_llama_feature(); !feature.empty())
+  const std::string architecture = c.hf_architecture.empty() ? "LlamaForCausalLM" : c.hf_architecture;
+  if (c.is_moe() && architecture != "MixtralForCausalLM" && architecture != "Qwen3MoeForCausalLM")
+    throw std::invalid_argument(dir + ": Hugging Face " + architecture + " directories cannot hold a mixture-of-experts model");
+  if (const std::string feature = c.beyond_llama_feature(); !feature.empty() && architecture == "LlamaForCausalLM")
     throw std::invalid_argument(dir + ": Hugging Face Llama directories cannot hold a model with " + feature);
   if (!is_float(options.dtype)) throw std::invalid_argument(dir + ": export dtype must be F32, F16 or BF16");
   if (options.shards < 1) throw std::invalid_argument(dir + ": shards must be >= 1");
@@ -375,7 +423,7 @@ void write_hf_model(const std::string& dir, const WeightSource& weights, const H
       fs::exists(fs::path(dir) / INDEX_FILE))
     throw std::runtime_error(dir + ": already holds a model (config.json or safetensors): choose a new folder");
 
-  const std::vector<OutTensor> tensors = hf_tensors(weights, options.dtype);
+  const std::vector<OutTensor> tensors = hf_tensors(weights, architecture, options.dtype);
   const std::vector<size_t> starts = shard_starts(tensors, options.shards);
   const Metadata metadata{{"format", "pt"}};  // transformers refuses safetensors without it
   json weight_map = json::object();
@@ -396,7 +444,7 @@ void write_hf_model(const std::string& dir, const WeightSource& weights, const H
   if (options.bos_token_id) generation["bos_token_id"] = *options.bos_token_id;
   if (!options.eos_token_ids.empty()) generation["eos_token_id"] = id_or_list(options.eos_token_ids);
   write_json(fs::path(dir) / "generation_config.json", generation);
-  write_json(fs::path(dir) / "config.json", hf_config_json(c, options));  // last: a folder without it is no model
+  write_json(fs::path(dir) / "config.json", hf_config_json(c, architecture, options));  // last: a folder without it is no model
 }
 
 }  // namespace tpcli::model

@@ -146,6 +146,8 @@ void write_llama2c(const std::string& path, const WeightSource& weights) {
   const LlamaConfig& c = weights.config();
   c.validate();
   if (c.is_moe()) throw std::invalid_argument(path + ": llama2.c checkpoints cannot hold a mixture-of-experts model");
+  if (const std::string feature = c.beyond_llama_feature(); !feature.empty())
+    throw std::invalid_argument(path + ": llama2.c checkpoints cannot hold a model with " + feature);
   if (c.norm_eps != 1e-5f || c.rope_theta != 10000.0f)
     throw std::invalid_argument(path + ": llama2.c checkpoints fix norm_eps = 1e-5 and rope_theta = 10000 (model has " +
                                 std::to_string(c.norm_eps) + ", " + std::to_string(c.rope_theta) + ")");

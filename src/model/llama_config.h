@@ -55,6 +55,9 @@ struct LlamaConfig {
   // Qwen3: RMSNorm over each head of q and of k before RoPE, one weight [HS] shared by the heads
   // (layers.{l}.q_norm, k_norm).
   bool qk_norm = false;
+  // The Hugging Face architecture the model was read as ("Qwen3ForCausalLM", ...; "" = a Llama):
+  // `export --to hf` writes its config.json and tensor names (model/hf_names.h).
+  std::string hf_architecture;
   // Set when the checkpoint's matrices are quantized (stored as NAME, NAME.scales, NAME.biases).
   std::optional<Quantization> quantization;
 

@@ -5,6 +5,7 @@
 #include "model/atomic_file.h"
 #include "model/packed_weights.h"
 #include "model/dtype.h"
+#include "model/hf_config.h"
 #include "model/json_file.h"
 
 #include <algorithm>
@@ -53,6 +54,22 @@ void config_to_metadata(const LlamaConfig& c, Metadata& m) {
   m["model.moe_aux_loss"] = format_float(c.moe_aux_loss);
   if (c.capacity_factor) m["model.capacity_factor"] = format_float(*c.capacity_factor);
   else m.erase("model.capacity_factor");
+  // Beyond the Llama block (model/hf_config.h's architectures): written only when set, so a Llama
+  // checkpoint's metadata is what it always was.
+  auto flag = [&](const char* key, bool on) {
+    if (on) m[key] = "true";
+    else m.erase(key);
+  };
+  if (!c.hf_architecture.empty()) m["model.hf_architecture"] = c.hf_architecture;
+  else m.erase("model.hf_architecture");
+  flag("model.qkv_bias", c.qkv_bias);
+  flag("model.qk_norm", c.qk_norm);
+  if (c.is_moe() && !c.norm_topk_prob) m["model.norm_topk_prob"] = "false";
+  else m.erase("model.norm_topk_prob");
+  std::string dense;
+  for (int l : c.dense_layers) dense += (dense.empty() ? "" : ",") + std::to_string(l);
+  if (!dense.empty()) m["model.dense_layers"] = dense;
+  else m.erase("model.dense_layers");
   for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position"})
     m.erase(std::string("model.rope_scaling.") + key);
   if (c.rope_scaling) {
@@ -115,6 +132,32 @@ LlamaConfig config_from_metadata(const Metadata& m, const std::string& origin) {
     float f = 0;
     real("model.capacity_factor", f);
     c.capacity_factor = f;
+  }
+  auto boolean = [&](const std::string& key, bool& out) {
+    if (!m.count(key)) return;
+    const std::string& v = text(key);
+    if (v != "true" && v != "false") throw std::runtime_error(origin + ": metadata " + key + " = '" + v + "' is not true/false");
+    out = v == "true";
+  };
+  if (m.count("model.hf_architecture")) {
+    c.hf_architecture = text("model.hf_architecture");
+    if (std::ranges::find(supported_architectures(), c.hf_architecture) == supported_architectures().end())
+      throw std::runtime_error(origin + ": metadata model.hf_architecture = '" + c.hf_architecture + "' is not an architecture tpcli runs");
+  }
+  boolean("model.qkv_bias", c.qkv_bias);
+  boolean("model.qk_norm", c.qk_norm);
+  boolean("model.norm_topk_prob", c.norm_topk_prob);
+  if (m.count("model.dense_layers")) {
+    std::string list = text("model.dense_layers");
+    for (size_t start = 0; start <= list.size();) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      int l = 0;
+      const auto [end, ec] = std::from_chars(list.data() + start, list.data() + comma, l);
+      if (ec != std::errc() || end != list.data() + comma)
+        throw std::runtime_error(origin + ": metadata model.dense_layers = '" + list + "' is not a list of layer indices");
+      c.dense_layers.push_back(l);
+      start = comma + 1;
+    }
   }
   if (m.count("quant.bits") || m.count("quant.group_size") || m.count("quant.mode")) {
     Quantization q;

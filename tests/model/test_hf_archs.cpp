@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,8 @@
 #include "model/dtype.h"
 #include "model/hf_model.h"
 #include "model/llama.h"
+#include "model/llama2c.h"
+#include "model/packed_weights.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "reference_files.h"
@@ -222,4 +225,55 @@ TEST_CASE("hf archs: MoE checkpoints with their experts dealt over an expert axi
       }
     }
   }
+}
+
+TEST_CASE("hf archs: export --to hf writes the architecture it read, tensor for tensor the same bytes", "[hf][archs][export]") {
+  TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen3_moe/model.safetensors");
+  TempDir tmp;
+  for (const std::string arch : ARCHS) {
+    if (arch == "qwen3-bf16") continue;  // exported in f32 below: the bytes would differ by dtype
+    const model::HfModelDir original(arch_path(arch));
+    const fs::path out = tmp.path() / arch;
+    model::write_hf_model(out.string(), original, {.dtype = model::DType::F32});
+    const model::HfModelDir back(out.string());
+    INFO(arch);
+    CHECK(back.hf_config().architecture == original.hf_config().architecture);
+    const model::SafetensorsFile a(arch_path(arch) + "/model.safetensors"), b((out / "model.safetensors").string());
+    REQUIRE(a.names() == b.names());
+    for (const std::string& name : a.names()) {
+      const model::StoredTensor x = *a.stored(name), y = *b.stored(name);
+      INFO(name);
+      REQUIRE(x.shape == y.shape);
+      CHECK(std::memcmp(x.data, y.data, static_cast<size_t>(tensor::numel(x.shape)) * 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("hf archs: a quantized copy keeps the architecture, and the Llama-only formats refuse what they cannot hold",
+          "[hf][archs][export]") {
+  TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen2/model.safetensors");
+  TempDir tmp;
+  const model::HfModelDir qwen2(arch_path("qwen2"));
+  const std::string file = (tmp.path() / "q.safetensors").string();
+  model::write_safetensors(file, model::ConvertedWeights(qwen2, tensor::WeightFormat::affine(8, 32)), {});
+  const model::SafetensorsFile back(file);
+  CHECK(back.config().hf_architecture == "Qwen2ForCausalLM");
+  CHECK(back.config().qkv_bias);
+  // its logits stay near the f32 model's (8-bit weights)
+  const std::vector<int> tokens = comma_ids(arch_path("qwen2") + ".tokens.txt");
+  const std::vector<float> want = reference_logits(arch_path("qwen2") + ".logits.txt");
+  std::vector<float> got;
+  dist::run_on_mesh(dist::Mesh::line(2), [&](dist::Device& dev) {
+    std::vector<float> l = model::Llama(back, dev.axis("model")).prefill_logits(tokens, 0);
+    if (dev.rank() == 0) got = std::move(l);
+  });
+  float diff = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(got[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  INFO("max abs diff " << diff << " of scale " << scale);
+  CHECK(diff <= 0.05f * scale);
+  CHECK_THROWS_WITH(model::write_llama2c((tmp.path() / "m.bin").string(), qwen2),
+                    Catch::Contains("llama2.c checkpoints cannot hold a model with q/k/v biases"));
 }
