@@ -79,9 +79,15 @@ void HfModelDir::open_files() {
 }
 
 const HfModelDir::Source& HfModelDir::add_source(const std::string& name, const HfTensorRef& ref, const std::string& suffix) {
-  Source s{{}, ref, ""};
-  for (const std::string& module : ref.modules) {
-    const std::string hf_name = module + (suffix.empty() ? "." + ref.kind : suffix);
+  Source s{{}, ref, "", false};
+  auto tensor_name = [&](const std::string& module) { return module + (suffix.empty() ? "." + ref.kind : suffix); };
+  if (!ref.stacked_module.empty() && !file_of_.count(tensor_name(ref.modules.front())) &&
+      file_of_.count(tensor_name(ref.stacked_module))) {
+    s.ref.modules = {ref.stacked_module};
+    s.stacked = true;
+  }
+  for (const std::string& module : s.ref.modules) {
+    const std::string hf_name = tensor_name(module);
     auto it = file_of_.find(hf_name);
     if (it == file_of_.end()) {
       const std::string where = files_.size() == 1 ? files_.front()->path() : (fs::path(dir_) / INDEX_FILE).string();
@@ -99,7 +105,7 @@ namespace {
 // expert's for stacked experts).
 tensor::Shape part_shape(const ParamSpec& p, const HfTensorRef& ref) {
   tensor::Shape shape = p.shape;
-  if (ref.modules.size() > 1) shape.erase(shape.begin());
+  if (ref.modules.size() > 1) shape.erase(shape.begin());  // one expert's (stacked: ref.modules is the stack)
   if (ref.fused_rows) shape[0] = ref.fused_rows;
   return shape;
 }
@@ -113,7 +119,7 @@ void HfModelDir::check_float_source(const ParamSpec& p, const Source& s) const {
     const StoredTensor t = *part.file->stored(part.hf_name);
     auto bad = [&](const std::string& what) { return std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' " + what); };
     if (!is_float(t.dtype)) throw bad(std::string("is ") + dtype_name(t.dtype) + " (no .scales beside it): not a float weight");
-    if (c.quantization && mlx_would_quantize(p, *c.quantization))
+    if (c.quantization && mlx_would_quantize(p, *c.quantization) && !p.name.ends_with(".router"))  // routers vary by recipe
       throw bad(std::string("is ") + dtype_name(t.dtype) + " with no .scales beside it, but config.json's quantization (" +
                 c.quantization->mode + ", " + std::to_string(c.quantization->bits) + " bits, group_size " +
                 std::to_string(c.quantization->group_size) + ") says it is quantized: the weights do not match config.json");
@@ -125,23 +131,28 @@ void HfModelDir::check_float_source(const ParamSpec& p, const Source& s) const {
 
 void HfModelDir::check_quantized_source(const ParamSpec& p, const Source& s, const HfTensorRef& ref) {
   const Quantization& q = *hf_.llama.quantization;
-  const tensor::Shape want = part_shape(p, ref);
-  const int64_t rows = want[0], cols = want[1];
+  const tensor::Shape want = part_shape(p, s.ref);  // [rows, cols], or [E, rows, cols] stacked
+  const int64_t cols = want.back();
+  auto with_last = [&](int64_t last) {
+    tensor::Shape shape = want;
+    shape.back() = last;
+    return shape;
+  };
   for (const Part& part : s.parts) {
     const StoredTensor t = *part.file->stored(part.hf_name);
-    if (t.dtype != DType::U32 || t.shape != tensor::Shape{rows, cols * q.bits / 32})
+    if (t.dtype != DType::U32 || t.shape != with_last(cols * q.bits / 32))
       throw std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' is " + dtype_name(t.dtype) + " " +
                                shape_text(t.shape) + ", a " + std::to_string(q.bits) + "-bit quantized " + shape_text(want) +
-                               " needs U32 " + shape_text({rows, cols * q.bits / 32}));
+                               " needs U32 " + shape_text(with_last(cols * q.bits / 32)));
   }
   for (const char* suffix : {".scales", ".biases"}) {
     if (q.mode != "affine" && std::string(suffix) == ".biases") continue;
     for (const Part& part : add_source(p.name, ref, suffix).parts) {
       const StoredTensor pt = *part.file->stored(part.hf_name);
-      if (pt.shape != tensor::Shape{rows, cols / q.group_size})
+      if (pt.shape != with_last(cols / q.group_size))
         throw std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' has shape " + shape_text(pt.shape) +
                                  ", group_size " + std::to_string(q.group_size) + " needs " +
-                                 shape_text({rows, cols / q.group_size}));
+                                 shape_text(with_last(cols / q.group_size)));
       if (q.mode == "affine" ? !is_float(pt.dtype) : pt.dtype != DType::U8)
         throw std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' has dtype " + dtype_name(pt.dtype));
     }
@@ -154,7 +165,7 @@ void HfModelDir::map_parameters() {
   for (const ParamSpec& p : llama_parameters(c)) {
     const HfTensorRef ref = hf_tensor_of(p.name, c, hf_.architecture);
     const Source& s = add_source(p.name, ref, "");
-    const std::string first_module = ref.modules.front();
+    const std::string first_module = s.ref.modules.front();
     if (c.quantization && ref.kind == "weight" && file_of_.count(first_module + ".scales")) check_quantized_source(p, s, ref);
     else check_float_source(p, s);
   }

@@ -57,6 +57,7 @@ class HfModelDir : public WeightSource {
     std::vector<Part> parts;  // one tensor, or the experts stacked
     HfTensorRef ref;
     std::string key;          // the conversion caches' (tied parameters share one)
+    bool stacked = false;     // experts read from ref.stacked_module: one tensor [E, ...]
     bool view() const { return parts.size() == 1 && ref.rope_heads == 0; }  // stored() without a copy
   };
   void open_files();

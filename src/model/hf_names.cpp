@@ -59,6 +59,7 @@ HfTensorRef moe_tensor(const std::string& block, const std::string& kind, const 
   HfTensorRef ref;
   for (int e = 0; e < c.n_experts; ++e)
     ref.modules.push_back(moe + "experts." + std::to_string(e) + "." + (mixtral ? it->second.first : it->second.second));
+  ref.stacked_module = moe + "switch_mlp." + it->second.second;
   return ref;
 }
 

@@ -12,7 +12,8 @@
 // rows [0, F) w1, [F, 2F) w3 (each device then takes its slice of every segment, as MLX's
 // shard_linear with segments). Mixtral: block_sparse_moe.gate router, block_sparse_moe.experts.{e}.
 // w{1,2,3} experts.w{1,2,3}. Qwen3-MoE: mlp.gate router, mlp.experts.{e}.{gate,down,up}_proj
-// experts.w{1,2,3}. Outside the blocks: model.embed_tokens tok_embeddings, model.norm norm,
+// experts.w{1,2,3}. mlx-lm stores both MoEs' experts stacked instead, as
+// {block_sparse_moe,mlp}.switch_mlp.{gate,down,up}_proj [E, ...]. Outside the blocks: model.embed_tokens tok_embeddings, model.norm norm,
 // lm_head output (absent when tie_word_embeddings).
 //
 // RoPE layout. Within a head of HS rows, tpcli (like llama2.c) rotates the pairs of rows (2i, 2i+1);
@@ -38,6 +39,9 @@ struct HfTensorRef {
   int rope_heads = 0;                // heads of rows to reorder for RoPE (0: none)
   int64_t row_offset = 0, rows = 0;  // rows [row_offset, +rows) of a fused tensor; rows 0: all of it
   int64_t fused_rows = 0;            // the fused tensor's rows (every segment's)
+  // Experts: the module holding them already stacked [E, ...] (mlx-lm's switch_mlp, as
+  // mlx-community's checkpoints store them), read when the per-expert tensors are absent.
+  std::string stacked_module;
 };
 
 // Throws std::invalid_argument for a name the architecture does not hold.

@@ -5,6 +5,7 @@
 // architecture's named loader failures: a missing bias or norm, a fused tensor of the wrong size,
 // a missing expert.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -276,4 +277,73 @@ TEST_CASE("hf archs: a quantized copy keeps the architecture, and the Llama-only
   CHECK(diff <= 0.05f * scale);
   CHECK_THROWS_WITH(model::write_llama2c((tmp.path() / "m.bin").string(), qwen2),
                     Catch::Contains("llama2.c checkpoints cannot hold a model with q/k/v biases"));
+}
+
+namespace {
+
+// The bytes of a stored tensor, q/k rows put back in Hugging Face's rotate_half order.
+std::vector<std::byte> hf_row_order(const model::StoredTensor& t, int rope_heads, int head_size) {
+  const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * model::dtype_bytes(t.dtype);
+  const auto* data = static_cast<const std::byte*>(t.data);
+  std::vector<std::byte> out(data, data + bytes);
+  if (rope_heads) model::rope_rows_to_hf(out.data(), data, rope_heads, head_size, bytes / static_cast<size_t>(t.shape[0]));
+  return out;
+}
+
+// `source` written as mlx-community writes a quantized MoE: every quantized matrix as MODULE.weight
+// (U32 words), .scales, .biases, the experts stacked in switch_mlp tensors [E, rows, ...].
+void write_mlx_layout(const fs::path& dir, const model::WeightSource& source, const std::string& architecture,
+                      const fs::path& config_from, int bits, int group) {
+  const model::LlamaConfig& c = source.config();
+  std::vector<std::vector<std::byte>> keep;
+  std::vector<model::NamedTensor> tensors;
+  for (const model::ParamSpec& p : model::llama_parameters(c)) {
+    const model::HfTensorRef ref = model::hf_tensor_of(p.name, c, architecture);
+    const std::string module = ref.modules.size() > 1 ? ref.stacked_module : ref.modules.front();
+    for (const std::string suffix : {"", ".scales", ".biases"}) {
+      const std::optional<model::StoredTensor> t = source.stored(p.name + suffix);
+      if (!t) continue;
+      keep.push_back(hf_row_order(*t, ref.rope_heads, c.head_size()));
+      model::StoredTensor out = *t;
+      out.data = keep.back().data();
+      if (ref.modules.size() > 1)  // [E, rows, k]: k words, scales or biases per row
+        out.shape = {p.shape[0], p.shape[1], tensor::numel(out.shape) / (p.shape[0] * p.shape[1])};
+      tensors.push_back({module + (suffix.empty() ? "." + ref.kind : suffix), out});
+    }
+  }
+  fs::create_directories(dir);
+  model::write_stored_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "mlx"}});
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(config_from));
+  config["quantization"] = {{"group_size", group}, {"bits", bits}};
+  std::ofstream(dir / "config.json") << config.dump(2);
+}
+
+}  // namespace
+
+TEST_CASE("hf archs: a Mixtral in mlx-community's quantized layout (experts stacked in switch_mlp) runs as quantized in memory",
+          "[hf][archs][moe][quantized]") {
+  TPCLI_REQUIRE_SHARED("reference/hf-archs/mixtral/model.safetensors");
+  TempDir tmp;
+  const model::HfModelDir f32(arch_path("mixtral"));
+  const model::ConvertedWeights quantized(f32, tensor::WeightFormat::affine(8, 32));
+  write_mlx_layout(tmp.path() / "mlx", quantized, "MixtralForCausalLM", arch_path("mixtral") + "/config.json", 8, 32);
+  const model::HfModelDir mlx((tmp.path() / "mlx").string());
+  const std::vector<int> tokens = comma_ids(arch_path("mixtral") + ".tokens.txt");
+  auto logits = [&](const model::WeightSource& w, const dist::Mesh& mesh) {
+    std::vector<float> out;
+    dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+      std::vector<float> l = model::Llama(w, dev.axis("model"), dev.axis("expert")).prefill_logits(tokens, 0);
+      if (dev.rank() == 0) out = std::move(l);
+    });
+    return out;
+  };
+  const std::vector<float> want = logits(quantized, dist::Mesh::line(1));
+  CHECK(logits(mlx, dist::Mesh::line(1)) == want);  // the same packed weights, the same kernels
+  for (const dist::Mesh& mesh : {dist::Mesh::line(2), dist::Mesh({{"expert", 2}, {"model", 2}})}) {
+    const std::vector<float> got = logits(mlx, mesh);
+    float diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
+    INFO(mesh.to_string() << ": max abs diff " << diff);
+    CHECK(diff <= 1e-4f);
+  }
 }
