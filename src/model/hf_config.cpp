@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 #include "model/json_file.h"
@@ -113,6 +114,10 @@ std::optional<nn::RopeScaling> rope_scaling_of(const ConfigReader& r) {
   return out;
 }
 
+bool is_router_module(const std::string& module) {
+  return module.ends_with(".mlp.gate") || module.ends_with(".block_sparse_moe.gate");
+}
+
 std::optional<Quantization> quantization_of(const ConfigReader& r) {
   if (!r.has("quantization")) return std::nullopt;
   const json& j = r.at("quantization");
@@ -127,8 +132,27 @@ std::optional<Quantization> quantization_of(const ConfigReader& r) {
     r.fail("quantization bits = " + std::to_string(out.bits) + ", group_size = " + std::to_string(out.group_size) +
            " is not an MLX layout");
   for (const auto& [key, value] : j.items())  // per-layer overrides (mixed recipes)
-    if (value.is_object() || value.is_boolean())
-      r.fail("quantization override for " + json(key).dump() + " is not supported (one bits/group_size for every layer)");
+    if ((value.is_object() || value.is_boolean()) && !is_router_module(key))
+      r.fail("quantization override for " + json(key).dump() +
+             " is not supported (one bits/group_size for every layer; MoE routers may differ)");
+  return out;
+}
+
+// mlx-lm quantizes MoE routers on their own terms (8-bit, or not at all): config.json's overrides
+// for them, by module path; nullopt: stored in float.
+std::map<std::string, std::optional<Quantization>> router_quantization_of(const ConfigReader& r) {
+  std::map<std::string, std::optional<Quantization>> out;
+  if (!r.has("quantization") || !r.at("quantization").is_object()) return out;
+  for (const auto& [key, value] : r.at("quantization").items()) {
+    if (!is_router_module(key)) continue;
+    if (value.is_boolean()) {
+      if (!value.get<bool>()) out[key] = std::nullopt;
+      continue;
+    }
+    if (!value.is_object()) continue;
+    const json wrapped = {{"quantization", value}};
+    out[key] = quantization_of(ConfigReader(wrapped, r.origin() + ": quantization[" + json(key).dump() + "]"));
+  }
   return out;
 }
 
@@ -212,6 +236,7 @@ HfConfig read_hf_config(const std::string& dir) {
   out.architecture = architecture_of(r);
   refuse_unsupported(r, out.architecture);
   out.llama = llama_config_of(r, out.architecture);
+  out.router_quantization = router_quantization_of(r);
   out.torch_dtype = r.text("torch_dtype", "");
   if (auto bos = r.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();
   out.eos_token_ids = r.ids("eos_token_id");

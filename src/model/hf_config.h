@@ -4,6 +4,7 @@
 // Qwen3-MoE's dense blocks among them). Their tensor names: model/hf_names.h.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ struct HfConfig {
   std::string torch_dtype;    // "bfloat16", "float16", "float32" or "" when absent
   std::optional<int> bos_token_id;
   std::vector<int> eos_token_ids;  // config.json's, overridden by generation_config.json's
+  // MoE routers quantized otherwise than llama.quantization (mlx-lm: 8-bit), by module path
+  // ("model.layers.0.mlp.gate"); nullopt: stored in float.
+  std::map<std::string, std::optional<Quantization>> router_quantization;
 };
 
 // True when `path` is a directory holding a config.json.

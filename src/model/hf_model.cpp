@@ -129,8 +129,7 @@ void HfModelDir::check_float_source(const ParamSpec& p, const Source& s) const {
   }
 }
 
-void HfModelDir::check_quantized_source(const ParamSpec& p, const Source& s, const HfTensorRef& ref) {
-  const Quantization& q = *hf_.llama.quantization;
+void HfModelDir::check_quantized_source(const ParamSpec& p, const Source& s, const HfTensorRef& ref, const Quantization& q) {
   const tensor::Shape want = part_shape(p, s.ref);  // [rows, cols], or [E, rows, cols] stacked
   const int64_t cols = want.back();
   auto with_last = [&](int64_t last) {
@@ -166,13 +165,21 @@ void HfModelDir::map_parameters() {
     const HfTensorRef ref = hf_tensor_of(p.name, c, hf_.architecture);
     const Source& s = add_source(p.name, ref, "");
     const std::string first_module = s.ref.modules.front();
-    if (c.quantization && ref.kind == "weight" && file_of_.count(first_module + ".scales")) check_quantized_source(p, s, ref);
+    const std::optional<Quantization> q = quantization_of(p.name);
+    if (q && ref.kind == "weight" && file_of_.count(first_module + ".scales")) check_quantized_source(p, s, ref, *q);
     else check_float_source(p, s);
   }
   if (c.shared_classifier)  // the classifier is the embedding: the same source under both names
     for (const char* part : {"", ".scales", ".biases"})
       if (sources_.count(std::string("tok_embeddings") + part))
         sources_[std::string("output") + part] = sources_.at(std::string("tok_embeddings") + part);
+}
+
+std::optional<Quantization> HfModelDir::quantization_of(const std::string& name) const {
+  const auto it = sources_.find(name);
+  if (it == sources_.end()) return hf_.llama.quantization;
+  const auto router = hf_.router_quantization.find(it->second.ref.modules.front());
+  return router == hf_.router_quantization.end() ? hf_.llama.quantization : router->second;
 }
 
 const HfModelDir::Source& HfModelDir::source(const std::string& name) const {

@@ -46,6 +46,7 @@ class HfModelDir : public WeightSource {
   const std::string& dir() const { return dir_; }
   std::span<const float> get(const std::string& name) const override;
   std::optional<StoredTensor> stored(const std::string& name) const override;
+  std::optional<Quantization> quantization_of(const std::string& name) const override;
   void release_conversions() const override;
 
  private:
@@ -65,7 +66,7 @@ class HfModelDir : public WeightSource {
   // The source of `name` + `suffix` (".scales"...) from ref's tensors MODULE.KIND (or MODULE + suffix).
   const Source& add_source(const std::string& name, const HfTensorRef& ref, const std::string& suffix);
   void check_float_source(const ParamSpec& p, const Source& s) const;
-  void check_quantized_source(const ParamSpec& p, const Source& s, const HfTensorRef& ref);
+  void check_quantized_source(const ParamSpec& p, const Source& s, const HfTensorRef& ref, const Quantization& q);
   const Source& source(const std::string& name) const;
   StoredTensor assembled(const Source& s) const;
   std::vector<float> dequantized(const std::string& name) const;

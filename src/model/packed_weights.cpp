@@ -89,10 +89,11 @@ WeightFormat stored_format(const WeightSource& weights, const std::string& name)
     case DType::F32: return WeightFormat::f32();
     case DType::BF16: return WeightFormat::bf16();
     case DType::F16: return WeightFormat::f16();
-    case DType::U32:
-      if (!weights.config().quantization)
-        throw std::invalid_argument("weights: '" + name + "' is packed (U32) but the checkpoint has no quantization");
-      return weight_format(*weights.config().quantization);
+    case DType::U32: {
+      const std::optional<Quantization> q = weights.quantization_of(name);
+      if (!q) throw std::invalid_argument("weights: '" + name + "' is packed (U32) but the checkpoint has no quantization");
+      return weight_format(*q);
+    }
     case DType::U8: break;
   }
   throw std::invalid_argument("weights: '" + name + "' is stored as U8, not a weight format");

@@ -35,6 +35,9 @@ class WeightSource {
   // NAME.scales and NAME.biases (../shared/QUANT.md). nullopt when absent or when the source holds
   // only f32 in memory (then get() is the way).
   virtual std::optional<StoredTensor> stored(const std::string& name) const { return std::nullopt; }
+  // How parameter `name` is quantized when stored packed: config().quantization, unless the source
+  // knows better for that tensor (a Hugging Face directory's MoE routers).
+  virtual std::optional<Quantization> quantization_of(const std::string& name) const { return config().quantization; }
   // Frees the copies that get() and stored() keep (f32 conversions of 16-bit or quantized tensors,
   // reordered rows), so that a model built from them is not held twice. What they returned before
   // is invalid afterwards: call it when every device of the process has copied its shard.

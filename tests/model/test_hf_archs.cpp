@@ -26,6 +26,7 @@
 #include "model/trainable_llama.h"
 #include "reference_files.h"
 #include "support/temp_dir.h"
+#include "tensor/packed_matrix.h"
 
 using namespace tpcli;
 using namespace tpcli::testing;
@@ -51,6 +52,16 @@ std::vector<float> reference_logits(const std::string& path) {  // [P, V] row-ma
 }
 
 std::string arch_path(const std::string& name) { return shared_path("reference/hf-archs/" + name); }
+
+// Device 0's prefill logits [P, V] of `tokens` on `mesh` (experts dealt over its "expert" axis).
+std::vector<float> prefill_logits_on(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<int>& tokens) {
+  std::vector<float> out;
+  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+    std::vector<float> l = model::Llama(w, dev.axis("model"), dev.axis("expert")).prefill_logits(tokens, 0);
+    if (dev.rank() == 0) out = std::move(l);
+  });
+  return out;
+}
 
 }  // namespace
 
@@ -292,16 +303,35 @@ std::vector<std::byte> hf_row_order(const model::StoredTensor& t, int rope_heads
 
 // `source` written as mlx-community writes a quantized MoE: every quantized matrix as MODULE.weight
 // (U32 words), .scales, .biases, the experts stacked in switch_mlp tensors [E, rows, ...].
+// With router_bits, the routers too, quantized from `routers`' values at that many bits (mlx-lm's
+// override for MoE gates).
 void write_mlx_layout(const fs::path& dir, const model::WeightSource& source, const std::string& architecture,
-                      const fs::path& config_from, int bits, int group) {
+                      const fs::path& config_from, int bits, int group, int router_bits = 0,
+                      const model::WeightSource* routers_from = nullptr) {
   const model::LlamaConfig& c = source.config();
   std::vector<std::vector<std::byte>> keep;
+  std::vector<tensor::PackedMatrix> routers;
   std::vector<model::NamedTensor> tensors;
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(config_from));
+  config["quantization"] = {{"group_size", group}, {"bits", bits}};
   for (const model::ParamSpec& p : model::llama_parameters(c)) {
     const model::HfTensorRef ref = model::hf_tensor_of(p.name, c, architecture);
     const std::string module = ref.modules.size() > 1 ? ref.stacked_module : ref.modules.front();
+    if (router_bits && p.name.ends_with(".router")) {
+      const tensor::PackedMatrix& m =
+          routers.emplace_back(tensor::PackedMatrix::from_f32(routers_from->get(p.name).data(), p.shape[0], p.shape[1],
+                                                              tensor::WeightFormat::affine(router_bits, group)));
+      const tensor::PackedMatrix::Parts parts = m.parts();
+      const int64_t R = p.shape[0], G = p.shape[1] / group;
+      tensors.push_back({module + ".weight", {model::DType::U32, {R, p.shape[1] * router_bits / 32}, parts.data}});
+      tensors.push_back({module + ".scales", {model::DType::F32, {R, G}, parts.scales}});
+      tensors.push_back({module + ".biases", {model::DType::F32, {R, G}, parts.biases}});
+      config["quantization"][module] = {{"group_size", group}, {"bits", router_bits}};
+      continue;
+    }
     for (const std::string suffix : {"", ".scales", ".biases"}) {
-      const std::optional<model::StoredTensor> t = source.stored(p.name + suffix);
+      std::optional<model::StoredTensor> t = source.stored(p.name + suffix);
+      if (!t && suffix.empty()) t = model::StoredTensor{model::DType::F32, p.shape, source.get(p.name).data()};  // kept in f32
       if (!t) continue;
       keep.push_back(hf_row_order(*t, ref.rope_heads, c.head_size()));
       model::StoredTensor out = *t;
@@ -313,8 +343,6 @@ void write_mlx_layout(const fs::path& dir, const model::WeightSource& source, co
   }
   fs::create_directories(dir);
   model::write_stored_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "mlx"}});
-  nlohmann::json config = nlohmann::json::parse(std::ifstream(config_from));
-  config["quantization"] = {{"group_size", group}, {"bits", bits}};
   std::ofstream(dir / "config.json") << config.dump(2);
 }
 
@@ -329,17 +357,41 @@ TEST_CASE("hf archs: a Mixtral in mlx-community's quantized layout (experts stac
   write_mlx_layout(tmp.path() / "mlx", quantized, "MixtralForCausalLM", arch_path("mixtral") + "/config.json", 8, 32);
   const model::HfModelDir mlx((tmp.path() / "mlx").string());
   const std::vector<int> tokens = comma_ids(arch_path("mixtral") + ".tokens.txt");
-  auto logits = [&](const model::WeightSource& w, const dist::Mesh& mesh) {
-    std::vector<float> out;
-    dist::run_on_mesh(mesh, [&](dist::Device& dev) {
-      std::vector<float> l = model::Llama(w, dev.axis("model"), dev.axis("expert")).prefill_logits(tokens, 0);
-      if (dev.rank() == 0) out = std::move(l);
-    });
-    return out;
-  };
+  auto logits = [&](const model::WeightSource& w, const dist::Mesh& mesh) { return prefill_logits_on(w, mesh, tokens); };
   const std::vector<float> want = logits(quantized, dist::Mesh::line(1));
   CHECK(logits(mlx, dist::Mesh::line(1)) == want);  // the same packed weights, the same kernels
   for (const dist::Mesh& mesh : {dist::Mesh::line(2), dist::Mesh({{"expert", 2}, {"model", 2}})}) {
+    const std::vector<float> got = logits(mlx, mesh);
+    float diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
+    INFO(mesh.to_string() << ": max abs diff " << diff);
+    CHECK(diff <= 1e-4f);
+  }
+}
+
+TEST_CASE("hf archs: a Qwen3-MoE in mlx-community's layout with its routers at 8 bits (a quantization override) runs as "
+          "the same model in memory", "[hf][archs][moe][quantized]") {
+  TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen3_moe/model.safetensors");
+  TempDir tmp;
+  const model::HfModelDir f32(arch_path("qwen3_moe"));
+  // the same weights in memory: routers through 8-bit and back (as the file's are read), everything else 4-bit
+  model::TensorWeights routed(f32.config());
+  for (const model::ParamSpec& p : model::llama_parameters(f32.config())) {
+    const std::span<const float> v = f32.get(p.name);
+    tensor::Tensor t(p.shape, v);
+    if (p.name.ends_with(".router"))
+      t = tensor::Tensor(p.shape, tensor::PackedMatrix::from_f32(v.data(), p.shape[0], p.shape[1], tensor::WeightFormat::affine(8, 32))
+                                      .dequantize()
+                                      .span());
+    routed.set(p.name, std::move(t));
+  }
+  const model::ConvertedWeights quantized(routed, tensor::WeightFormat::affine(4, 32));
+  write_mlx_layout(tmp.path() / "mlx", quantized, "Qwen3MoeForCausalLM", arch_path("qwen3_moe") + "/config.json", 4, 32, 8, &f32);
+  const model::HfModelDir mlx((tmp.path() / "mlx").string());
+  const std::vector<int> tokens = comma_ids(arch_path("qwen3_moe") + ".tokens.txt");
+  auto logits = [&](const model::WeightSource& w, const dist::Mesh& mesh) { return prefill_logits_on(w, mesh, tokens); };
+  const std::vector<float> want = logits(quantized, dist::Mesh::line(1));
+  for (const dist::Mesh& mesh : {dist::Mesh::line(1), dist::Mesh({{"expert", 2}, {"model", 1}}), dist::Mesh({{"expert", 4}, {"model", 1}})}) {
     const std::vector<float> got = logits(mlx, mesh);
     float diff = 0;
     for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got[i] - want[i]));
