@@ -399,3 +399,46 @@ TEST_CASE("hf archs: a Qwen3-MoE in mlx-community's layout with its routers at 8
     CHECK(diff <= 1e-4f);
   }
 }
+
+TEST_CASE("hf archs: f16 and bf16 files in shards read back as the same model, within 16-bit rounding", "[hf][archs][export]") {
+  TPCLI_REQUIRE_SHARED("reference/hf-archs/phi3/model.safetensors");
+  TempDir tmp;
+  for (const std::string arch : {"qwen3", "phi3", "qwen3_moe"})
+    for (const model::DType dtype : {model::DType::F16, model::DType::BF16}) {
+      // bf16's 8-bit mantissa moves router logits past the reference's 2e-3 gaps: experts change
+      if (arch == "qwen3_moe" && dtype == model::DType::BF16) continue;
+      const model::HfModelDir f32(arch_path(arch));
+      const fs::path out = tmp.path() / (arch + (dtype == model::DType::F16 ? "-f16" : "-bf16"));
+      model::write_hf_model(out.string(), f32, {.dtype = dtype, .shards = 3});
+      REQUIRE(fs::exists(out / "model.safetensors.index.json"));
+      const model::HfModelDir sixteen(out.string());
+      const std::vector<int> tokens = comma_ids(arch_path(arch) + ".tokens.txt");
+      const std::vector<float> want = reference_logits(arch_path(arch) + ".logits.txt");
+      const std::vector<float> got = prefill_logits_on(sixteen, dist::Mesh::line(3), tokens);
+      const int64_t V = f32.config().vocab_size;
+      for (size_t p = 0; p < tokens.size(); ++p) {  // README's bf16 tolerance: 5% of the position's largest |logit|
+        float diff = 0, scale = 0;
+        for (int64_t v = 0; v < V; ++v) {
+          diff = std::max(diff, std::abs(got[p * V + v] - want[p * V + v]));
+          scale = std::max(scale, std::abs(want[p * V + v]));
+        }
+        INFO(arch << " " << model::dtype_name(dtype) << " position " << p << ": max abs diff " << diff << " of " << scale);
+        CHECK(diff <= 0.05f * scale);
+      }
+    }
+}
+
+TEST_CASE("hf archs: Phi-3's 128k-context rope scaling (longrope) is refused by name", "[hf][archs][corrupt]") {
+  TPCLI_REQUIRE_SHARED("reference/hf-archs/phi3/config.json");
+  TempDir tmp;
+  fs::copy(arch_path("phi3"), tmp.path() / "phi3", fs::copy_options::recursive);
+  const fs::path config = tmp.path() / "phi3" / "config.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(config));
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  std::ofstream(config) << j.dump(2);
+  const std::string msg = open_error(tmp.path() / "phi3");
+  INFO(msg);
+  CHECK(msg.rfind(config.string() + ":", 0) == 0);
+  CHECK(msg.find("\"longrope\"") != std::string::npos);
+  CHECK(msg.find('\n') == std::string::npos);
+}
