@@ -126,6 +126,26 @@ perf::WorkRates work_rates(const std::vector<model::PlannedWork>& work, const st
   return rates;
 }
 
+// What a MoE checkpoint's decode moves that the dense plan does not: routing is data-dependent,
+// so the all_to_all_v bytes are an upper bound (every chosen expert on another member).
+void describe_moe_decode_traffic(const model::LlamaConfig& c, int expert_devices, std::ostream& out) {
+  int moe_blocks = 0;
+  for (int l = 0; l < c.n_layers; ++l) moe_blocks += c.is_moe_layer(l);
+  if (expert_devices <= 1) {
+    out << "  collectives: MoE blocks' experts are split inside each expert over the tensor axis (no expert axis): "
+           "not planned here (the dense plan's, with all_to_all_v of data-dependent size)\n";
+    return;
+  }
+  const double row = 4.0 * c.dim, per_block = 2.0 * c.top_k * row;  // dispatch + combine of top_k rows
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "  MoE per decoded token, over 'expert' (%d devices): all_to_all_v moves at most %.1f KB per MoE block "
+                "(dispatch and combine of top_k = %d rows of %d floats), then an all_gather re-mirrors the row (%.1f KB); "
+                "%d MoE blocks: at most %.1f KB per token\n",
+                expert_devices, per_block / 1e3, c.top_k, c.dim, row / 1e3, moe_blocks, moe_blocks * (per_block + row) / 1e3);
+  out << line;
+}
+
 // Sharding, collectives per optimizer step and the predicted step time of a run config.
 void describe_training_plan(const config::RunConfig& config, const model::LlamaConfig& c, double gflops,
                             std::ostream& out) {
@@ -235,7 +255,7 @@ void describe_decode_plan(const std::string& path, const RunFlags& flags, double
                 static_cast<double>(model::shard_bytes(w, plan)) / 1e6, static_cast<double>(kv) / 1e6, c.seq_len);
   out << line;
   if (c.is_moe()) {
-    out << "  collectives: not planned for MoE models (all_to_all_v moves data-dependent amounts)\n";
+    describe_moe_decode_traffic(c, mesh.axis_size("expert"), out);
     return;
   }
   const auto calls = model::plan_decode_collectives(c, plan);

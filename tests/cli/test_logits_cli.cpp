@@ -151,3 +151,34 @@ TEST_CASE("logits and infer --ids: a bad --tokens value is a one-line error nami
     CHECK(r.out.empty());
   }
 }
+
+TEST_CASE("logits, infer and inspect: a Qwen3-MoE directory with its experts dealt over --mesh expert=2,model=2") {
+  const std::string name = "reference/hf-archs/qwen3_moe";
+  tpcli::testing::require_shared(name + ".logits.txt");
+  const std::string model = tpcli::testing::shared_path(name);
+  const std::string tokens = ids_text(name + ".tokens.txt");
+  const auto expected = parse_rows(tpcli::testing::slurp(tpcli::testing::shared_path(name + ".logits.txt")));
+  const Result r = run({"logits", "--model", model, "--tokens", tokens, "--mesh", "expert=2,model=2"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto got = parse_rows(r.out);
+  REQUIRE(got.size() == expected.size());
+  double worst = 0;
+  for (size_t p = 0; p < got.size(); ++p) {
+    REQUIRE(got[p].size() == expected[p].size());
+    for (size_t v = 0; v < got[p].size(); ++v) worst = std::max(worst, std::abs(got[p][v] - expected[p][v]));
+  }
+  CHECK(worst <= 1e-4);
+  const Result ids = run({"infer", "--model", model, "--tokens", tokens, "-t", "0", "-n", "56", "--ids", "--mesh", "expert=2"});
+  INFO(ids.err);
+  REQUIRE(ids.code == 0);
+  const auto generated = nlohmann::json::parse(ids.out).get<std::vector<int>>();
+  const std::vector<int> want = parse_ids(ids_text(name + ".greedy.txt"));
+  REQUIRE(generated.size() >= want.size());
+  CHECK(std::vector<int>(generated.begin(), generated.begin() + static_cast<std::ptrdiff_t>(want.size())) == want);
+  const Result plan = run({"inspect", model, "--mesh", "expert=2,model=2"});
+  INFO(plan.out << plan.err);
+  REQUIRE(plan.code == 0);
+  CHECK(plan.out.find("layers.1.experts.w1     f32[8@expert, 32@model, 64]") != std::string::npos);
+  CHECK(plan.out.find("all_to_all_v moves at most 1.0 KB per MoE block") != std::string::npos);
+}
