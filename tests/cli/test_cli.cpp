@@ -351,3 +351,37 @@ TEST_CASE("bench collective-matmul prints the three rows and agreeing results, a
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
 }
+
+TEST_CASE("a model file's keys beyond the Llama block are one-line errors naming file and key") {
+  TempDir dir;
+  const std::string base = std::string(MODEL);
+  const std::string arch_text = base + "hf_architecture = \"GPT2LMHeadModel\"\n";
+  const std::string arch = dir.write("arch.toml", arch_text);
+  const Result a = run({"inspect", arch});
+  CHECK(a.code == 2);
+  CHECK(a.err == where(arch, arch_text, "\"GPT2") + ": hf_architecture = \"GPT2LMHeadModel\" must be one of " +
+                     "\"LlamaForCausalLM\", \"MistralForCausalLM\", \"Qwen2ForCausalLM\", \"Qwen3ForCausalLM\", " +
+                     "\"Phi3ForCausalLM\", \"MixtralForCausalLM\", \"Qwen3MoeForCausalLM\"\n");
+
+  for (const std::string key : {"norm_topk_prob = false\n", "dense_layers = [0]\n"}) {
+    const std::string text = base + key;
+    const std::string path = dir.write("dense.toml", text);
+    const Result r = run({"inspect", path});
+    INFO(key);
+    CHECK(r.code == 2);
+    CHECK(r.err == where(path, text, key.substr(key.find('=') + 2)) + ": " + key.substr(0, key.find(' ')) +
+                       " applies to mixture-of-experts models only: set n_experts >= 1 too\n");
+  }
+
+  const std::string layers_text = base + "n_experts = 4\ntop_k = 2\ndense_layers = [0, 2]\n";
+  const std::string layers = dir.write("layers.toml", layers_text);
+  const Result l = run({"inspect", layers});
+  CHECK(l.code == 2);
+  CHECK(l.err == where(layers, layers_text, "[0, 2]") + ": dense_layers: 2 is not a block in [0, n_layers), ascending\n");
+
+  const std::string qwen_text = base + "head_dim = 32\nqkv_bias = true\nqk_norm = true\nhf_architecture = \"Qwen2ForCausalLM\"\n";
+  const Result q = run({"inspect", dir.write("qwen.toml", qwen_text)});
+  INFO(q.err);
+  CHECK(q.code == 0);
+  CHECK(q.out.find("4 heads (2 kv, head size 32)") != std::string::npos);
+}
