@@ -385,3 +385,36 @@ TEST_CASE("a model file's keys beyond the Llama block are one-line errors naming
   CHECK(q.code == 0);
   CHECK(q.out.find("4 heads (2 kv, head size 32)") != std::string::npos);
 }
+
+TEST_CASE("bench moe: the inference section prints decode and prefill tok/s for TP, EP and both") {
+  const std::vector<std::string> small = {"bench", "moe", "--devices", "2", "--tokens", "16", "--dim", "32", "--hidden", "32",
+                                          "--experts", "4", "--layers", "2", "--heads", "4", "--vocab", "128",
+                                          "--prefill-tokens", "8", "--decode-tokens", "4", "--reps", "1"};
+  const Result r = run(small);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  INFO(r.out);
+  CHECK(r.out.find("MoE fwd+bwd") != std::string::npos);  // the layer sections still run first
+  CHECK(r.out.find("decode tok/s") != std::string::npos);
+  CHECK(r.out.find("prefill tok/s") != std::string::npos);
+  CHECK(r.out.find("\nmodel=2 ") != std::string::npos);
+  CHECK(r.out.find("\nexpert=2 ") != std::string::npos);
+  CHECK(r.out.find("\nexpert=D/2,model=2   skipped: needs an even --devices >= 4\n") != std::string::npos);
+
+  std::vector<std::string> four = small;
+  four[3] = "4";
+  four.push_back("--inference");
+  const Result f = run(four);
+  INFO(f.err);
+  REQUIRE(f.code == 0);
+  INFO(f.out);
+  CHECK(f.out.find("MoE fwd+bwd") == std::string::npos);
+  for (const char* mesh : {"\nmodel=4 ", "\nexpert=4 ", "\nexpert=2,model=2 "}) CHECK(f.out.find(mesh) != std::string::npos);
+  CHECK(f.out.find("skipped") == std::string::npos);
+
+  std::vector<std::string> odd_heads = four;
+  odd_heads[15] = "3";  // --heads 3 does not divide dim 32
+  const Result h = run(odd_heads);
+  CHECK(h.code == 2);
+  CHECK(h.err == "tpcli bench moe: the inference model: n_heads = 3 does not divide dim = 32 (set --dim, --heads)\n");
+}
