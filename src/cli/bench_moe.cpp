@@ -4,9 +4,13 @@
 //   2. the dispatch all_to_all as it is done (ragged all_to_all_v, no padding) against a padded
 //      all_to_all of the same rows (every chunk padded to the largest), time and bytes.
 // Each measured under balanced routing (a random router) and skewed routing (one popular expert).
+//   3. inference: a random MoE model of those dims (model::Llama, f32) on three meshes of the D
+//      devices, tensor-parallel only (model=D), expert-parallel only (expert=D) and both
+//      (expert=D/2,model=2, D >= 4 and even): greedy decode tok/s, prefill tok/s, and the bytes
+//      device 0 moves per decoded token. --inference runs this section alone.
 //
 // Dimension legend: D devices (the expert axis), N tokens per device, C dim, FE expert hidden,
-// E experts, K top-k.
+// E experts, K top-k, L layers, NH heads, V vocab, P prefill tokens, T decoded tokens.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -14,14 +18,20 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "distributed/runtime.h"
+#include "model/llama.h"
+#include "model/random_init.h"
+#include "model/shard_plan.h"
 #include "nn/feed_forward.h"
 #include "nn/moe.h"
+#include "tensor/blas.h"
 
 namespace tpcli::cli {
 
@@ -36,6 +46,13 @@ struct BenchMoeOptions {
   int top_k = 2;          // K
   int reps = 5;
   float skew = 3.0f;      // router weight that pulls tokens to expert 0 in the skewed run
+  // inference section
+  bool inference_only = false;
+  int layers = 4;          // L
+  int heads = 8;           // NH (= NKV)
+  int vocab = 4096;        // V
+  int prefill_tokens = 64; // P
+  int decode_tokens = 16;  // T timed, after 4 untimed
 };
 
 struct Measured {
@@ -144,10 +161,8 @@ std::string mb(uint64_t bytes) {
   return buf;
 }
 
-void run(const BenchMoeOptions& o) {
-  if (o.devices < 1 || o.tokens < 1 || o.dim < 1 || o.hidden < 1 || o.experts < 1 || o.top_k < 1 ||
-      o.top_k > o.experts || o.reps < 1)
-    throw UsageError("bench moe: sizes must be >= 1 and --top-k <= --experts");
+// Sections 1 and 2: the MoE layer against a dense one, ragged against padded dispatch.
+void run_layer(const BenchMoeOptions& o) {
   std::printf("tpcli bench moe: %d devices on the expert axis, %lld tokens/device, dim %lld, expert hidden %lld, "
               "%d experts, top-%d; median of %d reps\n",
               o.devices, static_cast<long long>(o.tokens), static_cast<long long>(o.dim),
@@ -170,6 +185,132 @@ void run(const BenchMoeOptions& o) {
               "a2a columns: one dispatch of the same rows from device 0; padded = every chunk as large as the largest.\n");
 }
 
+// ---------------------------------------------------------------- 3. inference
+
+struct InferenceRow {
+  double decode_tok_s = 0, prefill_tok_s = 0;
+  double bytes_per_token = 0;  // device 0, sent + received, per decoded token
+};
+
+constexpr int DECODE_WARMUP = 4;
+
+// A MoE Llama of the bench's dims: every block's feed-forward E experts of FE, top-K renormalised.
+model::LlamaConfig inference_config(const BenchMoeOptions& o) {
+  model::LlamaConfig c;
+  c.dim = static_cast<int>(o.dim);
+  c.hidden_dim = static_cast<int>(o.hidden) * o.top_k;  // unused by MoE blocks
+  c.n_layers = o.layers;
+  c.n_heads = o.heads;
+  c.n_kv_heads = o.heads;
+  c.vocab_size = o.vocab;
+  c.seq_len = o.prefill_tokens + DECODE_WARMUP + o.decode_tokens;
+  c.n_experts = o.experts;
+  c.top_k = o.top_k;
+  c.expert_hidden_dim = static_cast<int>(o.hidden);
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("the inference model: ") + e.what() + " (set --dim, --heads)");
+  }
+  return c;
+}
+
+// Prefill of P random tokens (one untimed, then the median of reps), then greedy decode from
+// position P: DECODE_WARMUP untimed steps, T timed, bytes counted over the timed ones.
+InferenceRow measure_inference(const model::WeightSource& weights, const dist::Mesh& mesh, const BenchMoeOptions& o) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> token_of(0, o.vocab - 1);
+  std::vector<int> prompt(static_cast<size_t>(o.prefill_tokens));  // [P]
+  for (int& t : prompt) t = token_of(rng);
+  InferenceRow row;
+  dist::RunOptions options;
+  options.blas_threads = std::max(1, tensor::available_cores() / mesh.size());
+  dist::run_on_mesh(
+      mesh,
+      [&](dist::Device& dev) {
+        model::Llama llama(weights, dev.axis("model"), dev.axis("expert"));
+        dist::Group& world = dev.world();
+        std::vector<double> times;
+        const double prefill_ms = time_ms(world, o.reps, times, [&] { llama.prefill(prompt, 0); });
+        int token = prompt.back();
+        for (int i = 0; i < DECODE_WARMUP; ++i) token = llama.forward_argmax(token, o.prefill_tokens + i);
+        world.barrier();
+        const uint64_t moved0 = dev.stats().bytes_sent + dev.stats().bytes_received;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < o.decode_tokens; ++i) token = llama.forward_argmax(token, o.prefill_tokens + DECODE_WARMUP + i);
+        world.barrier();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const uint64_t moved = dev.stats().bytes_sent + dev.stats().bytes_received - moved0;
+        if (dev.rank() == 0) {
+          row.prefill_tok_s = o.prefill_tokens / (prefill_ms / 1e3);
+          row.decode_tok_s = o.decode_tokens / seconds;
+          row.bytes_per_token = static_cast<double>(moved) / o.decode_tokens;
+        }
+      },
+      options);
+  return row;
+}
+
+// The meshes of the D devices: tensor-parallel only, expert-parallel only, both; a mesh that does
+// not fit comes with the reason instead.
+struct InferenceMesh {
+  std::string label;
+  std::optional<dist::Mesh> mesh;
+  std::string skipped;
+};
+
+std::vector<InferenceMesh> inference_meshes(const model::LlamaConfig& c, int D) {
+  auto fit = [&](std::string label, std::vector<dist::MeshAxis> axes, int tensor_devices) {
+    try {
+      model::check_tensor_devices(c, tensor_devices);
+    } catch (const std::invalid_argument& e) {
+      return InferenceMesh{std::move(label), std::nullopt, e.what()};
+    }
+    return InferenceMesh{std::move(label), dist::Mesh(std::move(axes)), ""};
+  };
+  std::vector<InferenceMesh> meshes;
+  meshes.push_back(fit("model=" + std::to_string(D), {{"model", D}}, D));
+  meshes.push_back(fit("expert=" + std::to_string(D), {{"expert", D}}, 1));
+  if (D >= 4 && D % 2 == 0)
+    meshes.push_back(fit("expert=" + std::to_string(D / 2) + ",model=2", {{"expert", D / 2}, {"model", 2}}, 2));
+  else
+    meshes.push_back({"expert=D/2,model=2", std::nullopt, "needs an even --devices >= 4"});
+  return meshes;
+}
+
+void run_inference(const BenchMoeOptions& o) {
+  const model::LlamaConfig c = inference_config(o);
+  std::printf("inference: random MoE model (f32), %d layers, dim %d, %d heads, vocab %d, %d experts of hidden %d, "
+              "top-%d; prefill of %d tokens (median of %d), greedy decode of %d tokens after %d warm-up\n",
+              c.n_layers, c.dim, c.n_heads, c.vocab_size, c.n_experts, c.expert_hidden_dim, c.top_k, o.prefill_tokens,
+              o.reps, o.decode_tokens, DECODE_WARMUP);
+  const model::TensorWeights weights = model::random_weights(c, 1);
+  std::printf("%-20s %14s %14s %18s\n", "mesh", "decode tok/s", "prefill tok/s", "bytes/token dev0");
+  for (const InferenceMesh& m : inference_meshes(c, o.devices)) {
+    if (!m.mesh) {
+      std::printf("%-20s skipped: %s\n", m.label.c_str(), m.skipped.c_str());
+      continue;
+    }
+    const InferenceRow row = measure_inference(weights, *m.mesh, o);
+    char bytes[32];
+    std::snprintf(bytes, sizeof bytes, "%.1f KB", row.bytes_per_token / 1e3);
+    std::printf("%-20s %14.1f %14.1f %18s\n", m.label.c_str(), row.decode_tok_s, row.prefill_tok_s, bytes);
+  }
+  std::printf("\nbytes/token dev0: what device 0 sends plus receives per decoded token (every collective).\n");
+}
+
+void run(const BenchMoeOptions& o) {
+  if (o.devices < 1 || o.tokens < 1 || o.dim < 1 || o.hidden < 1 || o.experts < 1 || o.top_k < 1 ||
+      o.top_k > o.experts || o.reps < 1 || o.layers < 1 || o.heads < 1 || o.vocab < 1 || o.prefill_tokens < 1 ||
+      o.decode_tokens < 1)
+    throw UsageError("sizes must be >= 1 and --top-k <= --experts");
+  if (!o.inference_only) {
+    run_layer(o);
+    std::printf("\n");
+  }
+  run_inference(o);
+}
+
 void setup_bench_moe(CLI::App& sub) {
   auto o = std::make_shared<BenchMoeOptions>();
   sub.add_option("--devices", o->devices, "devices on the expert axis")->capture_default_str();
@@ -180,11 +321,18 @@ void setup_bench_moe(CLI::App& sub) {
   sub.add_option("--top-k", o->top_k, "experts per token K")->capture_default_str();
   sub.add_option("--reps", o->reps, "timed repetitions (median reported)")->capture_default_str();
   sub.add_option("--skew", o->skew, "router pull towards expert 0 in the skewed run")->capture_default_str();
+  sub.add_flag("--inference", o->inference_only, "run only the inference section (decode and prefill on three meshes)");
+  sub.add_option("--layers", o->layers, "inference: transformer blocks L")->capture_default_str();
+  sub.add_option("--heads", o->heads, "inference: attention heads NH (= KV heads)")->capture_default_str();
+  sub.add_option("--vocab", o->vocab, "inference: vocabulary V")->capture_default_str();
+  sub.add_option("--prefill-tokens", o->prefill_tokens, "inference: prompt tokens P")->capture_default_str();
+  sub.add_option("--decode-tokens", o->decode_tokens, "inference: timed greedy decode steps T")->capture_default_str();
   sub.callback([o] { run(*o); });
 }
 
 const bool registered =
-    register_bench({"moe", "MoE expert parallelism: step time and bytes vs dense; ragged vs padded all_to_all",
+    register_bench({"moe", "MoE expert parallelism: step time and bytes vs dense; ragged vs padded all_to_all; "
+                                  "decode and prefill tok/s over TP, EP and both",
                     setup_bench_moe});
 
 }  // namespace

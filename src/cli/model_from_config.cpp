@@ -1,9 +1,11 @@
 #include "cli/model_from_config.h"
 
+#include <algorithm>
 #include <stdexcept>
-
-#include "model/shard_plan.h"
 #include <string>
+
+#include "model/hf_config.h"
+#include "model/shard_plan.h"
 
 namespace tpcli::cli {
 
@@ -14,6 +16,17 @@ int required(const config::ModelSection& section, const std::optional<int>& valu
     throw config::ConfigError(section.source.file() + ": model." + key + " is missing (set it in [model] or in the " +
                               "file named by model.config)");
   return *value;
+}
+
+// hf_architecture must name one tpcli runs (model/hf_config.h), so that export --to hf can write it.
+std::string architecture(const config::ModelSection& section) {
+  if (!section.hf_architecture) return "";
+  const auto& names = model::supported_architectures();
+  if (std::ranges::find(names, *section.hf_architecture) != names.end()) return *section.hf_architecture;
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "\"" : ", \"") + n + "\"";
+  throw config::ConfigError(section.source.where("hf_architecture") + ": hf_architecture = \"" + *section.hf_architecture +
+                            "\" must be one of " + list);
 }
 
 }  // namespace
@@ -35,10 +48,18 @@ model::LlamaConfig model_from_config(const config::ModelSection& section, std::o
   c.expert_hidden_dim = section.expert_hidden_dim.value_or(0);
   c.moe_aux_loss = static_cast<float>(section.moe_aux_loss.value_or(c.is_moe() ? 0.01 : 0.0));
   if (section.capacity_factor) c.capacity_factor = static_cast<float>(*section.capacity_factor);
+  c.norm_topk_prob = section.norm_topk_prob.value_or(c.norm_topk_prob);
+  c.dense_layers = section.dense_layers.value_or(c.dense_layers);
+  c.head_dim = section.head_dim.value_or(0);
+  c.qkv_bias = section.qkv_bias.value_or(false);
+  c.qk_norm = section.qk_norm.value_or(false);
+  c.hf_architecture = architecture(section);
   if (!c.is_moe()) {
     for (auto [key, given] : {std::pair{"top_k", section.top_k.has_value()},
                               std::pair{"expert_hidden_dim", section.expert_hidden_dim.has_value()},
-                              std::pair{"capacity_factor", section.capacity_factor.has_value()}})
+                              std::pair{"capacity_factor", section.capacity_factor.has_value()},
+                              std::pair{"norm_topk_prob", section.norm_topk_prob.has_value()},
+                              std::pair{"dense_layers", section.dense_layers.has_value()}})
       if (given)
         throw config::ConfigError(section.source.where(key) + ": " + key +
                                   " applies to mixture-of-experts models only: set n_experts >= 1 too");
@@ -51,7 +72,7 @@ model::LlamaConfig model_from_config(const config::ModelSection& section, std::o
   } catch (const std::invalid_argument& e) {
     // validate() names the field first ("n_heads = 3 does not divide dim = 64"): point at its line.
     const std::string message = e.what();
-    const std::string field = message.substr(0, message.find_first_of(" ="));
+    const std::string field = message.substr(0, message.find_first_of(" =:"));
     throw config::ConfigError(section.source.where(field) + ": " + message);
   }
   return c;

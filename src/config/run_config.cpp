@@ -171,6 +171,27 @@ class Reader {
     return value;
   }
 
+  // An array of integers, each >= min, strictly ascending (a set of indices written in order).
+  std::optional<std::vector<int>> ascending_integers(std::string_view key, int64_t min) const {
+    const toml::node* node = find(key);
+    if (!node) return std::nullopt;
+    if (!node->is_array()) wrong_type(key, *node, "an array of integers, e.g. [0, 2]");
+    std::vector<int> values;
+    for (const toml::node& item : *node->as_array()) {
+      if (!item.is_integer())
+        fail(where(item), full(key) + " must hold integers, got " + type_name(item) + " " + show(item));
+      const int64_t value = item.as_integer()->get();
+      if (value < min || value > INT_MAX)
+        fail(where(item), full(key) + ": " + std::to_string(value) + " must be in [" + std::to_string(min) + ", " +
+                              std::to_string(INT_MAX) + "]");
+      if (!values.empty() && value <= values.back())
+        fail(where(item), full(key) + ": " + std::to_string(value) + " must be above the " + std::to_string(values.back()) +
+                              " before it (ascending, no repeats)");
+      values.push_back(static_cast<int>(value));
+    }
+    return values;
+  }
+
   std::optional<bool> boolean(std::string_view key) const {
     const toml::node* node = find(key);
     if (!node) return std::nullopt;
@@ -248,7 +269,8 @@ class Reader {
 
 const std::vector<std::string_view> MODEL_DIM_KEYS = {
     "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len", "n_experts", "top_k",
-    "moe_aux_loss", "expert_hidden_dim", "capacity_factor", "shared_classifier", "norm_eps", "rope_theta"};
+    "moe_aux_loss", "expert_hidden_dim", "capacity_factor", "shared_classifier", "norm_eps", "rope_theta",
+    "head_dim", "qkv_bias", "qk_norm", "norm_topk_prob", "dense_layers", "hf_architecture"};
 
 // Reads the model dims present in `reader`'s table into `model` (only keys that are present).
 void read_model_dims(const Reader& r, ModelSection& model) {
@@ -265,6 +287,7 @@ void read_model_dims(const Reader& r, ModelSection& model) {
   set_int(model.n_experts, "n_experts", 0);
   set_int(model.top_k, "top_k", 1);
   set_int(model.expert_hidden_dim, "expert_hidden_dim", 1);
+  set_int(model.head_dim, "head_dim", 1);
   auto set_number = [&](std::optional<double>& field, std::string_view key, std::function<std::string(double)> check) {
     if (auto value = r.number(key, check)) field = value;
   };
@@ -272,7 +295,15 @@ void read_model_dims(const Reader& r, ModelSection& model) {
   set_number(model.capacity_factor, "capacity_factor", [](double v) { return v <= 0 ? std::string("must be > 0") : ""; });
   set_number(model.norm_eps, "norm_eps", [](double v) { return v <= 0 ? std::string("must be > 0") : ""; });
   set_number(model.rope_theta, "rope_theta", [](double v) { return v <= 0 ? std::string("must be > 0") : ""; });
-  if (auto value = r.boolean("shared_classifier")) model.shared_classifier = value;
+  auto set_bool = [&](std::optional<bool>& field, std::string_view key) {
+    if (auto value = r.boolean(key)) field = value;
+  };
+  set_bool(model.shared_classifier, "shared_classifier");
+  set_bool(model.qkv_bias, "qkv_bias");
+  set_bool(model.qk_norm, "qk_norm");
+  set_bool(model.norm_topk_prob, "norm_topk_prob");
+  if (auto value = r.ascending_integers("dense_layers", 0)) model.dense_layers = value;
+  if (auto value = r.string("hf_architecture")) model.hf_architecture = value;
 }
 
 // Inline "model.KEY" entries of the run config win over the model file's "KEY"; afterwards both

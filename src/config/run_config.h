@@ -20,7 +20,8 @@
 //
 // A model file (models/*.toml) holds the model dims as TOP-LEVEL keys (no [model] header):
 //   dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, n_experts, top_k,
-//   moe_aux_loss, expert_hidden_dim, capacity_factor, shared_classifier, norm_eps, rope_theta.
+//   moe_aux_loss, expert_hidden_dim, capacity_factor, shared_classifier, norm_eps, rope_theta,
+//   head_dim, qkv_bias, qk_norm, norm_topk_prob, dense_layers = [0, ...], hf_architecture = "...".
 //
 // Relative paths (model.config, model.init_from, data.path, data.tokenizer when a file) are
 // resolved against the config file's folder first, then the current directory; train.out_dir is
@@ -110,6 +111,11 @@ struct ModelSection {
   std::optional<int> n_experts, top_k, expert_hidden_dim;
   std::optional<double> moe_aux_loss, capacity_factor, norm_eps, rope_theta;
   std::optional<bool> shared_classifier;
+  std::optional<int> head_dim;                  // HS when not dim / n_heads (Qwen3)
+  std::optional<bool> qkv_bias, qk_norm;        // Qwen2's q/k/v biases, Qwen3's q/k norms
+  std::optional<bool> norm_topk_prob;           // MoE: top-k gates renormalised
+  std::optional<std::vector<int>> dense_layers; // MoE: blocks with a dense feed-forward, ascending, >= 0
+  std::optional<std::string> hf_architecture;   // as written; cli/ checks it is one tpcli runs
   SourceMap source;  // keys without the "model." prefix: "dim" -> "models/tiny.toml:1:7"
 };
 

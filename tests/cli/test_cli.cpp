@@ -178,6 +178,10 @@ TEST_CASE("train rejects a bad config before doing anything") {
       {"", {"--mesh", "data=0"}, "--mesh data=0: axis data = 0 must be >= 1"},
       {"", {"--set", "data.path=nowhere.txt"}, "data.path = \"nowhere.txt\": no such file"},
       {"", {"--set", "model.n_heads=3"}, "n_heads = 3 does not divide dim = 64"},
+      {"", {"--set", "model.qk_norm=true"}, "--set model.qk_norm=true: training a model with q/k norms is not supported (inference is)"},
+      {"", {"--set", "model.qkv_bias=true"}, "--set model.qkv_bias=true: training a model with q/k/v biases is not supported"},
+      {"", {"--set", "model.n_experts=4", "--set", "model.norm_topk_prob=false"},
+       "--set model.norm_topk_prob=false: training a model with unnormalised top-k gates is not supported"},
   };
   int n = 0;
   for (const auto& c : cases) {
@@ -350,4 +354,71 @@ TEST_CASE("bench collective-matmul prints the three rows and agreeing results, a
     CHECK(r.err.find(c.expect) != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
+}
+
+TEST_CASE("a model file's keys beyond the Llama block are one-line errors naming file and key") {
+  TempDir dir;
+  const std::string base = std::string(MODEL);
+  const std::string arch_text = base + "hf_architecture = \"GPT2LMHeadModel\"\n";
+  const std::string arch = dir.write("arch.toml", arch_text);
+  const Result a = run({"inspect", arch});
+  CHECK(a.code == 2);
+  CHECK(a.err == where(arch, arch_text, "\"GPT2") + ": hf_architecture = \"GPT2LMHeadModel\" must be one of " +
+                     "\"LlamaForCausalLM\", \"MistralForCausalLM\", \"Qwen2ForCausalLM\", \"Qwen3ForCausalLM\", " +
+                     "\"Phi3ForCausalLM\", \"MixtralForCausalLM\", \"Qwen3MoeForCausalLM\"\n");
+
+  for (const std::string key : {"norm_topk_prob = false\n", "dense_layers = [0]\n"}) {
+    const std::string text = base + key;
+    const std::string path = dir.write("dense.toml", text);
+    const Result r = run({"inspect", path});
+    INFO(key);
+    CHECK(r.code == 2);
+    CHECK(r.err == where(path, text, key.substr(key.find('=') + 2)) + ": " + key.substr(0, key.find(' ')) +
+                       " applies to mixture-of-experts models only: set n_experts >= 1 too\n");
+  }
+
+  const std::string layers_text = base + "n_experts = 4\ntop_k = 2\ndense_layers = [0, 2]\n";
+  const std::string layers = dir.write("layers.toml", layers_text);
+  const Result l = run({"inspect", layers});
+  CHECK(l.code == 2);
+  CHECK(l.err == where(layers, layers_text, "[0, 2]") + ": dense_layers: 2 is not a block in [0, n_layers), ascending\n");
+
+  const std::string qwen_text = base + "head_dim = 32\nqkv_bias = true\nqk_norm = true\nhf_architecture = \"Qwen2ForCausalLM\"\n";
+  const Result q = run({"inspect", dir.write("qwen.toml", qwen_text)});
+  INFO(q.err);
+  CHECK(q.code == 0);
+  CHECK(q.out.find("4 heads (2 kv, head size 32)") != std::string::npos);
+}
+
+TEST_CASE("bench moe: the inference section prints decode and prefill tok/s for TP, EP and both") {
+  const std::vector<std::string> small = {"bench", "moe", "--devices", "2", "--tokens", "16", "--dim", "32", "--hidden", "32",
+                                          "--experts", "4", "--layers", "2", "--heads", "4", "--vocab", "128",
+                                          "--prefill-tokens", "8", "--decode-tokens", "4", "--reps", "1"};
+  const Result r = run(small);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  INFO(r.out);
+  CHECK(r.out.find("MoE fwd+bwd") != std::string::npos);  // the layer sections still run first
+  CHECK(r.out.find("decode tok/s") != std::string::npos);
+  CHECK(r.out.find("prefill tok/s") != std::string::npos);
+  CHECK(r.out.find("\nmodel=2 ") != std::string::npos);
+  CHECK(r.out.find("\nexpert=2 ") != std::string::npos);
+  CHECK(r.out.find("\nexpert=D/2,model=2   skipped: needs an even --devices >= 4\n") != std::string::npos);
+
+  std::vector<std::string> four = small;
+  four[3] = "4";
+  four.push_back("--inference");
+  const Result f = run(four);
+  INFO(f.err);
+  REQUIRE(f.code == 0);
+  INFO(f.out);
+  CHECK(f.out.find("MoE fwd+bwd") == std::string::npos);
+  for (const char* mesh : {"\nmodel=4 ", "\nexpert=4 ", "\nexpert=2,model=2 "}) CHECK(f.out.find(mesh) != std::string::npos);
+  CHECK(f.out.find("skipped") == std::string::npos);
+
+  std::vector<std::string> odd_heads = four;
+  odd_heads[15] = "3";  // --heads 3 does not divide dim 32
+  const Result h = run(odd_heads);
+  CHECK(h.code == 2);
+  CHECK(h.err == "tpcli bench moe: the inference model: n_heads = 3 does not divide dim = 32 (set --dim, --heads)\n");
 }

@@ -66,6 +66,12 @@ capacity_factor = 1.5
 shared_classifier = false
 norm_eps = 1e-6
 rope_theta = 500000.0
+head_dim = 32
+qkv_bias = true
+qk_norm = true
+norm_topk_prob = false
+dense_layers = [0, 2]
+hf_architecture = "Qwen3MoeForCausalLM"
 [data]
 path = "corpus.txt"
 tokenizer = "tok.bin"
@@ -106,6 +112,12 @@ save_every = 5
   CHECK(c.model.shared_classifier == false);
   CHECK(c.model.norm_eps == Approx(1e-6));
   CHECK(c.model.rope_theta == Approx(500000.0));
+  CHECK(c.model.head_dim == 32);
+  CHECK(c.model.qkv_bias == true);
+  CHECK(c.model.qk_norm == true);
+  CHECK(c.model.norm_topk_prob == false);
+  CHECK(c.model.dense_layers == std::vector<int>{0, 2});
+  CHECK(c.model.hf_architecture == "Qwen3MoeForCausalLM");  // checked against the list by cli/model_from_config
   CHECK(c.data.path == (dir.path() / "corpus.txt").string());
   CHECK(c.data.tokenizer == tpcli::config::TokenizerKind::File);
   CHECK(c.data.tokenizer_path == (dir.path() / "tok.bin").string());
@@ -244,6 +256,18 @@ TEST_CASE("every validation error names FILE:LINE:COL of the culprit") {
       {"[model]\nn_experts = -2\n", "-2", "model.n_experts = -2 must be >= 0"},
       {"[model]\ncapacity_factor = 0\n", "0", "model.capacity_factor = 0 must be > 0"},
       {"[model]\nshared_classifier = 1\n", "1", "model.shared_classifier must be a boolean (true or false), got an integer 1"},
+      {"[model]\nhead_dim = 0\n", "0", "model.head_dim = 0 must be >= 1"},
+      {"[model]\nqkv_bias = \"yes\"\n", "\"yes\"", "model.qkv_bias must be a boolean (true or false), got a string \"yes\""},
+      {"[model]\nqk_norm = 0\n", "0", "model.qk_norm must be a boolean (true or false), got an integer 0"},
+      {"[model]\nnorm_topk_prob = 1.0\n", "1.0", "model.norm_topk_prob must be a boolean (true or false), got a float 1.0"},
+      {"[model]\ndense_layers = 0\n", "0", "model.dense_layers must be an array of integers, e.g. [0, 2], got an integer 0"},
+      {"[model]\ndense_layers = [0, \"1\"]\n", "\"1\"", "model.dense_layers must hold integers, got a string \"1\""},
+      {"[model]\ndense_layers = [-1]\n", "-1", "model.dense_layers: -1 must be in [0, 2147483647]"},
+      {"[model]\ndense_layers = [2, 1]\n", "1]", "model.dense_layers: 1 must be above the 2 before it (ascending, no repeats)"},
+      {"[model]\ndense_layers = [1, 1]\n", "1]", "model.dense_layers: 1 must be above the 1 before it (ascending, no repeats)"},
+      {"[model]\nhf_architecture = 3\n", "3", "model.hf_architecture must be a string, got an integer 3"},
+      {"[model]\nhf_architecture = \"\"\n", "\"\"", "model.hf_architecture must not be empty"},
+      {"[model]\nqk_norms = true\n", "qk_norms", "unknown key 'model.qk_norms' (did you mean 'qk_norm'?)"},
       {"[model]\nlayers = 2\n", "layers", "unknown key 'model.layers' (did you mean 'n_layers'?)"},
       {"[model]\nconfig = \"m.toml\"\nseq_len = 32\n[train]\nseq_len = 64\n", "64",
        "train.seq_len = 64 exceeds the model's seq_len = 32 (" + where("CONFIG", "[model]\nconfig = \"m.toml\"\nseq_len = 32\n", "32") + ")"},
@@ -347,6 +371,23 @@ TEST_CASE("model files load with their dims and positions") {
   CHECK(m.source.where("n_kv_heads") == path);  // not written: the file alone
   CHECK(tpcli::config::is_model_file(path));
   CHECK_FALSE(tpcli::config::is_model_file(dir.write("run.toml", "[train]\nsteps = 2\n")));
+}
+
+TEST_CASE("the Qwen3-shaped model files hold the keys beyond the Llama block") {
+  const std::string models = std::string(TPCLI_SOURCE_DIR) + "/models/";
+  const auto dense = load_model_config(models + "qwen3-0.6B.toml");
+  CHECK(dense.head_dim == 128);
+  CHECK(dense.qk_norm == true);
+  CHECK_FALSE(dense.qkv_bias.has_value());
+  CHECK_FALSE(dense.n_experts.has_value());
+  CHECK(dense.hf_architecture == "Qwen3ForCausalLM");
+  const auto moe = load_model_config(models + "qwen3-moe-small.toml");
+  CHECK(moe.n_experts == 32);
+  CHECK(moe.top_k == 4);
+  CHECK(moe.dense_layers == std::vector<int>{0});
+  CHECK(moe.norm_topk_prob == true);
+  CHECK(moe.hf_architecture == "Qwen3MoeForCausalLM");
+  CHECK(moe.source.where("dense_layers").rfind(models + "qwen3-moe-small.toml:", 0) == 0);
 }
 
 TEST_CASE("model.config resolves beside the config first, then in the current directory") {
@@ -536,7 +577,9 @@ TEST_CASE("model dims beside model.init_from are errors naming the key, from the
   const std::string bare = dir.write("bare.toml", "[model]\ninit_from = \"init.bin\"\n");
   for (const std::string set : {"dim=128", "hidden_dim=64", "n_layers=2", "n_heads=4", "n_kv_heads=2", "vocab_size=65",
                                 "seq_len=64", "n_experts=4", "top_k=2", "moe_aux_loss=0.01", "expert_hidden_dim=32",
-                                "capacity_factor=1.5", "shared_classifier=false", "norm_eps=1e-6", "rope_theta=1e4"}) {
+                                "capacity_factor=1.5", "shared_classifier=false", "norm_eps=1e-6", "rope_theta=1e4",
+                                "head_dim=16", "qkv_bias=true", "qk_norm=true", "norm_topk_prob=false", "dense_layers=[0]",
+                                "hf_architecture=Qwen3ForCausalLM"}) {
     INFO(set);
     const std::string key = "model." + set.substr(0, set.find('='));
     CHECK(error_of<ConfigError>([&] { load_run_config(bare, {"model." + set}); }) == "--set model." + set + ": " + key + tail);

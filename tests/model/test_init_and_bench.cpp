@@ -67,6 +67,24 @@ TEST_CASE("tpcli init writes the models/*.toml shape, deterministic in the seed"
   for (const auto& p : {a, b, c, st}) std::filesystem::remove(p);
 }
 
+TEST_CASE("tpcli init keeps a model file's keys beyond the Llama block, llama2.c files refuse them", "[init][cli]") {
+  const std::string model = temp_path("qwen.toml"), st = temp_path("qwen.safetensors"), bin = temp_path("qwen.bin");
+  std::ofstream(model) << "dim = 64\nhidden_dim = 96\nn_layers = 3\nn_heads = 4\nn_kv_heads = 2\nvocab_size = 65\n"
+                          "seq_len = 32\nhead_dim = 32\nqkv_bias = true\nqk_norm = true\nn_experts = 4\ntop_k = 2\n"
+                          "expert_hidden_dim = 16\nnorm_topk_prob = false\ndense_layers = [1]\n"
+                          "hf_architecture = \"Qwen3MoeForCausalLM\"\n";
+  REQUIRE(run_tpcli("init --model-config " + model + " --out " + st) == 0);
+  const LlamaConfig c = SafetensorsFile(st).config();
+  CHECK(c.head_dim == 32);
+  CHECK(c.qkv_bias);
+  CHECK(c.qk_norm);
+  CHECK_FALSE(c.norm_topk_prob);
+  CHECK(c.dense_layers == std::vector<int>{1});
+  CHECK(c.hf_architecture == "Qwen3MoeForCausalLM");
+  CHECK(run_tpcli("init --model-config " + model + " --out " + bin) == 2);
+  for (const auto& p : {model, st, bin}) std::filesystem::remove(p);
+}
+
 TEST_CASE("tpcli bench decode reports tokens/s next to the roofline", "[bench][cli]") {
   const std::string model = std::string(TPCLI_SOURCE_DIR) + "/models/stories260K.toml";
   const std::string path = temp_path("bench.bin");
