@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "model/hf_architectures.h"
 #include "model/json_file.h"
 
 namespace tpcli::model {
@@ -15,10 +16,12 @@ namespace tpcli::model {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The architectures tpcli runs, as config.json names them.
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> names{"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                              "Phi3ForCausalLM",  "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const HfArchitecture& a : hf_architectures()) out.push_back(a.name);
+    return out;
+  }();
   return names;
 }
 
@@ -87,8 +90,8 @@ std::string architecture_of(const ConfigReader& r) {
 }
 
 // Features of the Llama family tpcli does not compute: refused rather than run wrongly.
-void refuse_unsupported(const ConfigReader& r, const std::string& architecture) {
-  if (architecture != "Qwen2ForCausalLM" && r.boolean("attention_bias", false)) r.fail("attention_bias = true is not supported");
+void refuse_unsupported(const ConfigReader& r, const HfArchitecture& architecture) {
+  if (!architecture.qkv_bias && r.boolean("attention_bias", false)) r.fail("attention_bias = true is not supported");
   if (r.boolean("mlp_bias", false)) r.fail("mlp_bias = true is not supported");
   const std::string act = r.text("hidden_act", "silu");
   if (act != "silu") r.fail("hidden_act = " + json(act).dump() + " is not supported (only silu)");  // dump: escaped, one line
@@ -156,41 +159,40 @@ std::map<std::string, std::optional<Quantization>> router_quantization_of(const 
   return out;
 }
 
-// Mixture of experts: Mixtral's num_local_experts over intermediate_size; Qwen3-MoE's num_experts
-// over moe_intermediate_size, with intermediate_size for its dense blocks.
-void set_moe(const ConfigReader& r, const std::string& architecture, LlamaConfig& c) {
-  const bool qwen = architecture == "Qwen3MoeForCausalLM";
-  c.n_experts = r.integer(qwen ? "num_experts" : "num_local_experts");
-  c.top_k = r.integer("num_experts_per_tok");
-  c.norm_topk_prob = qwen ? r.boolean("norm_topk_prob", false) : true;  // transformers' defaults
-  if (!qwen) return;
-  c.expert_hidden_dim = r.integer("moe_intermediate_size");
+// Which blocks of a MoE are dense: mlp_only_layers, and every block that decoder_sparse_step skips
+// (transformers: sparse when (l + 1) % decoder_sparse_step == 0).
+std::vector<int> dense_layers_of(const ConfigReader& r, int n_layers) {
   const int step = r.integer("decoder_sparse_step", 1);
   std::vector<int> dense;
   if (r.has("mlp_only_layers")) {
     const json& list = r.at("mlp_only_layers");
     if (!list.is_array()) r.fail("mlp_only_layers = " + list.dump() + " is not a list of layer indices");
     for (const json& l : list) {
-      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.n_layers)
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= n_layers)
         r.fail("mlp_only_layers = " + list.dump() + " holds " + l.dump() + ", not a layer index in [0, num_hidden_layers)");
       dense.push_back(l.get<int>());
     }
   }
-  for (int l = 0; l < c.n_layers; ++l)  // transformers: sparse when (l + 1) % decoder_sparse_step == 0
+  for (int l = 0; l < n_layers; ++l)
     if (step < 1 || (l + 1) % step != 0) dense.push_back(l);
   std::ranges::sort(dense);
   dense.erase(std::unique(dense.begin(), dense.end()), dense.end());
-  c.dense_layers = std::move(dense);
+  return dense;
 }
 
-// What each architecture computes beyond Llama's block.
-void set_architecture_features(const ConfigReader& r, const std::string& architecture, LlamaConfig& c) {
-  if (architecture == "Qwen2ForCausalLM") c.qkv_bias = true;  // always, whatever attention_bias says
-  if (architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM") c.qk_norm = true;
-  if (architecture == "MixtralForCausalLM" || architecture == "Qwen3MoeForCausalLM") set_moe(r, architecture, c);
+// What the architecture computes beyond Llama's block, by its row of the table.
+void set_architecture_features(const ConfigReader& r, const HfArchitecture& a, LlamaConfig& c) {
+  c.qkv_bias = a.qkv_bias;
+  c.qk_norm = a.qk_norm;
+  if (!a.is_moe()) return;
+  c.n_experts = r.integer(a.experts_key);
+  c.top_k = r.integer("num_experts_per_tok");
+  c.norm_topk_prob = a.norm_topk_prob_key ? r.boolean("norm_topk_prob", false) : true;  // transformers' defaults
+  if (a.expert_hidden_key[0]) c.expert_hidden_dim = r.integer(a.expert_hidden_key);
+  if (a.dense_layer_keys) c.dense_layers = dense_layers_of(r, c.n_layers);
 }
 
-LlamaConfig llama_config_of(const ConfigReader& r, const std::string& architecture) {
+LlamaConfig llama_config_of(const ConfigReader& r, const HfArchitecture& architecture) {
   LlamaConfig c;
   c.dim = r.integer("hidden_size");
   c.hidden_dim = r.integer("intermediate_size");
@@ -199,9 +201,10 @@ LlamaConfig llama_config_of(const ConfigReader& r, const std::string& architectu
   c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);
   c.vocab_size = r.integer("vocab_size");
   c.seq_len = r.integer("max_position_embeddings");
-  // Mistral's sliding-window attention is not computed: within the window it equals full
-  // attention, so the context is limited to the window and stays exact.
-  if (r.has("sliding_window") && r.boolean("use_sliding_window", true)) c.seq_len = std::min(c.seq_len, r.integer("sliding_window"));
+  // Sliding-window attention is not computed: within the window it equals full attention, so the
+  // context is limited to the window and stays exact.
+  const bool windowed = !architecture.sliding_window_switch || r.boolean("use_sliding_window", false);
+  if (r.has("sliding_window") && windowed) c.seq_len = std::min(c.seq_len, r.integer("sliding_window"));
   c.norm_eps = r.real("rms_norm_eps", 1e-6f);
   c.rope_theta = r.real("rope_theta", 10000.0f);
   c.rope_scaling = rope_scaling_of(r);
@@ -210,7 +213,7 @@ LlamaConfig llama_config_of(const ConfigReader& r, const std::string& architectu
   // head_dim only where it is not hidden_size / num_attention_heads (then q_proj has NH * head_dim rows).
   if (r.has("head_dim") && c.n_heads > 0 && r.integer("head_dim") * c.n_heads != c.dim) c.head_dim = r.integer("head_dim");
   set_architecture_features(r, architecture, c);
-  if (architecture != "LlamaForCausalLM") c.hf_architecture = architecture;
+  if (std::string(architecture.name) != "LlamaForCausalLM") c.hf_architecture = architecture.name;
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {
@@ -234,8 +237,9 @@ HfConfig read_hf_config(const std::string& dir) {
   const ConfigReader r(j, path);
   HfConfig out;
   out.architecture = architecture_of(r);
-  refuse_unsupported(r, out.architecture);
-  out.llama = llama_config_of(r, out.architecture);
+  const HfArchitecture& architecture = hf_architecture(out.architecture);
+  refuse_unsupported(r, architecture);
+  out.llama = llama_config_of(r, architecture);
   out.router_quantization = router_quantization_of(r);
   out.torch_dtype = r.text("torch_dtype", "");
   if (auto bos = r.ids("bos_token_id"); !bos.empty()) out.bos_token_id = bos.front();

@@ -1,7 +1,8 @@
 // tpcli::model — a Hugging Face model directory's config.json (and generation_config.json) as a
 // LlamaConfig, for the architectures tpcli runs: Llama, Mistral, Qwen2 (q/k/v biases), Qwen3
 // (q/k norms, head_dim), Phi-3 (fused qkv and gate|up projections), Mixtral and Qwen3-MoE (experts;
-// Qwen3-MoE's dense blocks among them). Their tensor names: model/hf_names.h.
+// Qwen3-MoE's dense blocks among them), each a row of model/hf_architectures.h. Their tensor
+// names: model/hf_names.h.
 #pragma once
 
 #include <map>

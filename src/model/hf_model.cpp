@@ -12,6 +12,7 @@
 
 #include "model/atomic_file.h"
 #include "model/dtype.h"
+#include "model/hf_architectures.h"
 #include "model/json_file.h"
 #include "model/packed_weights.h"
 
@@ -291,23 +292,16 @@ const char* torch_dtype_name(DType d) {
 json id_or_list(const std::vector<int>& ids) { return ids.size() == 1 ? json(ids.front()) : json(ids); }
 
 // config.json keys of the architectures beyond Llama's.
-void add_architecture_keys(json& j, const LlamaConfig& c, const std::string& architecture) {
-  static const std::map<std::string, std::string> model_types{
-      {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Qwen2ForCausalLM", "qwen2"},
-      {"Qwen3ForCausalLM", "qwen3"}, {"Phi3ForCausalLM", "phi3"},       {"MixtralForCausalLM", "mixtral"},
-      {"Qwen3MoeForCausalLM", "qwen3_moe"}};
-  j["architectures"] = {architecture};
-  j["model_type"] = model_types.at(architecture);
-  if (architecture.starts_with("Qwen")) j["use_sliding_window"] = false;
-  if (architecture == "MixtralForCausalLM") {
-    j["num_local_experts"] = c.n_experts;
-    j["num_experts_per_tok"] = c.top_k;
-  }
-  if (architecture == "Qwen3MoeForCausalLM") {
-    j["num_experts"] = c.n_experts;
-    j["num_experts_per_tok"] = c.top_k;
-    j["moe_intermediate_size"] = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim;
-    j["norm_topk_prob"] = c.norm_topk_prob;
+void add_architecture_keys(json& j, const LlamaConfig& c, const HfArchitecture& a) {
+  j["architectures"] = {a.name};
+  j["model_type"] = a.model_type;
+  if (a.sliding_window_switch) j["use_sliding_window"] = false;
+  if (!a.is_moe()) return;
+  j[a.experts_key] = c.n_experts;
+  j["num_experts_per_tok"] = c.top_k;
+  if (a.expert_hidden_key[0]) j[a.expert_hidden_key] = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim;
+  if (a.norm_topk_prob_key) j["norm_topk_prob"] = c.norm_topk_prob;
+  if (a.dense_layer_keys) {
     j["decoder_sparse_step"] = 1;
     j["mlp_only_layers"] = c.dense_layers;
   }
@@ -340,7 +334,7 @@ json hf_config_json(const LlamaConfig& c, const std::string& architecture, const
                          {"low_freq_factor", decimal(c.rope_scaling->low_freq_factor)},
                          {"high_freq_factor", decimal(c.rope_scaling->high_freq_factor)},
                          {"original_max_position_embeddings", c.rope_scaling->original_max_position}};
-  add_architecture_keys(j, c, architecture);
+  add_architecture_keys(j, c, hf_architecture(architecture));
   if (o.bos_token_id) j["bos_token_id"] = *o.bos_token_id;
   if (!o.eos_token_ids.empty()) j["eos_token_id"] = id_or_list(o.eos_token_ids);
   return j;
@@ -428,7 +422,7 @@ void write_hf_model(const std::string& dir, const WeightSource& weights, const H
   const LlamaConfig& c = weights.config();
   c.validate();
   const std::string architecture = c.hf_architecture.empty() ? "LlamaForCausalLM" : c.hf_architecture;
-  if (c.is_moe() && architecture != "MixtralForCausalLM" && architecture != "Qwen3MoeForCausalLM")
+  if (c.is_moe() && !hf_architecture(architecture).is_moe())
     throw std::invalid_argument(dir + ": Hugging Face " + architecture + " directories cannot hold a mixture-of-experts model");
   if (const std::string feature = c.beyond_llama_feature(); !feature.empty() && architecture == "LlamaForCausalLM")
     throw std::invalid_argument(dir + ": Hugging Face Llama directories cannot hold a model with " + feature);

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <utility>
+
+#include "model/hf_architectures.h"
 
 namespace tpcli::model {
 
@@ -37,8 +40,8 @@ const std::map<std::string, std::string>& llama_block_modules() {
   return modules;
 }
 
-// The rows of a fused Phi-3 tensor that hold `kind`, or rows 0 when it is not fused.
-HfTensorRef phi3_fused(const std::string& block, const std::string& kind, const LlamaConfig& c) {
+// The rows of a fused tensor (qkv_proj, gate_up_proj) that hold `kind`; no modules when it is not fused.
+HfTensorRef fused_segment(const std::string& block, const std::string& kind, const LlamaConfig& c) {
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), F = c.hidden_dim;
   if (kind == "wq") return {{block + "self_attn.qkv_proj"}, "weight", c.n_heads, 0, Q, Q + 2 * KV};
   if (kind == "wk") return {{block + "self_attn.qkv_proj"}, "weight", c.n_kv_heads, Q, KV, Q + 2 * KV};
@@ -48,18 +51,18 @@ HfTensorRef phi3_fused(const std::string& block, const std::string& kind, const 
   return {};
 }
 
-// A MoE block's router and stacked experts.
-HfTensorRef moe_tensor(const std::string& block, const std::string& kind, const LlamaConfig& c, bool mixtral) {
-  const std::string moe = block + (mixtral ? "block_sparse_moe." : "mlp.");
+// A MoE block's router and experts (one tensor each, or mlx-lm's switch_mlp stack).
+HfTensorRef moe_tensor(const std::string& block, const std::string& kind, const LlamaConfig& c, const HfArchitecture& a) {
+  const std::string moe = block + a.moe_block + ".";
   if (kind == "router") return {{moe + "gate"}};
-  static const std::map<std::string, std::pair<const char*, const char*>> experts{
-      {"experts.w1", {"w1", "gate_proj"}}, {"experts.w2", {"w2", "down_proj"}}, {"experts.w3", {"w3", "up_proj"}}};
-  auto it = experts.find(kind);
-  if (it == experts.end()) return {};
+  const std::pair<const char*, const char*> names = kind == "experts.w1"   ? std::pair{a.expert_w1, "gate_proj"}
+                                                    : kind == "experts.w2" ? std::pair{a.expert_w2, "down_proj"}
+                                                    : kind == "experts.w3" ? std::pair{a.expert_w3, "up_proj"}
+                                                                           : std::pair{"", ""};
+  if (!names.first[0]) return {};
   HfTensorRef ref;
-  for (int e = 0; e < c.n_experts; ++e)
-    ref.modules.push_back(moe + "experts." + std::to_string(e) + "." + (mixtral ? it->second.first : it->second.second));
-  ref.stacked_module = moe + "switch_mlp." + it->second.second;
+  for (int e = 0; e < c.n_experts; ++e) ref.modules.push_back(moe + "experts." + std::to_string(e) + "." + names.first);
+  ref.stacked_module = moe + "switch_mlp." + names.second;
   return ref;
 }
 
@@ -72,11 +75,11 @@ HfTensorRef hf_tensor_of(const std::string& name, const LlamaConfig& c, const st
   const size_t dot = name.find('.', 7);  // "layers.{i}.{kind}"
   if (name.starts_with("layers.") && dot != std::string::npos) {
     const std::string block = "model." + name.substr(0, dot) + ".", kind = name.substr(dot + 1);
-    const bool mixtral = architecture == "MixtralForCausalLM";
-    if (architecture == "Phi3ForCausalLM")
-      if (HfTensorRef fused = phi3_fused(block, kind, c); !fused.modules.empty()) return fused;
-    if (kind == "router" || kind.starts_with("experts."))
-      if (HfTensorRef moe = moe_tensor(block, kind, c, mixtral); !moe.modules.empty()) return moe;
+    const HfArchitecture& a = hf_architecture(architecture);
+    if (a.fused_projections)
+      if (HfTensorRef fused = fused_segment(block, kind, c); !fused.modules.empty()) return fused;
+    if (a.is_moe() && (kind == "router" || kind.starts_with("experts.")))
+      if (HfTensorRef moe = moe_tensor(block, kind, c, a); !moe.modules.empty()) return moe;
     if (kind == "bq" || kind == "bk" || kind == "bv") {
       const int heads = kind == "bq" ? c.n_heads : kind == "bk" ? c.n_kv_heads : 0;
       return {{block + "self_attn." + kind.substr(1) + "_proj"}, "bias", heads};
