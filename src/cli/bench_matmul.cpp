@@ -2,7 +2,8 @@
 //
 // Square C[n,n] = A[n,n] @ B[n,n] for each --sizes n, with 1 and all cores; the decode shape
 // out[1,N] = x[1,K] @ W[N,K]^T (memory-bound: reported also as weight GB/s) through BLIS gemm
-// with m = 1, through tensor::matvec, and through a naive dot-product loop.
+// with m = 1, through tensor::matvec, and through a naive dot-product loop; then the batched decode
+// product (B vectors per weight pass, batch-invariant) in f32, 8-bit and 4-bit.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "tensor/blas.h"
+#include "tensor/packed_matrix.h"
 
 namespace tpcli::cli {
 
@@ -26,6 +28,7 @@ struct BenchMatmulOptions {
   std::vector<int64_t> sizes{512, 1024, 2048};
   std::vector<int> threads;  // empty: 1 and all cores
   int64_t decode_n = 4096, decode_k = 4096;
+  std::vector<int64_t> batches{1, 4, 16};
   int reps = 5;
 };
 
@@ -68,6 +71,38 @@ void naive_matvec(float* out, const float* w, const float* x, int64_t n, int64_t
     float s = 0.0f;
     for (int64_t p = 0; p < k; ++p) s += w[i * k + p] * x[p];
     out[i] = s;
+  }
+}
+
+// The batched decode product (batch-invariant: each vector's bits are its matvec's alone) against
+// B separate matvecs and, in f32, against BLIS gemm with m = B (the fastest product that does not
+// keep a vector's summation order), at one thread: aggregate GFLOP/s over the B vectors.
+void bench_batched_decode(const BenchMatmulOptions& o, std::mt19937& rng) {
+  const int64_t N = o.decode_n, K = o.decode_k;
+  const auto w = random_floats(rng, N * K);
+  tensor::set_blas_threads(1);
+  std::printf("\n%-20s %4s %14s %14s %10s %14s %10s\n", ("batched decode " + std::to_string(K) + "x" + std::to_string(N)).c_str(),
+              "B", "B matvecs", "matvec_batch", "ratio", "gemm m=B", "batch/gemm");
+  for (const tensor::WeightFormat f : {tensor::WeightFormat::f32(), tensor::WeightFormat::affine(8, 64), tensor::WeightFormat::affine(4, 64)}) {
+    const tensor::PackedMatrix m = tensor::PackedMatrix::from_f32(w.data(), N, K, f);
+    for (int64_t B : o.batches) {
+      const auto x = random_floats(rng, B * K);
+      std::vector<float> out(static_cast<size_t>(B * N));
+      const double flops = 2.0 * static_cast<double>(B) * N * K;
+      const double apart = time_median(o.reps, [&] {
+        for (int64_t v = 0; v < B; ++v) m.matvec(out.data() + v * N, x.data() + v * K);
+      });
+      const double together = time_median(o.reps, [&] { m.matvec_batch(out.data(), 0, x.data(), B, 0, N); });
+      std::printf("%-20s %4lld %9.1f GF/s %9.1f GF/s %9.2fx", f.name().c_str(), static_cast<long long>(B), flops / apart / 1e9,
+                  flops / together / 1e9, apart / together);
+      if (f.kind == tensor::WeightKind::F32) {
+        const double gemm = time_median(o.reps, [&] {
+          tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, B, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, out.data(), N);
+        });
+        std::printf(" %9.1f GF/s %9.2fx", flops / gemm / 1e9, gemm / together);
+      }
+      std::printf("\n");
+    }
   }
 }
 
@@ -121,6 +156,7 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
     report("tensor::matvec", t, time_median(o.reps, [&] { tensor::matvec(out.data(), w.data(), x.data(), N, K); }));
   }
   report("naive dot loop", 1, time_median(o.reps, [&] { naive_matvec(out.data(), w.data(), x.data(), N, K); }));
+  bench_batched_decode(o, rng);
   tensor::set_blas_threads(saved);
 }
 
@@ -130,6 +166,7 @@ void setup_bench_matmul(CLI::App& sub) {
   sub.add_option("--threads", o->threads, "BLIS thread counts (default: 1 and all cores)")->delimiter(',');
   sub.add_option("--decode-n", o->decode_n, "Decode shape: output features N")->capture_default_str();
   sub.add_option("--decode-k", o->decode_k, "Decode shape: input features K")->capture_default_str();
+  sub.add_option("--batches", o->batches, "Batched decode: vectors per product")->delimiter(',')->capture_default_str();
   sub.add_option("--reps", o->reps, "Timed repetitions (median reported)")->capture_default_str();
   sub.callback([o] { run_bench_matmul(*o); });
 }

@@ -146,6 +146,13 @@ void matvec(float* out, const float* weight, const float* x, int64_t n, int64_t 
   matvec_impl(out, weight, x, n, k, false);
 }
 
+void matvec_batch(float* out, int64_t ld_out, const float* weight, const float* x, int64_t B, int64_t n, int64_t k) {
+  check_dims("matvec_batch", B, n, k);
+  const kernels::View view{WeightFormat::f32(), k, k * int64_t{sizeof(float)}, reinterpret_cast<const uint8_t*>(weight)};
+  const kernels::MatvecKernel kernel = kernels::kernel_for(WeightFormat::f32(), detected_isa());
+  kernels::run_rows_batch(kernel, out, ld_out ? ld_out : n, view, x, k, nullptr, 0, B, 0, n);
+}
+
 void set_blas_threads(int n) {
   if (n < 1) throw std::invalid_argument("blas: thread count " + std::to_string(n) + " < 1");
   t_blas_threads = n;

@@ -23,6 +23,9 @@ void matmul_wt(float* out, const float* inp, const float* weight, int64_t m, int
 
 // Decode-shaped product: out[n] = weight[n,k] @ x[k]. Memory-bound; a dedicated kernel, not gemm.
 void matvec(float* out, const float* weight, const float* x, int64_t n, int64_t k);
+// B decode rows at once: out[B, n] (row stride ld_out, 0 = n) = x[B, k] @ weight[n, k]^T, each row
+// of out bit for bit what matvec gives that vector alone, each weight row read from memory once.
+void matvec_batch(float* out, int64_t ld_out, const float* weight, const float* x, int64_t B, int64_t n, int64_t k);
 
 // Threads BLIS may use for calls made from the current thread (>= 1).
 void set_blas_threads(int n);

@@ -42,4 +42,11 @@ MatvecKernel kernel_for(const WeightFormat& format, Isa isa);
 void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp, const float* xsum, int64_t row0,
               int64_t n);
 
+// B vectors at once: out[b * ld_out + i] = row row0 + i of w times xp[b * ld_x ..] (xsum[b * ld_sum ..]
+// their group sums), each vector through `k` exactly as run_rows runs it (the same row blocks, so
+// every output has the single-vector arithmetic bit for bit), a few rows at a time over all B
+// vectors, so each weight row comes from memory once and from cache for the other vectors.
+void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const View& w, const float* xp, int64_t ld_x,
+                    const float* xsum, int64_t ld_sum, int64_t B, int64_t row0, int64_t n);
+
 }  // namespace tpcli::tensor::kernels

@@ -91,6 +91,20 @@ void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp,
   for_row_blocks(w, n, [&](int64_t a, int64_t b) { k.rows(out + a, w, xp, xsum, row0 + a, row0 + b); });
 }
 
+void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const View& w, const float* xp, int64_t ld_x,
+                    const float* xsum, int64_t ld_sum, int64_t B, int64_t row0, int64_t n) {
+  // 16 rows (a multiple of the kernels' 4) of the widest rows tpcli meets stay in L2 across the
+  // B vectors; a block boundary inside a thread's rows falls where the 4-row kernels would step anyway.
+  constexpr int64_t ROWS = 16;
+  for_row_blocks(w, n, [&](int64_t a, int64_t b) {
+    for (int64_t c0 = a; c0 < b; c0 += ROWS) {
+      const int64_t c1 = std::min(b, c0 + ROWS);
+      for (int64_t v = 0; v < B; ++v)
+        k.rows(out + v * ld_out + c0, w, xp + v * ld_x, xsum ? xsum + v * ld_sum : nullptr, row0 + c0, row0 + c1);
+    }
+  });
+}
+
 void run_int8_rows(const Int8Kernel& k, float* out, const View& w, const QuantizedInput& x, int64_t row0, int64_t n) {
   for_row_blocks(w, n, [&](int64_t a, int64_t b) { k.rows(out + a, w, x, row0 + a, row0 + b); });
 }
@@ -222,6 +236,38 @@ void PackedMatrix::matvec(float* out, const float* x, int64_t row0, int64_t n, I
       for (int64_t i = 0; i < GS; ++i) xsum[static_cast<size_t>(g)] += x[g * GS + i];
   }
   kernels::run_rows(k, out, view, xk, xsum.data(), row0, n);
+}
+
+void PackedMatrix::matvec_batch(float* out, int64_t ld_out, const float* x, int64_t B, int64_t row0, int64_t n,
+                                Isa isa) const {
+  if (row0 < 0 || n < 0 || row0 + n > rows_ || B < 0)
+    throw std::out_of_range("packed matvec_batch: " + std::to_string(B) + " vectors, rows [" + std::to_string(row0) + ", +" +
+                            std::to_string(n) + ") outside " + std::to_string(rows_));
+  if (n == 0 || B == 0) return;
+  const int64_t ld = ld_out ? ld_out : n;
+  if (int8_activations() && kernels::int8_matvec_format(format_)) {  // each vector quantized on its own
+    for (int64_t v = 0; v < B; ++v) matvec(out + v * ld, x + v * cols_, row0, n, isa);
+    return;
+  }
+  const kernels::View view{format_, cols_, row_bytes(), row_data(0), scales_.data(), biases_.data(),
+                           scale_bytes_.data()};
+  const kernels::MatvecKernel k = kernels::kernel_for(format_, isa);
+  thread_local std::vector<float> xp, xsum;  // [B, K] the vectors in the kernel's order, [B, G] group sums
+  const float* xk = x;
+  if (k.prepare) {
+    xp.resize(static_cast<size_t>(B * cols_));
+    for (int64_t v = 0; v < B; ++v) k.prepare(xp.data() + v * cols_, x + v * cols_, cols_);
+    xk = xp.data();
+  }
+  const int64_t G = groups_per_row(), GS = format_.group_size;
+  if (format_.kind == WeightKind::Affine) {
+    xsum.assign(static_cast<size_t>(B * G), 0.0f);
+    for (int64_t v = 0; v < B; ++v)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t i = 0; i < GS; ++i) xsum[static_cast<size_t>(v * G + g)] += x[v * cols_ + g * GS + i];
+  }
+  kernels::run_rows_batch(k, out, ld, view, xk, cols_, format_.kind == WeightKind::Affine ? xsum.data() : nullptr, G, B, row0,
+                          n);
 }
 
 void PackedMatrix::matmul(float* out, const float* x, int64_t N, int64_t row0, int64_t n, int64_t ld_out) const {

@@ -93,6 +93,13 @@ class PackedMatrix {
   void matvec(float* out, const float* x) const { matvec(out, x, 0, rows_, detected_isa()); }
   void matvec(float* out, const float* x, int64_t row0, int64_t n) const { matvec(out, x, row0, n, detected_isa()); }
   void matvec(float* out, const float* x, int64_t row0, int64_t n, Isa isa) const;
+  // B vectors x[B, K] at once: out[B, n] (row stride ld_out, 0 = n) = x @ W[row0 : row0 + n, :]^T,
+  // every row of out bit for bit what matvec gives that vector alone (batch-invariant: a sequence's
+  // result does not depend on what else is in the batch), each weight row read from memory once.
+  void matvec_batch(float* out, int64_t ld_out, const float* x, int64_t B, int64_t row0, int64_t n) const {
+    matvec_batch(out, ld_out, x, B, row0, n, detected_isa());
+  }
+  void matvec_batch(float* out, int64_t ld_out, const float* x, int64_t B, int64_t row0, int64_t n, Isa isa) const;
   // out[N, n] (row stride ld_out, 0 = n) = x[N, K] @ W[row0 : row0 + n, :]^T. N == 1 is matvec.
   void matmul(float* out, const float* x, int64_t N, int64_t ld_out = 0) const { matmul(out, x, N, 0, rows_, ld_out); }
   void matmul(float* out, const float* x, int64_t N, int64_t row0, int64_t n, int64_t ld_out) const;

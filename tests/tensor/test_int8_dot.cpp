@@ -7,10 +7,13 @@
 #include <random>
 #include <vector>
 
+#include "support/isas.h"
 #include "tensor/int8_dot.h"
 #include "tensor/packed_matrix.h"
 
 using namespace tpcli::tensor;
+
+using tpcli::testing::isas_here;
 
 namespace {
 
@@ -19,13 +22,6 @@ std::vector<float> normal_floats(std::mt19937& rng, size_t n, float scale) {
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
-}
-
-std::vector<Isa> isas_here() {
-  std::vector<Isa> isas = {Isa::Scalar};
-  if (detected_isa() != Isa::Scalar) isas.push_back(Isa::Avx2);
-  if (detected_isa() == Isa::Avx512) isas.push_back(Isa::Avx512);
-  return isas;
 }
 
 std::vector<WeightFormat> int8_formats() {

@@ -1,0 +1,69 @@
+// tensor/: the batched decode product is batch-invariant: every vector of a batch gets, bit for
+// bit, what the single-vector matvec gives it alone, in every weight format and instruction set,
+// with one thread and with the matrix split over two, whatever the batch size, for any row range.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "support/isas.h"
+#include "tensor/blas.h"
+#include "tensor/isa.h"
+#include "tensor/packed_matrix.h"
+
+using namespace tpcli::tensor;
+
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace
+
+TEST_CASE("matvec_batch: every vector's output is the single-vector matvec's, bit for bit, in every format", "[tensor][batch]") {
+  const WeightFormat formats[] = {WeightFormat::f32(),        WeightFormat::bf16(),       WeightFormat::f16(),
+                                  WeightFormat::affine(8, 64), WeightFormat::affine(4, 32), WeightFormat::mxfp8()};
+  // 37 rows: 16-row blocks and a 4-row kernel's tail; 1024 x 1024 is large enough to be split over threads
+  for (auto [R, K] : {std::pair<int64_t, int64_t>{37, 256}, std::pair<int64_t, int64_t>{1024, 1024}})
+    for (const WeightFormat& f : formats) {
+      const PackedMatrix w = PackedMatrix::from_f32(random_values(static_cast<size_t>(R * K), 1).data(), R, K, f);
+      for (int B : {1, 3, 16}) {
+        const std::vector<float> x = random_values(static_cast<size_t>(B * K), 2 + static_cast<uint32_t>(B));
+        for (Isa isa : tpcli::testing::isas_here())
+          for (int threads : {1, 2}) {
+            set_blas_threads(threads);
+            for (auto [row0, n] : {std::pair<int64_t, int64_t>{0, R}, std::pair<int64_t, int64_t>{5, R - 9}}) {
+              std::vector<float> batched(static_cast<size_t>(B * n)), alone(static_cast<size_t>(n));
+              w.matvec_batch(batched.data(), 0, x.data(), B, row0, n, isa);
+              for (int v = 0; v < B; ++v) {
+                w.matvec(alone.data(), x.data() + v * K, row0, n, isa);
+                INFO(f.name() << " " << R << "x" << K << ", B " << B << ", vector " << v << ", isa " << int(isa) << ", "
+                              << threads << " threads, rows " << row0 << "+" << n);
+                CHECK(same_bits(batched.data() + v * n, alone.data(), static_cast<size_t>(n)));
+              }
+            }
+          }
+        set_blas_threads(1);
+      }
+    }
+}
+
+TEST_CASE("matvec_batch: the f32 BLAS-door form equals tensor::matvec per vector, with a row stride", "[tensor][batch]") {
+  const int64_t N = 300, K = 512, B = 5, LD = N + 7;
+  const std::vector<float> w = random_values(static_cast<size_t>(N * K), 11), x = random_values(static_cast<size_t>(B * K), 12);
+  std::vector<float> batched(static_cast<size_t>(B * LD), -1.0f), alone(static_cast<size_t>(N));
+  matvec_batch(batched.data(), LD, w.data(), x.data(), B, N, K);
+  for (int64_t v = 0; v < B; ++v) {
+    matvec(alone.data(), w.data(), x.data() + v * K, N, K);
+    CHECK(same_bits(batched.data() + v * LD, alone.data(), static_cast<size_t>(N)));
+    CHECK(batched[static_cast<size_t>(v * LD + N)] == -1.0f);  // the stride's gap untouched
+  }
+}
