@@ -16,6 +16,7 @@
 #include "nn/quantized_linear.h"
 #include "nn/rmsnorm.h"
 #include "tensor/aligned_storage.h"
+#include "tensor/blas.h"
 
 namespace tpcli::model {
 
@@ -39,7 +40,6 @@ struct Llama::Layer {
   std::variant<F32AttentionLinears, PackedAttentionLinears> linears;
   QkvExtras qkv_extras;
   std::unique_ptr<nn::FeedForward> ffn;
-  std::vector<float> k_cache, v_cache;  // [S, KVL]
 
   void qkv_forward(float* out, const float* inp, int64_t N) const {
     std::visit([&](const auto& l) { l.qkv.forward(out, inp, N); }, linears);
@@ -200,9 +200,8 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     L.attention_norm = core_.block_slice(weights, l, "attention_norm");
     L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
     L.qkv_extras = core_.load_qkv_extras(weights, l);
-    L.k_cache.assign(static_cast<size_t>(c.seq_len * kv_rows), 0.0f);
-    L.v_cache.assign(static_cast<size_t>(c.seq_len * kv_rows), 0.0f);
   }
+  own_cache_ = new_kv_cache();
   if (holds_packed_weights(weights)) load_packed_layers(weights);
   else load_f32_layers(weights);
   if (core_.expert_group.size() > 1)
@@ -260,27 +259,55 @@ void Llama::load_packed_layers(const WeightSource& weights) {
   }
 }
 
+Llama::KvCache Llama::new_kv_cache() const {
+  const size_t floats = static_cast<size_t>(core_.config.seq_len * core_.plan.kv_rows().count);
+  KvCache cache;
+  cache.k_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
+  cache.v_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
+  return cache;
+}
+
+int64_t Llama::KvCache::bytes() const {
+  int64_t n = 0;
+  for (size_t l = 0; l < k_.size(); ++l) n += static_cast<int64_t>(k_[l].size() + v_[l].size());
+  return n * static_cast<int64_t>(sizeof(float));
+}
+
 void Llama::blocks_forward(std::span<const int> tokens, int pos) {
+  const Segment whole{0, static_cast<int64_t>(tokens.size()), pos, &own_cache_};
+  blocks_forward(tokens, std::span<const Segment>(&whole, 1));
+}
+
+void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment> segments) {
   const LlamaConfig& c = core_.config;
   const int64_t P = static_cast<int64_t>(tokens.size()), C = c.dim;
-  if (P < 1 || pos < 0 || pos + P > c.seq_len)
-    throw std::out_of_range("llama: " + std::to_string(P) + " token(s) at position " + std::to_string(pos) +
-                            " outside [0, seq_len = " + std::to_string(c.seq_len) + ")");
+  int64_t att = 0;  // attention scratch: the largest segment's [count, pos + count]
+  for (const Segment& s : segments) {
+    if (s.count < 1 || s.pos < 0 || s.pos + s.count > c.seq_len)
+      throw std::out_of_range("llama: " + std::to_string(s.count) + " token(s) at position " + std::to_string(s.pos) +
+                              " outside [0, seq_len = " + std::to_string(c.seq_len) + ")");
+    att = std::max(att, s.count * (s.pos + s.count));
+  }
   const nn::AttentionShape shape = core_.attention_shape();
+  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
   Run& r = run_;
-  size(r.x, P * C); size(r.xb, P * C); size(r.xb2, P * C); size(r.qkv, P * shape.qkv_dim()); size(r.y, P * shape.q_dim());
-  size(r.att, P * (pos + P));
+  size(r.x, P * C); size(r.xb, P * C); size(r.xb2, P * C); size(r.qkv, P * QKV); size(r.y, P * QL); size(r.att, att);
   float* x = r.x.data();
   vocab_->embed(x, tokens);  // all_gather_v of the rows from their owners
-  for (auto& L : layers_) {
-    // attention rmsnorm, then q, k, v of the local heads (no communication), RoPE at each row's position
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& L = layers_[l];
+    // attention rmsnorm, then q, k, v of the local heads (no communication)
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.attention_norm.data(), P, C, c.norm_eps);
     L.qkv_forward(r.qkv.data(), r.xb.data(), P);
     core_.finish_qkv(r.qkv.data(), P, L.qkv_extras);
-    core_.rope_forward(r.qkv.data(), P, pos, P);
-    // k, v into the cache at pos.., causal attention over the cache
-    nn::attention_cached(r.y.data(), r.att.data(), r.qkv.data(), L.k_cache.data(), L.v_cache.data(), pos, P, shape);
+    // each segment: RoPE at its positions, k, v into its cache there, causal attention over the cache
+    for (const Segment& s : segments) {
+      float* qkv = r.qkv.data() + s.first * QKV;
+      core_.rope_forward(qkv, s.count, s.pos, s.count);
+      nn::attention_cached(r.y.data() + s.first * QL, r.att.data(), qkv, s.cache->k_[l].data(), s.cache->v_[l].data(),
+                           s.pos, s.count, shape);
+    }
     // wo over the local heads' columns, all_sum; residual connection back into x
     L.wo_forward(r.xb2.data(), r.y.data(), P);
     for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
@@ -289,6 +316,22 @@ void Llama::blocks_forward(std::span<const int> tokens, int pos) {
     L.ffn->forward(r.xb2.data(), r.xb.data(), P);
     for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
   }
+}
+
+std::vector<float> Llama::decode_batch(std::span<const int> tokens, std::span<const int> positions,
+                                       std::span<KvCache* const> caches) {
+  const int64_t B = static_cast<int64_t>(tokens.size()), C = core_.config.dim;
+  if (positions.size() != tokens.size() || caches.size() != tokens.size())
+    throw std::invalid_argument("llama: decode_batch needs a position and a cache per token");
+  std::vector<Segment> segments;
+  for (int64_t b = 0; b < B; ++b) segments.push_back({b, 1, positions[static_cast<size_t>(b)], caches[static_cast<size_t>(b)]});
+  const tensor::DecodeRows row_by_row;
+  blocks_forward(tokens, segments);
+  float* x = run_.x.data();  // [B, C]
+  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), B, C, core_.config.norm_eps);
+  std::vector<float> local(static_cast<size_t>(B * core_.plan.vocab.count));  // [B, VL]
+  vocab_->classify(local.data(), x, B);
+  return core_.gather_vocab_columns(local.data(), B);  // [B, V]
 }
 
 void Llama::logits_local(float* local, std::span<const int> tokens, int pos, int64_t rows) {
@@ -375,10 +418,6 @@ int64_t Llama::parameter_bytes() const {
   return bytes + n * static_cast<int64_t>(sizeof(float));
 }
 
-int64_t Llama::kv_cache_bytes() const {
-  int64_t n = 0;
-  for (const auto& L : layers_) n += static_cast<int64_t>(L.k_cache.size() + L.v_cache.size());
-  return n * static_cast<int64_t>(sizeof(float));
-}
+int64_t Llama::kv_cache_bytes() const { return own_cache_.bytes(); }
 
 }  // namespace tpcli::model

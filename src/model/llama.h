@@ -62,16 +62,44 @@ class Llama {
   // the softmax over the vocabulary split as in training (no logits gathered).
   float prefill_loss(std::span<const int> tokens, std::span<const int> targets);
 
+  // One sequence's keys and values on this device (every block's [S, KVL]). The model holds one,
+  // which forward() and prefill() fill; decode_batch runs sequences that each bring their own.
+  class KvCache {
+   public:
+    int64_t bytes() const;
+   private:
+    friend class Llama;
+    std::vector<std::vector<float>> k_, v_;  // [L][S * KVL]
+  };
+  KvCache new_kv_cache() const;  // zero-filled, sized by seq_len
+
+  // One decode step of B sequences at once: tokens[b] at position positions[b] of the sequence
+  // whose cache is caches[b] (filled there). Returns the logits [B, V], full vocabulary on every
+  // device. Every product runs the decode kernels row by row (tensor/blas.h DecodeRows), so a
+  // sequence's logits are bit for bit what forward() gives it alone on its own cache, whatever
+  // else is in the batch (tested on 1 and 2 devices; on more, the all-sums may add in another
+  // order). A MoE block's experts still multiply the rows routed to them by gemm.
+  std::vector<float> decode_batch(std::span<const int> tokens, std::span<const int> positions,
+                                  std::span<KvCache* const> caches);
+
   int64_t parameter_bytes() const;  // this device's weights as held
-  int64_t kv_cache_bytes() const;   // this device's KV cache
+  int64_t kv_cache_bytes() const;   // this device's KV cache (the model's own)
 
  private:
   struct Layer;
   struct Vocab;
   void load_f32_layers(const WeightSource& weights);
   void load_packed_layers(const WeightSource& weights);
-  // tokens[P] at pos.. through every block (KV cache filled); the residual stream is left in run_.x.
-  void blocks_forward(std::span<const int> tokens, int pos);
+  // Rows [first, first + count) of a call are one sequence's positions pos.. in `cache`.
+  struct Segment {
+    int64_t first = 0, count = 0;
+    int pos = 0;
+    KvCache* cache = nullptr;
+  };
+  // tokens[P] through every block, each segment's rows attending over its cache (filled at their
+  // positions); the residual stream is left in run_.x.
+  void blocks_forward(std::span<const int> tokens, std::span<const Segment> segments);
+  void blocks_forward(std::span<const int> tokens, int pos);  // one segment: the model's own cache
   // blocks_forward and the final norm of every position, then this device's logits [rows, VL] of
   // the last `rows` positions into `local`.
   void logits_local(float* local, std::span<const int> tokens, int pos, int64_t rows);
@@ -81,6 +109,7 @@ class Llama {
   int argmax_over_devices(const float* local);                // greedy token from [VL] split logits
 
   LlamaCore core_;
+  KvCache own_cache_;
   std::unique_ptr<Vocab> vocab_;  // token embedding and classifier, f32 or packed
   tensor::Tensor norm_;           // [C]
   std::vector<Layer> layers_;

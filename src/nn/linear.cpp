@@ -27,6 +27,10 @@ void Linear::forward(float* out, const float* inp, int64_t N, int64_t ld_out) co
     tensor::matvec(out, weight_.data(), inp, OUT, IN);
     return;
   }
+  if (tensor::decode_rows()) {  // rows of different sequences, each as if alone (tensor/blas.h)
+    tensor::matvec_batch(out, ld_out, weight_.data(), inp, N, OUT, IN);
+    return;
+  }
   tensor::gemm(Trans::No, Trans::Yes, N, OUT, IN, 1.0f, inp, IN, weight_.data(), IN, 0.0f, out, ld_out ? ld_out : OUT);
 }
 
@@ -79,7 +83,8 @@ bool AllToShardedLinear::fused() const {
 void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const {
   const int64_t IN = in_features();
   if (N == 1 && fused()) tensor::matvec(out, fused_.data(), inp, out_local_, IN);
-  else if (N == 1) {
+  else if (tensor::decode_rows() && fused()) tensor::matvec_batch(out, out_local_, fused_.data(), inp, N, out_local_, IN);
+  else if (N == 1 || tensor::decode_rows()) {
     int64_t col = 0;
     for (const auto& p : parts_) {
       if (p.out_features() > 0) p.forward(out + col, inp, N, out_local_);

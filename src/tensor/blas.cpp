@@ -153,6 +153,14 @@ void matvec_batch(float* out, int64_t ld_out, const float* weight, const float* 
   kernels::run_rows_batch(kernel, out, ld_out ? ld_out : n, view, x, k, nullptr, 0, B, 0, n);
 }
 
+namespace {
+thread_local int t_decode_rows = 0;
+}  // namespace
+
+DecodeRows::DecodeRows() { ++t_decode_rows; }
+DecodeRows::~DecodeRows() { --t_decode_rows; }
+bool decode_rows() { return t_decode_rows > 0; }
+
 void set_blas_threads(int n) {
   if (n < 1) throw std::invalid_argument("blas: thread count " + std::to_string(n) + " < 1");
   t_blas_threads = n;

@@ -27,6 +27,19 @@ void matvec(float* out, const float* weight, const float* x, int64_t n, int64_t 
 // of out bit for bit what matvec gives that vector alone, each weight row read from memory once.
 void matvec_batch(float* out, int64_t ld_out, const float* weight, const float* x, int64_t B, int64_t n, int64_t k);
 
+// While one is alive on this thread, every product of several rows through a weight matrix
+// (nn's linears: tensor::matmul of Linear and PackedMatrix) runs the decode kernels row by row
+// (matvec_batch) instead of gemm: a row's result is then what it would be alone, whatever else is
+// in the batch (a batched decode step's rows are different sequences). Nests.
+class DecodeRows {
+ public:
+  DecodeRows();
+  ~DecodeRows();
+  DecodeRows(const DecodeRows&) = delete;
+  DecodeRows& operator=(const DecodeRows&) = delete;
+};
+bool decode_rows();  // whether a DecodeRows is alive on this thread
+
 // Threads BLIS may use for calls made from the current thread (>= 1).
 void set_blas_threads(int n);
 int blas_threads();

@@ -276,6 +276,10 @@ void PackedMatrix::matmul(float* out, const float* x, int64_t N, int64_t row0, i
     matvec(out, x, row0, n);
     return;
   }
+  if (decode_rows()) {  // each row as if alone (blas.h DecodeRows)
+    matvec_batch(out, ld, x, N, row0, n);
+    return;
+  }
   if (format_.kind == WeightKind::F32) {
     const auto* w = reinterpret_cast<const float*>(row_data(row0));
     gemm(Trans::No, Trans::Yes, N, n, cols_, 1.0f, x, cols_, w, cols_, 0.0f, out, ld);
