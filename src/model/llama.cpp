@@ -259,9 +259,13 @@ void Llama::load_packed_layers(const WeightSource& weights) {
   }
 }
 
-Llama::KvCache Llama::new_kv_cache() const {
-  const size_t floats = static_cast<size_t>(core_.config.seq_len * core_.plan.kv_rows().count);
+Llama::KvCache Llama::new_kv_cache(int positions) const {
+  const int S = core_.config.seq_len;
+  if (positions < 0 || positions > S)
+    throw std::invalid_argument("llama: a KV cache of " + std::to_string(positions) + " positions: seq_len is " + std::to_string(S));
   KvCache cache;
+  cache.positions_ = positions ? positions : S;
+  const size_t floats = static_cast<size_t>(int64_t{cache.positions_} * core_.plan.kv_rows().count);
   cache.k_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
   cache.v_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
   return cache;
@@ -283,9 +287,10 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
   const int64_t P = static_cast<int64_t>(tokens.size()), C = c.dim;
   int64_t att = 0;  // attention scratch: the largest segment's [count, pos + count]
   for (const Segment& s : segments) {
-    if (s.count < 1 || s.pos < 0 || s.pos + s.count > c.seq_len)
+    if (s.count < 1 || s.pos < 0 || s.pos + s.count > s.cache->positions_)
       throw std::out_of_range("llama: " + std::to_string(s.count) + " token(s) at position " + std::to_string(s.pos) +
-                              " outside [0, seq_len = " + std::to_string(c.seq_len) + ")");
+                              " outside [0, " + (s.cache == &own_cache_ ? "seq_len" : "the KV cache's positions") +
+                              " = " + std::to_string(s.cache->positions_) + ")");
     att = std::max(att, s.count * (s.pos + s.count));
   }
   const nn::AttentionShape shape = core_.attention_shape();
@@ -316,6 +321,28 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
     L.ffn->forward(r.xb2.data(), r.xb.data(), P);
     for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
   }
+}
+
+std::vector<float> Llama::prefill_batch(std::span<const std::vector<int>> prompts, std::span<KvCache* const> caches) {
+  const int64_t B = static_cast<int64_t>(prompts.size()), C = core_.config.dim;
+  if (caches.size() != prompts.size()) throw std::invalid_argument("llama: prefill_batch needs a cache per prompt");
+  std::vector<int> tokens;
+  std::vector<Segment> segments;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int>& p = prompts[static_cast<size_t>(b)];
+    segments.push_back({static_cast<int64_t>(tokens.size()), static_cast<int64_t>(p.size()), 0, caches[static_cast<size_t>(b)]});
+    tokens.insert(tokens.end(), p.begin(), p.end());
+  }
+  blocks_forward(tokens, segments);
+  std::vector<float> last(static_cast<size_t>(B * C));  // [B, C] each prompt's last row
+  for (int64_t b = 0; b < B; ++b) {
+    const Segment& s = segments[static_cast<size_t>(b)];
+    std::copy_n(run_.x.data() + (s.first + s.count - 1) * C, C, last.data() + b * C);
+  }
+  nn::rmsnorm_forward(last.data(), nullptr, last.data(), norm_.data(), B, C, core_.config.norm_eps);
+  std::vector<float> local(static_cast<size_t>(B * core_.plan.vocab.count));  // [B, VL]
+  vocab_->classify(local.data(), last.data(), B);
+  return core_.gather_vocab_columns(local.data(), B);
 }
 
 std::vector<float> Llama::decode_batch(std::span<const int> tokens, std::span<const int> positions,

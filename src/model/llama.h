@@ -67,11 +67,19 @@ class Llama {
   class KvCache {
    public:
     int64_t bytes() const;
+    int positions() const { return positions_; }  // capacity
    private:
     friend class Llama;
-    std::vector<std::vector<float>> k_, v_;  // [L][S * KVL]
+    int positions_ = 0;
+    std::vector<std::vector<float>> k_, v_;  // [L][positions * KVL]
   };
-  KvCache new_kv_cache() const;  // zero-filled, sized by seq_len
+  // Zero-filled, for `positions` positions (0: seq_len; at most seq_len).
+  KvCache new_kv_cache(int positions = 0) const;
+
+  // Prefill of B sequences in one pass: prompts[b] from position 0 into caches[b]. Returns the
+  // logits [B, V] after each prompt's last token (gemm over all the prompts' rows: the batched
+  // prefill's arithmetic, not decode's).
+  std::vector<float> prefill_batch(std::span<const std::vector<int>> prompts, std::span<KvCache* const> caches);
 
   // One decode step of B sequences at once: tokens[b] at position positions[b] of the sequence
   // whose cache is caches[b] (filled there). Returns the logits [B, V], full vocabulary on every

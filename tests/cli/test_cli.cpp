@@ -422,3 +422,21 @@ TEST_CASE("bench moe: the inference section prints decode and prefill tok/s for 
   CHECK(h.code == 2);
   CHECK(h.err == "tpcli bench moe: the inference model: n_heads = 3 does not divide dim = 32 (set --dim, --heads)\n");
 }
+
+TEST_CASE("bench batch: llama-batched-bench's table, one row per batch size and format, and one-line errors") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const std::string model = tpcli::testing::shared_path("data/stories260K.bin");
+  const Result r = run({"bench", "batch", "--model", model, "--devices", "2", "--formats", "f32,8", "--group-size", "32",
+                        "--npp", "6", "--ntg", "3", "--npl", "1,3"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  INFO(r.out);
+  CHECK(r.out.find("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |") !=
+        std::string::npos);
+  CHECK(r.out.find("|     6 |      3 |    1 |      9 |") != std::string::npos);
+  CHECK(r.out.find("|     6 |      3 |    3 |     27 |") != std::string::npos);
+  CHECK(r.out.find("affine 8-bit g32") != std::string::npos);
+  const Result bad = run({"bench", "batch", "--model", model, "--npl", "0"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err == "tpcli bench batch: --npl 0: batch sizes must be in [1, 1024]\n");
+}

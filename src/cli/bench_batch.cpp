@@ -1,0 +1,148 @@
+// tpcli bench batch --model PATH [--devices N | --mesh model=N] [--threads T] [--formats f32,8,4]
+//                   [--group-size G] --npp 128 --ntg 64 --npl 1,2,4,8,16,32
+// llama.cpp's llama-batched-bench for tpcli, with its column names, so the two tools' tables sit
+// side by side: for each B of --npl, B sequences each prefill --npp random tokens (one pass over all
+// B prompts, Llama::prefill_batch) then decode --ntg tokens together (one Llama::decode_batch step
+// per token: B rows per weight pass, each row bit for bit what it gives alone). PP, TG: tokens per
+// sequence; N_KV = B (PP + TG); T_PP, T_TG: seconds of the two phases (slowest device); S_PP =
+// B PP / T_PP, S_TG = B TG / T_TG, S = N_KV / T. One table per format, then the KV caches' bytes
+// per device at the largest B.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/model_file.h"
+#include "distributed/runtime.h"
+#include "model/llama.h"
+#include "model/packed_weights.h"
+#include "tensor/blas.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BatchFlags {
+  std::string model;
+  int threads = 0;  // per device; 0 = cores / devices (at least 1)
+  std::string formats = "f32";
+  int group_size = 64;
+  int npp = 128, ntg = 64;
+  std::vector<int> npl{1, 2, 4, 8, 16, 32};
+};
+
+struct PhaseSeconds {
+  double prefill = 0, decode = 0;
+  int64_t kv_bytes = 0;  // device 0's caches
+};
+
+// One row's two phases on every device; the slowest device's seconds.
+PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& mesh, const BatchFlags& f, int B, int threads) {
+  std::mt19937 rng(static_cast<uint32_t>(B));
+  std::uniform_int_distribution<int> pick(0, weights.config().vocab_size - 1);
+  std::vector<std::vector<int>> prompts(static_cast<size_t>(B), std::vector<int>(static_cast<size_t>(f.npp)));
+  for (auto& p : prompts)
+    for (int& t : p) t = pick(rng);
+  std::vector<PhaseSeconds> per_device(static_cast<size_t>(mesh.size()));
+  dist::RunOptions options;
+  options.blas_threads = threads;
+  dist::run_on_mesh(
+      mesh,
+      [&](dist::Device& dev) {
+        model::Llama llama(weights, dev.axis("model"), dev.axis("expert"));
+        std::vector<model::Llama::KvCache> caches;
+        std::vector<model::Llama::KvCache*> batch;
+        for (int b = 0; b < B; ++b) caches.push_back(llama.new_kv_cache(f.npp + f.ntg));
+        for (auto& c : caches) batch.push_back(&c);
+        PhaseSeconds& s = per_device[static_cast<size_t>(dev.rank())];
+        dev.world().barrier();
+        auto t0 = Clock::now();
+        std::vector<float> logits = llama.prefill_batch(prompts, batch);
+        s.prefill = std::chrono::duration<double>(Clock::now() - t0).count();
+        const size_t V = logits.size() / static_cast<size_t>(B);
+        std::vector<int> next(static_cast<size_t>(B)), positions(static_cast<size_t>(B));
+        dev.world().barrier();
+        t0 = Clock::now();
+        for (int step = 0; step < f.ntg; ++step) {
+          for (int b = 0; b < B; ++b) {  // greedy
+            const auto row = logits.begin() + static_cast<std::ptrdiff_t>(b * V);
+            next[static_cast<size_t>(b)] = static_cast<int>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row);
+            positions[static_cast<size_t>(b)] = f.npp + step;
+          }
+          logits = llama.decode_batch(next, positions, batch);
+        }
+        s.decode = std::chrono::duration<double>(Clock::now() - t0).count();
+        for (const auto& c : caches) s.kv_bytes += c.bytes();
+      },
+      options);
+  PhaseSeconds slowest = per_device.front();
+  for (const PhaseSeconds& s : per_device) {
+    slowest.prefill = std::max(slowest.prefill, s.prefill);
+    slowest.decode = std::max(slowest.decode, s.decode);
+  }
+  return slowest;
+}
+
+void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
+  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  OpenedModel opened = open_model(f.model, mesh);
+  const model::LlamaConfig& c = opened.weights->config();
+  if (f.npp < 1 || f.ntg < 1 || f.npp + f.ntg > c.seq_len)
+    throw UsageError("--npp " + std::to_string(f.npp) + " + --ntg " + std::to_string(f.ntg) + " must be >= 2 and fit seq_len = " +
+                     std::to_string(c.seq_len));
+  for (int B : f.npl)
+    if (B < 1 || B > 1024) throw UsageError("--npl " + std::to_string(B) + ": batch sizes must be in [1, 1024]");
+  const int devices = mesh.size(), threads = f.threads > 0 ? f.threads : std::max(1, tensor::available_cores() / devices);
+  std::printf("model %s: dim %d, %d layers, vocab %d, %.1f M parameters; mesh %s, %d thread(s) per device\n", f.model.c_str(),
+              c.dim, c.n_layers, c.vocab_size, c.parameter_count() / 1e6, mesh.to_string().c_str(), threads);
+  std::string list = f.formats + ",";
+  for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+    const std::string name = list.substr(at, comma - at);
+    if (name.empty()) continue;
+    std::unique_ptr<model::WeightSource> converted;
+    if (name != "f32") converted = std::make_unique<model::ConvertedWeights>(*opened.weights, *parse_quantize_flag(name, f.group_size));
+    const model::WeightSource& weights = converted ? *converted : *opened.weights;
+    std::printf("\n%s\n|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
+                "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n",
+                name == "f32" ? "f32 (as stored)" : parse_quantize_flag(name, f.group_size)->name().c_str());
+    int64_t kv_bytes = 0;
+    for (int B : f.npl) {
+      const PhaseSeconds s = time_batch(weights, mesh, f, B, threads);
+      const double n_kv = double(B) * (f.npp + f.ntg), t = s.prefill + s.decode;
+      std::printf("| %5d | %6d | %4d | %6.0f | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n", f.npp, f.ntg, B, n_kv,
+                  s.prefill, double(B) * f.npp / s.prefill, s.decode, double(B) * f.ntg / s.decode, t, n_kv / t);
+      std::fflush(stdout);
+      kv_bytes = s.kv_bytes;
+    }
+    std::printf("KV caches per device at B = %d: %.1f MB\n", f.npl.back(), static_cast<double>(kv_bytes) / 1e6);
+  }
+}
+
+void setup_bench_batch(CLI::App& sub) {
+  auto f = std::make_shared<BatchFlags>();
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  sub.add_option("--model", f->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face directory")->required();
+  sub.add_option("--threads", f->threads, "compute threads per device (default: cores / devices, at least 1)");
+  sub.add_option("--formats", f->formats, "weight formats, one table each: f32, bf16, f16, 8, 4, mxfp8")->capture_default_str();
+  sub.add_option("--group-size", f->group_size, "group size of the quantized formats")->capture_default_str();
+  sub.add_option("--npp", f->npp, "prompt tokens per sequence")->capture_default_str();
+  sub.add_option("--ntg", f->ntg, "generated tokens per sequence")->capture_default_str();
+  sub.add_option("--npl", f->npl, "batch sizes (sequences at once)")->delimiter(',')->capture_default_str();
+  sub.callback([f, run_flags] { run_bench_batch(*f, *run_flags); });
+}
+
+const bool registered = register_bench(
+    {"batch", "B sequences prefilled and decoded together: llama-batched-bench's table", setup_bench_batch});
+
+}  // namespace
+
+}  // namespace tpcli::cli
