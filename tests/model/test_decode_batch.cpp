@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "distributed/runtime.h"
+#include "model/batch_generate.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "random_model.h"
@@ -109,4 +110,68 @@ TEST_CASE("decode_batch: sequences decoded together equal each decoded alone, bi
         }
       }
     }
+}
+
+namespace {
+
+std::vector<model::BatchResult> run_batch(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
+                                          int parallel) {
+  std::vector<model::BatchResult> out;
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    std::vector<model::BatchResult> r = model::generate_batch(m, requests, parallel);
+    if (dev.rank() == 0) out = std::move(r);
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("generate_batch: continuous batching gives every request the tokens it gets alone, and greedy is the prefill+forward loop",
+          "[llama][batch]") {
+  const model::LlamaConfig c = make_config(64, 4, 2, 96, 2, 67, true);
+  const model::TensorWeights f32 = random_weights(c, 41);
+  const model::ConvertedWeights q8(f32, tensor::WeightFormat::affine(8, 32));
+  std::vector<model::BatchRequest> requests;
+  uint32_t seed = 50;
+  for (int i = 0; i < 7; ++i) {
+    model::BatchRequest r;
+    r.prompt = random_tokens(1 + (i * 5) % 7, c.vocab_size, seed++);
+    r.max_tokens = 3 + i % 4;
+    r.temperature = i % 3 == 0 ? 0.0f : 0.9f;
+    r.seed = 100 + static_cast<uint64_t>(i);
+    if (i == 4) r.stop_ids = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+                              28, 29, 30, 31, 32, 33};  // about half the vocabulary: stops early, likely
+    requests.push_back(r);
+  }
+  for (const model::WeightSource* w : {static_cast<const model::WeightSource*>(&f32), static_cast<const model::WeightSource*>(&q8)})
+    for (int devices : {1, 2}) {
+      const std::vector<model::BatchResult> together = run_batch(*w, devices, requests, 3);
+      const auto ends_by = [&](const char* reason) {
+        return std::ranges::any_of(together, [&](const model::BatchResult& r) { return r.finish_reason == reason; });
+      };
+      CHECK(ends_by("stop"));  // request 4's stop ids
+      CHECK(ends_by("length"));
+      for (size_t i = 0; i < requests.size(); ++i) {
+        const model::BatchResult alone = run_batch(*w, devices, {requests[i]}, 1).front();
+        INFO((w == &f32 ? "f32" : "8-bit") << " on " << devices << " devices, request " << i);
+        CHECK(together[i].tokens == alone.tokens);
+        CHECK(together[i].finish_reason == alone.finish_reason);
+        CHECK(!alone.tokens.empty());
+        CHECK(static_cast<int>(alone.tokens.size()) <= requests[i].max_tokens);
+      }
+    }
+  // greedy: the single-sequence path's tokens (prefill, then forward token by token)
+  const model::BatchRequest& g = requests[3];
+  REQUIRE(g.temperature == 0.0f);
+  std::vector<int> want;
+  dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+    model::Llama m(f32, dev.axis("model"));
+    std::span<const float> l = m.prefill(g.prompt, 0);
+    for (int pos = static_cast<int>(g.prompt.size()); static_cast<int>(want.size()) < g.max_tokens; ++pos) {
+      want.push_back(static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin()));
+      l = m.forward(want.back(), pos);
+    }
+  });
+  CHECK(run_batch(f32, 1, requests, 4)[3].tokens == want);
 }
