@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
+#include "cli/infer_batch.h"
 #include "cli/model_file.h"
 #include "cli/prompt_text.h"
 #include "distributed/trace.h"
@@ -51,6 +52,8 @@ struct InferFlags {
   std::string quantize;  // "" = as stored; 4 | 8 | mxfp8 | bf16 | f16: convert an f32 checkpoint on load
   int group_size = 64;
   bool int8_activations = false;  // tensor::set_int8_activations
+  std::string batch;   // --batch prompts.jsonl (cli/infer_batch.h)
+  int parallel = 16;
   std::string tokens;  // --tokens: the prompt as token ids ("" = -i / -f text)
   bool ids = false;    // --ids: print the generated ids as a JSON array instead of text
 };
@@ -210,6 +213,13 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     check_trace_path(run_flags.trace, !run_options.local_ranks.empty());
     run_options.trace = &trace.emplace();
   }
+  if (!f.batch.empty()) {
+    const std::string tokenizer = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(tokenizer_path(f, opened));
+    run_infer_batch({f.batch, f.parallel, tokenizer, f.steps > 0 ? f.steps : config.seq_len, options.temperature,
+                     options.topp, static_cast<unsigned long long>(options.seed)},
+                    opened, mesh, run_options);
+    return;
+  }
   const model::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, mesh, options, run_options)
                                                          : generate_ids(prompt_ids, opened, mesh, options, run_options);
   std::fflush(stdout);
@@ -246,6 +256,13 @@ void setup_infer(CLI::App& sub) {
                            "reads no tokenizer, runs all -n positions");
   tokens->needs(ids);
   ids->needs(tokens);
+  auto* batch = sub.add_option("--batch", flags->batch,
+                               "a JSONL file of prompts ({\"prompt\"} or {\"messages\"}, optional max_tokens, temperature, "
+                               "top_p, seed), run with continuous batching; JSONL results in input order")
+                    ->excludes(prompt)
+                    ->excludes(file)
+                    ->excludes(tokens);
+  sub.add_option("--parallel", flags->parallel, "with --batch: sequences decoding at once")->capture_default_str()->needs(batch);
   sub.add_option("-n,--steps", flags->steps, "positions to run, prompt included; 0 = seq_len")->capture_default_str();
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();

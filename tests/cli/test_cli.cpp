@@ -2,6 +2,7 @@
 // one-line errors, help, config validation before any work, inspect.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -439,4 +440,37 @@ TEST_CASE("bench batch: llama-batched-bench's table, one row per batch size and 
   const Result bad = run({"bench", "batch", "--model", model, "--npl", "0"});
   CHECK(bad.code == 2);
   CHECK(bad.err == "tpcli bench batch: --npl 0: batch sizes must be in [1, 1024]\n");
+}
+
+TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in input order whatever --parallel, bad lines named") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const std::string model = tpcli::testing::shared_path("data/stories260K.bin"), tok = tpcli::testing::shared_path("data/tok512.bin");
+  tpcli::testing::TempDir dir;
+  const std::string prompts = dir.write("p.jsonl",
+                                        "{\"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"temperature\": 0}\n"
+                                        "{\"prompt\": \"The dog\", \"max_tokens\": 12, \"seed\": 7}\n"
+                                        "\n"
+                                        "{\"prompt\": \"Lily saw a big\", \"max_tokens\": 30, \"temperature\": 0.8, \"top_p\": 0.9, \"seed\": 3}\n");
+  const Result one = run({"infer", "--model", model, "-z", tok, "--batch", prompts, "--parallel", "1"});
+  const Result three = run({"infer", "--model", model, "-z", tok, "--batch", prompts, "--parallel", "3", "--devices", "2"});
+  INFO(one.err << three.err);
+  REQUIRE(one.code == 0);
+  REQUIRE(three.code == 0);
+  CHECK(one.out == three.out);  // each prompt's tokens do not depend on what runs beside it
+  std::vector<nlohmann::json> lines;
+  std::stringstream in(one.out);
+  for (std::string l; std::getline(in, l);) lines.push_back(nlohmann::json::parse(l));
+  REQUIRE(lines.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(lines[i]["index"] == i);
+  CHECK(lines[0]["tokens"] == 20);
+  CHECK(lines[0]["finish_reason"] == "length");
+  // greedy: the text infer -t 0 prints after the same prompt
+  const Result greedy = run({"infer", "--model", model, "-z", tok, "-i", "Once upon a time", "-t", "0", "-n", "64"});
+  REQUIRE(greedy.code == 0);
+  CHECK(greedy.out.find("Once upon a time" + lines[0]["text"].get<std::string>()) == 0);
+  const std::string bad = dir.write("bad.jsonl", "{\"prompt\": \"hi\"}\n{\"prompt\": \"there\", \"max_tokens\": \"x\"}\n");
+  const Result b = run({"infer", "--model", model, "-z", tok, "--batch", bad});
+  CHECK(b.code == 2);
+  CHECK(b.err == "tpcli infer: " + bad + ":2: \"max_tokens\" is not a number\n");
+  CHECK(b.out.empty());
 }
