@@ -33,6 +33,8 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;  // clang before 17 deduces no aggregate's arguments
 }  // namespace
 
 struct Llama::Layer {
