@@ -425,15 +425,32 @@ std::vector<float> Llama::prefill_logits(std::span<const int> tokens, int pos) {
   return core_.gather_vocab_columns(local.data(), P);  // [P, V]
 }
 
-float Llama::prefill_loss(std::span<const int> tokens, std::span<const int> targets) {
-  const int64_t P = static_cast<int64_t>(tokens.size()), V = core_.config.vocab_size, VL = core_.plan.vocab.count;
-  if (static_cast<int64_t>(targets.size()) != P) throw std::invalid_argument("llama: prefill_loss needs a target per token");
+std::vector<float> Llama::prefill_losses(std::span<const int> tokens, std::span<const int> targets, int64_t windows) {
+  const int64_t N = static_cast<int64_t>(tokens.size()), V = core_.config.vocab_size, VL = core_.plan.vocab.count,
+                C = core_.config.dim;
+  if (windows < 1 || N % windows != 0 || static_cast<int64_t>(targets.size()) != N)
+    throw std::invalid_argument("llama: prefill_losses needs windows of equal length and a target per token");
   for (int t : targets)
     if (t < 0 || t >= V) throw std::out_of_range("llama: target " + std::to_string(t) + " outside the vocabulary");
-  std::vector<float> probs(static_cast<size_t>(P * VL)), losses(static_cast<size_t>(P));  // [P, VL], [P]
-  logits_local(probs.data(), tokens, 0, P);
-  return nn::cross_entropy_forward(losses.data(), probs.data(), probs.data(), targets.data(), core_.plan.vocab.offset, P, VL,
-                                   core_.group);
+  const int64_t S = N / windows;
+  if (S > core_.config.seq_len)
+    throw std::out_of_range("llama: a window of " + std::to_string(S) + " tokens exceeds seq_len = " + std::to_string(core_.config.seq_len));
+  std::vector<KvCache> caches;  // each window attends over its own positions
+  std::vector<Segment> segments;
+  for (int64_t w = 0; w < windows; ++w) caches.push_back(new_kv_cache(static_cast<int>(S)));
+  for (int64_t w = 0; w < windows; ++w) segments.push_back({w * S, S, 0, &caches[static_cast<size_t>(w)]});
+  blocks_forward(tokens, segments);
+  float* x = run_.x.data();  // [N, C]
+  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), N, C, core_.config.norm_eps);
+  std::vector<float> probs(static_cast<size_t>(N * VL)), losses(static_cast<size_t>(S));  // [N, VL], [S]
+  vocab_->classify(probs.data(), x, N);
+  std::vector<float> means;
+  for (int64_t w = 0; w < windows; ++w) {
+    float* window = probs.data() + w * S * VL;
+    means.push_back(nn::cross_entropy_forward(losses.data(), window, window, targets.data() + w * S, core_.plan.vocab.offset, S,
+                                              VL, core_.group));
+  }
+  return means;
 }
 
 int64_t Llama::parameter_bytes() const {

@@ -58,9 +58,11 @@ class Llama {
   int prefill_argmax(std::span<const int> tokens, int pos);
   // Logits [P, V] of every position (tests, scoring a prompt).
   std::vector<float> prefill_logits(std::span<const int> tokens, int pos);
-  // Mean cross-entropy of targets[P] after a prefill of tokens[P] from position 0 (perplexity),
-  // the softmax over the vocabulary split as in training (no logits gathered).
-  float prefill_loss(std::span<const int> tokens, std::span<const int> targets);
+  // Perplexity: tokens and targets hold W windows of S one after another; each window is
+  // prefilled from position 0 in one pass over all of them (its own KV cache, made here) and
+  // scored. Returns each window's mean cross-entropy [W], the softmax over the vocabulary split as
+  // in training (no logits gathered).
+  std::vector<float> prefill_losses(std::span<const int> tokens, std::span<const int> targets, int64_t windows);
 
   // One sequence's keys and values on this device (every block's [S, KVL]). The model holds one,
   // which forward() and prefill() fill; decode_batch runs sequences that each bring their own.

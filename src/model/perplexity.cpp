@@ -22,11 +22,21 @@ double window_nll_by_decode(Llama& llama, const int* in, const int* target, int 
 }
 
 double sum_window_nll(Llama& llama, const std::vector<int>& tokens, int S, int64_t W, bool decode) {
+  constexpr int64_t B = 4;  // windows per batched pass
   double sum = 0;
-  for (int64_t w = 0; w < W; ++w) {
-    const int* in = tokens.data() + w * S;  // its targets are one further
-    if (decode) sum += window_nll_by_decode(llama, in, in + 1, S);
-    else sum += llama.prefill_loss({in, size_t(S)}, {in + 1, size_t(S)});
+  for (int64_t w0 = 0; w0 < W; w0 += B) {
+    const int64_t b = std::min(B, W - w0);
+    const std::span<const int> in(tokens.data() + w0 * S, static_cast<size_t>(b * S));  // targets: one further
+    if (decode) {
+      for (int64_t i = 0; i < b; ++i) sum += window_nll_by_decode(llama, in.data() + i * S, in.data() + i * S + 1, S);
+      continue;
+    }
+    std::vector<int> targets;  // [b, S]: each window's next tokens
+    for (int64_t i = 0; i < b; ++i) {
+      const int* window = tokens.data() + (w0 + i) * S;
+      targets.insert(targets.end(), window + 1, window + S + 1);
+    }
+    for (float nll : llama.prefill_losses(in, targets, b)) sum += nll;
   }
   return sum;
 }

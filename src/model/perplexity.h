@@ -1,6 +1,6 @@
 // tpcli::model — perplexity scoring: the negative log-likelihood of a text cut into windows of S
 // tokens, each window's tokens predicting the next one (llama.cpp's llama-perplexity), through the
-// batched prefill (Llama::prefill_loss) or token by token through the decode path.
+// batched prefill of a few windows at once (Llama::prefill_losses) or token by token through the decode path.
 //
 // Dimension legend: S window length, W windows.
 #pragma once
@@ -18,7 +18,7 @@ namespace tpcli::model {
 double window_nll_by_decode(Llama& llama, const int* in, const int* target, int S);
 
 // Sum over windows 0..W-1 of `tokens` (window w: tokens[w S, w S + S), its targets one further)
-// of each window's mean NLL, by decode or by one prefill a window. Every
+// of each window's mean NLL, by decode or by the batched prefill (four windows a pass). Every
 // device of the llama's group calls it with the same arguments.
 double sum_window_nll(Llama& llama, const std::vector<int>& tokens, int S, int64_t W, bool decode);
 
