@@ -137,7 +137,7 @@ void describe_moe_decode_traffic(const model::LlamaConfig& c, int expert_devices
     return;
   }
   const double row = 4.0 * c.dim, per_block = 2.0 * c.top_k * row;  // dispatch + combine of top_k rows
-  char line[240];
+  char line[512];
   std::snprintf(line, sizeof line,
                 "  MoE per decoded token, over 'expert' (%d devices): all_to_all_v moves at most %.1f KB per MoE block "
                 "(dispatch and combine of top_k = %d rows of %d floats), then an all_gather re-mirrors the row (%.1f KB); "

@@ -162,11 +162,11 @@ class ExpertParallelRows : public nn::FeedForward {
   void forward(float* out, const float* inp, int64_t N) override {
     const int G = experts_.size();
     const dist::Range mine = dist::even_split(N, G, experts_.rank());
-    std::vector<int64_t> counts;  // [G] floats of each member's rows
-    for (int m = 0; m < G; ++m) counts.push_back(dist::even_split(N, G, m).count * dim_);
+    counts_.resize(static_cast<size_t>(G));  // floats of each member's rows
+    for (int m = 0; m < G; ++m) counts_[static_cast<size_t>(m)] = dist::even_split(N, G, m).count * dim_;
     rows_.resize(static_cast<size_t>(mine.count * dim_));
     moe_->forward(rows_.data(), inp + mine.offset * dim_, mine.count);
-    experts_.all_gather_v(rows_, std::span<float>(out, static_cast<size_t>(N * dim_)), counts);
+    experts_.all_gather_v(rows_, std::span<float>(out, static_cast<size_t>(N * dim_)), counts_);
   }
   int64_t parameter_bytes() const override { return moe_->parameter_bytes(); }
 
@@ -174,7 +174,8 @@ class ExpertParallelRows : public nn::FeedForward {
   std::unique_ptr<nn::FeedForward> moe_;
   dist::Group experts_;
   int64_t dim_;
-  std::vector<float> rows_;  // [rows, C] this member's share
+  std::vector<float> rows_;      // [rows, C] this member's share
+  std::vector<int64_t> counts_;  // [G] kept between calls: no allocation per block per token
 };
 
 }  // namespace
@@ -341,33 +342,33 @@ std::vector<float> Llama::prefill_batch(std::span<const std::vector<int>> prompt
     const Segment& s = segments[static_cast<size_t>(b)];
     std::copy_n(run_.x.data() + (s.first + s.count - 1) * C, C, last.data() + b * C);
   }
-  nn::rmsnorm_forward(last.data(), nullptr, last.data(), norm_.data(), B, C, core_.config.norm_eps);
   std::vector<float> local(static_cast<size_t>(B * core_.plan.vocab.count));  // [B, VL]
-  vocab_->classify(local.data(), last.data(), B);
+  head_local(local.data(), last.data(), B);
   return core_.gather_vocab_columns(local.data(), B);
 }
 
 std::vector<float> Llama::decode_batch(std::span<const int> tokens, std::span<const int> positions,
                                        std::span<KvCache* const> caches) {
-  const int64_t B = static_cast<int64_t>(tokens.size()), C = core_.config.dim;
+  const int64_t B = static_cast<int64_t>(tokens.size());
   if (positions.size() != tokens.size() || caches.size() != tokens.size())
     throw std::invalid_argument("llama: decode_batch needs a position and a cache per token");
   std::vector<Segment> segments;
   for (int64_t b = 0; b < B; ++b) segments.push_back({b, 1, positions[static_cast<size_t>(b)], caches[static_cast<size_t>(b)]});
   const tensor::DecodeRows row_by_row;
   blocks_forward(tokens, segments);
-  float* x = run_.x.data();  // [B, C]
-  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), B, C, core_.config.norm_eps);
   std::vector<float> local(static_cast<size_t>(B * core_.plan.vocab.count));  // [B, VL]
-  vocab_->classify(local.data(), x, B);
+  head_local(local.data(), run_.x.data(), B);
   return core_.gather_vocab_columns(local.data(), B);  // [B, V]
 }
 
 void Llama::logits_local(float* local, std::span<const int> tokens, int pos, int64_t rows) {
   const int64_t C = core_.config.dim;
   blocks_forward(tokens, pos);
-  float* x = run_.x.data() + (static_cast<int64_t>(tokens.size()) - rows) * C;  // [rows, C]
-  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), rows, C, core_.config.norm_eps);
+  head_local(local, run_.x.data() + (static_cast<int64_t>(tokens.size()) - rows) * C, rows);
+}
+
+void Llama::head_local(float* local, float* x, int64_t rows) {
+  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), rows, core_.config.dim, core_.config.norm_eps);
   vocab_->classify(local, x, rows);  // this device's vocabulary rows
 }
 
@@ -426,8 +427,7 @@ std::vector<float> Llama::prefill_logits(std::span<const int> tokens, int pos) {
 }
 
 std::vector<float> Llama::prefill_losses(std::span<const int> tokens, std::span<const int> targets, int64_t windows) {
-  const int64_t N = static_cast<int64_t>(tokens.size()), V = core_.config.vocab_size, VL = core_.plan.vocab.count,
-                C = core_.config.dim;
+  const int64_t N = static_cast<int64_t>(tokens.size()), V = core_.config.vocab_size, VL = core_.plan.vocab.count;
   if (windows < 1 || N % windows != 0 || static_cast<int64_t>(targets.size()) != N)
     throw std::invalid_argument("llama: prefill_losses needs windows of equal length and a target per token");
   for (int t : targets)
@@ -440,10 +440,8 @@ std::vector<float> Llama::prefill_losses(std::span<const int> tokens, std::span<
   for (int64_t w = 0; w < windows; ++w) caches.push_back(new_kv_cache(static_cast<int>(S)));
   for (int64_t w = 0; w < windows; ++w) segments.push_back({w * S, S, 0, &caches[static_cast<size_t>(w)]});
   blocks_forward(tokens, segments);
-  float* x = run_.x.data();  // [N, C]
-  nn::rmsnorm_forward(x, nullptr, x, norm_.data(), N, C, core_.config.norm_eps);
   std::vector<float> probs(static_cast<size_t>(N * VL)), losses(static_cast<size_t>(S));  // [N, VL], [S]
-  vocab_->classify(probs.data(), x, N);
+  head_local(probs.data(), run_.x.data(), N);
   std::vector<float> means;
   for (int64_t w = 0; w < windows; ++w) {
     float* window = probs.data() + w * S * VL;

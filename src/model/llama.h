@@ -113,6 +113,8 @@ class Llama {
   // blocks_forward and the final norm of every position, then this device's logits [rows, VL] of
   // the last `rows` positions into `local`.
   void logits_local(float* local, std::span<const int> tokens, int pos, int64_t rows);
+  // The final norm of x[rows, C] (in place), then this device's logits local[rows, VL].
+  void head_local(float* local, float* x, int64_t rows);
   // logits_local of the last position: into logits_ itself on a lone device.
   float* last_logits_local(std::span<const int> tokens, int pos);
   std::span<const float> gather_logits(const float* local);  // [VL] split -> [V] mirrored

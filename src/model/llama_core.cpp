@@ -2,6 +2,7 @@
 #include "model/llama_core.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "nn/gather.h"
 #include "nn/linear.h"
@@ -45,23 +46,20 @@ const ParamSpec& LlamaCore::spec(const std::string& name) const {
   throw std::logic_error("llama: no parameter " + name);
 }
 
-void LlamaCore::rope_forward(float* qkv, int64_t N, int pos, int64_t period) const {
+void LlamaCore::rope_forward(float* qkv, int64_t N, int pos, int64_t period) const { rope_rows(qkv, N, pos, period, false); }
+
+void LlamaCore::rope_backward(float* dqkv, int64_t N, int64_t period) const { rope_rows(dqkv, N, 0, period, true); }
+
+void LlamaCore::rope_rows(float* qkv, int64_t N, int pos, int64_t period, bool backward) const {
   const nn::AttentionShape shape = attention_shape();
   const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
   for (int64_t n = 0; n < N; ++n) {
     const int p = pos + static_cast<int>(n % period);
-    rope.forward(qkv + n * QKV, shape.heads, p);
-    rope.forward(qkv + n * QKV + QL, shape.kv_heads, p);
-  }
-}
-
-void LlamaCore::rope_backward(float* dqkv, int64_t N, int64_t period) const {
-  const nn::AttentionShape shape = attention_shape();
-  const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
-  for (int64_t n = 0; n < N; ++n) {
-    const int p = static_cast<int>(n % period);
-    rope.backward(dqkv + n * QKV, shape.heads, p);
-    rope.backward(dqkv + n * QKV + QL, shape.kv_heads, p);
+    for (auto [offset, heads] : {std::pair{int64_t{0}, shape.heads}, std::pair{QL, shape.kv_heads}}) {
+      float* row = qkv + n * QKV + offset;
+      if (backward) rope.backward(row, heads, p);
+      else rope.forward(row, heads, p);
+    }
   }
 }
 

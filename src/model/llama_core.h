@@ -71,6 +71,7 @@ struct LlamaCore {
   // RoPE on q and k of qkv[N, QL+2KVL]: row n sits at position pos + n % period.
   void rope_forward(float* qkv, int64_t N, int pos, int64_t period) const;
   void rope_backward(float* dqkv, int64_t N, int64_t period) const;  // positions n % period
+  void rope_rows(float* qkv, int64_t N, int pos, int64_t period, bool backward) const;  // either one
   // Collective over the tensor group: full logits [N, V] from every device's [N, VL] columns.
   std::vector<float> gather_vocab_columns(const float* local, int64_t N);
   // This device's part of parameter `name` (rows or columns by its spec's sharded dimension, the
