@@ -1,12 +1,13 @@
 // tpcli bench batch --model PATH [--devices N | --mesh model=N] [--threads T] [--formats f32,8,4]
 //                   [--group-size G] --npp 128 --ntg 64 --npl 1,2,4,8,16,32
 // llama.cpp's llama-batched-bench for tpcli, with its column names, so the two tools' tables sit
-// side by side: for each B of --npl, B sequences each prefill --npp random tokens (one pass over all
-// B prompts, Llama::prefill_batch) then decode --ntg tokens together (one Llama::decode_batch step
-// per token: B rows per weight pass, each row bit for bit what it gives alone). PP, TG: tokens per
+// side by side: for each B of --npl, the batched engine (model/batch_engine.h) prefills B prompts of
+// --npp random tokens (one step over all B prompts) then decodes --ntg tokens of each together
+// (one step per token: B rows per weight pass, each row bit for bit what it gives alone), greedy.
+// PP, TG: tokens per
 // sequence; N_KV = B (PP + TG); T_PP, T_TG: seconds of the two phases (slowest device); S_PP =
-// B PP / T_PP, S_TG = B TG / T_TG, S = N_KV / T. One table per format, then the KV caches' bytes
-// per device at the largest B.
+// B PP / T_PP, S_TG = B TG / T_TG, S = N_KV / T. One table per format, then the KV pool's bytes per
+// device at the largest B.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "distributed/runtime.h"
+#include "model/batch_engine.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "tensor/blas.h"
@@ -42,7 +44,7 @@ struct BatchFlags {
 
 struct PhaseSeconds {
   double prefill = 0, decode = 0;
-  int64_t kv_bytes = 0;  // device 0's caches
+  int64_t kv_bytes = 0;  // the KV pool's
 };
 
 // One row's two phases on every device; the slowest device's seconds.
@@ -59,29 +61,24 @@ PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& me
       mesh,
       [&](dist::Device& dev) {
         model::Llama llama(weights, dev.axis("model"), dev.axis("expert"));
-        std::vector<model::Llama::KvCache> caches;
-        std::vector<model::Llama::KvCache*> batch;
-        for (int b = 0; b < B; ++b) caches.push_back(llama.new_kv_cache(f.npp + f.ntg));
-        for (auto& c : caches) batch.push_back(&c);
+        model::EngineOptions o;
+        o.parallel = B;
+        o.step_tokens = B * f.npp;  // every prompt in the first step
+        o.kv_blocks = B * ((f.npp + f.ntg + o.block_size - 1) / o.block_size);
+        model::BatchEngine engine(llama, o);
+        // the first token comes from the prefill's logits, then --ntg decode steps
+        for (const auto& p : prompts) engine.add({p, f.ntg + 1, 0.0f, 0.9f, 1, {}});
         PhaseSeconds& s = per_device[static_cast<size_t>(dev.rank())];
         dev.world().barrier();
         auto t0 = Clock::now();
-        std::vector<float> logits = llama.prefill_batch(prompts, batch);
+        engine.step();
         s.prefill = std::chrono::duration<double>(Clock::now() - t0).count();
-        const size_t V = logits.size() / static_cast<size_t>(B);
-        std::vector<int> next(static_cast<size_t>(B)), positions(static_cast<size_t>(B));
         dev.world().barrier();
         t0 = Clock::now();
-        for (int step = 0; step < f.ntg; ++step) {
-          for (int b = 0; b < B; ++b) {  // greedy
-            const auto row = logits.begin() + static_cast<std::ptrdiff_t>(b * V);
-            next[static_cast<size_t>(b)] = static_cast<int>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row);
-            positions[static_cast<size_t>(b)] = f.npp + step;
-          }
-          logits = llama.decode_batch(next, positions, batch);
+        while (engine.step()) {
         }
         s.decode = std::chrono::duration<double>(Clock::now() - t0).count();
-        for (const auto& c : caches) s.kv_bytes += c.bytes();
+        s.kv_bytes = engine.kv_pool_bytes();
       },
       options);
   PhaseSeconds slowest = per_device.front();
@@ -123,7 +120,7 @@ void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
       std::fflush(stdout);
       kv_bytes = s.kv_bytes;
     }
-    std::printf("KV caches per device at B = %d: %.1f MB\n", f.npl.back(), static_cast<double>(kv_bytes) / 1e6);
+    std::printf("KV pool per device at B = %d: %.1f MB\n", f.npl.back(), static_cast<double>(kv_bytes) / 1e6);
   }
 }
 

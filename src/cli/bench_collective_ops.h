@@ -14,9 +14,6 @@
 
 namespace tpcli::cli {
 
-// "64", "4K", "16M", "1G" (B, KB, MB, GB also accepted) -> bytes; UsageError naming the text.
-int64_t parse_bytes(const std::string& text);
-
 // UsageError naming the first op that is not all_sum, all_gather, reduce_scatter or all_to_all.
 void check_collective_ops(const std::vector<std::string>& ops);
 

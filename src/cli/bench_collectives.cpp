@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cli/bench_collective_ops.h"
+#include "cli/common_flags.h"
 #include "cli/bench_collectives_zmq.h"
 #include "cli/commands.h"
 #include "distributed/runtime.h"

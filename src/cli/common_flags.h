@@ -91,4 +91,7 @@ void check_trace_path(const std::string& path, bool process_backend);
 // Writes the trace to `path` and says so on stderr; `spans` names what it shows besides collectives.
 void write_trace(const dist::Trace& trace, const std::string& path, const char* spans);
 
+// A size in bytes: a number with an optional unit, B, K/KB, M/MB or G/GB (powers of 1024).
+int64_t parse_bytes(const std::string& text);
+
 }  // namespace tpcli::cli

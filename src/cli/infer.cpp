@@ -53,7 +53,8 @@ struct InferFlags {
   int group_size = 64;
   bool int8_activations = false;  // tensor::set_int8_activations
   std::string batch;   // --batch prompts.jsonl (cli/infer_batch.h)
-  int parallel = 16;
+  model::EngineOptions engine;  // --parallel, --kv-blocks, --step-tokens
+  std::string kv_memory;        // --kv-memory SIZE
   std::string tokens;  // --tokens: the prompt as token ids ("" = -i / -f text)
   bool ids = false;    // --ids: print the generated ids as a JSON array instead of text
 };
@@ -215,8 +216,10 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   }
   if (!f.batch.empty()) {
     const std::string tokenizer = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(tokenizer_path(f, opened));
-    run_infer_batch({f.batch, f.parallel, tokenizer, f.steps > 0 ? f.steps : config.seq_len, options.temperature,
-                     options.topp, static_cast<unsigned long long>(options.seed)},
+    model::EngineOptions engine = f.engine;
+    if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory);
+    run_infer_batch({f.batch, tokenizer, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
+                     static_cast<unsigned long long>(options.seed), engine},
                     opened, mesh, run_options);
     return;
   }
@@ -258,11 +261,22 @@ void setup_infer(CLI::App& sub) {
   ids->needs(tokens);
   auto* batch = sub.add_option("--batch", flags->batch,
                                "a JSONL file of prompts ({\"prompt\"} or {\"messages\"}, optional max_tokens, temperature, "
-                               "top_p, seed), run with continuous batching; JSONL results in input order")
+                               "top_p, seed, stop), run with continuous batching; JSONL results in input order")
                     ->excludes(prompt)
                     ->excludes(file)
                     ->excludes(tokens);
-  sub.add_option("--parallel", flags->parallel, "with --batch: sequences decoding at once")->capture_default_str()->needs(batch);
+  sub.add_option("--parallel", flags->engine.parallel, "with --batch: sequences decoding at once")->capture_default_str()->needs(batch);
+  sub.add_option("--kv-memory", flags->kv_memory,
+                 "with --batch: bytes of KV pool per device, e.g. 512M (default: --parallel whole contexts, within an "
+                 "eighth of memory)")
+      ->needs(batch);
+  auto* blocks = sub.add_option("--kv-blocks", flags->engine.kv_blocks, "with --batch: KV pool blocks of 16 positions (instead of --kv-memory)")
+                     ->needs(batch);
+  blocks->excludes("--kv-memory");
+  sub.add_option("--step-tokens", flags->engine.step_tokens,
+                 "with --batch: rows per forward at most (decode tokens first, then chunks of prompts)")
+      ->capture_default_str()
+      ->needs(batch);
   sub.add_option("-n,--steps", flags->steps, "positions to run, prompt included; 0 = seq_len")->capture_default_str();
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();

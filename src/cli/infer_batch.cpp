@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <atomic>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/tokenizer_setup.h"
-#include "model/batch_generate.h"
+#include "model/batch_engine.h"
 #include "model/chat_template.h"
 #include "model/llama.h"
 
@@ -44,10 +44,29 @@ T number_or(const json& line, const char* key, T fallback, const std::string& wh
   return line[key].get<T>();
 }
 
-model::BatchRequest request_of(const json& line, const std::string& where, const BatchInferOptions& o,
-                               const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int seq_len) {
+// A line's request and its stop strings.
+struct Job {
+  model::BatchRequest request;
+  std::vector<std::string> stop;
+};
+
+std::vector<std::string> stop_strings(const json& line, const std::string& where) {
+  if (!line.contains("stop")) return {};
+  const json& stop = line["stop"];
+  std::vector<std::string> out;
+  if (stop.is_string()) out.push_back(stop.get<std::string>());
+  else if (stop.is_array() && std::ranges::all_of(stop, [](const json& s) { return s.is_string(); }))
+    for (const json& s : stop) out.push_back(s.get<std::string>());
+  else throw UsageError(where + ": \"stop\" is not a string or a list of strings");
+  if (std::ranges::any_of(out, [](const std::string& s) { return s.empty(); })) throw UsageError(where + ": \"stop\" holds an empty string");
+  return out;
+}
+
+Job job_of(const json& line, const std::string& where, const BatchInferOptions& o, const model::LoadedTokenizer& loaded,
+           const std::vector<int>& stop_ids, int seq_len) {
   if (!line.is_object()) throw UsageError(where + ": not a JSON object");
-  model::BatchRequest r;
+  Job job{{}, stop_strings(line, where)};
+  model::BatchRequest& r = job.request;
   // A chat template writes its own beginning-of-sequence text.
   r.prompt = loaded.tokenizer->encode_text(prompt_text(line, where, loaded), !line.contains("messages"));
   if (r.prompt.empty() || static_cast<int>(r.prompt.size()) >= seq_len)
@@ -62,14 +81,14 @@ model::BatchRequest request_of(const json& line, const std::string& where, const
     throw UsageError(where + ": \"temperature\" must be >= 0 and \"top_p\" in [0, 1]");
   if (r.seed == 0) r.seed = 1;  // the sampler's xorshift state must not be 0
   r.stop_ids = stop_ids;
-  return r;
+  return job;
 }
 
-std::vector<model::BatchRequest> read_requests(const BatchInferOptions& o, const model::LoadedTokenizer& loaded,
+std::vector<Job> read_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded,
                                                const std::vector<int>& stop_ids, int seq_len) {
   std::ifstream in(o.jsonl);
   if (!in) throw UsageError("--batch " + o.jsonl + ": cannot open");
-  std::vector<model::BatchRequest> requests;
+  std::vector<Job> jobs;
   std::string text;
   for (int n = 1; std::getline(in, text); ++n) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -80,10 +99,10 @@ std::vector<model::BatchRequest> read_requests(const BatchInferOptions& o, const
     } catch (const json::parse_error& e) {
       throw UsageError(where + ": not JSON (" + std::string(e.what()).substr(0, 120) + ")");
     }
-    requests.push_back(request_of(line, where, o, loaded, stop_ids, seq_len));
+    jobs.push_back(job_of(line, where, o, loaded, stop_ids, seq_len));
   }
-  if (requests.empty()) throw UsageError("--batch " + o.jsonl + ": no prompts");
-  return requests;
+  if (jobs.empty()) throw UsageError("--batch " + o.jsonl + ": no prompts");
+  return jobs;
 }
 
 // The text the generated ids add to the prompt's: decoded after the prompt, so a first token's
@@ -96,41 +115,84 @@ std::string continuation(const model::TokenizerInterface& tokenizer, const std::
   return whole.starts_with(before) ? whole.substr(before.size()) : tokenizer.decode_ids(generated, false);
 }
 
+// Where the text first meets one of the stop strings (npos: nowhere).
+size_t first_stop(const std::string& text, const std::vector<std::string>& stop) {
+  size_t at = std::string::npos;
+  for (const std::string& s : stop) at = std::min(at, text.find(s));
+  return at;
+}
+
+void print_progress(size_t done, size_t total, int64_t tokens) {
+  constexpr int WIDTH = 30;
+  const int filled = static_cast<int>(WIDTH * done / std::max<size_t>(total, 1));
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu requests, %lld tokens", std::string(static_cast<size_t>(filled), '#').c_str(),
+               std::string(static_cast<size_t>(WIDTH - filled), ' ').c_str(), done, total, static_cast<long long>(tokens));
+}
+
+// Runs every job on this device's engine; the results in job order.
+std::vector<model::BatchResult> run_jobs(model::Llama& llama, const std::vector<Job>& jobs, const BatchInferOptions& o,
+                                         const model::TokenizerInterface& tokenizer, bool reporter) {
+  model::BatchEngine engine(llama, o.engine);
+  for (const Job& j : jobs) engine.add(j.request);
+  engine.on_token = [&](int id, int) {  // the same answer on every device: the same tokens
+    const Job& j = jobs[static_cast<size_t>(id)];
+    return j.stop.empty() || first_stop(continuation(tokenizer, j.request.prompt, engine.result(id).tokens), j.stop) == std::string::npos;
+  };
+  size_t finished = 0;
+  int64_t tokens = 0;
+  if (reporter)
+    engine.on_finished = [&](int id) { print_progress(++finished, jobs.size(), tokens += static_cast<int64_t>(engine.result(id).tokens.size())); };
+  while (engine.step()) {
+  }
+  if (reporter)
+    std::fprintf(stderr, "\n%lld steps, %lld rows, %lld prompt tokens from the prefix cache, %lld preemptions; KV pool %d blocks, %.1f MB per device\n",
+                 static_cast<long long>(engine.stats().steps), static_cast<long long>(engine.stats().rows),
+                 static_cast<long long>(engine.stats().cached_tokens), static_cast<long long>(engine.stats().preemptions),
+                 engine.kv_blocks(), static_cast<double>(engine.kv_pool_bytes()) / 1e6);
+  std::vector<model::BatchResult> results;
+  for (size_t i = 0; i < jobs.size(); ++i) results.push_back(engine.result(static_cast<int>(i)));
+  return results;
+}
+
+json result_line(size_t i, const Job& job, const model::BatchResult& r, const model::TokenizerInterface& tokenizer) {
+  std::span<const int> generated = r.tokens;
+  const bool stop_id = r.finish_reason == "stop" && !generated.empty() &&
+                       std::ranges::find(job.request.stop_ids, generated.back()) != job.request.stop_ids.end();
+  if (stop_id) generated = generated.first(generated.size() - 1);  // not the stop token
+  std::string text = continuation(tokenizer, job.request.prompt, generated);
+  if (const size_t at = first_stop(text, job.stop); at != std::string::npos) text.resize(at);  // not the stop string
+  return {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", r.finish_reason}};
+}
+
 }  // namespace
 
 void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, const dist::Mesh& mesh,
                      const dist::RunOptions& run_options) {
-  if (o.parallel < 1) throw UsageError("--parallel " + std::to_string(o.parallel) + " must be >= 1");
+  if (o.engine.parallel < 1) throw UsageError("--parallel " + std::to_string(o.engine.parallel) + " must be >= 1");
+  if (o.engine.step_tokens < 1) throw UsageError("--step-tokens " + std::to_string(o.engine.step_tokens) + " must be >= 1");
+  if (o.engine.kv_blocks < 0) throw UsageError("--kv-blocks " + std::to_string(o.engine.kv_blocks) + " must be >= 1");
   const model::LlamaConfig& config = opened.weights->config();
   const model::LoadedTokenizer loaded = open_tokenizer(o.tokenizer_path, std::nullopt);
   std::vector<int> stop_ids = opened.eos_token_ids;
   if (auto eos = loaded.tokenizer->token_id(loaded.tokenizer->eos_text()); eos && !loaded.tokenizer->eos_text().empty())
     stop_ids.push_back(*eos);
-  const std::vector<model::BatchRequest> requests = read_requests(o, loaded, stop_ids, config.seq_len);
+  const std::vector<Job> jobs = read_jobs(o, loaded, stop_ids, config.seq_len);
   std::vector<model::BatchResult> results;
-  std::atomic<size_t> finished{0};
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
         model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
-        const bool reporter = dev.rank() == 0;
-        std::vector<model::BatchResult> r = model::generate_batch(llama, requests, o.parallel, [&](size_t) {
-          if (!reporter) return;
-          std::fprintf(stderr, "\r%zu/%zu done", ++finished, requests.size());
-        });
-        if (reporter) results = std::move(r);
+        std::vector<model::BatchResult> r;
+        try {
+          r = run_jobs(llama, jobs, o, *loaded.tokenizer, dev.rank() == 0);
+        } catch (const std::invalid_argument& e) {  // a request the pool cannot hold, a bad --kv-memory
+          throw UsageError(e.what());
+        }
+        if (dev.rank() == 0) results = std::move(r);
       },
       run_options);
-  std::fprintf(stderr, "\n");
-  for (size_t i = 0; i < results.size(); ++i) {
-    std::span<const int> generated = results[i].tokens;
-    if (results[i].finish_reason == "stop") generated = generated.first(generated.size() - 1);  // not the stop token
-    const json out = {{"index", i},
-                      {"text", continuation(*loaded.tokenizer, requests[i].prompt, generated)},
-                      {"tokens", results[i].tokens.size()},
-                      {"finish_reason", results[i].finish_reason}};
-    std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
-  }
+  for (size_t i = 0; i < results.size(); ++i)
+    std::printf("%s\n", result_line(i, jobs[i], results[i], *loaded.tokenizer).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
 }
 
 }  // namespace tpcli::cli

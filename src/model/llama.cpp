@@ -195,8 +195,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   const ShardPlan& plan = core_.plan;
   vocab_->tied = c.shared_classifier;
   norm_ = core_.local_slice(weights, "norm");
-  const int64_t kv_rows = plan.kv_rows().count;
-  require_memory_for_kv_cache(c, kv_rows);
+  require_memory_for_kv_cache(c, plan.kv_rows().count);  // before any weight is copied (made at first use)
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
@@ -204,7 +203,6 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
     L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
     L.qkv_extras = core_.load_qkv_extras(weights, l);
   }
-  own_cache_ = new_kv_cache();
   if (holds_packed_weights(weights)) load_packed_layers(weights);
   else load_f32_layers(weights);
   if (core_.expert_group.size() > 1)
@@ -266,12 +264,30 @@ Llama::KvCache Llama::new_kv_cache(int positions) const {
   const int S = core_.config.seq_len;
   if (positions < 0 || positions > S)
     throw std::invalid_argument("llama: a KV cache of " + std::to_string(positions) + " positions: seq_len is " + std::to_string(S));
+  return new_kv_pool(1, positions ? positions : S);
+}
+
+Llama::KvCache Llama::new_kv_pool(int blocks, int block_size) const {
+  if (blocks < 1 || block_size < 1)
+    throw std::invalid_argument("llama: a KV pool of " + std::to_string(blocks) + " blocks of " + std::to_string(block_size) +
+                                " positions");
   KvCache cache;
-  cache.positions_ = positions ? positions : S;
-  const size_t floats = static_cast<size_t>(int64_t{cache.positions_} * core_.plan.kv_rows().count);
+  cache.blocks_ = blocks;
+  cache.block_size_ = block_size;
+  const size_t floats = static_cast<size_t>(int64_t{blocks} * block_size * core_.plan.kv_rows().count);
   cache.k_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
   cache.v_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
   return cache;
+}
+
+int64_t Llama::kv_block_bytes(int block_size) const {
+  return 2 * static_cast<int64_t>(layers_.size()) * block_size * core_.plan.kv_rows().count * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t Llama::largest_kv_block_bytes(int block_size) const {
+  int64_t rows = 0;
+  for (const ShardPlan& p : core_.all_plans) rows = std::max(rows, p.kv_rows().count);
+  return 2 * static_cast<int64_t>(layers_.size()) * block_size * rows * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t Llama::KvCache::bytes() const {
@@ -280,8 +296,14 @@ int64_t Llama::KvCache::bytes() const {
   return n * static_cast<int64_t>(sizeof(float));
 }
 
+Llama::KvCache& Llama::own_cache() {
+  if (own_cache_.blocks_ == 0) own_cache_ = new_kv_cache();
+  return own_cache_;
+}
+
 void Llama::blocks_forward(std::span<const int> tokens, int pos) {
-  const Segment whole{0, static_cast<int64_t>(tokens.size()), pos, &own_cache_};
+  static constexpr int32_t first_block = 0;
+  const Segment whole{0, static_cast<int64_t>(tokens.size()), pos, &own_cache(), {&first_block, 1}};
   blocks_forward(tokens, std::span<const Segment>(&whole, 1));
 }
 
@@ -290,10 +312,14 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
   const int64_t P = static_cast<int64_t>(tokens.size()), C = c.dim;
   int64_t att = 0;  // attention scratch: the largest segment's [count, pos + count]
   for (const Segment& s : segments) {
-    if (s.count < 1 || s.pos < 0 || s.pos + s.count > s.cache->positions_)
+    const int64_t positions = static_cast<int64_t>(s.blocks.size()) * s.cache->block_size_;
+    if (s.count < 1 || s.pos < 0 || s.pos + s.count > positions)
       throw std::out_of_range("llama: " + std::to_string(s.count) + " token(s) at position " + std::to_string(s.pos) +
-                              " outside [0, " + (s.cache == &own_cache_ ? "seq_len" : "the KV cache's positions") +
-                              " = " + std::to_string(s.cache->positions_) + ")");
+                              " outside [0, " + (s.cache == &own_cache_ ? "seq_len" : "its KV blocks' positions") +
+                              " = " + std::to_string(positions) + ")");
+    for (int32_t b : s.blocks)
+      if (b < 0 || b >= s.cache->blocks_)
+        throw std::out_of_range("llama: KV block " + std::to_string(b) + " outside a pool of " + std::to_string(s.cache->blocks_));
     att = std::max(att, s.count * (s.pos + s.count));
   }
   const nn::AttentionShape shape = core_.attention_shape();
@@ -313,8 +339,8 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
     for (const Segment& s : segments) {
       float* qkv = r.qkv.data() + s.first * QKV;
       core_.rope_forward(qkv, s.count, s.pos, s.count);
-      nn::attention_cached(r.y.data() + s.first * QL, r.att.data(), qkv, s.cache->k_[l].data(), s.cache->v_[l].data(),
-                           s.pos, s.count, shape);
+      const nn::KvBlocks kv{s.cache->k_[l].data(), s.cache->v_[l].data(), s.blocks, s.cache->block_size_};
+      nn::attention_cached(r.y.data() + s.first * QL, r.att.data(), qkv, kv, s.pos, s.count, shape);
     }
     // wo over the local heads' columns, all_sum; residual connection back into x
     L.wo_forward(r.xb2.data(), r.y.data(), P);
@@ -326,39 +352,27 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
   }
 }
 
-std::vector<float> Llama::prefill_batch(std::span<const std::vector<int>> prompts, std::span<KvCache* const> caches) {
-  const int64_t B = static_cast<int64_t>(prompts.size()), C = core_.config.dim;
-  if (caches.size() != prompts.size()) throw std::invalid_argument("llama: prefill_batch needs a cache per prompt");
-  std::vector<int> tokens;
+std::vector<float> Llama::step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool) {
+  const int64_t C = core_.config.dim;
   std::vector<Segment> segments;
-  for (int64_t b = 0; b < B; ++b) {
-    const std::vector<int>& p = prompts[static_cast<size_t>(b)];
-    segments.push_back({static_cast<int64_t>(tokens.size()), static_cast<int64_t>(p.size()), 0, caches[static_cast<size_t>(b)]});
-    tokens.insert(tokens.end(), p.begin(), p.end());
+  int64_t rows = 0, wanted = 0;
+  for (const SequenceRows& q : sequences) {
+    segments.push_back({rows, q.count, q.pos, &pool, q.blocks});
+    rows += q.count;
+    wanted += q.logits ? 1 : 0;
   }
-  blocks_forward(tokens, segments);
-  std::vector<float> last(static_cast<size_t>(B * C));  // [B, C] each prompt's last row
-  for (int64_t b = 0; b < B; ++b) {
-    const Segment& s = segments[static_cast<size_t>(b)];
-    std::copy_n(run_.x.data() + (s.first + s.count - 1) * C, C, last.data() + b * C);
-  }
-  std::vector<float> local(static_cast<size_t>(B * core_.plan.vocab.count));  // [B, VL]
-  head_local(local.data(), last.data(), B);
-  return core_.gather_vocab_columns(local.data(), B);
-}
-
-std::vector<float> Llama::decode_batch(std::span<const int> tokens, std::span<const int> positions,
-                                       std::span<KvCache* const> caches) {
-  const int64_t B = static_cast<int64_t>(tokens.size());
-  if (positions.size() != tokens.size() || caches.size() != tokens.size())
-    throw std::invalid_argument("llama: decode_batch needs a position and a cache per token");
-  std::vector<Segment> segments;
-  for (int64_t b = 0; b < B; ++b) segments.push_back({b, 1, positions[static_cast<size_t>(b)], caches[static_cast<size_t>(b)]});
+  if (rows != static_cast<int64_t>(tokens.size()))
+    throw std::invalid_argument("llama: a step of " + std::to_string(tokens.size()) + " tokens for " + std::to_string(rows) + " rows");
   const tensor::DecodeRows row_by_row;
   blocks_forward(tokens, segments);
-  std::vector<float> local(static_cast<size_t>(B * core_.plan.vocab.count));  // [B, VL]
-  head_local(local.data(), run_.x.data(), B);
-  return core_.gather_vocab_columns(local.data(), B);  // [B, V]
+  if (wanted == 0) return {};  // prompt chunks only (every device has the same sequences)
+  std::vector<float> last(static_cast<size_t>(wanted * C));  // [wanted, C] the last row of each sequence asking
+  int64_t n = 0;
+  for (size_t i = 0; i < sequences.size(); ++i)
+    if (sequences[i].logits) std::copy_n(run_.x.data() + (segments[i].first + segments[i].count - 1) * C, C, last.data() + C * n++);
+  std::vector<float> local(static_cast<size_t>(wanted * core_.plan.vocab.count));  // [wanted, VL]
+  head_local(local.data(), last.data(), wanted);
+  return core_.gather_vocab_columns(local.data(), wanted);  // [wanted, V]
 }
 
 void Llama::logits_local(float* local, std::span<const int> tokens, int pos, int64_t rows) {
@@ -438,7 +452,8 @@ std::vector<float> Llama::prefill_losses(std::span<const int> tokens, std::span<
   std::vector<KvCache> caches;  // each window attends over its own positions
   std::vector<Segment> segments;
   for (int64_t w = 0; w < windows; ++w) caches.push_back(new_kv_cache(static_cast<int>(S)));
-  for (int64_t w = 0; w < windows; ++w) segments.push_back({w * S, S, 0, &caches[static_cast<size_t>(w)]});
+  static constexpr int32_t first_block = 0;
+  for (int64_t w = 0; w < windows; ++w) segments.push_back({w * S, S, 0, &caches[static_cast<size_t>(w)], {&first_block, 1}});
   blocks_forward(tokens, segments);
   std::vector<float> probs(static_cast<size_t>(N * VL)), losses(static_cast<size_t>(S));  // [N, VL], [S]
   head_local(probs.data(), run_.x.data(), N);
@@ -462,6 +477,6 @@ int64_t Llama::parameter_bytes() const {
   return bytes + n * static_cast<int64_t>(sizeof(float));
 }
 
-int64_t Llama::kv_cache_bytes() const { return own_cache_.bytes(); }
+int64_t Llama::kv_cache_bytes() const { return kv_block_bytes(core_.config.seq_len); }
 
 }  // namespace tpcli::model

@@ -38,6 +38,8 @@ class Llama {
 
   const LlamaConfig& config() const { return core_.config; }
   const ShardPlan& plan() const { return core_.plan; }
+  // Devices the model is split over (tensor x expert groups).
+  int devices() const { return core_.group.size() * core_.expert_group.size(); }
   // Whether the weights are packed (quantized or 16-bit, WeightSource::stored()).
   bool packed() const;
 
@@ -64,48 +66,64 @@ class Llama {
   // in training (no logits gathered).
   std::vector<float> prefill_losses(std::span<const int> tokens, std::span<const int> targets, int64_t windows);
 
-  // One sequence's keys and values on this device (every block's [S, KVL]). The model holds one,
-  // which forward() and prefill() fill; decode_batch runs sequences that each bring their own.
+  // Keys and values on this device, in blocks of positions: block b holds, for every layer, the
+  // [block_size, KVL] rows of whichever sequence was given it. The model's own cache (forward,
+  // prefill) is one block of seq_len positions, made at its first use; the batched engine
+  // (model/batch_engine.h) runs many sequences over one pool of small blocks.
   class KvCache {
    public:
     int64_t bytes() const;
-    int positions() const { return positions_; }  // capacity
+    int blocks() const { return blocks_; }
+    int block_size() const { return block_size_; }
+    int positions() const { return blocks_ * block_size_; }
    private:
     friend class Llama;
-    int positions_ = 0;
-    std::vector<std::vector<float>> k_, v_;  // [L][positions * KVL]
+    int blocks_ = 0, block_size_ = 0;
+    std::vector<std::vector<float>> k_, v_;  // [L][blocks * block_size * KVL]
   };
-  // Zero-filled, for `positions` positions (0: seq_len; at most seq_len).
+  // Zero-filled. One block of `positions` positions (0: seq_len; at most seq_len).
   KvCache new_kv_cache(int positions = 0) const;
+  // A pool of `blocks` blocks of `block_size` positions.
+  KvCache new_kv_pool(int blocks, int block_size) const;
+  // Bytes of one pool block on this device, and the most any device of the tensor group needs
+  // (uneven kv heads: pools are sized by the largest, so every device has the same blocks).
+  int64_t kv_block_bytes(int block_size) const;
+  int64_t largest_kv_block_bytes(int block_size) const;
 
-  // Prefill of B sequences in one pass: prompts[b] from position 0 into caches[b]. Returns the
-  // logits [B, V] after each prompt's last token (gemm over all the prompts' rows: the batched
-  // prefill's arithmetic, not decode's).
-  std::vector<float> prefill_batch(std::span<const std::vector<int>> prompts, std::span<KvCache* const> caches);
-
-  // One decode step of B sequences at once: tokens[b] at position positions[b] of the sequence
-  // whose cache is caches[b] (filled there). Returns the logits [B, V], full vocabulary on every
-  // device. Every product runs the decode kernels row by row (tensor/blas.h DecodeRows), so a
-  // sequence's logits are bit for bit what forward() gives it alone on its own cache, whatever
-  // else is in the batch (tested on 1 and 2 devices; on more, the all-sums may add in another
-  // order). A MoE block's experts still multiply the rows routed to them by gemm.
-  std::vector<float> decode_batch(std::span<const int> tokens, std::span<const int> positions,
-                                  std::span<KvCache* const> caches);
+  // The rows of one sequence in a batched step: `count` tokens at positions pos..pos+count-1, whose
+  // keys and values go into (and whose attention reads) the pool blocks `blocks` (position t in
+  // blocks[t / block_size]). `logits`: return the logits after its last row.
+  struct SequenceRows {
+    int64_t count = 0;
+    int pos = 0;
+    std::span<const int32_t> blocks;
+    bool logits = false;
+  };
+  // One step of the batched engine over `pool`: tokens holds each sequence's rows in turn. Every
+  // product runs the decode kernels row by row (tensor/blas.h DecodeRows) and attention runs each
+  // row alone over its sequence's blocks, so a row's bits are what forward() gives that token on
+  // its own: they depend neither on the other sequences, nor on where the blocks lie, nor on how
+  // a prompt was cut into steps (tested on 1 and 2 devices; on more, the all-sums may add in
+  // another order). Returns the logits [n, V], full vocabulary on every device, of the sequences
+  // asking for them, in order. A MoE block's experts still multiply their rows by gemm.
+  std::vector<float> step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
 
   int64_t parameter_bytes() const;  // this device's weights as held
-  int64_t kv_cache_bytes() const;   // this device's KV cache (the model's own)
+  int64_t kv_cache_bytes() const;   // this device's own KV cache (made at the first forward or prefill)
 
  private:
   struct Layer;
   struct Vocab;
   void load_f32_layers(const WeightSource& weights);
   void load_packed_layers(const WeightSource& weights);
-  // Rows [first, first + count) of a call are one sequence's positions pos.. in `cache`.
+  // Rows [first, first + count) of a call are one sequence's positions pos.. in `blocks` of `cache`.
   struct Segment {
     int64_t first = 0, count = 0;
     int pos = 0;
     KvCache* cache = nullptr;
+    std::span<const int32_t> blocks;
   };
+  KvCache& own_cache();  // made at first use
   // tokens[P] through every block, each segment's rows attending over its cache (filled at their
   // positions); the residual stream is left in run_.x.
   void blocks_forward(std::span<const int> tokens, std::span<const Segment> segments);

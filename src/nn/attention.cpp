@@ -102,44 +102,59 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     }
 }
 
-void attention_decode(float* out, float* att, const float* q, const float* k_cache, const float* v_cache, int pos,
-                      const AttentionShape& s) {
+namespace {
+
+// Calls visit(t, row offset) for positions 0..last in order, block by block (no division per position).
+template <class Visit>
+void for_positions(const KvBlocks& kv, int last, int64_t KVL, Visit&& visit) {
+  for (int t = 0, b = 0; t <= last; ++b) {
+    const int64_t base = kv.blocks[static_cast<size_t>(b)] * kv.block_size * KVL;
+    for (int64_t j = 0; j < kv.block_size && t <= last; ++j, ++t) visit(t, base + j * KVL);
+  }
+}
+
+}  // namespace
+
+void attention_decode(float* out, float* att, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
   const int64_t HS = s.head_size, KVL = s.kv_dim();
   const float scale_div = sqrtf(static_cast<float>(HS));
   for (int h = 0; h < s.heads; ++h) {
     const float* qh = q + h * HS;
     const int64_t koff = int64_t(s.kv_of[h]) * HS;
-    for (int t = 0; t <= pos; ++t) {
-      const float* k = k_cache + t * KVL + koff;
+    for_positions(kv, pos, KVL, [&](int t, int64_t at) {
+      const float* k = kv.k + at + koff;
       float score = 0.0f;
       for (int64_t i = 0; i < HS; ++i) score += qh[i] * k[i];
       att[t] = score / scale_div;
-    }
+    });
     softmax(att, pos + 1);
     float* o = out + h * HS;
     std::fill(o, o + HS, 0.0f);
-    for (int t = 0; t <= pos; ++t) {
-      const float* v = v_cache + t * KVL + koff;
+    for_positions(kv, pos, KVL, [&](int t, int64_t at) {
+      const float* v = kv.v + at + koff;
       const float a = att[t];
       for (int64_t i = 0; i < HS; ++i) o[i] += a * v[i];
-    }
+    });
   }
 }
 
-void attention_cached(float* out, float* att, const float* qkv, float* k_cache, float* v_cache, int pos, int64_t P,
-                      const AttentionShape& s) {
-  const int64_t HS = s.head_size, QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
-  for (int64_t n = 0; n < P; ++n) {  // k and v of each row into the cache at its position
+namespace {
+
+void store_kv_rows(const float* qkv, const KvBlocks& kv, int pos, int64_t P, const AttentionShape& s) {
+  const int64_t QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
+  for (int64_t n = 0; n < P; ++n) {
     const float* row = qkv + n * QKV;
-    std::copy(row + QL, row + QL + KVL, k_cache + (pos + n) * KVL);
-    std::copy(row + QL + KVL, row + QL + 2 * KVL, v_cache + (pos + n) * KVL);
+    const int64_t t = pos + n, at = (kv.blocks[t / kv.block_size] * kv.block_size + t % kv.block_size) * KVL;
+    std::copy(row + QL, row + QL + KVL, kv.k + at);
+    std::copy(row + QL + KVL, row + QL + 2 * KVL, kv.v + at);
   }
-  if (P == 1) {
-    attention_decode(out, att, qkv, k_cache, v_cache, pos, s);
-    return;
-  }
-  // Rows go in blocks: block [r0, r0 + rows) reads cache positions 0..pos+r0+rows-1 only, so the
-  // masked future a block computes is at most ROWS wide instead of P.
+}
+
+// Rows go in blocks: block [r0, r0 + rows) reads cache positions 0..pos+r0+rows-1 only, so the
+// masked future a block computes is at most ROWS wide instead of P. k_cache, v_cache: [S, KVL].
+void attention_gemm(float* out, float* att, const float* qkv, const float* k_cache, const float* v_cache, int pos,
+                    int64_t P, const AttentionShape& s) {
+  const int64_t HS = s.head_size, QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
   constexpr int64_t ROWS = 64;
   const float scale_div = sqrtf(static_cast<float>(HS));
   for (int h = 0; h < s.heads; ++h) {
@@ -161,6 +176,20 @@ void attention_cached(float* out, float* att, const float* qkv, float* k_cache, 
                    out + r0 * QL + h * HS, QL);
     }
   }
+}
+
+}  // namespace
+
+void attention_cached(float* out, float* att, const float* qkv, const KvBlocks& kv, int pos, int64_t P,
+                      const AttentionShape& s) {
+  store_kv_rows(qkv, kv, pos, P, s);
+  if (P > 1 && kv.contiguous() && !tensor::decode_rows()) {
+    const int64_t at = kv.blocks[0] * kv.block_size * s.kv_dim();
+    attention_gemm(out, att, qkv, kv.k + at, kv.v + at, pos, P, s);
+    return;
+  }
+  for (int64_t n = 0; n < P; ++n)
+    attention_decode(out + n * s.q_dim(), att, qkv + n * s.qkv_dim(), kv, pos + static_cast<int>(n), s);
 }
 
 }  // namespace tpcli::nn

@@ -31,19 +31,31 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                         const AttentionShape& s);
 
-// Decode at position pos: q[QL]; k_cache, v_cache: [S, KVL] with rows 0..pos filled;
-// out[QL]; att_scratch[pos + 1]. llama2.c's operation order.
-void attention_decode(float* out, float* att_scratch, const float* q, const float* k_cache, const float* v_cache,
-                      int pos, const AttentionShape& s);
+// Where one sequence's keys and values lie in a KV cache of blocks: position t is row
+// t % block_size of block blocks[t / block_size], and block b's rows start at k + b * block_size *
+// KVL (v likewise). A contiguous cache [S, KVL] is one block of S positions.
+struct KvBlocks {
+  float* k = nullptr;
+  float* v = nullptr;
+  std::span<const int32_t> blocks;
+  int64_t block_size = 0;
+  int64_t positions() const { return static_cast<int64_t>(blocks.size()) * block_size; }
+  bool contiguous() const { return blocks.size() == 1; }
+};
+
+// Decode at position pos: q[QL]; kv with positions 0..pos filled; out[QL]; att_scratch[pos + 1].
+// llama2.c's operation order, position by position, wherever the blocks lie.
+void attention_decode(float* out, float* att_scratch, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s);
 
 // Inference over a KV cache, P rows at positions pos..pos+P-1 (a prompt, or one decode step):
-// qkv[P, QL+2*KVL] after RoPE. Writes each row's k and v into k_cache, v_cache [S, KVL] at its
-// position, then out[P, QL]: row n attends to cache positions 0..pos+n (causal; rows before pos
-// must already be filled). att_scratch[P * (pos + P)] (at least).
-// P == 1 is attention_decode (llama2.c's order). P > 1 computes, per head and block of rows, the
-// scores against the positions the block reads as one gemm, masks the future, softmaxes each row,
-// and weighs the values with a second gemm: no per-row calls.
-void attention_cached(float* out, float* att_scratch, const float* qkv, float* k_cache, float* v_cache, int pos,
-                      int64_t P, const AttentionShape& s);
+// qkv[P, QL+2*KVL] after RoPE. Writes each row's k and v into the cache at its position, then
+// out[P, QL]: row n attends to cache positions 0..pos+n (causal; rows before pos must already be
+// filled). att_scratch[P * (pos + P)] (at least).
+// P == 1, a cache of several blocks, or a tensor::DecodeRows scope: each row is attention_decode
+// (a row's bits then do not depend on the rows beside it or on how a prompt was cut into calls).
+// Otherwise, per head and block of rows, the scores against the positions the block reads are
+// one gemm, the future masked, each row softmaxed, and the values weighed with a second gemm.
+void attention_cached(float* out, float* att_scratch, const float* qkv, const KvBlocks& kv, int pos, int64_t P,
+                      const AttentionShape& s);
 
 }  // namespace tpcli::nn

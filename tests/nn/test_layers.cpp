@@ -14,6 +14,7 @@
 #include "nn/rmsnorm.h"
 #include "nn/rope.h"
 #include "nn/swiglu.h"
+#include "tensor/blas.h"
 
 using namespace tpcli;
 using nn::testing::check_gradient;
@@ -131,12 +132,14 @@ TEST_CASE("attention (causal, grouped-query) backward matches finite differences
     fwd(out);
   }
   // Decode, position by position with a cache, gives the batched rows of sequence 1.
+  const int32_t first_block = 0;
+  const std::span<const int32_t> whole_cache(&first_block, 1);
   std::vector<float> kc(T * KVL), vc(T * KVL), o1(QL), scratch(T);
   for (int t = 0; t < T; ++t) {
     const float* row = qkv.data() + (T + t) * QKV;
     std::copy(row + QL, row + QL + KVL, kc.begin() + t * KVL);
     std::copy(row + QL + KVL, row + QKV, vc.begin() + t * KVL);
-    nn::attention_decode(o1.data(), scratch.data(), row, kc.data(), vc.data(), t, s);
+    nn::attention_decode(o1.data(), scratch.data(), row, {kc.data(), vc.data(), whole_cache, T}, t, s);
     for (int64_t i = 0; i < QL; ++i) CHECK(o1[i] == Approx(out[(T + t) * QL + i]).epsilon(1e-5).margin(1e-6));
   }
   std::vector<float> dqkv(B * T * QKV, 0.0f);
@@ -152,6 +155,8 @@ TEST_CASE("attention over the KV cache, P rows at once, equals decode row by row
   std::vector<int> kv_of = {0, 1, 1};
   nn::AttentionShape s{3, 2, static_cast<int>(HS), kv_of};
   const int64_t QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
+  const int32_t first_block = 0;
+  const std::span<const int32_t> whole_cache(&first_block, 1);
   for (const auto& [pos, P] : std::vector<std::pair<int, int64_t>>{{0, 150}, {37, 150}, {5, 2}, {0, 1}}) {
     INFO(P << " rows from position " << pos);
     const auto prefix = random_vector(pos * QKV, rng), qkv = random_vector(P * QKV, rng);  // [pos, QKV], [P, QKV]
@@ -160,7 +165,7 @@ TEST_CASE("attention over the KV cache, P rows at once, equals decode row by row
     auto decode_row = [&](const float* row, int t, float* out) {
       std::copy(row + QL, row + QL + KVL, kc.begin() + t * KVL);
       std::copy(row + QL + KVL, row + QKV, vc.begin() + t * KVL);
-      nn::attention_decode(out, scratch.data(), row, kc.data(), vc.data(), t, s);
+      nn::attention_decode(out, scratch.data(), row, {kc.data(), vc.data(), whole_cache, S}, t, s);
     };
     std::vector<float> ignored(QL);
     for (int t = 0; t < pos; ++t) decode_row(prefix.data() + t * QKV, t, ignored.data());
@@ -168,12 +173,31 @@ TEST_CASE("attention over the KV cache, P rows at once, equals decode row by row
     for (int64_t n = 0; n < P; ++n) decode_row(qkv.data() + n * QKV, pos + static_cast<int>(n), expected.data() + n * QL);
     // Batched, on a cache holding only the prefix; it must write the rows' k and v itself.
     std::vector<float> kb = prefix_k, vb = prefix_v, out(P * QL), att(P * (pos + P));
-    nn::attention_cached(out.data(), att.data(), qkv.data(), kb.data(), vb.data(), pos, P, s);
+    nn::attention_cached(out.data(), att.data(), qkv.data(), {kb.data(), vb.data(), whole_cache, S}, pos, P, s);
     CHECK(kb == kc);
     CHECK(vb == vc);
     float diff = 0;
     for (int64_t i = 0; i < P * QL; ++i) diff = std::max(diff, std::abs(out[i] - expected[i]));
     CHECK(diff <= 1e-5f);
+    // The same rows over a pool of 16-position blocks in scattered order, and over the contiguous
+    // cache as rows alone (DecodeRows): decode's bits exactly.
+    const int64_t BS = 16, blocks = (S + BS - 1) / BS;
+    std::vector<int32_t> table;
+    for (int64_t b = 0; b < blocks; ++b) table.push_back(static_cast<int32_t>((b * 7 + 3) % blocks));  // 7 coprime to 13
+    std::vector<float> kp(blocks * BS * KVL), vp(blocks * BS * KVL), paged(P * QL);
+    for (int t = 0; t < pos; ++t) {
+      const int64_t at = (table[static_cast<size_t>(t / BS)] * BS + t % BS) * KVL;
+      std::copy_n(prefix_k.begin() + t * KVL, KVL, kp.begin() + at);
+      std::copy_n(prefix_v.begin() + t * KVL, KVL, vp.begin() + at);
+    }
+    nn::attention_cached(paged.data(), att.data(), qkv.data(), {kp.data(), vp.data(), table, BS}, pos, P, s);
+    CHECK(paged == expected);
+    std::vector<float> kr = prefix_k, vr = prefix_v, rows(P * QL);
+    {
+      const tensor::DecodeRows row_by_row;
+      nn::attention_cached(rows.data(), att.data(), qkv.data(), {kr.data(), vr.data(), whole_cache, S}, pos, P, s);
+    }
+    CHECK(rows == expected);
   }
 }
 

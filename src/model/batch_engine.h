@@ -1,0 +1,128 @@
+// tpcli::model — the batched engine: many sequences through one inference model, each step one
+// forward over the mesh for all of them.
+//
+// KV pool: fixed blocks of `block_size` positions (PagedAttention's idea); a sequence holds a list
+// of blocks, so sequences of any lengths share one pool (Llama::new_kv_pool) without a per-sequence
+// seq_len allocation. Full blocks are kept for their tokens: a prompt that starts like an earlier
+// one (a shared system prompt, a chat's earlier turns) reuses them and prefills only the rest
+// (model/kv_block_allocator.h).
+//
+// A step: every running sequence's next row (a decode token), then chunks of prompts, up to
+// `step_tokens` rows; sequences that finish (a stop id, max_tokens, the context's end, or
+// on_token saying so) leave and waiting ones join (continuous batching). When the pool has no
+// block for a running sequence, the newest running sequence is preempted: its blocks go back to
+// the pool and it is prefilled again (its prompt and what it generated) when it is readmitted.
+//
+// Batch invariance: a request's logits and tokens do not depend on what else runs, on where its
+// blocks lie, on how its prompt was chunked, on preemption or on prefix sharing: every row is
+// computed as forward() computes it alone (Llama::step), and its sampler is its own (seeded by the
+// request).
+//
+// A collective over the model's groups: every device makes the same calls with the same requests
+// (scheduling is deterministic) and gets the same results.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/kv_block_allocator.h"
+#include "model/llama.h"
+
+namespace tpcli::model {
+
+class Sampler;
+
+struct BatchRequest {
+  std::vector<int> prompt;     // token ids, fed as they are (at least one)
+  int max_tokens = 256;        // generated tokens at most
+  float temperature = 1.0f;    // 0: greedy
+  float topp = 0.9f;
+  uint64_t seed = 1;           // the request's sampler (>= 1)
+  std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens)
+};
+
+struct BatchResult {
+  std::vector<int> tokens;     // generated
+  std::string finish_reason;   // "stop" (a stop id, or on_token), "length" (max_tokens or the context's end)
+  int cached_tokens = 0;       // prompt tokens whose keys and values came from the pool (prefix sharing)
+};
+
+struct EngineOptions {
+  int parallel = 16;        // running sequences at most
+  int block_size = 16;      // positions per KV block
+  int kv_blocks = 0;        // blocks in the pool; 0: from kv_memory
+  int64_t kv_memory = 0;    // bytes of pool per device; 0: `parallel` whole contexts, within an eighth of memory
+  int step_tokens = 512;    // rows per step at most (at least `parallel`): decode rows first, then prompt chunks
+  bool prefix_sharing = true;
+};
+
+struct EngineStats {
+  int64_t steps = 0, rows = 0, decode_rows = 0;
+  int64_t cached_tokens = 0;  // prompt tokens reused from the pool
+  int64_t preemptions = 0;
+};
+
+class BatchEngine {
+ public:
+  BatchEngine(Llama& llama, const EngineOptions& options);
+  ~BatchEngine();
+
+  // Queues a request (checked here: a bad one throws before anything runs); returns its id, 0, 1, ...
+  int add(BatchRequest request);
+  // One forward over the mesh for the next rows; false when nothing was left to run.
+  bool step();
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  const BatchResult& result(int id) const;
+
+  // Called on every device after each sampled token; false ends the sequence ("stop"), e.g. at a
+  // stop string. Must answer the same on every device.
+  std::function<bool(int id, int token)> on_token;
+  std::function<void(int id)> on_finished;
+  // The logits [V] a sequence's next token is sampled from, before sampling (log-probabilities, tests).
+  std::function<void(int id, std::span<const float> logits)> on_logits;
+
+  const EngineStats& stats() const { return stats_; }
+  int kv_blocks() const { return allocator_.total(); }
+  int kv_blocks_free() const { return allocator_.free(); }
+  int64_t kv_pool_bytes() const { return pool_.bytes(); }  // this device's
+  int context() const { return context_; }                // positions a sequence may reach
+  int running() const { return static_cast<int>(running_.size()); }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+
+ private:
+  struct Sequence;
+  struct Planned {
+    int id = 0;
+    int64_t rows = 0;
+  };
+  void plan_running(std::vector<Planned>& plan, int64_t& budget);
+  void admit_waiting(std::vector<Planned>& plan, int64_t& budget);
+  int64_t reserve(Sequence& s, int64_t rows, std::vector<Planned>* preempt_for);
+  void preempt_newest(std::vector<Planned>& plan);
+  void run(const std::vector<Planned>& plan);
+  void advance(Sequence& s, int64_t rows);
+  void take_token(Sequence& s, float* logits);
+  void finish(Sequence& s, const char* reason);
+
+  Llama& llama_;
+  EngineOptions options_;
+  Llama::KvCache pool_;
+  KvBlockAllocator allocator_;
+  int context_ = 0;
+  std::vector<std::unique_ptr<Sequence>> sequences_;  // by id
+  std::vector<int> running_;                          // ids, in admission order
+  std::deque<int> waiting_;                           // ids, the next to admit first
+  EngineStats stats_;
+};
+
+// Every request through a BatchEngine to the end; results in request order. on_finished(i) is
+// called as request i finishes.
+std::vector<BatchResult> generate_batch(Llama& llama, const std::vector<BatchRequest>& requests, const EngineOptions& options,
+                                        const std::function<void(size_t)>& on_finished = {});
+
+}  // namespace tpcli::model

@@ -1,0 +1,223 @@
+// model/: the batched engine is batch-invariant. Sixteen seeded requests of mixed prompt lengths
+// run together give each the logits (bit for bit) and tokens it gets alone through forward() and
+// its own sampler: in f32, bf16, 8-bit and 4-bit, on 1 and 2 devices; and so do prompts prefilled
+// in chunks of 7, sequences preempted by a small KV pool and re-prefilled, and prompts whose first
+// blocks come from the prefix cache. Greedy tokens agree on 1, 2, 3 and 4 devices.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "distributed/runtime.h"
+#include "model/batch_engine.h"
+#include "model/llama.h"
+#include "model/packed_weights.h"
+#include "model/sampler.h"
+#include "random_model.h"
+#include "tensor/packed_matrix.h"
+
+using namespace tpcli;
+using namespace tpcli::testing;
+
+namespace {
+
+struct Outcome {
+  std::vector<int> tokens;
+  std::vector<std::vector<float>> logits;  // [V] before each sampled token
+  std::string finish_reason;
+};
+
+model::LlamaConfig engine_config() {
+  model::LlamaConfig c = make_config(64, 4, 2, 96, 2, 67, false);
+  c.seq_len = 96;
+  return c;
+}
+
+// 16 requests: prompts of 1 to 41 tokens, greedy and sampled, different lengths to generate.
+std::vector<model::BatchRequest> mixed_requests(int vocab, std::span<const int> shared_prefix = {}) {
+  std::vector<model::BatchRequest> requests;
+  for (int i = 0; i < 16; ++i) {
+    model::BatchRequest r;
+    r.prompt.assign(shared_prefix.begin(), shared_prefix.end());
+    const std::vector<int> own = random_tokens(1 + (i * 11) % 41, vocab, 300 + static_cast<uint32_t>(i));
+    r.prompt.insert(r.prompt.end(), own.begin(), own.end());
+    r.max_tokens = 2 + i % 5;
+    r.temperature = i % 3 == 0 ? 0.0f : 0.9f;
+    r.seed = 100 + static_cast<uint64_t>(i);
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+// Each request alone: forward() token by token, sampled by its own sampler.
+std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests) {
+  std::vector<Outcome> out;
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    std::vector<Outcome> mine;
+    for (const model::BatchRequest& r : requests) {
+      Outcome o;
+      model::Sampler sampler(w.config().vocab_size, r.temperature, r.topp, r.seed);
+      std::vector<int> tokens = r.prompt;
+      for (size_t pos = 0; static_cast<int>(o.tokens.size()) < r.max_tokens; ++pos) {
+        std::span<const float> l = m.forward(tokens[pos], static_cast<int>(pos));
+        if (pos + 1 < tokens.size()) continue;
+        std::vector<float> logits(l.begin(), l.end());
+        o.logits.push_back(logits);
+        tokens.push_back(sampler.sample(logits));
+        o.tokens.push_back(tokens.back());
+      }
+      o.finish_reason = "length";
+      mine.push_back(std::move(o));
+    }
+    if (dev.rank() == 0) out = std::move(mine);
+  });
+  return out;
+}
+
+struct EngineRun {
+  std::vector<Outcome> outcomes;
+  model::EngineStats stats;
+};
+
+EngineRun run_engine(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
+                     const model::EngineOptions& options) {
+  EngineRun out;
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    model::BatchEngine engine(m, options);
+    std::vector<Outcome> mine(requests.size());
+    engine.on_logits = [&](int id, std::span<const float> l) { mine[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
+    for (const model::BatchRequest& r : requests) engine.add(r);
+    while (engine.step()) {
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      mine[i].tokens = engine.result(static_cast<int>(i)).tokens;
+      mine[i].finish_reason = engine.result(static_cast<int>(i)).finish_reason;
+    }
+    if (dev.rank() == 0) out = {std::move(mine), engine.stats()};
+  });
+  return out;
+}
+
+void require_same(const std::vector<Outcome>& got, const std::vector<Outcome>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("request " << i);
+    CHECK(got[i].tokens == want[i].tokens);
+    CHECK(got[i].finish_reason == want[i].finish_reason);
+    REQUIRE(got[i].logits.size() == want[i].logits.size());
+    for (size_t t = 0; t < want[i].logits.size(); ++t) {
+      INFO("token " << t);
+      CHECK(std::memcmp(got[i].logits[t].data(), want[i].logits[t].data(), want[i].logits[t].size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("batch engine: 16 requests together equal each alone through forward(), bit for bit, in f32, bf16, 8- and 4-bit",
+          "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights f32 = random_weights(c, 21);
+  const model::ConvertedWeights bf16(f32, tensor::WeightFormat::bf16()), q8(f32, tensor::WeightFormat::affine(8, 32)),
+      q4(f32, tensor::WeightFormat::affine(4, 32));
+  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  const std::pair<const char*, const model::WeightSource*> formats[] = {{"f32", &f32}, {"bf16", &bf16}, {"8-bit", &q8}, {"4-bit", &q4}};
+  for (const auto& [name, w] : formats)
+    for (int devices : {1, 2}) {
+      INFO(name << " on " << devices << " devices");
+      const EngineRun together = run_engine(*w, devices, requests, {});
+      CHECK(together.stats.steps < 16 * 6);  // the requests did share steps
+      require_same(together.outcomes, run_alone(*w, devices, requests));
+    }
+}
+
+TEST_CASE("batch engine: chunked prefill, preemption and prefix sharing change no bit", "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights f32 = random_weights(c, 23);
+  const model::ConvertedWeights q4(f32, tensor::WeightFormat::affine(4, 32));
+  const std::vector<int> system = random_tokens(37, c.vocab_size, 9);  // two full blocks and some
+  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size, system);
+  for (const model::WeightSource* w : {static_cast<const model::WeightSource*>(&f32), static_cast<const model::WeightSource*>(&q4)})
+    for (int devices : {1, 2}) {
+      INFO((w == &f32 ? "f32" : "4-bit") << " on " << devices << " devices");
+      model::EngineOptions fresh;
+      fresh.prefix_sharing = false;
+      const EngineRun plain = run_engine(*w, devices, requests, fresh);
+      CHECK(plain.stats.cached_tokens == 0);
+      require_same(plain.outcomes, run_alone(*w, devices, requests));
+
+      model::EngineOptions chunked = fresh;
+      chunked.step_tokens = 7;  // prompts of up to 78 tokens cut into steps of 7 rows
+      chunked.parallel = 4;
+      require_same(run_engine(*w, devices, requests, chunked).outcomes, plain.outcomes);
+
+      model::EngineOptions small_pool = fresh;
+      small_pool.kv_blocks = 8;  // 128 positions for 16 sequences of up to 84
+      const EngineRun preempted = run_engine(*w, devices, requests, small_pool);
+      CHECK(preempted.stats.preemptions > 0);
+      require_same(preempted.outcomes, plain.outcomes);
+
+      model::EngineOptions four_at_once;
+      four_at_once.parallel = 4;
+      const EngineRun shared = run_engine(*w, devices, requests, four_at_once);
+      CHECK(shared.stats.cached_tokens >= 12 * 32);  // every request after the first four reuses the two system blocks
+      require_same(shared.outcomes, plain.outcomes);
+    }
+}
+
+TEST_CASE("batch engine: greedy tokens agree on 1, 2, 3 and 4 devices", "[llama][batch]") {
+  model::LlamaConfig c = make_config(48, 12, 6, 72, 2, 61, true);
+  c.seq_len = 64;
+  const model::TensorWeights w = random_weights(c, 31);
+  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (model::BatchRequest& r : requests) r.temperature = 0.0f;
+  const EngineRun one = run_engine(w, 1, requests, {});
+  for (int devices : {2, 3, 4}) {
+    INFO(devices << " devices");
+    const EngineRun many = run_engine(w, devices, requests, {});
+    for (size_t i = 0; i < requests.size(); ++i) CHECK(many.outcomes[i].tokens == one.outcomes[i].tokens);
+  }
+}
+
+TEST_CASE("batch engine: stop ids and on_token end a sequence early, and a prompt the context cannot hold is refused",
+          "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 41);
+  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (int t = 0; t < c.vocab_size; ++t) requests[4].stop_ids.push_back(t);  // any token stops it
+  requests[5].max_tokens = 50;
+  dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    model::BatchEngine engine(m, {});
+    for (const model::BatchRequest& r : requests) engine.add(r);
+    engine.on_token = [&](int id, int) { return id != 5 || engine.result(5).tokens.size() < 3; };
+    while (engine.step()) {
+    }
+    CHECK(engine.result(5).tokens.size() == 3);
+    CHECK(engine.result(5).finish_reason == "stop");
+    CHECK(engine.result(4).finish_reason == "stop");
+    CHECK(engine.result(4).tokens.size() == 1);
+    CHECK(engine.result(0).finish_reason == "length");
+    CHECK(engine.kv_blocks_free() == engine.kv_blocks());  // every finished sequence gave its blocks back
+    model::BatchRequest too_long;
+    too_long.prompt.assign(static_cast<size_t>(c.seq_len + 1), 1);
+    CHECK_THROWS_WITH(engine.add(too_long), Catch::Contains("request 16") && Catch::Contains("96"));
+  });
+}
+
+TEST_CASE("batch engine: a sequence reaching the context's end finishes with length", "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 43);
+  model::BatchRequest r;
+  r.prompt = random_tokens(90, c.vocab_size, 5);
+  r.max_tokens = 100;
+  model::EngineOptions o;
+  o.kv_blocks = 6;  // exactly the context: 96 positions
+  const EngineRun run = run_engine(w, 1, {r}, o);
+  CHECK(run.outcomes[0].finish_reason == "length");
+  CHECK(run.outcomes[0].tokens.size() == 7);  // positions 90..95 fed, the 7th token's position would be 96
+}
