@@ -63,15 +63,15 @@ std::vector<std::string> stop_strings(const json& line, const std::string& where
 }
 
 Job job_of(const json& line, const std::string& where, const BatchInferOptions& o, const model::LoadedTokenizer& loaded,
-           const std::vector<int>& stop_ids, int seq_len) {
+           const std::vector<int>& stop_ids, int context) {
   if (!line.is_object()) throw UsageError(where + ": not a JSON object");
   Job job{{}, stop_strings(line, where)};
   model::BatchRequest& r = job.request;
   // A chat template writes its own beginning-of-sequence text.
   r.prompt = loaded.tokenizer->encode_text(prompt_text(line, where, loaded), !line.contains("messages"));
-  if (r.prompt.empty() || static_cast<int>(r.prompt.size()) >= seq_len)
+  if (r.prompt.empty() || static_cast<int>(r.prompt.size()) >= context)
     throw UsageError(where + ": the prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
-                     std::to_string(seq_len));
+                     std::to_string(context));
   r.max_tokens = number_or(line, "max_tokens", o.max_tokens, where);
   r.temperature = number_or(line, "temperature", o.temperature, where);
   r.topp = number_or(line, "top_p", o.topp, where);
@@ -84,8 +84,8 @@ Job job_of(const json& line, const std::string& where, const BatchInferOptions& 
   return job;
 }
 
-std::vector<Job> read_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded,
-                                               const std::vector<int>& stop_ids, int seq_len) {
+std::vector<Job> read_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids,
+                           int context) {
   std::ifstream in(o.jsonl);
   if (!in) throw UsageError("--batch " + o.jsonl + ": cannot open");
   std::vector<Job> jobs;
@@ -99,7 +99,7 @@ std::vector<Job> read_jobs(const BatchInferOptions& o, const model::LoadedTokeni
     } catch (const json::parse_error& e) {
       throw UsageError(where + ": not JSON (" + std::string(e.what()).substr(0, 120) + ")");
     }
-    jobs.push_back(job_of(line, where, o, loaded, stop_ids, seq_len));
+    jobs.push_back(job_of(line, where, o, loaded, stop_ids, context));
   }
   if (jobs.empty()) throw UsageError("--batch " + o.jsonl + ": no prompts");
   return jobs;
@@ -172,22 +172,24 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   if (o.engine.step_tokens < 1) throw UsageError("--step-tokens " + std::to_string(o.engine.step_tokens) + " must be >= 1");
   if (o.engine.kv_blocks < 0) throw UsageError("--kv-blocks " + std::to_string(o.engine.kv_blocks) + " must be >= 1");
   const model::LlamaConfig& config = opened.weights->config();
+  int64_t pool_positions = 0;
+  try {
+    pool_positions = int64_t{model::kv_pool_blocks(config, mesh.axis_size("model"), mesh.size(), o.engine)} * o.engine.block_size;
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const int context = static_cast<int>(std::min<int64_t>(config.seq_len, pool_positions));
   const model::LoadedTokenizer loaded = open_tokenizer(o.tokenizer_path, std::nullopt);
   std::vector<int> stop_ids = opened.eos_token_ids;
   if (auto eos = loaded.tokenizer->token_id(loaded.tokenizer->eos_text()); eos && !loaded.tokenizer->eos_text().empty())
     stop_ids.push_back(*eos);
-  const std::vector<Job> jobs = read_jobs(o, loaded, stop_ids, config.seq_len);
+  const std::vector<Job> jobs = read_jobs(o, loaded, stop_ids, context);
   std::vector<model::BatchResult> results;
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
         model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
-        std::vector<model::BatchResult> r;
-        try {
-          r = run_jobs(llama, jobs, o, *loaded.tokenizer, dev.rank() == 0);
-        } catch (const std::invalid_argument& e) {  // a request the pool cannot hold, a bad --kv-memory
-          throw UsageError(e.what());
-        }
+        std::vector<model::BatchResult> r = run_jobs(llama, jobs, o, *loaded.tokenizer, dev.rank() == 0);
         if (dev.rank() == 0) results = std::move(r);
       },
       run_options);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "model/sampler.h"
+#include "model/shard_plan.h"
 
 namespace tpcli::model {
 
@@ -28,25 +29,6 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The pool's blocks: as asked, or `parallel` whole contexts within an eighth of the machine's
-// memory over all of this process's devices.
-int pool_blocks(const Llama& llama, const EngineOptions& o) {
-  if (o.block_size < 1) throw std::invalid_argument("batch engine: a KV block of " + std::to_string(o.block_size) + " positions");
-  if (o.kv_blocks > 0) return o.kv_blocks;
-  const int64_t per_block = llama.largest_kv_block_bytes(o.block_size);
-  if (o.kv_memory > 0) {
-    const int64_t n = o.kv_memory / per_block;
-    if (n < 1)
-      throw std::invalid_argument("--kv-memory " + std::to_string(o.kv_memory) + " holds no KV block (" + std::to_string(per_block) +
-                                  " bytes for " + std::to_string(o.block_size) + " positions)");
-    return static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
-  }
-  const int64_t whole = int64_t{o.parallel} * ceil_div(llama.config().seq_len, o.block_size);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  const auto fits = static_cast<int64_t>(memory / 8 / llama.devices() / static_cast<double>(per_block));
-  return static_cast<int>(std::clamp<int64_t>(std::min(whole, fits), 1, std::numeric_limits<int>::max()));
-}
-
 void check_request(const BatchRequest& r, int id, int context, int vocab) {
   const std::string which = "request " + std::to_string(id) + ": ";
   if (r.prompt.empty() || static_cast<int64_t>(r.prompt.size()) > context)
@@ -59,10 +41,29 @@ void check_request(const BatchRequest& r, int id, int context, int vocab) {
 
 }  // namespace
 
+int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, const EngineOptions& o) {
+  if (o.block_size < 1) throw std::invalid_argument("batch engine: a KV block of " + std::to_string(o.block_size) + " positions");
+  if (o.kv_blocks > 0) return o.kv_blocks;
+  int64_t rows = 0;
+  for (const ShardPlan& p : plan_all_shards(config, tensor_devices)) rows = std::max(rows, p.kv_rows().count);
+  const int64_t per_block = 2 * int64_t{config.n_layers} * o.block_size * rows * static_cast<int64_t>(sizeof(float));
+  if (o.kv_memory > 0) {
+    const int64_t n = o.kv_memory / per_block;
+    if (n < 1)
+      throw std::invalid_argument("--kv-memory " + std::to_string(o.kv_memory) + " holds no KV block (" + std::to_string(per_block) +
+                                  " bytes for " + std::to_string(o.block_size) + " positions)");
+    return static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
+  }
+  const int64_t whole = int64_t{o.parallel} * ceil_div(config.seq_len, o.block_size);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const auto fits = static_cast<int64_t>(memory / 8 / devices / static_cast<double>(per_block));
+  return static_cast<int>(std::clamp<int64_t>(std::min(whole, fits), 1, std::numeric_limits<int>::max()));
+}
+
 BatchEngine::BatchEngine(Llama& llama, const EngineOptions& options)
     : llama_(llama),
       options_(options),
-      pool_(llama.new_kv_pool(pool_blocks(llama, options), options.block_size)),
+      pool_(llama.new_kv_pool(kv_pool_blocks(llama.config(), llama.tensor_devices(), llama.devices(), options), options.block_size)),
       allocator_(pool_.blocks(), options.block_size),
       context_(static_cast<int>(std::min<int64_t>(llama.config().seq_len, int64_t{pool_.blocks()} * options.block_size))) {
   if (options.parallel < 1) throw std::invalid_argument("batch engine: parallel must be >= 1");

@@ -120,6 +120,12 @@ class BatchEngine {
   EngineStats stats_;
 };
 
+// The KV pool's blocks for these options, the weights split over `tensor_devices` of the
+// `devices` devices: kv_blocks, else kv_memory over the largest device's block (uneven kv heads:
+// every device gets the same blocks), else `parallel` whole contexts within an eighth of the
+// machine's memory. std::invalid_argument when kv_memory holds no block.
+int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, const EngineOptions& options);
+
 // Every request through a BatchEngine to the end; results in request order. on_finished(i) is
 // called as request i finishes.
 std::vector<BatchResult> generate_batch(Llama& llama, const std::vector<BatchRequest>& requests, const EngineOptions& options,

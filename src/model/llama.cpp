@@ -280,16 +280,6 @@ Llama::KvCache Llama::new_kv_pool(int blocks, int block_size) const {
   return cache;
 }
 
-int64_t Llama::kv_block_bytes(int block_size) const {
-  return 2 * static_cast<int64_t>(layers_.size()) * block_size * core_.plan.kv_rows().count * static_cast<int64_t>(sizeof(float));
-}
-
-int64_t Llama::largest_kv_block_bytes(int block_size) const {
-  int64_t rows = 0;
-  for (const ShardPlan& p : core_.all_plans) rows = std::max(rows, p.kv_rows().count);
-  return 2 * static_cast<int64_t>(layers_.size()) * block_size * rows * static_cast<int64_t>(sizeof(float));
-}
-
 int64_t Llama::KvCache::bytes() const {
   int64_t n = 0;
   for (size_t l = 0; l < k_.size(); ++l) n += static_cast<int64_t>(k_[l].size() + v_[l].size());
@@ -477,6 +467,8 @@ int64_t Llama::parameter_bytes() const {
   return bytes + n * static_cast<int64_t>(sizeof(float));
 }
 
-int64_t Llama::kv_cache_bytes() const { return kv_block_bytes(core_.config.seq_len); }
+int64_t Llama::kv_cache_bytes() const {
+  return 2 * core_.config.n_layers * int64_t{core_.config.seq_len} * core_.plan.kv_rows().count * static_cast<int64_t>(sizeof(float));
+}
 
 }  // namespace tpcli::model

@@ -38,7 +38,8 @@ class Llama {
 
   const LlamaConfig& config() const { return core_.config; }
   const ShardPlan& plan() const { return core_.plan; }
-  // Devices the model is split over (tensor x expert groups).
+  // Devices that split the weights (the tensor group), and all the model is split over (x experts).
+  int tensor_devices() const { return core_.group.size(); }
   int devices() const { return core_.group.size() * core_.expert_group.size(); }
   // Whether the weights are packed (quantized or 16-bit, WeightSource::stored()).
   bool packed() const;
@@ -85,10 +86,6 @@ class Llama {
   KvCache new_kv_cache(int positions = 0) const;
   // A pool of `blocks` blocks of `block_size` positions.
   KvCache new_kv_pool(int blocks, int block_size) const;
-  // Bytes of one pool block on this device, and the most any device of the tensor group needs
-  // (uneven kv heads: pools are sized by the largest, so every device has the same blocks).
-  int64_t kv_block_bytes(int block_size) const;
-  int64_t largest_kv_block_bytes(int block_size) const;
 
   // The rows of one sequence in a batched step: `count` tokens at positions pos..pos+count-1, whose
   // keys and values go into (and whose attention reads) the pool blocks `blocks` (position t in

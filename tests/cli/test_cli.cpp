@@ -467,7 +467,24 @@ TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in inp
   // greedy: the text infer -t 0 prints after the same prompt
   const Result greedy = run({"infer", "--model", model, "-z", tok, "-i", "Once upon a time", "-t", "0", "-n", "64"});
   REQUIRE(greedy.code == 0);
-  CHECK(greedy.out.find("Once upon a time" + lines[0]["text"].get<std::string>()) == 0);
+  const std::string text = lines[0]["text"].get<std::string>();
+  CHECK(greedy.out.find("Once upon a time" + text) == 0);
+  // a stop string from the middle of that text ends it there, across token boundaries, unprinted
+  REQUIRE(text.size() > 12);
+  const std::string stop = text.substr(text.size() / 2, 5);
+  const nlohmann::json stop_line = {{"prompt", "Once upon a time"}, {"max_tokens", 20}, {"temperature", 0}, {"stop", {"zzzz", stop}}};
+  const std::string stopping = dir.write("stop.jsonl", stop_line.dump() + "\n");
+  const Result stopped = run({"infer", "--model", model, "-z", tok, "--batch", stopping});
+  REQUIRE(stopped.code == 0);
+  const nlohmann::json s = nlohmann::json::parse(stopped.out);
+  CHECK(s["text"] == text.substr(0, text.find(stop)));
+  CHECK(s["finish_reason"] == "stop");
+  // a pool of 6 blocks (96 positions) for three sequences: preemption, the same lines
+  const Result small = run({"infer", "--model", model, "-z", tok, "--batch", prompts, "--parallel", "3", "--kv-blocks", "6"});
+  CHECK(small.out == one.out);
+  const Result tiny = run({"infer", "--model", model, "-z", tok, "--batch", prompts, "--kv-memory", "1K"});
+  CHECK(tiny.code == 2);
+  CHECK(tiny.err.find("--kv-memory 1024 holds no KV block") != std::string::npos);
   const std::string bad = dir.write("bad.jsonl", "{\"prompt\": \"hi\"}\n{\"prompt\": \"there\", \"max_tokens\": \"x\"}\n");
   const Result b = run({"infer", "--model", model, "-z", tok, "--batch", bad});
   CHECK(b.code == 2);
