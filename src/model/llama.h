@@ -102,7 +102,7 @@ class Llama {
   // its own: they depend neither on the other sequences, nor on where the blocks lie, nor on how
   // a prompt was cut into steps (tested on 1 and 2 devices; on more, the all-sums may add in
   // another order). Returns the logits [n, V], full vocabulary on every device, of the sequences
-  // asking for them, in order. A MoE block's experts still multiply their rows by gemm.
+  // asking for them, in order. MoE blocks too: the router and every expert run row by row.
   std::vector<float> step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
 
   int64_t parameter_bytes() const;  // this device's weights as held

@@ -138,6 +138,13 @@ void matmul_wt(float* out, const float* inp, const float* weight, int64_t m, int
     matvec_impl(out, weight, inp, n, k, accumulate);
     return;
   }
+  if (decode_rows()) {  // each row as if alone (DecodeRows)
+    if (accumulate)
+      for (int64_t r = 0; r < m; ++r) matvec_impl(out + r * n, weight, inp + r * k, n, k, true);
+    else
+      matvec_batch(out, n, weight, inp, m, n, k);
+    return;
+  }
   gemm(Trans::No, Trans::Yes, m, n, k, 1.0f, inp, k, weight, k, accumulate ? 1.0f : 0.0f, out, n);
 }
 

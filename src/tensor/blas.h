@@ -17,7 +17,8 @@ void gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float a
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // Common case, contiguous: out[m,n] (+)= inp[m,k] @ weight[n,k]^T  — the Linear layer layout
-// (weight rows are output features, as in PyTorch, llama2.c and MLX).
+// (weight rows are output features, as in PyTorch, llama2.c and MLX). One row, or any rows inside a
+// DecodeRows scope: the matvec kernel per row.
 void matmul_wt(float* out, const float* inp, const float* weight, int64_t m, int64_t n, int64_t k,
                bool accumulate = false);
 

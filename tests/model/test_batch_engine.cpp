@@ -51,11 +51,13 @@ std::vector<model::BatchRequest> mixed_requests(int vocab, std::span<const int> 
   return requests;
 }
 
+std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests);
+
 // Each request alone: forward() token by token, sampled by its own sampler.
-std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests) {
+std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests) {
   std::vector<Outcome> out;
-  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
-    model::Llama m(w, dev.axis("model"));
+  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"), dev.axis("expert"));
     std::vector<Outcome> mine;
     for (const model::BatchRequest& r : requests) {
       Outcome o;
@@ -77,16 +79,28 @@ std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const 
   return out;
 }
 
+std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests) {
+  return run_alone(w, dist::Mesh::line(devices), requests);
+}
+
 struct EngineRun {
   std::vector<Outcome> outcomes;
   model::EngineStats stats;
 };
 
+EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests,
+                     const model::EngineOptions& options);
+
 EngineRun run_engine(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
                      const model::EngineOptions& options) {
+  return run_engine(w, dist::Mesh::line(devices), requests, options);
+}
+
+EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests,
+                     const model::EngineOptions& options) {
   EngineRun out;
-  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
-    model::Llama m(w, dev.axis("model"));
+  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"), dev.axis("expert"));
     model::BatchEngine engine(m, options);
     std::vector<Outcome> mine(requests.size());
     engine.on_logits = [&](int id, std::span<const float> l) { mine[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
@@ -166,6 +180,19 @@ TEST_CASE("batch engine: chunked prefill, preemption and prefix sharing change n
       const EngineRun shared = run_engine(*w, devices, requests, four_at_once);
       CHECK(shared.stats.cached_tokens >= 12 * 32);  // every request after the first four reuses the two system blocks
       require_same(shared.outcomes, plain.outcomes);
+    }
+}
+
+TEST_CASE("batch engine: MoE requests together equal each alone, bit for bit, tensor- and expert-parallel", "[llama][batch][moe]") {
+  model::LlamaConfig c{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 64,
+                       .seq_len = 96, .n_experts = 4, .top_k = 2};
+  const model::TensorWeights f32 = random_weights(c, 27);
+  const model::ConvertedWeights q8(f32, tensor::WeightFormat::affine(8, 32));
+  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (const model::WeightSource* w : {static_cast<const model::WeightSource*>(&f32), static_cast<const model::WeightSource*>(&q8)})
+    for (const dist::Mesh& mesh : {dist::Mesh::line(1), dist::Mesh::line(2), dist::Mesh({{"expert", 2}, {"model", 1}})}) {
+      INFO((w == &f32 ? "f32" : "8-bit") << " on " << mesh.to_string());
+      require_same(run_engine(*w, mesh, requests, {}).outcomes, run_alone(*w, mesh, requests));
     }
 }
 
