@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "distributed/runtime.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
+#include "support/temp_dir.h"
 
 using namespace tpcli::dist;
 using namespace tpcli::testing;
@@ -160,6 +162,28 @@ TEST_CASE("mpi: mpirun -n 2 tpcli infer (1 and 2 devices a process) prints exact
   INFO(mpi4.err);
   REQUIRE(mpi4.code == 0);
   CHECK(mpi4.out == threads4.out);
+}
+
+TEST_CASE("mpi: mpirun -n 2 tpcli infer --batch prints exactly what the thread backend prints") {
+  require_mpi();
+  require_shared("data/stories260K.bin");
+  TempDir dir;
+  const std::string prompts = dir.write("prompts.jsonl",
+                                        "{\"prompt\": \"Once upon a time\", \"max_tokens\": 30, \"temperature\": 0}\n"
+                                        "{\"prompt\": \"The dog\", \"max_tokens\": 20, \"seed\": 7}\n"
+                                        "{\"prompt\": \"Lily\", \"max_tokens\": 40, \"seed\": 9}\n");
+  const std::string args = "infer --model " + shell_quote(shared_path("data/stories260K.bin")) + " -z " +
+                           shell_quote(shared_path("data/tok512.bin")) + " --batch " + shell_quote(prompts) +
+                           " --parallel 2 --kv-blocks 4 --devices 2";
+  const RunResult threads = run_tpcli_line(args);
+  REQUIRE(threads.code == 0);
+  tpcli::testing::RunOptions o;
+  o.launcher = mpirun(2);
+  const RunResult mpi = run_tpcli_line(args + " --backend mpi", o);
+  INFO(mpi.err);
+  REQUIRE(mpi.code == 0);
+  CHECK(mpi.out == threads.out);
+  CHECK(std::count(threads.out.begin(), threads.out.end(), '\n') == 3);
 }
 
 TEST_CASE("mpi: a rank whose model file is missing ends the whole job with its error, no rank left waiting") {

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -567,6 +568,35 @@ TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the threa
     CHECK(zmq.code == 0);
     CHECK(zmq.out == threads.out);
   }
+}
+
+// Four requests through the batched engine; its prompts file in `dir`.
+std::string batch_prompts(TempDir& dir) {
+  return dir.write("prompts.jsonl",
+                   "{\"prompt\": \"Once upon a time\", \"max_tokens\": 30, \"temperature\": 0}\n"
+                   "{\"prompt\": \"The dog\", \"max_tokens\": 20, \"seed\": 7, \"stop\": \"park\"}\n"
+                   "{\"prompt\": \"Once upon a time there was\", \"max_tokens\": 25, \"temperature\": 0.8, \"seed\": 3}\n"
+                   "{\"prompt\": \"Lily\", \"max_tokens\": 40, \"seed\": 9}\n");
+}
+
+TEST_CASE("zmq: infer --batch over 2 processes prints exactly what the thread backend prints") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  tpcli::testing::require_shared("data/tok512.bin");
+  const std::string data = tpcli::testing::shared_path("data/");
+  TempDir dir;
+  const std::vector<std::string> infer{TPCLI_BINARY, "infer", "--model", data + "stories260K.bin", "-z", data + "tok512.bin",
+                                       "--batch", batch_prompts(dir), "--parallel", "3", "--kv-blocks", "5", "--devices", "2"};
+  const Ran threads = run_launch(LaunchOptions{}, infer);
+  REQUIRE(threads.code == 0);
+  REQUIRE(std::count(threads.out.begin(), threads.out.end(), '\n') == 4);
+  std::vector<std::string> over_zmq = infer;
+  over_zmq.insert(over_zmq.end(), {"--backend", "zmq"});
+  LaunchOptions o;
+  o.processes = 2;
+  const Ran zmq = run_launch(o, over_zmq);
+  INFO(zmq.err);
+  CHECK(zmq.code == 0);
+  CHECK(zmq.out == threads.out);  // rank 0 prints; every rank ran the same schedule
 }
 
 TEST_CASE("zmq: launched infer without --devices runs on the launched world, each rank reporting its own devices") {
