@@ -7,7 +7,8 @@
 // PP, TG: tokens per
 // sequence; N_KV = B (PP + TG); T_PP, T_TG: seconds of the two phases (slowest device); S_PP =
 // B PP / T_PP, S_TG = B TG / T_TG, S = N_KV / T. One table per format, then the KV pool's bytes per
-// device at the largest B.
+// device at the largest B; on D > 1 devices, the mesh's S_TG against D independent 1-device
+// engines on B/D sequences each at the same time (the machine's own ceiling for D devices).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -48,7 +49,10 @@ struct PhaseSeconds {
 };
 
 // One row's two phases on every device; the slowest device's seconds.
-PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& mesh, const BatchFlags& f, int B, int threads) {
+// independent: every device runs an engine of its own on a lone model (all the weights) with B / D
+// of the prompts, all at the same time: what the machine gives D separate 1-device runs.
+PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& mesh, const BatchFlags& f, int B, int threads,
+                        bool independent = false) {
   std::mt19937 rng(static_cast<uint32_t>(B));
   std::uniform_int_distribution<int> pick(0, weights.config().vocab_size - 1);
   std::vector<std::vector<int>> prompts(static_cast<size_t>(B), std::vector<int>(static_cast<size_t>(f.npp)));
@@ -60,14 +64,17 @@ PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& me
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama(weights, dev.axis("model"), dev.axis("expert"));
+        model::Llama llama = independent ? model::Llama(weights, dist::Group{})
+                                         : model::Llama(weights, dev.axis("model"), dev.axis("expert"));
+        const dist::Range mine = independent ? dist::even_split(B, mesh.size(), dev.rank()) : dist::Range{0, B};
         model::EngineOptions o;
-        o.parallel = B;
-        o.step_tokens = B * f.npp;  // every prompt in the first step
-        o.kv_blocks = B * ((f.npp + f.ntg + o.block_size - 1) / o.block_size);
+        o.parallel = static_cast<int>(std::max<int64_t>(mine.count, 1));
+        o.step_tokens = o.parallel * f.npp;  // every prompt in the first step
+        o.kv_blocks = o.parallel * ((f.npp + f.ntg + o.block_size - 1) / o.block_size);
         model::BatchEngine engine(llama, o);
         // the first token comes from the prefill's logits, then --ntg decode steps
-        for (const auto& p : prompts) engine.add({p, f.ntg + 1, 0.0f, 0.9f, 1, {}});
+        for (int64_t b = mine.offset; b < mine.offset + mine.count; ++b)
+          engine.add({prompts[static_cast<size_t>(b)], f.ntg + 1, 0.0f, 0.9f, 1, {}});
         PhaseSeconds& s = per_device[static_cast<size_t>(dev.rank())];
         dev.world().barrier();
         auto t0 = Clock::now();
@@ -87,6 +94,22 @@ PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& me
     slowest.decode = std::max(slowest.decode, s.decode);
   }
   return slowest;
+}
+
+// The same decode against the machine's own ceiling: as many independent 1-device engines as the
+// mesh has devices, each on its share of the sequences, at the same time.
+void print_ceiling(const model::WeightSource& weights, const dist::Mesh& mesh, const BatchFlags& f, int threads) {
+  const int D = mesh.size();
+  std::printf("against %d independent 1-device engines, each on B/%d of the sequences at the same time:\n"
+              "|    B | S_TG t/s mesh | S_TG t/s independent | mesh / independent |\n"
+              "|------|---------------|----------------------|--------------------|\n", D, D);
+  for (int B : f.npl) {
+    if (B < D) continue;
+    const PhaseSeconds m = time_batch(weights, mesh, f, B, threads), i = time_batch(weights, mesh, f, B, threads, true);
+    const double tg_mesh = double(B) * f.ntg / m.decode, tg_independent = double(B) * f.ntg / i.decode;
+    std::printf("| %4d | %13.2f | %20.2f | %18.2f |\n", B, tg_mesh, tg_independent, tg_mesh / tg_independent);
+    std::fflush(stdout);
+  }
 }
 
 void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
@@ -121,6 +144,7 @@ void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
       kv_bytes = s.kv_bytes;
     }
     std::printf("KV pool per device at B = %d: %.1f MB\n", f.npl.back(), static_cast<double>(kv_bytes) / 1e6);
+    if (devices > 1) print_ceiling(weights, mesh, f, threads);
   }
 }
 
