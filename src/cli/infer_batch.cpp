@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -142,12 +143,17 @@ std::vector<model::BatchResult> run_jobs(model::Llama& llama, const std::vector<
   int64_t tokens = 0;
   if (reporter)
     engine.on_finished = [&](int id) { print_progress(++finished, jobs.size(), tokens += static_cast<int64_t>(engine.result(id).tokens.size())); };
+  const auto start = std::chrono::steady_clock::now();
   while (engine.step()) {
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const model::EngineStats& st = engine.stats();
   if (reporter)
-    std::fprintf(stderr, "\n%lld steps, %lld rows, %lld prompt tokens from the prefix cache, %lld preemptions; KV pool %d blocks, %.1f MB per device\n",
-                 static_cast<long long>(engine.stats().steps), static_cast<long long>(engine.stats().rows),
-                 static_cast<long long>(engine.stats().cached_tokens), static_cast<long long>(engine.stats().preemptions),
+    std::fprintf(stderr,
+                 "\n%lld tokens generated in %.2f s (%.1f tok/s), %lld rows in %lld steps; %lld prompt tokens from the "
+                 "prefix cache, %lld preemptions; KV pool %d blocks, %.1f MB per device\n",
+                 static_cast<long long>(tokens), seconds, static_cast<double>(tokens) / seconds, static_cast<long long>(st.rows),
+                 static_cast<long long>(st.steps), static_cast<long long>(st.cached_tokens), static_cast<long long>(st.preemptions),
                  engine.kv_blocks(), static_cast<double>(engine.kv_pool_bytes()) / 1e6);
   std::vector<model::BatchResult> results;
   for (size_t i = 0; i < jobs.size(); ++i) results.push_back(engine.result(static_cast<int>(i)));
