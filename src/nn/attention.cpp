@@ -104,12 +104,33 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 
 namespace {
 
-// Calls visit(t, row offset) for positions 0..last in order, block by block (no division per position).
+// Calls visit(t, row offset, n) for runs of n positions t..t+n-1 that lie in one block (rows one
+// KVL apart), covering 0..last in order (no division per position).
 template <class Visit>
-void for_positions(const KvBlocks& kv, int last, int64_t KVL, Visit&& visit) {
+void for_runs(const KvBlocks& kv, int last, int64_t KVL, Visit&& visit) {
   for (int t = 0, b = 0; t <= last; ++b) {
-    const int64_t base = kv.blocks[static_cast<size_t>(b)] * kv.block_size * KVL;
-    for (int64_t j = 0; j < kv.block_size && t <= last; ++j, ++t) visit(t, base + j * KVL);
+    const int n = static_cast<int>(std::min<int64_t>(kv.block_size, last + 1 - t));
+    visit(t, kv.blocks[static_cast<size_t>(b)] * kv.block_size * KVL, n);
+    t += n;
+  }
+}
+
+// att[j] = q . k_j / scale_div for n keys one KVL apart. Each dot product is one chain over the
+// head's dims (llama2.c's order); eight chains run side by side, so the chains' latency overlaps
+// instead of adding up (the same operations, in the same order, per position).
+void scores(float* att, const float* q, const float* k, int n, int64_t HS, int64_t KVL, float scale_div) {
+  constexpr int LANES = 8;
+  int j = 0;
+  for (; j + LANES <= n; j += LANES) {
+    float s[LANES] = {};
+    for (int64_t i = 0; i < HS; ++i)
+      for (int r = 0; r < LANES; ++r) s[r] += q[i] * k[(j + r) * KVL + i];
+    for (int r = 0; r < LANES; ++r) att[j + r] = s[r] / scale_div;
+  }
+  for (; j < n; ++j) {
+    float score = 0.0f;
+    for (int64_t i = 0; i < HS; ++i) score += q[i] * k[j * KVL + i];
+    att[j] = score / scale_div;
   }
 }
 
@@ -121,19 +142,16 @@ void attention_decode(float* out, float* att, const float* q, const KvBlocks& kv
   for (int h = 0; h < s.heads; ++h) {
     const float* qh = q + h * HS;
     const int64_t koff = int64_t(s.kv_of[h]) * HS;
-    for_positions(kv, pos, KVL, [&](int t, int64_t at) {
-      const float* k = kv.k + at + koff;
-      float score = 0.0f;
-      for (int64_t i = 0; i < HS; ++i) score += qh[i] * k[i];
-      att[t] = score / scale_div;
-    });
+    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) { scores(att + t, qh, kv.k + at + koff, n, HS, KVL, scale_div); });
     softmax(att, pos + 1);
     float* o = out + h * HS;
     std::fill(o, o + HS, 0.0f);
-    for_positions(kv, pos, KVL, [&](int t, int64_t at) {
-      const float* v = kv.v + at + koff;
-      const float a = att[t];
-      for (int64_t i = 0; i < HS; ++i) o[i] += a * v[i];
+    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) {
+      for (int j = 0; j < n; ++j) {
+        const float* v = kv.v + at + j * KVL + koff;
+        const float a = att[t + j];
+        for (int64_t i = 0; i < HS; ++i) o[i] += a * v[i];
+      }
     });
   }
 }
