@@ -71,6 +71,18 @@ inline std::vector<float> serial_sum(uint64_t seed, int S, int64_t n) {
   return ref;
 }
 
+// Members lo..hi-1's inputs summed as a balanced binary tree in rank order (the first half's sum
+// plus the second half's, an odd count's extra member in the second half): what an all_sum gives
+// on every backend, bit for bit (one device per process).
+inline std::vector<float> tree_sum(uint64_t seed, int lo, int hi, int64_t n) {
+  if (hi - lo == 1) return member_input(seed, lo, n);
+  const int mid = lo + (hi - lo) / 2;
+  std::vector<float> sum = tree_sum(seed, lo, mid, n);
+  const std::vector<float> right = tree_sum(seed, mid, hi, n);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += right[i];
+  return sum;
+}
+
 inline float sum_tol(int S) { return 1e-5f * static_cast<float>(S); }
 
 inline void check_all_sum(Group& g, int64_t n, uint64_t seed) {

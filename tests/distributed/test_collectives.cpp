@@ -41,6 +41,18 @@ TEST_CASE("collectives: 1<<20 floats through the large (multi-barrier) paths") {
   }));
 }
 
+TEST_CASE("collectives: all_sum adds as a balanced tree in rank order, bit for bit, small and large, 1..8 members") {
+  for (int S : {1, 2, 3, 4, 5, 6, 7, 8})
+    for (int64_t n : {int64_t{1000}, int64_t{1} << 18}) {
+      INFO(S << " members, " << n << " floats");
+      CHECK_NOTHROW(run_line(S, [&](Group& g) {
+        std::vector<float> x = member_input(7, g.rank(), n);
+        g.all_sum(x);
+        expect_close("all_sum as the tree", x, tree_sum(7, 0, S, n), 0.0f, g.rank());
+      }));
+    }
+}
+
 TEST_CASE("collectives: a 2x4 mesh along each axis and along both") {
   const Mesh mesh({{"data", 2}, {"model", 4}});
   const std::vector<std::vector<std::string>> axis_sets{{"data"}, {"model"}, {"data", "model"}, {"model", "data"}};

@@ -17,6 +17,7 @@
 
 #include "distributed/backend.h"
 #include "distributed/threads/thread_backend.h"
+#include "distributed/tree_reduce.h"
 
 namespace tpcli::dist {
 
@@ -97,8 +98,23 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return r_; }
   int size() const override { return size_; }
 
+  // The members' sum in distributed/tree_reduce.h's order (MPI_Allreduce adds in the order its
+  // algorithm picks): member m receives everyone's slice m (all-to-all), adds them as the tree, and
+  // the summed slices are all-gathered; the bytes of a direct algorithm.
   void all_sum(std::span<float> x) override {
-    check("all_sum", MPI_Allreduce(MPI_IN_PLACE, x.data(), mpi_count(std::ssize(x), "all_sum"), MPI_FLOAT, MPI_SUM, comm_));
+    const std::vector<int> n = int_counts(even_split_counts(std::ssize(x), size_), "all_sum");
+    const std::vector<int> off = displacements(n, "all_sum");
+    const int mine = n[static_cast<size_t>(r_)];
+    const std::vector<int> from_counts(static_cast<size_t>(size_), mine);
+    std::vector<int> from_off(static_cast<size_t>(size_));
+    for (int m = 0; m < size_; ++m) from_off[static_cast<size_t>(m)] = mpi_count(int64_t{m} * mine, "all_sum");
+    staging_.resize(static_cast<size_t>(size_) * static_cast<size_t>(mine));  // [S, mine] every member's slice r
+    check("all_sum", MPI_Alltoallv(x.data(), n.data(), off.data(), MPI_FLOAT, staging_.data(), from_counts.data(),
+                                   from_off.data(), MPI_FLOAT, comm_));
+    std::vector<const float*> parts(static_cast<size_t>(size_));
+    for (int m = 0; m < size_; ++m) parts[static_cast<size_t>(m)] = staging_.data() + from_off[static_cast<size_t>(m)];
+    tree_reduce(x.data() + off[static_cast<size_t>(r_)], parts.data(), size_, 0, mine, [](float a, float b) { return a + b; });
+    check("all_sum", MPI_Allgatherv(MPI_IN_PLACE, mine, MPI_FLOAT, x.data(), n.data(), off.data(), MPI_FLOAT, comm_));
   }
   void all_max(std::span<float> x) override {
     check("all_max", MPI_Allreduce(MPI_IN_PLACE, x.data(), mpi_count(std::ssize(x), "all_max"), MPI_FLOAT, MPI_MAX, comm_));
@@ -192,8 +208,9 @@ class MpiCommunicator : public Communicator {
 // A group with several devices in this process and members in other processes (the world of
 // `mpirun -n 2` over a 2x2 mesh): the reductions, broadcast and barrier go in three steps, over the
 // thread backend inside the process, MPI between the processes' leaders (each process's lowest
-// member), and the thread backend again. The sum is then (local sums) summed across processes: equal
-// to the serial sum within rounding, not bit for bit. The other collectives are built on that all_sum
+// member), and the thread backend again. The sum is then (local sums) summed across processes: the
+// tree of distributed/tree_reduce.h when both counts are powers of two, else equal to it within
+// rounding. The other collectives are built on that all_sum
 // (exact, see below).
 class MixedCommunicator : public Communicator {
  public:

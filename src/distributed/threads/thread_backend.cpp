@@ -17,6 +17,7 @@
 
 #include "distributed/async_worker.h"
 #include "distributed/futex.h"
+#include "distributed/tree_reduce.h"
 #include "tensor/blas.h"
 
 namespace tpcli::dist {
@@ -68,25 +69,6 @@ struct SumOp {
 struct MaxOp {
   float operator()(float a, float b) const { return a < b ? b : a; }  // std::max semantics
 };
-
-// dst[0, len) = srcs[0][off..] op srcs[1][off..] op ... in member order (the same on every member,
-// so results are bitwise identical everywhere). dst may be one of the sources.
-template <class Reduce>
-void reduce_into(float* dst, const float* const* srcs, int S, int64_t off, int64_t len, Reduce op) {
-  alignas(64) float acc[BLOCK];  // [BLOCK] running reduction of one block
-  for (int64_t b = 0; b < len; b += BLOCK) {
-    const int64_t m_len = std::min(BLOCK, len - b);
-    const float* s0 = srcs[0] + off + b;
-    for (int64_t i = 0; i < m_len; ++i) acc[i] = s0[i];
-    for (int m = 1; m < S - 1; ++m) {
-      const float* s = srcs[m] + off + b;
-      for (int64_t i = 0; i < m_len; ++i) acc[i] = op(acc[i], s[i]);
-    }
-    const float* last = srcs[S - 1] + off + b;
-    float* d = dst + b;
-    for (int64_t i = 0; i < m_len; ++i) d[i] = op(acc[i], last[i]);
-  }
-}
 
 }  // namespace
 
@@ -239,7 +221,7 @@ class ThreadCommunicator : public Communicator {
     check_same_n();
     int64_t off = 0;
     for (int m = 0; m < r_; ++m) off += counts[static_cast<size_t>(m)];
-    reduce_into(out.data(), sources().data(), size(), off, static_cast<int64_t>(out.size()), SumOp{});
+    tree_reduce(out.data(), sources().data(), size(), off, static_cast<int64_t>(out.size()), SumOp{});
     if (!staged) sync_again();
   }
 
@@ -408,7 +390,7 @@ class ThreadCommunicator : public Communicator {
     check_same_n();
     const int S = size();
     if (staged) {
-      reduce_into(x.data(), sources().data(), S, 0, n, reduce);
+      tree_reduce(x.data(), sources().data(), S, 0, n, reduce);  // the same bits on every member
       return;
     }
     // Slices aligned to 16 floats (a cache line) so two members never write the same line.
@@ -419,7 +401,7 @@ class ThreadCommunicator : public Communicator {
     alignas(64) float acc[BLOCK];  // [BLOCK] reduction of one block
     for (int64_t b = lo; b < lo + len; b += BLOCK) {
       const int64_t blen = std::min(BLOCK, lo + len - b);
-      reduce_into(acc, bufs.data(), S, b, blen, reduce);
+      tree_reduce(acc, bufs.data(), S, b, blen, reduce);
       for (float* buf : bufs) copy_floats(buf + b, acc, blen);
     }
     sync_again();

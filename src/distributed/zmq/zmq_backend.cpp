@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "distributed/async_worker.h"
+#include "distributed/tree_reduce.h"
 
 namespace tpcli::dist {
 
@@ -208,36 +209,25 @@ class ZmqCommunicator : public Communicator {
                              std::to_string(expected) + " (collectives called in a different order or with different sizes)");
   }
 
-  // acc = x_0 op x_1 op ... op x_{S-1} in member order, where x_r is `mine` and the others arrive as
-  // messages (phase) of acc.size() floats. The same order as the thread backend: identical bits.
-  // acc may be mine itself when r <= 1 (x_1 then waits in place for x_0 op x_1).
+  // acc = every member's contribution (this member's is `mine`; acc may be mine) combined in
+  // distributed/tree_reduce.h's order, received by rank, never in arrival order.
   template <class Op>
   void reduce_in_order(std::span<float> acc, std::span<const float> mine, uint64_t call, int phase, const char* what,
                        Op op) {
-    const bool in_place = !acc.empty() && acc.data() == mine.data();
-    if (in_place && r_ > 1) throw std::logic_error("zmq: in-place reduction needs member 0 or 1");
-    for (int m = 0; m < size(); ++m) {
-      if (m == r_) {
-        if (in_place) continue;
-        if (m == 0) {
-          std::copy(mine.begin(), mine.end(), acc.begin());
-        } else {
-          for (size_t i = 0; i < acc.size(); ++i) acc[i] = op(acc[i], mine[i]);
-        }
-        continue;
-      }
+    const int S = size();
+    const size_t len = acc.size();
+    parts_.resize(static_cast<size_t>(S) * len);
+    std::vector<const float*> from(static_cast<size_t>(S));  // [S] each member's contribution
+    for (int m = 0; m < S; ++m) {
+      float* part = parts_.data() + static_cast<size_t>(m) * len;
+      from[static_cast<size_t>(m)] = m == r_ ? mine.data() : part;
+      if (m == r_) continue;
       t_->receive(key_from(m, call, phase), what, [&](int64_t n, int64_t at, std::span<const float> c) {
-        if (n != static_cast<int64_t>(acc.size())) length_error(what, m, n, acc.size());
-        float* a = acc.data() + at;
-        if (m == 0 && in_place) {
-          for (size_t i = 0; i < c.size(); ++i) a[i] = op(c[i], a[i]);
-        } else if (m == 0) {
-          std::copy(c.begin(), c.end(), a);
-        } else {
-          for (size_t i = 0; i < c.size(); ++i) a[i] = op(a[i], c[i]);
-        }
+        if (n != static_cast<int64_t>(len)) length_error(what, m, n, len);
+        std::copy(c.begin(), c.end(), part + at);
       });
     }
+    tree_reduce(acc.data(), from.data(), S, 0, static_cast<int64_t>(len), op);
   }
 
   template <class Op>
@@ -259,13 +249,12 @@ class ZmqCommunicator : public Communicator {
     auto slice = [&](int m) { return x.subspan(off[m], counts[m]); };
     for (int m = 0; m < S; ++m)
       if (m != r_) send(m, call, 0, slice(m));
-    // Slice r was not sent, so members 0 and 1 reduce into it directly.
-    const std::span<float> acc = r_ <= 1 ? slice(r_) : scratch(counts[r_]);  // [counts[r]] reduced slice r
+    // Slice r was not sent: it is reduced in place.
+    const std::span<float> acc = slice(r_);  // [counts[r]] reduced slice r
     reduce_in_order(acc, slice(r_), call, 0, what, op);
     // Phase 1 overwrites the slices phase 0 sent. Their receivers are all in phase 0 (or done with
     // it), so this cannot wait for anything but their reading.
     flush(what);
-    if (acc.data() != slice(r_).data()) std::copy(acc.begin(), acc.end(), slice(r_).begin());
     for (int m = 0; m < S; ++m)
       if (m != r_) send(m, call, 1, slice(r_));
     for (int m = 0; m < S; ++m)
@@ -282,6 +271,7 @@ class ZmqCommunicator : public Communicator {
 
   std::shared_ptr<ZmqTransport> t_;
   std::vector<float> scratch_;  // see scratch()
+  std::vector<float> parts_;    // [S, len] the members' contributions to a reduction
   std::vector<int> members_;  // [S] mesh ranks, ascending
   int r_;
   uint64_t id_;        // the same on every member of this communicator
