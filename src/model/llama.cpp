@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -23,12 +24,6 @@ namespace tpcli::model {
 using tensor::Tensor;
 
 namespace {
-// A frozen checkpoint's attention linears: quantized or 16-bit, forward only.
-struct PackedAttentionLinears {
-  nn::QuantizedAllToShardedLinear qkv;  // parts: wq [QL, C], wk [KVL, C], wv [KVL, C]
-  nn::QuantizedShardedToAllLinear wo;   // [C, QL]
-};
-
 template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
@@ -39,24 +34,23 @@ Overloaded(Fs...) -> Overloaded<Fs...>;  // clang before 17 deduces no aggregate
 
 struct Llama::Layer {
   Tensor attention_norm, ffn_norm;  // [C]
-  std::variant<F32AttentionLinears, PackedAttentionLinears> linears;
+  // parts wq [QL, C], wk [KVL, C], wv [KVL, C]: f32, or in the stored format
+  std::variant<nn::AllToShardedLinear, nn::QuantizedAllToShardedLinear> qkv;
+  nn::QuantizedShardedToAllLinear wo;  // [C, QL] in lanes (split_invariant), f32 or stored
   QkvExtras qkv_extras;
   std::unique_ptr<nn::FeedForward> ffn;
 
   void qkv_forward(float* out, const float* inp, int64_t N) const {
-    std::visit([&](const auto& l) { l.qkv.forward(out, inp, N); }, linears);
-  }
-  void wo_forward(float* out, const float* inp, int64_t N) {
-    std::visit([&](auto& l) { l.wo.forward(out, inp, N); }, linears);
+    std::visit([&](const auto& l) { l.forward(out, inp, N); }, qkv);
   }
   int64_t linears_bytes() const {
-    return std::visit(Overloaded{[](const PackedAttentionLinears& l) { return l.qkv.bytes() + l.wo.bytes(); },
-                                 [](const F32AttentionLinears& l) {
-                                   int64_t n = l.wo.local().weight().numel();
-                                   for (int i = 0; i < l.qkv.n_parts(); ++i) n += l.qkv.part(i).weight().numel();
-                                   return n * static_cast<int64_t>(sizeof(float));
-                                 }},
-                      linears);
+    return wo.bytes() + std::visit(Overloaded{[](const nn::QuantizedAllToShardedLinear& l) { return l.bytes(); },
+                                              [](const nn::AllToShardedLinear& l) {
+                                                int64_t n = 0;
+                                                for (int i = 0; i < l.n_parts(); ++i) n += l.part(i).weight().numel();
+                                                return n * static_cast<int64_t>(sizeof(float));
+                                              }},
+                                   qkv);
   }
 };
 
@@ -128,6 +122,41 @@ nn::QuantizedLinear packed_wo(const WeightSource& w, const std::string& name, in
     return packed_columns(w, name, C, Q, q_rows);
   const Tensor local = nn::slice_columns(checked_values(w, name, C * Q).data(), C, Q, {q_rows});  // [C, QL]
   return nn::QuantizedLinear(tensor::PackedMatrix::from_f32(local.data(), C, q_rows.count, tensor::WeightFormat::f32()));
+}
+
+// The ShardedToAll products (wo, w2) sum over their input columns in lanes (nn/quantized_linear.h):
+// K cut into as many equal lanes of whole `unit`s as a power of two up to 8 allows, the same cut
+// on every device count.
+int64_t lane_width(int64_t K, int64_t unit) {
+  for (int64_t lanes : {8, 4, 2})
+    if (K % (lanes * unit) == 0) return K / lanes;
+  return K;
+}
+
+// Whether columns r are a whole subtree of the lanes: a power-of-two run of lanes that starts at a
+// multiple of its length.
+bool whole_subtree(dist::Range r, int64_t width) {
+  if (r.count == 0 || r.offset % width != 0 || r.count % width != 0) return false;
+  const int64_t n = r.count / width;
+  return (n & (n - 1)) == 0 && (r.offset / width) % n == 0;
+}
+
+// The unit a lane of parameter `name`'s columns is made of: `unit`, and whole quantization groups.
+int64_t lane_unit(const WeightSource& w, const std::string& name, int64_t unit) {
+  const tensor::WeightFormat f = stored_format(w, name);
+  return f.quantized() ? std::lcm(unit, f.group_size) : unit;
+}
+
+// ShardedToAll weight `name` [R, K] of which this device holds columns `mine`: its lanes, each its
+// own matrix, when they are a whole subtree; else `whole()`, the columns in one chain.
+template <class Whole>
+nn::QuantizedShardedToAllLinear lanes_or(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range mine,
+                                          int64_t unit, const dist::Group& group, Whole whole) {
+  const int64_t width = lane_width(K, lane_unit(w, name, unit));
+  if (!whole_subtree(mine, width)) return nn::QuantizedShardedToAllLinear(whole(), group);
+  std::vector<nn::QuantizedLinear> lanes;
+  for (int64_t c = mine.offset; c < mine.offset + mine.count; c += width) lanes.push_back(packed_columns(w, name, R, K, {c, width}));
+  return nn::QuantizedShardedToAllLinear(std::move(lanes), group);
 }
 
 // The MoE feed-forward of block `l` of a frozen checkpoint: the router in f32, this device's
@@ -205,6 +234,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   }
   if (holds_packed_weights(weights)) load_packed_layers(weights);
   else load_f32_layers(weights);
+  split_invariant_ = lanes_split_invariant(weights);
   if (core_.expert_group.size() > 1)
     for (int l = 0; l < c.n_layers; ++l)
       if (c.is_moe_layer(l)) {
@@ -224,8 +254,11 @@ void Llama::load_f32_layers(const WeightSource& weights) {
   vocab_->weights = std::move(v);
   for (int l = 0; l < core_.config.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.linears = core_.load_f32_attention(weights, l);
-    L.ffn = core_.load_f32_feed_forward(weights, l);
+    std::vector<nn::Linear> qkv;
+    for (const char* name : {"wq", "wk", "wv"}) qkv.emplace_back(core_.block_slice(weights, l, name));
+    L.qkv = nn::AllToShardedLinear(std::move(qkv), core_.group);
+    L.wo = load_wo(weights, l);
+    L.ffn = core_.config.is_moe_layer(l) ? core_.load_f32_feed_forward(weights, l) : load_dense_ffn(weights, l);
   }
 }
 
@@ -234,7 +267,7 @@ void Llama::load_f32_layers(const WeightSource& weights) {
 void Llama::load_packed_layers(const WeightSource& weights) {
   const LlamaConfig& c = core_.config;
   const ShardPlan& plan = core_.plan;
-  const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.hidden_dim, V = c.vocab_size;
+  const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), V = c.vocab_size;
   const dist::Range q_rows = plan.q_rows(), kv_rows = plan.kv_rows();
   PackedVocab v{nn::PackedVocabParallelEmbedding(load_packed(weights, "tok_embeddings", V, C, plan.vocab.offset, plan.vocab.count),
                                                  core_.vocab_ranges(), core_.group),
@@ -244,20 +277,50 @@ void Llama::load_packed_layers(const WeightSource& weights) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.linears = PackedAttentionLinears{
-        nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "wq", Q, C, q_rows), packed_rows(weights, p + "wk", KV, C, kv_rows),
-                                         packed_rows(weights, p + "wv", KV, C, kv_rows)},
-                                        core_.group),
-        nn::QuantizedShardedToAllLinear(packed_wo(weights, p + "wo", C, Q, q_rows), core_.group)};
-    if (c.is_moe_layer(l)) {  // experts stay packed (nn/moe.h QuantizedMoeFeedForward)
-      L.ffn = make_packed_moe(weights, core_, l);
-      continue;
-    }
-    L.ffn = std::make_unique<nn::QuantizedSwiGluFeedForward>(
-        nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "w1", F, C, plan.ffn), packed_rows(weights, p + "w3", F, C, plan.ffn)},
-                                        core_.group),
-        nn::QuantizedShardedToAllLinear(packed_columns(weights, p + "w2", C, F, plan.ffn), core_.group));
+    L.qkv = nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "wq", Q, C, q_rows), packed_rows(weights, p + "wk", KV, C, kv_rows),
+                                             packed_rows(weights, p + "wv", KV, C, kv_rows)},
+                                            core_.group);
+    L.wo = load_wo(weights, l);
+    // MoE: experts stay packed (nn/moe.h QuantizedMoeFeedForward)
+    L.ffn = c.is_moe_layer(l) ? make_packed_moe(weights, core_, l) : load_dense_ffn(weights, l);
   }
+}
+
+// wo's columns are the local heads' rows, in lanes of whole heads.
+nn::QuantizedShardedToAllLinear Llama::load_wo(const WeightSource& weights, int l) const {
+  const std::string name = "layers." + std::to_string(l) + ".wo";
+  const int64_t C = core_.config.dim, Q = core_.config.q_dim();
+  const dist::Range q_rows = core_.plan.q_rows();
+  return lanes_or(weights, name, C, Q, q_rows, core_.config.head_size(), core_.group,
+                  [&] { return packed_wo(weights, name, C, Q, q_rows); });
+}
+
+// The dense SwiGLU, its matrices as stored (f32 as f32): w1, w3 by this device's FFN rows, w2 by
+// those columns, in lanes.
+std::unique_ptr<nn::FeedForward> Llama::load_dense_ffn(const WeightSource& weights, int l) const {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  const int64_t C = core_.config.dim, F = core_.config.hidden_dim;
+  const dist::Range ffn = core_.plan.ffn;
+  return std::make_unique<nn::QuantizedSwiGluFeedForward>(
+      nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "w1", F, C, ffn), packed_rows(weights, p + "w3", F, C, ffn)},
+                                      core_.group),
+      lanes_or(weights, p + "w2", C, F, ffn, 1, core_.group, [&] { return packed_columns(weights, p + "w2", C, F, ffn); }));
+}
+
+// Every device's wo and w2 columns are whole subtrees of their lanes, over a power-of-two count of
+// devices, and no MoE block (whose experts' sums are not in lanes): logits do not depend on the
+// device count.
+bool Llama::lanes_split_invariant(const WeightSource& weights) const {
+  const LlamaConfig& c = core_.config;
+  const int D = core_.group.size();
+  if (D == 1 && core_.expert_group.size() == 1) return true;
+  if ((D & (D - 1)) != 0 || core_.expert_group.size() > 1) return false;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.is_moe_layer(l)) return false;
+  const int64_t wo = lane_width(c.q_dim(), lane_unit(weights, "layers.0.wo", c.head_size())),
+                w2 = lane_width(c.hidden_dim, lane_unit(weights, "layers.0.w2", 1));
+  return std::ranges::all_of(core_.all_plans,
+                             [&](const ShardPlan& q) { return whole_subtree(q.q_rows(), wo) && whole_subtree(q.ffn, w2); });
 }
 
 Llama::KvCache Llama::new_kv_cache(int positions) const {
@@ -333,7 +396,7 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
       nn::attention_cached(r.y.data() + s.first * QL, r.att.data(), qkv, kv, s.pos, s.count, shape);
     }
     // wo over the local heads' columns, all_sum; residual connection back into x
-    L.wo_forward(r.xb2.data(), r.y.data(), P);
+    L.wo.forward(r.xb2.data(), r.y.data(), P);
     for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
     // ffn rmsnorm, feed-forward (ends in an all_sum), residual
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.ffn_norm.data(), P, C, c.norm_eps);

@@ -19,6 +19,8 @@
 #include "distributed/group.h"
 #include "model/llama_core.h"
 #include "model/weights.h"
+#include "nn/feed_forward.h"
+#include "nn/quantized_linear.h"
 
 namespace tpcli::model {
 
@@ -41,6 +43,10 @@ class Llama {
   // Devices that split the weights (the tensor group), and all the model is split over (x experts).
   int tensor_devices() const { return core_.group.size(); }
   int devices() const { return core_.group.size() * core_.expert_group.size(); }
+  // Whether the logits are the same bits on 1 device as on this mesh: the sums over wo's and w2's
+  // input columns split on their lanes' tree (nn/quantized_linear.h) on a power-of-two count of
+  // devices, no MoE. Otherwise sampled text may differ from 1 device's (greedy tokens rarely).
+  bool split_invariant() const { return split_invariant_; }
   // Whether the weights are packed (quantized or 16-bit, WeightSource::stored()).
   bool packed() const;
 
@@ -113,6 +119,9 @@ class Llama {
   struct Vocab;
   void load_f32_layers(const WeightSource& weights);
   void load_packed_layers(const WeightSource& weights);
+  nn::QuantizedShardedToAllLinear load_wo(const WeightSource& weights, int l) const;
+  std::unique_ptr<nn::FeedForward> load_dense_ffn(const WeightSource& weights, int l) const;
+  bool lanes_split_invariant(const WeightSource& weights) const;
   // Rows [first, first + count) of a call are one sequence's positions pos.. in `blocks` of `cache`.
   struct Segment {
     int64_t first = 0, count = 0;
@@ -136,6 +145,7 @@ class Llama {
   int argmax_over_devices(const float* local);                // greedy token from [VL] split logits
 
   LlamaCore core_;
+  bool split_invariant_ = false;
   KvCache own_cache_;
   std::unique_ptr<Vocab> vocab_;  // token embedding and classifier, f32 or packed
   tensor::Tensor norm_;           // [C]

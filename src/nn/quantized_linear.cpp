@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "distributed/tree_reduce.h"
+
 namespace tpcli::nn {
 
 using tensor::Columns;
@@ -55,11 +57,44 @@ void QuantizedAllToShardedLinear::forward(float* out, const float* inp, int64_t 
 // ---- QuantizedShardedToAllLinear ----
 
 QuantizedShardedToAllLinear::QuantizedShardedToAllLinear(QuantizedLinear local, dist::Group group)
-    : local_(std::move(local)), group_(std::move(group)) {}
+    : QuantizedShardedToAllLinear(std::vector<QuantizedLinear>{std::move(local)}, std::move(group)) {}
+
+QuantizedShardedToAllLinear::QuantizedShardedToAllLinear(std::vector<QuantizedLinear> lanes, dist::Group group)
+    : lanes_(std::move(lanes)), group_(std::move(group)) {
+  if (lanes_.empty()) throw std::invalid_argument("quantized sharded-to-all linear: no lanes");
+  for (const auto& l : lanes_)
+    if (l.out_features() != lanes_[0].out_features() || l.in_features() != lanes_[0].in_features())
+      throw std::invalid_argument("quantized sharded-to-all linear: lanes of different shapes");
+  in_local_ = lanes_[0].in_features() * static_cast<int64_t>(lanes_.size());
+}
+
+int64_t QuantizedShardedToAllLinear::bytes() const {
+  int64_t n = 0;
+  for (const auto& l : lanes_) n += l.bytes();
+  return n;
+}
 
 void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t N) {
-  local_.forward(out, inp, N);
-  group_.all_sum(std::span<float>(out, static_cast<size_t>(N * out_features())));  // partial -> mirrored
+  const int64_t OUT = out_features(), L = lanes(), IN_lane = lanes_[0].in_features(), rows = N * OUT;
+  if (L == 1) {
+    lanes_[0].forward(out, inp, N);
+  } else {
+    lane_out_.resize(static_cast<size_t>(L * rows));
+    if (N > 1) lane_in_.resize(static_cast<size_t>(N * IN_lane));
+    std::vector<const float*> parts(static_cast<size_t>(L));  // [L] each lane's out[N, OUT]
+    for (int64_t l = 0; l < L; ++l) {
+      const float* x = inp + l * IN_lane;  // one row: the lane's columns lie together
+      if (N > 1) {
+        for (int64_t n = 0; n < N; ++n) std::copy_n(inp + n * in_local_ + l * IN_lane, IN_lane, lane_in_.data() + n * IN_lane);
+        x = lane_in_.data();
+      }
+      float* y = lane_out_.data() + l * rows;
+      lanes_[static_cast<size_t>(l)].forward(y, x, N);
+      parts[static_cast<size_t>(l)] = y;
+    }
+    dist::tree_reduce(out, parts.data(), static_cast<int>(L), 0, rows, [](float a, float b) { return a + b; });
+  }
+  group_.all_sum(std::span<float>(out, static_cast<size_t>(rows)));  // partial -> mirrored
 }
 
 // ---- shard_linear / shard_inplace ----

@@ -63,21 +63,32 @@ class QuantizedAllToShardedLinear {
 };
 
 // Split in, replicated out: out[N, OUT] = all_sum(inp[N, IN_local] @ W_local^T). A collective.
+//
+// Lanes fix the order of the sum over IN (inference's split-invariant sum): the full matrix's
+// columns are cut into L equal lanes, this device holds a run of them, each lane's product is
+// computed alone and the lanes are added as the balanced tree of distributed/tree_reduce.h, which
+// the all_sum (the same tree over the devices) continues. When every device holds a whole subtree
+// (L / D lanes, D a power of two), out is the same bits on 1 device and on D.
 class QuantizedShardedToAllLinear {
  public:
   QuantizedShardedToAllLinear() = default;
-  QuantizedShardedToAllLinear(QuantizedLinear local, dist::Group group);
+  QuantizedShardedToAllLinear(QuantizedLinear local, dist::Group group);  // one lane
+  // lanes: this device's lanes in order, each [OUT, IN_local / lanes.size()].
+  QuantizedShardedToAllLinear(std::vector<QuantizedLinear> lanes, dist::Group group);
 
-  int64_t in_features() const { return local_.in_features(); }  // IN_local
-  int64_t out_features() const { return local_.out_features(); }
-  const QuantizedLinear& local() const { return local_; }
-  int64_t bytes() const { return local_.bytes(); }
+  int64_t in_features() const { return in_local_; }  // IN_local
+  int64_t out_features() const { return lanes_.at(0).out_features(); }
+  int lanes() const { return static_cast<int>(lanes_.size()); }
+  const QuantizedLinear& lane(int i) const { return lanes_.at(static_cast<size_t>(i)); }
+  int64_t bytes() const;
 
   void forward(float* out, const float* inp, int64_t N);
 
  private:
-  QuantizedLinear local_;
+  std::vector<QuantizedLinear> lanes_;
+  int64_t in_local_ = 0;
   dist::Group group_;
+  std::vector<float> lane_in_, lane_out_;  // [N, IN_lane], [lanes, N, OUT] scratch
 };
 
 using QuantizedShardedLinear = std::variant<QuantizedAllToShardedLinear, QuantizedShardedToAllLinear>;

@@ -87,7 +87,7 @@ TEST_CASE("quantized sharded linears from shard_linear equal the unsharded Quant
         b.forward(ob.data(), xl.data(), N);
         out_a[r] = oa;
         out_b[r] = ob;
-        formats_kept[r] = a.part(0).format() == f && b.local().format() == f;
+        formats_kept[r] = a.part(0).format() == f && b.lane(0).format() == f;
       });
       for (int r = 0; r < T; ++r) {
         INFO(T << " devices, device " << r);
