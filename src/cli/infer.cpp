@@ -29,6 +29,7 @@
 #include "cli/tokenizer_setup.h"
 #include "model/generate.h"
 #include "model/generate_text.h"
+#include "model/llama.h"
 #include "model/tokenizer.h"
 #include "tensor/packed_matrix.h"
 #include "train/checkpoint.h"
@@ -209,6 +210,13 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     throw UsageError(e.what());
   }
   run_options.links = links;
+  const bool hosts_rank_0 = run_options.local_ranks.empty() || run_options.local_ranks.front() == 0;
+  const bool sampling = !f.batch.empty() || options.temperature > 0;
+  if (sampling && hosts_rank_0 && !model::split_invariant(*opened.weights, mesh.axis_size("model"), mesh.axis_size("expert")))
+    std::fprintf(stderr,
+                 "note: on this mesh (%s) the logits may differ from 1 device's in their last bits, so sampled text may "
+                 "too (the same bits: 1, 2, 4 or 8 devices that each hold whole lanes of wo and w2, no MoE; README)\n",
+                 mesh.to_string().c_str());
   std::optional<dist::Trace> trace;
   if (!run_flags.trace.empty()) {
     check_trace_path(run_flags.trace, !run_options.local_ranks.empty());

@@ -209,6 +209,18 @@ class ExpertParallelRows : public nn::FeedForward {
 
 }  // namespace
 
+bool split_invariant(const WeightSource& weights, int tensor_devices, int expert_devices) {
+  const LlamaConfig& c = weights.config();
+  if (tensor_devices == 1 && expert_devices == 1) return true;
+  if ((tensor_devices & (tensor_devices - 1)) != 0 || expert_devices > 1) return false;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.is_moe_layer(l)) return false;  // the experts' sums are not in lanes
+  const int64_t wo = lane_width(c.q_dim(), lane_unit(weights, "layers.0.wo", c.head_size())),
+                w2 = lane_width(c.hidden_dim, lane_unit(weights, "layers.0.w2", 1));
+  return std::ranges::all_of(plan_all_shards(c, tensor_devices),
+                             [&](const ShardPlan& q) { return whole_subtree(q.q_rows(), wo) && whole_subtree(q.ffn, w2); });
+}
+
 Llama::~Llama() = default;
 Llama::Llama(Llama&&) noexcept = default;
 Llama& Llama::operator=(Llama&&) noexcept = default;
@@ -234,7 +246,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   }
   if (holds_packed_weights(weights)) load_packed_layers(weights);
   else load_f32_layers(weights);
-  split_invariant_ = lanes_split_invariant(weights);
+  split_invariant_ = model::split_invariant(weights, core_.group.size(), core_.expert_group.size());
   if (core_.expert_group.size() > 1)
     for (int l = 0; l < c.n_layers; ++l)
       if (c.is_moe_layer(l)) {
@@ -305,22 +317,6 @@ std::unique_ptr<nn::FeedForward> Llama::load_dense_ffn(const WeightSource& weigh
       nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "w1", F, C, ffn), packed_rows(weights, p + "w3", F, C, ffn)},
                                       core_.group),
       lanes_or(weights, p + "w2", C, F, ffn, 1, core_.group, [&] { return packed_columns(weights, p + "w2", C, F, ffn); }));
-}
-
-// Every device's wo and w2 columns are whole subtrees of their lanes, over a power-of-two count of
-// devices, and no MoE block (whose experts' sums are not in lanes): logits do not depend on the
-// device count.
-bool Llama::lanes_split_invariant(const WeightSource& weights) const {
-  const LlamaConfig& c = core_.config;
-  const int D = core_.group.size();
-  if (D == 1 && core_.expert_group.size() == 1) return true;
-  if ((D & (D - 1)) != 0 || core_.expert_group.size() > 1) return false;
-  for (int l = 0; l < c.n_layers; ++l)
-    if (c.is_moe_layer(l)) return false;
-  const int64_t wo = lane_width(c.q_dim(), lane_unit(weights, "layers.0.wo", c.head_size())),
-                w2 = lane_width(c.hidden_dim, lane_unit(weights, "layers.0.w2", 1));
-  return std::ranges::all_of(core_.all_plans,
-                             [&](const ShardPlan& q) { return whole_subtree(q.q_rows(), wo) && whole_subtree(q.ffn, w2); });
 }
 
 Llama::KvCache Llama::new_kv_cache(int positions) const {

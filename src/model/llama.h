@@ -24,6 +24,12 @@
 
 namespace tpcli::model {
 
+// Whether a model split over `tensor_devices` (x `expert_devices`) computes the same logits, bit for
+// bit, as on 1 device: every device's columns of wo and w2 are a whole subtree of their sums' lanes
+// (nn/quantized_linear.h), on a power-of-two count of devices, and no block is MoE. Otherwise
+// seeded sampling may part from 1 device's text (greedy tokens rarely).
+bool split_invariant(const WeightSource& weights, int tensor_devices, int expert_devices = 1);
+
 class Llama {
  public:
   // Copies only this device's slices of each tensor. tensor_group: the devices that split the
@@ -43,9 +49,7 @@ class Llama {
   // Devices that split the weights (the tensor group), and all the model is split over (x experts).
   int tensor_devices() const { return core_.group.size(); }
   int devices() const { return core_.group.size() * core_.expert_group.size(); }
-  // Whether the logits are the same bits on 1 device as on this mesh: the sums over wo's and w2's
-  // input columns split on their lanes' tree (nn/quantized_linear.h) on a power-of-two count of
-  // devices, no MoE. Otherwise sampled text may differ from 1 device's (greedy tokens rarely).
+  // split_invariant(weights, tensor devices, expert devices) for this model's mesh.
   bool split_invariant() const { return split_invariant_; }
   // Whether the weights are packed (quantized or 16-bit, WeightSource::stored()).
   bool packed() const;
@@ -121,7 +125,6 @@ class Llama {
   void load_packed_layers(const WeightSource& weights);
   nn::QuantizedShardedToAllLinear load_wo(const WeightSource& weights, int l) const;
   std::unique_ptr<nn::FeedForward> load_dense_ffn(const WeightSource& weights, int l) const;
-  bool lanes_split_invariant(const WeightSource& weights) const;
   // Rows [first, first + count) of a call are one sequence's positions pos.. in `blocks` of `cache`.
   struct Segment {
     int64_t first = 0, count = 0;
