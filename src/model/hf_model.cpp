@@ -271,6 +271,16 @@ void HfModelDir::release_conversions() const {
   assembled_.clear();
 }
 
+// Every file tensor the parameter is read from, whole (a fused tensor's other segments are read
+// again from the file by whoever still needs them).
+void HfModelDir::release_pages(const std::string& name) const {
+  for (const Part& part : source(name).parts) part.file->release_pages(part.hf_name);
+}
+
+void HfModelDir::release_all_pages() const {
+  for (const auto& file : files_) file->release_all_pages();
+}
+
 // ---- writing ----
 
 namespace {

@@ -48,6 +48,8 @@ class HfModelDir : public WeightSource {
   std::optional<StoredTensor> stored(const std::string& name) const override;
   std::optional<Quantization> quantization_of(const std::string& name) const override;
   void release_conversions() const override;
+  void release_pages(const std::string& name) const override;
+  void release_all_pages() const override;
 
  private:
   struct Part {

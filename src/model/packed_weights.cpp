@@ -144,7 +144,12 @@ PackedMatrix load_packed(const WeightSource& weights, const std::string& name, i
       parts.biases = biases.data();
     }
   }
-  return PackedMatrix::copy_of(format, rows, cols, parts, row0, nrows, columns);
+  PackedMatrix local = PackedMatrix::copy_of(format, rows, cols, parts, row0, nrows, columns);
+  // Copied: the file's pages of it need not stay resident (weights.h).
+  weights.release_pages(name);
+  if (format.quantized()) weights.release_pages(name + ".scales");
+  if (format.kind == WeightKind::Affine) weights.release_pages(name + ".biases");
+  return local;
 }
 
 PackedMatrix load_packed_full(const WeightSource& weights, const std::string& name) {
@@ -209,7 +214,13 @@ ConvertedWeights::ConvertedWeights(const WeightSource& source, WeightFormat form
     const auto [rows, cols] = matrix_dims(spec.shape);
     auto src = source.get(spec.name);
     packed_.emplace(spec.name, Packed{PackedMatrix::from_f32(src.data(), rows, cols, format), spec.shape, {}});
+    source.release_pages(spec.name);  // else the whole f32 file stays resident beside its packed copy
   }
+}
+
+void ConvertedWeights::release_pages(const std::string& name) const {
+  if (packed_.count(name) || name.ends_with(".scales") || name.ends_with(".biases")) return;  // made here, not the source's
+  source_.release_pages(name);
 }
 
 std::span<const float> ConvertedWeights::get(const std::string& name) const {
