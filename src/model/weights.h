@@ -1,7 +1,8 @@
 // tpcli::model — where full (unsharded) parameters come from when a device builds its shard.
 //
 // A device asks for a parameter by its ParamSpec name and copies only its own slice, so an
-// mmap'd checkpoint is never copied whole into any device.
+// mmap'd checkpoint is never copied whole into any device; then it releases the tensor
+// (release_pages), so the file's pages do not stay resident beside the devices' copies.
 #pragma once
 
 #include <map>
