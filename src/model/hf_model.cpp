@@ -257,7 +257,9 @@ std::vector<float> HfModelDir::dequantized(const std::string& name) const {
 std::span<const float> HfModelDir::get(const std::string& name) const {
   const Source& s = source(name);
   const StoredTensor raw = *stored(name);
-  if (raw.dtype == DType::F32 && s.view()) return {static_cast<const float*>(raw.data), static_cast<size_t>(tensor::numel(raw.shape))};
+  // F32: a view into the map, or into the assembled copy (reordered q/k rows, stacked experts),
+  // which lives as long as a conversion would: no second f32 copy of it.
+  if (raw.dtype == DType::F32) return {static_cast<const float*>(raw.data), static_cast<size_t>(tensor::numel(raw.shape))};
   // One conversion per source, whichever device asks first; the others wait and share it.
   std::lock_guard lock(converted_mutex_);
   auto [slot, fresh] = converted_.try_emplace(s.key);
@@ -269,6 +271,16 @@ void HfModelDir::release_conversions() const {
   std::scoped_lock lock(converted_mutex_, assembled_mutex_);
   converted_.clear();
   assembled_.clear();
+}
+
+// Every file tensor the parameter is read from, whole (a fused tensor's other segments are read
+// again from the file by whoever still needs them).
+void HfModelDir::release_pages(const std::string& name) const {
+  for (const Part& part : source(name).parts) part.file->release_pages(part.hf_name);
+}
+
+void HfModelDir::release_all_pages() const {
+  for (const auto& file : files_) file->release_all_pages();
 }
 
 // ---- writing ----

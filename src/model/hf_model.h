@@ -32,8 +32,9 @@ namespace tpcli::model {
 // stored() gives F32/F16/BF16 (and quantized U32 words, scales, biases) as stored, a fused
 // tensor's segment as a view of its rows, except q/k projections (rows reordered) and stacked
 // experts, which are assembled once into a copy of the same dtype. get() gives f32: F32 tensors
-// as views into the map, others converted (dequantized) once per parameter on first use and kept,
-// so the devices of a run share one conversion and each copies only its own rows.
+// as views into the map (or into their assembled copy), others converted (dequantized) once per
+// parameter on first use and kept, so the devices of a run share one conversion and each copies
+// only its own rows. release_pages drops a tensor's file pages; copies live until release_conversions.
 class HfModelDir : public WeightSource {
  public:
   // Opens the files and checks every parameter's presence, dtype and shape. Throws
@@ -48,6 +49,8 @@ class HfModelDir : public WeightSource {
   std::optional<StoredTensor> stored(const std::string& name) const override;
   std::optional<Quantization> quantization_of(const std::string& name) const override;
   void release_conversions() const override;
+  void release_pages(const std::string& name) const override;
+  void release_all_pages() const override;
 
  private:
   struct Part {

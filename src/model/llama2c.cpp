@@ -47,6 +47,18 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
 }
 
+void MappedFile::release_pages(const void* begin, size_t bytes) const {
+  if (!data_ || bytes == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto map_begin = reinterpret_cast<uintptr_t>(data_), map_end = map_begin + size_;
+  const auto first = reinterpret_cast<uintptr_t>(begin), last = first + bytes;
+  if (first < map_begin || last > map_end)
+    throw std::logic_error(path_ + ": release_pages of a range outside the map");
+  const uintptr_t from = first / page * page, to = (last + page - 1) / page * page;  // the map's last page is whole
+  // MADV_DONTNEED cannot fail on a range of a live map; should it, the pages merely stay resident.
+  ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+}
+
 // ---- header ----
 
 namespace {
@@ -130,6 +142,11 @@ std::span<const float> Llama2cFile::get(const std::string& name) const {
   if (it != tensors_.end()) return it->second;
   if (name == "output" && config_.shared_classifier) return tensors_.at("tok_embeddings");
   throw std::out_of_range(path() + ": no parameter named '" + name + "'");
+}
+
+void Llama2cFile::release_pages(const std::string& name) const {
+  const std::span<const float> values = get(name);
+  map_.release_pages(values.data(), values.size_bytes());
 }
 
 // ---- writing ----

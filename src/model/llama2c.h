@@ -32,6 +32,13 @@ class MappedFile {
   const std::string& path() const { return path_; }
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
+  // Drops the pages holding [begin, begin + bytes) (a range of this map) from the process's
+  // memory: a device that has copied its shard of a tensor no longer needs the file's copy
+  // resident. The map stays valid: a later read of the range faults the pages in again from the
+  // file (the map is read-only, so there is nothing to lose). Pages that hold other bytes too are
+  // dropped as well, for the same reason.
+  void release_pages(const void* begin, size_t bytes) const;
+  void release_all_pages() const { release_pages(data_, size_); }
 
  private:
   std::string path_;
@@ -55,6 +62,8 @@ class Llama2cFile : public WeightSource {
 
   const LlamaConfig& config() const override { return config_; }
   std::span<const float> get(const std::string& name) const override;
+  void release_pages(const std::string& name) const override;
+  void release_all_pages() const override { map_.release_all_pages(); }
   const std::string& path() const { return map_.path(); }
 
  private:

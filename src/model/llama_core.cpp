@@ -76,16 +76,26 @@ std::span<const float> checked_values(const WeightSource& w, const std::string& 
   return src;
 }
 
-Tensor LlamaCore::local_slice(const WeightSource& w, const std::string& name) const {
-  const ParamSpec& s = spec(name);
-  const int64_t rows = s.shape[0], cols = tensor::numel(s.shape) / rows;
-  const std::span<const float> full = checked_values(w, name, rows * cols);
+namespace {
+
+// This device's part of the full parameter `s` (rows x cols).
+Tensor copy_shard(std::span<const float> full, const ParamSpec& s, int64_t rows, int64_t cols, const ShardPlan& plan) {
   switch (s.split) {
     case Split::Replicated: return Tensor(s.shape, full);
     case Split::Rows: return nn::slice_rows(full.data(), cols, plan.range_of(s.sharded_dim));
     case Split::Columns: return nn::slice_columns(full.data(), rows, cols, {plan.range_of(s.sharded_dim)});
   }
-  throw std::logic_error("llama: parameter '" + name + "' has no split");
+  throw std::logic_error("llama: parameter '" + s.name + "' has no split");
+}
+
+}  // namespace
+
+Tensor LlamaCore::local_slice(const WeightSource& w, const std::string& name) const {
+  const ParamSpec& s = spec(name);
+  const int64_t rows = s.shape[0], cols = tensor::numel(s.shape) / rows;
+  Tensor local = copy_shard(checked_values(w, name, rows * cols), s, rows, cols, plan);
+  w.release_pages(name);  // copied: the file's pages of it need not stay resident (weights.h)
+  return local;
 }
 
 Tensor LlamaCore::block_slice(const WeightSource& w, int l, const std::string& name) const {
@@ -104,10 +114,12 @@ std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const
   if (c.is_moe_layer(l)) {
     const nn::MoeSizes sizes = moe_sizes();
     const int64_t C = sizes.dim, FE = sizes.hidden, E = sizes.n_experts;
-    return std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, p + "router", E * C),
-                                                checked_values(w, p + "experts.w1", E * FE * C),
-                                                checked_values(w, p + "experts.w2", E * C * FE),
-                                                checked_values(w, p + "experts.w3", E * FE * C), expert_group, group, p);
+    auto moe = std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, p + "router", E * C),
+                                                    checked_values(w, p + "experts.w1", E * FE * C),
+                                                    checked_values(w, p + "experts.w2", E * C * FE),
+                                                    checked_values(w, p + "experts.w3", E * FE * C), expert_group, group, p);
+    for (const char* name : {"router", "experts.w1", "experts.w2", "experts.w3"}) w.release_pages(p + name);
+    return moe;
   }
   std::vector<dist::Range> ranges;
   for (const auto& q : all_plans) ranges.push_back(q.ffn);

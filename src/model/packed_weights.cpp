@@ -60,6 +60,15 @@ std::vector<float> floats_of(const StoredTensor& t, const std::string& name) {
   return out;
 }
 
+// The stored scales/biases as f32: in place when stored F32 (a device needs only its rows of them,
+// so a whole-tensor copy per device would only add to the peak memory of a load), else converted
+// into `copy`.
+const float* f32_values(const StoredTensor& t, const std::string& name, std::vector<float>& copy) {
+  if (t.dtype == DType::F32) return static_cast<const float*>(t.data);
+  copy = floats_of(t, name);
+  return copy.data();
+}
+
 StoredTensor require(const WeightSource& w, const std::string& name) {
   auto t = w.stored(name);
   if (!t) throw std::out_of_range("weights: quantized parameter's tensor '" + name + "' is missing");
@@ -110,7 +119,7 @@ PackedMatrix load_packed(const WeightSource& weights, const std::string& name, i
                          int64_t row0, int64_t nrows, const std::vector<tensor::Columns>& columns) {
   const WeightFormat format = stored_format(weights, name);
   PackedMatrix::Parts parts;
-  std::vector<float> scales, biases;  // f32 copies when stored in another float dtype
+  std::vector<float> scales, biases;  // f32 copies when stored in another float dtype (f32_values)
   if (format.kind == WeightKind::F32) {
     auto src = weights.get(name);
     if (static_cast<int64_t>(src.size()) != rows * cols)
@@ -138,13 +147,16 @@ PackedMatrix load_packed(const WeightSource& weights, const std::string& name, i
       if (tensor::numel(b.shape) != groups)
         throw std::invalid_argument("weights: '" + name + ".biases' has " + std::to_string(tensor::numel(b.shape)) +
                                     " entries, expected " + std::to_string(groups));
-      scales = floats_of(s, name + ".scales");
-      biases = floats_of(b, name + ".biases");
-      parts.scales = scales.data();
-      parts.biases = biases.data();
+      parts.scales = f32_values(s, name + ".scales", scales);
+      parts.biases = f32_values(b, name + ".biases", biases);
     }
   }
-  return PackedMatrix::copy_of(format, rows, cols, parts, row0, nrows, columns);
+  PackedMatrix local = PackedMatrix::copy_of(format, rows, cols, parts, row0, nrows, columns);
+  // Copied: the file's pages of it need not stay resident (weights.h).
+  weights.release_pages(name);
+  if (format.quantized()) weights.release_pages(name + ".scales");
+  if (format.kind == WeightKind::Affine) weights.release_pages(name + ".biases");
+  return local;
 }
 
 PackedMatrix load_packed_full(const WeightSource& weights, const std::string& name) {
@@ -209,7 +221,13 @@ ConvertedWeights::ConvertedWeights(const WeightSource& source, WeightFormat form
     const auto [rows, cols] = matrix_dims(spec.shape);
     auto src = source.get(spec.name);
     packed_.emplace(spec.name, Packed{PackedMatrix::from_f32(src.data(), rows, cols, format), spec.shape, {}});
+    source.release_pages(spec.name);  // else the whole f32 file stays resident beside its packed copy
   }
+}
+
+void ConvertedWeights::release_pages(const std::string& name) const {
+  if (packed_.count(name) || name.ends_with(".scales") || name.ends_with(".biases")) return;  // made here, not the source's
+  source_.release_pages(name);
 }
 
 std::span<const float> ConvertedWeights::get(const std::string& name) const {

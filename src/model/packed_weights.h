@@ -66,6 +66,9 @@ class ConvertedWeights : public WeightSource {
   const LlamaConfig& config() const override { return config_; }
   std::span<const float> get(const std::string& name) const override;
   std::optional<StoredTensor> stored(const std::string& name) const override;
+  // The packed tensors are this object's own memory; the others are the source's.
+  void release_pages(const std::string& name) const override;
+  void release_all_pages() const override { source_.release_all_pages(); }
   const tensor::WeightFormat& format() const { return format_; }
 
  private:

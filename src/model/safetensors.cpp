@@ -419,6 +419,12 @@ void SafetensorsFile::release_conversions() const {
   converted_.clear();
 }
 
+void SafetensorsFile::release_pages(const std::string& name) const {
+  const std::optional<StoredTensor> t = stored(name);
+  if (!t) throw std::out_of_range(path() + ": no tensor named '" + name + "'");
+  map_.release_pages(t->data, static_cast<size_t>(tensor::numel(t->shape)) * dtype_bytes(t->dtype));
+}
+
 std::span<const float> SafetensorsFile::get(const std::string& name) const {
   if (name == "output" && config_ && config_->shared_classifier && !stored_.count("output")) return get("tok_embeddings");
   if (auto it = tensors_.find(name); it != tensors_.end()) return it->second.data;

@@ -97,6 +97,8 @@ class SafetensorsFile : public WeightSource {
   // Every tensor as stored (a view into the map); nullopt when absent.
   std::optional<StoredTensor> stored(const std::string& name) const override;
   void release_conversions() const override;
+  void release_pages(const std::string& name) const override;
+  void release_all_pages() const override { map_.release_all_pages(); }
 
  private:
   void refuse_overlaps(const std::byte* data) const;

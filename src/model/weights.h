@@ -1,7 +1,8 @@
 // tpcli::model — where full (unsharded) parameters come from when a device builds its shard.
 //
 // A device asks for a parameter by its ParamSpec name and copies only its own slice, so an
-// mmap'd checkpoint is never copied whole into any device.
+// mmap'd checkpoint is never copied whole into any device; then it releases the tensor
+// (release_pages), so the file's pages do not stay resident beside the devices' copies.
 #pragma once
 
 #include <map>
@@ -42,6 +43,15 @@ class WeightSource {
   // reordered rows), so that a model built from them is not held twice. What they returned before
   // is invalid afterwards: call it when every device of the process has copied its shard.
   virtual void release_conversions() const {}
+  // The caller has copied what it needs of tensor `name` (a parameter, or NAME.scales / NAME.biases):
+  // a source that reads a mapped file drops the file's pages under it from the process's memory,
+  // so that a model built from the file is not resident twice while it loads. Spans from get() and
+  // stored() stay valid (reading them again faults the pages in from the file); conversions are
+  // kept (other devices may still copy from them) until release_conversions.
+  virtual void release_pages(const std::string& name) const {}
+  // The same for every page of the file(s): what fault-around mapped back in around a released
+  // tensor, and tensors read by code that does not release them.
+  virtual void release_all_pages() const {}
 };
 
 // Parameters held in memory (random init, tests, safetensors after reading).

@@ -23,6 +23,8 @@ class WeightsView : public WeightSource {
   std::span<const float> get(const std::string& name) const override { return inner_->get(name); }
   std::optional<StoredTensor> stored(const std::string& name) const override;
   void release_conversions() const override { inner_->release_conversions(); }
+  void release_pages(const std::string& name) const override { inner_->release_pages(name); }
+  void release_all_pages() const override { inner_->release_all_pages(); }
 
  private:
   std::unique_ptr<WeightSource> inner_;

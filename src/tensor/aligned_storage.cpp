@@ -1,6 +1,7 @@
 #include "tensor/aligned_storage.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <iterator>
 #include <map>
@@ -88,6 +89,18 @@ void* arena_allocate(size_t bytes) {
   return carve(base, c, bytes);
 }
 
+// A free range's whole 2 MB pages go back to the system (they are faulted in again, zeroed, when
+// carved anew): a model's constructor frees temporaries in between the weights it keeps (slices
+// it then fused), and without this every such range would stay resident for the whole run. The
+// partial pages at the range's ends stay: live buffers share them.
+void release_whole_huge_pages([[maybe_unused]] char* begin, [[maybe_unused]] size_t bytes) {
+#if defined(MADV_DONTNEED)
+  const auto first = reinterpret_cast<uintptr_t>(begin), last = first + bytes;
+  const uintptr_t from = round_up(first, HUGE_PAGE), to = last / HUGE_PAGE * HUGE_PAGE;
+  if (from < to) (void)madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+#endif
+}
+
 // Gives `p` back to its chunk; false if no chunk holds it. With arena_mutex.
 bool arena_free(char* p, size_t bytes) {
   auto it = chunks.upper_bound(p);
@@ -112,6 +125,7 @@ bool arena_free(char* p, size_t bytes) {
   }
   c.free_ranges.emplace(offset, length);
   c.live_bytes -= bytes;
+  release_whole_huge_pages(it->first + offset, length);
   release_if_unused(it);
   return true;
 }
