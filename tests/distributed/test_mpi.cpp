@@ -164,6 +164,24 @@ TEST_CASE("mpi: mpirun -n 2 tpcli infer (1 and 2 devices a process) prints exact
   CHECK(mpi4.out == threads4.out);
 }
 
+TEST_CASE("mpi: seeded sampling under mpirun -n 2 and -n 4 prints what 1 device prints (fixed-order sums)") {
+  require_mpi();
+  require_shared("data/stories260K.bin");
+  const std::string args = "infer --model " + shell_quote(shared_path("data/stories260K.bin")) + " -z " +
+                           shell_quote(shared_path("data/tok512.bin")) + " -t 0.9 -s 11 -n 120 -i 'Once upon a time'";
+  const RunResult one = run_tpcli_line(args);
+  REQUIRE(one.code == 0);
+  for (int n : {2, 4}) {
+    INFO(n << " processes");
+    tpcli::testing::RunOptions o;
+    o.launcher = mpirun(n);
+    const RunResult mpi = run_tpcli_line(args + " --backend mpi", o);
+    INFO(mpi.err);
+    REQUIRE(mpi.code == 0);
+    CHECK(mpi.out == one.out);
+  }
+}
+
 TEST_CASE("mpi: mpirun -n 2 tpcli infer --batch prints exactly what the thread backend prints") {
   require_mpi();
   require_shared("data/stories260K.bin");

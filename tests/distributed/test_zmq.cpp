@@ -570,6 +570,27 @@ TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the threa
   }
 }
 
+TEST_CASE("zmq: seeded sampling over 2 and 4 processes prints what 1 device prints (fixed-order sums)") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  tpcli::testing::require_shared("data/tok512.bin");
+  const std::string data = tpcli::testing::shared_path("data/");
+  const std::vector<std::string> infer{TPCLI_BINARY, "infer", "--model", data + "stories260K.bin", "-z", data + "tok512.bin",
+                                       "-t", "0.9", "-s", "11", "-n", "120", "-i", "Once upon a time"};
+  const Ran one = run_launch(LaunchOptions{}, infer);
+  REQUIRE(one.code == 0);
+  for (int n : {2, 4}) {
+    INFO(n << " processes");
+    std::vector<std::string> over_zmq = infer;
+    over_zmq.insert(over_zmq.end(), {"--devices", std::to_string(n), "--backend", "zmq"});
+    LaunchOptions o;
+    o.processes = n;
+    const Ran zmq = run_launch(o, over_zmq);
+    INFO(zmq.err);
+    CHECK(zmq.code == 0);
+    CHECK(zmq.out == one.out);
+  }
+}
+
 // Four requests through the batched engine; its prompts file in `dir`.
 std::string batch_prompts(TempDir& dir) {
   return dir.write("prompts.jsonl",
