@@ -9,8 +9,13 @@
 // stores x chunk by chunk as [even elements, odd elements] (32-element chunks for AVX-512, 16 for
 // AVX2) and the inner loop needs no shuffles.
 // 4-bit groups of 64 or 128 on CPUs with AVX512_BF16 take a bf16 path instead (affine4_bf16_rows_512).
+// Scalar steps (bias sums, tails) are written as std::fma, not `s += a * b`: whether gcc fuses the
+// latter depends on what it vectorizes around it (the bf16 kernel's two rows' bias sums side by
+// side became a separate multiply and add, a single row's one fma), and a row's bits should not
+// depend on which rows or vectors are computed beside it.
 // E4M3 bytes become f16 bit patterns with the exponent 8 too small ((b & 0x80) << 8 | (b & 0x7F)
 // << 7, subnormals included); the missing 2^8 is folded into the group's scale.
+#include <cmath>
 #include <cstring>
 
 #include "tensor/packed_kernels.h"
@@ -62,7 +67,7 @@ TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   int64_t p = 0;
   for (; p + 16 <= k; p += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + p), _mm512_loadu_ps(x + p), a);
   float s = _mm512_reduce_add_ps(a);
-  for (; p < k; ++p) s += w[p] * x[p];
+  for (; p < k; ++p) s = std::fma(w[p], x[p], s);
   return s;
 }
 
@@ -136,7 +141,7 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
         }
       }
       acc = _mm512_fmadd_ps(_mm512_add_ps(ga, gb), _mm512_set1_ps(scales[g]), acc);
-      bias_part += biases[g] * xsum[g];
+      bias_part = std::fma(biases[g], xsum[g], bias_part);
     }
     out[r - r0] = _mm512_reduce_add_ps(acc) + bias_part;
   }
@@ -191,7 +196,7 @@ TPCLI_AVX512 void half_rows_512(float* out, const View& w, const float* x, const
       } else {
         v = _cvtsh_ss(h[c]);
       }
-      s += v * x[c];
+      s = std::fma(v, x[c], s);
     }
     out[r - r0] = s;
   }
@@ -288,8 +293,8 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
       }
       acc0 = _mm512_fmadd_ps(a0, _mm512_set1_ps(s0[g]), acc0);
       acc1 = _mm512_fmadd_ps(a1, _mm512_set1_ps(s1[g]), acc1);
-      bias0 += b0[g] * xsum[g];
-      bias1 += b1[g] * xsum[g];
+      bias0 = std::fma(b0[g], xsum[g], bias0);
+      bias1 = std::fma(b1[g], xsum[g], bias1);
     }
     out[r - r0] = _mm512_reduce_add_ps(acc0) + bias0;
     out[r - r0 + 1] = _mm512_reduce_add_ps(acc1) + bias1;
@@ -303,7 +308,7 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
       __m512 a = _mm512_setzero_ps();
       for (int64_t c = g * GS; c < (g + 1) * GS; c += BF16_CHUNK) a = chunk_dot_bf16(a, q + c / 2, x + 2 * c, table);
       acc = _mm512_fmadd_ps(a, _mm512_set1_ps(s[g]), acc);
-      bias += b[g] * xsum[g];
+      bias = std::fma(b[g], xsum[g], bias);
     }
     out[r - r0] = _mm512_reduce_add_ps(acc) + bias;
   }
@@ -331,7 +336,7 @@ TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const fl
     }
     for (int j = 0; j < 4; ++j) {
       float s = hsum256(a[j]);
-      for (int64_t q = p; q < k; ++q) s += wr[j][q] * x[q];
+      for (int64_t q = p; q < k; ++q) s = std::fma(wr[j][q], x[q], s);
       out[i - r0 + j] = s;
     }
   }
@@ -341,7 +346,7 @@ TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const fl
     int64_t p = 0;
     for (; p + 8 <= k; p += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(row + p), _mm256_loadu_ps(x + p), a);
     float s = hsum256(a);
-    for (; p < k; ++p) s += row[p] * x[p];
+    for (; p < k; ++p) s = std::fma(row[p], x[p], s);
     out[i - r0] = s;
   }
 }
@@ -384,7 +389,7 @@ TPCLI_AVX2 void affine_rows_256(float* out, const View& w, const float* x, const
         }
       }
       acc = _mm256_fmadd_ps(_mm256_add_ps(ga, gb), _mm256_set1_ps(w.scales[r * G + g]), acc);
-      bias_part += w.biases[r * G + g] * xsum[g];
+      bias_part = std::fma(w.biases[r * G + g], xsum[g], bias_part);
     }
     out[r - r0] = hsum256(acc) + bias_part;
   }
@@ -438,7 +443,7 @@ TPCLI_AVX2 void half_rows_256(float* out, const View& w, const float* x, const f
       } else {
         v = _cvtsh_ss(h[c]);
       }
-      s += v * x[c];
+      s = std::fma(v, x[c], s);
     }
     out[r - r0] = s;
   }
