@@ -46,6 +46,25 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
   return f;
 }
 
+// rows_batch from a kernel written for a fixed number of vectors, Tile::run<V> for 1 <= V <=
+// Tile::MAX_V: V is a compile-time count so each vector's accumulators stay in registers. Tiles of
+// MAX_V vectors, then one tile of the rest.
+template <class Tile, int V>
+void rest_tile(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  if constexpr (V > 0) {
+    if (x.count == V) Tile::template run<V>(out, ld_out, w, x, r0, r1);
+    else rest_tile<Tile, V - 1>(out, ld_out, w, x, r0, r1);
+  }
+}
+
+template <class Tile>
+void in_vector_tiles(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  constexpr int M = Tile::MAX_V;
+  int64_t v = 0;
+  for (; v + M <= x.count; v += M) Tile::template run<M>(out + v * ld_out, ld_out, w, x.slice(v, M), r0, r1);
+  if (v < x.count) rest_tile<Tile, M - 1>(out + v * ld_out, ld_out, w, x.slice(v, x.count - v), r0, r1);
+}
+
 // ---- AVX-512 ----
 
 // Bytes ahead of the weights being read that the quantized kernels prefetch. Without it they
@@ -102,6 +121,51 @@ TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const 
   for (int64_t i = 4 * q; i < r1 - r0; ++i) out[i] = f32_dot_512(base + i * k, x, k);
 }
 
+// f32_rows_512 for several vectors: each row one 16-lane chain ending in a masked vector (rows of
+// the first 4 * (n / 4)) or f32_dot_512 (the last n % 4), as f32_rows_512 runs it for that vector
+// alone. Two rows a pass, so a pass loads 2 weight vectors and V x vectors for 2V FMAs.
+struct F32Tile512 {
+  static constexpr int MAX_V = 4;
+
+  template <int V>
+  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const int64_t k = w.cols, n = r1 - r0, chained = 4 * (n / 4);
+    const auto* base = reinterpret_cast<const float*>(w.data) + r0 * k;
+    const float* xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
+    for (int64_t i = 0; i < chained; i += 2) {
+      const float* w0 = base + i * k;
+      const float* w1 = w0 + k;
+      __m512 a0[V], a1[V];
+      for (int v = 0; v < V; ++v) a0[v] = a1[v] = _mm512_setzero_ps();
+      int64_t p = 0;
+      for (; p + 16 <= k; p += 16) {
+        const __m512 u0 = _mm512_loadu_ps(w0 + p), u1 = _mm512_loadu_ps(w1 + p);
+        for (int v = 0; v < V; ++v) {
+          const __m512 xx = _mm512_loadu_ps(xv[v] + p);
+          a0[v] = _mm512_fmadd_ps(u0, xx, a0[v]);
+          a1[v] = _mm512_fmadd_ps(u1, xx, a1[v]);
+        }
+      }
+      if (p < k) {
+        const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+        const __m512 u0 = _mm512_maskz_loadu_ps(mk, w0 + p), u1 = _mm512_maskz_loadu_ps(mk, w1 + p);
+        for (int v = 0; v < V; ++v) {
+          const __m512 xx = _mm512_maskz_loadu_ps(mk, xv[v] + p);
+          a0[v] = _mm512_fmadd_ps(u0, xx, a0[v]);
+          a1[v] = _mm512_fmadd_ps(u1, xx, a1[v]);
+        }
+      }
+      for (int v = 0; v < V; ++v) {
+        out[v * ld_out + i] = _mm512_reduce_add_ps(a0[v]);
+        out[v * ld_out + i + 1] = _mm512_reduce_add_ps(a1[v]);
+      }
+    }
+    for (int64_t i = chained; i < n; ++i)
+      for (int v = 0; v < V; ++v) out[v * ld_out + i] = f32_dot_512(base + i * k, xv[v], k);
+  }
+};
+
 TPCLI_AVX512 void prepare4_512(float* xp, const float* x, int64_t cols) {
   for (int64_t c = 0; c < cols; c += 32)
     for (int j = 0; j < 16; ++j) {
@@ -147,6 +211,56 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
   }
 }
 
+// affine_rows_512 for several vectors: a chunk's 32 codes are widened once and feed every vector's
+// ga/gb chains; per vector the group sum, scale FMA, bias sum and reduction of affine_rows_512.
+struct AffineTile512 {
+  static constexpr int MAX_V = 8;  // ga, gb and acc per vector: 24 of the 32 registers
+
+  template <int V>
+  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const int bits = w.format.bits, GS = w.format.group_size;
+    const int64_t G = w.cols / GS;
+    const __m512i low4 = _mm512_set1_epi32(15);
+    const float *xv[V], *sums[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v), sums[v] = x.sum(v);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* q = w.data + r * w.row_bytes;
+      const float* scales = w.scales + r * G;
+      const float* biases = w.biases + r * G;
+      __m512 acc[V];
+      float bias_part[V];
+      for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps(), bias_part[v] = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        __m512 ga[V], gb[V];
+        for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm512_setzero_ps();
+        const int64_t c0 = g * GS;
+        for (int64_t c = c0; c < c0 + GS; c += 32) {
+          __m512 v0, v1;
+          if (bits == 8) {
+            _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
+            v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
+            v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));
+          } else {  // 4 bits
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
+            v0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
+            v1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+          }
+          for (int v = 0; v < V; ++v) {
+            ga[v] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(xv[v] + c), ga[v]);
+            gb[v] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xv[v] + c + 16), gb[v]);
+          }
+        }
+        const __m512 scale = _mm512_set1_ps(scales[g]);
+        for (int v = 0; v < V; ++v) {
+          acc[v] = _mm512_fmadd_ps(_mm512_add_ps(ga[v], gb[v]), scale, acc[v]);
+          bias_part[v] = std::fma(biases[g], sums[v][g], bias_part[v]);
+        }
+      }
+      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = _mm512_reduce_add_ps(acc[v]) + bias_part[v];
+    }
+  }
+};
+
 TPCLI_AVX512 __m512 e4m3x16_512(const uint8_t* q) {
   const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
   const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8);
@@ -170,6 +284,52 @@ TPCLI_AVX512 void mxfp8_rows_512(float* out, const View& w, const float* x, cons
   }
 }
 
+// mxfp8_rows_512 for several vectors: a group's 32 codes converted once for all of them.
+struct Mxfp8Tile512 {
+  static constexpr int MAX_V = 8;
+
+  template <int V>
+  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const int64_t G = w.cols / 32;
+    const float* xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* q = w.data + r * w.row_bytes;
+      const uint8_t* s = w.scale_bytes + r * G;
+      __m512 acc[V];
+      for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t c = g * 32;
+        const __m512 e0 = e4m3x16_512(q + c), e1 = e4m3x16_512(q + c + 16);
+        const __m512 scale = _mm512_set1_ps(scale_of_e8m0(s[g]));
+        for (int v = 0; v < V; ++v) {
+          __m512 ga = _mm512_mul_ps(e0, _mm512_loadu_ps(xv[v] + c));
+          ga = _mm512_fmadd_ps(e1, _mm512_loadu_ps(xv[v] + c + 16), ga);
+          acc[v] = _mm512_fmadd_ps(ga, scale, acc[v]);
+        }
+      }
+      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = _mm512_reduce_add_ps(acc[v]);
+    }
+  }
+};
+
+// s + h[c, k) . x[c, k), one element at a time: the half kernels' tail after their vector loop, one
+// function so the single-vector and batch kernels of both sets round it alike.
+template <bool Bf16>
+TPCLI_AVX2 float half_tail(float s, const uint16_t* h, const float* x, int64_t c, int64_t k) {
+  for (; c < k; ++c) {
+    float v;
+    if constexpr (Bf16) {
+      const uint32_t bits = static_cast<uint32_t>(h[c]) << 16;
+      std::memcpy(&v, &bits, 4);
+    } else {
+      v = _cvtsh_ss(h[c]);
+    }
+    s = std::fma(v, x[c], s);
+  }
+  return s;
+}
+
 template <bool Bf16>
 TPCLI_AVX512 __m512 halfx16_512(const uint16_t* h) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
@@ -187,20 +347,36 @@ TPCLI_AVX512 void half_rows_512(float* out, const View& w, const float* x, const
       a0 = _mm512_fmadd_ps(halfx16_512<Bf16>(h + c), _mm512_loadu_ps(x + c), a0);
       a1 = _mm512_fmadd_ps(halfx16_512<Bf16>(h + c + 16), _mm512_loadu_ps(x + c + 16), a1);
     }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-    for (; c < w.cols; ++c) {
-      float v;
-      if constexpr (Bf16) {
-        const uint32_t bits = static_cast<uint32_t>(h[c]) << 16;
-        std::memcpy(&v, &bits, 4);
-      } else {
-        v = _cvtsh_ss(h[c]);
-      }
-      s = std::fma(v, x[c], s);
-    }
-    out[r - r0] = s;
+    out[r - r0] = half_tail<Bf16>(_mm512_reduce_add_ps(_mm512_add_ps(a0, a1)), h, x, c, w.cols);
   }
 }
+
+// half_rows_512 for several vectors: 32 weights converted once a step for all of them.
+template <bool Bf16>
+struct HalfTile512 {
+  static constexpr int MAX_V = 8;  // a0, a1 per vector
+
+  template <int V>
+  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const float* xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto* h = reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes);
+      __m512 a0[V], a1[V];
+      for (int v = 0; v < V; ++v) a0[v] = a1[v] = _mm512_setzero_ps();
+      int64_t c = 0;
+      for (; c + 32 <= w.cols; c += 32) {
+        const __m512 h0 = halfx16_512<Bf16>(h + c), h1 = halfx16_512<Bf16>(h + c + 16);
+        for (int v = 0; v < V; ++v) {
+          a0[v] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(xv[v] + c), a0[v]);
+          a1[v] = _mm512_fmadd_ps(h1, _mm512_loadu_ps(xv[v] + c + 16), a1[v]);
+        }
+      }
+      for (int v = 0; v < V; ++v)
+        out[v * ld_out + r - r0] = half_tail<Bf16>(_mm512_reduce_add_ps(_mm512_add_ps(a0[v], a1[v])), h, xv[v], c, w.cols);
+    }
+  }
+};
 
 // ---- AVX-512 BF16: affine 4-bit, group size a multiple of 64 ----
 //
@@ -247,16 +423,29 @@ TPCLI_AVX512BF16 void prepare4_bf16_512(float* xp, const float* x, int64_t cols)
   }
 }
 
-// One row's running sum over a group: `a` += the chunk's 64 codes times prepared x. Pairs of rows
-// and single rows call this in the same order, so a row's value does not depend on its neighbours.
-TPCLI_AVX512BF16 __m512 chunk_dot_bf16(__m512 a, const uint8_t* q, const uint16_t* xc, __m512i table) {
+// A chunk's 64 codes as bf16 words, lined up with prepared x's even and odd halves.
+struct CodesBf16 {
+  __m512bh even, odd;
+};
+
+TPCLI_AVX512BF16 CodesBf16 chunk_codes_bf16(const uint8_t* q, __m512i table) {
   const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-  const __m512bh even = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(bytes, table));  // index: low 5 bits
-  const __m512bh odd = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table));
-  a = _mm512_dpbf16_ps(a, even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc)));
-  a = _mm512_dpbf16_ps(a, odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 32)));
-  a = _mm512_dpbf16_ps(a, even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 64)));
-  return _mm512_dpbf16_ps(a, odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 96)));
+  return {reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(bytes, table)),  // index: low 5 bits
+          reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table))};
+}
+
+// One row's running sum over a group: `a` += the chunk's codes times prepared x. Pairs of rows,
+// single rows and the batch kernel all call this in the same order, so a row's value depends on
+// neither its neighbours nor the other vectors.
+TPCLI_AVX512BF16 __m512 codes_dot_bf16(__m512 a, const CodesBf16& codes, const uint16_t* xc) {
+  a = _mm512_dpbf16_ps(a, codes.even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc)));
+  a = _mm512_dpbf16_ps(a, codes.odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 32)));
+  a = _mm512_dpbf16_ps(a, codes.even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 64)));
+  return _mm512_dpbf16_ps(a, codes.odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 96)));
+}
+
+TPCLI_AVX512BF16 __m512 chunk_dot_bf16(__m512 a, const uint8_t* q, const uint16_t* xc, __m512i table) {
+  return codes_dot_bf16(a, chunk_codes_bf16(q, table), xc);
 }
 
 // bf16 bit patterns of 0..15, twice: vpermw reads the low 5 bits of a word, so a widened byte
@@ -314,12 +503,54 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
   }
 }
 
+// affine4_bf16_rows_512 for several vectors: a chunk's codes looked up once for all of them.
+struct Affine4Bf16Tile512 {
+  static constexpr int MAX_V = 8;  // a and acc per vector
+
+  template <int V>
+  TPCLI_AVX512BF16 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const int64_t GS = w.format.group_size, G = w.cols / GS;
+    const __m512i table = code_table_bf16();
+    const uint16_t* xv[V];
+    const float* sums[V];
+    for (int v = 0; v < V; ++v) xv[v] = reinterpret_cast<const uint16_t*>(x.x(v)), sums[v] = x.sum(v);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* q = w.data + r * w.row_bytes;
+      const float *s = w.scales + r * G, *b = w.biases + r * G;
+      __m512 acc[V];
+      float bias[V];
+      for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps(), bias[v] = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        __m512 a[V];
+        for (int v = 0; v < V; ++v) a[v] = _mm512_setzero_ps();
+        for (int64_t c = g * GS; c < (g + 1) * GS; c += BF16_CHUNK) {
+          _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + PREFETCH_BYTES), _MM_HINT_T0);
+          const CodesBf16 codes = chunk_codes_bf16(q + c / 2, table);
+          for (int v = 0; v < V; ++v) a[v] = codes_dot_bf16(a[v], codes, xv[v] + 2 * c);
+        }
+        const __m512 scale = _mm512_set1_ps(s[g]);
+        for (int v = 0; v < V; ++v) {
+          acc[v] = _mm512_fmadd_ps(a[v], scale, acc[v]);
+          bias[v] = std::fma(b[g], sums[v][g], bias[v]);
+        }
+      }
+      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = _mm512_reduce_add_ps(acc[v]) + bias[v];
+    }
+  }
+};
+
 // ---- AVX2 ----
 
 TPCLI_AVX2 float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// s + w[p, k) . x[p, k), one element at a time: f32_rows_256's tail after its 8-lane chain.
+TPCLI_AVX2 float f32_tail_256(float s, const float* w, const float* x, int64_t p, int64_t k) {
+  for (; p < k; ++p) s = std::fma(w[p], x[p], s);
+  return s;
 }
 
 TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
@@ -334,22 +565,41 @@ TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const fl
       const __m256 xv = _mm256_loadu_ps(x + p);
       for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[j] + p), xv, a[j]);
     }
-    for (int j = 0; j < 4; ++j) {
-      float s = hsum256(a[j]);
-      for (int64_t q = p; q < k; ++q) s = std::fma(wr[j][q], x[q], s);
-      out[i - r0 + j] = s;
-    }
+    for (int j = 0; j < 4; ++j) out[i - r0 + j] = f32_tail_256(hsum256(a[j]), wr[j], x, p, k);
   }
   for (; i < r1; ++i) {
     const float* row = base + i * k;
     __m256 a = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 8 <= k; p += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(row + p), _mm256_loadu_ps(x + p), a);
-    float s = hsum256(a);
-    for (; p < k; ++p) s = std::fma(row[p], x[p], s);
-    out[i - r0] = s;
+    out[i - r0] = f32_tail_256(hsum256(a), row, x, p, k);
   }
 }
+
+// f32_rows_256 for several vectors (every row there is one 8-lane chain, its sum and a scalar
+// tail, in the 4-row passes and after them alike): a weight vector loaded once for all of them.
+struct F32Tile256 {
+  static constexpr int MAX_V = 4;
+
+  template <int V>
+  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const int64_t k = w.cols;
+    const auto* base = reinterpret_cast<const float*>(w.data);
+    const float* xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* row = base + i * k;
+      __m256 a[V];
+      for (int v = 0; v < V; ++v) a[v] = _mm256_setzero_ps();
+      int64_t p = 0;
+      for (; p + 8 <= k; p += 8) {
+        const __m256 u = _mm256_loadu_ps(row + p);
+        for (int v = 0; v < V; ++v) a[v] = _mm256_fmadd_ps(u, _mm256_loadu_ps(xv[v] + p), a[v]);
+      }
+      for (int v = 0; v < V; ++v) out[v * ld_out + i - r0] = f32_tail_256(hsum256(a[v]), row, xv[v], p, k);
+    }
+  }
+};
 
 TPCLI_AVX2 void prepare4_256(float* xp, const float* x, int64_t cols) {
   for (int64_t c = 0; c < cols; c += 16)
@@ -395,6 +645,53 @@ TPCLI_AVX2 void affine_rows_256(float* out, const View& w, const float* x, const
   }
 }
 
+// affine_rows_256 for several vectors: 16 codes widened once a step for all of them.
+struct AffineTile256 {
+  static constexpr int MAX_V = 4;  // ga, gb and acc per vector: 12 of the 16 registers
+
+  template <int V>
+  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const int bits = w.format.bits, GS = w.format.group_size;
+    const int64_t G = w.cols / GS;
+    const __m256i low4 = _mm256_set1_epi32(15);
+    const float *xv[V], *sums[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v), sums[v] = x.sum(v);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* q = w.data + r * w.row_bytes;
+      __m256 acc[V];
+      float bias_part[V];
+      for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps(), bias_part[v] = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        __m256 ga[V], gb[V];
+        for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
+        const int64_t c0 = g * GS;
+        for (int64_t c = c0; c < c0 + GS; c += 16) {
+          __m256 v0, v1;
+          if (bits == 8) {
+            v0 = _mm256_cvtepi32_ps(bytes8_256(q + c));
+            v1 = _mm256_cvtepi32_ps(bytes8_256(q + c + 8));
+          } else {  // 4 bits
+            const __m256i b = bytes8_256(q + c / 2);
+            v0 = _mm256_cvtepi32_ps(_mm256_and_si256(b, low4));
+            v1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+          }
+          for (int v = 0; v < V; ++v) {
+            ga[v] = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xv[v] + c), ga[v]);
+            gb[v] = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xv[v] + c + 8), gb[v]);
+          }
+        }
+        const __m256 scale = _mm256_set1_ps(w.scales[r * G + g]);
+        const float bias = w.biases[r * G + g];
+        for (int v = 0; v < V; ++v) {
+          acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
+          bias_part[v] = std::fma(bias, sums[v][g], bias_part[v]);
+        }
+      }
+      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = hsum256(acc[v]) + bias_part[v];
+    }
+  }
+};
+
 TPCLI_AVX2 __m256 e4m3x8_256(const uint8_t* q) {
   int64_t raw;
   std::memcpy(&raw, q, 8);
@@ -421,6 +718,37 @@ TPCLI_AVX2 void mxfp8_rows_256(float* out, const View& w, const float* x, const 
   }
 }
 
+// mxfp8_rows_256 for several vectors: 16 codes converted once a step for all of them.
+struct Mxfp8Tile256 {
+  static constexpr int MAX_V = 4;
+
+  template <int V>
+  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const int64_t G = w.cols / 32;
+    const float* xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* q = w.data + r * w.row_bytes;
+      __m256 acc[V];
+      for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+      for (int64_t g = 0; g < G; ++g) {
+        __m256 ga[V], gb[V];
+        for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
+        for (int64_t c = g * 32; c < g * 32 + 32; c += 16) {
+          const __m256 e0 = e4m3x8_256(q + c), e1 = e4m3x8_256(q + c + 8);
+          for (int v = 0; v < V; ++v) {
+            ga[v] = _mm256_fmadd_ps(e0, _mm256_loadu_ps(xv[v] + c), ga[v]);
+            gb[v] = _mm256_fmadd_ps(e1, _mm256_loadu_ps(xv[v] + c + 8), gb[v]);
+          }
+        }
+        const __m256 scale = _mm256_set1_ps(scale_of_e8m0(w.scale_bytes[r * G + g]));
+        for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
+      }
+      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = hsum256(acc[v]);
+    }
+  }
+};
+
 template <bool Bf16>
 TPCLI_AVX2 void half_rows_256(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
@@ -434,49 +762,64 @@ TPCLI_AVX2 void half_rows_256(float* out, const View& w, const float* x, const f
       else f = _mm256_cvtph_ps(v);
       a0 = _mm256_fmadd_ps(f, _mm256_loadu_ps(x + c), a0);
     }
-    float s = hsum256(a0);
-    for (; c < w.cols; ++c) {
-      float v;
-      if constexpr (Bf16) {
-        const uint32_t bits = static_cast<uint32_t>(h[c]) << 16;
-        std::memcpy(&v, &bits, 4);
-      } else {
-        v = _cvtsh_ss(h[c]);
-      }
-      s = std::fma(v, x[c], s);
-    }
-    out[r - r0] = s;
+    out[r - r0] = half_tail<Bf16>(hsum256(a0), h, x, c, w.cols);
   }
 }
+
+// half_rows_256 for several vectors: 8 weights converted once a step for all of them.
+template <bool Bf16>
+struct HalfTile256 {
+  static constexpr int MAX_V = 8;  // one chain per vector
+
+  template <int V>
+  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+    const float* xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
+    for (int64_t r = r0; r < r1; ++r) {
+      const auto* h = reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes);
+      __m256 a0[V];
+      for (int v = 0; v < V; ++v) a0[v] = _mm256_setzero_ps();
+      int64_t c = 0;
+      for (; c + 8 <= w.cols; c += 8) {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + c));
+        __m256 f;
+        if constexpr (Bf16) f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+        else f = _mm256_cvtph_ps(raw);
+        for (int v = 0; v < V; ++v) a0[v] = _mm256_fmadd_ps(f, _mm256_loadu_ps(xv[v] + c), a0[v]);
+      }
+      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = half_tail<Bf16>(hsum256(a0[v]), h, xv[v], c, w.cols);
+    }
+  }
+};
 
 }  // namespace
 
 MatvecKernel avx2_kernel(const WeightFormat& f) {
   switch (f.kind) {
-    case WeightKind::BF16: return {nullptr, half_rows_256<true>};
-    case WeightKind::F16: return {nullptr, half_rows_256<false>};
-    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_256};
+    case WeightKind::BF16: return {nullptr, half_rows_256<true>, in_vector_tiles<HalfTile256<true>>};
+    case WeightKind::F16: return {nullptr, half_rows_256<false>, in_vector_tiles<HalfTile256<false>>};
+    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_256, in_vector_tiles<Mxfp8Tile256>};
     case WeightKind::Affine:
-      if (f.bits == 8) return {nullptr, affine_rows_256};
-      if (f.bits == 4) return {prepare4_256, affine_rows_256};
+      if (f.bits == 8) return {nullptr, affine_rows_256, in_vector_tiles<AffineTile256>};
+      if (f.bits == 4) return {prepare4_256, affine_rows_256, in_vector_tiles<AffineTile256>};
       return {};
-    case WeightKind::F32: return {nullptr, f32_rows_256};
+    case WeightKind::F32: return {nullptr, f32_rows_256, in_vector_tiles<F32Tile256>};
   }
   return {};
 }
 
 MatvecKernel avx512_kernel(const WeightFormat& f) {
   switch (f.kind) {
-    case WeightKind::BF16: return {nullptr, half_rows_512<true>};
-    case WeightKind::F16: return {nullptr, half_rows_512<false>};
-    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_512};
+    case WeightKind::BF16: return {nullptr, half_rows_512<true>, in_vector_tiles<HalfTile512<true>>};
+    case WeightKind::F16: return {nullptr, half_rows_512<false>, in_vector_tiles<HalfTile512<false>>};
+    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_512, in_vector_tiles<Mxfp8Tile512>};
     case WeightKind::Affine:
-      if (f.bits == 8) return {nullptr, affine_rows_512};
+      if (f.bits == 8) return {nullptr, affine_rows_512, in_vector_tiles<AffineTile512>};
       if (f.bits == 4 && f.group_size % BF16_CHUNK == 0 && cpu_has_avx512_bf16())
-        return {prepare4_bf16_512, affine4_bf16_rows_512};
-      if (f.bits == 4) return {prepare4_512, affine_rows_512};
+        return {prepare4_bf16_512, affine4_bf16_rows_512, in_vector_tiles<Affine4Bf16Tile512>};
+      if (f.bits == 4) return {prepare4_512, affine_rows_512, in_vector_tiles<AffineTile512>};
       return {};
-    case WeightKind::F32: return {nullptr, f32_rows_512};
+    case WeightKind::F32: return {nullptr, f32_rows_512, in_vector_tiles<F32Tile512>};
   }
   return {};
 }

@@ -96,11 +96,15 @@ void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const Vie
   // 16 rows (a multiple of the kernels' 4) of the widest rows tpcli meets stay in L2 across the
   // B vectors; a block boundary inside a thread's rows falls where the 4-row kernels would step anyway.
   constexpr int64_t ROWS = 16;
+  const Vectors vectors{xp, ld_x, xsum, ld_sum, B};
   for_row_blocks(w, n, [&](int64_t a, int64_t b) {
     for (int64_t c0 = a; c0 < b; c0 += ROWS) {
       const int64_t c1 = std::min(b, c0 + ROWS);
-      for (int64_t v = 0; v < B; ++v)
-        k.rows(out + v * ld_out + c0, w, xp + v * ld_x, xsum ? xsum + v * ld_sum : nullptr, row0 + c0, row0 + c1);
+      if (k.rows_batch && B > 1) {  // one vector: `rows` itself, with its own row order
+        k.rows_batch(out + c0, ld_out, w, vectors, row0 + c0, row0 + c1);
+        continue;
+      }
+      for (int64_t v = 0; v < B; ++v) k.rows(out + v * ld_out + c0, w, vectors.x(v), vectors.sum(v), row0 + c0, row0 + c1);
     }
   });
 }
