@@ -15,6 +15,7 @@
 // depend on which rows or vectors are computed beside it.
 // E4M3 bytes become f16 bit patterns with the exponent 8 too small ((b & 0x80) << 8 | (b & 0x7F)
 // << 7, subnormals included); the missing 2^8 is folded into the group's scale.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -22,8 +23,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-// gcc 12 warns inside avx512fintrin.h's _mm512_reduce_add_ps (a known false positive).
+// gcc 12 warns inside avx512fintrin.h's _mm512_reduce_add_ps (a known false positive: its
+// _mm256_undefined_pd), as "may be" or, once inlined into the batch kernels' finish, "is" uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #define TPCLI_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define TPCLI_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define TPCLI_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
@@ -46,24 +49,71 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
   return f;
 }
 
-// rows_batch from a kernel written for a fixed number of vectors, Tile::run<V> for 1 <= V <=
-// Tile::MAX_V: V is a compile-time count so each vector's accumulators stay in registers. Tiles of
-// MAX_V vectors, then one tile of the rest.
+// ---- rows_batch: several vectors per weight load ----
+//
+// A batch tile runs V vectors (1 <= V <= Tile::MAX_V, a compile-time count so their running sums
+// stay in registers) over rows, keeping for every (row, vector) the chains, tail and reduction of
+// the single-vector kernel, so each output is that kernel's bit for bit, while each weight chunk is
+// loaded and unpacked once per tile rather than once per vector.
+// V vectors read whole for every row would stream x from L2 (8 vectors of 4096 columns are 128 KB;
+// L1 is 32-48 KB) and run at L2's rate, so a tile walks up to STATE_ROWS rows one column block at a
+// time, the block's x for the V vectors about X_BLOCK_BYTES (in L1 while the rows pass over it),
+// keeping each (row, vector)'s running sums (Tile::State) between blocks: the chains see the same
+// operations in the same order, only paused.
+//
+// A Tile has: State, one row's running sums for one vector (zero-initialised); unit(w), the columns
+// a block is a multiple of (group size or vector step); body(w), the columns its vector steps cover
+// (a multiple of unit; `finish` does the rest, the tail); columns<V>(s, w, r, c0, c1, x), the steps
+// over [c0, c1) of row r; finish<V>(out, ld_out, s, w, r, x), the tail and reduction into out[v * ld_out].
+constexpr int64_t X_BLOCK_BYTES = 32 * 1024;
+constexpr int64_t STATE_ROWS = 16;  // run_rows_batch's row block
+
+template <class Tile, int V>
+void tile_rows(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  const int64_t unit = Tile::unit(w), body = Tile::body(w);
+  const int64_t block = std::max(unit, X_BLOCK_BYTES / (4 * V) / unit * unit);  // x: 4 bytes a column
+  for (int64_t rb = r0; rb < r1; rb += STATE_ROWS) {
+    const int64_t rn = std::min(STATE_ROWS, r1 - rb);
+    typename Tile::State s[STATE_ROWS][V] = {};
+    for (int64_t c0 = 0; c0 < body; c0 += block)
+      for (int64_t i = 0; i < rn; ++i) Tile::template columns<V>(s[i], w, rb + i, c0, std::min(body, c0 + block), x);
+    for (int64_t i = 0; i < rn; ++i) Tile::template finish<V>(out + rb + i - r0, ld_out, s[i], w, rb + i, x);
+  }
+}
+
+// The last tile, of fewer than MAX_V vectors.
 template <class Tile, int V>
 void rest_tile(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
   if constexpr (V > 0) {
-    if (x.count == V) Tile::template run<V>(out, ld_out, w, x, r0, r1);
+    if (x.count == V) tile_rows<Tile, V>(out, ld_out, w, x, r0, r1);
     else rest_tile<Tile, V - 1>(out, ld_out, w, x, r0, r1);
   }
 }
 
+// rows_batch: tiles of MAX_V vectors, then one of the rest.
 template <class Tile>
 void in_vector_tiles(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
   constexpr int M = Tile::MAX_V;
   int64_t v = 0;
-  for (; v + M <= x.count; v += M) Tile::template run<M>(out + v * ld_out, ld_out, w, x.slice(v, M), r0, r1);
+  for (; v + M <= x.count; v += M) tile_rows<Tile, M>(out + v * ld_out, ld_out, w, x.slice(v, M), r0, r1);
   if (v < x.count) rest_tile<Tile, M - 1>(out + v * ld_out, ld_out, w, x.slice(v, x.count - v), r0, r1);
 }
+
+// s + w[p, k) . x[p, k), one element at a time: the f32 kernels' tail after their vector loop.
+TPCLI_AVX2 float f32_tail(float s, const float* w, const float* x, int64_t p, int64_t k) {
+  for (; p < k; ++p) s = std::fma(w[p], x[p], s);
+  return s;
+}
+
+// Each vector's x (and group sums) for a tile.
+template <int V>
+struct TileInputs {
+  const float* x[V];
+  const float* sum[V];
+  explicit TileInputs(const Vectors& v) {
+    for (int i = 0; i < V; ++i) x[i] = v.x(i), sum[i] = v.sum(i);
+  }
+};
 
 // ---- AVX-512 ----
 
@@ -85,9 +135,7 @@ TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   __m512 a = _mm512_setzero_ps();
   int64_t p = 0;
   for (; p + 16 <= k; p += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + p), _mm512_loadu_ps(x + p), a);
-  float s = _mm512_reduce_add_ps(a);
-  for (; p < k; ++p) s = std::fma(w[p], x[p], s);
-  return s;
+  return f32_tail(_mm512_reduce_add_ps(a), w, x, p, k);
 }
 
 TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
@@ -121,50 +169,55 @@ TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const 
   for (int64_t i = 4 * q; i < r1 - r0; ++i) out[i] = f32_dot_512(base + i * k, x, k);
 }
 
-// f32_rows_512 for several vectors: each row one 16-lane chain ending in a masked vector (rows of
-// the first 4 * (n / 4)) or f32_dot_512 (the last n % 4), as f32_rows_512 runs it for that vector
-// alone. Two rows a pass, so a pass loads 2 weight vectors and V x vectors for 2V FMAs.
+// f32_rows_512 for several vectors, one kind of its rows: the first 4 * (n / 4) (MaskedTail: the
+// 16-lane chain ends in a masked vector) or the last n % 4 (f32_dot_512: the sum, then a scalar tail).
+template <bool MaskedTail>
 struct F32Tile512 {
-  static constexpr int MAX_V = 4;
+  static constexpr int MAX_V = 8;
+  struct State {
+    __m512 a;
+  };
+  static int64_t unit(const View&) { return 16; }
+  static int64_t body(const View& w) { return w.cols / 16 * 16; }
 
   template <int V>
-  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
-    const int64_t k = w.cols, n = r1 - r0, chained = 4 * (n / 4);
-    const auto* base = reinterpret_cast<const float*>(w.data) + r0 * k;
-    const float* xv[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
-    for (int64_t i = 0; i < chained; i += 2) {
-      const float* w0 = base + i * k;
-      const float* w1 = w0 + k;
-      __m512 a0[V], a1[V];
-      for (int v = 0; v < V; ++v) a0[v] = a1[v] = _mm512_setzero_ps();
-      int64_t p = 0;
-      for (; p + 16 <= k; p += 16) {
-        const __m512 u0 = _mm512_loadu_ps(w0 + p), u1 = _mm512_loadu_ps(w1 + p);
-        for (int v = 0; v < V; ++v) {
-          const __m512 xx = _mm512_loadu_ps(xv[v] + p);
-          a0[v] = _mm512_fmadd_ps(u0, xx, a0[v]);
-          a1[v] = _mm512_fmadd_ps(u1, xx, a1[v]);
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
+    __m512 a[V];
+    for (int v = 0; v < V; ++v) a[v] = s[v].a;
+    for (int64_t p = c0; p < c1; p += 16) {
+      const __m512 u = _mm512_loadu_ps(row + p);
+      for (int v = 0; v < V; ++v) a[v] = _mm512_fmadd_ps(u, _mm512_loadu_ps(in.x[v] + p), a[v]);
+    }
+    for (int v = 0; v < V; ++v) s[v].a = a[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const int64_t k = w.cols, p = body(w);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * k;
+    for (int v = 0; v < V; ++v) {
+      if constexpr (MaskedTail) {
+        __m512 a = s[v].a;
+        if (p < k) {
+          const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+          a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, row + p), _mm512_maskz_loadu_ps(mk, in.x[v] + p), a);
         }
-      }
-      if (p < k) {
-        const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
-        const __m512 u0 = _mm512_maskz_loadu_ps(mk, w0 + p), u1 = _mm512_maskz_loadu_ps(mk, w1 + p);
-        for (int v = 0; v < V; ++v) {
-          const __m512 xx = _mm512_maskz_loadu_ps(mk, xv[v] + p);
-          a0[v] = _mm512_fmadd_ps(u0, xx, a0[v]);
-          a1[v] = _mm512_fmadd_ps(u1, xx, a1[v]);
-        }
-      }
-      for (int v = 0; v < V; ++v) {
-        out[v * ld_out + i] = _mm512_reduce_add_ps(a0[v]);
-        out[v * ld_out + i + 1] = _mm512_reduce_add_ps(a1[v]);
+        out[v * ld_out] = _mm512_reduce_add_ps(a);
+      } else {
+        out[v * ld_out] = f32_tail(_mm512_reduce_add_ps(s[v].a), row, in.x[v], p, k);
       }
     }
-    for (int64_t i = chained; i < n; ++i)
-      for (int v = 0; v < V; ++v) out[v * ld_out + i] = f32_dot_512(base + i * k, xv[v], k);
   }
 };
+
+void f32_rows_batch_512(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  const int64_t masked = r0 + 4 * ((r1 - r0) / 4);  // f32_rows_512's rows that end in a masked vector
+  in_vector_tiles<F32Tile512<true>>(out, ld_out, w, x, r0, masked);
+  in_vector_tiles<F32Tile512<false>>(out + masked - r0, ld_out, w, x, masked, r1);
+}
 
 TPCLI_AVX512 void prepare4_512(float* xp, const float* x, int64_t cols) {
   for (int64_t c = 0; c < cols; c += 32)
@@ -215,49 +268,56 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
 // ga/gb chains; per vector the group sum, scale FMA, bias sum and reduction of affine_rows_512.
 struct AffineTile512 {
   static constexpr int MAX_V = 8;  // ga, gb and acc per vector: 24 of the 32 registers
+  struct State {
+    __m512 acc;
+    float bias;
+  };
+  static int64_t unit(const View& w) { return w.format.group_size; }
+  static int64_t body(const View& w) { return w.cols; }
 
   template <int V>
-  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
     const int bits = w.format.bits, GS = w.format.group_size;
     const int64_t G = w.cols / GS;
     const __m512i low4 = _mm512_set1_epi32(15);
-    const float *xv[V], *sums[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v), sums[v] = x.sum(v);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* q = w.data + r * w.row_bytes;
-      const float* scales = w.scales + r * G;
-      const float* biases = w.biases + r * G;
-      __m512 acc[V];
-      float bias_part[V];
-      for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps(), bias_part[v] = 0.0f;
-      for (int64_t g = 0; g < G; ++g) {
-        __m512 ga[V], gb[V];
-        for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm512_setzero_ps();
-        const int64_t c0 = g * GS;
-        for (int64_t c = c0; c < c0 + GS; c += 32) {
-          __m512 v0, v1;
-          if (bits == 8) {
-            _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
-            v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
-            v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));
-          } else {  // 4 bits
-            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
-            v0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
-            v1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
-          }
-          for (int v = 0; v < V; ++v) {
-            ga[v] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(xv[v] + c), ga[v]);
-            gb[v] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xv[v] + c + 16), gb[v]);
-          }
+    const uint8_t* q = w.data + r * w.row_bytes;
+    const float* scales = w.scales + r * G;
+    const float* biases = w.biases + r * G;
+    __m512 acc[V];
+    float bias_part[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc, bias_part[v] = s[v].bias;
+    for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
+      __m512 ga[V], gb[V];
+      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm512_setzero_ps();
+      for (int64_t c = g * GS; c < (g + 1) * GS; c += 32) {
+        __m512 v0, v1;
+        if (bits == 8) {
+          _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
+          v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
+          v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));
+        } else {  // 4 bits
+          const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
+          v0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
+          v1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
         }
-        const __m512 scale = _mm512_set1_ps(scales[g]);
         for (int v = 0; v < V; ++v) {
-          acc[v] = _mm512_fmadd_ps(_mm512_add_ps(ga[v], gb[v]), scale, acc[v]);
-          bias_part[v] = std::fma(biases[g], sums[v][g], bias_part[v]);
+          ga[v] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(in.x[v] + c), ga[v]);
+          gb[v] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(in.x[v] + c + 16), gb[v]);
         }
       }
-      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = _mm512_reduce_add_ps(acc[v]) + bias_part[v];
+      const __m512 scale = _mm512_set1_ps(scales[g]);
+      for (int v = 0; v < V; ++v) {
+        acc[v] = _mm512_fmadd_ps(_mm512_add_ps(ga[v], gb[v]), scale, acc[v]);
+        bias_part[v] = std::fma(biases[g], in.sum[v][g], bias_part[v]);
+      }
     }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias_part[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(s[v].acc) + s[v].bias;
   }
 };
 
@@ -287,29 +347,35 @@ TPCLI_AVX512 void mxfp8_rows_512(float* out, const View& w, const float* x, cons
 // mxfp8_rows_512 for several vectors: a group's 32 codes converted once for all of them.
 struct Mxfp8Tile512 {
   static constexpr int MAX_V = 8;
+  struct State {
+    __m512 acc;
+  };
+  static int64_t unit(const View&) { return 32; }
+  static int64_t body(const View& w) { return w.cols; }
 
   template <int V>
-  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
     const int64_t G = w.cols / 32;
-    const float* xv[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* q = w.data + r * w.row_bytes;
-      const uint8_t* s = w.scale_bytes + r * G;
-      __m512 acc[V];
-      for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t c = g * 32;
-        const __m512 e0 = e4m3x16_512(q + c), e1 = e4m3x16_512(q + c + 16);
-        const __m512 scale = _mm512_set1_ps(scale_of_e8m0(s[g]));
-        for (int v = 0; v < V; ++v) {
-          __m512 ga = _mm512_mul_ps(e0, _mm512_loadu_ps(xv[v] + c));
-          ga = _mm512_fmadd_ps(e1, _mm512_loadu_ps(xv[v] + c + 16), ga);
-          acc[v] = _mm512_fmadd_ps(ga, scale, acc[v]);
-        }
+    const uint8_t* q = w.data + r * w.row_bytes;
+    const uint8_t* scales = w.scale_bytes + r * G;
+    __m512 acc[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc;
+    for (int64_t c = c0; c < c1; c += 32) {
+      const __m512 e0 = e4m3x16_512(q + c), e1 = e4m3x16_512(q + c + 16);
+      const __m512 scale = _mm512_set1_ps(scale_of_e8m0(scales[c / 32]));
+      for (int v = 0; v < V; ++v) {
+        __m512 ga = _mm512_mul_ps(e0, _mm512_loadu_ps(in.x[v] + c));
+        ga = _mm512_fmadd_ps(e1, _mm512_loadu_ps(in.x[v] + c + 16), ga);
+        acc[v] = _mm512_fmadd_ps(ga, scale, acc[v]);
       }
-      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = _mm512_reduce_add_ps(acc[v]);
     }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(s[v].acc);
   }
 };
 
@@ -355,26 +421,35 @@ TPCLI_AVX512 void half_rows_512(float* out, const View& w, const float* x, const
 template <bool Bf16>
 struct HalfTile512 {
   static constexpr int MAX_V = 8;  // a0, a1 per vector
+  struct State {
+    __m512 a0, a1;
+  };
+  static int64_t unit(const View&) { return 32; }
+  static int64_t body(const View& w) { return w.cols / 32 * 32; }
+
+  static const uint16_t* row(const View& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes); }
 
   template <int V>
-  TPCLI_AVX512 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
-    const float* xv[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
-    for (int64_t r = r0; r < r1; ++r) {
-      const auto* h = reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes);
-      __m512 a0[V], a1[V];
-      for (int v = 0; v < V; ++v) a0[v] = a1[v] = _mm512_setzero_ps();
-      int64_t c = 0;
-      for (; c + 32 <= w.cols; c += 32) {
-        const __m512 h0 = halfx16_512<Bf16>(h + c), h1 = halfx16_512<Bf16>(h + c + 16);
-        for (int v = 0; v < V; ++v) {
-          a0[v] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(xv[v] + c), a0[v]);
-          a1[v] = _mm512_fmadd_ps(h1, _mm512_loadu_ps(xv[v] + c + 16), a1[v]);
-        }
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const uint16_t* h = row(w, r);
+    __m512 a0[V], a1[V];
+    for (int v = 0; v < V; ++v) a0[v] = s[v].a0, a1[v] = s[v].a1;
+    for (int64_t c = c0; c < c1; c += 32) {
+      const __m512 h0 = halfx16_512<Bf16>(h + c), h1 = halfx16_512<Bf16>(h + c + 16);
+      for (int v = 0; v < V; ++v) {
+        a0[v] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(in.x[v] + c), a0[v]);
+        a1[v] = _mm512_fmadd_ps(h1, _mm512_loadu_ps(in.x[v] + c + 16), a1[v]);
       }
-      for (int v = 0; v < V; ++v)
-        out[v * ld_out + r - r0] = half_tail<Bf16>(_mm512_reduce_add_ps(_mm512_add_ps(a0[v], a1[v])), h, xv[v], c, w.cols);
     }
+    for (int v = 0; v < V; ++v) s[v].a0 = a0[v], s[v].a1 = a1[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    for (int v = 0; v < V; ++v)
+      out[v * ld_out] = half_tail<Bf16>(_mm512_reduce_add_ps(_mm512_add_ps(s[v].a0, s[v].a1)), row(w, r), in.x[v], body(w), w.cols);
   }
 };
 
@@ -506,36 +581,45 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
 // affine4_bf16_rows_512 for several vectors: a chunk's codes looked up once for all of them.
 struct Affine4Bf16Tile512 {
   static constexpr int MAX_V = 8;  // a and acc per vector
+  struct State {
+    __m512 acc;
+    float bias;
+  };
+  static int64_t unit(const View& w) { return w.format.group_size; }
+  static int64_t body(const View& w) { return w.cols; }
 
   template <int V>
-  TPCLI_AVX512BF16 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  TPCLI_AVX512BF16 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
     const int64_t GS = w.format.group_size, G = w.cols / GS;
     const __m512i table = code_table_bf16();
-    const uint16_t* xv[V];
-    const float* sums[V];
-    for (int v = 0; v < V; ++v) xv[v] = reinterpret_cast<const uint16_t*>(x.x(v)), sums[v] = x.sum(v);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* q = w.data + r * w.row_bytes;
-      const float *s = w.scales + r * G, *b = w.biases + r * G;
-      __m512 acc[V];
-      float bias[V];
-      for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps(), bias[v] = 0.0f;
-      for (int64_t g = 0; g < G; ++g) {
-        __m512 a[V];
-        for (int v = 0; v < V; ++v) a[v] = _mm512_setzero_ps();
-        for (int64_t c = g * GS; c < (g + 1) * GS; c += BF16_CHUNK) {
-          _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + PREFETCH_BYTES), _MM_HINT_T0);
-          const CodesBf16 codes = chunk_codes_bf16(q + c / 2, table);
-          for (int v = 0; v < V; ++v) a[v] = codes_dot_bf16(a[v], codes, xv[v] + 2 * c);
-        }
-        const __m512 scale = _mm512_set1_ps(s[g]);
-        for (int v = 0; v < V; ++v) {
-          acc[v] = _mm512_fmadd_ps(a[v], scale, acc[v]);
-          bias[v] = std::fma(b[g], sums[v][g], bias[v]);
-        }
+    const uint8_t* q = w.data + r * w.row_bytes;
+    const float *scales = w.scales + r * G, *biases = w.biases + r * G;
+    const uint16_t* xv[V];  // prepared x: bf16 words (prepare4_bf16_512)
+    __m512 acc[V];
+    float bias[V];
+    for (int v = 0; v < V; ++v)
+      xv[v] = reinterpret_cast<const uint16_t*>(in.x[v]), acc[v] = s[v].acc, bias[v] = s[v].bias;
+    for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
+      __m512 a[V];
+      for (int v = 0; v < V; ++v) a[v] = _mm512_setzero_ps();
+      for (int64_t c = g * GS; c < (g + 1) * GS; c += BF16_CHUNK) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + PREFETCH_BYTES), _MM_HINT_T0);
+        const CodesBf16 codes = chunk_codes_bf16(q + c / 2, table);
+        for (int v = 0; v < V; ++v) a[v] = codes_dot_bf16(a[v], codes, xv[v] + 2 * c);
       }
-      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = _mm512_reduce_add_ps(acc[v]) + bias[v];
+      const __m512 scale = _mm512_set1_ps(scales[g]);
+      for (int v = 0; v < V; ++v) {
+        acc[v] = _mm512_fmadd_ps(a[v], scale, acc[v]);
+        bias[v] = std::fma(biases[g], in.sum[v][g], bias[v]);
+      }
     }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512BF16 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(s[v].acc) + s[v].bias;
   }
 };
 
@@ -545,12 +629,6 @@ TPCLI_AVX2 float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-// s + w[p, k) . x[p, k), one element at a time: f32_rows_256's tail after its 8-lane chain.
-TPCLI_AVX2 float f32_tail_256(float s, const float* w, const float* x, int64_t p, int64_t k) {
-  for (; p < k; ++p) s = std::fma(w[p], x[p], s);
-  return s;
 }
 
 TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
@@ -565,39 +643,45 @@ TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const fl
       const __m256 xv = _mm256_loadu_ps(x + p);
       for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[j] + p), xv, a[j]);
     }
-    for (int j = 0; j < 4; ++j) out[i - r0 + j] = f32_tail_256(hsum256(a[j]), wr[j], x, p, k);
+    for (int j = 0; j < 4; ++j) out[i - r0 + j] = f32_tail(hsum256(a[j]), wr[j], x, p, k);
   }
   for (; i < r1; ++i) {
     const float* row = base + i * k;
     __m256 a = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 8 <= k; p += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(row + p), _mm256_loadu_ps(x + p), a);
-    out[i - r0] = f32_tail_256(hsum256(a), row, x, p, k);
+    out[i - r0] = f32_tail(hsum256(a), row, x, p, k);
   }
 }
 
 // f32_rows_256 for several vectors (every row there is one 8-lane chain, its sum and a scalar
 // tail, in the 4-row passes and after them alike): a weight vector loaded once for all of them.
 struct F32Tile256 {
-  static constexpr int MAX_V = 4;
+  static constexpr int MAX_V = 8;
+  struct State {
+    __m256 a;
+  };
+  static int64_t unit(const View&) { return 8; }
+  static int64_t body(const View& w) { return w.cols / 8 * 8; }
 
   template <int V>
-  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
-    const int64_t k = w.cols;
-    const auto* base = reinterpret_cast<const float*>(w.data);
-    const float* xv[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
-    for (int64_t i = r0; i < r1; ++i) {
-      const float* row = base + i * k;
-      __m256 a[V];
-      for (int v = 0; v < V; ++v) a[v] = _mm256_setzero_ps();
-      int64_t p = 0;
-      for (; p + 8 <= k; p += 8) {
-        const __m256 u = _mm256_loadu_ps(row + p);
-        for (int v = 0; v < V; ++v) a[v] = _mm256_fmadd_ps(u, _mm256_loadu_ps(xv[v] + p), a[v]);
-      }
-      for (int v = 0; v < V; ++v) out[v * ld_out + i - r0] = f32_tail_256(hsum256(a[v]), row, xv[v], p, k);
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
+    __m256 a[V];
+    for (int v = 0; v < V; ++v) a[v] = s[v].a;
+    for (int64_t p = c0; p < c1; p += 8) {
+      const __m256 u = _mm256_loadu_ps(row + p);
+      for (int v = 0; v < V; ++v) a[v] = _mm256_fmadd_ps(u, _mm256_loadu_ps(in.x[v] + p), a[v]);
     }
+    for (int v = 0; v < V; ++v) s[v].a = a[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
+    for (int v = 0; v < V; ++v) out[v * ld_out] = f32_tail(hsum256(s[v].a), row, in.x[v], body(w), w.cols);
   }
 };
 
@@ -648,47 +732,54 @@ TPCLI_AVX2 void affine_rows_256(float* out, const View& w, const float* x, const
 // affine_rows_256 for several vectors: 16 codes widened once a step for all of them.
 struct AffineTile256 {
   static constexpr int MAX_V = 4;  // ga, gb and acc per vector: 12 of the 16 registers
+  struct State {
+    __m256 acc;
+    float bias;
+  };
+  static int64_t unit(const View& w) { return w.format.group_size; }
+  static int64_t body(const View& w) { return w.cols; }
 
   template <int V>
-  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
     const int bits = w.format.bits, GS = w.format.group_size;
     const int64_t G = w.cols / GS;
     const __m256i low4 = _mm256_set1_epi32(15);
-    const float *xv[V], *sums[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v), sums[v] = x.sum(v);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* q = w.data + r * w.row_bytes;
-      __m256 acc[V];
-      float bias_part[V];
-      for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps(), bias_part[v] = 0.0f;
-      for (int64_t g = 0; g < G; ++g) {
-        __m256 ga[V], gb[V];
-        for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
-        const int64_t c0 = g * GS;
-        for (int64_t c = c0; c < c0 + GS; c += 16) {
-          __m256 v0, v1;
-          if (bits == 8) {
-            v0 = _mm256_cvtepi32_ps(bytes8_256(q + c));
-            v1 = _mm256_cvtepi32_ps(bytes8_256(q + c + 8));
-          } else {  // 4 bits
-            const __m256i b = bytes8_256(q + c / 2);
-            v0 = _mm256_cvtepi32_ps(_mm256_and_si256(b, low4));
-            v1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
-          }
-          for (int v = 0; v < V; ++v) {
-            ga[v] = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xv[v] + c), ga[v]);
-            gb[v] = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xv[v] + c + 8), gb[v]);
-          }
+    const uint8_t* q = w.data + r * w.row_bytes;
+    __m256 acc[V];
+    float bias_part[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc, bias_part[v] = s[v].bias;
+    for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
+      __m256 ga[V], gb[V];
+      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
+      for (int64_t c = g * GS; c < (g + 1) * GS; c += 16) {
+        __m256 v0, v1;
+        if (bits == 8) {
+          v0 = _mm256_cvtepi32_ps(bytes8_256(q + c));
+          v1 = _mm256_cvtepi32_ps(bytes8_256(q + c + 8));
+        } else {  // 4 bits
+          const __m256i b = bytes8_256(q + c / 2);
+          v0 = _mm256_cvtepi32_ps(_mm256_and_si256(b, low4));
+          v1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
         }
-        const __m256 scale = _mm256_set1_ps(w.scales[r * G + g]);
-        const float bias = w.biases[r * G + g];
         for (int v = 0; v < V; ++v) {
-          acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
-          bias_part[v] = std::fma(bias, sums[v][g], bias_part[v]);
+          ga[v] = _mm256_fmadd_ps(v0, _mm256_loadu_ps(in.x[v] + c), ga[v]);
+          gb[v] = _mm256_fmadd_ps(v1, _mm256_loadu_ps(in.x[v] + c + 8), gb[v]);
         }
       }
-      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = hsum256(acc[v]) + bias_part[v];
+      const __m256 scale = _mm256_set1_ps(w.scales[r * G + g]);
+      const float bias = w.biases[r * G + g];
+      for (int v = 0; v < V; ++v) {
+        acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
+        bias_part[v] = std::fma(bias, in.sum[v][g], bias_part[v]);
+      }
     }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias_part[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = hsum256(s[v].acc) + s[v].bias;
   }
 };
 
@@ -721,31 +812,38 @@ TPCLI_AVX2 void mxfp8_rows_256(float* out, const View& w, const float* x, const 
 // mxfp8_rows_256 for several vectors: 16 codes converted once a step for all of them.
 struct Mxfp8Tile256 {
   static constexpr int MAX_V = 4;
+  struct State {
+    __m256 acc;
+  };
+  static int64_t unit(const View&) { return 32; }
+  static int64_t body(const View& w) { return w.cols; }
 
   template <int V>
-  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
     const int64_t G = w.cols / 32;
-    const float* xv[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* q = w.data + r * w.row_bytes;
-      __m256 acc[V];
-      for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
-      for (int64_t g = 0; g < G; ++g) {
-        __m256 ga[V], gb[V];
-        for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
-        for (int64_t c = g * 32; c < g * 32 + 32; c += 16) {
-          const __m256 e0 = e4m3x8_256(q + c), e1 = e4m3x8_256(q + c + 8);
-          for (int v = 0; v < V; ++v) {
-            ga[v] = _mm256_fmadd_ps(e0, _mm256_loadu_ps(xv[v] + c), ga[v]);
-            gb[v] = _mm256_fmadd_ps(e1, _mm256_loadu_ps(xv[v] + c + 8), gb[v]);
-          }
+    const uint8_t* q = w.data + r * w.row_bytes;
+    __m256 acc[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc;
+    for (int64_t g = c0 / 32; g < c1 / 32; ++g) {
+      __m256 ga[V], gb[V];
+      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
+      for (int64_t c = g * 32; c < g * 32 + 32; c += 16) {
+        const __m256 e0 = e4m3x8_256(q + c), e1 = e4m3x8_256(q + c + 8);
+        for (int v = 0; v < V; ++v) {
+          ga[v] = _mm256_fmadd_ps(e0, _mm256_loadu_ps(in.x[v] + c), ga[v]);
+          gb[v] = _mm256_fmadd_ps(e1, _mm256_loadu_ps(in.x[v] + c + 8), gb[v]);
         }
-        const __m256 scale = _mm256_set1_ps(scale_of_e8m0(w.scale_bytes[r * G + g]));
-        for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
       }
-      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = hsum256(acc[v]);
+      const __m256 scale = _mm256_set1_ps(scale_of_e8m0(w.scale_bytes[r * G + g]));
+      for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
     }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = hsum256(s[v].acc);
   }
 };
 
@@ -770,25 +868,34 @@ TPCLI_AVX2 void half_rows_256(float* out, const View& w, const float* x, const f
 template <bool Bf16>
 struct HalfTile256 {
   static constexpr int MAX_V = 8;  // one chain per vector
+  struct State {
+    __m256 a0;
+  };
+  static int64_t unit(const View&) { return 8; }
+  static int64_t body(const View& w) { return w.cols / 8 * 8; }
+
+  static const uint16_t* row(const View& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes); }
 
   template <int V>
-  TPCLI_AVX2 static void run(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
-    const float* xv[V];
-    for (int v = 0; v < V; ++v) xv[v] = x.x(v);
-    for (int64_t r = r0; r < r1; ++r) {
-      const auto* h = reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes);
-      __m256 a0[V];
-      for (int v = 0; v < V; ++v) a0[v] = _mm256_setzero_ps();
-      int64_t c = 0;
-      for (; c + 8 <= w.cols; c += 8) {
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + c));
-        __m256 f;
-        if constexpr (Bf16) f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-        else f = _mm256_cvtph_ps(raw);
-        for (int v = 0; v < V; ++v) a0[v] = _mm256_fmadd_ps(f, _mm256_loadu_ps(xv[v] + c), a0[v]);
-      }
-      for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = half_tail<Bf16>(hsum256(a0[v]), h, xv[v], c, w.cols);
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const uint16_t* h = row(w, r);
+    __m256 a0[V];
+    for (int v = 0; v < V; ++v) a0[v] = s[v].a0;
+    for (int64_t c = c0; c < c1; c += 8) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + c));
+      __m256 f;
+      if constexpr (Bf16) f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+      else f = _mm256_cvtph_ps(raw);
+      for (int v = 0; v < V; ++v) a0[v] = _mm256_fmadd_ps(f, _mm256_loadu_ps(in.x[v] + c), a0[v]);
     }
+    for (int v = 0; v < V; ++v) s[v].a0 = a0[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    for (int v = 0; v < V; ++v) out[v * ld_out] = half_tail<Bf16>(hsum256(s[v].a0), row(w, r), in.x[v], body(w), w.cols);
   }
 };
 
@@ -819,7 +926,7 @@ MatvecKernel avx512_kernel(const WeightFormat& f) {
         return {prepare4_bf16_512, affine4_bf16_rows_512, in_vector_tiles<Affine4Bf16Tile512>};
       if (f.bits == 4) return {prepare4_512, affine_rows_512, in_vector_tiles<AffineTile512>};
       return {};
-    case WeightKind::F32: return {nullptr, f32_rows_512, in_vector_tiles<F32Tile512>};
+    case WeightKind::F32: return {nullptr, f32_rows_512, f32_rows_batch_512};
   }
   return {};
 }

@@ -96,7 +96,18 @@ void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const Vie
   // 16 rows (a multiple of the kernels' 4) of the widest rows tpcli meets stay in L2 across the
   // B vectors; a block boundary inside a thread's rows falls where the 4-row kernels would step anyway.
   constexpr int64_t ROWS = 16;
-  const Vectors vectors{xp, ld_x, xsum, ld_sum, B};
+  Vectors vectors{xp, ld_x, xsum, ld_sum, B};
+  // The batch kernels read a tile's vectors side by side, column for column: vectors a multiple of
+  // 4 KB apart would all fall in the same L1 sets and, past its 12 ways, evict each other, so
+  // such a batch is copied to a stride one cache line longer first.
+  thread_local std::vector<float> staggered;  // [B, ld_x + 16]
+  if (k.rows_batch && B > 1 && (ld_x * int64_t{sizeof(float)}) % 4096 == 0) {
+    const int64_t ld = ld_x + 16;
+    staggered.resize(static_cast<size_t>(B * ld));
+    for (int64_t v = 0; v < B; ++v) std::copy(xp + v * ld_x, xp + (v + 1) * ld_x, staggered.data() + v * ld);
+    vectors.xp = staggered.data();
+    vectors.ld_x = ld;
+  }
   for_row_blocks(w, n, [&](int64_t a, int64_t b) {
     for (int64_t c0 = a; c0 < b; c0 += ROWS) {
       const int64_t c1 = std::min(b, c0 + ROWS);

@@ -67,8 +67,11 @@ TEST_CASE("matvec_batch: the multi-vector kernels give each vector the single-ve
                                   WeightFormat::mxfp8()};
   const int BATCHES[] = {1, 2, 3, 4, 5, 7, 8, 16, 17};
   for (const WeightFormat& f : formats) {
-    // 203: a tail after every vector width (8, 16, 32); quantized rows hold whole groups.
-    const std::vector<int64_t> widths = f.quantized() ? std::vector<int64_t>{384} : std::vector<int64_t>{203, 384};
+    // 203: a tail after every vector width (8, 16, 32); quantized rows hold whole groups. 4096:
+    // vectors a multiple of 4 KB apart (run_rows_batch restrides them) and several column blocks
+    // (the kernels pause each row's sums between blocks); 4109: both with a tail.
+    const std::vector<int64_t> widths =
+        f.quantized() ? std::vector<int64_t>{384, 4096} : std::vector<int64_t>{203, 4096, 4109};
     for (int64_t K : widths)
       for (int64_t R : {13, 64, 67}) {
         const PackedMatrix w = PackedMatrix::from_f32(random_values(static_cast<size_t>(R * K), 21).data(), R, K, f);
