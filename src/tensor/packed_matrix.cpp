@@ -104,7 +104,8 @@ void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const Vie
   if (k.rows_batch && B > 1 && (ld_x * int64_t{sizeof(float)}) % 4096 == 0) {
     const int64_t ld = ld_x + 16;
     staggered.resize(static_cast<size_t>(B * ld));
-    for (int64_t v = 0; v < B; ++v) std::copy(xp + v * ld_x, xp + (v + 1) * ld_x, staggered.data() + v * ld);
+    for (int64_t v = 0; v < B; ++v)  // bytes: prepared x may be bf16 words (packed_kernels_x86.cpp)
+      std::memcpy(staggered.data() + v * ld, xp + v * ld_x, static_cast<size_t>(ld_x) * sizeof(float));
     vectors.xp = staggered.data();
     vectors.ld_x = ld;
   }
