@@ -266,19 +266,21 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
 
 // affine_rows_512 for several vectors: a chunk's 32 codes are widened once and feed every vector's
 // ga/gb chains; per vector the group sum, scale FMA, bias sum and reduction of affine_rows_512.
+// Bits and GS are compile-time (no branch per chunk, the group's chunks unrolled): ~1.05-1.08x at
+// 8 vectors, weights in L2.
+template <int Bits, int GS>
 struct AffineTile512 {
   static constexpr int MAX_V = 8;  // ga, gb and acc per vector: 24 of the 32 registers
   struct State {
     __m512 acc;
     float bias;
   };
-  static int64_t unit(const View& w) { return w.format.group_size; }
+  static int64_t unit(const View&) { return GS; }
   static int64_t body(const View& w) { return w.cols; }
 
   template <int V>
   TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
-    const int bits = w.format.bits, GS = w.format.group_size;
     const int64_t G = w.cols / GS;
     const __m512i low4 = _mm512_set1_epi32(15);
     const uint8_t* q = w.data + r * w.row_bytes;
@@ -292,7 +294,7 @@ struct AffineTile512 {
       for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm512_setzero_ps();
       for (int64_t c = g * GS; c < (g + 1) * GS; c += 32) {
         __m512 v0, v1;
-        if (bits == 8) {
+        if constexpr (Bits == 8) {
           _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
           v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
           v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));
@@ -320,6 +322,15 @@ struct AffineTile512 {
     for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(s[v].acc) + s[v].bias;
   }
 };
+
+using RowsBatch = decltype(MatvecKernel::rows_batch);
+
+template <int Bits>
+RowsBatch affine_batch_512(int group_size) {  // group_size: 32, 64 or 128 (check_format)
+  if (group_size == 32) return in_vector_tiles<AffineTile512<Bits, 32>>;
+  if (group_size == 64) return in_vector_tiles<AffineTile512<Bits, 64>>;
+  return in_vector_tiles<AffineTile512<Bits, 128>>;
+}
 
 TPCLI_AVX512 __m512 e4m3x16_512(const uint8_t* q) {
   const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
@@ -921,10 +932,10 @@ MatvecKernel avx512_kernel(const WeightFormat& f) {
     case WeightKind::F16: return {nullptr, half_rows_512<false>, in_vector_tiles<HalfTile512<false>>};
     case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_512, in_vector_tiles<Mxfp8Tile512>};
     case WeightKind::Affine:
-      if (f.bits == 8) return {nullptr, affine_rows_512, in_vector_tiles<AffineTile512>};
+      if (f.bits == 8) return {nullptr, affine_rows_512, affine_batch_512<8>(f.group_size)};
       if (f.bits == 4 && f.group_size % BF16_CHUNK == 0 && cpu_has_avx512_bf16())
         return {prepare4_bf16_512, affine4_bf16_rows_512, in_vector_tiles<Affine4Bf16Tile512>};
-      if (f.bits == 4) return {prepare4_512, affine_rows_512, in_vector_tiles<AffineTile512>};
+      if (f.bits == 4) return {prepare4_512, affine_rows_512, affine_batch_512<4>(f.group_size)};
       return {};
     case WeightKind::F32: return {nullptr, f32_rows_512, f32_rows_batch_512};
   }
