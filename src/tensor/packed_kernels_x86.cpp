@@ -171,6 +171,9 @@ TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const 
 
 // f32_rows_512 for several vectors, one kind of its rows: the first 4 * (n / 4) (MaskedTail: the
 // 16-lane chain ends in a masked vector) or the last n % 4 (f32_dot_512: the sum, then a scalar tail).
+// It prefetches the next row's block as it goes: rows read a column block at a time are 16 short
+// streams the hardware prefetchers do not follow (4096 x 4096 from memory, 4 and 16 vectors: 27-45
+// GF/s without, 49-51 with).
 template <bool MaskedTail>
 struct F32Tile512 {
   static constexpr int MAX_V = 8;
@@ -186,7 +189,9 @@ struct F32Tile512 {
     const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
     __m512 a[V];
     for (int v = 0; v < V; ++v) a[v] = s[v].a;
+    const float* next = row + w.cols;  // the row read next: this block of the next row
     for (int64_t p = c0; p < c1; p += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + p), _MM_HINT_T0);
       const __m512 u = _mm512_loadu_ps(row + p);
       for (int v = 0; v < V; ++v) a[v] = _mm512_fmadd_ps(u, _mm512_loadu_ps(in.x[v] + p), a[v]);
     }
