@@ -378,6 +378,9 @@ struct Mxfp8Tile512 {
     __m512 acc[V];
     for (int v = 0; v < V; ++v) acc[v] = s[v].acc;
     for (int64_t c = c0; c < c1; c += 32) {
+      // The next row's block, as F32Tile512 (4096 x 4096 from memory, 16 vectors: 36 GF/s without,
+      // 49-54 with; the half kernel showed no clear gain).
+      _mm_prefetch(reinterpret_cast<const char*>(q + w.row_bytes + c), _MM_HINT_T0);
       const __m512 e0 = e4m3x16_512(q + c), e1 = e4m3x16_512(q + c + 16);
       const __m512 scale = _mm512_set1_ps(scale_of_e8m0(scales[c / 32]));
       for (int v = 0; v < V; ++v) {
