@@ -23,10 +23,30 @@ struct View {
   const uint8_t* scale_bytes = nullptr;   // mxfp8 [R, G]
 };
 
+// B vectors side by side for `rows_batch`: vector v's prepared x[K] at xp + v * ld_x, its group sums
+// xsum[G] (affine; nullptr otherwise) at xsum + v * ld_sum.
+struct Vectors {
+  const float* xp = nullptr;
+  int64_t ld_x = 0;
+  const float* xsum = nullptr;
+  int64_t ld_sum = 0;
+  int64_t count = 0;
+
+  const float* x(int64_t v) const { return xp + v * ld_x; }
+  const float* sum(int64_t v) const { return xsum ? xsum + v * ld_sum : nullptr; }
+  // Vectors [first, first + n).
+  Vectors slice(int64_t first, int64_t n) const { return {x(first), ld_x, sum(first), ld_sum, n}; }
+};
+
 struct MatvecKernel {
   // xp[K] = x[K] in the order `rows` reads it (nullptr: x as it is).
   void (*prepare)(float* xp, const float* x, int64_t cols) = nullptr;
   void (*rows)(float* out, const View& w, const float* xp, const float* xsum, int64_t r0, int64_t r1) = nullptr;
+  // Optional (nullptr: run `rows` once per vector). For every vector v of x, out[v * ld_out + r - r0]
+  // is bit for bit what `rows` gives that vector alone over [r0, r1): each vector keeps `rows`'
+  // accumulators, FMA chains, tails and reductions, but each weight chunk is loaded and unpacked
+  // once for several vectors, so batched decode stops paying the unpacking B times.
+  void (*rows_batch)(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) = nullptr;
 };
 
 // nullptr `rows` when the instruction set has no kernel for the format (the caller falls back to
@@ -44,8 +64,9 @@ void run_rows(const MatvecKernel& k, float* out, const View& w, const float* xp,
 
 // B vectors at once: out[b * ld_out + i] = row row0 + i of w times xp[b * ld_x ..] (xsum[b * ld_sum ..]
 // their group sums), each vector through `k` exactly as run_rows runs it (the same row blocks, so
-// every output has the single-vector arithmetic bit for bit), a few rows at a time over all B
-// vectors, so each weight row comes from memory once and from cache for the other vectors.
+// every output has the single-vector arithmetic bit for bit), 16 rows at a time over all B
+// vectors, so each weight row comes from memory once and from cache for the other vectors:
+// through `rows_batch` when the kernel has one (and B > 1), else `rows` once per vector.
 void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const View& w, const float* xp, int64_t ld_x,
                     const float* xsum, int64_t ld_sum, int64_t B, int64_t row0, int64_t n);
 

@@ -9,16 +9,24 @@
 // stores x chunk by chunk as [even elements, odd elements] (32-element chunks for AVX-512, 16 for
 // AVX2) and the inner loop needs no shuffles.
 // 4-bit groups of 64 or 128 on CPUs with AVX512_BF16 take a bf16 path instead (affine4_bf16_rows_512).
+// Scalar steps (bias sums, tails) are written as std::fma, not `s += a * b`: whether gcc fuses the
+// latter depends on what it vectorizes around it (the bf16 kernel's two rows' bias sums side by
+// side became a separate multiply and add, a single row's one fma), and a row's bits should not
+// depend on which rows or vectors are computed beside it.
 // E4M3 bytes become f16 bit patterns with the exponent 8 too small ((b & 0x80) << 8 | (b & 0x7F)
 // << 7, subnormals included); the missing 2^8 is folded into the group's scale.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "tensor/packed_kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-// gcc 12 warns inside avx512fintrin.h's _mm512_reduce_add_ps (a known false positive).
+// gcc 12 warns inside avx512fintrin.h's _mm512_reduce_add_ps (a known false positive: its
+// _mm256_undefined_pd), as "may be" or, once inlined into the batch kernels' finish, "is" uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #define TPCLI_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define TPCLI_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define TPCLI_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
@@ -41,6 +49,72 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
   return f;
 }
 
+// ---- rows_batch: several vectors per weight load ----
+//
+// A batch tile runs V vectors (1 <= V <= Tile::MAX_V, a compile-time count so their running sums
+// stay in registers) over rows, keeping for every (row, vector) the chains, tail and reduction of
+// the single-vector kernel, so each output is that kernel's bit for bit, while each weight chunk is
+// loaded and unpacked once per tile rather than once per vector.
+// V vectors read whole for every row would stream x from L2 (8 vectors of 4096 columns are 128 KB;
+// L1 is 32-48 KB) and run at L2's rate, so a tile walks up to STATE_ROWS rows one column block at a
+// time, the block's x for the V vectors about X_BLOCK_BYTES (in L1 while the rows pass over it),
+// keeping each (row, vector)'s running sums (Tile::State) between blocks: the chains see the same
+// operations in the same order, only paused.
+//
+// A Tile has: State, one row's running sums for one vector (zero-initialised); unit(w), the columns
+// a block is a multiple of (group size or vector step); body(w), the columns its vector steps cover
+// (a multiple of unit; `finish` does the rest, the tail); columns<V>(s, w, r, c0, c1, x), the steps
+// over [c0, c1) of row r; finish<V>(out, ld_out, s, w, r, x), the tail and reduction into out[v * ld_out].
+constexpr int64_t X_BLOCK_BYTES = 32 * 1024;
+constexpr int64_t STATE_ROWS = 16;  // run_rows_batch's row block
+
+template <class Tile, int V>
+void tile_rows(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  const int64_t unit = Tile::unit(w), body = Tile::body(w);
+  const int64_t block = std::max(unit, X_BLOCK_BYTES / (4 * V) / unit * unit);  // x: 4 bytes a column
+  for (int64_t rb = r0; rb < r1; rb += STATE_ROWS) {
+    const int64_t rn = std::min(STATE_ROWS, r1 - rb);
+    typename Tile::State s[STATE_ROWS][V] = {};
+    for (int64_t c0 = 0; c0 < body; c0 += block)
+      for (int64_t i = 0; i < rn; ++i) Tile::template columns<V>(s[i], w, rb + i, c0, std::min(body, c0 + block), x);
+    for (int64_t i = 0; i < rn; ++i) Tile::template finish<V>(out + rb + i - r0, ld_out, s[i], w, rb + i, x);
+  }
+}
+
+// The last tile, of fewer than MAX_V vectors.
+template <class Tile, int V>
+void rest_tile(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  if constexpr (V > 0) {
+    if (x.count == V) tile_rows<Tile, V>(out, ld_out, w, x, r0, r1);
+    else rest_tile<Tile, V - 1>(out, ld_out, w, x, r0, r1);
+  }
+}
+
+// rows_batch: tiles of MAX_V vectors, then one of the rest.
+template <class Tile>
+void in_vector_tiles(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  constexpr int M = Tile::MAX_V;
+  int64_t v = 0;
+  for (; v + M <= x.count; v += M) tile_rows<Tile, M>(out + v * ld_out, ld_out, w, x.slice(v, M), r0, r1);
+  if (v < x.count) rest_tile<Tile, M - 1>(out + v * ld_out, ld_out, w, x.slice(v, x.count - v), r0, r1);
+}
+
+// s + w[p, k) . x[p, k), one element at a time: the f32 kernels' tail after their vector loop.
+TPCLI_AVX2 float f32_tail(float s, const float* w, const float* x, int64_t p, int64_t k) {
+  for (; p < k; ++p) s = std::fma(w[p], x[p], s);
+  return s;
+}
+
+// Each vector's x (and group sums) for a tile.
+template <int V>
+struct TileInputs {
+  const float* x[V];
+  const float* sum[V];
+  explicit TileInputs(const Vectors& v) {
+    for (int i = 0; i < V; ++i) x[i] = v.x(i), sum[i] = v.sum(i);
+  }
+};
+
 // ---- AVX-512 ----
 
 // Bytes ahead of the weights being read that the quantized kernels prefetch. Without it they
@@ -61,9 +135,7 @@ TPCLI_AVX512 float f32_dot_512(const float* w, const float* x, int64_t k) {
   __m512 a = _mm512_setzero_ps();
   int64_t p = 0;
   for (; p + 16 <= k; p += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(w + p), _mm512_loadu_ps(x + p), a);
-  float s = _mm512_reduce_add_ps(a);
-  for (; p < k; ++p) s += w[p] * x[p];
-  return s;
+  return f32_tail(_mm512_reduce_add_ps(a), w, x, p, k);
 }
 
 TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
@@ -95,6 +167,61 @@ TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const 
     out[i + 3 * q] = _mm512_reduce_add_ps(a3);
   }
   for (int64_t i = 4 * q; i < r1 - r0; ++i) out[i] = f32_dot_512(base + i * k, x, k);
+}
+
+// f32_rows_512 for several vectors, one kind of its rows: the first 4 * (n / 4) (MaskedTail: the
+// 16-lane chain ends in a masked vector) or the last n % 4 (f32_dot_512: the sum, then a scalar tail).
+// It prefetches the next row's block as it goes: rows read a column block at a time are 16 short
+// streams the hardware prefetchers do not follow (4096 x 4096 from memory, 4 and 16 vectors: 27-45
+// GF/s without, 49-51 with).
+template <bool MaskedTail>
+struct F32Tile512 {
+  static constexpr int MAX_V = 8;
+  struct State {
+    __m512 a;
+  };
+  static int64_t unit(const View&) { return 16; }
+  static int64_t body(const View& w) { return w.cols / 16 * 16; }
+
+  template <int V>
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
+    __m512 a[V];
+    for (int v = 0; v < V; ++v) a[v] = s[v].a;
+    const float* next = row + w.cols;  // the row read next: this block of the next row
+    for (int64_t p = c0; p < c1; p += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + p), _MM_HINT_T0);
+      const __m512 u = _mm512_loadu_ps(row + p);
+      for (int v = 0; v < V; ++v) a[v] = _mm512_fmadd_ps(u, _mm512_loadu_ps(in.x[v] + p), a[v]);
+    }
+    for (int v = 0; v < V; ++v) s[v].a = a[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const int64_t k = w.cols, p = body(w);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * k;
+    for (int v = 0; v < V; ++v) {
+      if constexpr (MaskedTail) {
+        __m512 a = s[v].a;
+        if (p < k) {
+          const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+          a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, row + p), _mm512_maskz_loadu_ps(mk, in.x[v] + p), a);
+        }
+        out[v * ld_out] = _mm512_reduce_add_ps(a);
+      } else {
+        out[v * ld_out] = f32_tail(_mm512_reduce_add_ps(s[v].a), row, in.x[v], p, k);
+      }
+    }
+  }
+};
+
+void f32_rows_batch_512(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  const int64_t masked = r0 + 4 * ((r1 - r0) / 4);  // f32_rows_512's rows that end in a masked vector
+  in_vector_tiles<F32Tile512<true>>(out, ld_out, w, x, r0, masked);
+  in_vector_tiles<F32Tile512<false>>(out + masked - r0, ld_out, w, x, masked, r1);
 }
 
 TPCLI_AVX512 void prepare4_512(float* xp, const float* x, int64_t cols) {
@@ -136,10 +263,78 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
         }
       }
       acc = _mm512_fmadd_ps(_mm512_add_ps(ga, gb), _mm512_set1_ps(scales[g]), acc);
-      bias_part += biases[g] * xsum[g];
+      bias_part = std::fma(biases[g], xsum[g], bias_part);
     }
     out[r - r0] = _mm512_reduce_add_ps(acc) + bias_part;
   }
+}
+
+// affine_rows_512 for several vectors: a chunk's 32 codes are widened once and feed every vector's
+// ga/gb chains; per vector the group sum, scale FMA, bias sum and reduction of affine_rows_512.
+// Bits and GS are compile-time (no branch per chunk, the group's chunks unrolled): ~1.05-1.08x at
+// 8 vectors, weights in L2.
+template <int Bits, int GS>
+struct AffineTile512 {
+  static constexpr int MAX_V = 8;  // ga, gb and acc per vector: 24 of the 32 registers
+  struct State {
+    __m512 acc;
+    float bias;
+  };
+  static int64_t unit(const View&) { return GS; }
+  static int64_t body(const View& w) { return w.cols; }
+
+  template <int V>
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const int64_t G = w.cols / GS;
+    const __m512i low4 = _mm512_set1_epi32(15);
+    const uint8_t* q = w.data + r * w.row_bytes;
+    const float* scales = w.scales + r * G;
+    const float* biases = w.biases + r * G;
+    __m512 acc[V];
+    float bias_part[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc, bias_part[v] = s[v].bias;
+    for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
+      __m512 ga[V], gb[V];
+      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm512_setzero_ps();
+      for (int64_t c = g * GS; c < (g + 1) * GS; c += 32) {
+        __m512 v0, v1;
+        if constexpr (Bits == 8) {
+          _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
+          v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
+          v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));
+        } else {  // 4 bits
+          const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
+          v0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
+          v1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+        }
+        for (int v = 0; v < V; ++v) {
+          ga[v] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(in.x[v] + c), ga[v]);
+          gb[v] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(in.x[v] + c + 16), gb[v]);
+        }
+      }
+      const __m512 scale = _mm512_set1_ps(scales[g]);
+      for (int v = 0; v < V; ++v) {
+        acc[v] = _mm512_fmadd_ps(_mm512_add_ps(ga[v], gb[v]), scale, acc[v]);
+        bias_part[v] = std::fma(biases[g], in.sum[v][g], bias_part[v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias_part[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(s[v].acc) + s[v].bias;
+  }
+};
+
+using RowsBatch = decltype(MatvecKernel::rows_batch);
+
+template <int Bits>
+RowsBatch affine_batch_512(int group_size) {  // group_size: 32, 64 or 128 (check_format)
+  if (group_size == 32) return in_vector_tiles<AffineTile512<Bits, 32>>;
+  if (group_size == 64) return in_vector_tiles<AffineTile512<Bits, 64>>;
+  return in_vector_tiles<AffineTile512<Bits, 128>>;
 }
 
 TPCLI_AVX512 __m512 e4m3x16_512(const uint8_t* q) {
@@ -165,6 +360,61 @@ TPCLI_AVX512 void mxfp8_rows_512(float* out, const View& w, const float* x, cons
   }
 }
 
+// mxfp8_rows_512 for several vectors: a group's 32 codes converted once for all of them.
+struct Mxfp8Tile512 {
+  static constexpr int MAX_V = 8;
+  struct State {
+    __m512 acc;
+  };
+  static int64_t unit(const View&) { return 32; }
+  static int64_t body(const View& w) { return w.cols; }
+
+  template <int V>
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const int64_t G = w.cols / 32;
+    const uint8_t* q = w.data + r * w.row_bytes;
+    const uint8_t* scales = w.scale_bytes + r * G;
+    __m512 acc[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc;
+    for (int64_t c = c0; c < c1; c += 32) {
+      // The next row's block, as F32Tile512 (4096 x 4096 from memory, 16 vectors: 36 GF/s without,
+      // 49-54 with; the half kernel showed no clear gain).
+      _mm_prefetch(reinterpret_cast<const char*>(q + w.row_bytes + c), _MM_HINT_T0);
+      const __m512 e0 = e4m3x16_512(q + c), e1 = e4m3x16_512(q + c + 16);
+      const __m512 scale = _mm512_set1_ps(scale_of_e8m0(scales[c / 32]));
+      for (int v = 0; v < V; ++v) {
+        __m512 ga = _mm512_mul_ps(e0, _mm512_loadu_ps(in.x[v] + c));
+        ga = _mm512_fmadd_ps(e1, _mm512_loadu_ps(in.x[v] + c + 16), ga);
+        acc[v] = _mm512_fmadd_ps(ga, scale, acc[v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(s[v].acc);
+  }
+};
+
+// s + h[c, k) . x[c, k), one element at a time: the half kernels' tail after their vector loop, one
+// function so the single-vector and batch kernels of both sets round it alike.
+template <bool Bf16>
+TPCLI_AVX2 float half_tail(float s, const uint16_t* h, const float* x, int64_t c, int64_t k) {
+  for (; c < k; ++c) {
+    float v;
+    if constexpr (Bf16) {
+      const uint32_t bits = static_cast<uint32_t>(h[c]) << 16;
+      std::memcpy(&v, &bits, 4);
+    } else {
+      v = _cvtsh_ss(h[c]);
+    }
+    s = std::fma(v, x[c], s);
+  }
+  return s;
+}
+
 template <bool Bf16>
 TPCLI_AVX512 __m512 halfx16_512(const uint16_t* h) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
@@ -182,20 +432,45 @@ TPCLI_AVX512 void half_rows_512(float* out, const View& w, const float* x, const
       a0 = _mm512_fmadd_ps(halfx16_512<Bf16>(h + c), _mm512_loadu_ps(x + c), a0);
       a1 = _mm512_fmadd_ps(halfx16_512<Bf16>(h + c + 16), _mm512_loadu_ps(x + c + 16), a1);
     }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-    for (; c < w.cols; ++c) {
-      float v;
-      if constexpr (Bf16) {
-        const uint32_t bits = static_cast<uint32_t>(h[c]) << 16;
-        std::memcpy(&v, &bits, 4);
-      } else {
-        v = _cvtsh_ss(h[c]);
-      }
-      s += v * x[c];
-    }
-    out[r - r0] = s;
+    out[r - r0] = half_tail<Bf16>(_mm512_reduce_add_ps(_mm512_add_ps(a0, a1)), h, x, c, w.cols);
   }
 }
+
+// half_rows_512 for several vectors: 32 weights converted once a step for all of them.
+template <bool Bf16>
+struct HalfTile512 {
+  static constexpr int MAX_V = 8;  // a0, a1 per vector
+  struct State {
+    __m512 a0, a1;
+  };
+  static int64_t unit(const View&) { return 32; }
+  static int64_t body(const View& w) { return w.cols / 32 * 32; }
+
+  static const uint16_t* row(const View& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes); }
+
+  template <int V>
+  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const uint16_t* h = row(w, r);
+    __m512 a0[V], a1[V];
+    for (int v = 0; v < V; ++v) a0[v] = s[v].a0, a1[v] = s[v].a1;
+    for (int64_t c = c0; c < c1; c += 32) {
+      const __m512 h0 = halfx16_512<Bf16>(h + c), h1 = halfx16_512<Bf16>(h + c + 16);
+      for (int v = 0; v < V; ++v) {
+        a0[v] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(in.x[v] + c), a0[v]);
+        a1[v] = _mm512_fmadd_ps(h1, _mm512_loadu_ps(in.x[v] + c + 16), a1[v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) s[v].a0 = a0[v], s[v].a1 = a1[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    for (int v = 0; v < V; ++v)
+      out[v * ld_out] = half_tail<Bf16>(_mm512_reduce_add_ps(_mm512_add_ps(s[v].a0, s[v].a1)), row(w, r), in.x[v], body(w), w.cols);
+  }
+};
 
 // ---- AVX-512 BF16: affine 4-bit, group size a multiple of 64 ----
 //
@@ -242,16 +517,29 @@ TPCLI_AVX512BF16 void prepare4_bf16_512(float* xp, const float* x, int64_t cols)
   }
 }
 
-// One row's running sum over a group: `a` += the chunk's 64 codes times prepared x. Pairs of rows
-// and single rows call this in the same order, so a row's value does not depend on its neighbours.
-TPCLI_AVX512BF16 __m512 chunk_dot_bf16(__m512 a, const uint8_t* q, const uint16_t* xc, __m512i table) {
+// A chunk's 64 codes as bf16 words, lined up with prepared x's even and odd halves.
+struct CodesBf16 {
+  __m512bh even, odd;
+};
+
+TPCLI_AVX512BF16 CodesBf16 chunk_codes_bf16(const uint8_t* q, __m512i table) {
   const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-  const __m512bh even = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(bytes, table));  // index: low 5 bits
-  const __m512bh odd = reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table));
-  a = _mm512_dpbf16_ps(a, even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc)));
-  a = _mm512_dpbf16_ps(a, odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 32)));
-  a = _mm512_dpbf16_ps(a, even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 64)));
-  return _mm512_dpbf16_ps(a, odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 96)));
+  return {reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(bytes, table)),  // index: low 5 bits
+          reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table))};
+}
+
+// One row's running sum over a group: `a` += the chunk's codes times prepared x. Pairs of rows,
+// single rows and the batch kernel all call this in the same order, so a row's value depends on
+// neither its neighbours nor the other vectors.
+TPCLI_AVX512BF16 __m512 codes_dot_bf16(__m512 a, const CodesBf16& codes, const uint16_t* xc) {
+  a = _mm512_dpbf16_ps(a, codes.even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc)));
+  a = _mm512_dpbf16_ps(a, codes.odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 32)));
+  a = _mm512_dpbf16_ps(a, codes.even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 64)));
+  return _mm512_dpbf16_ps(a, codes.odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 96)));
+}
+
+TPCLI_AVX512BF16 __m512 chunk_dot_bf16(__m512 a, const uint8_t* q, const uint16_t* xc, __m512i table) {
+  return codes_dot_bf16(a, chunk_codes_bf16(q, table), xc);
 }
 
 // bf16 bit patterns of 0..15, twice: vpermw reads the low 5 bits of a word, so a widened byte
@@ -288,8 +576,8 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
       }
       acc0 = _mm512_fmadd_ps(a0, _mm512_set1_ps(s0[g]), acc0);
       acc1 = _mm512_fmadd_ps(a1, _mm512_set1_ps(s1[g]), acc1);
-      bias0 += b0[g] * xsum[g];
-      bias1 += b1[g] * xsum[g];
+      bias0 = std::fma(b0[g], xsum[g], bias0);
+      bias1 = std::fma(b1[g], xsum[g], bias1);
     }
     out[r - r0] = _mm512_reduce_add_ps(acc0) + bias0;
     out[r - r0 + 1] = _mm512_reduce_add_ps(acc1) + bias1;
@@ -303,11 +591,56 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
       __m512 a = _mm512_setzero_ps();
       for (int64_t c = g * GS; c < (g + 1) * GS; c += BF16_CHUNK) a = chunk_dot_bf16(a, q + c / 2, x + 2 * c, table);
       acc = _mm512_fmadd_ps(a, _mm512_set1_ps(s[g]), acc);
-      bias += b[g] * xsum[g];
+      bias = std::fma(b[g], xsum[g], bias);
     }
     out[r - r0] = _mm512_reduce_add_ps(acc) + bias;
   }
 }
+
+// affine4_bf16_rows_512 for several vectors: a chunk's codes looked up once for all of them.
+struct Affine4Bf16Tile512 {
+  static constexpr int MAX_V = 8;  // a and acc per vector
+  struct State {
+    __m512 acc;
+    float bias;
+  };
+  static int64_t unit(const View& w) { return w.format.group_size; }
+  static int64_t body(const View& w) { return w.cols; }
+
+  template <int V>
+  TPCLI_AVX512BF16 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const int64_t GS = w.format.group_size, G = w.cols / GS;
+    const __m512i table = code_table_bf16();
+    const uint8_t* q = w.data + r * w.row_bytes;
+    const float *scales = w.scales + r * G, *biases = w.biases + r * G;
+    const uint16_t* xv[V];  // prepared x: bf16 words (prepare4_bf16_512)
+    __m512 acc[V];
+    float bias[V];
+    for (int v = 0; v < V; ++v)
+      xv[v] = reinterpret_cast<const uint16_t*>(in.x[v]), acc[v] = s[v].acc, bias[v] = s[v].bias;
+    for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
+      __m512 a[V];
+      for (int v = 0; v < V; ++v) a[v] = _mm512_setzero_ps();
+      for (int64_t c = g * GS; c < (g + 1) * GS; c += BF16_CHUNK) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + PREFETCH_BYTES), _MM_HINT_T0);
+        const CodesBf16 codes = chunk_codes_bf16(q + c / 2, table);
+        for (int v = 0; v < V; ++v) a[v] = codes_dot_bf16(a[v], codes, xv[v] + 2 * c);
+      }
+      const __m512 scale = _mm512_set1_ps(scales[g]);
+      for (int v = 0; v < V; ++v) {
+        acc[v] = _mm512_fmadd_ps(a[v], scale, acc[v]);
+        bias[v] = std::fma(biases[g], in.sum[v][g], bias[v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias[v];
+  }
+
+  template <int V>
+  TPCLI_AVX512BF16 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(s[v].acc) + s[v].bias;
+  }
+};
 
 // ---- AVX2 ----
 
@@ -329,22 +662,47 @@ TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const fl
       const __m256 xv = _mm256_loadu_ps(x + p);
       for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(wr[j] + p), xv, a[j]);
     }
-    for (int j = 0; j < 4; ++j) {
-      float s = hsum256(a[j]);
-      for (int64_t q = p; q < k; ++q) s += wr[j][q] * x[q];
-      out[i - r0 + j] = s;
-    }
+    for (int j = 0; j < 4; ++j) out[i - r0 + j] = f32_tail(hsum256(a[j]), wr[j], x, p, k);
   }
   for (; i < r1; ++i) {
     const float* row = base + i * k;
     __m256 a = _mm256_setzero_ps();
     int64_t p = 0;
     for (; p + 8 <= k; p += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(row + p), _mm256_loadu_ps(x + p), a);
-    float s = hsum256(a);
-    for (; p < k; ++p) s += row[p] * x[p];
-    out[i - r0] = s;
+    out[i - r0] = f32_tail(hsum256(a), row, x, p, k);
   }
 }
+
+// f32_rows_256 for several vectors (every row there is one 8-lane chain, its sum and a scalar
+// tail, in the 4-row passes and after them alike): a weight vector loaded once for all of them.
+struct F32Tile256 {
+  static constexpr int MAX_V = 8;
+  struct State {
+    __m256 a;
+  };
+  static int64_t unit(const View&) { return 8; }
+  static int64_t body(const View& w) { return w.cols / 8 * 8; }
+
+  template <int V>
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
+    __m256 a[V];
+    for (int v = 0; v < V; ++v) a[v] = s[v].a;
+    for (int64_t p = c0; p < c1; p += 8) {
+      const __m256 u = _mm256_loadu_ps(row + p);
+      for (int v = 0; v < V; ++v) a[v] = _mm256_fmadd_ps(u, _mm256_loadu_ps(in.x[v] + p), a[v]);
+    }
+    for (int v = 0; v < V; ++v) s[v].a = a[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
+    for (int v = 0; v < V; ++v) out[v * ld_out] = f32_tail(hsum256(s[v].a), row, in.x[v], body(w), w.cols);
+  }
+};
 
 TPCLI_AVX2 void prepare4_256(float* xp, const float* x, int64_t cols) {
   for (int64_t c = 0; c < cols; c += 16)
@@ -384,11 +742,65 @@ TPCLI_AVX2 void affine_rows_256(float* out, const View& w, const float* x, const
         }
       }
       acc = _mm256_fmadd_ps(_mm256_add_ps(ga, gb), _mm256_set1_ps(w.scales[r * G + g]), acc);
-      bias_part += w.biases[r * G + g] * xsum[g];
+      bias_part = std::fma(w.biases[r * G + g], xsum[g], bias_part);
     }
     out[r - r0] = hsum256(acc) + bias_part;
   }
 }
+
+// affine_rows_256 for several vectors: 16 codes widened once a step for all of them.
+struct AffineTile256 {
+  static constexpr int MAX_V = 4;  // ga, gb and acc per vector: 12 of the 16 registers
+  struct State {
+    __m256 acc;
+    float bias;
+  };
+  static int64_t unit(const View& w) { return w.format.group_size; }
+  static int64_t body(const View& w) { return w.cols; }
+
+  template <int V>
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const int bits = w.format.bits, GS = w.format.group_size;
+    const int64_t G = w.cols / GS;
+    const __m256i low4 = _mm256_set1_epi32(15);
+    const uint8_t* q = w.data + r * w.row_bytes;
+    __m256 acc[V];
+    float bias_part[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc, bias_part[v] = s[v].bias;
+    for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
+      __m256 ga[V], gb[V];
+      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
+      for (int64_t c = g * GS; c < (g + 1) * GS; c += 16) {
+        __m256 v0, v1;
+        if (bits == 8) {
+          v0 = _mm256_cvtepi32_ps(bytes8_256(q + c));
+          v1 = _mm256_cvtepi32_ps(bytes8_256(q + c + 8));
+        } else {  // 4 bits
+          const __m256i b = bytes8_256(q + c / 2);
+          v0 = _mm256_cvtepi32_ps(_mm256_and_si256(b, low4));
+          v1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        }
+        for (int v = 0; v < V; ++v) {
+          ga[v] = _mm256_fmadd_ps(v0, _mm256_loadu_ps(in.x[v] + c), ga[v]);
+          gb[v] = _mm256_fmadd_ps(v1, _mm256_loadu_ps(in.x[v] + c + 8), gb[v]);
+        }
+      }
+      const __m256 scale = _mm256_set1_ps(w.scales[r * G + g]);
+      const float bias = w.biases[r * G + g];
+      for (int v = 0; v < V; ++v) {
+        acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
+        bias_part[v] = std::fma(bias, in.sum[v][g], bias_part[v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias_part[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = hsum256(s[v].acc) + s[v].bias;
+  }
+};
 
 TPCLI_AVX2 __m256 e4m3x8_256(const uint8_t* q) {
   int64_t raw;
@@ -416,6 +828,44 @@ TPCLI_AVX2 void mxfp8_rows_256(float* out, const View& w, const float* x, const 
   }
 }
 
+// mxfp8_rows_256 for several vectors: 16 codes converted once a step for all of them.
+struct Mxfp8Tile256 {
+  static constexpr int MAX_V = 4;
+  struct State {
+    __m256 acc;
+  };
+  static int64_t unit(const View&) { return 32; }
+  static int64_t body(const View& w) { return w.cols; }
+
+  template <int V>
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const int64_t G = w.cols / 32;
+    const uint8_t* q = w.data + r * w.row_bytes;
+    __m256 acc[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc;
+    for (int64_t g = c0 / 32; g < c1 / 32; ++g) {
+      __m256 ga[V], gb[V];
+      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
+      for (int64_t c = g * 32; c < g * 32 + 32; c += 16) {
+        const __m256 e0 = e4m3x8_256(q + c), e1 = e4m3x8_256(q + c + 8);
+        for (int v = 0; v < V; ++v) {
+          ga[v] = _mm256_fmadd_ps(e0, _mm256_loadu_ps(in.x[v] + c), ga[v]);
+          gb[v] = _mm256_fmadd_ps(e1, _mm256_loadu_ps(in.x[v] + c + 8), gb[v]);
+        }
+      }
+      const __m256 scale = _mm256_set1_ps(scale_of_e8m0(w.scale_bytes[r * G + g]));
+      for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
+    }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = hsum256(s[v].acc);
+  }
+};
+
 template <bool Bf16>
 TPCLI_AVX2 void half_rows_256(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
@@ -429,49 +879,73 @@ TPCLI_AVX2 void half_rows_256(float* out, const View& w, const float* x, const f
       else f = _mm256_cvtph_ps(v);
       a0 = _mm256_fmadd_ps(f, _mm256_loadu_ps(x + c), a0);
     }
-    float s = hsum256(a0);
-    for (; c < w.cols; ++c) {
-      float v;
-      if constexpr (Bf16) {
-        const uint32_t bits = static_cast<uint32_t>(h[c]) << 16;
-        std::memcpy(&v, &bits, 4);
-      } else {
-        v = _cvtsh_ss(h[c]);
-      }
-      s += v * x[c];
-    }
-    out[r - r0] = s;
+    out[r - r0] = half_tail<Bf16>(hsum256(a0), h, x, c, w.cols);
   }
 }
+
+// half_rows_256 for several vectors: 8 weights converted once a step for all of them.
+template <bool Bf16>
+struct HalfTile256 {
+  static constexpr int MAX_V = 8;  // one chain per vector
+  struct State {
+    __m256 a0;
+  };
+  static int64_t unit(const View&) { return 8; }
+  static int64_t body(const View& w) { return w.cols / 8 * 8; }
+
+  static const uint16_t* row(const View& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes); }
+
+  template <int V>
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    const uint16_t* h = row(w, r);
+    __m256 a0[V];
+    for (int v = 0; v < V; ++v) a0[v] = s[v].a0;
+    for (int64_t c = c0; c < c1; c += 8) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + c));
+      __m256 f;
+      if constexpr (Bf16) f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+      else f = _mm256_cvtph_ps(raw);
+      for (int v = 0; v < V; ++v) a0[v] = _mm256_fmadd_ps(f, _mm256_loadu_ps(in.x[v] + c), a0[v]);
+    }
+    for (int v = 0; v < V; ++v) s[v].a0 = a0[v];
+  }
+
+  template <int V>
+  TPCLI_AVX2 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    for (int v = 0; v < V; ++v) out[v * ld_out] = half_tail<Bf16>(hsum256(s[v].a0), row(w, r), in.x[v], body(w), w.cols);
+  }
+};
 
 }  // namespace
 
 MatvecKernel avx2_kernel(const WeightFormat& f) {
   switch (f.kind) {
-    case WeightKind::BF16: return {nullptr, half_rows_256<true>};
-    case WeightKind::F16: return {nullptr, half_rows_256<false>};
-    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_256};
+    case WeightKind::BF16: return {nullptr, half_rows_256<true>, in_vector_tiles<HalfTile256<true>>};
+    case WeightKind::F16: return {nullptr, half_rows_256<false>, in_vector_tiles<HalfTile256<false>>};
+    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_256, in_vector_tiles<Mxfp8Tile256>};
     case WeightKind::Affine:
-      if (f.bits == 8) return {nullptr, affine_rows_256};
-      if (f.bits == 4) return {prepare4_256, affine_rows_256};
+      if (f.bits == 8) return {nullptr, affine_rows_256, in_vector_tiles<AffineTile256>};
+      if (f.bits == 4) return {prepare4_256, affine_rows_256, in_vector_tiles<AffineTile256>};
       return {};
-    case WeightKind::F32: return {nullptr, f32_rows_256};
+    case WeightKind::F32: return {nullptr, f32_rows_256, in_vector_tiles<F32Tile256>};
   }
   return {};
 }
 
 MatvecKernel avx512_kernel(const WeightFormat& f) {
   switch (f.kind) {
-    case WeightKind::BF16: return {nullptr, half_rows_512<true>};
-    case WeightKind::F16: return {nullptr, half_rows_512<false>};
-    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_512};
+    case WeightKind::BF16: return {nullptr, half_rows_512<true>, in_vector_tiles<HalfTile512<true>>};
+    case WeightKind::F16: return {nullptr, half_rows_512<false>, in_vector_tiles<HalfTile512<false>>};
+    case WeightKind::Mxfp8: return {nullptr, mxfp8_rows_512, in_vector_tiles<Mxfp8Tile512>};
     case WeightKind::Affine:
-      if (f.bits == 8) return {nullptr, affine_rows_512};
+      if (f.bits == 8) return {nullptr, affine_rows_512, affine_batch_512<8>(f.group_size)};
       if (f.bits == 4 && f.group_size % BF16_CHUNK == 0 && cpu_has_avx512_bf16())
-        return {prepare4_bf16_512, affine4_bf16_rows_512};
-      if (f.bits == 4) return {prepare4_512, affine_rows_512};
+        return {prepare4_bf16_512, affine4_bf16_rows_512, in_vector_tiles<Affine4Bf16Tile512>};
+      if (f.bits == 4) return {prepare4_512, affine_rows_512, affine_batch_512<4>(f.group_size)};
       return {};
-    case WeightKind::F32: return {nullptr, f32_rows_512};
+    case WeightKind::F32: return {nullptr, f32_rows_512, f32_rows_batch_512};
   }
   return {};
 }

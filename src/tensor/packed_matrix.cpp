@@ -96,11 +96,27 @@ void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const Vie
   // 16 rows (a multiple of the kernels' 4) of the widest rows tpcli meets stay in L2 across the
   // B vectors; a block boundary inside a thread's rows falls where the 4-row kernels would step anyway.
   constexpr int64_t ROWS = 16;
+  Vectors vectors{xp, ld_x, xsum, ld_sum, B};
+  // The batch kernels read a tile's vectors side by side, column for column: vectors a multiple of
+  // 4 KB apart would all fall in the same L1 sets and, past its 12 ways, evict each other, so
+  // such a batch is copied to a stride one cache line longer first.
+  thread_local std::vector<float> staggered;  // [B, ld_x + 16]
+  if (k.rows_batch && B > 1 && (ld_x * int64_t{sizeof(float)}) % 4096 == 0) {
+    const int64_t ld = ld_x + 16;
+    staggered.resize(static_cast<size_t>(B * ld));
+    for (int64_t v = 0; v < B; ++v)  // bytes: prepared x may be bf16 words (packed_kernels_x86.cpp)
+      std::memcpy(staggered.data() + v * ld, xp + v * ld_x, static_cast<size_t>(ld_x) * sizeof(float));
+    vectors.xp = staggered.data();
+    vectors.ld_x = ld;
+  }
   for_row_blocks(w, n, [&](int64_t a, int64_t b) {
     for (int64_t c0 = a; c0 < b; c0 += ROWS) {
       const int64_t c1 = std::min(b, c0 + ROWS);
-      for (int64_t v = 0; v < B; ++v)
-        k.rows(out + v * ld_out + c0, w, xp + v * ld_x, xsum ? xsum + v * ld_sum : nullptr, row0 + c0, row0 + c1);
+      if (k.rows_batch && B > 1) {  // one vector: `rows` itself, with its own row order
+        k.rows_batch(out + c0, ld_out, w, vectors, row0 + c0, row0 + c1);
+        continue;
+      }
+      for (int64_t v = 0; v < B; ++v) k.rows(out + v * ld_out + c0, w, vectors.x(v), vectors.sum(v), row0 + c0, row0 + c1);
     }
   });
 }

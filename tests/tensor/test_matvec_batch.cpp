@@ -56,6 +56,43 @@ TEST_CASE("matvec_batch: every vector's output is the single-vector matvec's, bi
     }
 }
 
+// The multi-vector kernels (packed_kernels.h rows_batch) tile the batch by a few vectors and walk the
+// rows one or two at a time: batch sizes around and past their tiles (4 and 8), row counts that
+// are not multiples of 4 (the f32 kernels' 4-row passes and tails) and columns with a tail after
+// the widest vector step (f32 and half), in every format, group size and instruction set here.
+TEST_CASE("matvec_batch: the multi-vector kernels give each vector the single-vector bits", "[tensor][batch]") {
+  const WeightFormat formats[] = {WeightFormat::f32(),         WeightFormat::bf16(),        WeightFormat::f16(),
+                                  WeightFormat::affine(8, 32), WeightFormat::affine(8, 64), WeightFormat::affine(8, 128),
+                                  WeightFormat::affine(4, 32), WeightFormat::affine(4, 64), WeightFormat::affine(4, 128),
+                                  WeightFormat::mxfp8()};
+  const int BATCHES[] = {1, 2, 3, 4, 5, 7, 8, 16, 17};
+  for (const WeightFormat& f : formats) {
+    // 203: a tail after every vector width (8, 16, 32); quantized rows hold whole groups. 4096:
+    // vectors a multiple of 4 KB apart (run_rows_batch restrides them) and several column blocks
+    // (the kernels pause each row's sums between blocks); 4109: both with a tail.
+    const std::vector<int64_t> widths =
+        f.quantized() ? std::vector<int64_t>{384, 4096} : std::vector<int64_t>{203, 4096, 4109};
+    for (int64_t K : widths)
+      for (int64_t R : {13, 64, 67}) {
+        const PackedMatrix w = PackedMatrix::from_f32(random_values(static_cast<size_t>(R * K), 21).data(), R, K, f);
+        const std::vector<float> x = random_values(static_cast<size_t>(17 * K), 22);
+        for (Isa isa : tpcli::testing::isas_here())
+          for (int B : BATCHES)
+            for (auto [row0, n] : {std::pair<int64_t, int64_t>{0, R}, std::pair<int64_t, int64_t>{3, R - 3}}) {
+              std::vector<float> batched(static_cast<size_t>(B * n)), alone(static_cast<size_t>(n));
+              w.matvec_batch(batched.data(), 0, x.data(), B, row0, n, isa);
+              bool same = true;
+              for (int v = 0; v < B; ++v) {
+                w.matvec(alone.data(), x.data() + v * K, row0, n, isa);
+                same = same && same_bits(batched.data() + v * n, alone.data(), static_cast<size_t>(n));
+              }
+              INFO(f.name() << " " << R << "x" << K << ", B " << B << ", isa " << isa_name(isa) << ", rows " << row0 << "+" << n);
+              CHECK(same);
+            }
+      }
+  }
+}
+
 TEST_CASE("matvec_batch: the f32 BLAS-door form equals tensor::matvec per vector, with a row stride", "[tensor][batch]") {
   const int64_t N = 300, K = 512, B = 5, LD = N + 7;
   const std::vector<float> w = random_values(static_cast<size_t>(N * K), 11), x = random_values(static_cast<size_t>(B * K), 12);
