@@ -109,14 +109,22 @@ void run_rows_batch(const MatvecKernel& k, float* out, int64_t ld_out, const Vie
     vectors.xp = staggered.data();
     vectors.ld_x = ld;
   }
+  // Many vectors (a prompt's rows) go in chunks whose x fits in L2 beside the row block: every row
+  // block then reads its chunk from L2 instead of streaming all B vectors from memory again.
+  const int64_t chunk = std::clamp<int64_t>((int64_t{512} << 10) / std::max<int64_t>(ld_x * int64_t{sizeof(float)}, 1) / 8 * 8,
+                                            8, std::max<int64_t>(B, 8));
   for_row_blocks(w, n, [&](int64_t a, int64_t b) {
-    for (int64_t c0 = a; c0 < b; c0 += ROWS) {
-      const int64_t c1 = std::min(b, c0 + ROWS);
-      if (k.rows_batch && B > 1) {  // one vector: `rows` itself, with its own row order
-        k.rows_batch(out + c0, ld_out, w, vectors, row0 + c0, row0 + c1);
-        continue;
+    for (int64_t v0 = 0; v0 < B; v0 += chunk) {
+      const Vectors part = vectors.slice(v0, std::min(chunk, B - v0));
+      for (int64_t c0 = a; c0 < b; c0 += ROWS) {
+        const int64_t c1 = std::min(b, c0 + ROWS);
+        float* o = out + v0 * ld_out + c0;
+        if (k.rows_batch && part.count > 1) {  // one vector: `rows` itself, with its own row order
+          k.rows_batch(o, ld_out, w, part, row0 + c0, row0 + c1);
+          continue;
+        }
+        for (int64_t v = 0; v < part.count; ++v) k.rows(o + v * ld_out, w, part.x(v), part.sum(v), row0 + c0, row0 + c1);
       }
-      for (int64_t v = 0; v < B; ++v) k.rows(out + v * ld_out + c0, w, vectors.x(v), vectors.sum(v), row0 + c0, row0 + c1);
     }
   });
 }
