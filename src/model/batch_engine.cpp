@@ -178,7 +178,7 @@ void BatchEngine::run(const std::vector<Planned>& plan) {
     rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, s.computed + p.rows == static_cast<int64_t>(s.tokens.size())});
     stats_.decode_rows += s.pending() == 1 ? 1 : 0;
   }
-  std::vector<float> logits = llama_.step(tokens, rows, pool_);  // [sequences asking, V]
+  const std::span<float> logits = llama_.step(tokens, rows, pool_);  // [sequences asking, V]
   ++stats_.steps;
   stats_.rows += static_cast<int64_t>(tokens.size());
   const size_t V = static_cast<size_t>(llama_.config().vocab_size);

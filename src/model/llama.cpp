@@ -401,8 +401,8 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
   }
 }
 
-std::vector<float> Llama::step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool) {
-  const int64_t C = core_.config.dim;
+std::span<float> Llama::step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool) {
+  const int64_t C = core_.config.dim, V = core_.config.vocab_size;
   std::vector<Segment> segments;
   int64_t rows = 0, wanted = 0;
   for (const SequenceRows& q : sequences) {
@@ -419,9 +419,17 @@ std::vector<float> Llama::step(std::span<const int> tokens, std::span<const Sequ
   int64_t n = 0;
   for (size_t i = 0; i < sequences.size(); ++i)
     if (sequences[i].logits) std::copy_n(run_.x.data() + (segments[i].first + segments[i].count - 1) * C, C, last.data() + C * n++);
-  std::vector<float> local(static_cast<size_t>(wanted * core_.plan.vocab.count));  // [wanted, VL]
-  head_local(local.data(), last.data(), wanted);
-  return core_.gather_vocab_columns(local.data(), wanted);  // [wanted, V]
+  // Kept between steps: a fresh [wanted, V] per step would page-fault in megabytes of zeros.
+  step_logits_.resize(static_cast<size_t>(wanted * V));
+  if (core_.group.size() == 1) {
+    head_local(step_logits_.data(), last.data(), wanted);  // alone: this device's rows are the vocabulary
+  } else {
+    step_local_.resize(static_cast<size_t>(wanted * core_.plan.vocab.count));  // [wanted, VL]
+    head_local(step_local_.data(), last.data(), wanted);
+    const std::vector<float> full = core_.gather_vocab_columns(step_local_.data(), wanted);
+    std::copy(full.begin(), full.end(), step_logits_.begin());
+  }
+  return step_logits_;
 }
 
 void Llama::logits_local(float* local, std::span<const int> tokens, int pos, int64_t rows) {

@@ -112,8 +112,9 @@ class Llama {
   // its own: they depend neither on the other sequences, nor on where the blocks lie, nor on how
   // a prompt was cut into steps (tested on 1 and 2 devices; on more, the all-sums may add in
   // another order). Returns the logits [n, V], full vocabulary on every device, of the sequences
-  // asking for them, in order. MoE blocks too: the router and every expert run row by row.
-  std::vector<float> step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
+  // asking for them, in order (valid until the next step; the caller may overwrite them). MoE
+  // blocks too: the router and every expert run row by row.
+  std::span<float> step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
 
   int64_t parameter_bytes() const;  // this device's weights as held
   int64_t kv_cache_bytes() const;   // this device's own KV cache (made at the first forward or prefill)
@@ -162,6 +163,7 @@ class Llama {
     std::vector<float> att;         // [P, pos+P] attention scratch
   } run_;
   std::vector<float> logits_local_, logits_;  // [VL], [V]
+  std::vector<float> step_local_, step_logits_;  // step(): [n, VL], [n, V]
   std::vector<int64_t> vocab_counts_;         // [TP] vocab rows of each device
 };
 
