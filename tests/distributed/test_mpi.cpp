@@ -164,18 +164,28 @@ TEST_CASE("mpi: mpirun -n 2 tpcli infer (1 and 2 devices a process) prints exact
   CHECK(mpi4.out == threads4.out);
 }
 
+// `tpcli infer` on stories260K with its tokenizer, then `flags`.
+std::string infer_stories260k(const std::string& flags) {
+  return "infer --model " + shell_quote(shared_path("data/stories260K.bin")) + " -z " + shell_quote(shared_path("data/tok512.bin")) +
+         " " + flags;
+}
+
+// The tpcli command line `args` with --backend mpi under mpirun -n `processes`.
+RunResult run_under_mpirun(const std::string& args, int processes) {
+  tpcli::testing::RunOptions o;
+  o.launcher = mpirun(processes);
+  return run_tpcli_line(args + " --backend mpi", o);
+}
+
 TEST_CASE("mpi: seeded sampling under mpirun -n 2 and -n 4 prints what 1 device prints (fixed-order sums)") {
   require_mpi();
   require_shared("data/stories260K.bin");
-  const std::string args = "infer --model " + shell_quote(shared_path("data/stories260K.bin")) + " -z " +
-                           shell_quote(shared_path("data/tok512.bin")) + " -t 0.9 -s 11 -n 120 -i 'Once upon a time'";
+  const std::string args = infer_stories260k("-t 0.9 -s 11 -n 120 -i 'Once upon a time'");
   const RunResult one = run_tpcli_line(args);
   REQUIRE(one.code == 0);
   for (int n : {2, 4}) {
     INFO(n << " processes");
-    tpcli::testing::RunOptions o;
-    o.launcher = mpirun(n);
-    const RunResult mpi = run_tpcli_line(args + " --backend mpi", o);
+    const RunResult mpi = run_under_mpirun(args, n);
     INFO(mpi.err);
     REQUIRE(mpi.code == 0);
     CHECK(mpi.out == one.out);
@@ -190,14 +200,10 @@ TEST_CASE("mpi: mpirun -n 2 tpcli infer --batch prints exactly what the thread b
                                         "{\"prompt\": \"Once upon a time\", \"max_tokens\": 30, \"temperature\": 0}\n"
                                         "{\"prompt\": \"The dog\", \"max_tokens\": 20, \"seed\": 7}\n"
                                         "{\"prompt\": \"Lily\", \"max_tokens\": 40, \"seed\": 9}\n");
-  const std::string args = "infer --model " + shell_quote(shared_path("data/stories260K.bin")) + " -z " +
-                           shell_quote(shared_path("data/tok512.bin")) + " --batch " + shell_quote(prompts) +
-                           " --parallel 2 --kv-blocks 4 --devices 2";
+  const std::string args = infer_stories260k("--batch " + shell_quote(prompts) + " --parallel 2 --kv-blocks 4 --devices 2");
   const RunResult threads = run_tpcli_line(args);
   REQUIRE(threads.code == 0);
-  tpcli::testing::RunOptions o;
-  o.launcher = mpirun(2);
-  const RunResult mpi = run_tpcli_line(args + " --backend mpi", o);
+  const RunResult mpi = run_under_mpirun(args, 2);
   INFO(mpi.err);
   REQUIRE(mpi.code == 0);
   CHECK(mpi.out == threads.out);

@@ -546,6 +546,15 @@ TEST_CASE("launch: bad options are one-line errors before anything starts") {
   CHECK_THROWS_WITH(read_hostfile("/nonexistent/hosts"), "--hostfile /nonexistent/hosts: cannot open");
 }
 
+// `command` plus `extra` and --backend zmq, launched as `processes` ranks.
+Ran run_over_zmq(std::vector<std::string> command, int processes, const std::vector<std::string>& extra = {}) {
+  command.insert(command.end(), extra.begin(), extra.end());
+  command.insert(command.end(), {"--backend", "zmq"});
+  LaunchOptions o;
+  o.processes = processes;
+  return run_launch(o, command);
+}
+
 TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the thread backend prints") {
   tpcli::testing::require_shared("data/stories260K.bin");
   tpcli::testing::require_shared("data/tok512.bin");
@@ -559,11 +568,7 @@ TEST_CASE("zmq: tpcli infer over 2 and 4 processes prints exactly what the threa
     const Ran threads = run_launch(one, infer);  // a single process: the thread backend
     REQUIRE(threads.code == 0);
     REQUIRE(threads.out.rfind("Once upon a time", 0) == 0);
-    std::vector<std::string> over_zmq = infer;
-    over_zmq.insert(over_zmq.end(), {"--backend", "zmq"});
-    LaunchOptions o;
-    o.processes = n;
-    const Ran zmq = run_launch(o, over_zmq);
+    const Ran zmq = run_over_zmq(infer, n);
     INFO(zmq.err);
     CHECK(zmq.code == 0);
     CHECK(zmq.out == threads.out);
@@ -580,11 +585,7 @@ TEST_CASE("zmq: seeded sampling over 2 and 4 processes prints what 1 device prin
   REQUIRE(one.code == 0);
   for (int n : {2, 4}) {
     INFO(n << " processes");
-    std::vector<std::string> over_zmq = infer;
-    over_zmq.insert(over_zmq.end(), {"--devices", std::to_string(n), "--backend", "zmq"});
-    LaunchOptions o;
-    o.processes = n;
-    const Ran zmq = run_launch(o, over_zmq);
+    const Ran zmq = run_over_zmq(infer, n, {"--devices", std::to_string(n)});
     INFO(zmq.err);
     CHECK(zmq.code == 0);
     CHECK(zmq.out == one.out);
@@ -610,11 +611,7 @@ TEST_CASE("zmq: infer --batch over 2 processes prints exactly what the thread ba
   const Ran threads = run_launch(LaunchOptions{}, infer);
   REQUIRE(threads.code == 0);
   REQUIRE(std::count(threads.out.begin(), threads.out.end(), '\n') == 4);
-  std::vector<std::string> over_zmq = infer;
-  over_zmq.insert(over_zmq.end(), {"--backend", "zmq"});
-  LaunchOptions o;
-  o.processes = 2;
-  const Ran zmq = run_launch(o, over_zmq);
+  const Ran zmq = run_over_zmq(infer, 2);
   INFO(zmq.err);
   CHECK(zmq.code == 0);
   CHECK(zmq.out == threads.out);  // rank 0 prints; every rank ran the same schedule
