@@ -191,10 +191,13 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
     stop_ids.push_back(*eos);
   const std::vector<Job> jobs = read_jobs(o, loaded, stop_ids, context);
   std::vector<model::BatchResult> results;
+  model::DevicesBuilding building(*opened.weights,
+                                 run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
         model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
+        building.built();
         std::vector<model::BatchResult> r = run_jobs(llama, jobs, o, *loaded.tokenizer, dev.rank() == 0);
         if (dev.rank() == 0) results = std::move(r);
       },

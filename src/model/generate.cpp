@@ -1,9 +1,6 @@
 #include "model/generate.h"
 
-#include <malloc.h>
-
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -132,21 +129,12 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
   check_tensor_devices(weights.config(), mesh.axis_size("model"));  // a clear error before any thread starts
   std::vector<GenerateResult> results(static_cast<size_t>(mesh.size()));  // [devices], one slot each
   std::vector<DeviceReport> reports(static_cast<size_t>(mesh.size()));
-  // The last device of this process to build its shard frees the source's f32 conversions
-  // (`--dtype f32` on a 16-bit model would otherwise hold the model twice) and the file pages
-  // still mapped in (each device released its tensors' pages as it copied them; fault-around and
-  // tensors read whole may have brought some back).
-  const int local_devices = run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size());
-  std::atomic<int> built{0};
+  DevicesBuilding building(weights, run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
         Llama model = Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"));
-        if (built.fetch_add(1) + 1 == local_devices) {
-          weights.release_conversions();
-          weights.release_all_pages();
-          ::malloc_trim(0);  // glibc keeps the freed blocks in the devices' arenas otherwise
-        }
+        building.built();
         const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
         ModelFns fns;
         fns.forward = [&](int token, int pos) {

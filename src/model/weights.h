@@ -5,6 +5,7 @@
 // (release_pages), so the file's pages do not stay resident beside the devices' copies.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <optional>
 #include <span>
@@ -52,6 +53,21 @@ class WeightSource {
   // The same for every page of the file(s): what fault-around mapped back in around a released
   // tensor, and tensors read by code that does not release them.
   virtual void release_all_pages() const {}
+};
+
+// This process's devices, each reporting when it has built its model from `weights` (a collective
+// of those devices' threads): the last one frees what only building needed, the source's f32
+// conversions (`--dtype f32` on a 16-bit model would otherwise hold the model twice), the file
+// pages still mapped in (fault-around and tensors read whole bring some back after each device
+// released its own), and glibc's free lists in the devices' arenas.
+class DevicesBuilding {
+ public:
+  DevicesBuilding(const WeightSource& weights, int local_devices) : weights_(weights), left_(local_devices) {}
+  void built();
+
+ private:
+  const WeightSource& weights_;
+  std::atomic<int> left_;
 };
 
 // Parameters held in memory (random init, tests, safetensors after reading).

@@ -145,7 +145,10 @@ QuantizedSwiGluFeedForward::QuantizedSwiGluFeedForward(QuantizedAllToShardedLine
     : w13_(std::move(w13)), w2_(std::move(w2)) {}
 
 void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N) {
-  swiglu_ffn_forward(out, h13_, g_, inp, N, w13_, w2_);
+  // One scratch per thread (a device), not per layer: every layer's would be sized for the
+  // largest step (a prompt's rows) and kept.
+  thread_local std::vector<float> h13, g;  // [N, 2*FL], [N, FL]
+  swiglu_ffn_forward(out, h13, g, inp, N, w13_, w2_);
 }
 
 }  // namespace tpcli::nn

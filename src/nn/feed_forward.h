@@ -119,8 +119,6 @@ class QuantizedSwiGluFeedForward : public FeedForward {
  private:
   QuantizedAllToShardedLinear w13_;
   QuantizedShardedToAllLinear w2_;
-  std::vector<float> h13_;  // [N, 2*FL]
-  std::vector<float> g_;    // [N, FL]
 };
 
 }  // namespace tpcli::nn

@@ -79,16 +79,19 @@ void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t 
   if (L == 1) {
     lanes_[0].forward(out, inp, N);
   } else {
-    lane_out_.resize(static_cast<size_t>(L * rows));
-    if (N > 1) lane_in_.resize(static_cast<size_t>(N * IN_lane));
+    // One scratch per thread (a device), not per layer: every layer's would be sized for the
+    // largest step and kept.
+    thread_local std::vector<float> lane_in, lane_out;  // [N, IN_lane], [lanes, N, OUT]
+    lane_out.resize(static_cast<size_t>(L * rows));
+    if (N > 1) lane_in.resize(static_cast<size_t>(N * IN_lane));
     std::vector<const float*> parts(static_cast<size_t>(L));  // [L] each lane's out[N, OUT]
     for (int64_t l = 0; l < L; ++l) {
       const float* x = inp + l * IN_lane;  // one row: the lane's columns lie together
       if (N > 1) {
-        for (int64_t n = 0; n < N; ++n) std::copy_n(inp + n * in_local_ + l * IN_lane, IN_lane, lane_in_.data() + n * IN_lane);
-        x = lane_in_.data();
+        for (int64_t n = 0; n < N; ++n) std::copy_n(inp + n * in_local_ + l * IN_lane, IN_lane, lane_in.data() + n * IN_lane);
+        x = lane_in.data();
       }
-      float* y = lane_out_.data() + l * rows;
+      float* y = lane_out.data() + l * rows;
       lanes_[static_cast<size_t>(l)].forward(y, x, N);
       parts[static_cast<size_t>(l)] = y;
     }

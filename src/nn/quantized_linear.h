@@ -88,7 +88,6 @@ class QuantizedShardedToAllLinear {
   std::vector<QuantizedLinear> lanes_;
   int64_t in_local_ = 0;
   dist::Group group_;
-  std::vector<float> lane_in_, lane_out_;  // [N, IN_lane], [lanes, N, OUT] scratch
 };
 
 using QuantizedShardedLinear = std::variant<QuantizedAllToShardedLinear, QuantizedShardedToAllLinear>;
