@@ -176,7 +176,6 @@ void BatchEngine::run(const std::vector<Planned>& plan) {
     const Sequence& s = *sequences_[static_cast<size_t>(p.id)];
     tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + p.rows);
     rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, s.computed + p.rows == static_cast<int64_t>(s.tokens.size())});
-    stats_.decode_rows += s.pending() == 1 ? 1 : 0;
   }
   const std::span<float> logits = llama_.step(tokens, rows, pool_);  // [sequences asking, V]
   ++stats_.steps;

@@ -62,7 +62,7 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  int64_t steps = 0, rows = 0, decode_rows = 0;
+  int64_t steps = 0, rows = 0;
   int64_t cached_tokens = 0;  // prompt tokens reused from the pool
   int64_t preemptions = 0;
 };

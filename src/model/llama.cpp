@@ -93,6 +93,10 @@ struct Llama::Vocab {
 
 namespace {
 
+// The block table of a cache made by new_kv_cache: its one block.
+constexpr int32_t FIRST_BLOCK = 0;
+const std::span<const int32_t> WHOLE_CACHE(&FIRST_BLOCK, 1);
+
 // The KV cache is sized by seq_len alone (read from a file's metadata): a seq_len within the
 // limits can still ask for more memory than the machine has, and zero-filling it would end in the
 // kernel's OOM killer rather than an error.
@@ -351,8 +355,7 @@ Llama::KvCache& Llama::own_cache() {
 }
 
 void Llama::blocks_forward(std::span<const int> tokens, int pos) {
-  static constexpr int32_t first_block = 0;
-  const Segment whole{0, static_cast<int64_t>(tokens.size()), pos, &own_cache(), {&first_block, 1}};
+  const Segment whole{0, static_cast<int64_t>(tokens.size()), pos, &own_cache(), WHOLE_CACHE};
   blocks_forward(tokens, std::span<const Segment>(&whole, 1));
 }
 
@@ -509,8 +512,7 @@ std::vector<float> Llama::prefill_losses(std::span<const int> tokens, std::span<
   std::vector<KvCache> caches;  // each window attends over its own positions
   std::vector<Segment> segments;
   for (int64_t w = 0; w < windows; ++w) caches.push_back(new_kv_cache(static_cast<int>(S)));
-  static constexpr int32_t first_block = 0;
-  for (int64_t w = 0; w < windows; ++w) segments.push_back({w * S, S, 0, &caches[static_cast<size_t>(w)], {&first_block, 1}});
+  for (int64_t w = 0; w < windows; ++w) segments.push_back({w * S, S, 0, &caches[static_cast<size_t>(w)], WHOLE_CACHE});
   blocks_forward(tokens, segments);
   std::vector<float> probs(static_cast<size_t>(N * VL)), losses(static_cast<size_t>(S));  // [N, VL], [S]
   head_local(probs.data(), run_.x.data(), N);

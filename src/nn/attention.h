@@ -39,7 +39,6 @@ struct KvBlocks {
   float* v = nullptr;
   std::span<const int32_t> blocks;
   int64_t block_size = 0;
-  int64_t positions() const { return static_cast<int64_t>(blocks.size()) * block_size; }
   bool contiguous() const { return blocks.size() == 1; }
 };
 

@@ -84,7 +84,8 @@ void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t 
     thread_local std::vector<float> lane_in, lane_out;  // [N, IN_lane], [lanes, N, OUT]
     lane_out.resize(static_cast<size_t>(L * rows));
     if (N > 1) lane_in.resize(static_cast<size_t>(N * IN_lane));
-    std::vector<const float*> parts(static_cast<size_t>(L));  // [L] each lane's out[N, OUT]
+    thread_local std::vector<const float*> parts;  // [L] each lane's out[N, OUT]
+    parts.resize(static_cast<size_t>(L));
     for (int64_t l = 0; l < L; ++l) {
       const float* x = inp + l * IN_lane;  // one row: the lane's columns lie together
       if (N > 1) {
