@@ -1,7 +1,7 @@
 # Thin wrapper over CMake. `make` builds (Release), `make test` builds and runs every test.
 BUILD ?= build
 JOBS  ?= $(shell nproc)
-DEPS_PACKAGES = g++ cmake pkg-config libblis-dev libtomlplusplus-dev libcli11-dev catch2 libzmq3-dev cppzmq-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin
+DEPS_PACKAGES = g++ cmake pkg-config libblis-dev libtomlplusplus-dev libcli11-dev catch2 libzmq3-dev cppzmq-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev
 # Present when every dependency is installed (checked without root).
 DEPS_PRESENT = $(shell dpkg -s $(DEPS_PACKAGES) >/dev/null 2>&1 && echo yes)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -28,8 +28,9 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"model", {"tensor", "distributed", "nn", "model"}},
       {"train", {"tensor", "distributed", "nn", "model", "train"}},
       {"perf", {"tensor", "distributed", "nn", "model", "train", "perf"}},
+      {"serve", {"tensor", "distributed", "nn", "model", "serve"}},
       {"config", {"config"}},
-      {"cli", {"tensor", "distributed", "nn", "model", "train", "perf", "config", "cli"}},
+      {"cli", {"tensor", "distributed", "nn", "model", "train", "perf", "serve", "config", "cli"}},
   };
   return allowed;
 }
