@@ -85,7 +85,26 @@ int BatchEngine::add(BatchRequest request) {
   return id;
 }
 
-const BatchResult& BatchEngine::result(int id) const { return sequences_.at(static_cast<size_t>(id))->result; }
+const BatchResult& BatchEngine::result(int id) const { return sequence(id).result; }
+
+BatchEngine::Sequence& BatchEngine::sequence(int id) const {
+  if (id < 0 || static_cast<size_t>(id) >= sequences_.size() || !sequences_[static_cast<size_t>(id)])
+    throw std::out_of_range("batch engine: no sequence " + std::to_string(id));
+  return *sequences_[static_cast<size_t>(id)];
+}
+
+void BatchEngine::cancel(int id) {
+  Sequence& s = sequence(id);
+  if (s.finished) return;
+  std::erase(waiting_, id);
+  std::erase(running_, id);
+  finish(s, "cancelled");
+}
+
+void BatchEngine::forget(int id) {
+  if (!sequence(id).finished) throw std::logic_error("batch engine: forget(" + std::to_string(id) + ") of a sequence still running");
+  sequences_[static_cast<size_t>(id)].reset();
+}
 
 bool BatchEngine::step() {
   if (idle()) return false;
@@ -218,6 +237,7 @@ void BatchEngine::finish(Sequence& s, const char* reason) {
   s.finished = true;
   allocator_.release(s.blocks);
   s.blocks.clear();
+  s.sampler.reset();  // its vocabulary-sized scratch
   if (on_finished) on_finished(s.id);
 }
 

@@ -48,7 +48,7 @@ struct BatchRequest {
 
 struct BatchResult {
   std::vector<int> tokens;     // generated
-  std::string finish_reason;   // "stop" (a stop id, or on_token), "length" (max_tokens or the context's end)
+  std::string finish_reason;   // "stop" (a stop id, or on_token), "length" (max_tokens or the context's end), "cancelled"
   int cached_tokens = 0;       // prompt tokens whose keys and values came from the pool (prefix sharing)
 };
 
@@ -78,6 +78,11 @@ class BatchEngine {
   bool step();
   bool idle() const { return running_.empty() && waiting_.empty(); }
   const BatchResult& result(int id) const;
+  // Ends a waiting or running sequence now ("cancelled"): its blocks go back to the pool (a client
+  // that left). Nothing for one already finished. Every device must cancel at the same point.
+  void cancel(int id);
+  // Frees a finished sequence's tokens and result (a server runs for ever); result(id) throws after.
+  void forget(int id);
 
   // Called on every device after each sampled token; false ends the sequence ("stop"), e.g. at a
   // stop string. Must answer the same on every device.
@@ -108,6 +113,7 @@ class BatchEngine {
   void advance(Sequence& s, int64_t rows);
   void take_token(Sequence& s, float* logits);
   void finish(Sequence& s, const char* reason);
+  Sequence& sequence(int id) const;
 
   Llama& llama_;
   EngineOptions options_;

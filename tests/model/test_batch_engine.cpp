@@ -248,3 +248,48 @@ TEST_CASE("batch engine: a sequence reaching the context's end finishes with len
   CHECK(run.outcomes[0].finish_reason == "length");
   CHECK(run.outcomes[0].tokens.size() == 7);  // positions 90..95 fed, the 7th token's position would be 96
 }
+
+TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and the others keep their bits", "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 47);
+  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (model::BatchRequest& r : requests) r.max_tokens = 8;
+  const std::vector<Outcome> alone = run_alone(w, 2, requests);
+  dist::run_on_mesh(dist::Mesh::line(2), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    model::EngineOptions o;
+    o.parallel = 8;  // 8 wait while 8 run
+    model::BatchEngine engine(m, o);
+    std::vector<std::vector<std::vector<float>>> logits(requests.size());
+    engine.on_logits = [&](int id, std::span<const float> l) { logits[static_cast<size_t>(id)].emplace_back(l.begin(), l.end()); };
+    for (const model::BatchRequest& r : requests) engine.add(r);
+    engine.step();
+    engine.step();
+    const int free_before = engine.kv_blocks_free();
+    engine.cancel(3);   // running, mid-generation
+    engine.cancel(12);  // still waiting
+    CHECK(engine.kv_blocks_free() > free_before);
+    CHECK(engine.running() == 7);
+    CHECK(engine.waiting() == 7);
+    engine.cancel(3);  // again: nothing
+    while (engine.step()) {
+    }
+    CHECK(engine.kv_blocks_free() == engine.kv_blocks());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      const model::BatchResult& r = engine.result(static_cast<int>(i));
+      if (i == 3 || i == 12) {
+        CHECK(r.finish_reason == "cancelled");
+        CHECK(r.tokens.size() < 8);
+        continue;
+      }
+      CHECK(r.tokens == alone[i].tokens);
+      REQUIRE(logits[i].size() == alone[i].logits.size());
+      for (size_t t = 0; t < logits[i].size(); ++t)
+        CHECK(std::memcmp(logits[i][t].data(), alone[i].logits[t].data(), logits[i][t].size() * sizeof(float)) == 0);
+    }
+    engine.forget(3);
+    CHECK_THROWS(engine.result(3));
+    CHECK_THROWS(engine.forget(3));
+  });
+}

@@ -1,0 +1,224 @@
+// tpcli serve --model M [--devices N | --mesh ...] [--host 127.0.0.1] [--port 8080] [--parallel 16]
+//             [--api-key KEY] [--template NAME] [--model-name NAME] [--kv-memory SIZE] ...
+// The OpenAI API over the batched engine on a mesh (serve/http_server.h, serve/engine_service.h).
+// The model loads once; the engine runs until SIGINT or SIGTERM, which stop accepting, let what
+// runs finish within --grace seconds, cancel the rest, and exit 0. Under zmq or MPI the process of
+// device 0 serves HTTP and every device runs the steps.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <pthread.h>
+#include <thread>
+
+#include "cli/common_flags.h"
+#include "cli/commands.h"
+#include "cli/model_file.h"
+#include "cli/tokenizer_setup.h"
+#include "distributed/runtime.h"
+#include "distributed/select_backend.h"
+#include "model/llama.h"
+#include "model/shard_plan.h"
+#include "model/weights.h"
+#include "serve/api_request.h"
+#include "serve/http_server.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+struct ServeFlags {
+  std::string model, tokenizer, template_name, model_name, dtype = "auto", quantize, kv_memory;
+  int group_size = 64, context = 0, max_queue = 256, grace = 10;
+  serve::ServerOptions server;
+  model::EngineOptions engine;
+};
+
+std::string tokenizer_path(const ServeFlags& f, const OpenedModel& opened) {
+  if (!f.tokenizer.empty()) return f.tokenizer;
+  if (opened.hf_dir) return *opened.hf_dir;
+  if (opened.tokenizer) return *opened.tokenizer;
+  throw UsageError(f.model + ": no tokenizer recorded with the model; pass --tokenizer PATH");
+}
+
+// What each device of the tensor axis holds, a line each (the chat page's status line).
+std::vector<std::string> device_holds(const model::LlamaConfig& c, const dist::Mesh& mesh) {
+  std::vector<std::string> out;
+  const auto range = [](const dist::Range& r, int of) {
+    return std::to_string(r.offset) + "-" + std::to_string(r.offset + r.count - 1) + " of " + std::to_string(of);
+  };
+  for (const model::ShardPlan& p : model::plan_all_shards(c, mesh.axis_size("model")))
+    out.push_back("device " + std::to_string(p.rank) + ": query heads " + range(p.heads, c.n_heads) + ", KV heads " +
+                  range(p.kv_heads, c.n_kv_heads) + ", FFN rows " + range(p.ffn, c.hidden_dim) + ", vocabulary rows " +
+                  range(p.vocab, c.vocab_size));
+  if (mesh.axis_size("expert") > 1) out.push_back("experts dealt over " + std::to_string(mesh.axis_size("expert")) + " expert groups");
+  return out;
+}
+
+std::vector<int> stop_ids(const model::LoadedTokenizer& loaded, const OpenedModel& opened, const std::optional<ChatFormatting>& chat) {
+  std::vector<int> ids = opened.eos_token_ids;
+  const model::TokenizerInterface& t = *loaded.tokenizer;
+  std::vector<std::string> texts = {t.eos_text()};
+  if (chat) {
+    const std::vector<std::string> turn = model::end_of_turn_tokens(chat->chat_template, chat->tokens);
+    texts.insert(texts.end(), turn.begin(), turn.end());
+  }
+  for (const std::string& text : texts)
+    if (const auto id = text.empty() ? std::nullopt : t.token_id(text); id && !std::ranges::count(ids, *id)) ids.push_back(*id);
+  return ids;
+}
+
+// SIGINT / SIGTERM, taken by one thread (sigwait) instead of a handler: stopping the server is
+// no async-signal-safe work.
+class ShutdownSignals {
+ public:
+  ShutdownSignals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any thread starts: they inherit the mask
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+  // Waits for a signal, or for `done`; true for a signal.
+  bool wait(const std::atomic<bool>& done) const {
+    const timespec tick{0, 200'000'000};
+    while (!done) {
+      if (sigtimedwait(&set_, nullptr, &tick) > 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  sigset_t set_;
+};
+
+// Stops accepting, gives running requests `grace` to finish, cancels the rest, ends the engine.
+void drain(serve::HttpServer* http, serve::EngineService& service, int grace) {
+  if (http) http->stop();
+  service.close();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
+  while (service.in_flight() > 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (service.in_flight() > 0) std::fprintf(stderr, "tpcli serve: %d requests cancelled at shutdown\n", service.in_flight());
+  service.shutdown();
+}
+
+void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
+  const ShutdownSignals signals;
+  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  dist::RunOptions run_options;
+  try {
+    dist::select_backend(run_options, run_flags.backend, mesh.size());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const bool leads = run_options.local_ranks.empty() || run_options.local_ranks.front() == 0;
+  if (f.server.port < 0 || f.server.port > 65535) throw UsageError("--port " + std::to_string(f.server.port) + " must be 0 to 65535");
+  if (f.engine.parallel < 1) throw UsageError("--parallel " + std::to_string(f.engine.parallel) + " must be >= 1");
+  if (f.max_queue < 0) throw UsageError("--max-queue must be >= 0");
+  serve::ServiceOptions service_options{f.engine, f.max_queue};
+  if (!f.kv_memory.empty()) service_options.engine.kv_memory = parse_bytes(f.kv_memory);
+
+  OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  apply_load_flags(opened, f.dtype, f.context);
+  const model::LlamaConfig& config = opened.weights->config();
+  try {
+    model::kv_pool_blocks(config, mesh.axis_size("model"), mesh.size(), service_options.engine);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const std::string path = tokenizer_path(f, opened);
+  const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
+  const model::LoadedTokenizer loaded = open_tokenizer(path, llama2c ? std::optional<int>(config.vocab_size) : std::nullopt);
+  std::optional<ChatFormatting> chat;
+  if (!f.template_name.empty() || loaded.chat_template) chat = chat_formatting(loaded, f.template_name);
+
+  serve::ServedModel served;
+  served.name = !f.model_name.empty() ? f.model_name : std::filesystem::path(f.model).filename().string();
+  served.tokenizer = loaded.tokenizer.get();
+  if (chat) {
+    served.chat_template = chat->chat_template;
+    served.chat_tokens = chat->tokens;
+  }
+  served.stop_ids = stop_ids(loaded, opened, chat);
+  served.mesh = mesh.to_string();
+  served.backend = run_flags.backend.empty() ? "threads" : run_flags.backend;
+  served.devices = mesh.size();
+  served.holds = device_holds(config, mesh);
+
+  serve::EngineService service(service_options);
+  std::optional<serve::HttpServer> http;
+  int port = 0;
+  if (leads) {
+    http.emplace(service, served, f.server);
+    try {
+      port = http->bind();  // a port in use is an error before the model loads
+    } catch (const std::runtime_error& e) {
+      throw UsageError(std::string("--host/--port: ") + e.what());
+    }
+  }
+  std::atomic<bool> done{false};
+  std::thread listener([&] {
+    if (!http) return;
+    if (!service.wait_ready()) return;
+    std::fprintf(stderr, "tpcli serve: %s on %s, listening on http://%s:%d (%s)\n", served.name.c_str(), served.mesh.c_str(),
+                 f.server.host.c_str(), port, chat ? "chat and completions" : "completions; chat needs --template");
+    http->listen();
+  });
+  std::thread stopper([&] {
+    if (signals.wait(done)) drain(http ? &*http : nullptr, service, f.grace);
+  });
+  std::optional<std::string> failure;
+  try {
+    model::DevicesBuilding building(*opened.weights,
+                                    run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
+    dist::run_on_mesh(
+        mesh,
+        [&](dist::Device& dev) {
+          model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
+          building.built();
+          service.run_device(llama, dev);
+        },
+        run_options);
+  } catch (const std::exception& e) {
+    failure = e.what();
+    service.fail(e.what());
+  }
+  done = true;
+  if (http) http->stop();
+  listener.join();
+  stopper.join();
+  if (failure) throw std::runtime_error(*failure);
+}
+
+void setup_serve(CLI::App& sub) {
+  auto flags = std::make_shared<ServeFlags>();
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
+  sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")->required();
+  sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");
+  sub.add_option("--template", flags->template_name, "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+  sub.add_option("--model-name", flags->model_name, "the model's id in the API (default: the file or folder name)");
+  sub.add_option("--host", flags->server.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  sub.add_option("--port", flags->server.port, "port to listen on (0: any free one, printed)")->capture_default_str();
+  sub.add_option("--api-key", flags->server.api_key, "ask every request but / and /health for 'Authorization: Bearer KEY'")
+      ->envname("TPCLI_API_KEY");
+  sub.add_option("--parallel", flags->engine.parallel, "sequences decoding at once")->capture_default_str();
+  sub.add_option("--max-queue", flags->max_queue, "requests waiting beyond --parallel; more are answered 429")->capture_default_str();
+  sub.add_option("--kv-memory", flags->kv_memory, "bytes of KV pool per device, e.g. 512M (default: --parallel whole contexts, within an eighth of memory)");
+  sub.add_option("--kv-blocks", flags->engine.kv_blocks, "KV pool blocks of 16 positions (instead of --kv-memory)");
+  sub.add_option("--step-tokens", flags->engine.step_tokens, "rows per forward at most (decode tokens first, then prompt chunks)")
+      ->capture_default_str();
+  sub.add_option("--grace", flags->grace, "seconds requests may run on after SIGINT/SIGTERM")->capture_default_str();
+  sub.add_option("--max-body", flags->server.max_body_bytes, "request body bytes at most (413 beyond)")->capture_default_str();
+  sub.add_option("--dtype", flags->dtype, "auto: weights as stored; f32: convert on load")->capture_default_str();
+  sub.add_option("--context", flags->context, "positions a sequence may reach, at most the model's (0: the model's)");
+  sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
+  sub.add_option("--group-size", flags->group_size, "affine group size with --quantize")->capture_default_str();
+  sub.callback([flags, run_flags] { run_serve(*flags, *run_flags); });
+}
+
+const bool registered = register_command({"serve", "Serve the OpenAI API (and a chat page) with the model split over devices", setup_serve});
+
+}  // namespace
+
+}  // namespace tpcli::cli

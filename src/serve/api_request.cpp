@@ -1,0 +1,280 @@
+// tpcli::serve — OpenAI request bodies (see api_request.h).
+#include "serve/api_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace tpcli::serve {
+
+using nlohmann::json;
+
+ApiError::ApiError(int status, std::string message, std::string param, std::string code, std::string type)
+    : std::runtime_error(std::move(message)),
+      status_(status),
+      param_(std::move(param)),
+      code_(std::move(code)),
+      type_(type.empty() ? (status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error")
+                         : std::move(type)) {}
+
+json ApiError::body() const {
+  const auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {{"error", {{"message", what()}, {"type", type_}, {"param", or_null(param_)}, {"code", or_null(code_)}}}};
+}
+
+namespace {
+
+ApiError bad(const std::string& param, const std::string& message, const std::string& code = {}) {
+  return ApiError(400, message, param, code);
+}
+
+// Deepest nesting of objects and arrays, counted outside strings; stops counting past `limit`.
+int json_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
+json parse_body(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) throw bad("", "The request body is empty; expected a JSON object.");
+  if (json_depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH)
+    throw bad("", "The request body nests JSON deeper than " + std::to_string(MAX_JSON_DEPTH) + " levels.");
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw bad("", "The request body is not valid JSON (byte " + std::to_string(e.byte) + ").");
+  } catch (const json::exception&) {  // a number out of range
+    throw bad("", "The request body is not valid JSON (a number out of range).");
+  }
+  if (!parsed.is_object()) throw bad("", "The request body must be a JSON object.");
+  return parsed;
+}
+
+namespace {
+
+// A request's fields, read one at a time; null counts as absent (OpenAI's optional fields take it).
+class Fields {
+ public:
+  explicit Fields(const json& body) : body_(body) {}
+  const json* get(const char* key) const {
+    const auto it = body_.find(key);
+    return it == body_.end() || it->is_null() ? nullptr : &*it;
+  }
+  bool boolean(const char* key, bool fallback) const {
+    const json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) throw bad(key, std::string("'") + key + "' must be a boolean.");
+    return v->get<bool>();
+  }
+  int64_t integer(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
+    const json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_number_integer()) throw bad(key, std::string("'") + key + "' must be an integer.");
+    const bool above = v->is_number_unsigned() ? v->get<uint64_t>() > static_cast<uint64_t>(hi) : v->get<int64_t>() > hi;
+    if (above || v->get<int64_t>() < lo)  // nlohmann reads a non-negative integer as unsigned
+      throw bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ".");
+    return v->get<int64_t>();
+  }
+  double number(const char* key, double fallback, double lo, double hi) const {
+    const json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_number()) throw bad(key, std::string("'") + key + "' must be a number.");
+    const double x = v->get<double>();
+    if (!(x >= lo && x <= hi))
+      throw bad(key, std::string("'") + key + "' must be between " + format(lo) + " and " + format(hi) + ".");
+    return x;
+  }
+
+ private:
+  static std::string format(double x) {
+    std::string s = std::to_string(x);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+    return s;
+  }
+  const json& body_;
+};
+
+// Arguments OpenAI knows and this server does not implement: accepted only at their defaults.
+bool is_default(const std::string& key, const json& v) {
+  if (v.is_null()) return true;
+  if (key == "n" || key == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
+  if (key == "frequency_penalty" || key == "presence_penalty") return v.is_number() && v.get<double>() == 0;
+  if (key == "logit_bias" || key == "metadata") return v.is_object() && (key == "metadata" || v.empty());
+  if (key == "tools" || key == "functions") return v.is_array() && v.empty();
+  if (key == "tool_choice" || key == "function_call") return v == "none" || v == "auto";
+  if (key == "response_format") return v.is_object() && v.value("type", json()) == "text" && v.size() == 1;
+  if (key == "modalities") return v == json::array({"text"});
+  if (key == "echo" || key == "store") return v == false;
+  if (key == "suffix") return v == "";
+  if (key == "user" || key == "service_tier" || key == "parallel_tool_calls") return v.is_string() || v.is_boolean();
+  return false;
+}
+
+void check_arguments(const json& body, Endpoint endpoint) {
+  static const std::vector<std::string> implemented = {"model", "max_tokens", "temperature", "top_p", "seed", "stop",
+                                                       "stream", "stream_options", "logprobs", "ignore_eos"};
+  static const std::vector<std::string> chat = {"messages", "max_completion_tokens", "top_logprobs", "frequency_penalty",
+                                                "presence_penalty", "logit_bias", "n", "user", "tools", "tool_choice",
+                                                "parallel_tool_calls", "response_format", "store", "metadata",
+                                                "service_tier", "modalities", "functions", "function_call"};
+  static const std::vector<std::string> completion = {"prompt", "echo", "suffix", "best_of", "frequency_penalty",
+                                                      "presence_penalty", "logit_bias", "n", "user"};
+  const std::vector<std::string>& own = endpoint == Endpoint::chat ? chat : completion;
+  for (const auto& [key, value] : body.items()) {
+    const bool known = std::ranges::count(implemented, key) || std::ranges::count(own, key);
+    if (!known) throw bad(key, "Unrecognized request argument supplied: " + key.substr(0, 64));
+    const bool handled = std::ranges::count(implemented, key) || key == "messages" || key == "prompt" ||
+                         key == "max_completion_tokens" || key == "top_logprobs";
+    if (!handled && !is_default(key, value)) throw bad(key, "'" + key + "' is not supported by this server except at its default.");
+  }
+}
+
+std::string message_text(const json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw bad(where, "'" + where + "' must be a string or a list of text parts.");
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad(where, "'" + where + "' may hold only {\"type\": \"text\", \"text\": ...} parts.");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<model::ChatMessage> chat_messages(const Fields& f) {
+  const json* list = f.get("messages");
+  if (!list) throw bad("messages", "'messages' is required.");
+  if (!list->is_array() || list->empty()) throw bad("messages", "'messages' must be a non-empty list.");
+  std::vector<model::ChatMessage> messages;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const json& m = (*list)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad(where, "'" + where + "' must be an object.");
+    for (const auto& [key, value] : m.items())
+      if (key != "role" && key != "content" && key != "name")
+        throw bad(where + "." + key.substr(0, 64), "'" + where + "." + key.substr(0, 64) + "' is not supported by this server.");
+    const json role = m.value("role", json());
+    static const std::vector<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
+    if (!role.is_string() || !std::ranges::count(roles, role.get<std::string>()))
+      throw bad(where + ".role", "'" + where + ".role' must be one of system, developer, user, assistant, tool.");
+    if (!m.contains("content")) throw bad(where + ".content", "'" + where + ".content' is required.");
+    const std::string r = role.get<std::string>();
+    messages.push_back({r == "developer" ? "system" : r, message_text(m["content"], where + ".content")});
+  }
+  return messages;
+}
+
+std::vector<int> completion_prompt(const Fields& f, const PromptModel& model) {
+  const json* p = f.get("prompt");
+  if (!p) throw bad("prompt", "'prompt' is required.");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];  // a batch of one
+  if (p->is_string()) return model.encode(p->get_ref<const std::string&>());
+  if (!p->is_array() || p->empty() || !std::ranges::all_of(*p, [](const json& t) { return t.is_number_integer(); }))
+    throw bad("prompt", "'prompt' must be a string or a non-empty list of token ids (one prompt per request).");
+  std::vector<int> ids;
+  for (const json& t : *p) {
+    if (t.is_number_unsigned() ? t.get<uint64_t>() >= static_cast<uint64_t>(model.vocab) : t.get<int64_t>() < 0 || t.get<int64_t>() >= model.vocab)
+      throw bad("prompt", "'prompt' holds a token id outside the vocabulary (0 to " + std::to_string(model.vocab - 1) + ").");
+    ids.push_back(t.get<int>());
+  }
+  return ids;
+}
+
+std::vector<std::string> stop_strings(const Fields& f) {
+  const json* s = f.get("stop");
+  if (!s) return {};
+  std::vector<std::string> out;
+  if (s->is_string()) out.push_back(s->get<std::string>());
+  else if (s->is_array() && s->size() <= 4 && std::ranges::all_of(*s, [](const json& x) { return x.is_string(); }))
+    for (const json& x : *s) out.push_back(x.get<std::string>());
+  else throw bad("stop", "'stop' must be a string or a list of up to 4 strings.");
+  if (std::ranges::any_of(out, [](const std::string& x) { return x.empty(); })) throw bad("stop", "'stop' holds an empty string.");
+  return out;
+}
+
+void read_logprobs(const Fields& f, Endpoint endpoint, GenerationRequest& r) {
+  if (endpoint == Endpoint::completion) {  // the legacy form: an integer, the alternatives per token
+    r.top_logprobs = static_cast<int>(f.integer("logprobs", -1, 0, 5));
+    r.logprobs = r.top_logprobs >= 0;
+    r.top_logprobs = std::max(r.top_logprobs, 0);
+    return;
+  }
+  r.logprobs = f.boolean("logprobs", false);
+  r.top_logprobs = static_cast<int>(f.integer("top_logprobs", 0, 0, 20));
+  if (r.top_logprobs > 0 && !r.logprobs) throw bad("top_logprobs", "'top_logprobs' needs 'logprobs' to be true.");
+}
+
+void read_stream(const Fields& f, GenerationRequest& r) {
+  r.stream = f.boolean("stream", false);
+  const json* options = f.get("stream_options");
+  if (!options) return;
+  if (!r.stream) throw bad("stream_options", "'stream_options' is allowed only when 'stream' is true.");
+  if (!options->is_object()) throw bad("stream_options", "'stream_options' must be an object.");
+  for (const auto& [key, value] : options->items())
+    if (key != "include_usage" && key != "include_obfuscation")
+      throw bad("stream_options." + key.substr(0, 64), "Unrecognized stream option: " + key.substr(0, 64));
+  r.include_usage = Fields(*options).boolean("include_usage", false);
+}
+
+// max_tokens (max_completion_tokens on chat): within what the context leaves after the prompt.
+void read_max_tokens(const Fields& f, Endpoint endpoint, const PromptModel& model, GenerationRequest& r) {
+  const int prompt = static_cast<int>(r.prompt.size());
+  if (prompt >= model.context)
+    throw bad("messages", "This model's maximum context length is " + std::to_string(model.context) + " tokens. However, your " +
+                              (endpoint == Endpoint::chat ? "messages" : "prompt") + " resulted in " + std::to_string(prompt) +
+                              " tokens.",
+              "context_length_exceeded");
+  const int room = model.context - prompt;
+  const char* key = endpoint == Endpoint::chat && f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const int64_t asked = f.integer(key, endpoint == Endpoint::chat ? room : std::min(16, room), 1, std::numeric_limits<int32_t>::max());
+  if (asked > room)
+    throw bad(key, "'" + std::string(key) + "' is " + std::to_string(asked) + ", but the prompt's " + std::to_string(prompt) +
+                       " tokens leave " + std::to_string(room) + " of the model's context of " + std::to_string(model.context) + ".",
+              "context_length_exceeded");
+  r.max_tokens = static_cast<int>(asked);
+}
+
+}  // namespace
+
+GenerationRequest parse_generation_request(const json& body, Endpoint endpoint, const PromptModel& model) {
+  check_arguments(body, endpoint);
+  const Fields f(body);
+  if (const json* m = f.get("model"); m && (!m->is_string() || *m != model.name))
+    throw ApiError(400, m->is_string() ? "The model '" + m->get<std::string>().substr(0, 128) + "' does not exist; this server has '" + model.name + "'."
+                                       : std::string("'model' must be a string."),
+                   "model", "model_not_found");
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  r.temperature = static_cast<float>(f.number("temperature", 1.0, 0.0, 2.0));
+  r.top_p = static_cast<float>(f.number("top_p", 1.0, 0.0, 1.0));
+  if (f.get("seed")) r.seed = static_cast<uint64_t>(f.integer("seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  r.stop = stop_strings(f);
+  r.ignore_eos = f.boolean("ignore_eos", false);
+  read_stream(f, r);
+  read_logprobs(f, endpoint, r);
+  r.prompt = endpoint == Endpoint::chat ? model.chat(chat_messages(f)) : completion_prompt(f, model);
+  if (r.prompt.empty()) throw bad(endpoint == Endpoint::chat ? "messages" : "prompt", "The prompt holds no tokens.");
+  read_max_tokens(f, endpoint, model, r);
+  return r;
+}
+
+}  // namespace tpcli::serve

@@ -1,0 +1,76 @@
+// A tpcli server in the test's process: stories260K (../shared) on N thread devices, on a free
+// port of 127.0.0.1, with httplib clients to talk to it.
+#pragma once
+
+#include <httplib.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "distributed/runtime.h"
+#include "model/llama.h"
+#include "model/llama2c.h"
+#include "model/tokenizer.h"
+#include "serve/http_server.h"
+#include "support/shared_data.h"
+
+namespace tpcli::testing {
+
+class LiveServer {
+ public:
+  explicit LiveServer(int devices, serve::ServiceOptions service = {}, serve::ServerOptions options = {})
+      : weights_(shared_path("data/stories260K.bin")),
+        tokenizer_(shared_path("data/tok512.bin"), weights_.config().vocab_size),
+        service_(service) {
+    serve::ServedModel m;
+    m.name = "stories260K";
+    m.tokenizer = &tokenizer_;
+    m.chat_template = model::chat_template_named("zephyr");
+    m.chat_tokens = {"<s>", "</s>"};
+    m.stop_ids = {2};
+    m.devices = devices;
+    m.mesh = "model=" + std::to_string(devices);
+    options.port = 0;
+    http_.emplace(service_, m, options);
+    port_ = http_->bind();
+    devices_ = std::thread([this, devices] {
+      try {
+        dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+          model::Llama llama(weights_, dev.axis("model"));
+          service_.run_device(llama, dev);
+        });
+      } catch (const std::exception& e) {
+        service_.fail(e.what());
+      }
+    });
+    listener_ = std::thread([this] { http_->listen(); });
+  }
+  ~LiveServer() {
+    http_->stop();
+    service_.shutdown();
+    devices_.join();
+    listener_.join();
+  }
+  LiveServer(const LiveServer&) = delete;
+  LiveServer& operator=(const LiveServer&) = delete;
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120);
+    return c;
+  }
+  int port() const { return port_; }
+  serve::EngineService& service() { return service_; }
+  const model::Tokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  model::Llama2cFile weights_;
+  model::Tokenizer tokenizer_;
+  serve::EngineService service_;
+  std::optional<serve::HttpServer> http_;
+  int port_ = 0;
+  std::thread devices_, listener_;
+};
+
+}  // namespace tpcli::testing

@@ -1,0 +1,188 @@
+// serve/: OpenAI request bodies become engine requests, and every bad one is a 400 that names its
+// field and never echoes the body; text streams hold back what a stop string may still claim.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "serve/api_request.h"
+#include "serve/text_stream.h"
+
+using namespace tpcli;
+using namespace tpcli::serve;
+using nlohmann::json;
+
+namespace {
+
+// One token per byte (id = byte + 1, 0 the beginning of sequence); chat: "role: content\n" lines.
+PromptModel byte_model(int context = 64) {
+  PromptModel m;
+  m.name = "tiny";
+  m.context = context;
+  m.vocab = 257;
+  m.encode = [](std::string_view text) {
+    std::vector<int> ids{0};
+    for (const char c : text) ids.push_back(static_cast<unsigned char>(c) + 1);
+    return ids;
+  };
+  m.chat = [](std::span<const model::ChatMessage> messages) {
+    std::vector<int> ids;
+    for (const auto& msg : messages)
+      for (const char c : msg.role + ": " + msg.content + "\n") ids.push_back(static_cast<unsigned char>(c) + 1);
+    return ids;
+  };
+  return m;
+}
+
+// The ApiError a body gets (status 0: none).
+ApiError refusal(const std::string& body, Endpoint endpoint = Endpoint::chat, int context = 64) {
+  try {
+    parse_generation_request(parse_body(body), endpoint, byte_model(context));
+  } catch (const ApiError& e) {
+    return e;
+  }
+  return ApiError(0, "accepted");
+}
+
+}  // namespace
+
+TEST_CASE("api request: a chat body becomes the prompt and sampling it asks for") {
+  const GenerationRequest r = parse_generation_request(
+      parse_body(R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0,
+                     "top_p": 0.5, "seed": 7, "stop": ["x", "yz"], "stream": true, "stream_options": {"include_usage": true},
+                     "logprobs": true, "top_logprobs": 3, "n": 1, "user": "u", "frequency_penalty": 0})"),
+      Endpoint::chat, byte_model());
+  CHECK(r.prompt.size() == std::string("user: hi\n").size());
+  CHECK(r.max_tokens == 5);
+  CHECK(r.temperature == 0.0f);
+  CHECK(r.top_p == 0.5f);
+  CHECK(r.seed == 7u);
+  CHECK(r.stop == std::vector<std::string>{"x", "yz"});
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.logprobs);
+  CHECK(r.top_logprobs == 3);
+}
+
+TEST_CASE("api request: completions take text or token ids, and max_tokens defaults to what the context leaves") {
+  const GenerationRequest text = parse_generation_request(parse_body(R"({"prompt": "ab"})"), Endpoint::completion, byte_model());
+  CHECK(text.prompt == std::vector<int>{0, 'a' + 1, 'b' + 1});
+  CHECK(text.max_tokens == 16);
+  const GenerationRequest ids =
+      parse_generation_request(parse_body(R"({"prompt": [5, 6, 7], "logprobs": 2})"), Endpoint::completion, byte_model());
+  CHECK(ids.prompt == std::vector<int>{5, 6, 7});
+  CHECK(ids.logprobs);
+  CHECK(ids.top_logprobs == 2);
+  const GenerationRequest chat =
+      parse_generation_request(parse_body(R"({"messages": [{"role": "user", "content": "hi"}]})"), Endpoint::chat, byte_model());
+  CHECK(chat.max_tokens == 64 - 9);
+}
+
+TEST_CASE("api request: bad bodies are 400s naming the field, without echoing the body") {
+  const std::string secret = "SECRET-TEXT-" + std::string(100, 'q');
+  const struct {
+    std::string body;
+    std::string param;
+  } cases[] = {
+      {"", ""},
+      {"{\"messages\": [", ""},
+      {"[1, 2]", ""},
+      {"{\"messages\": \"" + secret + "\"}", "messages"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "messages[0].tool_calls"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e400})", ""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 99999999999999999999999})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 60})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": null, "top_p": -0.5})", "top_p"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]})", "stop"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "model": "gpt-4"})", "model"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "frobnicate": 1})", "frobnicate"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"" + std::string(70, 'x') + "\"}]}", "messages"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.body.substr(0, 120));
+    const ApiError e = refusal(c.body);
+    CHECK(e.status() == 400);
+    CHECK(e.param() == c.param);
+    CHECK(std::string(e.what()).find("SECRET") == std::string::npos);
+    CHECK(e.body()["error"]["type"] == "invalid_request_error");
+  }
+  CHECK(refusal(R"({"prompt": [1, 300]})", Endpoint::completion).param() == "prompt");
+  CHECK(refusal(R"({"prompt": ["a", "b"]})", Endpoint::completion).param() == "prompt");
+  CHECK(refusal(R"({"prompt": "x", "echo": true})", Endpoint::completion).param() == "echo");
+  CHECK(refusal(R"({"prompt": "x", "logprobs": 6})", Endpoint::completion).param() == "logprobs");
+  CHECK(refusal(R"({"prompt": "x", "messages": []})", Endpoint::completion).param() == "messages");
+  CHECK(refusal("{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}").status() == 400);  // not UTF-8
+}
+
+TEST_CASE("api request: nesting 10,000 deep is refused before it is parsed") {
+  const std::string deep = "{\"messages\": " + std::string(10000, '[') + std::string(10000, ']') + "}";
+  const ApiError e = refusal(deep);
+  CHECK(e.status() == 400);
+  CHECK(std::string(e.what()).find("deeper") != std::string::npos);
+  // Brackets inside strings are text, not nesting.
+  CHECK(refusal("{\"messages\": [{\"role\": \"user\", \"content\": \"" + std::string(100, '[') + "\"}]}", Endpoint::chat, 256).status() == 0);
+}
+
+namespace {
+
+// A tokenizer of single characters (id = byte), with two ids whose bytes make one UTF-8 character.
+class ByteTokenizer : public model::TokenizerInterface {
+ public:
+  int vocab_size() const override { return 256; }
+  std::vector<int> encode_text(std::string_view text, bool) const override {
+    std::vector<int> ids;
+    for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  std::string decode_ids(std::span<const int> ids, bool) const override {
+    std::string s;
+    for (const int id : ids) s += static_cast<char>(id);
+    return s;
+  }
+  std::string token_text(int id) const override { return std::string(1, static_cast<char>(id)); }
+  std::optional<int> token_id(std::string_view) const override { return std::nullopt; }
+  std::string bos_text() const override { return ""; }
+  std::string eos_text() const override { return ""; }
+};
+
+std::vector<std::string> pieces(TextStream& s, std::string_view text) {
+  std::vector<std::string> out;
+  for (const char c : text) out.push_back(s.add(static_cast<unsigned char>(c)));
+  out.push_back(s.flush());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("text stream: held back while a stop string may begin, cut before it, whole UTF-8 characters only") {
+  const ByteTokenizer tokenizer;
+  const std::vector<int> prompt{'>', ' '};
+  TextStream plain(tokenizer, prompt, {});
+  CHECK(pieces(plain, "ab") == std::vector<std::string>{"a", "b", ""});
+
+  TextStream stopped(tokenizer, prompt, {"END", "xy"});
+  CHECK(pieces(stopped, "abENxENDzz") == std::vector<std::string>{"a", "b", "", "", "EN", "x", "", "", "", "", ""});  // "x" may begin "xy"
+  CHECK(stopped.stopped());
+  CHECK(stopped.text() == "abENx");
+
+  TextStream held(tokenizer, prompt, {"END"});
+  CHECK(pieces(held, "aEN") == std::vector<std::string>{"a", "", "", "EN"});  // the sequence ended: what was held is sent
+  CHECK(!held.stopped());
+
+  TextStream utf8(tokenizer, prompt, {});
+  CHECK(pieces(utf8, "\xc3\xa9!") == std::vector<std::string>{"", "\xc3\xa9", "!", ""});
+}

@@ -1,0 +1,265 @@
+// serve/: the OpenAI API over a live 2-device server (stories260K): every endpoint, streams in
+// OpenAI's shape equal to whole answers, stop strings, log-probabilities, the errors' shapes, and
+// 64 concurrent streaming clients (some leaving mid-stream) each getting the very answer it gets
+// alone; a client that leaves frees its KV blocks.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "live_server.h"
+#include "serve/engine_service.h"
+
+using namespace tpcli;
+using namespace tpcli::testing;
+using nlohmann::json;
+
+namespace {
+
+json post(httplib::Client& c, const std::string& path, const json& body, int want_status = 200) {
+  const auto res = c.Post(path.c_str(), body.dump(), "application/json");
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == want_status);
+  return json::parse(res->body);
+}
+
+// The data: events of a stream, parsed ("[DONE]" as a string); `leave_after` events, then the
+// client hangs up (0: read to the end; an answer other than 200 leaves no events). No Catch2
+// assertions: clients run on threads.
+std::vector<json> stream(httplib::Client& c, const std::string& path, const json& body, size_t leave_after = 0) {
+  std::string buffer;
+  std::vector<json> events;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buffer.append(data, n);
+    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos; buffer.erase(0, end + 2)) {
+      const std::string event = buffer.substr(0, end);
+      if (!event.starts_with("data: ")) continue;  // a comment
+      const std::string data = event.substr(6);
+      events.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data));
+      if (leave_after && events.size() >= leave_after) return false;
+    }
+    return true;
+  };
+  const httplib::Result res = c.send(req);
+  if (!leave_after && (!res || res->status != 200)) return {};
+  return events;
+}
+
+std::string joined_deltas(const std::vector<json>& events) {
+  std::string text;
+  for (const json& e : events)
+    if (e.is_object() && e.contains("choices") && !e["choices"].empty()) {
+      const json& choice = e["choices"][0];
+      text += choice.contains("delta") ? choice["delta"].value("content", "") : choice.value("text", "");
+    }
+  return text;
+}
+
+json chat_body(const std::string& user, int max_tokens, double temperature, int seed) {
+  return {{"model", "stories260K"},
+          {"messages", {{{"role", "system"}, {"content", "You tell stories."}}, {{"role", "user"}, {"content", user}}}},
+          {"max_tokens", max_tokens},
+          {"temperature", temperature},
+          {"seed", seed}};
+}
+
+int metric(httplib::Client& c, const std::string& name) {
+  const auto res = c.Get("/metrics");
+  REQUIRE(res);
+  const size_t at = res->body.find("\n" + name + " ");
+  REQUIRE(at != std::string::npos);
+  return std::stoi(res->body.substr(at + name.size() + 2));
+}
+
+}  // namespace
+
+TEST_CASE("serve: health, models, tokenize, status, metrics, the page, and errors in OpenAI's shape", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  serve::ServerOptions options;
+  options.max_body_bytes = 1 << 16;
+  LiveServer server(2, {}, options);
+  httplib::Client c = server.client();
+  CHECK(c.Get("/health")->status == 200);
+  const json models = json::parse(c.Get("/v1/models")->body);
+  CHECK(models["data"][0]["id"] == "stories260K");
+  const json tokens = post(c, "/tokenize", {{"content", "Once upon a time"}});
+  CHECK(tokens["tokens"][0] == 1);  // the beginning of sequence
+  json text_ids = tokens["tokens"];
+  text_ids.erase(0);
+  CHECK(post(c, "/detokenize", {{"tokens", text_ids}})["content"] == "Once upon a time");
+  const json status = json::parse(c.Get("/status")->body);
+  CHECK(status["devices"] == 2);
+  CHECK(status["context"] == 512);
+  CHECK(c.Get("/")->get_header_value("Content-Type").starts_with("text/html"));
+
+  const auto unknown = c.Get("/v2/nothing");
+  CHECK(unknown->status == 404);
+  CHECK(json::parse(unknown->body)["error"]["code"] == "not_found");
+  const auto big = c.Post("/v1/completions", std::string(1 << 17, ' '), "application/json");
+  CHECK(big->status == 413);
+  CHECK(json::parse(big->body).contains("error"));
+  const auto bad = c.Post("/v1/chat/completions", "{\"messages\": [", "application/json");
+  CHECK(bad->status == 400);
+  CHECK(json::parse(bad->body)["error"]["type"] == "invalid_request_error");
+  const json too_long = post(c, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 100000}}, 400);
+  CHECK(too_long["error"]["param"] == "max_tokens");
+  CHECK(too_long["error"]["code"] == "context_length_exceeded");
+  post(c, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 4}});
+  const std::string metrics = c.Get("/metrics")->body;
+  CHECK(metrics.find("tpcli_requests_total{status=\"400\"} 2") != std::string::npos);
+  CHECK(metrics.find("tpcli_generation_tokens_total 4") != std::string::npos);
+  CHECK(metrics.find("tpcli_time_to_first_token_seconds_count 1") != std::string::npos);
+}
+
+TEST_CASE("serve: an API key guards all but the page and /health, and a port in use is an error", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  serve::ServerOptions options;
+  options.api_key = "sesame";
+  LiveServer server(1, {}, options);
+  httplib::Client c = server.client();
+  CHECK(c.Get("/health")->status == 200);
+  const auto refused = c.Get("/v1/models");
+  CHECK(refused->status == 401);
+  CHECK(json::parse(refused->body)["error"]["type"] == "authentication_error");
+  CHECK(c.Get("/v1/models", {{"Authorization", "Bearer sesame"}})->status == 200);
+  CHECK(c.Get("/v1/models", {{"Authorization", "Bearer sesamE"}})->status == 401);
+
+  serve::EngineService other({});
+  serve::ServerOptions same_port;
+  same_port.port = server.port();
+  serve::HttpServer second(other, {}, same_port);
+  CHECK_THROWS_WITH(second.bind(), Catch::Contains(std::to_string(server.port())));
+}
+
+TEST_CASE("serve: a stream is OpenAI's chunks and joins to the whole answer, and stop strings and log-probabilities", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(2);
+  httplib::Client c = server.client();
+  json body = chat_body("Tell me about a cat.", 40, 0.0, 1);
+  const json whole = post(c, "/v1/chat/completions", body);
+  const std::string text = whole["choices"][0]["message"]["content"];
+  REQUIRE(text.size() > 10);
+  CHECK(whole["object"] == "chat.completion");
+  CHECK(whole["usage"]["completion_tokens"].get<int>() <= 40);
+
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  const std::vector<json> events = stream(c, "/v1/chat/completions", body);
+  REQUIRE(events.size() >= 4);
+  CHECK(events.front()["choices"][0]["delta"]["role"] == "assistant");
+  CHECK(events.back() == "[DONE]");
+  const json& usage = events[events.size() - 2];
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"]["prompt_tokens"] == whole["usage"]["prompt_tokens"]);
+  CHECK(usage["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"]);
+  CHECK(usage["usage"]["prompt_tokens_details"]["cached_tokens"] > 0);  // the same prompt again
+  CHECK(events[events.size() - 3]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]);
+  CHECK(joined_deltas(events) == text);
+
+  // A stop string from the middle of the answer ends it there, unsent.
+  const std::string stop = text.substr(text.size() / 2, 3);
+  json stopped = chat_body("Tell me about a cat.", 40, 0.0, 1);
+  stopped["stop"] = stop;
+  const json cut = post(c, "/v1/chat/completions", stopped);
+  CHECK(cut["choices"][0]["message"]["content"] == text.substr(0, text.find(stop)));
+  CHECK(cut["choices"][0]["finish_reason"] == "stop");
+  stopped["stream"] = true;
+  CHECK(joined_deltas(stream(c, "/v1/chat/completions", stopped)) == text.substr(0, text.find(stop)));
+
+  // Greedy: each token is its own likeliest alternative.
+  json asked = chat_body("Tell me about a cat.", 12, 0.0, 1);
+  asked["logprobs"] = true;
+  asked["top_logprobs"] = 3;
+  const json lp = post(c, "/v1/chat/completions", asked)["choices"][0]["logprobs"]["content"];
+  REQUIRE(lp.size() == 12);
+  for (const json& e : lp) {
+    CHECK(e["logprob"].get<double>() <= 0);
+    REQUIRE(e["top_logprobs"].size() == 3);
+    CHECK(e["top_logprobs"][0]["token"] == e["token"]);
+    CHECK(e["top_logprobs"][0]["logprob"] == e["logprob"]);
+  }
+  const json completion = post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 2}});
+  CHECK(completion["object"] == "text_completion");
+  CHECK(completion["choices"][0]["logprobs"]["tokens"].size() == 8);
+}
+
+TEST_CASE("serve: 64 concurrent streaming clients, some leaving mid-stream, each get the answer they get alone", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  serve::ServiceOptions service;
+  service.engine.parallel = 16;
+  LiveServer server(2, service);
+  constexpr int CLIENTS = 64;
+  const char* openings[] = {"Tell me about a cat.", "Who is Lily?", "What is in the box?", "Sing a song."};
+  std::vector<json> bodies;
+  for (int i = 0; i < CLIENTS; ++i) {
+    json b = chat_body(openings[i % 4], 16 + i % 24, i % 3 == 0 ? 0.0 : 0.9, 100 + i);
+    b["stream"] = true;
+    bodies.push_back(b);
+  }
+  std::vector<std::string> together(CLIENTS);
+  std::vector<bool> left(CLIENTS);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < CLIENTS; ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client c = server.client();
+      left[static_cast<size_t>(i)] = i % 5 == 2;  // hangs up after a few chunks
+      together[static_cast<size_t>(i)] = joined_deltas(stream(c, "/v1/chat/completions", bodies[static_cast<size_t>(i)], left[static_cast<size_t>(i)] ? 4 : 0));
+    });
+  for (std::thread& t : clients) t.join();
+  httplib::Client c = server.client();
+  for (int i = 0; i < CLIENTS; ++i) {
+    if (left[static_cast<size_t>(i)]) continue;
+    INFO("client " << i);
+    CHECK(joined_deltas(stream(c, "/v1/chat/completions", bodies[static_cast<size_t>(i)])) == together[static_cast<size_t>(i)]);
+  }
+  // Every sequence, those whose clients left included, has given its blocks back.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (metric(c, "tpcli_kv_blocks_used") > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(metric(c, "tpcli_kv_blocks_used") == 0);
+  CHECK(metric(c, "tpcli_running_sequences") == 0);
+}
+
+TEST_CASE("serve: a full queue is 429 with Retry-After, and a client that leaves frees its sequence at once", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  serve::ServiceOptions service;
+  service.engine.parallel = 1;
+  service.max_queue = 0;
+  LiveServer server(1, service);
+  std::atomic<bool> first_token{false}, hang_up{false};
+  std::thread long_one([&] {
+    httplib::Client c = server.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", "Once"}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true}}.dump();
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      first_token = true;
+      return !hang_up;
+    };
+    c.send(req);
+  });
+  while (!first_token) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  httplib::Client c = server.client();
+  const auto busy = c.Post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}}.dump(), "application/json");
+  CHECK(busy->status == 429);
+  CHECK(busy->get_header_value("Retry-After") == "1");
+  CHECK(json::parse(busy->body)["error"]["type"] == "rate_limit_error");
+  hang_up = true;
+  long_one.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server.service().in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(server.service().in_flight() == 0);
+  CHECK(metric(c, "tpcli_generation_tokens_total") < 500);
+}
