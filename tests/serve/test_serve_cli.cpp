@@ -1,0 +1,180 @@
+// serve/: `tpcli serve` as a user runs it: SIGTERM lets what runs finish and exits 0; two zmq
+// processes answer as the thread backend does; a port in use or a bad flag is one line, exit 2.
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/run_tpcli.h"
+#include "support/shared_data.h"
+
+using namespace tpcli::testing;
+using nlohmann::json;
+
+namespace {
+
+// A port nobody listens on now (bound, read, released).
+int free_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+std::vector<std::string> serve_args(int port, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {TPCLI_BINARY, "serve", "--model", shared_path("data/stories260K.bin"), "-z",
+                                   shared_path("data/tok512.bin"), "--template", "zephyr", "--port", std::to_string(port)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// A process started in the background, its output in a temporary folder; waited for at the end.
+class Background {
+ public:
+  explicit Background(const std::vector<std::string>& args) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 1, (dir_.path() / "out").c_str(), O_WRONLY | O_CREAT, 0644);
+    posix_spawn_file_actions_addopen(&files, 2, (dir_.path() / "err").c_str(), O_WRONLY | O_CREAT, 0644);
+    posix_spawn(&pid_, argv[0], &files, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&files);
+  }
+  ~Background() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  void signal(int s) const { kill(pid_, s); }
+  // The exit code (128 + signal when killed), waiting up to `seconds`; -1 if it is still running.
+  int wait(int seconds) {
+    for (int i = 0; i < seconds * 20; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+  std::string err() const { return slurp((dir_.path() / "err").string()); }
+
+ private:
+  TempDir dir_;
+  pid_t pid_ = 0;
+};
+
+bool healthy(int port, int seconds) {
+  httplib::Client c("127.0.0.1", port);
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (const auto r = c.Get("/health"); r && r->status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+std::string chat(int port, int seed) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Tell me about a dog."}}}}, {"max_tokens", 40}, {"temperature", 0.9}, {"seed", seed}};
+  const auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  return r && r->status == 200 ? json::parse(r->body)["choices"][0]["message"]["content"].get<std::string>() : "(failed)";
+}
+
+}  // namespace
+
+TEST_CASE("serve cli: SIGTERM stops accepting, lets a running stream finish and exits 0", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const int port = free_port();
+  Background server(serve_args(port, {"--devices", "2", "--grace", "20"}));
+  REQUIRE(healthy(port, 30));
+  std::atomic<bool> streaming{false};
+  std::string body;
+  std::thread client([&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", "Once"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}}.dump();
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      streaming = true;
+      return true;
+    };
+    c.send(req);
+  });
+  while (!streaming) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  server.signal(SIGTERM);
+  client.join();
+  CHECK(server.wait(30) == 0);
+  CHECK(body.find("\"finish_reason\":\"length\"") != std::string::npos);
+  CHECK(body.ends_with("data: [DONE]\n\n"));
+  httplib::Client after("127.0.0.1", port);
+  CHECK(!after.Get("/health"));  // nobody listens any more
+}
+
+TEST_CASE("serve cli: two zmq processes answer as the thread backend does", "[serve][zmq]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const int threads_port = free_port();
+  std::string threads_answer;
+  {
+    Background threads(serve_args(threads_port, {"--devices", "2"}));
+    REQUIRE(healthy(threads_port, 30));
+    threads_answer = chat(threads_port, 5);
+    threads.signal(SIGTERM);
+    CHECK(threads.wait(30) == 0);
+  }
+  const int zmq_port = free_port();
+  std::vector<std::string> launch = {TPCLI_BINARY, "launch", "-n", "2", "--"};
+  for (const std::string& a : serve_args(zmq_port, {"--backend", "zmq"})) launch.push_back(a);
+  Background zmq(launch);
+  REQUIRE(healthy(zmq_port, 30));
+  CHECK(chat(zmq_port, 5) == threads_answer);
+  CHECK(threads_answer != "(failed)");
+}
+
+TEST_CASE("serve cli: a port in use, a missing model and bad flags are one line and exit 2", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const int port = free_port();
+  Background first(serve_args(port, {}));
+  REQUIRE(healthy(port, 30));
+  const std::string model = shell_quote(shared_path("data/stories260K.bin")), tokenizer = shell_quote(shared_path("data/tok512.bin"));
+  const std::string base = "serve --model " + model + " -z " + tokenizer + " ";
+  const struct {
+    std::string flags, names;
+  } cases[] = {{"--port " + std::to_string(port), std::to_string(port)},
+               {"--port 70000", "--port"},
+               {"--parallel 0", "--parallel"},
+               {"--kv-memory 12", "--kv-memory"},
+               {"--template nonsense", "nonsense"}};
+  for (const auto& c : cases) {
+    INFO(c.flags);
+    const RunResult r = run_tpcli_line(base + c.flags, {.timeout_seconds = 30});
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.names) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  const RunResult missing = run_tpcli_line("serve --model /nonexistent.bin", {.timeout_seconds = 30});
+  CHECK(missing.code == 2);
+  CHECK(missing.err.find("/nonexistent.bin") != std::string::npos);
+}
