@@ -5,6 +5,12 @@ DEPS_PACKAGES = g++ cmake pkg-config libblis-dev libtomlplusplus-dev libcli11-de
 # Present when every dependency is installed (checked without root).
 DEPS_PRESENT = $(shell dpkg -s $(DEPS_PACKAGES) >/dev/null 2>&1 && echo yes)
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# tests/serve/web (ctest label serve): Debian's Chromium, and node + npm for puppeteer-core and the
+# openai client. Only what is missing is installed: a node from elsewhere (NodeSource's nodejs
+# carries npm, and conflicts with Debian's npm package) counts as present.
+WEB_TEST_PACKAGES = chromium nodejs npm
+WEB_TEST_MISSING = $(strip $(shell dpkg -s chromium >/dev/null 2>&1 || echo chromium; \
+                                   command -v node >/dev/null && command -v npm >/dev/null || echo nodejs npm))
 # ccache, when installed, shares compiled objects between build folders and clones.
 CCACHE = $(shell command -v ccache)
 CMAKE_LAUNCHER = $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
@@ -24,6 +30,10 @@ deps:
 ifneq ($(DEPS_PRESENT),yes)
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEPS_PACKAGES)
+endif
+ifneq ($(WEB_TEST_MISSING),)
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(filter $(WEB_TEST_PACKAGES),$(WEB_TEST_MISSING))
 endif
 
 $(BUILD)/CMakeCache.txt: | deps
