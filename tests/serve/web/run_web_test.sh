@@ -36,7 +36,7 @@ fi
 # --port 0: the server binds any free port and names it in its "listening on" line.
 log=$out/server.log
 "$tpcli" serve --model "$model" --tokenizer "$tokenizer" --devices 2 --host 127.0.0.1 --port 0 \
-  --template llama2 >"$log" 2>&1 &
+  --template zephyr >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null' EXIT INT TERM
 
