@@ -82,6 +82,16 @@ async function main() {
     check(response.status() === 200 && (response.headers()["content-type"] || "").startsWith("text/html"),
           `GET / is HTML (${response.status()} ${response.headers()["content-type"]})`);
 
+    // With --api-key, /status answers 401 until the key is in; the page says so.
+    if (API_KEY) {
+      await page.waitForFunction(() => /API key/i.test(document.getElementById("status").textContent), { timeout: 10_000 })
+        .catch(() => {});
+      const denied = await page.$eval("#status", (e) => e.textContent);
+      check(/API key/i.test(denied), `without the key, the status line says why: "${denied}"`);
+      await setField(page, "#api-key", API_KEY);
+      await page.$eval("#api-key", (e) => e.dispatchEvent(new Event("change")));
+    }
+
     // The status line: filled from /status within a poll.
     const deviceWord = devices + (devices === 1 ? " device" : " devices");
     await page.waitForFunction((w) => document.getElementById("status").textContent.includes(w),
@@ -92,7 +102,6 @@ async function main() {
     check(JSON.stringify(holds) === JSON.stringify(status.json.holds || []),
           `the mesh panel lists what each device holds (${holds.length} lines)`);
 
-    if (API_KEY) await setField(page, "#api-key", API_KEY);
     await setField(page, "#system", SYSTEM);
     await setField(page, "#temperature", 0);
     await setField(page, "#max-tokens", MAX_TOKENS);
