@@ -191,6 +191,11 @@ TEST_CASE("serve hostile: truncated bodies, invalid UTF-8, huge numbers and deep
     check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"" + m + "\", \"" + key + "\": 1}")), 400);
     check_still_serves(server);
   }
+  SECTION("an unknown argument with a 100 KB name is named cut short") {
+    const std::string key = std::string(100 << 10, 'k') + MARKER;  // past the 64 bytes echoed
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"x\", \"" + key + "\": 1}")), 400);
+    check_still_serves(server);
+  }
   SECTION("numbers past every range") {
     const std::string m = MARKER;
     for (const std::string field : {"\"max_tokens\": 1e999", "\"max_tokens\": 123456789012345678901234567890",
