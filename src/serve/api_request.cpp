@@ -141,7 +141,7 @@ void check_arguments(const json& body, Endpoint endpoint) {
   const std::vector<std::string>& own = endpoint == Endpoint::chat ? chat : completion;
   for (const auto& [key, value] : body.items()) {
     const bool known = std::ranges::count(implemented, key) || std::ranges::count(own, key);
-    if (!known) throw bad(key, "Unrecognized request argument supplied: " + key.substr(0, 64));
+    if (!known) throw bad(key.substr(0, 64), "Unrecognized request argument supplied: " + key.substr(0, 64));  // the name cut, in both
     const bool handled = std::ranges::count(implemented, key) || key == "messages" || key == "prompt" ||
                          key == "max_completion_tokens" || key == "top_logprobs";
     if (!handled && !is_default(key, value)) throw bad(key, "'" + key + "' is not supported by this server except at its default.");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -77,6 +78,44 @@ void send_json(httplib::Response& res, int status, const json& body) {
 void send_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.status(), e.body());
   if (e.status() == 429) res.set_header("Retry-After", "1");
+}
+
+constexpr size_t MAX_HEADER_BYTES = 8u << 10;  // the request line and every header, as sent
+
+// How the request frames its body, checked before httplib reads it (the pre-routing handler runs
+// first): httplib 0.11.4 reads and discards a body past the payload limit before its 413 (100 MB
+// announced is 100 MB read, or a read timeout), reads a body without Content-Length until the
+// client closes, takes chunked bodies of any size, and bounds each header line but not their sum.
+std::optional<ApiError> framing_refusal(const httplib::Request& req, size_t max_body_bytes) {
+  size_t header_bytes = req.method.size() + req.target.size() + req.version.size() + 4;
+  for (const auto& [key, value] : req.headers) header_bytes += key.size() + value.size() + 4;
+  if (header_bytes > MAX_HEADER_BYTES)
+    return ApiError(431, "The request's headers are too large (over " + std::to_string(MAX_HEADER_BYTES >> 10) + " KB).");
+  if (req.has_header("Transfer-Encoding"))
+    return ApiError(411, "Chunked request bodies are not accepted: send the body with a Content-Length.");
+  if (!req.has_header("Content-Length"))
+    return req.method == "POST" ? std::optional(ApiError(411, "A POST needs a Content-Length (0 for no body).")) : std::nullopt;
+  const std::string length = req.get_header_value("Content-Length");
+  uint64_t bytes = 0;
+  const auto [end, error] = std::from_chars(length.data(), length.data() + length.size(), bytes);
+  if (error == std::errc::result_out_of_range || (error == std::errc() && end == length.data() + length.size() && bytes > max_body_bytes))
+    return ApiError(413, "The request body is too large (over " + std::to_string(max_body_bytes) + " bytes).");
+  if (error != std::errc() || end != length.data() + length.size() || length.empty())
+    return ApiError(400, "The Content-Length is not a number of bytes.");
+  return std::nullopt;
+}
+
+// An error after which the connection closes, its body unread. httplib 0.11.4 keeps a connection
+// open whatever the answer's Connection header says, and would read the unread body as the next
+// request; an answer written by a content provider that then reports failure makes it close.
+void send_error_and_close(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  auto body = std::make_shared<std::string>(dump(e.body()));
+  res.status = e.status();
+  if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
+  res.set_content_provider(body->size(), "application/json", [body](size_t offset, size_t length, httplib::DataSink& sink) {
+    sink.write(body->data() + offset, length);
+    return false;  // all written: the failure only closes the connection
+  });
 }
 
 bool same_key(const std::string& given, const std::string& want) {  // in time independent of where they differ
@@ -338,6 +377,10 @@ void HttpServer::Impl::limits() {
     listening = sock;
   });
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (const auto refusal = framing_refusal(req, options.max_body_bytes)) {
+      send_error_and_close(req, res, *refusal);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (options.api_key.empty() || req.path == "/" || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string given = req.get_header_value("Authorization");
     if (given.starts_with("Bearer ") && same_key(given.substr(7), options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
@@ -345,7 +388,7 @@ void HttpServer::Impl::limits() {
     return httplib::Server::HandlerResponse::Handled;
   });
   server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours; else httplib's refusals and unknown paths
+    if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;  // ours; else httplib's refusals and unknown paths
     const char* why = res.status == 404 ? "No such endpoint."
                       : res.status == 405 ? "Method not allowed."
                       : res.status == 413 ? "The request body is too large."

@@ -4,8 +4,9 @@
 // GET /v1/models, /health, /metrics (Prometheus), /status (the chat page's), POST /tokenize and
 // /detokenize, GET / (the chat page). Every error is OpenAI's shape.
 //
-// Hostile input: bodies past max_body_bytes get 413 before they are read, headers past httplib's
-// 8 KB 400; JSON nesting is bounded (api_request.h); each connection has a thread of its own (up
+// Hostile input: a Content-Length past max_body_bytes gets 413 before the body is read, a POST
+// without one or with a chunked body 411, headers past 8 KB in all 431 (one line past 8 KB:
+// httplib's 400); JSON nesting is bounded (api_request.h); each connection has a thread of its own (up
 // to max_connections, the rest wait), so idle or slow connections never starve /health; reads
 // time out; error bodies never echo the request. The listening socket takes SO_REUSEADDR only,
 // so a port another server holds is an error, never shared.

@@ -12,6 +12,8 @@
 //   OUT/hf_config            config.json NUL generation_config.json NUL tokenizer_config.json:
 //                            a tiny model's as `tpcli export --to hf` writes them with each
 //                            hf-tokenizers/ chat template, and a Llama 3.2-style config
+//   OUT/api_request          OpenAI chat and completion bodies, valid (every field serve reads)
+//                            and not (unknown fields, wrong types, deep nesting, huge numbers)
 // usage: fuzz_seeds OUT SHARED_DIR SOURCE_DIR
 #include <cstdio>
 #include <filesystem>
@@ -164,6 +166,27 @@ void hf_config_seeds(const fs::path& shared, const fs::path& out, const model::T
     "quantization": {"group_size": 64, "bits": 4}})";
 }
 
+void api_request_seeds(const fs::path& out) {
+  const std::pair<const char*, std::string> bodies[] = {
+      {"chat.json", R"({"model": "tiny", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        "max_tokens": 5, "temperature": 0.7, "top_p": 0.9, "seed": 7, "stop": ["x", "yz"]})"},
+      {"chat-stream.json", R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "stream": true,
+        "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 4,
+        "n": 1, "user": "u", "frequency_penalty": 0, "tools": [], "tool_choice": "auto", "response_format": {"type": "text"}})"},
+      {"completion.json", R"({"model": "tiny", "prompt": "Once upon", "max_tokens": 8, "logprobs": 2, "echo": false, "suffix": "",
+        "best_of": 1, "ignore_eos": true, "stop": "."})"},
+      {"completion-ids.json", R"({"prompt": [1, 2, 3, 256], "max_tokens": 3, "seed": -5})"},
+      {"completion-batch.json", R"({"prompt": ["one"], "stream": true, "stream_options": null})"},
+      {"unknown.json", R"({"prompt": "x", "frobnicate": 1})"},
+      {"types.json", R"({"messages": "hi", "max_tokens": "5", "temperature": "hot", "stop": [1, 2]})"},
+      {"huge-numbers.json", R"({"prompt": "x", "max_tokens": 123456789012345678901234567890, "temperature": 1e999, "seed": 18446744073709551616})"},
+      {"deep.json", std::string(40, '[') + std::string(40, ']')},
+      {"utf8.json", "{\"prompt\": \"caf\xc3\xa9 \xff\xfe\", \"stop\": \"\\ud800\"}"},
+      {"truncated.json", R"({"messages": [{"role": "user", "content": "hi)"},
+  };
+  for (const auto& [name, body] : bodies) std::ofstream(out / name, std::ios::binary) << body;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,7 +196,7 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], shared = argv[2], source_dir = argv[3];
   for (const char* target : {"llama2c_checkpoint", "llama2c_tokenizer", "safetensors", "run_config", "zmq_wire",
-                             "token_shard", "hf_tokenizer", "hf_config"})
+                             "token_shard", "hf_tokenizer", "hf_config", "api_request"})
     fs::create_directories(out / target);
 
   const model::TensorWeights tiny = model::random_weights(tiny_config(), 1);
@@ -202,5 +225,6 @@ int main(int argc, char** argv) {
   train::write_token_shard((out / "token_shard/u32.bin").string(), tokens, 128256);
   hf_tokenizer_seeds(shared, out / "hf_tokenizer");
   hf_config_seeds(shared, out / "hf_config", tiny);
+  api_request_seeds(out / "api_request");
   return 0;
 }

@@ -1,0 +1,318 @@
+// serve/: hostile clients against a live server (stories260K): truncated bodies, invalid UTF-8,
+// huge numbers, JSON nested 10,000 deep, a 100 MB body announced but not sent, 10 KB of headers,
+// wrong or missing content; each gets a 4xx in OpenAI's shape that never echoes the body, and the
+// server still answers /health and a small completion after it. Then 200 idle connections and 16
+// slowloris ones (a header byte a second) while /health keeps answering within a second.
+// Raw sockets send what httplib's client will not; Catch2 assertions stay on the main thread.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "live_server.h"
+
+using namespace tpcli;
+using namespace tpcli::testing;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* MARKER = "HOSTILE-MARKER-7f3a";  // in every bad body: an answer must never hold it
+
+// A TCP connection to the server, closed when it goes (no assertions: used on threads too).
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) close();
+  }
+  ~RawConnection() { close(); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool open() const { return fd_ >= 0; }
+  bool send(const std::string& bytes) {
+    for (size_t done = 0; done < bytes.size();) {
+      const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // True when the peer closes within `wait` (whatever it sends before is dropped).
+  bool closed_by_peer(std::chrono::milliseconds wait) {
+    const auto deadline = Clock::now() + wait;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd_, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+      char buf[4096];
+      if (::recv(fd_, buf, sizeof buf, 0) <= 0) return true;
+    }
+  }
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  // One HTTP response (headers, then Content-Length bytes of body), or what came before the peer
+  // closed or `wait` passed.
+  std::string response(std::chrono::milliseconds wait = std::chrono::seconds(5)) {
+    std::string in;
+    const auto deadline = Clock::now() + wait;
+    for (;;) {
+      if (const size_t head = in.find("\r\n\r\n"); head != std::string::npos) {
+        const size_t at = in.find("Content-Length: ");
+        if (at == std::string::npos || at > head) return in;
+        if (in.size() >= head + 4 + std::stoul(in.substr(at + 16))) return in;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd_, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return in;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return in;
+      in.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+int status_of(const std::string& response) {
+  return response.starts_with("HTTP/1.1 ") ? std::atoi(response.c_str() + 9) : 0;
+}
+std::string body_of(const std::string& response) {
+  const size_t head = response.find("\r\n\r\n");
+  return head == std::string::npos ? "" : response.substr(head + 4);
+}
+
+std::string post_request(const std::string& path, const std::string& body, const std::string& content_type = "application/json") {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: " + content_type +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A whole request over a fresh connection; the raw response.
+std::string round_trip(int port, const std::string& request) {
+  RawConnection c(port);
+  REQUIRE(c.open());
+  REQUIRE(c.send(request));
+  return c.response();
+}
+
+// A refusal: 4xx, OpenAI's error shape, short, and none of the body it refuses.
+void check_refused(const std::string& response, int status = 0) {
+  INFO(response.substr(0, 400));
+  const int got = status_of(response);
+  if (status) CHECK(got == status);
+  CHECK(got >= 400);
+  CHECK(got < 500);
+  const std::string body = body_of(response);
+  CHECK(body.size() < 1024);
+  CHECK(body.find(MARKER) == std::string::npos);
+  const json parsed = json::parse(body, nullptr, false);
+  REQUIRE_FALSE(parsed.is_discarded());
+  REQUIRE(parsed.contains("error"));
+  CHECK(parsed["error"]["message"].is_string());
+}
+
+// The server still answers: /health, and a small completion.
+void check_still_serves(LiveServer& server) {
+  httplib::Client c = server.client();
+  const auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  const auto done = c.Post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 3}}.dump(), "application/json");
+  REQUIRE(done);
+  INFO(done->body);
+  CHECK(done->status == 200);
+  CHECK(json::parse(done->body)["usage"]["completion_tokens"].get<int>() >= 1);
+}
+
+std::string nested(int depth) { return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']'); }
+
+}  // namespace
+
+TEST_CASE("serve hostile: truncated bodies, invalid UTF-8, huge numbers and deep nesting are refused, and the server goes on", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(1);
+  const int port = server.port();
+
+  SECTION("a body shorter than its Content-Length, the client gone") {
+    for (const bool half_close : {false, true}) {
+      RawConnection c(port);
+      REQUIRE(c.open());
+      REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                     "{\"prompt\": \"" + std::string(MARKER) + "\""));
+      if (half_close) {  // the client says it sends no more: the server sees the end early; no 5xx, no echo
+        c.shutdown_write();
+        const std::string answer = c.response(std::chrono::seconds(3));
+        INFO(answer);
+        CHECK(status_of(answer) < 500);
+        CHECK(answer.find(MARKER) == std::string::npos);
+      }
+      c.close();
+    }
+    RawConnection c(port);
+    REQUIRE(c.open());
+    REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"prompt\""));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c.close();
+    check_still_serves(server);
+  }
+  SECTION("invalid UTF-8 in a JSON string, a key, a chat message, and an escaped lone surrogate") {
+    const std::string m = MARKER;
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"" + m + " caf\xff\xfe\", \"max_tokens\": 2}")), 400);
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"" + m + "\", \"\xc3\x28\": 1}")), 400);
+    check_refused(round_trip(port, post_request("/v1/chat/completions",
+                                              "{\"messages\": [{\"role\": \"user\", \"content\": \"" + m + "\xed\xa0\x80\"}]}")), 400);
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"" + m + "\\ud800\", \"max_tokens\": 2}")), 400);
+    // Valid UTF-8 a key cuts in half where it echoes a name (64 bytes): the answer is still JSON.
+    const std::string key = std::string(63, 'k') + "\xc3\xa9\xc3\xa9";
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"" + m + "\", \"" + key + "\": 1}")), 400);
+    check_still_serves(server);
+  }
+  SECTION("an unknown argument with a 100 KB name is named cut short") {
+    const std::string key = std::string(100 << 10, 'k') + MARKER;  // past the 64 bytes echoed
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"x\", \"" + key + "\": 1}")), 400);
+    check_still_serves(server);
+  }
+  SECTION("numbers past every range") {
+    const std::string m = MARKER;
+    for (const std::string field : {"\"max_tokens\": 1e999", "\"max_tokens\": 123456789012345678901234567890",
+                                    "\"max_tokens\": -123456789012345678901234567890", "\"temperature\": 1e999",
+                                    "\"temperature\": 123456789012345678901234567890", "\"seed\": 123456789012345678901234567890",
+                                    "\"seed\": 1e999", "\"top_p\": -1e999", "\"logprobs\": 18446744073709551617"}) {
+      INFO(field);
+      check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": \"" + m + "\", " + field + "}")), 400);
+    }
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": [123456789012345678901234567890], \"user\": \"" + m + "\"}")), 400);
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": [18446744073709551615], \"user\": \"" + m + "\"}")), 400);
+    check_still_serves(server);
+  }
+  SECTION("JSON nested 10,000 deep: a short 400, the tree never built") {
+    const std::string m = MARKER;
+    check_refused(round_trip(port, post_request("/v1/completions", "{\"prompt\": " + nested(10000) + ", \"user\": \"" + m + "\"}")), 400);
+    check_refused(round_trip(port, post_request("/v1/chat/completions", std::string(10000, '{') + "\"" + m + "\"")), 400);
+    check_refused(round_trip(port, post_request("/tokenize", nested(10000))), 400);
+    check_still_serves(server);
+  }
+}
+
+TEST_CASE("serve hostile: a 100 MB body is 413 unread, 10 KB of headers are 4xx, and wrong or missing content is refused", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(1);
+  const int port = server.port();
+
+  SECTION("a 100 MB body announced by Content-Length, 4 KB of it sent") {
+    RawConnection c(port);
+    REQUIRE(c.open());
+    const auto start = Clock::now();
+    REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n" +
+                   std::string(4096, ' ')));
+    const std::string answer = c.response(std::chrono::seconds(3));
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    check_refused(answer, 413);
+    CHECK(seconds < 1.0);
+    CHECK(c.closed_by_peer(std::chrono::seconds(2)));  // the unread body is never parsed as a request
+    c.close();
+    // And a Content-Length no size_t holds.
+    check_refused(round_trip(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n{}"));
+    check_still_serves(server);
+  }
+  SECTION("10 KB of headers, in one header and in many") {
+    check_refused(round_trip(port, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(10240, 'a') + "\r\n\r\n"));
+    std::string many = "GET /health HTTP/1.1\r\nHost: x\r\n";
+    for (int i = 0; i < 200; ++i) many += "X-Filler-" + std::to_string(i) + ": " + std::string(40, 'b') + "\r\n";
+    REQUIRE(many.size() > 10240);
+    check_refused(round_trip(port, many + "\r\n"));
+    check_refused(round_trip(port, "GET /" + std::string(10240, 'p') + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    check_still_serves(server);
+  }
+  SECTION("a wrong Content-Type, no body, a bad chunked body") {
+    const std::string valid = json{{"prompt", "Once"}, {"max_tokens", 2}}.dump();
+    for (const char* type : {"text/plain", "application/x-www-form-urlencoded", "application/octet-stream"}) {
+      INFO(type);  // JSON under another name is still read as JSON (curl -d says form-urlencoded)
+      const std::string answer = round_trip(port, post_request("/v1/completions", valid, type));
+      CHECK(status_of(answer) == 200);
+    }
+    check_refused(round_trip(port, post_request("/v1/completions", std::string(MARKER) + "=1&b=2", "application/x-www-form-urlencoded")), 400);
+    check_refused(round_trip(port, post_request("/v1/completions",
+                                              "--xyz\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\n" + std::string(MARKER) + "\r\n--xyz--\r\n",
+                                              "multipart/form-data; boundary=xyz")));
+    check_refused(round_trip(port, post_request("/v1/chat/completions", "")), 400);
+    check_refused(round_trip(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 411);  // not read to EOF
+    check_refused(round_trip(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                 "zz\r\n" + std::string(MARKER) + "\r\n0\r\n\r\n"));
+    check_refused(round_trip(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                 "ffffffffffffffffff\r\n" + std::string(MARKER) + "\r\n0\r\n\r\n"));
+    check_still_serves(server);
+  }
+}
+
+TEST_CASE("serve hostile: 200 idle connections and 16 slowloris ones leave /health answering within a second", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(1);
+  const int port = server.port();
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<RawConnection>(port));
+  std::vector<std::unique_ptr<RawConnection>> slow;
+  for (int i = 0; i < 16; ++i) slow.push_back(std::make_unique<RawConnection>(port));
+  const int opened = static_cast<int>(std::ranges::count_if(idle, [](const auto& c) { return c->open(); }) +
+                                      std::ranges::count_if(slow, [](const auto& c) { return c->open(); }));
+  REQUIRE(opened == 216);
+
+  std::atomic<bool> done{false};
+  std::atomic<int> slow_bytes{0};
+  std::thread trickle([&] {  // a header byte a second on each slow connection, never finishing the headers
+    const std::string head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    for (auto& c : slow) c->send(head);
+    while (!done) {
+      for (auto& c : slow)
+        if (c->send("a")) ++slow_bytes;
+      for (int i = 0; i < 20 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+
+  std::vector<double> latencies;
+  const auto until = Clock::now() + std::chrono::seconds(4);
+  while (Clock::now() < until) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(2);
+    c.set_read_timeout(2);
+    const auto start = Clock::now();
+    const auto health = c.Get("/health");
+    latencies.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    CHECK((health && health->status == 200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  httplib::Client c = server.client();
+  const auto completion = c.Post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 3}}.dump(), "application/json");
+  done = true;
+  trickle.join();
+
+  REQUIRE(latencies.size() >= 10);
+  for (const double s : latencies) CHECK(s < 1.0);
+  CHECK(slow_bytes >= 16 * 3);  // the slow connections were still open and trickling
+  REQUIRE(completion);
+  CHECK(completion->status == 200);
+}
