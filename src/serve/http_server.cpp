@@ -27,11 +27,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A thread for each connection, up to `max` (the rest wait for one to finish): a connection
-// that idles or trickles its headers holds only its own thread. Shared with the threads, so a
-// straggler that outlives shutdown's wait touches nothing freed.
+// that idles or trickles its headers holds only its own thread. The count is shared with the
+// threads and the server, so a straggler that outlives shutdown's wait touches nothing freed.
 class ConnectionThreads : public httplib::TaskQueue {
  public:
-  explicit ConnectionThreads(int max) : state_(std::make_shared<State>()) { state_->max = max; }
+  struct State {
+    std::mutex mutex;
+    std::condition_variable idle;
+    std::deque<std::function<void()>> pending;
+    int active = 0, max = 1;
+  };
+  explicit ConnectionThreads(std::shared_ptr<State> state) : state_(std::move(state)) {}
   void enqueue(std::function<void()> fn) override {
     std::lock_guard lock(state_->mutex);
     if (state_->active >= state_->max) {
@@ -48,12 +54,6 @@ class ConnectionThreads : public httplib::TaskQueue {
   }
 
  private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable idle;
-    std::deque<std::function<void()>> pending;
-    int active = 0, max = 1;
-  };
   static void run(std::shared_ptr<State> state, std::function<void()> fn) {
     for (;;) {
       fn();
@@ -240,6 +240,7 @@ struct HttpServer::Impl {
   std::mt19937_64 seeds{std::random_device{}()};
   std::atomic<uint64_t> next_id{1};
   socket_t listening = INVALID_SOCKET;
+  std::shared_ptr<ConnectionThreads::State> connections = std::make_shared<ConnectionThreads::State>();
 
   Impl(EngineService& s, ServedModel m, ServerOptions o) : service(s), model(std::move(m)), options(std::move(o)) {}
 
@@ -365,7 +366,8 @@ void HttpServer::Impl::routes() {
 }
 
 void HttpServer::Impl::limits() {
-  server.new_task_queue = [max = options.max_connections] { return new ConnectionThreads(max); };
+  connections->max = options.max_connections;
+  server.new_task_queue = [this] { return new ConnectionThreads(connections); };
   server.set_payload_max_length(options.max_body_bytes);
   server.set_read_timeout(options.read_timeout);
   server.set_write_timeout(options.read_timeout);
@@ -412,7 +414,12 @@ HttpServer::HttpServer(EngineService& service, ServedModel model, ServerOptions 
   impl_->routes();
 }
 
-HttpServer::~HttpServer() = default;
+// A connection thread still running (a client trickling bytes past shutdown's wait) runs httplib
+// code on this server: then it is left allocated for the process's last moments, not freed under it.
+HttpServer::~HttpServer() {
+  std::lock_guard lock(impl_->connections->mutex);
+  if (impl_->connections->active > 0) static_cast<void>(impl_.release());
+}
 
 int HttpServer::bind() {
   const ServerOptions& o = impl_->options;
