@@ -68,17 +68,17 @@ fuzz: fuzz-deps
 	  grep -E "^stat::number_of_executed_units|^Done" build-fuzz/fuzz_$$t.log || true; \
 	done
 
-# ThreadSanitizer over the dist tests; AddressSanitizer over the loader/CLI tests. The tsan and fuzz
+# ThreadSanitizer over the dist and serve tests; AddressSanitizer over the loader, CLI and serve tests. The tsan and fuzz
 # builds leave MPI out (TPCLI_MPI=OFF): OpenMPI is not instrumented, and no fuzz target uses it.
 tsan-test: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=thread -DTPCLI_MPI=OFF $(CMAKE_LAUNCHER)
-	cmake --build build-tsan -j $(JOBS) --target test_distributed
-	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/support/tsan.supp" ctest --output-on-failure -L distributed --timeout 900
+	cmake --build build-tsan -j $(JOBS) --target test_distributed test_serve
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/support/tsan.supp" ctest --output-on-failure -L "distributed|serve" --timeout 900
 
 asan-test: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPCLI_SANITIZE=address $(CMAKE_LAUNCHER)
-	cmake --build build-asan -j $(JOBS) --target tpcli test_model test_cli test_config
-	cd build-asan && ctest --output-on-failure -L "model|cli|config" --timeout 900
+	cmake --build build-asan -j $(JOBS) --target tpcli test_model test_cli test_config test_serve
+	cd build-asan && ctest --output-on-failure -L "model|cli|config|serve" --timeout 900
 
 # The README's main job: train the tiny default model, then generate from it.
 demo: build

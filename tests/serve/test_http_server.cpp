@@ -207,18 +207,17 @@ TEST_CASE("serve: 64 concurrent streaming clients, some leaving mid-stream, each
     bodies.push_back(b);
   }
   std::vector<std::string> together(CLIENTS);
-  std::vector<bool> left(CLIENTS);
+  const auto leaves = [](int i) { return i % 5 == 2; };  // hangs up after a few chunks
   std::vector<std::thread> clients;
   for (int i = 0; i < CLIENTS; ++i)
     clients.emplace_back([&, i] {
       httplib::Client c = server.client();
-      left[static_cast<size_t>(i)] = i % 5 == 2;  // hangs up after a few chunks
-      together[static_cast<size_t>(i)] = joined_deltas(stream(c, "/v1/chat/completions", bodies[static_cast<size_t>(i)], left[static_cast<size_t>(i)] ? 4 : 0));
+      together[static_cast<size_t>(i)] = joined_deltas(stream(c, "/v1/chat/completions", bodies[static_cast<size_t>(i)], leaves(i) ? 4 : 0));
     });
   for (std::thread& t : clients) t.join();
   httplib::Client c = server.client();
   for (int i = 0; i < CLIENTS; ++i) {
-    if (left[static_cast<size_t>(i)]) continue;
+    if (leaves(i)) continue;
     INFO("client " << i);
     CHECK(joined_deltas(stream(c, "/v1/chat/completions", bodies[static_cast<size_t>(i)])) == together[static_cast<size_t>(i)]);
   }
