@@ -191,17 +191,10 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
     stop_ids.push_back(*eos);
   const std::vector<Job> jobs = read_jobs(o, loaded, stop_ids, context);
   std::vector<model::BatchResult> results;
-  model::DevicesBuilding building(*opened.weights,
-                                 run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
-        building.built();
-        std::vector<model::BatchResult> r = run_jobs(llama, jobs, o, *loaded.tokenizer, dev.rank() == 0);
-        if (dev.rank() == 0) results = std::move(r);
-      },
-      run_options);
+  run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) {
+    std::vector<model::BatchResult> r = run_jobs(llama, jobs, o, *loaded.tokenizer, dev.rank() == 0);
+    if (dev.rank() == 0) results = std::move(r);
+  });
   for (size_t i = 0; i < results.size(); ++i)
     std::printf("%s\n", result_line(i, jobs[i], results[i], *loaded.tokenizer).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
 }

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/inspect.h"
 #include "model/hf_model.h"
+#include "model/llama.h"
 #include "model/llama2c.h"
 #include "model/packed_weights.h"
 #include "model/regular_file.h"
@@ -178,6 +179,20 @@ tensor::WeightFormat parse_quantization(int bits, int group_size, const std::str
   if (group_size != 32 && group_size != 64 && group_size != 128)
     throw UsageError("--group-size " + std::to_string(group_size) + ": expected 32, 64 or 128");
   return tensor::WeightFormat::affine(bits, group_size);
+}
+
+void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,
+                         const std::function<void(model::Llama& llama, dist::Device& device)>& work) {
+  model::DevicesBuilding building(*opened.weights,
+                                 run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
+  dist::run_on_mesh(
+      mesh,
+      [&](dist::Device& dev) {
+        model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
+        building.built();
+        work(llama, dev);
+      },
+      run_options);
 }
 
 }  // namespace tpcli::cli

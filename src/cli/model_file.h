@@ -2,6 +2,7 @@
 // model directory) for infer, export and bench, with input errors as UsageError.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -9,8 +10,13 @@
 #include <vector>
 
 #include "distributed/mesh.h"
+#include "distributed/runtime.h"
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
+
+namespace tpcli::model {
+class Llama;
+}
 
 namespace tpcli::cli {
 
@@ -51,5 +57,10 @@ tensor::WeightFormat parse_quantization(int bits, int group_size, const std::str
 // UsageError for a bad value.
 constexpr int DEFAULT_HF_CONTEXT = 8192;
 void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context);
+
+// Runs `work` on every device of this process with its inference model (on huge pages), freeing
+// the checkpoint's pages once every local device has built its own (model::DevicesBuilding).
+void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,
+                         const std::function<void(model::Llama& llama, dist::Device& device)>& work);
 
 }  // namespace tpcli::cli

@@ -170,16 +170,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   });
   std::optional<std::string> failure;
   try {
-    model::DevicesBuilding building(*opened.weights,
-                                    run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
-    dist::run_on_mesh(
-        mesh,
-        [&](dist::Device& dev) {
-          model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
-          building.built();
-          service.run_device(llama, dev);
-        },
-        run_options);
+    run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev); });
   } catch (const std::exception& e) {
     failure = e.what();
     service.fail(e.what());

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "serve/api_request.h"
+#include "support/byte_prompt_model.h"
 #include "serve/openai_shapes.h"
 
 using namespace tpcli;
@@ -19,26 +20,8 @@ namespace {
 
 constexpr int CONTEXT = 64;
 
-// One token per byte (id = byte + 1, 0 the beginning of sequence); chat: "role: content\n" lines.
 const PromptModel& byte_model() {
-  static const PromptModel model = [] {
-    PromptModel m;
-    m.name = "tiny";
-    m.context = CONTEXT;
-    m.vocab = 257;
-    m.encode = [](std::string_view text) {
-      std::vector<int> ids{0};
-      for (const char c : text) ids.push_back(static_cast<unsigned char>(c) + 1);
-      return ids;
-    };
-    m.chat = [](std::span<const model::ChatMessage> messages) {
-      std::vector<int> ids;
-      for (const auto& msg : messages)
-        for (const char c : msg.role + ": " + msg.content + "\n") ids.push_back(static_cast<unsigned char>(c) + 1);
-      return ids;
-    };
-    return m;
-  }();
+  static const PromptModel model = tpcli::testing::byte_prompt_model(CONTEXT);
   return model;
 }
 

@@ -6,6 +6,7 @@
 
 #include "serve/api_request.h"
 #include "serve/text_stream.h"
+#include "support/byte_prompt_model.h"
 
 using namespace tpcli;
 using namespace tpcli::serve;
@@ -13,25 +14,7 @@ using nlohmann::json;
 
 namespace {
 
-// One token per byte (id = byte + 1, 0 the beginning of sequence); chat: "role: content\n" lines.
-PromptModel byte_model(int context = 64) {
-  PromptModel m;
-  m.name = "tiny";
-  m.context = context;
-  m.vocab = 257;
-  m.encode = [](std::string_view text) {
-    std::vector<int> ids{0};
-    for (const char c : text) ids.push_back(static_cast<unsigned char>(c) + 1);
-    return ids;
-  };
-  m.chat = [](std::span<const model::ChatMessage> messages) {
-    std::vector<int> ids;
-    for (const auto& msg : messages)
-      for (const char c : msg.role + ": " + msg.content + "\n") ids.push_back(static_cast<unsigned char>(c) + 1);
-    return ids;
-  };
-  return m;
-}
+PromptModel byte_model(int context = 64) { return testing::byte_prompt_model(context); }
 
 // The ApiError a body gets (status 0: none).
 ApiError refusal(const std::string& body, Endpoint endpoint = Endpoint::chat, int context = 64) {
