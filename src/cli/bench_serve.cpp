@@ -1,0 +1,274 @@
+// tpcli bench serve --url URL [--clients 1,4,16,64] [--prompt-tokens 128] [--max-tokens 128]
+//                   [--requests-per-client 4] [--model-name NAME] [--api-key KEY] [--seed S]
+// A load benchmark of any OpenAI-compatible server (tpcli serve, llama-server, vLLM), read like vLLM's
+// benchmark_serving with --max-concurrency: for each count C of --clients, C threads each send
+// --requests-per-client streaming POST /v1/completions back to back (a closed loop). Prompts are
+// random token ids in [100, 500) from --seed, so every server gets the same work and no tokenizer
+// decides its length; `ignore_eos` makes every request generate exactly --max-tokens. Each SSE event
+// is timestamped as it arrives: TTFT = request sent to first text, ITL = gaps between later text
+// events. One row per C: requests/s, output tokens/s over the level's wall time, its ratio to
+// 1 client, TTFT and ITL mean / p50 / p99 in ms (numpy's percentiles), and the failed requests.
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "perf/serve_load.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int PROMPT_ID_MIN = 100, PROMPT_ID_END = 500;  // plain word pieces in a Llama vocabulary, in any 32k one
+
+struct ServeBenchFlags {
+  std::string url;
+  std::vector<int> clients{1, 4, 16, 64};
+  int prompt_tokens = 128, max_tokens = 128, requests_per_client = 4;
+  std::string model_name, api_key;
+  unsigned seed = 1;
+  int timeout_s = 600;  // per request: a long queue at 64 clients on 2 cores is slow, not broken
+};
+
+struct RequestResult {
+  std::optional<std::string> error;  // why it failed; unset for a success
+  std::optional<double> ttft_s;
+  std::vector<double> itl_s;
+  int output_tokens = 0;
+};
+
+struct LevelResult {
+  int clients = 0, requests = 0, errors = 0;
+  std::string first_error;
+  double seconds = 0;
+  int64_t output_tokens = 0;
+  std::vector<double> ttft_s, itl_s;
+};
+
+httplib::Headers auth_headers(const std::string& api_key) {
+  if (api_key.empty()) return {};
+  return {{"Authorization", "Bearer " + api_key}};
+}
+
+// One client connection (one per thread: httplib::Client is not shared between threads).
+std::unique_ptr<httplib::Client> connect(const ServeBenchFlags& f) {
+  auto client = std::make_unique<httplib::Client>(f.url);
+  if (!client->is_valid()) throw UsageError("--url " + f.url + ": not a URL of the form http://HOST:PORT");
+  client->set_connection_timeout(5);
+  client->set_read_timeout(f.timeout_s);
+  client->set_write_timeout(f.timeout_s);
+  return client;
+}
+
+// GET /v1/models: proves the server answers (else a one-line error) and names its model.
+std::string discover_model_name(const ServeBenchFlags& f) {
+  auto client = connect(f);
+  const httplib::Result res = client->Get("/v1/models", auth_headers(f.api_key));
+  if (!res)
+    throw std::runtime_error("bench serve: cannot reach " + f.url + " (httplib: " + httplib::to_string(res.error()) +
+                             "): is a server listening there?");
+  if (res->status != 200)
+    throw std::runtime_error("bench serve: GET " + f.url + "/v1/models answered " + std::to_string(res->status) + ": " +
+                             res->body.substr(0, 200));
+  const auto models = nlohmann::json::parse(res->body, nullptr, false);
+  if (models.is_discarded() || !models.contains("data") || !models["data"].is_array() || models["data"].empty() ||
+      !models["data"][0].contains("id"))
+    throw std::runtime_error("bench serve: GET /v1/models gave no model id: " + res->body.substr(0, 200));
+  return models["data"][0]["id"].get<std::string>();
+}
+
+// Request `index` of level `level`: its own prompt, so a server's prefix cache finds nothing shared
+// between requests (1 in 400 share a first token), and the same one for every server.
+std::vector<int> make_prompt(const ServeBenchFlags& f, int level, int index) {
+  std::mt19937 rng(f.seed * 1000003u + static_cast<unsigned>(level) * 10007u + static_cast<unsigned>(index));
+  std::uniform_int_distribution<int> pick(PROMPT_ID_MIN, PROMPT_ID_END - 1);
+  std::vector<int> prompt(static_cast<size_t>(f.prompt_tokens));
+  for (int& t : prompt) t = pick(rng);
+  return prompt;
+}
+
+std::string request_body(const ServeBenchFlags& f, const std::string& model, const std::vector<int>& prompt) {
+  return nlohmann::json{{"model", model},
+                        {"prompt", prompt},
+                        {"max_tokens", f.max_tokens},
+                        {"temperature", 0},
+                        {"ignore_eos", true},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}}
+      .dump();
+}
+
+// Applies one event to the request's timings: text events are tokens (ITL is measured between them).
+void record_event(const perf::StreamEvent& e, Clock::time_point sent, Clock::time_point now,
+                  std::optional<Clock::time_point>& last_token, int& token_events, RequestResult& r) {
+  if (e.error_message && !r.error) r.error = "error event: " + *e.error_message;
+  if (e.completion_tokens) r.output_tokens = *e.completion_tokens;
+  if (!e.has_text) return;
+  ++token_events;
+  if (last_token) r.itl_s.push_back(std::chrono::duration<double>(now - *last_token).count());
+  else r.ttft_s = std::chrono::duration<double>(now - sent).count();
+  last_token = now;
+}
+
+// One streaming completion, timed event by event as the chunks arrive.
+RequestResult run_request(httplib::Client& client, const ServeBenchFlags& f, const std::string& body) {
+  RequestResult r;
+  perf::SseSplitter splitter;
+  std::string error_body;  // a non-200 answer's body, for the message
+  int status = 0, token_events = 0;
+  std::optional<Clock::time_point> last_token;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = auth_headers(f.api_key);
+  req.set_header("Content-Type", "application/json");
+  req.body = body;
+  req.response_handler = [&](const httplib::Response& res) {
+    status = res.status;
+    return true;
+  };
+  const Clock::time_point sent = Clock::now();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    const Clock::time_point now = Clock::now();  // one timestamp per chunk: events in it arrived together
+    if (status != 200) {
+      error_body.append(data, std::min<size_t>(n, 300));
+      return true;
+    }
+    try {
+      for (const std::string& payload : splitter.feed(std::string_view(data, n)))
+        record_event(perf::parse_stream_event(payload), sent, now, last_token, token_events, r);
+    } catch (const std::exception& e) {  // not through httplib's reader: cancel the request instead
+      r.error = e.what();
+      return false;
+    }
+    return true;
+  };
+  const httplib::Result res = client.send(req);
+  if (!res && !r.error) r.error = httplib::to_string(res.error());
+  else if (status != 200) r.error = "HTTP " + std::to_string(status) + ": " + error_body.substr(0, 300);
+  else if (!r.ttft_s && !r.error) r.error = "the stream carried no text";
+  if (r.output_tokens == 0) r.output_tokens = token_events;  // no usage chunk: one token per text event
+  return r;
+}
+
+void add_request(const RequestResult& r, LevelResult& out) {
+  ++out.requests;
+  if (r.error) {
+    if (out.errors++ == 0) out.first_error = *r.error;
+    return;
+  }
+  out.output_tokens += r.output_tokens;
+  out.ttft_s.push_back(*r.ttft_s);
+  out.itl_s.insert(out.itl_s.end(), r.itl_s.begin(), r.itl_s.end());
+}
+
+// C clients, each running its requests back to back; the level's wall time spans them all.
+LevelResult run_level(const ServeBenchFlags& f, const std::string& model, int level, int clients) {
+  LevelResult out;
+  out.clients = clients;
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  const Clock::time_point start = Clock::now();
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&, c] {
+      auto client = connect(f);
+      for (int i = 0; i < f.requests_per_client; ++i) {
+        const std::string body = request_body(f, model, make_prompt(f, level, c * f.requests_per_client + i));
+        RequestResult r;
+        try {
+          r = run_request(*client, f, body);
+        } catch (const std::exception& e) {  // an exception may not leave a std::thread
+          r.error = e.what();
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        add_request(r, out);
+      }
+    });
+  for (auto& t : threads) t.join();
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return out;
+}
+
+void print_header(const ServeBenchFlags& f, const std::string& model) {
+  std::printf("server %s, model %s: %d prompt tokens (random ids in [%d, %d), seed %u), %d generated (ignore_eos), "
+              "%d requests per client, streamed\n"
+              "| clients | requests | failed |  req/s | out tok/s | vs 1 client | TTFT mean ms | p50 ms | p99 ms "
+              "| ITL mean ms | p50 ms | p99 ms |\n"
+              "|---------|----------|--------|--------|-----------|-------------|--------------|--------|--------"
+              "|-------------|--------|--------|\n",
+              f.url.c_str(), model.c_str(), f.prompt_tokens, PROMPT_ID_MIN, PROMPT_ID_END, f.seed, f.max_tokens,
+              f.requests_per_client);
+}
+
+// One row; `one_client_tok_s` is the 1-client level's output rate (unset until it ran).
+void print_level(const LevelResult& r, std::optional<double> one_client_tok_s) {
+  const double ok = r.requests - r.errors, tok_s = static_cast<double>(r.output_tokens) / r.seconds;
+  const perf::LatencySummary ttft = perf::summarize(r.ttft_s), itl = perf::summarize(r.itl_s);
+  char ratio[32] = "-";
+  if (one_client_tok_s && *one_client_tok_s > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", tok_s / *one_client_tok_s);
+  std::printf("| %7d | %8d | %6d | %6.2f | %9.1f | %11s | %12.1f | %6.1f | %6.1f | %11.2f | %6.2f | %6.2f |\n", r.clients,
+              r.requests, r.errors, ok / r.seconds, tok_s, ratio, ttft.mean * 1e3, ttft.p50 * 1e3,
+              ttft.p99 * 1e3, itl.mean * 1e3, itl.p50 * 1e3, itl.p99 * 1e3);
+  if (r.errors) std::printf("  %d of %d requests failed; the first: %s\n", r.errors, r.requests, r.first_error.c_str());
+  std::fflush(stdout);
+}
+
+void check_flags(ServeBenchFlags& f) {
+  while (!f.url.empty() && f.url.back() == '/') f.url.pop_back();
+  if (f.url.rfind("http://", 0) != 0 && f.url.rfind("https://", 0) != 0)
+    throw UsageError("--url " + f.url + ": give the server's base URL, e.g. http://127.0.0.1:8080");
+  for (int c : f.clients)
+    if (c < 1 || c > 1024) throw UsageError("--clients " + std::to_string(c) + ": client counts must be in [1, 1024]");
+  if (f.prompt_tokens < 1 || f.max_tokens < 1 || f.requests_per_client < 1)
+    throw UsageError("--prompt-tokens, --max-tokens and --requests-per-client must be >= 1");
+}
+
+void run_bench_serve(ServeBenchFlags f) {
+  check_flags(f);
+  const std::string model = f.model_name.empty() ? discover_model_name(f) : f.model_name;
+  if (!f.model_name.empty()) discover_model_name(f);  // still fail in one line when nothing answers
+  print_header(f, model);
+  std::optional<double> one_client_tok_s;
+  for (size_t level = 0; level < f.clients.size(); ++level) {
+    const LevelResult r = run_level(f, model, static_cast<int>(level), f.clients[level]);
+    if (f.clients[level] == 1 && r.seconds > 0) one_client_tok_s = static_cast<double>(r.output_tokens) / r.seconds;
+    print_level(r, one_client_tok_s);
+  }
+}
+
+void setup_bench_serve(CLI::App& sub) {
+  auto f = std::make_shared<ServeBenchFlags>();
+  sub.add_option("--url", f->url, "base URL of a running OpenAI-compatible server (tpcli serve, llama-server, vLLM)")
+      ->required();
+  sub.add_option("--clients", f->clients, "concurrent clients, one row each")->delimiter(',')->capture_default_str();
+  sub.add_option("--prompt-tokens", f->prompt_tokens, "prompt length in tokens (random ids)")->capture_default_str();
+  sub.add_option("--max-tokens", f->max_tokens, "tokens generated per request (ignore_eos)")->capture_default_str();
+  sub.add_option("--requests-per-client", f->requests_per_client, "requests each client sends back to back")
+      ->capture_default_str();
+  sub.add_option("--model-name", f->model_name, "the request's \"model\" field (default: the first of GET /v1/models)");
+  sub.add_option("--api-key", f->api_key, "sent as Authorization: Bearer KEY");
+  sub.add_option("--seed", f->seed, "seed of the random prompts")->capture_default_str();
+  sub.add_option("--timeout", f->timeout_s, "seconds a request may take before it counts as failed")->capture_default_str();
+  sub.callback([f] { run_bench_serve(*f); });
+}
+
+const bool registered = register_bench(
+    {"serve", "load an OpenAI-compatible server with concurrent streaming clients: benchmark_serving's figures",
+     setup_bench_serve});
+
+}  // namespace
+
+}  // namespace tpcli::cli
