@@ -1,4 +1,4 @@
-// tpcli bench serve --url URL [--clients 1,4,16,64] [--prompt-tokens 128] [--max-tokens 128]
+// tpcli bench serve (--url URL | --model M [serve flags...]) [--clients 1,4,16,64] [--prompt-tokens 128] [--max-tokens 128]
 //                   [--requests-per-client 4] [--model-name NAME] [--api-key KEY] [--seed S]
 // A load benchmark of any OpenAI-compatible server (tpcli serve, llama-server, vLLM), read like vLLM's
 // benchmark_serving with --max-concurrency: for each count C of --clients, C threads each send
@@ -8,6 +8,8 @@
 // is timestamped as it arrives: TTFT = request sent to first text, ITL = gaps between later text
 // events. One row per C: requests/s, output tokens/s over the level's wall time, its ratio to
 // 1 client, TTFT and ITL mean / p50 / p99 in ms (numpy's percentiles), and the failed requests.
+// With --model instead of --url, the benchmark starts `tpcli serve --model M` itself (this binary, a
+// free port, every flag it does not know passed on, e.g. --devices 2 --parallel 16) and stops it after.
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/serve_child.h"
 #include "perf/serve_load.h"
 
 namespace tpcli::cli {
@@ -35,7 +38,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int PROMPT_ID_MIN = 100, PROMPT_ID_END = 500;  // plain word pieces in a Llama vocabulary, in any 32k one
 
 struct ServeBenchFlags {
-  std::string url;
+  std::string url, model;              // one of the two: a running server, or a model to serve here
+  std::vector<std::string> serve_args;  // the flags bench serve does not know, for the child tpcli serve
+  int ready_s = 600;                    // for --model: how long loading the model may take
   std::vector<int> clients{1, 4, 16, 64};
   int prompt_tokens = 128, max_tokens = 128, requests_per_client = 4;
   std::string model_name, api_key;
@@ -227,6 +232,10 @@ void print_level(const LevelResult& r, std::optional<double> one_client_tok_s) {
 }
 
 void check_flags(ServeBenchFlags& f) {
+  if (f.url.empty() == f.model.empty()) throw UsageError("give one of --url (a running server) and --model (serve it here)");
+  if (!f.serve_args.empty() && f.model.empty())
+    throw UsageError("unknown flag(s) for bench serve --url: " + f.serve_args.front() + " (passed to tpcli serve only with --model)");
+  if (!f.model.empty()) return;  // the URL is the child's, made below
   while (!f.url.empty() && f.url.back() == '/') f.url.pop_back();
   if (f.url.rfind("http://", 0) != 0 && f.url.rfind("https://", 0) != 0)
     throw UsageError("--url " + f.url + ": give the server's base URL, e.g. http://127.0.0.1:8080");
@@ -238,6 +247,11 @@ void check_flags(ServeBenchFlags& f) {
 
 void run_bench_serve(ServeBenchFlags f) {
   check_flags(f);
+  std::unique_ptr<ServeChild> child;
+  if (!f.model.empty()) {
+    child = std::make_unique<ServeChild>(f.model, f.serve_args, f.ready_s);
+    f.url = child->url();
+  }
   const std::string model = f.model_name.empty() ? discover_model_name(f) : f.model_name;
   if (!f.model_name.empty()) discover_model_name(f);  // still fail in one line when nothing answers
   print_header(f, model);
@@ -251,8 +265,10 @@ void run_bench_serve(ServeBenchFlags f) {
 
 void setup_bench_serve(CLI::App& sub) {
   auto f = std::make_shared<ServeBenchFlags>();
-  sub.add_option("--url", f->url, "base URL of a running OpenAI-compatible server (tpcli serve, llama-server, vLLM)")
-      ->required();
+  sub.add_option("--url", f->url, "base URL of a running OpenAI-compatible server (tpcli serve, llama-server, vLLM)");
+  sub.add_option("--model", f->model, "instead of --url: run tpcli serve --model M here (other flags are passed to it)");
+  sub.add_option("--ready-timeout", f->ready_s, "with --model: seconds to wait for the server's /health")->capture_default_str();
+  sub.allow_extras();
   sub.add_option("--clients", f->clients, "concurrent clients, one row each")->delimiter(',')->capture_default_str();
   sub.add_option("--prompt-tokens", f->prompt_tokens, "prompt length in tokens (random ids)")->capture_default_str();
   sub.add_option("--max-tokens", f->max_tokens, "tokens generated per request (ignore_eos)")->capture_default_str();
@@ -262,7 +278,10 @@ void setup_bench_serve(CLI::App& sub) {
   sub.add_option("--api-key", f->api_key, "sent as Authorization: Bearer KEY");
   sub.add_option("--seed", f->seed, "seed of the random prompts")->capture_default_str();
   sub.add_option("--timeout", f->timeout_s, "seconds a request may take before it counts as failed")->capture_default_str();
-  sub.callback([f] { run_bench_serve(*f); });
+  sub.callback([f, &sub] {
+    f->serve_args = sub.remaining();
+    run_bench_serve(*f);
+  });
 }
 
 const bool registered = register_bench(
