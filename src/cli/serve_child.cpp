@@ -88,7 +88,7 @@ void ServeChild::wait_until_healthy(int ready_s) {
 void ServeChild::stop() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGTERM);
-  for (int waited_ms = 0; waited_ms < 10000; waited_ms += 50) {  // a graceful stop finishes the running steps
+  for (int waited_ms = 0; waited_ms < 15000; waited_ms += 50) {  // serve's --grace (10 s by default) lets running requests end
     if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
       pid_ = -1;
       return;
