@@ -162,7 +162,7 @@ RequestResult run_request(httplib::Client& client, const ServeBenchFlags& f, con
     return true;
   };
   const httplib::Result res = client.send(req);
-  if (!res && !r.error) r.error = httplib::to_string(res.error());
+  if (!res && !r.error) r.error = "httplib error " + httplib::to_string(res.error()) + " (the connection failed or closed mid-answer)";
   else if (status != 200) r.error = "HTTP " + std::to_string(status) + ": " + error_body.substr(0, 300);
   else if (!r.ttft_s && !r.error) r.error = "the stream carried no text";
   if (r.output_tokens == 0) r.output_tokens = token_events;  // no usage chunk: one token per text event
