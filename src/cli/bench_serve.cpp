@@ -13,6 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -45,7 +47,8 @@ struct ServeBenchFlags {
   int prompt_tokens = 128, max_tokens = 128, requests_per_client = 4;
   std::string model_name, api_key;
   unsigned seed = 1;
-  int timeout_s = 600;  // per request: a long queue at 64 clients on 2 cores is slow, not broken
+  int timeout_s = 600;
+  int busy_ttft = 0;  // tokens of the long prompt whose first token is timed alone and under load (0: not run)  // per request: a long queue at 64 clients on 2 cores is slow, not broken
 };
 
 struct RequestResult {
@@ -97,18 +100,18 @@ std::string discover_model_name(const ServeBenchFlags& f) {
 
 // Request `index` of level `level`: its own prompt, so a server's prefix cache finds nothing shared
 // between requests (1 in 400 share a first token), and the same one for every server.
-std::vector<int> make_prompt(const ServeBenchFlags& f, int level, int index) {
+std::vector<int> make_prompt(const ServeBenchFlags& f, int level, int index, int tokens = 0) {
   std::mt19937 rng(f.seed * 1000003u + static_cast<unsigned>(level) * 10007u + static_cast<unsigned>(index));
   std::uniform_int_distribution<int> pick(PROMPT_ID_MIN, PROMPT_ID_END - 1);
-  std::vector<int> prompt(static_cast<size_t>(f.prompt_tokens));
+  std::vector<int> prompt(static_cast<size_t>(tokens > 0 ? tokens : f.prompt_tokens));
   for (int& t : prompt) t = pick(rng);
   return prompt;
 }
 
-std::string request_body(const ServeBenchFlags& f, const std::string& model, const std::vector<int>& prompt) {
+std::string request_body(const ServeBenchFlags& f, const std::string& model, const std::vector<int>& prompt, int max_tokens = 0) {
   return nlohmann::json{{"model", model},
                         {"prompt", prompt},
-                        {"max_tokens", f.max_tokens},
+                        {"max_tokens", max_tokens > 0 ? max_tokens : f.max_tokens},
                         {"temperature", 0},
                         {"ignore_eos", true},
                         {"stream", true},
@@ -207,6 +210,51 @@ LevelResult run_level(const ServeBenchFlags& f, const std::string& model, int le
   return out;
 }
 
+// Time to first token of a --busy-ttft prompt, alone and then while `streams` other requests
+// decode (closed-loop clients kept running): what chunked prefill must keep near the idle figure.
+constexpr int BUSY_TTFT_ROUNDS = 3;
+constexpr int BUSY_TTFT_LEVEL = 1000;  // prompt seeds apart from the levels'
+
+std::vector<double> long_prompt_ttfts(const ServeBenchFlags& f, const std::string& model, int first_index) {
+  std::vector<double> out;
+  auto client = connect(f);
+  for (int i = 0; i < BUSY_TTFT_ROUNDS; ++i) {
+    const RequestResult r = run_request(*client, f, request_body(f, model, make_prompt(f, BUSY_TTFT_LEVEL, first_index + i, f.busy_ttft), 1));
+    if (r.error) throw std::runtime_error("bench serve --busy-ttft: " + *r.error);
+    out.push_back(*r.ttft_s);
+  }
+  return out;
+}
+
+void run_busy_ttft(const ServeBenchFlags& f, const std::string& model, int streams) {
+  const double idle = perf::summarize(long_prompt_ttfts(f, model, 0)).p50;
+  std::atomic<bool> stop{false};
+  std::atomic<int> decoding{0};
+  std::vector<std::thread> background;
+  for (int c = 0; c < streams; ++c)
+    background.emplace_back([&, c] {
+      auto client = connect(f);
+      bool counted = false;
+      for (int i = 0; !stop; ++i) {
+        try {
+          run_request(*client, f, request_body(f, model, make_prompt(f, BUSY_TTFT_LEVEL + 1 + c, i)));
+        } catch (const std::exception&) {  // counted as missing below
+        }
+        if (!counted) {
+          counted = true;
+          ++decoding;
+        }
+      }
+    });
+  // Measured once every background client has finished a first request: all of them decoding.
+  while (decoding < streams) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double busy = perf::summarize(long_prompt_ttfts(f, model, BUSY_TTFT_ROUNDS)).p50;
+  stop = true;
+  for (auto& t : background) t.join();
+  std::printf("time to first token of a %d-token prompt (p50 of %d): alone %.1f ms, beside %d decoding streams %.1f ms (%.2fx)\n",
+              f.busy_ttft, BUSY_TTFT_ROUNDS, idle * 1e3, streams, busy * 1e3, busy / idle);
+}
+
 void print_header(const ServeBenchFlags& f, const std::string& model) {
   std::printf("server %s, model %s: %d prompt tokens (random ids in [%d, %d), seed %u), %d generated (ignore_eos), "
               "%d requests per client, streamed\n"
@@ -261,6 +309,7 @@ void run_bench_serve(ServeBenchFlags f) {
     if (f.clients[level] == 1 && r.seconds > 0) one_client_tok_s = static_cast<double>(r.output_tokens) / r.seconds;
     print_level(r, one_client_tok_s);
   }
+  if (f.busy_ttft > 0) run_busy_ttft(f, model, *std::max_element(f.clients.begin(), f.clients.end()) - 1);
 }
 
 void setup_bench_serve(CLI::App& sub) {
@@ -277,6 +326,9 @@ void setup_bench_serve(CLI::App& sub) {
   sub.add_option("--model-name", f->model_name, "the request's \"model\" field (default: the first of GET /v1/models)");
   sub.add_option("--api-key", f->api_key, "sent as Authorization: Bearer KEY");
   sub.add_option("--seed", f->seed, "seed of the random prompts")->capture_default_str();
+  sub.add_option("--busy-ttft", f->busy_ttft,
+                 "then: time to first token of a prompt of this many tokens, alone and beside (largest --clients - 1) "
+                 "decoding streams");
   sub.add_option("--timeout", f->timeout_s, "seconds a request may take before it counts as failed")->capture_default_str();
   sub.callback([f, &sub] {
     f->serve_args = sub.remaining();

@@ -28,11 +28,20 @@ namespace tpcli::cli {
 
 namespace {
 
+// The engine for interactive streams: a prompt's chunk beside decoding streams is kept small so
+// their tokens keep coming (a step of 16 decode rows plus PREFILL_CHUNK prompt rows).
+constexpr int PREFILL_CHUNK = 32;
+model::EngineOptions serving_engine() {
+  model::EngineOptions o;
+  o.busy_prefill_tokens = PREFILL_CHUNK;
+  return o;
+}
+
 struct ServeFlags {
   std::string model, tokenizer, template_name, model_name, dtype = "auto", quantize, kv_memory;
   int group_size = 64, context = 0, max_queue = 256, grace = 10;
   serve::ServerOptions server;
-  model::EngineOptions engine;
+  model::EngineOptions engine = serving_engine();
 };
 
 std::string tokenizer_path(const ServeFlags& f, const OpenedModel& opened) {
@@ -116,6 +125,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   if (f.server.port < 0 || f.server.port > 65535) throw UsageError("--port " + std::to_string(f.server.port) + " must be 0 to 65535");
   if (f.engine.parallel < 1) throw UsageError("--parallel " + std::to_string(f.engine.parallel) + " must be >= 1");
   if (f.max_queue < 0) throw UsageError("--max-queue must be >= 0");
+  if (f.engine.busy_prefill_tokens < 0) throw UsageError("--prefill-chunk must be >= 0");
   serve::ServiceOptions service_options{f.engine, f.max_queue};
   if (!f.kv_memory.empty()) service_options.engine.kv_memory = parse_bytes(f.kv_memory);
 
@@ -198,6 +208,9 @@ void setup_serve(CLI::App& sub) {
   sub.add_option("--kv-memory", flags->kv_memory, "bytes of KV pool per device, e.g. 512M (default: --parallel whole contexts, within an eighth of memory)");
   sub.add_option("--kv-blocks", flags->engine.kv_blocks, "KV pool blocks of 16 positions (instead of --kv-memory)");
   sub.add_option("--step-tokens", flags->engine.step_tokens, "rows per forward at most (decode tokens first, then prompt chunks)")
+      ->capture_default_str();
+  sub.add_option("--prefill-chunk", flags->engine.busy_prefill_tokens,
+                 "prompt rows per step while other sequences decode (their inter-token latency; 0: --step-tokens)")
       ->capture_default_str();
   sub.add_option("--grace", flags->grace, "seconds requests may run on after SIGINT/SIGTERM")->capture_default_str();
   sub.add_option("--max-body", flags->server.max_body_bytes, "request body bytes at most (413 beyond)")->capture_default_str();

@@ -68,6 +68,7 @@ BatchEngine::BatchEngine(Llama& llama, const EngineOptions& options)
       context_(static_cast<int>(std::min<int64_t>(llama.config().seq_len, int64_t{pool_.blocks()} * options.block_size))) {
   if (options.parallel < 1) throw std::invalid_argument("batch engine: parallel must be >= 1");
   if (options.step_tokens < 1) throw std::invalid_argument("batch engine: step_tokens must be >= 1");
+  if (options.busy_prefill_tokens < 0) throw std::invalid_argument("batch engine: busy_prefill_tokens must be >= 0");
 }
 
 BatchEngine::~BatchEngine() = default;
@@ -121,6 +122,7 @@ bool BatchEngine::step() {
 // prefilling. A sequence short of blocks preempts the newest.
 void BatchEngine::plan_running(std::vector<Planned>& plan, int64_t& budget) {
   for (const bool decoding : {true, false}) {
+    if (!decoding && !plan.empty() && options_.busy_prefill_tokens > 0) budget = std::min<int64_t>(budget, options_.busy_prefill_tokens);
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Sequence& s = *sequences_[static_cast<size_t>(running_[i])];
       if ((s.pending() == 1) != decoding) continue;

@@ -58,6 +58,10 @@ struct EngineOptions {
   int kv_blocks = 0;        // blocks in the pool; 0: from kv_memory
   int64_t kv_memory = 0;    // bytes of pool per device; 0: `parallel` whole contexts, within an eighth of memory
   int step_tokens = 512;    // rows per step at most (at least `parallel`): decode rows first, then prompt chunks
+  // Prompt rows per step at most while some sequence decodes (0: step_tokens). A server keeps it
+  // small so a prompt arriving does not stall the streams decoding (their inter-token latency);
+  // with nothing decoding a prompt still takes the whole step.
+  int busy_prefill_tokens = 0;
   bool prefix_sharing = true;
 };
 

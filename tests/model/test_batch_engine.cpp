@@ -169,6 +169,11 @@ TEST_CASE("batch engine: chunked prefill, preemption and prefix sharing change n
       chunked.parallel = 4;
       require_same(run_engine(*w, devices, requests, chunked).outcomes, plain.outcomes);
 
+      model::EngineOptions busy = fresh;
+      busy.busy_prefill_tokens = 3;  // prompts trickle in beside the decoding sequences
+      busy.parallel = 6;
+      require_same(run_engine(*w, devices, requests, busy).outcomes, plain.outcomes);
+
       model::EngineOptions small_pool = fresh;
       small_pool.kv_blocks = 8;  // 128 positions for 16 sequences of up to 84
       const EngineRun preempted = run_engine(*w, devices, requests, small_pool);
