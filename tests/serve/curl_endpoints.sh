@@ -11,17 +11,8 @@ model=$shared/data/stories260K.bin tokenizer=$shared/data/tok512.bin
 [ -f "$model" ] && [ -f "$tokenizer" ] || { echo "curl_endpoints: $model or $tokenizer is absent: skipped" >&2; exit 77; }
 mkdir -p "$out"
 log=$out/curl_server.log
-"$tpcli" serve --model "$model" -z "$tokenizer" --template zephyr --devices 2 --port 0 >"$log" 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null' EXIT INT TERM
-url=
-for _ in $(seq 1 300); do
-  url=$(sed -n 's|.*listening on \(http://[^ ]*\).*|\1|p' "$log" | head -n 1)
-  [ -n "$url" ] && break
-  kill -0 "$server" 2>/dev/null || { cat "$log" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "curl_endpoints: the server did not start" >&2; cat "$log" >&2; exit 1; }
+. "$(cd "$(dirname "$0")" && pwd)/start_serve.sh"
+start_serve curl_endpoints "$log" --model "$model" -z "$tokenizer" --template zephyr --devices 2
 
 failures=0
 # check NAME WANT_STATUS WANT_TEXT curl-arguments...: the answer's status and a piece of its body.

@@ -35,27 +35,8 @@ fi
 
 # --port 0: the server binds any free port and names it in its "listening on" line.
 log=$out/server.log
-"$tpcli" serve --model "$model" --tokenizer "$tokenizer" --devices 2 --host 127.0.0.1 --port 0 \
-  --template zephyr >"$log" 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null' EXIT INT TERM
-
-url=
-for _ in $(seq 1 300); do
-  url=$(sed -n 's|.*listening on \(http://[^ ]*\).*|\1|p' "$log" | head -n 1)
-  [ -n "$url" ] && break
-  if ! kill -0 "$server" 2>/dev/null; then
-    echo "run_web_test: tpcli serve exited before listening:" >&2
-    cat "$log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-if [ -z "$url" ]; then
-  echo "run_web_test: tpcli serve did not say where it listens within 30 s:" >&2
-  cat "$log" >&2
-  exit 1
-fi
+. "$here/../start_serve.sh"
+start_serve run_web_test "$log" --model "$model" --tokenizer "$tokenizer" --devices 2 --host 127.0.0.1 --template zephyr
 health() { node -e 'fetch(process.argv[1]).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' "$url/health"; }
 for _ in $(seq 1 100); do
   health && break
