@@ -57,7 +57,7 @@ TEST_CASE("serve_load: SSE events come out whole wherever the chunks are cut") {
   }
 }
 
-TEST_CASE("serve_load: multi-line data joins with a newline; an unfinished event waits") {
+TEST_CASE("serve_load: multi-line data joins with a newline, and an unfinished event waits") {
   perf::SseSplitter splitter;
   CHECK(splitter.feed("event: x\ndata: a\ndata:b\n").empty());
   CHECK(splitter.pending() > 0);

@@ -24,7 +24,7 @@ std::string row_of(const std::string& out, int clients) {
 
 }  // namespace
 
-TEST_CASE("bench serve: --model serves stories260K itself; every request of 1 and 3 clients succeeds") {
+TEST_CASE("bench serve: --model serves stories260K itself, and every request of 1 and 3 clients succeeds") {
   require_shared("data/stories260K.bin");
   const RunResult r = run_tpcli({"bench", "serve", "--model", shared_path("data/stories260K.bin"), "-z",
                                  shared_path("data/tok512.bin"), "--devices", "2", "--parallel", "4", "--clients", "1,3",
