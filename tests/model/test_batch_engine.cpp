@@ -260,41 +260,68 @@ TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and 
   std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
   for (model::BatchRequest& r : requests) r.max_tokens = 8;
   const std::vector<Outcome> alone = run_alone(w, 2, requests);
+  struct Seen {  // device 0's observations, checked on the test's thread (Catch2 is not thread-safe)
+    int free_before = 0, free_after_cancel = 0, running = 0, waiting = 0, free_at_end = 0, blocks = 0;
+    std::vector<Outcome> outcomes;
+    bool forgotten_result_throws = false, second_forget_throws = false;
+  } seen;
   dist::run_on_mesh(dist::Mesh::line(2), [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"));
     model::EngineOptions o;
     o.parallel = 8;  // 8 wait while 8 run
     model::BatchEngine engine(m, o);
-    std::vector<std::vector<std::vector<float>>> logits(requests.size());
-    engine.on_logits = [&](int id, std::span<const float> l) { logits[static_cast<size_t>(id)].emplace_back(l.begin(), l.end()); };
+    std::vector<Outcome> outcomes(requests.size());
+    engine.on_logits = [&](int id, std::span<const float> l) { outcomes[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
     for (const model::BatchRequest& r : requests) engine.add(r);
     engine.step();
     engine.step();
-    const int free_before = engine.kv_blocks_free();
+    Seen mine;
+    mine.free_before = engine.kv_blocks_free();
     engine.cancel(3);   // running, mid-generation
     engine.cancel(12);  // still waiting
-    CHECK(engine.kv_blocks_free() > free_before);
-    CHECK(engine.running() == 7);
-    CHECK(engine.waiting() == 7);
+    mine.free_after_cancel = engine.kv_blocks_free();
+    mine.running = engine.running();
+    mine.waiting = engine.waiting();
     engine.cancel(3);  // again: nothing
     while (engine.step()) {
     }
-    CHECK(engine.kv_blocks_free() == engine.kv_blocks());
+    mine.free_at_end = engine.kv_blocks_free();
+    mine.blocks = engine.kv_blocks();
     for (size_t i = 0; i < requests.size(); ++i) {
-      INFO("request " << i);
-      const model::BatchResult& r = engine.result(static_cast<int>(i));
-      if (i == 3 || i == 12) {
-        CHECK(r.finish_reason == "cancelled");
-        CHECK(r.tokens.size() < 8);
-        continue;
-      }
-      CHECK(r.tokens == alone[i].tokens);
-      REQUIRE(logits[i].size() == alone[i].logits.size());
-      for (size_t t = 0; t < logits[i].size(); ++t)
-        CHECK(std::memcmp(logits[i][t].data(), alone[i].logits[t].data(), logits[i][t].size() * sizeof(float)) == 0);
+      outcomes[i].tokens = engine.result(static_cast<int>(i)).tokens;
+      outcomes[i].finish_reason = engine.result(static_cast<int>(i)).finish_reason;
     }
+    mine.outcomes = std::move(outcomes);
     engine.forget(3);
-    CHECK_THROWS(engine.result(3));
-    CHECK_THROWS(engine.forget(3));
+    try {
+      engine.result(3);
+    } catch (const std::out_of_range&) {
+      mine.forgotten_result_throws = true;
+    }
+    try {
+      engine.forget(3);
+    } catch (const std::out_of_range&) {
+      mine.second_forget_throws = true;
+    }
+    if (dev.rank() == 0) seen = std::move(mine);
   });
+  CHECK(seen.free_after_cancel > seen.free_before);
+  CHECK(seen.running == 7);
+  CHECK(seen.waiting == 7);
+  CHECK(seen.free_at_end == seen.blocks);
+  CHECK(seen.forgotten_result_throws);
+  CHECK(seen.second_forget_throws);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    const Outcome& o = seen.outcomes[i];
+    if (i == 3 || i == 12) {
+      CHECK(o.finish_reason == "cancelled");
+      CHECK(o.tokens.size() < 8);
+      continue;
+    }
+    CHECK(o.tokens == alone[i].tokens);
+    REQUIRE(o.logits.size() == alone[i].logits.size());
+    for (size_t t = 0; t < o.logits.size(); ++t)
+      CHECK(std::memcmp(o.logits[t].data(), alone[i].logits[t].data(), o.logits[t].size() * sizeof(float)) == 0);
+  }
 }
