@@ -226,11 +226,11 @@ class Reader {
     if (!value) return std::nullopt;
     const fs::path written(*value);
     if (written.is_absolute()) {
-      if (fs::exists(written)) return *value;
+      if (exists(written)) return *value;
     } else {
       const fs::path beside = (base_dir / written).lexically_normal();
-      if (fs::exists(beside)) return beside.string();
-      if (fs::exists(written)) return written.lexically_normal().string();
+      if (exists(beside)) return beside.string();
+      if (exists(written)) return written.lexically_normal().string();
     }
     std::string looked = written.is_absolute() ? "" : " (looked in " + (base_dir.empty() ? std::string(".") : base_dir.string()) +
                                                           "/ and in the current directory)";
@@ -259,6 +259,13 @@ class Reader {
   }
 
  private:
+  // A name too long for the system, or a component that is no folder, exists no more than a
+  // missing file does: "no such file" naming the key, never std::filesystem's exception.
+  static bool exists(const fs::path& p) {
+    std::error_code ignored;
+    return fs::exists(p, ignored);
+  }
+
   const toml::table& table_;
   std::string prefix_;
   std::string file_;
@@ -662,9 +669,11 @@ std::string MeshSection::axes_string() const {
 
 namespace {
 toml::table parse_toml_file(const std::string& path) {
-  if (!fs::exists(path)) throw ConfigError(path + ": no such file");
-  if (fs::is_directory(path)) throw ConfigError(path + ": is a directory, not a TOML file");
-  if (!fs::is_regular_file(path)) throw ConfigError(path + ": is not a regular file, not a TOML file");
+  std::error_code status_error;  // a name too long, a component that is no folder: as missing
+  const fs::file_status status = fs::status(path, status_error);
+  if (!fs::exists(status)) throw ConfigError(path + ": no such file");
+  if (fs::is_directory(status)) throw ConfigError(path + ": is a directory, not a TOML file");
+  if (!fs::is_regular_file(status)) throw ConfigError(path + ": is not a regular file, not a TOML file");
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {

@@ -285,6 +285,7 @@ TEST_CASE("every validation error names FILE:LINE:COL of the culprit") {
 TEST_CASE("missing files are errors at the key that names them") {
   TempDir dir;
   const std::string looked = " (looked in " + dir.path().string() + "/ and in the current directory)";
+  const std::string long_name(5000, 'q');
   struct Case {
     std::string text, marker, message;
   };
@@ -295,6 +296,9 @@ TEST_CASE("missing files are errors at the key that names them") {
        "model.config = \"models/none.toml\": no such file" + looked},
       {"[model]\ninit_from = \"/nonexistent/x.bin\"\n", "\"/nonexistent/x.bin\"",
        "model.init_from = \"/nonexistent/x.bin\": no such file"},
+      // Regression (fuzz_run_config): a name too long for the system threw std::filesystem's error.
+      {"[model]\nconfig = \"" + long_name + "\"\n", "\"" + long_name + "\"",
+       "model.config = \"" + long_name + "\": no such file" + looked},
   };
   int n = 0;
   for (const auto& c : cases) {
@@ -304,6 +308,7 @@ TEST_CASE("missing files are errors at the key that names them") {
   }
   CHECK(error_of<ConfigError>([&] { load_run_config((dir.path() / "nope.toml").string()); }) ==
         (dir.path() / "nope.toml").string() + ": no such file");
+  CHECK(error_of<ConfigError>([&] { load_run_config(long_name + ".toml"); }) == long_name + ".toml: no such file");
 }
 
 // Regression (fuzz_run_config): TOML++ quoted the text it saw, newline included, and the error
