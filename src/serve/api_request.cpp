@@ -129,22 +129,32 @@ bool is_default(const std::string& key, const json& v) {
   return false;
 }
 
+// Each endpoint's arguments: those read, and those OpenAI knows that are taken only at their
+// default (is_default).
+struct Arguments {
+  std::vector<std::string> read, default_only;
+};
+
+const Arguments& arguments_of(Endpoint endpoint) {
+  static const Arguments chat = {
+      {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "logprobs", "ignore_eos",
+       "messages", "max_completion_tokens", "top_logprobs"},
+      {"frequency_penalty", "presence_penalty", "logit_bias", "n", "user", "tools", "tool_choice", "parallel_tool_calls",
+       "response_format", "store", "metadata", "service_tier", "modalities", "functions", "function_call"}};
+  static const Arguments completion = {
+      {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "logprobs", "ignore_eos",
+       "prompt"},
+      {"echo", "suffix", "best_of", "frequency_penalty", "presence_penalty", "logit_bias", "n", "user"}};
+  return endpoint == Endpoint::chat ? chat : completion;
+}
+
 void check_arguments(const json& body, Endpoint endpoint) {
-  static const std::vector<std::string> implemented = {"model", "max_tokens", "temperature", "top_p", "seed", "stop",
-                                                       "stream", "stream_options", "logprobs", "ignore_eos"};
-  static const std::vector<std::string> chat = {"messages", "max_completion_tokens", "top_logprobs", "frequency_penalty",
-                                                "presence_penalty", "logit_bias", "n", "user", "tools", "tool_choice",
-                                                "parallel_tool_calls", "response_format", "store", "metadata",
-                                                "service_tier", "modalities", "functions", "function_call"};
-  static const std::vector<std::string> completion = {"prompt", "echo", "suffix", "best_of", "frequency_penalty",
-                                                      "presence_penalty", "logit_bias", "n", "user"};
-  const std::vector<std::string>& own = endpoint == Endpoint::chat ? chat : completion;
+  const Arguments& known = arguments_of(endpoint);
   for (const auto& [key, value] : body.items()) {
-    const bool known = std::ranges::count(implemented, key) || std::ranges::count(own, key);
-    if (!known) throw bad(key.substr(0, 64), "Unrecognized request argument supplied: " + key.substr(0, 64));  // the name cut, in both
-    const bool handled = std::ranges::count(implemented, key) || key == "messages" || key == "prompt" ||
-                         key == "max_completion_tokens" || key == "top_logprobs";
-    if (!handled && !is_default(key, value)) throw bad(key, "'" + key + "' is not supported by this server except at its default.");
+    if (std::ranges::count(known.read, key)) continue;
+    if (!std::ranges::count(known.default_only, key))
+      throw bad(key.substr(0, 64), "Unrecognized request argument supplied: " + key.substr(0, 64));  // the name cut, in both
+    if (!is_default(key, value)) throw bad(key, "'" + key + "' is not supported by this server except at its default.");
   }
 }
 
