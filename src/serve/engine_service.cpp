@@ -119,10 +119,7 @@ std::optional<Finish> RequestStream::wait(std::vector<TokenEvent>& out, std::chr
   return finish_;
 }
 
-EngineService::EngineService(ServiceOptions options) : options_(std::move(options)) {
-  stats_.time_to_first_token = Histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
-  stats_.inter_token_latency = Histogram({0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5});
-}
+EngineService::EngineService(ServiceOptions options) : options_(std::move(options)) {}
 
 bool EngineService::wait_ready() {
   std::unique_lock lock(mutex_);

@@ -82,7 +82,8 @@ struct ServiceSnapshot {
   int kv_blocks = 0, kv_blocks_free = 0, context = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, cached_tokens = 0, preemptions = 0, steps = 0;
   double tokens_per_second = 0;  // generated, over the last few seconds
-  Histogram time_to_first_token{{}}, inter_token_latency{{}};
+  Histogram time_to_first_token{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  Histogram inter_token_latency{{0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5}};
 };
 
 struct ServiceOptions {
