@@ -63,6 +63,7 @@ class LiveServer {
   int port() const { return port_; }
   serve::EngineService& service() { return service_; }
   const model::Tokenizer& tokenizer() const { return tokenizer_; }
+  const model::WeightSource& weights() const { return weights_; }
 
  private:
   model::Llama2cFile weights_;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "live_server.h"
+#include <cmath>
 #include "serve/engine_service.h"
 
 using namespace tpcli;
@@ -261,4 +262,31 @@ TEST_CASE("serve: a full queue is 429 with Retry-After, and a client that leaves
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(server.service().in_flight() == 0);
   CHECK(metric(c, "tpcli_generation_tokens_total") < 500);
+}
+
+TEST_CASE("serve: log-probabilities are the log-softmax of the logits forward() gives alone", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(2);
+  httplib::Client c = server.client();
+  const std::vector<int> prompt = {1, 403, 407, 280, 261};
+  const json lp = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 3}})["choices"][0]["logprobs"];
+  // The reference: one device, token by token, log-softmax in double.
+  std::vector<float> logits;
+  dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+    model::Llama m(server.weights(), dev.axis("model"));
+    for (size_t pos = 0; pos < prompt.size(); ++pos) {
+      const std::span<const float> l = m.forward(prompt[pos], static_cast<int>(pos));
+      if (pos + 1 == prompt.size()) logits.assign(l.begin(), l.end());
+    }
+  });
+  double top = logits[0];
+  for (const float x : logits) top = std::max<double>(top, x);
+  double sum = 0;
+  for (const float x : logits) sum += std::exp(x - top);
+  const size_t best = static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const double want = logits[best] - top - std::log(sum);
+  CHECK(lp["token_logprobs"][0].get<double>() == Approx(want).margin(1e-4));
+  CHECK(lp["tokens"][0] == server.tokenizer().decode_ids(std::span<const int>(std::vector<int>{static_cast<int>(best)}), false));
+  REQUIRE(lp["top_logprobs"][0].size() == 3);
+  for (const auto& [text, value] : lp["top_logprobs"][0].items()) CHECK(value.get<double>() <= want + 1e-4);
 }
