@@ -2,6 +2,7 @@
 #include "serve/engine_service.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -57,13 +58,26 @@ model::BatchRequest decode_add(std::span<const int32_t> words, size_t& at) {
   return r;
 }
 
-// Device 0's words to every device: their count, then the words (carried as float bit patterns).
+// Device 0's words to every device, carried as float bit patterns: one broadcast of their count
+// and the first INLINE_WORDS (a step without arrivals sends nothing more: one collective per
+// step), a second for the rest.
+constexpr size_t INLINE_WORDS = 31;
+
 std::vector<int32_t> broadcast_words(dist::Device& device, std::vector<int32_t> words) {
   dist::Group& world = device.world();
-  float count = float_of(static_cast<int32_t>(words.size()));
-  world.broadcast(std::span<float>(&count, 1), 0);
-  words.resize(static_cast<size_t>(bits_of(count)));
-  if (!words.empty()) world.broadcast(std::span<float>(reinterpret_cast<float*>(words.data()), words.size()), 0);
+  std::array<float, INLINE_WORDS + 1> head{};
+  head[0] = float_of(static_cast<int32_t>(words.size()));
+  std::memcpy(head.data() + 1, words.data(), std::min(words.size(), INLINE_WORDS) * sizeof(int32_t));
+  world.broadcast(head, 0);
+  const auto count = static_cast<size_t>(bits_of(head[0]));
+  words.resize(count);
+  std::memcpy(words.data(), head.data() + 1, std::min(count, INLINE_WORDS) * sizeof(int32_t));
+  if (count > INLINE_WORDS) {
+    std::vector<float> rest(count - INLINE_WORDS);
+    std::memcpy(rest.data(), words.data() + INLINE_WORDS, rest.size() * sizeof(float));
+    world.broadcast(rest, 0);
+    std::memcpy(words.data() + INLINE_WORDS, rest.data(), rest.size() * sizeof(float));
+  }
   return words;
 }
 
