@@ -94,9 +94,11 @@ class TrainableLlama {
   // function turns it off.
   void set_gradients_ready(std::function<void(int64_t end)> ready) { gradients_ready_ = std::move(ready); }
   void zero_grad();
-  // Every parameter of parameters() (the adapters, with LoRA) set to this device's part of its full
-  // tensor in `full` (a resumed or loaded adapter). Throws naming a parameter that is missing or of
-  // another shape.
+  // This device's part of every parameter of parameters() (the adapters, with LoRA), sliced from
+  // the full tensor `prefix + name` in `full` (a checkpoint's weights or optimizer moments). Throws
+  // naming a parameter that is missing or of another shape. Not for expert weights (nn/moe.h deals them).
+  std::vector<tensor::Tensor> local_parts(const WeightSource& full, const std::string& prefix = "") const;
+  // Sets every parameter to local_parts(full) (a resumed or loaded adapter).
   void load_parameters(const WeightSource& full);
   // Collective over the tensor group: the full weights (with LoRA: the adapters), for saving.
   TensorWeights gather_weights();

@@ -126,20 +126,30 @@ nn::LoraAdapter* TrainableLlama::adapter(size_t l, const std::string& target) {
   return site->columns ? ffn.down().adapter() : ffn.gate_up().adapter(site->part);
 }
 
-void TrainableLlama::load_parameters(const WeightSource& full) {
+std::vector<Tensor> TrainableLlama::local_parts(const WeightSource& full, const std::string& prefix) const {
+  std::vector<Tensor> out;
   for (const Parameter& p : parameters()) {
     const ParamSpec& spec = *p.spec;
-    if (spec.expert) throw std::invalid_argument("llama: loading '" + spec.name + "': experts are dealt out by the MoE layer");
+    const std::string name = prefix + spec.name;
+    if (spec.expert) throw std::invalid_argument("llama: slicing '" + name + "': experts are dealt out by the MoE layer");
     const int64_t rows = spec.shape[0], cols = tensor::numel(spec.shape) / rows;
-    const std::span<const float> values = full.get(spec.name);  // throws naming it when missing
+    const std::span<const float> values = full.get(name);  // throws naming it when missing
     if (static_cast<int64_t>(values.size()) != rows * cols)
-      throw std::invalid_argument("llama: '" + spec.name + "' holds " + std::to_string(values.size()) +
+      throw std::invalid_argument("llama: '" + name + "' holds " + std::to_string(values.size()) +
                                   " values, the model's is " + tensor::to_string(spec.shape));
-    Tensor local = spec.split == Split::Replicated ? Tensor(spec.shape, std::vector<float>(values.begin(), values.end()))
-                   : spec.split == Split::Rows ? nn::slice_rows(values.data(), cols, core_.plan.range_of(spec.sharded_dim))
-                                               : nn::slice_columns(values.data(), rows, cols, {core_.plan.range_of(spec.sharded_dim)});
-    std::ranges::copy(local.span(), p.value->span().begin());
+    if (spec.split == Split::Replicated)
+      out.emplace_back(spec.shape, std::vector<float>(values.begin(), values.end()));
+    else if (spec.split == Split::Rows)
+      out.push_back(nn::slice_rows(values.data(), cols, core_.plan.range_of(spec.sharded_dim)));
+    else
+      out.push_back(nn::slice_columns(values.data(), rows, cols, {core_.plan.range_of(spec.sharded_dim)}));
   }
+  return out;
+}
+
+void TrainableLlama::load_parameters(const WeightSource& full) {
+  const std::vector<Tensor> parts = local_parts(full);
+  for (size_t i = 0; i < parts.size(); ++i) std::ranges::copy(parts[i].span(), parameters()[i].value->span().begin());
 }
 
 // The adapters of block l finish with its backward: stage L - l, as the base's weights would.

@@ -4,7 +4,9 @@
 // of one device.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
@@ -12,9 +14,13 @@
 
 #include "distributed/runtime.h"
 #include "model/random_init.h"
+#include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
+#include "support/synthetic_text.h"
+#include "train/checkpoint.h"
 #include "train/loop.h"
+#include "train/quiet_run.h"
 
 using namespace tpcli;
 
@@ -161,4 +167,95 @@ TEST_CASE("LoRA gradients on every data x model mesh equal one device's", "[trai
       for (double l : losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
     }
   }
+}
+
+namespace {
+
+// A LoRA run on a character corpus from a fixed random base.
+train::TrainOptions lora_run(const std::filesystem::path& dir) {
+  const std::string text = tpcli::testing::synthetic_text(3000, 2);
+  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(text));
+  train::TrainOptions o;
+  o.tokenizer = tokenizer;
+  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
+  o.model = small_config();
+  o.model.vocab_size = tokenizer->vocab_size();
+  const std::string base = (dir / "base.safetensors").string();
+  model::write_safetensors(base, model::random_weights(o.model, 31));
+  o.init = std::make_shared<model::SafetensorsFile>(base);
+  o.lora = lora_options();
+  o.steps = 8;
+  o.batch_size = 4;
+  o.seq_len = 12;
+  o.seed = 3;
+  o.schedule = {2e-2, 2e-3, 2, 8, train::Decay::Cosine};
+  o.eval_every = 4;
+  o.eval_batches = 2;
+  tpcli::testing::quiet_run(o);
+  return o;
+}
+
+std::vector<double> losses_of(const train::TrainResult& r) {
+  std::vector<double> l;
+  for (const auto& rec : r.records) l.push_back(rec.loss);
+  return l;
+}
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tpcli_test_lora_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("a LoRA run learns, gives the same losses on meshes 1x1 2x1 1x2 2x2 1x3, and saves only adapters", "[train][lora]") {
+  const auto dir = fresh_dir("meshes");
+  train::TrainOptions o = lora_run(dir);
+  std::vector<double> reference;
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 3}}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
+    const auto losses = losses_of(train::train(o));
+    REQUIRE(losses.size() == 8);
+    if (reference.empty()) reference = losses;
+    INFO("mesh " << D << "x" << TP);
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
+  }
+  CHECK(reference.back() < reference.front() - 0.1);
+  model::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
+  CHECK(ckpt.has("layers.2.wq.lora_a"));
+  CHECK(ckpt.has("adam.exp_avg.layers.2.w2.lora_b"));
+  CHECK_FALSE(ckpt.has("layers.2.wq"));
+  CHECK_FALSE(ckpt.has("layers.0.wq.lora_a"));  // last_layers = 2 of 3
+  CHECK(ckpt.metadata().at("lora.rank") == "3");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a resumed LoRA run continues the uninterrupted run's losses", "[train][lora]") {
+  const auto dir = fresh_dir("resume");
+  train::TrainOptions o = lora_run(dir);
+  o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
+  o.shard_optimizer = true;  // ZeRO-1 over the adapters' moments
+  o.out_dir = (dir / "full").string();
+  const auto full = losses_of(train::train(o));
+  REQUIRE(full.size() == 8);
+
+  std::atomic<bool> stop{false};
+  o.out_dir = (dir / "cut").string();
+  o.run.stop = &stop;
+  o.on_step = [&](int64_t step, double) {
+    if (step == 2) stop = true;
+  };
+  const auto first = losses_of(train::train(o));
+  REQUIRE(first.size() == 3);
+  stop = false;
+  o.on_step = nullptr;
+  o.resume = true;
+  const auto tail = losses_of(train::train(o));
+  REQUIRE(tail.size() == 5);
+  for (size_t i = 0; i < 3; ++i) CHECK(first[i] == full[i]);
+  for (size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[i + 3]);
+  std::filesystem::remove_all(dir);
 }
