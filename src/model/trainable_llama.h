@@ -36,6 +36,11 @@ struct LoraOptions {
 };
 // tpcli's name of a Hugging Face module name ("q_proj" -> "wq"), or "" when it is not one LoRA adapts.
 std::string lora_target_of_module(const std::string& module);
+// The adapters' specs, A then B for each adapted linear, blocks from the last (the order backward
+// finishes them): A [r, IN] replicated and B [OUT, r] split by rows on AllToSharded linears, A split
+// by columns and B replicated on ShardedToAll ones (nn/lora.h). Throws std::invalid_argument for
+// options the model cannot take (MoE, rank < 1, more layers than it has, an unknown target).
+std::vector<ParamSpec> lora_parameters(const LlamaConfig& config, const LoraOptions& options);
 
 class TrainableLlama {
  public:

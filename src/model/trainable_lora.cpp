@@ -65,6 +65,12 @@ Tensor columns(const Tensor& m, dist::Range r) {
   return nn::slice_columns(m.data(), m.dim(0), m.dim(1), {r});
 }
 
+// "layers.3.wq.lora_a" -> {3, "wq"}
+std::pair<int, std::string> layer_and_target(const std::string& name) {
+  const size_t dot1 = name.find('.'), dot2 = name.find('.', dot1 + 1), dot3 = name.find('.', dot2 + 1);
+  return {std::stoi(name.substr(dot1 + 1, dot2 - dot1 - 1)), name.substr(dot2 + 1, dot3 - dot2 - 1)};
+}
+
 }  // namespace
 
 std::string lora_target_of_module(const std::string& module) {
@@ -73,8 +79,7 @@ std::string lora_target_of_module(const std::string& module) {
   return "";
 }
 
-void TrainableLlama::add_adapters(const LoraOptions& o) {
-  const LlamaConfig& c = core_.config;
+std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& o) {
   if (c.is_moe()) throw std::invalid_argument("llama: LoRA on a mixture-of-experts model is not supported yet");
   if (o.rank < 1) throw std::invalid_argument("llama: LoRA rank " + std::to_string(o.rank) + " must be at least 1");
   if (o.last_layers < 0 || o.last_layers > c.n_layers)
@@ -82,40 +87,55 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
                                 std::to_string(c.n_layers));
   for (const std::string& t : o.targets)
     if (!site_of(t)) throw std::invalid_argument("llama: '" + t + "' is not a linear LoRA can adapt");
+  const std::vector<ParamSpec> base = llama_parameters(c);
+  const auto shape_of = [&](const std::string& name) {
+    return std::ranges::find(base, name, &ParamSpec::name)->shape;
+  };
   const int first = o.last_layers == 0 ? 0 : c.n_layers - o.last_layers;
   const int64_t r = o.rank;
-  lora_specs_.clear();
-  for (size_t l = layers_.size(); l-- > 0;) {
-    Layer& L = layers_[l];
+  std::vector<ParamSpec> specs;
+  for (int l = c.n_layers - 1; l >= first; --l)
+    for (const AdapterSite& site : SITES) {
+      if (std::ranges::find(o.targets, std::string(site.target)) == o.targets.end()) continue;
+      const std::string name = "layers." + std::to_string(l) + "." + site.target;
+      const tensor::Shape shape = shape_of(name);
+      const int64_t OUT = shape[0], IN = shape[1];
+      const bool kv = !site.columns && site.dim == ShardedDim::KvHeads;
+      specs.push_back({name + ".lora_a", {r, IN}, site.columns ? Split::Columns : Split::Replicated, true, false, false,
+                       site.columns ? site.dim : ShardedDim::None});
+      specs.push_back({name + ".lora_b", {OUT, r}, site.columns ? Split::Replicated : Split::Rows, true, false, kv,
+                       site.columns ? ShardedDim::None : site.dim});
+    }
+  return specs;
+}
+
+void TrainableLlama::add_adapters(const LoraOptions& o) {
+  lora_specs_ = lora_parameters(core_.config, o);
+  for (Layer& L : layers_) {
     L.linears.qkv.freeze();
     L.linears.wo.freeze();
     auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
     ffn.gate_up().freeze();
     ffn.down().freeze();
-    if (static_cast<int>(l) < first) continue;
-    for (const AdapterSite& site : SITES) {
-      if (std::ranges::find(o.targets, std::string(site.target)) == o.targets.end()) continue;
-      const std::string name = "layers." + std::to_string(l) + "." + site.target;
-      const ParamSpec& base = core_.spec(name);
-      const int64_t OUT = base.shape[0], IN = base.shape[1];
-      const dist::Range mine = core_.plan.range_of(site.dim);
-      Tensor a = initial_lora_a(o.seed, name, r, IN);
-      if (site.columns) {
-        nn::LoraAdapter ad = nn::make_lora_adapter(columns(a, mine), Tensor({OUT, r}), o.alpha);
-        (site.dim == ShardedDim::Hidden ? ffn.down() : L.linears.wo).set_adapter(std::move(ad));
-      } else {
-        nn::LoraAdapter ad = nn::make_lora_adapter(std::move(a), Tensor({mine.count, r}), o.alpha);
-        (site.dim == ShardedDim::Hidden ? ffn.gate_up() : L.linears.qkv).set_adapter(site.part, std::move(ad));
-      }
-      const Split a_split = site.columns ? Split::Columns : Split::Replicated;
-      const Split b_split = site.columns ? Split::Replicated : Split::Rows;
-      lora_specs_.push_back({name + ".lora_a", {r, IN}, a_split, true, false, false,
-                             site.columns ? site.dim : ShardedDim::None});
-      lora_specs_.push_back({name + ".lora_b", {OUT, r}, b_split, true, false, !site.columns && site.dim == ShardedDim::KvHeads,
-                             site.columns ? ShardedDim::None : site.dim});
-    }
   }
   head_->classifier().set_frozen(true);
+  for (size_t i = 0; i < lora_specs_.size(); i += 2) {  // A, then B
+    const ParamSpec& a_spec = lora_specs_[i];
+    const auto [l, target] = layer_and_target(a_spec.name);
+    const AdapterSite& site = *site_of(target);
+    Layer& L = layers_[static_cast<size_t>(l)];
+    auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
+    const int64_t r = o.rank, OUT = lora_specs_[i + 1].shape[0];
+    const dist::Range mine = core_.plan.range_of(site.dim);
+    Tensor a = initial_lora_a(o.seed, "layers." + std::to_string(l) + "." + target, r, a_spec.shape[1]);
+    if (site.columns) {
+      nn::LoraAdapter ad = nn::make_lora_adapter(columns(a, mine), Tensor({OUT, r}), o.alpha);
+      (site.dim == ShardedDim::Hidden ? ffn.down() : L.linears.wo).set_adapter(std::move(ad));
+    } else {
+      nn::LoraAdapter ad = nn::make_lora_adapter(std::move(a), Tensor({mine.count, r}), o.alpha);
+      (site.dim == ShardedDim::Hidden ? ffn.gate_up() : L.linears.qkv).set_adapter(site.part, std::move(ad));
+    }
+  }
 }
 
 nn::LoraAdapter* TrainableLlama::adapter(size_t l, const std::string& target) {
@@ -156,10 +176,8 @@ void TrainableLlama::load_parameters(const WeightSource& full) {
 void TrainableLlama::bind_adapters() {
   const int L = static_cast<int>(layers_.size());
   for (const ParamSpec& spec : lora_specs_) {
-    // "layers.L.wq.lora_a": the layer, the target, the factor.
-    const size_t dot1 = spec.name.find('.'), dot2 = spec.name.find('.', dot1 + 1), dot3 = spec.name.find('.', dot2 + 1);
-    const int l = std::stoi(spec.name.substr(dot1 + 1, dot2 - dot1 - 1));
-    nn::LoraAdapter& ad = *adapter(static_cast<size_t>(l), spec.name.substr(dot2 + 1, dot3 - dot2 - 1));
+    const auto [l, target] = layer_and_target(spec.name);
+    nn::LoraAdapter& ad = *adapter(static_cast<size_t>(l), target);
     const bool is_a = spec.name.ends_with(".lora_a");
     binding_.bind(L - l, spec, is_a ? ad.a : ad.b, is_a ? ad.a_grad : ad.b_grad);
   }

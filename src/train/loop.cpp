@@ -1,6 +1,7 @@
 #include "train/loop.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -99,6 +100,7 @@ MemoryLayout memory_layout(const TrainOptions& o) {
   m.sequence_parallel = o.sequence_parallel;
   m.shard_optimizer = o.shard_optimizer;
   m.bucket_elems = o.bucket_elems;
+  m.lora = o.lora;
   return m;
 }
 
@@ -204,6 +206,18 @@ class DeviceRun {
   bool save_due_ = false;              // a checkpoint of the weights now in the model, once the next step's gradients vouch for them
   int64_t kept_step_ = -1;             // the step of out_dir/latest.safetensors (-1: none from this run or its resume)
 };
+
+// ", LoRA: optimizer state 1.2% of a full fine-tune's" (empty without LoRA).
+std::string lora_note_of(const TrainOptions& o) {
+  if (!o.lora) return "";
+  MemoryLayout full = memory_layout(o);
+  full.lora.reset();
+  const double share = 100.0 * static_cast<double>(run_device_bytes(o).optimizer) /
+                       static_cast<double>(device_bytes(o.model, full).optimizer);
+  char text[96];
+  std::snprintf(text, sizeof text, "; LoRA: optimizer state %.2f%% of a full fine-tune's", share);
+  return text;
+}
 
 std::string expert_axis_of(const TrainOptions& o) { return o.expert_axis.empty() ? o.data_axis : o.expert_axis; }
 
@@ -392,7 +406,7 @@ void DeviceRun::run() {
     if (o_.progress)
       s_.progress.message("memory per device (device 0): " + describe(run_device_bytes(o_)) +
                           (o_.recompute ? " (recompute)" : "") + (o_.shard_optimizer ? " (optimizer sharded)" : "") +
-                          (o_.sequence_parallel ? " (sequence parallel)" : ""));
+                          (o_.sequence_parallel ? " (sequence parallel)" : "") + lora_note_of(o_));
   }
   const auto run_start = Clock::now();
   auto last = run_start;

@@ -259,3 +259,40 @@ TEST_CASE("a resumed LoRA run continues the uninterrupted run's losses", "[train
   for (size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[i + 3]);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("bytes per device with LoRA: the accounting equals what the model and optimizer hold", "[train][lora]") {
+  const auto c = small_config();
+  const auto weights = model::random_weights(c, 41);
+  const auto o = lora_options();
+  const int rows = 2, T = 8;
+  const auto tokens = random_ids(rows * T, c.vocab_size, 42);
+  for (bool shard : {false, true}) {
+    INFO("shard " << shard);
+    std::mutex mu;
+    std::vector<std::string> failures;
+    dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
+      dist::Group& data = dev.axis("data");
+      dist::Group& tp = dev.axis("model");
+      model::TrainableLlama llama(weights, tp, {}, o);
+      train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};
+      train::DataParallelOptimizer optimizer(llama, axes, tp.rank(), {}, shard, 101);
+      llama.forward_backward(tokens, tokens, rows, T);
+      train::MemoryLayout layout{2, 2, 2, true, rows, T, false, shard, 101, false};
+      const train::DeviceBytes base = train::device_bytes(c, layout, tp.rank(), data.rank());
+      layout.lora = o;
+      const train::DeviceBytes want = train::device_bytes(c, layout, tp.rank(), data.rank());
+      int64_t adapters = 0;
+      for (auto& p : llama.parameters()) adapters += p.value->numel() * 4;
+      std::lock_guard lock(mu);
+      const auto expect = [&](bool ok, const std::string& what) {
+        if (!ok) failures.push_back("device " + std::to_string(dev.rank()) + ": " + what);
+      };
+      expect(want.parameters == base.parameters + adapters, "parameters");
+      expect(want.gradients == adapters, "gradients");
+      expect(want.optimizer == optimizer.moment_bytes(), "optimizer");
+      expect(want.optimizer < base.optimizer, "less optimizer state than a full fine-tune");
+    });
+    for (const auto& f : failures) UNSCOPED_INFO(f);
+    CHECK(failures.empty());
+  }
+}
