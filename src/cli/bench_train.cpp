@@ -3,7 +3,8 @@
 // against the BLIS sgemm peak measured in the same run. A mesh may carry options: "+shard"
 // (train.shard_optimizer, ZeRO-1), "+recompute" (train.recompute), "+sp" (mesh.sequence_parallel),
 // "+plain" (none of them), "+blocking" (train.overlap_buckets = false: the data-parallel buckets
-// after backward, not during it).
+// after backward, not during it), "+lora" (LoRA adapters of rank 8 on every linear of the same model,
+// its base frozen: `--meshes 1x1,1x1+lora,1x1,1x1+lora` alternates full and LoRA steps).
 //
 // Model FLOPs per token (PaLM's appendix B): 6 * (matmul parameters, the classifier included, the
 // embedding lookup not) + 12 * L * C * T for attention scores and values (forward + backward).
@@ -31,6 +32,7 @@
 #include "cli/model_from_config.h"
 #include "cli/plan_report.h"
 #include "cli/train_setup.h"
+#include "model/trainable_llama.h"
 #include "perf/gemm_rate.h"
 #include "perf/measure_rates.h"
 #include "tensor/blas.h"
@@ -64,7 +66,7 @@ double flops_per_token(const model::LlamaConfig& c, int T) {
 // mesh without a plan (sequence parallel, MoE).
 std::optional<perf::Prediction> predict_step(const config::RunConfig& cfg, const train::TrainOptions& t, int threads) {
   const config::MeshSection& ms = cfg.mesh;
-  if ((ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) || t.model.is_moe()) return std::nullopt;
+  if ((ms.sequence_parallel && ms.axis_size(ms.tensor_axis) > 1) || t.model.is_moe() || t.lora) return std::nullopt;
   const perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis), t.run.links};
   const train::MemoryLayout layout = train::memory_layout(t);
   const auto work = train::plan_step_work(t.model, layout, t.grad_accum);
@@ -94,6 +96,7 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
     if (!(in >> D >> x >> TP) || x != 'x' || D < 1 || TP < 1 || !in.eof())
       throw UsageError("--meshes " + m + ": expected DATAxMODEL[+shard][+recompute][+sp], e.g. 2x1+shard");
     config::RunConfig cfg = base;
+    bool lora = false;
     for (size_t at = m.find('+'); at != std::string::npos; at = m.find('+', at + 1)) {
       const std::string option = m.substr(at + 1, m.find('+', at + 1) - at - 1);
       if (option == "shard") cfg.train.shard_optimizer = true;
@@ -101,11 +104,13 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
       else if (option == "sp") cfg.mesh.sequence_parallel = true;
       else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = cfg.mesh.sequence_parallel = false;
       else if (option == "blocking") cfg.train.overlap_buckets = false;
-      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, sp, plain, blocking)");
+      else if (option == "lora") lora = true;
+      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, sp, plain, blocking, lora)");
     }
     config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
     Prepared p = prepare_training(cfg, false);
     train::TrainOptions& t = p.options;
+    if (lora) t.lora = model::LoraOptions{};  // on the config's (random) base: the cost is the same
     t.steps = o.warmup + o.steps;
     t.schedule.total_steps = t.steps;
     t.out_dir.clear();
