@@ -109,10 +109,11 @@ class PackedMatrix {
   // The backward's product: dinp[N, K] (row stride ld_dinp, 0 = K) = beta * dinp + dout[N, R] (row
   // stride ld_dout, 0 = R) @ W[R, K], W dequantized. beta == 0 overwrites dinp (NaN there or not).
   // Memory: no f32 copy of W; a thread-local scratch holds one block of columns, W[:, block]
-  // dequantized (all R rows, a multiple of 128 columns: whole groups of every format), while one
-  // gemm contracting over all R writes that block of dinp once. The block is the most columns
-  // within 512 KB of scratch, at least 128: the scratch is at most max(512 KB, R x 512 bytes).
-  // f32 matrices go straight to gemm. Runs on the calling thread's blas_threads().
+  // dequantized (all R rows, whole groups), while one gemm contracting over all R writes that
+  // block of dinp once. Blocks of equal width, as wide as 1 MB of scratch allows (at least one
+  // group): the scratch is at most max(1 MB, R x 512 bytes). f32 matrices go straight to gemm.
+  // Runs on the calling thread's blas_threads(). (Measured against row tiles contracted one after
+  // another, and against sgemm on the whole dequantized matrix: tpcli bench matmul.)
   void transposed_product(float* dinp, const float* dout, int64_t N, float beta, int64_t ld_dout = 0,
                           int64_t ld_dinp = 0) const;
 

@@ -1,8 +1,9 @@
 // PackedMatrix::transposed_product (the input gradient through a frozen packed weight, QLoRA's
 // backward): dinp = beta * dinp + dout @ dequantize(W), for every format, against the f32 gemm with
-// the dequantized matrix and against a double sum; shapes whose rows and columns are not multiples
-// of 128 (the column blocks' unit) nor, where the format allows, of the group; several column
-// blocks (R = 2000: 128-column blocks); strided operands.
+// the dequantized matrix and against a double sum; odd row counts, column counts that are not
+// multiples of 16 (the 16-bit formats' block unit) nor, where the format allows, of the group;
+// several column blocks with a narrower last one (R = 2000: blocks of 96 and of 112 columns);
+// strided operands.
 //
 // Tolerance: both sides multiply the same f32 values (W dequantized) and differ only in the order
 // of the f32 sums over R, so |got - ref| <= 2 * gamma_R * sum_r |dout[n, r] * W[r, k]| at worst
