@@ -3,7 +3,9 @@
 // Square C[n,n] = A[n,n] @ B[n,n] for each --sizes n, with 1 and all cores; the decode shape
 // out[1,N] = x[1,K] @ W[N,K]^T (memory-bound: reported also as weight GB/s) through BLIS gemm
 // with m = 1, through tensor::matvec, and through a naive dot-product loop; then the batched decode
-// product (B vectors per weight pass, batch-invariant) in f32, 8-bit and 4-bit.
+// product (B vectors per weight pass, batch-invariant) in f32, 8-bit and 4-bit; then the backward
+// through a frozen packed weight (QLoRA: dinp[N, IN] = dout[N, OUT] @ W) at training shapes, the
+// packed transposed product against sgemm with the same matrix dequantized, in the same run.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -29,6 +31,7 @@ struct BenchMatmulOptions {
   std::vector<int> threads;  // empty: 1 and all cores
   int64_t decode_n = 4096, decode_k = 4096;
   std::vector<int64_t> batches{1, 4, 16};
+  int64_t backward_n = 512;  // rows (tokens) of the backward product
   int reps = 5;
 };
 
@@ -106,6 +109,51 @@ void bench_batched_decode(const BenchMatmulOptions& o, std::mt19937& rng) {
   }
 }
 
+// The alternative tiling, kept here to measure against: row tiles of W (a few hundred KB each)
+// dequantized and contracted one at a time, dinp accumulating over the tiles (k = tile rows per gemm).
+void transposed_product_row_tiles(float* dinp, const float* dout, const tensor::PackedMatrix& m, int64_t N) {
+  const int64_t R = m.rows(), K = m.cols();
+  const int64_t TILE = std::max<int64_t>(16, (int64_t{1} << 16) / std::max<int64_t>(K, 1));
+  thread_local std::vector<float> tile;  // [TILE, K]
+  tile.resize(static_cast<size_t>(TILE * K));
+  for (int64_t t0 = 0; t0 < R; t0 += TILE) {
+    const int64_t rows = std::min(TILE, R - t0);
+    for (int64_t i = 0; i < rows; ++i) m.dequantize_row(tile.data() + i * K, t0 + i);
+    tensor::gemm(tensor::Trans::No, tensor::Trans::No, N, K, rows, 1.0f, dout + t0, R, tile.data(), K, t0 == 0 ? 0.0f : 1.0f,
+                 dinp, K);
+  }
+}
+
+// QLoRA's backward through the frozen base at training shapes (one thread, as a device runs it):
+// PackedMatrix::transposed_product (column blocks), the row-tile alternative, and sgemm with the
+// whole matrix dequantized beforehand (the f32 copy the packed product avoids; not timed).
+void bench_packed_backward(const BenchMatmulOptions& o, std::mt19937& rng) {
+  const int64_t N = o.backward_n;
+  tensor::set_blas_threads(1);
+  std::printf("\n%-34s %14s %14s %14s %10s\n", ("backward dinp[" + std::to_string(N) + ",IN] = dout @ W").c_str(),
+              "packed", "row tiles", "sgemm f32 W", "packed/sgemm");
+  const std::pair<int64_t, int64_t> shapes[] = {{288, 288}, {768, 288}, {288, 768}};  // {OUT, IN}
+  for (const auto& [OUT, IN] : shapes) {
+    const auto w = random_floats(rng, OUT * IN), dout = random_floats(rng, N * OUT);
+    std::vector<float> dinp(static_cast<size_t>(N * IN));
+    const double flops = 2.0 * static_cast<double>(N) * OUT * IN;
+    // groups of 32: 288 (the bench model's width) is no multiple of 64
+    for (const tensor::WeightFormat f : {tensor::WeightFormat::bf16(), tensor::WeightFormat::affine(8, 32),
+                                         tensor::WeightFormat::affine(4, 32), tensor::WeightFormat::mxfp8()}) {
+      const tensor::PackedMatrix m = tensor::PackedMatrix::from_f32(w.data(), OUT, IN, f);
+      const tensor::Tensor d = m.dequantize();
+      const double packed = time_median(o.reps, [&] { m.transposed_product(dinp.data(), dout.data(), N, 0.0f); });
+      const double tiles = time_median(o.reps, [&] { transposed_product_row_tiles(dinp.data(), dout.data(), m, N); });
+      const double sgemm = time_median(o.reps, [&] {
+        tensor::gemm(tensor::Trans::No, tensor::Trans::No, N, IN, OUT, 1.0f, dout.data(), OUT, d.data(), IN, 0.0f, dinp.data(), IN);
+      });
+      const std::string label = "OUT=" + std::to_string(OUT) + " IN=" + std::to_string(IN) + " " + f.name();
+      std::printf("%-34s %9.1f GF/s %9.1f GF/s %9.1f GF/s %9.2fx\n", label.c_str(), flops / packed / 1e9,
+                  flops / tiles / 1e9, flops / sgemm / 1e9, sgemm / packed);
+    }
+  }
+}
+
 void run_bench_matmul(const BenchMatmulOptions& o) {
   std::vector<int> threads = o.threads;
   if (threads.empty()) threads = {1, tensor::available_cores()};
@@ -115,6 +163,7 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   for (int64_t n : o.sizes)
     if (n < 1 || n > 16384) throw UsageError("bench matmul: size " + std::to_string(n) + " not in [1, 16384]");
   if (o.reps < 1) throw UsageError("bench matmul: --reps must be >= 1");
+  if (o.backward_n < 1) throw UsageError("bench matmul: --backward-n " + std::to_string(o.backward_n) + " < 1");
   const int saved = tensor::blas_threads();
   std::mt19937 rng(1);
   std::printf("tpcli bench matmul: BLIS kernels '%s', %d cores, median of %d\n\n", tensor::blas_kernels(),
@@ -157,6 +206,7 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   }
   report("naive dot loop", 1, time_median(o.reps, [&] { naive_matvec(out.data(), w.data(), x.data(), N, K); }));
   bench_batched_decode(o, rng);
+  bench_packed_backward(o, rng);
   tensor::set_blas_threads(saved);
 }
 
@@ -167,12 +217,13 @@ void setup_bench_matmul(CLI::App& sub) {
   sub.add_option("--decode-n", o->decode_n, "Decode shape: output features N")->capture_default_str();
   sub.add_option("--decode-k", o->decode_k, "Decode shape: input features K")->capture_default_str();
   sub.add_option("--batches", o->batches, "Batched decode: vectors per product")->delimiter(',')->capture_default_str();
+  sub.add_option("--backward-n", o->backward_n, "Backward through packed weights: rows N")->capture_default_str();
   sub.add_option("--reps", o->reps, "Timed repetitions (median reported)")->capture_default_str();
   sub.callback([o] { run_bench_matmul(*o); });
 }
 
 const bool registered =
-    register_bench({"matmul", "BLIS sgemm and the decode matvec vs a naive loop", setup_bench_matmul});
+    register_bench({"matmul", "BLIS sgemm and the decode matvec vs a naive loop, packed backward vs sgemm", setup_bench_matmul});
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "nn/collective_matmul.h"
 #include "nn/gather.h"
@@ -148,7 +149,25 @@ void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N
   // One scratch per thread (a device), not per layer: every layer's would be sized for the
   // largest step (a prompt's rows) and kept.
   thread_local std::vector<float> h13, g;  // [N, 2*FL], [N, FL]
-  swiglu_ffn_forward(out, h13, g, inp, N, w13_, w2_);
+  swiglu_ffn_forward(out, keep_ ? h13_ : h13, g, inp, N, w13_, w2_);
+}
+
+void QuantizedSwiGluFeedForward::keep_activations(bool on) {
+  keep_ = on;
+  if (!on) release_activations();
+}
+
+void QuantizedSwiGluFeedForward::backward(float* dinp, const float* dout, int64_t N) {
+  const int64_t FL = w2_.in_features();
+  if (!keep_ || h13_.size() != static_cast<size_t>(swiglu_activation_sizes(N, FL).h13))
+    throw std::logic_error("quantized swiglu feed-forward: backward for " + std::to_string(N) +
+                           " rows needs a forward on them after keep_activations(true)");
+  thread_local std::vector<float> dg, dh13;  // [N, FL], [N, 2*FL] scratch
+  const std::vector<float> no_g;             // (w2 is frozen: its backward needs no activations)
+  swiglu_ffn_backward(
+      dinp, dh13, dg, dout, h13_, no_g, nullptr, N, FL,
+      [&](float* dgate, const float* dy, const float*) { w2_.backward(dgate, dy, N); },  // no communication
+      [&](float* dx, const float* dh, const float*) { w13_.backward(dx, dh, N); });       // all_sum of dinp
 }
 
 }  // namespace tpcli::nn

@@ -110,18 +110,32 @@ class SwiGluFeedForward : public TrainableFeedForward {
   std::vector<float> dh13_; // [N, 2*FL] scratch
 };
 
-// The same SwiGLU over frozen packed weights (quantized or 16-bit checkpoints): forward only.
+// The same SwiGLU over frozen packed weights (quantized or 16-bit checkpoints). Inference runs
+// forward only; QLoRA trains adapters around it and needs its input gradient: with
+// keep_activations(true), forward keeps h13 [N, 2*FL] and backward gives dinp (no weight
+// gradients: the packed weights are frozen).
+// Communication: forward one all_sum of [N, C] (w2); backward one all_sum of [N, C] (w13's dinp),
+// none in w2's.
 class QuantizedSwiGluFeedForward : public FeedForward {
  public:
   // w13: parts w1 [FL, C], w3 [FL, C]; w2: [C, FL].
   QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2);
 
   void forward(float* out, const float* inp, int64_t N) override;
+  // dinp[N, C] += the input gradient of out for dout[N, C] (both mirrored), after forward on the
+  // same N with keep_activations(true) (std::logic_error otherwise). A collective.
+  void backward(float* dinp, const float* dout, int64_t N);
+  // Off (inference): forward's h13 lives in a per-thread scratch shared by every layer.
+  void keep_activations(bool on);
   int64_t parameter_bytes() const override { return w13_.bytes() + w2_.bytes(); }
+  void release_activations() override { std::vector<float>().swap(h13_); }
+  int64_t activation_bytes() const override { return static_cast<int64_t>(h13_.capacity() * sizeof(float)); }
 
  private:
   QuantizedAllToShardedLinear w13_;
   QuantizedShardedToAllLinear w2_;
+  bool keep_ = false;
+  std::vector<float> h13_;  // [N, 2*FL] saved by forward when keep_
 };
 
 }  // namespace tpcli::nn

@@ -28,6 +28,11 @@ void QuantizedLinear::forward(float* out, const float* inp, int64_t N, int64_t l
   weight_.matmul(out, inp, N, ld_out);
 }
 
+void QuantizedLinear::input_gradient(float* target, const float* dout, int64_t N, bool accumulate, int64_t ld_dout,
+                                     int64_t ld_target) const {
+  weight_.transposed_product(target, dout, N, accumulate ? 1.0f : 0.0f, ld_dout, ld_target);
+}
+
 // ---- QuantizedAllToShardedLinear ----
 
 QuantizedAllToShardedLinear::QuantizedAllToShardedLinear(std::vector<QuantizedLinear> parts, dist::Group group)
@@ -52,6 +57,27 @@ void QuantizedAllToShardedLinear::forward(float* out, const float* inp, int64_t 
     p.forward(out + col, inp, N, out_local_);
     col += p.out_features();
   }
+}
+
+void QuantizedAllToShardedLinear::input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const {
+  int64_t col = 0;
+  for (size_t i = 0; i < parts_.size(); ++i) {  // target[N, IN] (+)= dout[:, part's columns] @ W_part
+    parts_[i].input_gradient(target, dout + col, N, accumulate || i > 0, out_local_);
+    col += parts_[i].out_features();
+  }
+}
+
+void QuantizedAllToShardedLinear::backward(float* dinp, const float* dout, int64_t N) {
+  const int64_t IN = in_features();
+  if (group_.size() == 1) {  // nothing to sum over: straight into dinp
+    if (dinp) input_gradient(dinp, dout, N, true);
+    return;
+  }
+  dinp_partial_.resize(static_cast<size_t>(N * IN));  // [N, IN], overwritten
+  input_gradient(dinp_partial_.data(), dout, N, false);
+  group_.all_sum(std::span<float>(dinp_partial_.data(), static_cast<size_t>(N * IN)));  // sum_gradients: partial -> mirrored
+  if (!dinp) return;
+  for (int64_t i = 0; i < N * IN; ++i) dinp[i] += dinp_partial_[static_cast<size_t>(i)];
 }
 
 // ---- QuantizedShardedToAllLinear ----
@@ -99,6 +125,12 @@ void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t 
     dist::tree_reduce(out, parts.data(), static_cast<int>(L), 0, rows, [](float a, float b) { return a + b; });
   }
   group_.all_sum(std::span<float>(out, static_cast<size_t>(rows)));  // partial -> mirrored
+}
+
+void QuantizedShardedToAllLinear::input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const {
+  const int64_t IN_lane = lanes_[0].in_features();
+  for (size_t l = 0; l < lanes_.size(); ++l)  // target[:, lane l's columns] (+)= dout[N, OUT] @ W_lane
+    lanes_[l].input_gradient(target + static_cast<int64_t>(l) * IN_lane, dout, N, accumulate, 0, in_local_);
 }
 
 // ---- shard_linear / shard_inplace ----

@@ -5,8 +5,13 @@
 // Dimension legend: N rows (tokens), IN input features, OUT output features, GS group size;
 // *_local = this device's shard.
 //
-// Inference layers: the weights are frozen (no gradients). Communication is that of the f32 twins
-// (nn/linear.h): AllToSharded forwards its local rows with none; ShardedToAll ends in an all_sum.
+// The weights are frozen (no weight gradients), but the input gradient flows through them
+// (QLoRA: LoRA adapters train beside a frozen quantized base): backward is dinp += dout @ W with W
+// dequantized a column block at a time (tensor::PackedMatrix::transposed_product), never as a
+// whole f32 copy. Communication is that of the f32 twins (nn/linear.h):
+//   QuantizedLinear              forward: none;     backward: none
+//   QuantizedAllToShardedLinear  forward: none;     backward: all_sum of dinp (MLX sum_gradients)
+//   QuantizedShardedToAllLinear  forward: all_sum;  backward: none (the gradient passes through)
 // Sharding by input columns keeps whole groups (MLX: each rank holds whole groups): groups are
 // dealt out as evenly as possible, and a split that would cut a group is an error naming it.
 #pragma once
@@ -36,6 +41,13 @@ class QuantizedLinear {
 
   // out[N, OUT] (row stride ld_out, 0 = OUT) = inp[N, IN] @ W^T. N == 1: the packed matvec kernels.
   void forward(float* out, const float* inp, int64_t N, int64_t ld_out = 0) const;
+  // dinp[N, IN] += dout[N, OUT] (row stride ld_dout, 0 = OUT) @ W. No weight gradient, no communication.
+  void backward(float* dinp, const float* dout, int64_t N, int64_t ld_dout = 0) const {
+    input_gradient(dinp, dout, N, true, ld_dout);
+  }
+  // target[N, IN] (row stride ld_target, 0 = IN) (+)= dout[N, OUT] (row stride ld_dout) @ W.
+  void input_gradient(float* target, const float* dout, int64_t N, bool accumulate, int64_t ld_dout = 0,
+                      int64_t ld_target = 0) const;
 
  private:
   tensor::PackedMatrix weight_;  // [OUT, IN]
@@ -55,11 +67,19 @@ class QuantizedAllToShardedLinear {
   int64_t bytes() const;
 
   void forward(float* out, const float* inp, int64_t N) const;
+  // dinp[N, IN] += all_sum over the group of dout[N, OUT_local] @ W_local (partial -> mirrored:
+  // MLX's sum_gradients). A collective: every member calls it (dinp null: the sum still runs,
+  // nothing is added).
+  void backward(float* dinp, const float* dout, int64_t N);
+  // backward without its all_sum: target[N, IN] (+)= dout[N, OUT_local] @ W_local, part by part
+  // (dout's columns are the parts' rows in order). No communication.
+  void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
 
  private:
   std::vector<QuantizedLinear> parts_;
   int64_t out_local_ = 0;
   dist::Group group_;
+  std::vector<float> dinp_partial_;  // [N, IN] backward's scratch
 };
 
 // Split in, replicated out: out[N, OUT] = all_sum(inp[N, IN_local] @ W_local^T). A collective.
@@ -83,6 +103,10 @@ class QuantizedShardedToAllLinear {
   int64_t bytes() const;
 
   void forward(float* out, const float* inp, int64_t N);
+  // dinp[N, IN_local] += dout[N, OUT] (mirrored) @ W_local: every lane's product into its own
+  // columns of dinp. No communication (forward's all_sum is the gradient's pass-through).
+  void backward(float* dinp, const float* dout, int64_t N) const { input_gradient(dinp, dout, N, true); }
+  void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
 
  private:
   std::vector<QuantizedLinear> lanes_;

@@ -8,6 +8,8 @@
 //   matvec     out[R] = W[R, K] @ x[K]            decode; AVX-512 / AVX2 / plain C++ by CPU
 //   matmul     out[N, R] = x[N, K] @ W^T          prefill/training shapes: a tile of rows is
 //                                                 dequantized to f32 at a time, then BLIS gemm
+//   transposed_product dinp[N, K] = dout[N, R] @ W  backward through a frozen matrix (QLoRA): a
+//                                                 block of columns dequantized at a time, then BLIS gemm
 //   dequantize_row                                embedding lookups
 //   slice_rows / slice_columns                    sharding (columns: whole groups only)
 #pragma once
@@ -104,6 +106,17 @@ class PackedMatrix {
   void matmul(float* out, const float* x, int64_t N, int64_t ld_out = 0) const { matmul(out, x, N, 0, rows_, ld_out); }
   void matmul(float* out, const float* x, int64_t N, int64_t row0, int64_t n, int64_t ld_out) const;
 
+  // The backward's product: dinp[N, K] (row stride ld_dinp, 0 = K) = beta * dinp + dout[N, R] (row
+  // stride ld_dout, 0 = R) @ W[R, K], W dequantized. beta == 0 overwrites dinp (NaN there or not).
+  // Memory: no f32 copy of W; a thread-local scratch holds one block of columns, W[:, block]
+  // dequantized (all R rows, whole groups), while one gemm contracting over all R writes that
+  // block of dinp once. Blocks of equal width, as wide as 1 MB of scratch allows (at least one
+  // group): the scratch is at most max(1 MB, R x 512 bytes). f32 matrices go straight to gemm.
+  // Runs on the calling thread's blas_threads(). (Measured against row tiles contracted one after
+  // another, and against sgemm on the whole dequantized matrix: tpcli bench matmul.)
+  void transposed_product(float* dinp, const float* dout, int64_t N, float beta, int64_t ld_dout = 0,
+                          int64_t ld_dinp = 0) const;
+
   // Sharding. Rows [first, first + count); the listed column ranges concatenated (for quantized
   // formats each range must start and end on a group boundary: std::invalid_argument otherwise).
   PackedMatrix slice_rows(int64_t first, int64_t count) const;
@@ -112,6 +125,8 @@ class PackedMatrix {
   static PackedMatrix concat_rows(const std::vector<PackedMatrix>& parts);
 
  private:
+  // out[count] = W[r, c0 : c0 + count] in f32; c0 and count whole groups (or count reaching K).
+  void dequantize_row_columns(float* out, int64_t r, int64_t c0, int64_t count) const;
   const uint8_t* row_data(int64_t r) const { return reinterpret_cast<const uint8_t*>(data_.data()) + r * row_bytes(); }
 
   int64_t rows_ = 0, cols_ = 0;
@@ -123,5 +138,11 @@ class PackedMatrix {
   Storage<float> biases_;         // affine [R, G]
   Storage<uint8_t> scale_bytes_;  // mxfp8 [R, G], E8M0
 };
+
+// dinp[N, IN] = beta * dinp + dout[N, OUT] @ dequantize(W[OUT, IN]): the input gradient through a
+// frozen packed weight (PackedMatrix::transposed_product, contiguous rows).
+inline void packed_transposed_product(float* dinp, const float* dout, const PackedMatrix& W, int64_t N, float beta) {
+  W.transposed_product(dinp, dout, N, beta);
+}
 
 }  // namespace tpcli::tensor

@@ -357,6 +357,25 @@ TEST_CASE("bench collective-matmul prints the three rows and agreeing results, a
   }
 }
 
+TEST_CASE("bench matmul: the packed backward beside sgemm for each shape and format, and --backward-n 0 is a one-line error") {
+  const std::vector<std::string> small = {"bench", "matmul", "--sizes", "16", "--threads", "1", "--decode-n", "64",
+                                          "--decode-k", "64", "--batches", "1", "--reps", "1"};
+  std::vector<std::string> args = small;
+  args.insert(args.end(), {"--backward-n", "8"});
+  const Result ok = run(args);
+  INFO(ok.err);
+  REQUIRE(ok.code == 0);
+  for (const char* row : {"backward dinp[8,IN] = dout @ W", "packed/sgemm", "OUT=288 IN=288 bf16", "OUT=768 IN=288 affine 8-bit g32",
+                          "OUT=288 IN=768 affine 4-bit g32", "OUT=288 IN=768 mxfp8"})
+    CHECK(ok.out.find(row) != std::string::npos);
+  args = small;
+  args.insert(args.end(), {"--backward-n", "0"});
+  const Result bad = run(args);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--backward-n 0 < 1") != std::string::npos);
+  CHECK(line_count(bad.err) == 1);
+}
+
 TEST_CASE("a model file's keys beyond the Llama block are one-line errors naming file and key") {
   TempDir dir;
   const std::string base = std::string(MODEL);
