@@ -51,6 +51,9 @@ class TextTokenizer {
   const std::string& vocab() const { return vocab_; }  // chars: the vocabulary, in token order
   const std::string& path() const { return path_; }    // llama2c, hf: the tokenizer file
   const model::Tokenizer* bpe() const { return bpe_.get(); }  // llama2c: the BPE tokenizer
+  // llama2c, hf: the tokenizer as generation and chat templates use it (special tokens by their
+  // text, bos/eos); null for chars and bytes.
+  const model::TokenizerInterface* interface() const;
 
   // Corpus encoding (no BOS). Chars: throws naming the byte when it is not in the vocabulary.
   std::vector<int> encode(std::string_view text) const;
