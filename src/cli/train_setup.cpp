@@ -70,6 +70,20 @@ static void select_zmq(const config::RunConfig& config, Prepared& p) {
   dist::use_zmq_backend(o.run, zmq);
 }
 
+// The tokenizer of the fine-tuning formats: data.tokenizer (a tokenizer.bin, a tokenizer.json or a
+// Hugging Face directory), else model.init_from when it is a Hugging Face directory (its own).
+static std::string sft_tokenizer_path(const config::RunConfig& config) {
+  const config::DataSection& data = config.data;
+  if (data.tokenizer == config::TokenizerKind::File) return data.tokenizer_path;
+  std::error_code ec;
+  if (!data.tokenizer_given && config.model.init_from && std::filesystem::is_directory(*config.model.init_from, ec))
+    return *config.model.init_from;
+  throw config::ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
+                            ": the fine-tuning formats need data.tokenizer = a tokenizer.bin, a tokenizer.json or a "
+                            "Hugging Face model directory (the model's own tokenizer; default: model.init_from's "
+                            "when it is a Hugging Face directory)");
+}
+
 // The corpus's tokenizer when the data alone decides it (chars, bytes); nullopt for a llama2.c
 // tokenizer.bin, which is opened once the model's vocab_size is known. A text corpus is read into
 // p.corpus_text; shards are only checked to be shards here (open_corpus maps them).
@@ -90,17 +104,20 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
           p.corpus_text += path + ":" + std::to_string(std::filesystem::file_size(path, ec)) + "\n";
         }
   } else if (config::is_sft_format(data.format)) {
-    if (data.tokenizer != config::TokenizerKind::File)
-      throw ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
-                        ": the fine-tuning formats need data.tokenizer = a tokenizer.bin, a tokenizer.json or a "
-                        "Hugging Face model directory (the model's own tokenizer)");
-    // Read whole here only for the zmq ranks to compare (train_examples reads them again, by line).
+    const std::string tokenizer = sft_tokenizer_path(config);
+    // Read whole here only for the zmq ranks to compare (sft_examples reads them again, by line).
     for (const auto& [path, key] : {std::pair{data.path, "data.path"}, std::pair{data.val_path, "data.val_path"}})
       if (path) try {
           p.corpus_text += read_text_file(*path);
         } catch (const std::exception& e) {
           throw ConfigError(config.where(key) + ": " + e.what());
         }
+    if (!TextTokenizer::is_hf_json(tokenizer)) return std::nullopt;  // a tokenizer.bin: once vocab_size is known
+    try {
+      return TextTokenizer::hf_json(tokenizer);
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "model.init_from") + ": " + e.what());
+    }
   } else {
     try {
       p.corpus_text = read_text_file(*data.path);
@@ -163,9 +180,10 @@ static model::ChatTemplate sft_chat_template(const config::RunConfig& config) {
     }
   }
   std::optional<std::string> source;
-  if (TextTokenizer::is_hf_json(data.tokenizer_path)) {
+  const std::string tokenizer = sft_tokenizer_path(config);
+  if (TextTokenizer::is_hf_json(tokenizer)) {
     try {
-      source = model::load_tokenizer(data.tokenizer_path).chat_template;
+      source = model::load_tokenizer(tokenizer).chat_template;
     } catch (const std::exception& e) {
       throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
     }
