@@ -170,7 +170,8 @@ void setup_train(CLI::App& sub) {
     if (!result.checkpoint.empty()) {
       std::printf("checkpoint: %s\n", result.checkpoint.c_str());
       if (o.sft && config.data.format != config::DataFormat::JsonlText && config.data.val_path)
-        std::printf("evaluate:   tpcli eval --model %s --data %s\n", result.checkpoint.c_str(), config.data.val_path->c_str());
+        std::printf("evaluate:   tpcli eval --model %s --data %s%s\n", result.checkpoint.c_str(), config.data.val_path->c_str(),
+                    config.data.chat_template ? (" --template " + *config.data.chat_template).c_str() : "");
       if (config.data.format == config::DataFormat::Text)
         std::printf("generate:   tpcli infer --model %s -i \"%s\" -n 200\n", result.checkpoint.c_str(),
                     suggested_prompt(prepared.corpus_text).c_str());
