@@ -103,10 +103,6 @@ Stops answer_stops(const model::TokenizerInterface& tokenizer, const train::SftE
 // the answer's text, cut at the first end marker and trimmed.
 std::string generate_answer(const model::ModelFns& model, const model::TokenizerInterface& tokenizer, const Stops& stops,
                             std::span<const int> prompt, int max_tokens, const model::LlamaConfig& config) {
-  if (static_cast<int>(prompt.size()) >= config.seq_len)
-    throw std::runtime_error("a prompt of " + std::to_string(prompt.size()) +
-                             " tokens leaves no room in the model's context of " + std::to_string(config.seq_len) +
-                             " positions");
   model::GenerateOptions options;
   options.temperature = 0.0f;
   options.steps = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(prompt.size()) + max_tokens, config.seq_len));
@@ -153,6 +149,11 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   } catch (const train::SftDataError& e) {
     throw UsageError(e.what());
   }
+  for (const train::EvalCase& c : cases)
+    if (static_cast<int>(c.prompt.size()) >= config.seq_len)
+      throw UsageError(c.where + ": the prompt is " + std::to_string(c.prompt.size()) +
+                       " tokens, no room left to answer in the model's context of " + std::to_string(config.seq_len) +
+                       " positions");
   const Stops stops = answer_stops(*loaded.tokenizer, encoding, opened, llama2c);
 
   std::vector<std::string> answers;  // device 0's

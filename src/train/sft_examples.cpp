@@ -210,6 +210,7 @@ std::vector<EncodedExample> encode_sft_file(const std::string& path, const SftEn
 
 EvalCase eval_case(const SftExample& example, const SftEncoding& e) {
   EvalCase c;
+  c.where = example.where;
   if (e.format == SftFormat::Text) fail(example.where, "a text example has no prompt to answer (chat or completions)");
   if (e.format == SftFormat::Completions) {
     const std::optional<int> bos = special_id(*e.tokenizer, e.tokenizer->bos_text());

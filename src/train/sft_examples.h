@@ -90,6 +90,7 @@ std::vector<EncodedExample> encode_sft_file(const std::string& path, const SftEn
 // reference is the last assistant message or the completion. Text examples have no prompt:
 // SftDataError.
 struct EvalCase {
+  std::string where;  // "FILE:LINE"
   std::vector<int> prompt;
   std::string reference;
 };

@@ -157,4 +157,11 @@ TEST_CASE("tpcli eval on stories260K completions: exact match counts the referen
   const RunResult bad = run_tpcli("eval --model " + model + " -z " + tokenizer + " --data " + q(text));
   CHECK(bad.code == 2);
   CHECK(bad.err.find(text + ":2: ") != std::string::npos);
+  // A prompt that fills the context leaves no room to answer: an error naming it, before generating.
+  std::string words;
+  for (int i = 0; i < 600; ++i) words += "Once upon a time ";
+  const std::string longer = dir.write("long.jsonl", nlohmann::json{{"prompt", words}, {"completion", "x"}}.dump() + "\n");
+  const RunResult too_long = run_tpcli("eval --model " + model + " -z " + tokenizer + " --data " + q(longer));
+  CHECK(too_long.code == 2);
+  CHECK(too_long.err.find(longer + ":1: the prompt is ") != std::string::npos);
 }
