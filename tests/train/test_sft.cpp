@@ -304,3 +304,24 @@ TEST_CASE("sft step: 2 data ranks x 2 micro-batches give the loss and gradients 
     }
   }
 }
+
+TEST_CASE("sft jsonl-text: BOS, the text and EOS, every target counted, so a row's targets are its inputs shifted by one") {
+  TPCLI_REQUIRE_SHARED("data/tok512.bin");
+  const model::LoadedTokenizer loaded = model::load_tokenizer(testing::shared_path("data/tok512.bin"), 512);
+  const model::TokenizerInterface& tok = *loaded.tokenizer;
+  const train::SftEncoding enc{SftFormat::Text, &tok, {}, {tok.bos_text(), tok.eos_text()}};
+  train::SftExample ex;
+  ex.where = "test:1";
+  ex.text = "Lily saw a cat.";
+  const EncodedExample e = train::encode_example(ex, enc);
+  CHECK(e.tokens == cat({{1}, tok.encode_text("Lily saw a cat.", false), {2}}));
+  CHECK(e.counted_targets() == static_cast<int64_t>(e.tokens.size()) - 1);
+  auto examples = std::make_shared<std::vector<EncodedExample>>(std::vector<EncodedExample>{e});
+  const train::LengthBatches b(examples, 1, 64, true, 3);
+  const int T = b.step_len(0);
+  std::vector<int> inputs(T), targets(T);
+  b.fill(0, 0, 1, inputs, targets);
+  CHECK(inputs == std::vector<int>(e.tokens.begin(), e.tokens.end() - 1));
+  CHECK(targets == std::vector<int>(e.tokens.begin() + 1, e.tokens.end()));
+  CHECK_THROWS_WITH(train::eval_case(ex, enc), Catch::StartsWith("test:1: "));
+}
