@@ -194,7 +194,11 @@ void describe_run_config(const config::RunConfig& config, double gflops, std::os
     describe_memory(config, c, out);
   }
   const config::DataSection& d = config.data;
-  out << "  data       " << (d.format == config::DataFormat::Shards ? "token shards " : "")
+  const std::string examples = d.format == config::DataFormat::Chat          ? "chat examples "
+                               : d.format == config::DataFormat::Completions ? "completions examples "
+                               : d.format == config::DataFormat::JsonlText   ? "jsonl-text examples "
+                                                                             : "";
+  out << "  data       " << (d.format == config::DataFormat::Shards ? "token shards " : examples)
       << (d.path ? *d.path : "(no corpus)") << (d.val_path ? " (validation " + *d.val_path + ")" : "") << ", tokenizer "
       << (d.tokenizer == config::TokenizerKind::File ? d.tokenizer_path : config::to_string(d.tokenizer))
       << (d.shuffle ? ", shuffled" : ", replayable order (shuffle = false)") << "\n";

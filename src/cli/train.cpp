@@ -132,12 +132,20 @@ void setup_train(CLI::App& sub) {
       o.run.trace = &trace.emplace();
     }
 
-    if (writer)
-      std::fprintf(stderr,
-                   "tpcli train: %s on mesh %s (data axis '%s', tensor axis '%s'), %lld parameters, %lld train / %lld val tokens\n",
+    if (writer) {
+      std::string data;  // what the run trains on
+      if (o.sft) {
+        auto count = [](const auto& examples) { return examples ? static_cast<long long>(examples->size()) : 0LL; };
+        data = std::to_string(count(o.sft->train)) + " train / " + std::to_string(count(o.sft->val)) + " val " +
+               std::string(config::to_string(config.data.format)) + " examples";
+      } else {
+        data = std::to_string(o.corpus->train->size()) + " train / " +
+               std::to_string(o.corpus->val ? o.corpus->val->size() : 0) + " val tokens";
+      }
+      std::fprintf(stderr, "tpcli train: %s on mesh %s (data axis '%s', tensor axis '%s'), %lld parameters, %s\n",
                    config.path.c_str(), o.mesh.to_string().c_str(), o.data_axis.c_str(), o.tensor_axis.c_str(),
-                   static_cast<long long>(o.model.parameter_count()), static_cast<long long>(o.corpus->train->size()),
-                   static_cast<long long>(o.corpus->val ? o.corpus->val->size() : 0));
+                   static_cast<long long>(o.model.parameter_count()), data.c_str());
+    }
     train::TrainResult result = train_stoppable(o);
     if (trace) write_trace(*trace, flags->trace, "steps");
     if (!writer) {
@@ -161,6 +169,9 @@ void setup_train(CLI::App& sub) {
       std::printf("loss curves: %s/loss.svg\n", o.out_dir.c_str());
     if (!result.checkpoint.empty()) {
       std::printf("checkpoint: %s\n", result.checkpoint.c_str());
+      if (o.sft && config.data.format != config::DataFormat::JsonlText && config.data.val_path)
+        std::printf("evaluate:   tpcli eval --model %s --data %s%s\n", result.checkpoint.c_str(), config.data.val_path->c_str(),
+                    config.data.chat_template ? (" --template " + *config.data.chat_template).c_str() : "");
       if (config.data.format == config::DataFormat::Text)
         std::printf("generate:   tpcli infer --model %s -i \"%s\" -n 200\n", result.checkpoint.c_str(),
                     suggested_prompt(prepared.corpus_text).c_str());

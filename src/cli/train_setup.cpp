@@ -8,10 +8,12 @@
 #include "distributed/zmq/zmq_backend.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
+#include "model/load_tokenizer.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "model/weights_view.h"
 #include "train/checkpoint.h"
+#include "train/sft_examples.h"
 #include "train/token_shards.h"
 
 namespace tpcli::cli {
@@ -69,6 +71,20 @@ static void select_zmq(const config::RunConfig& config, Prepared& p) {
   dist::use_zmq_backend(o.run, zmq);
 }
 
+// The tokenizer of the fine-tuning formats: data.tokenizer (a tokenizer.bin, a tokenizer.json or a
+// Hugging Face directory), else model.init_from when it is a Hugging Face directory (its own).
+static std::string sft_tokenizer_path(const config::RunConfig& config) {
+  const config::DataSection& data = config.data;
+  if (data.tokenizer == config::TokenizerKind::File) return data.tokenizer_path;
+  std::error_code ec;
+  if (!data.tokenizer_given && config.model.init_from && std::filesystem::is_directory(*config.model.init_from, ec))
+    return *config.model.init_from;
+  throw config::ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
+                            ": the fine-tuning formats need data.tokenizer = a tokenizer.bin, a tokenizer.json or a "
+                            "Hugging Face model directory (the model's own tokenizer; default: model.init_from's "
+                            "when it is a Hugging Face directory)");
+}
+
 // The corpus's tokenizer when the data alone decides it (chars, bytes); nullopt for a llama2.c
 // tokenizer.bin, which is opened once the model's vocab_size is known. A text corpus is read into
 // p.corpus_text; shards are only checked to be shards here (open_corpus maps them).
@@ -88,6 +104,21 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
           std::error_code ec;  // not a file: open_corpus says so, naming it
           p.corpus_text += path + ":" + std::to_string(std::filesystem::file_size(path, ec)) + "\n";
         }
+  } else if (config::is_sft_format(data.format)) {
+    const std::string tokenizer = sft_tokenizer_path(config);
+    // Read whole here only for the zmq ranks to compare (sft_examples reads them again, by line).
+    for (const auto& [path, key] : {std::pair{data.path, "data.path"}, std::pair{data.val_path, "data.val_path"}})
+      if (path) try {
+          p.corpus_text += read_text_file(*path);
+        } catch (const std::exception& e) {
+          throw ConfigError(config.where(key) + ": " + e.what());
+        }
+    if (!TextTokenizer::is_hf_json(tokenizer)) return std::nullopt;  // a tokenizer.bin: once vocab_size is known
+    try {
+      return TextTokenizer::hf_json(tokenizer);
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "model.init_from") + ": " + e.what());
+    }
   } else {
     try {
       p.corpus_text = read_text_file(*data.path);
@@ -135,6 +166,66 @@ static Corpus open_corpus(const config::RunConfig& config, const std::string& te
                       ": format = \"shards\" evaluates on data.val_path: set it (e.g. \"DIR/*_val_*.bin\") or set "
                       "train.eval_batches = 0");
   return corpus;
+}
+
+// The chat format of format = "chat": data.template by name, else the chat_template of the
+// tokenizer_config.json beside data.tokenizer (a Hugging Face directory or tokenizer.json).
+static model::ChatTemplate sft_chat_template(const config::RunConfig& config) {
+  using config::ConfigError;
+  const config::DataSection& data = config.data;
+  if (data.chat_template) {
+    try {
+      return model::chat_template_named(*data.chat_template);
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where("data.template") + ": " + e.what());
+    }
+  }
+  std::optional<std::string> source;
+  const std::string tokenizer = sft_tokenizer_path(config);
+  if (TextTokenizer::is_hf_json(tokenizer)) {
+    try {
+      source = model::load_tokenizer(tokenizer).chat_template;
+    } catch (const std::exception& e) {
+      throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
+    }
+  }
+  if (!source)
+    throw ConfigError(config.where("data.format") + ": format = \"chat\" needs a chat template: set data.template = \"NAME\" (" +
+                      model::chat_format_names() + "), or use a tokenizer with a tokenizer_config.json chat_template");
+  try {
+    return model::recognise_chat_template(*source);
+  } catch (const std::exception& e) {
+    throw ConfigError(config.where("data.tokenizer") + ": " + e.what() + " (set data.template = \"NAME\")");
+  }
+}
+
+// Fine-tuning formats: the examples of data.path and data.val_path, read, encoded with the run's
+// tokenizer and fitted to train.seq_len (errors name FILE:LINE).
+static std::shared_ptr<const SftData> sft_examples(const config::RunConfig& config, const TextTokenizer& tokenizer,
+                                                   int seq_len) {
+  const config::DataSection& data = config.data;
+  SftEncoding encoding;
+  encoding.format = data.format == config::DataFormat::Chat          ? SftFormat::Chat
+                    : data.format == config::DataFormat::Completions ? SftFormat::Completions
+                                                                     : SftFormat::Text;
+  encoding.tokenizer = tokenizer.interface();
+  encoding.chat_tokens = {encoding.tokenizer->bos_text(), encoding.tokenizer->eos_text()};
+  if (encoding.format == SftFormat::Chat) encoding.chat_template = sft_chat_template(config);
+  encoding.train_on_prompt = data.train_on_prompt;
+  auto sft = std::make_shared<SftData>();
+  try {
+    sft->train = std::make_shared<const std::vector<EncodedExample>>(encode_sft_file(*data.path, encoding, seq_len, data.truncate));
+    if (data.val_path)
+      sft->val = std::make_shared<const std::vector<EncodedExample>>(encode_sft_file(*data.val_path, encoding, seq_len, data.truncate));
+  } catch (const SftDataError& e) {
+    throw config::ConfigError(e.what());  // "FILE:LINE: ..."
+  }
+  const std::string eos = encoding.tokenizer->eos_text();
+  sft->pad_token = eos.empty() ? 0 : encoding.tokenizer->token_id(eos).value_or(0);
+  if (!sft->val && config.train.eval_batches > 0)
+    throw config::ConfigError(config.where("data.format") + ": fine-tuning evaluates on data.val_path (a JSONL file): set it or set "
+                              "train.eval_batches = 0");
+  return sft;
 }
 
 // The mpi backend: this process is one rank of mpirun and runs its share of the mesh.
@@ -265,10 +356,12 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
     }
   }
   o.tokenizer = std::make_shared<const TextTokenizer>(*tokenizer);
-  o.corpus = std::make_shared<const Corpus>(open_corpus(config, p.corpus_text, *tokenizer, o.model.vocab_size));
+  if (!config::is_sft_format(config.data.format))
+    o.corpus = std::make_shared<const Corpus>(open_corpus(config, p.corpus_text, *tokenizer, o.model.vocab_size));
 
   // Mesh, its roles, optimisation and output; then the transport.
   set_config_fields(config, o);
+  if (config::is_sft_format(config.data.format)) o.sft = sft_examples(config, *tokenizer, o.seq_len);
   if (config.mesh.backend == config::BackendKind::Zmq) {
     select_zmq(config, p);
   } else if (config.mesh.backend == config::BackendKind::Mpi) {

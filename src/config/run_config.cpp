@@ -476,11 +476,27 @@ void read_model(const toml::table& table, const std::string& file, const fs::pat
 void read_data(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,
                DataSection& data) {
   Reader r(table, "data.", file, source);
-  r.reject_unknown({"path", "tokenizer", "shuffle", "format", "val_path"});
-  if (auto format = r.choice("format", {"text", "shards"})) data.format = *format == 0 ? DataFormat::Text : DataFormat::Shards;
+  r.reject_unknown({"path", "tokenizer", "shuffle", "format", "val_path", "template", "train_on_prompt", "truncate"});
+  if (auto format = r.choice("format", {"text", "shards", "chat", "completions", "jsonl-text"})) {
+    constexpr DataFormat formats[] = {DataFormat::Text, DataFormat::Shards, DataFormat::Chat, DataFormat::Completions,
+                                      DataFormat::JsonlText};
+    data.format = formats[*format];
+  }
+  const bool sft = is_sft_format(data.format);
+  for (const char* key : {"train_on_prompt", "truncate"})
+    if (const toml::node* node = r.find(key); node && !sft)
+      fail(r.where(*node), std::string("data.") + key + " is for the fine-tuning formats (format = \"chat\", \"completions\" or \"jsonl-text\")");
+  if (const toml::node* node = r.find("template"); node && data.format != DataFormat::Chat)
+    fail(r.where(*node), "data.template is for format = \"chat\"");
   if (data.format == DataFormat::Shards) {
     data.path = r.matching_pattern("path", base_dir);
     data.val_path = r.matching_pattern("val_path", base_dir);
+  } else if (sft) {
+    data.path = r.existing_path("path", base_dir);
+    data.val_path = r.existing_path("val_path", base_dir);
+    data.chat_template = r.string("template");
+    if (auto v = r.boolean("train_on_prompt")) data.train_on_prompt = *v;
+    if (auto v = r.boolean("truncate")) data.truncate = *v;
   } else {
     data.path = r.existing_path("path", base_dir);
     if (const toml::node* val = r.find("val_path"))
@@ -836,5 +852,15 @@ std::string to_string(TokenizerKind kind) {
   return kind == TokenizerKind::Chars ? "chars" : kind == TokenizerKind::Bytes ? "bytes" : "file";
 }
 std::string to_string(DecayKind kind) { return kind == DecayKind::Cosine ? "cosine" : "constant"; }
+std::string to_string(DataFormat format) {
+  switch (format) {
+    case DataFormat::Text: return "text";
+    case DataFormat::Shards: return "shards";
+    case DataFormat::Chat: return "chat";
+    case DataFormat::Completions: return "completions";
+    case DataFormat::JsonlText: return "jsonl-text";
+  }
+  return "?";
+}
 
 }  // namespace tpcli::config

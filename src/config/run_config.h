@@ -11,8 +11,21 @@
 //           init_from = "path.bin"           # llama2.c .bin, tpcli .safetensors or a Hugging Face directory;
 //                                            # its dims are the model's: config and dims beside it are errors
 //   [data]  path = "corpus.txt"  tokenizer = "chars" | "bytes" | "path/tokenizer.bin"  shuffle = true
-//           format = "text" | "shards"   # shards: path and val_path are globs of token shards
+//           format = "text" | "shards" | "chat" | "completions" | "jsonl-text"
+//                                        # text: one plain text file, split 90/10
+//                                        # shards: path and val_path are globs of token shards
 //           val_path = "DIR/*_val_*.bin" # (tpcli tokenize); tokenizer: the one that wrote them
+//           # Supervised fine-tuning (train/sft_examples.h): path = "train.jsonl", val_path =
+//           # "val.jsonl" (needed when train.eval_batches > 0), one JSON object per line:
+//           #   chat         {"messages": [{"role": "system"|"user"|"assistant", "content": ...}]}
+//           #   completions  {"prompt": ..., "completion": ...}
+//           #   jsonl-text   {"text": ...}   (format = "text" stays a plain text corpus)
+//           # tokenizer = a tokenizer.bin, a tokenizer.json or a Hugging Face model directory;
+//           template = "chatml"              # chat: a chat format by name (model/chat_template.h),
+//                                            # else tokenizer_config.json's beside the tokenizer
+//           train_on_prompt = false          # true: the loss counts every token, not just the answers
+//           truncate = false                 # true: cut examples longer than train.seq_len + 1 tokens
+//                                            # (else they are an error naming FILE:LINE)
 //   [train] steps, batch_size, seq_len, seed, lr, min_lr, warmup_steps, decay, weight_decay,
 //           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
 //           sample_tokens, save_every, grad_accum, recompute, shard_optimizer, bucket_kb,
@@ -124,7 +137,12 @@ struct ModelSection {
 
 enum class TokenizerKind { Chars, Bytes, File };
 
-enum class DataFormat { Text, Shards };
+enum class DataFormat { Text, Shards, Chat, Completions, JsonlText };
+
+// The formats of supervised fine-tuning examples (JSONL files, batched by length).
+inline bool is_sft_format(DataFormat format) {
+  return format == DataFormat::Chat || format == DataFormat::Completions || format == DataFormat::JsonlText;
+}
 
 struct DataSection {
   DataFormat format = DataFormat::Text;
@@ -136,6 +154,10 @@ struct DataSection {
   bool tokenizer_given = false;  // data.tokenizer was written (shards need it written)
   std::string tokenizer_path;  // resolved, when tokenizer == File
   bool shuffle = true;
+  // Fine-tuning formats only (is_sft_format).
+  std::optional<std::string> chat_template;  // data.template as written (chat); cli/ checks the name
+  bool train_on_prompt = false;
+  bool truncate = false;
 };
 
 enum class DecayKind { Cosine, Constant };
@@ -219,6 +241,7 @@ void set_backend(RunConfig& config, const std::string& value, const std::string&
 // Enum names, for printing.
 std::string to_string(BackendKind kind);
 std::string to_string(TokenizerKind kind);
+std::string to_string(DataFormat format);  // "text", "shards", "chat", "completions", "jsonl-text"
 std::string to_string(DecayKind kind);
 
 }  // namespace tpcli::config

@@ -124,7 +124,8 @@ float TrainableLlama::train_forward(std::span<const int> tokens, std::span<const
   if (static_cast<int64_t>(tokens.size()) != N || static_cast<int64_t>(targets.size()) != N)
     throw std::invalid_argument("llama: tokens/targets must hold B*T = " + std::to_string(N) + " ids");
   for (int t : targets)
-    if (t < 0 || t >= V) throw std::out_of_range("llama: target " + std::to_string(t) + " outside the vocabulary");
+    if ((t < 0 && t != nn::IGNORED_TARGET) || t >= V)
+      throw std::out_of_range("llama: target " + std::to_string(t) + " outside the vocabulary");
   if (!acts_) acts_ = std::make_unique<Acts>();
   Acts& A = *acts_;
   // Recompute: every block writes its activations into the one scratch entry (layers[L]).
@@ -151,6 +152,8 @@ float TrainableLlama::train_forward(std::span<const int> tokens, std::span<const
   head_->classifier().forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
   float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
                                          core_.plan.vocab.offset, N, VL, core_.group);
+  if (loss_divisor_)  // the sum over the counted targets, over the caller's divisor
+    loss = static_cast<float>(loss * static_cast<double>(nn::counted_targets(targets.data(), N)) / *loss_divisor_);
   for (const auto& L : layers_) loss += L.ffn->aux_loss();
   note_activation_bytes();
   return loss;
@@ -186,12 +189,15 @@ void TrainableLlama::block_forward(size_t l, const float* x_in, float* x_out, in
   for (int64_t i = 0; i < R * C; ++i) x_out[i] = a.xm[i] + A.tmp[i];
 }
 
-float TrainableLlama::loss(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
+float TrainableLlama::loss(std::span<const int> tokens, std::span<const int> targets, int B, int T,
+                          std::optional<double> loss_divisor) {
+  loss_divisor_ = loss_divisor;
   return train_forward(tokens, targets, B, T);
 }
 
 std::vector<float> TrainableLlama::forward_logits(std::span<const int> tokens, int B, int T) {
   std::vector<int> targets(tokens.size(), 0);
+  loss_divisor_.reset();
   train_forward(tokens, targets, B, T);
   // Recompute logits from the saved final norm output (the probabilities overwrote them).
   const int64_t N = int64_t(B) * T;
@@ -207,8 +213,10 @@ std::vector<float> TrainableLlama::head_backward(std::span<const int> targets, i
   const int64_t N = int64_t(B) * T, C = core_.config.dim, VL = core_.plan.vocab.count;
   // softmax cross-entropy, mean over N
   std::vector<float> dlogits(static_cast<size_t>(N * VL), 0.0f);  // [N, VL]
-  nn::cross_entropy_backward(dlogits.data(), A.probs.data(), targets.data(), core_.plan.vocab.offset, N, VL,
-                             1.0f / static_cast<float>(N));
+  const int64_t counted = nn::counted_targets(targets.data(), N);  // N unless some are ignored
+  const float dloss = loss_divisor_ ? static_cast<float>(1.0 / *loss_divisor_)
+                                    : counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
+  nn::cross_entropy_backward(dlogits.data(), A.probs.data(), targets.data(), core_.plan.vocab.offset, N, VL, dloss);
   // classifier (AllToSharded by vocab rows): dxf = all_sum(dlogits @ W_cls); dW_cls += dlogits^T xf.
   // Tied: W_cls is this device's rows of the embedding, so its gradient lands on those rows.
   std::vector<float> dxf(static_cast<size_t>(N * C), 0.0f);  // [N, C] partial
@@ -380,7 +388,9 @@ void TrainableLlama::sync_replicated_kv_grads(const std::vector<Tensor>& before)
   }
 }
 
-float TrainableLlama::forward_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T) {
+float TrainableLlama::forward_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T,
+                                       std::optional<double> loss_divisor) {
+  loss_divisor_ = loss_divisor;
   const bool replicated_kv = core_.plan.kv_replicated;
   const std::vector<Tensor> kv_before = replicated_kv ? kv_grads() : std::vector<Tensor>{};
   const bool split_norms = rows_split();

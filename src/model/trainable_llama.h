@@ -57,10 +57,16 @@ class TrainableLlama {
   const ShardPlan& plan() const { return core_.plan; }
 
   // tokens/targets: [B*T] (B sequences of T, T <= seq_len). Returns the mean cross-entropy over
-  // the B*T targets; accumulates (+=) every parameter's grad.
-  float forward_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  // the B*T targets; accumulates (+=) every parameter's grad. A target of -1 (nn::IGNORED_TARGET)
+  // is not counted. loss_divisor: the cross-entropy is the sum over the counted targets divided by
+  // it (its gradient too) instead of their mean, so that micro-batches and data ranks add up to
+  // the mean over a whole step's counted targets (train/sft_batches.h); the MoE auxiliary loss is
+  // added as before.
+  float forward_backward(std::span<const int> tokens, std::span<const int> targets, int B, int T,
+                         std::optional<double> loss_divisor = std::nullopt);
   // The same loss without gradients.
-  float loss(std::span<const int> tokens, std::span<const int> targets, int B, int T);
+  float loss(std::span<const int> tokens, std::span<const int> targets, int B, int T,
+             std::optional<double> loss_divisor = std::nullopt);
   // Batched forward; returns logits [B*T, V] gathered on every device (tests, prompt checks).
   std::vector<float> forward_logits(std::span<const int> tokens, int B, int T);
 
@@ -165,6 +171,7 @@ class TrainableLlama {
   ParameterBinding binding_;
   std::function<void(int64_t)> gradients_ready_;
 
+  std::optional<double> loss_divisor_;  // of the forward_backward / loss call under way
   std::unique_ptr<Acts> acts_;  // training activations, sized for the last B*T
   bool recompute_ = false;
   bool sequence_parallel_ = false;

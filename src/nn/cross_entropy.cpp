@@ -9,6 +9,12 @@
 
 namespace tpcli::nn {
 
+int64_t counted_targets(const int* targets, int64_t N) {
+  int64_t counted = 0;
+  for (int64_t n = 0; n < N; ++n) counted += targets[n] != IGNORED_TARGET ? 1 : 0;
+  return counted;
+}
+
 float cross_entropy_forward(float* losses, float* probs, const float* logits, const int* targets, int64_t v0,
                             int64_t N, int64_t VL, dist::Group& group) {
   std::vector<float> row_max(static_cast<size_t>(N), -std::numeric_limits<float>::infinity());  // [N]
@@ -26,15 +32,17 @@ float cross_entropy_forward(float* losses, float* probs, const float* logits, co
   for (int64_t n = 0; n < N; ++n) {
     const float inv = 1.0f / sums[n];
     for (int64_t v = 0; v < VL; ++v) probs[n * VL + v] *= inv;
-    losses[n] = logf(sums[n]) - sums[N + n];
+    losses[n] = targets[n] == IGNORED_TARGET ? 0.0f : logf(sums[n]) - sums[N + n];
     total += losses[n];
   }
-  return static_cast<float>(total / static_cast<double>(N));
+  const int64_t counted = counted_targets(targets, N);
+  return counted > 0 ? static_cast<float>(total / static_cast<double>(counted)) : 0.0f;
 }
 
 void cross_entropy_backward(float* dlogits, const float* probs, const int* targets, int64_t v0, int64_t N, int64_t VL,
                             float dloss) {
   for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] == IGNORED_TARGET) continue;
     float* d = dlogits + n * VL;
     const float* p = probs + n * VL;
     for (int64_t v = 0; v < VL; ++v) d[v] += dloss * p[v];

@@ -9,6 +9,7 @@
 
 #include "model/load_tokenizer.h"
 #include "model/regular_file.h"
+#include "model/tokenizer.h"
 #include "train/bpe.h"
 
 namespace tpcli::train {
@@ -67,6 +68,12 @@ TextTokenizer TextTokenizer::hf_json(const std::string& path) {
   t.path_ = loaded.path;
   t.hf_ = std::move(loaded.tokenizer);
   return t;
+}
+
+const model::TokenizerInterface* TextTokenizer::interface() const {
+  if (kind_ == TokenizerKind::Llama2c) return bpe_.get();
+  if (kind_ == TokenizerKind::HfJson) return hf_.get();
+  return nullptr;
 }
 
 std::string TextTokenizer::kind_name() const {

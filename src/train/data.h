@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,6 +51,9 @@ class TextTokenizer {
   const std::string& vocab() const { return vocab_; }  // chars: the vocabulary, in token order
   const std::string& path() const { return path_; }    // llama2c, hf: the tokenizer file
   const model::Tokenizer* bpe() const { return bpe_.get(); }  // llama2c: the BPE tokenizer
+  // llama2c, hf: the tokenizer as generation and chat templates use it (special tokens by their
+  // text, bos/eos); null for chars and bytes.
+  const model::TokenizerInterface* interface() const;
 
   // Corpus encoding (no BOS). Chars: throws naming the byte when it is not in the vocabulary.
   std::vector<int> encode(std::string_view text) const;
@@ -104,8 +108,24 @@ struct Corpus {
 // A text corpus's tokens: first 90% for training and the rest for validation.
 Corpus split_corpus(std::vector<int> tokens);
 
+// What the step loop asks of a split: the rows of step s, a pure function of (s, row), the same on
+// every data rank and every run. BatchSampler (text windows, below) and LengthBatches (supervised
+// fine-tuning examples batched by length, train/sft_batches.h).
+class StepBatches {
+ public:
+  virtual ~StepBatches() = default;
+  virtual int batch_size() const = 0;               // B: rows of one step
+  virtual int step_len(int64_t step) const = 0;     // T of the step's rows (<= seq_len)
+  // Rows [row_begin, row_end) of step `step`: inputs and targets, each ((row_end-row_begin) * T,),
+  // T = step_len(step). A target of -1 is not counted by the loss (nn/cross_entropy.h).
+  virtual void fill(int64_t step, int row_begin, int row_end, std::span<int> inputs, std::span<int> targets) const = 0;
+  // The counted targets of all B rows of the step, when the loss of a step is the mean over them
+  // (train/step.h); nullopt when every target counts and each micro-batch is its own mean.
+  virtual std::optional<int64_t> counted_targets(int64_t /*step*/) const { return std::nullopt; }
+};
+
 // Window offsets for the rows of a step; the same formula on every data rank and every run.
-class BatchSampler {
+class BatchSampler : public StepBatches {
  public:
   // tokens: the split to sample (shared: a sampler may outlive the corpus that made it).
   // Throws when the split is too short for one window of T + 1 tokens.
@@ -116,10 +136,11 @@ class BatchSampler {
   // Offset of global row `row` of step `step`.
   int64_t offset(int64_t step, int row) const;
   // Rows [row_begin, row_end) of step `step`: inputs and targets, each ((row_end-row_begin) * T,).
-  void fill(int64_t step, int row_begin, int row_end, std::span<int> inputs, std::span<int> targets) const;
+  void fill(int64_t step, int row_begin, int row_end, std::span<int> inputs, std::span<int> targets) const override;
 
-  int batch_size() const { return batch_size_; }
+  int batch_size() const override { return batch_size_; }
   int seq_len() const { return seq_len_; }
+  int step_len(int64_t /*step*/) const override { return seq_len_; }
 
  private:
   std::shared_ptr<const TokenSource> tokens_;

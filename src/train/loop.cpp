@@ -55,15 +55,21 @@ void check_options(const TrainOptions& o) {
     fail("train.seq_len = " + std::to_string(o.seq_len) + " must be in [1, model seq_len = " +
          std::to_string(o.model.seq_len) + "]");
   if (o.steps < 1) fail("train.steps = " + std::to_string(o.steps) + " must be >= 1");
-  if (!o.corpus || !o.corpus->train || !o.tokenizer) fail("training needs a corpus and its tokenizer (data.path)");
+  if (!o.tokenizer || (!o.sft && (!o.corpus || !o.corpus->train)))
+    fail("training needs a corpus and its tokenizer (data.path)");
+  if (o.sft) {
+    if (!o.sft->train || o.sft->train->empty()) fail("training needs examples (data.path)");
+    if (o.eval_batches > 0 && (!o.sft->val || o.sft->val->empty()))
+      fail("fine-tuning evaluates on data.val_path: set it or set train.eval_batches = 0");
+  }
   if (o.tokenizer->vocab_size() > o.model.vocab_size)
     fail("the tokenizer has " + std::to_string(o.tokenizer->vocab_size()) + " tokens but model vocab_size = " +
          std::to_string(o.model.vocab_size));
   // One window is seq_len + 1 tokens (train/data.h).
-  if (o.corpus->train->size() < int64_t{o.seq_len} + 1)
+  if (!o.sft && o.corpus->train->size() < int64_t{o.seq_len} + 1)
     fail("the training split holds " + std::to_string(o.corpus->train->size()) + " tokens: too few for seq_len = " +
          std::to_string(o.seq_len) + " (needs seq_len + 1; lower train.seq_len or use a longer corpus)");
-  if (o.eval_batches > 0 && (!o.corpus->val || o.corpus->val->size() < int64_t{o.seq_len} + 1))
+  if (!o.sft && o.eval_batches > 0 && (!o.corpus->val || o.corpus->val->size() < int64_t{o.seq_len} + 1))
     fail("the validation split holds " + std::to_string(o.corpus->val ? o.corpus->val->size() : 0) + " tokens: too few for seq_len = " +
          std::to_string(o.seq_len) + " (set train.eval_batches = 0 or use a longer corpus)");
   if (o.init && !(o.init->config().dim == o.model.dim && o.init->config().n_layers == o.model.n_layers &&
@@ -124,7 +130,7 @@ struct RunShared {
   std::shared_ptr<const model::WeightSource> source;
   std::shared_ptr<model::SafetensorsFile> resume_file;
   int64_t start_step = 0;
-  std::optional<BatchSampler> train_batches, val_batches;
+  std::shared_ptr<const StepBatches> train_batches, val_batches;
   MetricsLog metrics;
   Progress progress;
   TrainResult result;
@@ -150,8 +156,17 @@ RunShared::RunShared(const TrainOptions& options) : o(options) {
   }
   if (!source) source = std::make_shared<model::TensorWeights>(model::random_weights(o.model, o.seed));
   // A step takes K micro-batches: the rows of one batch K times as large (train/step.h).
-  train_batches.emplace(o.corpus->train, o.batch_size * o.grad_accum, o.seq_len, o.shuffle, o.seed);
-  if (o.eval_batches > 0) val_batches.emplace(o.corpus->val, o.batch_size, o.seq_len, false, o.seed);
+  const int B = o.batch_size * o.grad_accum;
+  if (o.sft) {
+    // Sequence parallel splits a step's T over the tensor axis: T a multiple of it.
+    const int multiple = o.sequence_parallel ? o.mesh.axis_size(o.tensor_axis) : 1;
+    train_batches = std::make_shared<LengthBatches>(o.sft->train, B, o.seq_len, o.shuffle, o.seed, o.sft->pad_token, multiple);
+    if (o.eval_batches > 0)
+      val_batches = std::make_shared<LengthBatches>(o.sft->val, o.batch_size, o.seq_len, false, o.seed, o.sft->pad_token, multiple);
+  } else {
+    train_batches = std::make_shared<BatchSampler>(o.corpus->train, B, o.seq_len, o.shuffle, o.seed);
+    if (o.eval_batches > 0) val_batches = std::make_shared<BatchSampler>(o.corpus->val, o.batch_size, o.seq_len, false, o.seed);
+  }
   result.start_step = result.end_step = start_step;
 }
 
@@ -353,15 +368,24 @@ std::string DeviceRun::kept_text() const {
 double DeviceRun::evaluate() {
   dist::TraceSpan span(dev_.trace(), dev_.rank(), "evaluate");
   const RowRange rows = data_rows(o_.batch_size, data_.size(), data_.rank());
-  const int local_rows = rows.end - rows.begin, T = o_.seq_len;
-  inputs_.resize(static_cast<size_t>(local_rows) * T);
-  targets_.resize(inputs_.size());
+  const int local_rows = rows.end - rows.begin;
+  // Counted targets (fine-tuning): the mean over those of all eval_batches batches of every data
+  // rank, each batch's loss its sum over D / (the total count) (train/step.h).
+  std::optional<double> divisor;
+  if (s_.val_batches->counted_targets(0)) {
+    int64_t counted = 0;
+    for (int k = 0; k < o_.eval_batches; ++k) counted += *s_.val_batches->counted_targets(k);
+    divisor = static_cast<double>(std::max<int64_t>(counted, 1)) / data_.size();
+  }
   double sum = 0;
   for (int k = 0; k < o_.eval_batches; ++k) {
+    const int T = s_.val_batches->step_len(k);
+    inputs_.resize(static_cast<size_t>(local_rows) * T);
+    targets_.resize(inputs_.size());
     s_.val_batches->fill(k, rows.begin, rows.end, inputs_, targets_);
-    sum += llama_.loss(inputs_, targets_, local_rows, T);
+    sum += llama_.loss(inputs_, targets_, local_rows, T, divisor);
   }
-  auto mean = static_cast<float>(sum / o_.eval_batches);
+  auto mean = static_cast<float>(divisor ? sum : sum / o_.eval_batches);
   data_.mean(std::span<float>(&mean, 1));
   return static_cast<double>(mean);
 }

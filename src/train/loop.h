@@ -20,7 +20,8 @@
 //   every eval_every steps: validation loss (pmean over the data axis); checkpoint, written once
 //                                                the next step's loss and gradient norm vouch
 //                                                for the weights (train/loss_guard.h)
-// The loss of step s is the mean cross-entropy over all K*B*T targets of that step, before the update.
+// The loss of step s is the mean cross-entropy over all K*B*T targets of that step, before the update
+// (supervised fine-tuning: over the step's counted targets, train/step.h).
 //
 // Files: loop.cpp (options, the per-device run), step.cpp (gradients of a step),
 // data_parallel_optimizer.cpp (data-parallel reduction, norm, AdamW, ZeRO-1), param_table.cpp
@@ -49,6 +50,7 @@
 #include "train/memory.h"
 #include "train/optimizer.h"
 #include "train/param_table.h"
+#include "train/sft_batches.h"
 #include "train/step.h"
 
 namespace tpcli::train {
@@ -77,8 +79,10 @@ struct TrainOptions {
   // moments), and --resume takes the base from `init` again.
   std::optional<model::LoraOptions> lora;
 
-  // Data.
+  // Data: a corpus of text windows, or (when sft is set, and corpus is then unused) supervised
+  // fine-tuning examples batched by length (train/sft_batches.h; T varies per step, <= seq_len).
   std::shared_ptr<const Corpus> corpus;
+  std::shared_ptr<const SftData> sft;
   std::shared_ptr<const TextTokenizer> tokenizer;
   bool shuffle = true;
 

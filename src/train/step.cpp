@@ -1,6 +1,8 @@
 #include "train/step.h"
 
+#include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "model/trainable_llama.h"
 
@@ -52,10 +54,15 @@ class BatchFractions {
 
 }  // namespace
 
-double accumulate_gradients(model::TrainableLlama& llama, const BatchSampler& batches, int64_t step, RowRange rows,
+double accumulate_gradients(model::TrainableLlama& llama, const StepBatches& batches, int64_t step, RowRange rows,
                             int micro_batches, std::vector<int>& inputs, std::vector<int>& targets,
                             const std::function<void(int64_t end)>& last_ready) {
-  const int T = batches.seq_len(), R = (rows.end - rows.begin) / micro_batches;
+  const int T = batches.step_len(step), R = (rows.end - rows.begin) / micro_batches;
+  std::optional<double> divisor;  // the global count's share of this micro-batch (step.h)
+  if (const std::optional<int64_t> counted = batches.counted_targets(step)) {
+    const int data_ranks = batches.batch_size() / (rows.end - rows.begin);
+    divisor = static_cast<double>(std::max<int64_t>(*counted, 1)) / (static_cast<double>(data_ranks) * micro_batches);
+  }
   inputs.resize(static_cast<size_t>(R) * T);
   targets.resize(inputs.size());
   llama.zero_grad();
@@ -75,11 +82,11 @@ double accumulate_gradients(model::TrainableLlama& llama, const BatchSampler& ba
     const int first = rows.begin + k * R;
     batches.fill(step, first, first + R, inputs, targets);
     if (k + 1 < micro_batches || !last_ready) {
-      sum += llama.forward_backward(inputs, targets, R, T);
+      sum += llama.forward_backward(inputs, targets, R, T, divisor);
       continue;
     }
     ReadyHook hook(llama, last_ready);
-    sum += llama.forward_backward(inputs, targets, R, T);
+    sum += llama.forward_backward(inputs, targets, R, T, divisor);
   }
   return sum / micro_batches;
 }

@@ -38,3 +38,35 @@ TEST_CASE("data.format = shards: globs resolved beside the config, errors at the
   CHECK_THAT(error_of<ConfigError>([&] { load_run_config(text); }),
              Catch::StartsWith(text + ":3:12: data.val_path is for format = \"shards\""));
 }
+
+TEST_CASE("data.format = chat | completions | jsonl-text: JSONL path and val_path beside the config, fine-tuning keys, errors at the key") {
+  TempDir dir;
+  dir.write("train.jsonl", "{}\n");
+  dir.write("val.jsonl", "{}\n");
+  const std::string chat = dir.write("chat.toml", "[data]\nformat = \"chat\"\npath = \"train.jsonl\"\nval_path = \"val.jsonl\"\n"
+                                                  "template = \"chatml\"\ntrain_on_prompt = true\ntruncate = true\n");
+  const auto config = load_run_config(chat);
+  CHECK(config.data.format == DataFormat::Chat);
+  CHECK(tpcli::config::is_sft_format(config.data.format));
+  CHECK(config.data.path == (dir.path() / "train.jsonl").string());
+  CHECK(config.data.val_path == (dir.path() / "val.jsonl").string());
+  CHECK(config.data.chat_template == "chatml");
+  CHECK(config.data.train_on_prompt);
+  CHECK(config.data.truncate);
+  CHECK(load_run_config(dir.write("c.toml", "[data]\nformat = \"completions\"\npath = \"train.jsonl\"\n")).data.format ==
+        DataFormat::Completions);
+  const auto jsonl = load_run_config(dir.write("t.toml", "[data]\nformat = \"jsonl-text\"\npath = \"train.jsonl\"\n"));
+  CHECK(jsonl.data.format == DataFormat::JsonlText);
+  CHECK_FALSE(jsonl.data.train_on_prompt);
+  CHECK(tpcli::config::to_string(DataFormat::JsonlText) == "jsonl-text");
+
+  const std::string tmpl = dir.write("tmpl.toml", "[data]\nformat = \"completions\"\npath = \"train.jsonl\"\ntemplate = \"chatml\"\n");
+  CHECK_THAT(error_of<ConfigError>([&] { load_run_config(tmpl); }),
+             Catch::StartsWith(tmpl + ":4:12: data.template is for format = \"chat\""));
+  dir.write("corpus.txt", "hello\n");
+  const std::string text = dir.write("text.toml", "[data]\npath = \"corpus.txt\"\ntrain_on_prompt = true\n");
+  CHECK_THAT(error_of<ConfigError>([&] { load_run_config(text); }),
+             Catch::StartsWith(text + ":3:19: data.train_on_prompt is for the fine-tuning formats"));
+  const std::string missing = dir.write("missing.toml", "[data]\nformat = \"chat\"\npath = \"train.jsonl\"\nval_path = \"nope.jsonl\"\n");
+  CHECK_THAT(error_of<ConfigError>([&] { load_run_config(missing); }), Catch::StartsWith(missing + ":4:"));
+}

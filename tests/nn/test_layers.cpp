@@ -256,3 +256,40 @@ TEST_CASE("softmax cross-entropy: loss against the formula, backward against fin
   nn::cross_entropy_backward(d.data(), p.data(), targets.data(), 0, N, V, 1.0f / N);
   check_gradient(logits, d, loss, 1e-2f, 1e-4, 2e-2);
 }
+
+TEST_CASE("cross-entropy with ignored (-1) targets equals the cross-entropy of the counted rows alone, backward against finite differences", "[nn][cross_entropy]") {
+  std::mt19937 rng(11);
+  const int64_t N = 5, V = 6;
+  auto logits = random_vector(N * V, rng, 2.0f);
+  const std::vector<int> targets = {2, nn::IGNORED_TARGET, 5, nn::IGNORED_TARGET, 0};
+  const std::vector<int64_t> kept = {0, 2, 4};
+  dist::Group single;
+  CHECK(nn::counted_targets(targets.data(), N) == 3);
+  auto loss = [&] {
+    std::vector<float> l(N), p(N * V);
+    return double(nn::cross_entropy_forward(l.data(), p.data(), logits.data(), targets.data(), 0, N, V, single));
+  };
+  // The reference: the plain cross-entropy over the counted rows only.
+  std::vector<float> sub_logits;
+  std::vector<int> sub_targets;
+  for (int64_t n : kept) {
+    sub_logits.insert(sub_logits.end(), logits.begin() + n * V, logits.begin() + (n + 1) * V);
+    sub_targets.push_back(targets[static_cast<size_t>(n)]);
+  }
+  const auto K = static_cast<int64_t>(kept.size());
+  std::vector<float> sl(K), sp(K * V);
+  const float ref = nn::cross_entropy_forward(sl.data(), sp.data(), sub_logits.data(), sub_targets.data(), 0, K, V, single);
+  std::vector<float> l(N), p(N * V), d(N * V, 0.0f);
+  CHECK(nn::cross_entropy_forward(l.data(), p.data(), logits.data(), targets.data(), 0, N, V, single) == Approx(ref).epsilon(1e-6));
+  CHECK(l[1] == 0.0f);
+  CHECK(l[3] == 0.0f);
+  nn::cross_entropy_backward(d.data(), p.data(), targets.data(), 0, N, V, 1.0f / static_cast<float>(K));
+  for (int64_t v = 0; v < V; ++v) {  // ignored rows: no gradient at all
+    CHECK(d[1 * V + v] == 0.0f);
+    CHECK(d[3 * V + v] == 0.0f);
+  }
+  check_gradient(logits, d, loss, 1e-2f, 1e-4, 2e-2);
+  // No counted row: loss 0.
+  const std::vector<int> none(N, nn::IGNORED_TARGET);
+  CHECK(nn::cross_entropy_forward(l.data(), p.data(), logits.data(), none.data(), 0, N, V, single) == 0.0f);
+}

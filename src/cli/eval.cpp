@@ -1,0 +1,207 @@
+// tpcli eval --model M --data FILE.jsonl [-z TOKENIZER] [--devices N | --mesh model=N]
+//            [--max-tokens 64] [--template NAME] [--format auto|chat|completions] [--verbose]
+// M: a llama2.c .bin, a tpcli .safetensors or a Hugging Face model directory; the tokenizer is -z,
+// else the model directory's, else the one a checkpoint records.
+// Exact-match evaluation on supervised fine-tuning examples (train/sft_examples.h, the same parsing
+// and tokens as `tpcli train`'s): for each example, the prompt (chat: every message but the last,
+// which must be the assistant's, rendered with the generation prompt; completions: BOS and the
+// prompt) is fed and the model generates greedily until an end-of-turn token, the tokenizer's eos
+// (a llama2.c tokenizer's BOS too, as run.c), an eos id of the model's config, an end-of-turn text
+// (a template marker the tokenizer spells with several tokens), --max-tokens tokens or the end of
+// the context. The generated text, cut at the end marker and whitespace-trimmed, is compared with
+// the reference (the last assistant message or the completion, trimmed). The last line of stdout
+// is "exact match: K/N"; --verbose first prints one JSON line per example
+// {"example", "match", "generated", "reference"}.
+// (Room for --adapter DIR: the fine-tuned adapters, once tpcli trains them.)
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common_flags.h"
+#include "cli/model_file.h"
+#include "cli/tokenizer_setup.h"
+#include "model/generate.h"
+#include "model/json_file.h"
+#include "train/sft_examples.h"
+
+namespace tpcli::cli {
+
+namespace {
+
+struct EvalFlags {
+  std::string model;
+  std::string tokenizer;  // "" = the model directory's, else the checkpoint's recorded tokenizer
+  std::string data;
+  std::string template_name;
+  std::string format = "auto";
+  int max_tokens = 64;
+  bool verbose = false;
+};
+
+std::string tokenizer_path(const EvalFlags& f, const OpenedModel& opened) {
+  if (!f.tokenizer.empty()) return f.tokenizer;
+  if (opened.hf_dir) return *opened.hf_dir;
+  if (opened.tokenizer) return *opened.tokenizer;
+  throw UsageError(f.model + ": no tokenizer recorded with the model; pass -z/--tokenizer PATH");
+}
+
+// --format auto: the first example's keys decide ("messages": chat, "prompt": completions).
+train::SftFormat eval_format(const EvalFlags& f) {
+  if (f.format == "chat") return train::SftFormat::Chat;
+  if (f.format == "completions") return train::SftFormat::Completions;
+  if (f.format != "auto") throw UsageError("--format " + f.format + ": expected auto, chat or completions");
+  std::FILE* in = std::fopen(f.data.c_str(), "rb");
+  if (!in) throw UsageError(f.data + ": cannot open the JSONL file");
+  std::string line;
+  int number = 0;
+  for (int c = 0; c != EOF;) {
+    line.clear();
+    ++number;
+    while ((c = std::fgetc(in)) != EOF && c != '\n') line += static_cast<char>(c);
+    if (line.find_first_not_of(" \t\r") != std::string::npos) break;
+  }
+  std::fclose(in);
+  const std::string where = f.data + ":" + std::to_string(number);
+  if (line.find_first_not_of(" \t\r") == std::string::npos) throw UsageError(f.data + ": no example (an empty file)");
+  nlohmann::json first;
+  try {
+    first = model::parse_json_text(line, where);
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (first.is_object() && first.contains("messages")) return train::SftFormat::Chat;
+  if (first.is_object() && first.contains("prompt")) return train::SftFormat::Completions;
+  throw UsageError(where + ": neither {\"messages\": ...} (chat) nor {\"prompt\": ..., \"completion\": ...} (completions)");
+}
+
+// What ends a generated answer.
+struct Stops {
+  std::vector<int> ids;
+  std::vector<std::string> texts;  // end-of-turn markers, also when the tokenizer spells them with several tokens
+};
+
+Stops answer_stops(const model::TokenizerInterface& tokenizer, const train::SftEncoding& encoding,
+                   const OpenedModel& opened, bool llama2c) {
+  Stops s;
+  s.ids = opened.eos_token_ids;
+  if (llama2c) s.ids.push_back(1);  // run.c: BOS delimits stories
+  std::vector<std::string> texts = {tokenizer.eos_text()};
+  if (encoding.format == train::SftFormat::Chat) texts = model::end_of_turn_tokens(encoding.chat_template, encoding.chat_tokens);
+  for (const std::string& text : texts) {
+    if (text.empty()) continue;
+    s.texts.push_back(text);
+    if (std::optional<int> id = tokenizer.token_id(text)) s.ids.push_back(*id);
+  }
+  return s;
+}
+
+// Greedy generation from `prompt` on this device's model (every device runs the same calls):
+// the answer's text, cut at the first end marker and trimmed.
+std::string generate_answer(const model::ModelFns& model, const model::TokenizerInterface& tokenizer, const Stops& stops,
+                            std::span<const int> prompt, int max_tokens, const model::LlamaConfig& config) {
+  model::GenerateOptions options;
+  options.temperature = 0.0f;
+  options.steps = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(prompt.size()) + max_tokens, config.seq_len));
+  auto marker_at = [&](const std::string& text) {
+    size_t at = std::string::npos;
+    for (const std::string& marker : stops.texts) at = std::min(at, text.find(marker));
+    return at;
+  };
+  std::vector<int> answer;  // the tokens picked after the prompt, the stop token excluded
+  size_t calls = 0;         // on_next sees the forced prompt tokens first (prompt.size() - 1 of them)
+  model::generate_from_ids(model, prompt, config.vocab_size, options, [&](int, int next) {
+    if (++calls < prompt.size()) return true;
+    if (std::find(stops.ids.begin(), stops.ids.end(), next) != stops.ids.end()) return false;
+    answer.push_back(next);
+    return marker_at(tokenizer.decode_ids(answer, false)) == std::string::npos;
+  });
+  std::string text = tokenizer.decode_ids(answer, false);
+  if (const size_t at = marker_at(text); at != std::string::npos) text.resize(at);
+  return train::trim_whitespace(text);
+}
+
+void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
+  if (f.max_tokens < 1) throw UsageError("--max-tokens = " + std::to_string(f.max_tokens) + " must be >= 1");
+  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  OpenedModel opened = open_model(f.model, mesh);
+  apply_load_flags(opened, "auto", 0);
+  const model::LlamaConfig& config = opened.weights->config();
+  const std::string path = tokenizer_path(f, opened);
+  const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
+  const model::LoadedTokenizer loaded = open_tokenizer(path, llama2c ? std::optional<int>(config.vocab_size) : std::nullopt);
+  if (loaded.tokenizer->vocab_size() > config.vocab_size)
+    throw UsageError(loaded.path + ": tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
+                     " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
+
+  train::SftEncoding encoding;
+  encoding.format = eval_format(f);
+  encoding.tokenizer = loaded.tokenizer.get();
+  encoding.chat_tokens = {loaded.tokenizer->bos_text(), loaded.tokenizer->eos_text()};
+  if (encoding.format == train::SftFormat::Chat) encoding.chat_template = chat_formatting(loaded, f.template_name).chat_template;
+  std::vector<train::EvalCase> cases;
+  try {
+    for (const train::SftExample& example : train::read_sft_examples(f.data, encoding.format))
+      cases.push_back(train::eval_case(example, encoding));
+  } catch (const train::SftDataError& e) {
+    throw UsageError(e.what());
+  }
+  for (const train::EvalCase& c : cases)
+    if (static_cast<int>(c.prompt.size()) >= config.seq_len)
+      throw UsageError(c.where + ": the prompt is " + std::to_string(c.prompt.size()) +
+                       " tokens, no room left to answer in the model's context of " + std::to_string(config.seq_len) +
+                       " positions");
+  const Stops stops = answer_stops(*loaded.tokenizer, encoding, opened, llama2c);
+
+  std::vector<std::string> answers;  // device 0's
+  model::run_model_on_mesh(
+      *opened.weights, mesh,
+      [&](const model::ModelFns& model, std::FILE* out) {
+        model::GenerateResult all;  // every device's answers, compared by run_model_on_mesh
+        for (const train::EvalCase& c : cases) {
+          std::string answer = generate_answer(model, *loaded.tokenizer, stops, c.prompt, f.max_tokens, config);
+          all.text += answer + "\n";
+          if (out) answers.push_back(std::move(answer));
+        }
+        return all;
+      },
+      stdout);  // nothing is written during generation: `out` only tells device 0 apart
+  size_t matches = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const bool match = answers[i] == cases[i].reference;
+    matches += match ? 1 : 0;
+    if (f.verbose) {
+      const nlohmann::ordered_json line = {{"example", i + 1}, {"match", match}, {"generated", answers[i]}, {"reference", cases[i].reference}};
+      std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+  }
+  std::printf("exact match: %zu/%zu\n", matches, cases.size());
+  std::fflush(stdout);
+}
+
+void setup_eval(CLI::App& sub) {
+  auto flags = std::make_shared<EvalFlags>();
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
+      ->required();
+  sub.add_option("--data", flags->data, "JSONL examples: {\"messages\": [...]} (chat) or {\"prompt\", \"completion\"}")
+      ->required();
+  sub.add_option("-z,--tokenizer", flags->tokenizer,
+                 "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
+  sub.add_option("--template", flags->template_name,
+                 "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+  sub.add_option("--format", flags->format, "auto (from the first example's keys), chat or completions")
+      ->capture_default_str();
+  sub.add_option("--max-tokens", flags->max_tokens, "tokens generated per answer at most")->capture_default_str();
+  sub.add_flag("--verbose", flags->verbose, "one JSON line per example before the total");
+  sub.callback([flags, run_flags] { run_eval(*flags, *run_flags); });
+}
+
+const bool registered = register_command({"eval", "Exact-match evaluation on chat or completions examples", setup_eval});
+
+}  // namespace
+
+}  // namespace tpcli::cli
