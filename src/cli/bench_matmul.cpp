@@ -124,14 +124,14 @@ void transposed_product_row_tiles(float* dinp, const float* dout, const tensor::
   }
 }
 
-// QLoRA's backward through the frozen base at training shapes (one thread, as a device runs it):
-// PackedMatrix::transposed_product (column blocks), the row-tile alternative, and sgemm with the
-// whole matrix dequantized beforehand (the f32 copy the packed product avoids; not timed).
-void bench_packed_backward(const BenchMatmulOptions& o, std::mt19937& rng) {
+// QLoRA's backward through the frozen base at training shapes, at each thread count (1: as a
+// device of a full mesh runs it): PackedMatrix::transposed_product (column blocks), the row-tile
+// alternative, and sgemm with the whole matrix dequantized beforehand (the f32 copy the packed
+// product avoids; not timed).
+void bench_packed_backward(const BenchMatmulOptions& o, const std::vector<int>& threads, std::mt19937& rng) {
   const int64_t N = o.backward_n;
-  tensor::set_blas_threads(1);
-  std::printf("\n%-34s %14s %14s %14s %10s\n", ("backward dinp[" + std::to_string(N) + ",IN] = dout @ W").c_str(),
-              "packed", "row tiles", "sgemm f32 W", "packed/sgemm");
+  std::printf("\n%-34s %8s %14s %14s %14s %10s\n", ("backward dinp[" + std::to_string(N) + ",IN] = dout @ W").c_str(),
+              "threads", "packed", "row tiles", "sgemm f32 W", "packed/sgemm");
   const std::pair<int64_t, int64_t> shapes[] = {{288, 288}, {768, 288}, {288, 768}};  // {OUT, IN}
   for (const auto& [OUT, IN] : shapes) {
     const auto w = random_floats(rng, OUT * IN), dout = random_floats(rng, N * OUT);
@@ -142,14 +142,18 @@ void bench_packed_backward(const BenchMatmulOptions& o, std::mt19937& rng) {
                                          tensor::WeightFormat::affine(4, 32), tensor::WeightFormat::mxfp8()}) {
       const tensor::PackedMatrix m = tensor::PackedMatrix::from_f32(w.data(), OUT, IN, f);
       const tensor::Tensor d = m.dequantize();
-      const double packed = time_median(o.reps, [&] { m.transposed_product(dinp.data(), dout.data(), N, 0.0f); });
-      const double tiles = time_median(o.reps, [&] { transposed_product_row_tiles(dinp.data(), dout.data(), m, N); });
-      const double sgemm = time_median(o.reps, [&] {
-        tensor::gemm(tensor::Trans::No, tensor::Trans::No, N, IN, OUT, 1.0f, dout.data(), OUT, d.data(), IN, 0.0f, dinp.data(), IN);
-      });
       const std::string label = "OUT=" + std::to_string(OUT) + " IN=" + std::to_string(IN) + " " + f.name();
-      std::printf("%-34s %9.1f GF/s %9.1f GF/s %9.1f GF/s %9.2fx\n", label.c_str(), flops / packed / 1e9,
-                  flops / tiles / 1e9, flops / sgemm / 1e9, sgemm / packed);
+      for (int t : threads) {
+        tensor::set_blas_threads(t);
+        const double packed = time_median(o.reps, [&] { m.transposed_product(dinp.data(), dout.data(), N, 0.0f); });
+        const double tiles = time_median(o.reps, [&] { transposed_product_row_tiles(dinp.data(), dout.data(), m, N); });
+        const double sgemm = time_median(o.reps, [&] {
+          tensor::gemm(tensor::Trans::No, tensor::Trans::No, N, IN, OUT, 1.0f, dout.data(), OUT, d.data(), IN, 0.0f,
+                       dinp.data(), IN);
+        });
+        std::printf("%-34s %8d %9.1f GF/s %9.1f GF/s %9.1f GF/s %9.2fx\n", label.c_str(), t, flops / packed / 1e9,
+                    flops / tiles / 1e9, flops / sgemm / 1e9, sgemm / packed);
+      }
     }
   }
 }
@@ -206,7 +210,7 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   }
   report("naive dot loop", 1, time_median(o.reps, [&] { naive_matvec(out.data(), w.data(), x.data(), N, K); }));
   bench_batched_decode(o, rng);
-  bench_packed_backward(o, rng);
+  bench_packed_backward(o, threads, rng);
   tensor::set_blas_threads(saved);
 }
 

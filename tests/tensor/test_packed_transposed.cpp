@@ -44,7 +44,8 @@ std::vector<Case> cases() {
                           {WeightFormat::affine(8, 64), 37, 320}, {WeightFormat::affine(4, 128), 37, 384},
                           {WeightFormat::affine(3, 32), 37, 96},  {WeightFormat::affine(6, 64), 37, 192},
                           {WeightFormat::affine(8, 32), 300, 288}, {WeightFormat::affine(4, 32), 2000, 288},
-                          {WeightFormat::bf16(), 2000, 301}};
+                          {WeightFormat::bf16(), 2000, 301}, {WeightFormat::affine(2, 64), 37, 192},
+                          {WeightFormat::affine(5, 128), 37, 256}, {WeightFormat::affine(5, 32), 300, 2016}};
   return s;
 }
 
