@@ -1,6 +1,8 @@
 // tpcli export --to llama2c --model CKPT --out PATH.bin — a checkpoint (tpcli .safetensors, e.g.
 // runs/NAME/latest.safetensors, a llama2.c .bin or a Hugging Face directory) as a llama2.c .bin
 // that llama2.c's `run` and `tpcli infer` load.
+// tpcli export ... --adapter ADAPTER_DIR --fuse — either format with a PEFT LoRA adapter merged in
+// (W + alpha/r * B @ A in f32; a quantized model is dequantized first and written unquantized).
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
 // Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
 // with model.safetensors.index.json) that transformers and llama.cpp's convert_hf_to_gguf.py read,
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "cli/commands.h"
@@ -21,6 +24,7 @@
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/llama_config.h"
+#include "model/lora_adapter.h"
 
 namespace tpcli::cli {
 
@@ -32,6 +36,8 @@ struct ExportFlags {
   std::string out;
   std::string dtype = "bf16";  // --to hf
   int shards = 1;              // --to hf
+  std::string adapter;         // --adapter DIR (with --fuse): a PEFT LoRA folder
+  bool fuse = false;           // --fuse: write W + scale * B @ A for every adapted matrix
 };
 
 model::DType export_dtype(const std::string& name) {
@@ -99,10 +105,33 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
                static_cast<long long>(opened.weights->config().parameter_count()));
 }
 
+// --fuse: the model seen merged with the adapter (model::LoraMergedWeights over the opened file,
+// which moves to opened.original; `set` must outlive the export). A quantized base is dequantized,
+// merged in f32 and written in the export's dtype: it is not quantized again (tpcli quantize can).
+void fuse_adapter(const ExportFlags& f, OpenedModel& opened, std::optional<model::LoraAdapterSet>& set) {
+  if (f.adapter.empty()) throw UsageError("--fuse needs --adapter DIR (a PEFT LoRA folder)");
+  try {
+    set = model::load_peft_adapter(f.adapter, opened.weights->config());
+    opened.original = std::move(opened.weights);
+    opened.weights = std::make_unique<model::LoraMergedWeights>(*opened.original, *set, f.adapter);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("--adapter ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--adapter ") + e.what());
+  }
+  if (opened.original->config().quantization)
+    std::fprintf(stderr, "note: %s is quantized: dequantized, merged in f32 and written unquantized (%s); `tpcli quantize` can quantize the result\n",
+                 f.model.c_str(), f.to == "hf" ? f.dtype.c_str() : "f32");
+}
+
 void run_export(const ExportFlags& f) {
   if (f.to != "llama2c" && f.to != "hf") throw UsageError("--to " + f.to + ": expected llama2c or hf");
   if (f.shards < 1) throw UsageError("--shards " + std::to_string(f.shards) + " must be >= 1");
+  if (!f.adapter.empty() && !f.fuse)
+    throw UsageError("--adapter " + f.adapter + ": export merges an adapter only with --fuse (the adapter folder is already PEFT's format)");
   OpenedModel opened = open_model(f.model);
+  std::optional<model::LoraAdapterSet> set;
+  if (f.fuse) fuse_adapter(f, opened, set);
   if (f.to == "hf") return export_hf(f, opened);
   try {
     model::write_llama2c(f.out, *opened.weights);
@@ -124,6 +153,8 @@ void setup_export(CLI::App& sub) {
   sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf; absent or empty)")->required();
   sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();
   sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
+  sub.add_option("--adapter", flags->adapter, "with --fuse: LoRA adapter folder (Hugging Face PEFT's format) to merge");
+  sub.add_flag("--fuse", flags->fuse, "write the model merged with --adapter (W + alpha/r * B @ A, in f32, then --dtype)");
   sub.callback([flags] { run_export(*flags); });
 }
 

@@ -148,7 +148,27 @@ void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N
   // One scratch per thread (a device), not per layer: every layer's would be sized for the
   // largest step (a prompt's rows) and kept.
   thread_local std::vector<float> h13, g;  // [N, 2*FL], [N, FL]
-  swiglu_ffn_forward(out, h13, g, inp, N, w13_, w2_);
+  if (w13_lora_.empty() && !w2_lora_) return swiglu_ffn_forward(out, h13, g, inp, N, w13_, w2_);
+  const int64_t FL = w2_.in_features();
+  swiglu_ffn_forward(
+      out, h13, g, inp, N, FL,
+      [&](float* h, const float* x) {
+        w13_.forward(h, x, N);
+        w13_lora_.forward_add(h, 2 * FL, x, N);  // no communication
+      },
+      [&](float* y, const float* act) {
+        w2_.forward(y, act, N);                     // all_sum
+        if (w2_lora_) w2_lora_->forward_add(y, act, N);  // all_sum of [N, r]
+      });
+}
+
+int64_t QuantizedSwiGluFeedForward::parameter_bytes() const {
+  return w13_.bytes() + w2_.bytes() + w13_lora_.bytes() + (w2_lora_ ? w2_lora_->bytes() : 0);
+}
+
+void QuantizedSwiGluFeedForward::set_lora(LoraAllToSharded w13, std::optional<LoraShardedToAll> w2) {
+  w13_lora_ = std::move(w13);
+  w2_lora_ = std::move(w2);
 }
 
 }  // namespace tpcli::nn

@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "distributed/group.h"
 #include "nn/linear.h"
+#include "nn/lora.h"
 #include "nn/quantized_linear.h"
 #include "tensor/tensor.h"
 
@@ -114,11 +116,19 @@ class QuantizedSwiGluFeedForward : public FeedForward {
   QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2);
 
   void forward(float* out, const float* inp, int64_t N) override;
-  int64_t parameter_bytes() const override { return w13_.bytes() + w2_.bytes(); }
+  int64_t parameter_bytes() const override;
+
+  int64_t hidden_local() const { return w2_.in_features(); }  // FL
+  int w2_lanes() const { return w2_.lanes(); }
+  // LoRA adapters, unmerged (nn/lora.h): w13 over h13's columns (w1 at 0, w3 at FL; ld 2*FL),
+  // w2 with the base's lanes (its own all_sum of [N, r] after the base's).
+  void set_lora(LoraAllToSharded w13, std::optional<LoraShardedToAll> w2);
 
  private:
   QuantizedAllToShardedLinear w13_;
   QuantizedShardedToAllLinear w2_;
+  LoraAllToSharded w13_lora_;
+  std::optional<LoraShardedToAll> w2_lora_;
 };
 
 }  // namespace tpcli::nn
