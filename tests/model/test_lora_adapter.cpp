@@ -24,6 +24,7 @@
 #include "model/lora_adapter.h"
 #include "model/packed_weights.h"
 #include "model/safetensors.h"
+#include "random_lora.h"
 #include "random_model.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
@@ -34,34 +35,7 @@ using model::LoraAdapterSet;
 
 namespace {
 
-// A random adapter (seeded) on `targets` (HF names) of `layers`; B is not zero, so it acts.
-LoraAdapterSet random_adapter(const LlamaConfig& c, std::vector<std::string> targets, std::vector<int> layers, int r,
-                              uint32_t seed) {
-  LoraAdapterSet set;
-  set.rank = r;
-  set.alpha = 2.0 * r;
-  set.dropout = 0.05;
-  set.targets = std::move(targets);
-  set.base_model = "test/random";
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 0.2f);
-  for (int l : layers)
-    for (const auto& t : set.targets) {
-      const std::string m = *model::lora_matrix_of(t);
-      const std::string name = "layers." + std::to_string(l) + "." + m;
-      tensor::Shape w;
-      for (const auto& p : model::llama_parameters(c))
-        if (p.name == name) w = p.shape;
-      std::vector<float> a(static_cast<size_t>(r * w[1])), b(static_cast<size_t>(w[0] * r));
-      for (auto& x : a) x = d(rng);
-      for (auto& x : b) x = d(rng);
-      set.tensors.emplace(name + ".lora_a", tensor::Tensor({r, w[1]}, a));
-      set.tensors.emplace(name + ".lora_b", tensor::Tensor({w[0], r}, b));
-    }
-  return set;
-}
-
-const std::vector<std::string> ALL = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+const std::vector<std::string>& ALL = LORA_ALL;
 
 // W + scale * B @ A, in double, for every adapted matrix: the reference merged model.
 TensorWeights merged_reference(const model::WeightSource& base, const LoraAdapterSet& set) {
