@@ -311,7 +311,8 @@ void save_peft_adapter(const std::string& dir, const LoraAdapterSet& set, const 
   json config = {{"peft_type", "LORA"},
                  {"task_type", "CAUSAL_LM"},
                  {"r", set.rank},
-                 {"lora_alpha", set.alpha},
+                 {"lora_alpha", set.alpha == std::floor(set.alpha) && std::abs(set.alpha) < 1e15 ? json(static_cast<int64_t>(set.alpha))
+                                                                                        : json(set.alpha)},
                  {"lora_dropout", set.dropout},
                  {"target_modules", targets},
                  {"base_model_name_or_path", set.base_model.empty() ? json(nullptr) : json(set.base_model)},
