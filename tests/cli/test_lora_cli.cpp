@@ -1,5 +1,7 @@
 // cli/: LoRA adapters in PEFT's format on the command line (issue 30). `logits --adapter` on 1 and
 // 3 devices against the model merged by `export --adapter --fuse --to hf` (read back as a model),
+// whose every matrix is checked against W + scale * B @ A computed from the base's and the
+// adapter's files as stored (both in rotate-half order: no tpcli code in between),
 // `infer --adapter` greedy ids alike on 1, 2 and 3 devices, and one-line errors for a bad
 // --adapter. The adapter is random (seeded), written with model::save_peft_adapter for the
 // Hugging Face Llama of ../shared/reference/hf-archs.
@@ -9,6 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -83,6 +88,30 @@ std::vector<std::vector<double>> logits(const std::vector<std::string>& extra) {
   return parse_rows(r.out);
 }
 
+// A safetensors file read here from its layout (u64 header size, JSON header, data): F32 tensors.
+struct RawSafetensors {
+  nlohmann::json header;
+  std::vector<char> data;
+  std::vector<float> f32(const std::string& name) const {
+    const auto& h = header.at(name);
+    REQUIRE(h["dtype"] == "F32");
+    const size_t begin = h["data_offsets"][0], end = h["data_offsets"][1];
+    std::vector<float> v((end - begin) / 4);
+    std::memcpy(v.data(), data.data() + begin, end - begin);
+    return v;
+  }
+};
+RawSafetensors read_raw(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string text(n, ' ');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  RawSafetensors raw{nlohmann::json::parse(text), {}};
+  raw.data.assign(std::istreambuf_iterator<char>(in), {});
+  return raw;
+}
+
 void check_one_line_error(const Result& r, const std::string& expect) {
   INFO(r.err);
   CHECK(r.code == 2);
@@ -93,7 +122,7 @@ void check_one_line_error(const Result& r, const std::string& expect) {
 
 }  // namespace
 
-TEST_CASE("lora cli: logits --adapter on 1 and 3 devices equal the fused export's, and infer --adapter picks the same ids on 1, 2 and 3 devices") {
+TEST_CASE("lora cli: logits --adapter on 1 and 3 devices equal the fused export's, whose matrices are the files' W + scale B @ A, and infer --adapter picks the same ids on 1, 2 and 3 devices") {
   tpcli::testing::require_shared(LLAMA);
   const std::string model = tpcli::testing::shared_path(LLAMA);
   const tpcli::model::HfModelDir dir(model);
@@ -111,6 +140,32 @@ TEST_CASE("lora cli: logits --adapter on 1 and 3 devices equal the fused export'
   INFO(e.err);
   REQUIRE(e.code == 0);
   CHECK(max_diff(logits({"--model", fused}), one) < 1e-4);  // measured 3.1e-5 (the adapter moves logits by 23)
+  // Every fused matrix, in the Hugging Face files' own row order, is W + alpha/r * B @ A of the
+  // base's and the adapter's files as stored (no RoPE reordering in between: both are rotate-half).
+  const RawSafetensors base_file = read_raw(std::filesystem::path(model) / "model.safetensors");
+  const RawSafetensors lora_file = read_raw(std::filesystem::path(adapter) / "adapter_model.safetensors");
+  const RawSafetensors fused_file = read_raw(std::filesystem::path(fused) / "model.safetensors");
+  int checked = 0;
+  for (const auto& [name, h] : lora_file.header.items()) {
+    if (!name.ends_with(".lora_A.weight")) continue;
+    const std::string prefix = "base_model.model.", suffix = ".lora_A.weight";
+    const std::string module = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    INFO(module);
+    const std::vector<float> w = base_file.f32(module + ".weight"), merged = fused_file.f32(module + ".weight");
+    const std::vector<float> a = lora_file.f32(name), b = lora_file.f32("base_model.model." + module + ".lora_B.weight");
+    const int64_t r = 4, IN = static_cast<int64_t>(a.size()) / r, OUT = static_cast<int64_t>(b.size()) / r;
+    REQUIRE(static_cast<int64_t>(w.size()) == OUT * IN);
+    double worst = 0;
+    for (int64_t o = 0; o < OUT; ++o)
+      for (int64_t i = 0; i < IN; ++i) {
+        double s = 0;
+        for (int64_t k = 0; k < r; ++k) s += double(b[static_cast<size_t>(o * r + k)]) * a[static_cast<size_t>(k * IN + i)];
+        worst = std::max(worst, std::abs(w[static_cast<size_t>(o * IN + i)] + 2.0 * s - merged[static_cast<size_t>(o * IN + i)]));
+      }
+    CHECK(worst < 1e-5);
+    ++checked;
+  }
+  CHECK(checked == 14);  // 7 modules x 2 layers
 
   std::vector<int> first;
   for (const char* devices : {"1", "2", "3"}) {
