@@ -20,6 +20,7 @@
 
 #include "distributed/runtime.h"
 #include "model/dtype.h"
+#include "model/hf_model.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
 #include "model/packed_weights.h"
@@ -27,6 +28,7 @@
 #include "random_lora.h"
 #include "random_model.h"
 #include "support/error_of.h"
+#include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 using namespace tpcli;
@@ -398,4 +400,43 @@ TEST_CASE("lora: an adapter on some layers and modules only, and none at all, le
   const model::AdaptedWeights none(std::make_unique<TensorWeights>(base), LoraAdapterSet{.targets = {"q_proj"}}, "test");
   const AdaptedRun a = run_adapted(none, 1, tokens, 0), b = run_adapted(base, 1, tokens, 0);
   CHECK(std::memcmp(a.prefill.data(), b.prefill.data(), a.prefill.size() * 4) == 0);
+}
+
+TEST_CASE("lora: Hugging Face Qwen2 (q/k/v biases) and Qwen3 (head_dim 32, q/k norms) with an adapter match their merged models; Phi-3's fused projections and MoE experts are refused",
+          "[lora][hf]") {
+  require_shared("reference/hf-archs/qwen3");
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    INFO(arch);
+    const model::HfModelDir dir(shared_path(std::string("reference/hf-archs/") + arch));
+    const LlamaConfig& c = dir.config();
+    std::vector<int> layers;
+    for (int l = 0; l < c.n_layers; ++l) layers.push_back(l);
+    const LoraAdapterSet set = random_adapter(c, ALL, layers, 4, 61);
+    // Through PEFT's folder, so its RoPE reordering of q/k rows is on the way.
+    const TempDir tmp;
+    model::save_peft_adapter(tmp.path().string(), set, c);
+    const model::AdaptedWeights adapted(std::make_unique<BaseView>(dir), model::load_peft_adapter(tmp.path().string(), c), "test");
+    const std::vector<int> tokens = random_tokens(8, c.vocab_size, 6);
+    const AdaptedRun reference = run_adapted(merged_reference(dir, set), 1, tokens, 6);
+    for (int devices : {1, 2}) {
+      const AdaptedRun got = run_adapted(adapted, devices, tokens, 6);
+      CHECK(max_diff(got.prefill, reference.prefill) < 1e-4f);
+      CHECK(got.greedy == reference.greedy);
+    }
+  }
+  const model::HfModelDir phi3(shared_path("reference/hf-archs/phi3"));
+  CHECK(error_of<std::invalid_argument>([&] {
+          model::save_peft_adapter((std::filesystem::temp_directory_path() / "tpcli-never-written").string(),
+                                   random_adapter(phi3.config(), {"v_proj"}, {0}, 2, 62), phi3.config());
+        }).find("Phi3ForCausalLM stores wv in a fused module (model.layers.0.self_attn.qkv_proj)") != std::string::npos);
+  const model::HfModelDir moe(shared_path("reference/hf-archs/qwen3_moe"));  // layer 0 dense, 1 and 2 experts
+  CHECK_NOTHROW(model::validate_lora(random_adapter(moe.config(), {"gate_proj", "q_proj"}, {0}, 2, 63), moe.config(), "test"));
+  CHECK(error_of<std::invalid_argument>([&] { model::validate_lora(random_adapter(moe.config(), {"q_proj"}, {1}, 2, 64), moe.config(), "test"); }) ==
+        "(no error)");
+  LoraAdapterSet on_experts = random_adapter(moe.config(), {"q_proj"}, {1}, 2, 65);
+  on_experts.targets.push_back("up_proj");
+  on_experts.tensors.emplace("layers.1.w3.lora_a", tensor::Tensor({2, moe.config().dim}));
+  on_experts.tensors.emplace("layers.1.w3.lora_b", tensor::Tensor({moe.config().hidden_dim, 2}));
+  CHECK(error_of<std::invalid_argument>([&] { model::validate_lora(on_experts, moe.config(), "test"); })
+            .find("test: tensor layers.1.w3.lora_a: layer 1 is a mixture of experts, with no dense w3") != std::string::npos);
 }
