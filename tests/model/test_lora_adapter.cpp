@@ -25,6 +25,7 @@
 #include "model/lora_adapter.h"
 #include "model/packed_weights.h"
 #include "model/safetensors.h"
+#include "model/weights_view.h"
 #include "random_lora.h"
 #include "random_model.h"
 #include "support/error_of.h"
@@ -305,6 +306,7 @@ struct BaseView : model::WeightSource {
   const LlamaConfig& config() const override { return w.config(); }
   std::span<const float> get(const std::string& n) const override { return w.get(n); }
   std::optional<model::StoredTensor> stored(const std::string& n) const override { return w.stored(n); }
+  const LoraAdapterSet* adapter() const override { return w.adapter(); }
 };
 
 struct AdaptedRun {
@@ -396,6 +398,12 @@ TEST_CASE("lora: an adapter on some layers and modules only, and none at all, le
     CHECK(max_diff(got.prefill, reference.prefill) < 1e-4f);
     CHECK(got.greedy == reference.greedy);
   }
+  // Views of an adapted model (quantized on load, --dtype f32 / --context) keep its adapter.
+  const model::ConvertedWeights converted(adapted, tensor::WeightFormat::affine(8, 32));
+  CHECK(converted.adapter() == adapted.adapter());
+  model::WeightsView view(std::make_unique<BaseView>(adapted));
+  view.as_f32();
+  CHECK(view.adapter() == adapted.adapter());
   // An empty adapter (no tensors): the base's logits bit for bit.
   const model::AdaptedWeights none(std::make_unique<TensorWeights>(base), LoraAdapterSet{.targets = {"q_proj"}}, "test");
   const AdaptedRun a = run_adapted(none, 1, tokens, 0), b = run_adapted(base, 1, tokens, 0);
