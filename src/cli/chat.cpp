@@ -188,9 +188,9 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
 void setup_chat(CLI::App& sub) {
   auto flags = std::make_shared<ChatFlags>();
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
-  add_adapter_flag(sub, flags->adapter);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
       ->required();
+  add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
   sub.add_option("--system", flags->system, "a system message before the conversation");

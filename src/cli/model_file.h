@@ -61,7 +61,7 @@ tensor::WeightFormat parse_quantization(int bits, int group_size, const std::str
 constexpr int DEFAULT_HF_CONTEXT = 8192;
 void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context);
 
-// `--adapter DIR` (infer, chat, serve, logits): a Hugging Face PEFT LoRA folder
+// `--adapter DIR` (infer, chat, serve, logits, perplexity): a Hugging Face PEFT LoRA folder
 // (adapter_config.json + adapter_model.safetensors) applied unmerged on top of the model
 // (model/lora_adapter.h). add_adapter_flag adds the flag, writing into `dir`; apply_adapter ("" =
 // none) wraps opened.weights in model::AdaptedWeights, after apply_load_flags. UsageError, one

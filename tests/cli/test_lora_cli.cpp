@@ -206,7 +206,7 @@ TEST_CASE("lora cli: a bad --adapter, or --fuse without one, is a one-line error
   CHECK_FALSE(std::filesystem::exists(out));
 }
 
-TEST_CASE("lora cli: stories260K with an adapter, as text through infer and chat on 1 and 2 devices, and fused from a quantized file") {
+TEST_CASE("lora cli: stories260K with an adapter, as text through infer and chat on 1 and 2 devices, scored by perplexity, and fused from a quantized file") {
   tpcli::testing::require_shared("data/stories260K.bin");
   const std::string model = tpcli::testing::shared_path("data/stories260K.bin");
   const std::string tok = tpcli::testing::shared_path("data/tok512.bin");
@@ -241,6 +241,22 @@ TEST_CASE("lora cli: stories260K with an adapter, as text through infer and chat
   const std::string chat_one = chat({"--adapter", adapter});
   CHECK(chat_one != chat({}));
   CHECK(chat({"--adapter", adapter, "--devices", "2"}) == chat_one);
+
+  // perplexity --adapter: the batched forward and the decode path score the text alike, not as the base.
+  const std::string text = tmp.write("text.txt", tpcli::testing::slurp(tpcli::testing::shared_path("data/tinyshakespeare.txt")).substr(0, 3000));
+  auto nll = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"perplexity", "--model", model, "-z", tok, "--data", text, "--windows", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result r = run(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const size_t at = r.out.find("mean NLL ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(r.out.substr(at + 9));
+  };
+  const double adapted_nll = nll({"--adapter", adapter});
+  CHECK(std::abs(adapted_nll - nll({})) > 1e-3);
+  CHECK(std::abs(nll({"--adapter", adapter, "--decode", "--devices", "2"}) - adapted_nll) < 1e-4);
 
   // A quantized base: fused in f32 from its dequantized weights, said in one note; the same logits
   // as the adapter unmerged over the base read as f32 (--dtype f32).
