@@ -201,6 +201,43 @@ std::optional<LoraKey> parse_peft_name(std::string name) {
   return LoraKey{std::stoi(m[1].str()), *matrix, m[4].str() == "A" ? 'a' : 'b'};
 }
 
+// One tensor of PEFT's file, checked against the model and the config (one-line errors naming the
+// file and the tensor): its tpcli name and value, lora_B's rows in tpcli's RoPE order.
+std::pair<std::string, Tensor> read_peft_tensor(const SafetensorsFile& file, const std::string& name, int64_t r,
+                                                const std::set<std::string>& targets,
+                                                const std::optional<std::set<int>>& layers_to_transform, const LlamaConfig& c) {
+  auto fail = [&](const std::string& what) { throw std::runtime_error(file.path() + ": tensor " + name + ": " + what); };
+  const auto k = parse_peft_name(name);
+  if (!k) fail("not a LoRA lora_A / lora_B weight of a Llama block's q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
+  const std::string hf = *lora_hf_module_of(k->matrix), layer = std::to_string(k->layer);
+  if (!targets.count(k->matrix)) fail(hf + " is not in target_modules");
+  if (k->layer >= c.n_layers) fail("layer " + layer + " beyond the model's " + std::to_string(c.n_layers));
+  if (layers_to_transform && !layers_to_transform->count(k->layer)) fail("layer " + layer + " is not in layers_to_transform");
+  if (is_ffn(k->matrix) && c.is_moe_layer(k->layer)) fail("layer " + layer + " is a mixture of experts, with no dense " + hf);
+  HfTensorRef ref;
+  try {
+    ref = peft_module(k->layer, k->matrix, c);
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
+  const StoredTensor st = *file.stored(name);
+  if (!is_float(st.dtype)) fail("dtype is not F32, F16 or BF16");
+  const auto [OUT, IN] = matrix_shape(k->matrix, c);
+  const bool a = k->side == 'a';
+  const tensor::Shape want = a ? tensor::Shape{r, IN} : tensor::Shape{OUT, r};
+  const size_t rank_axis = a ? 0 : 1, feature_axis = 1 - rank_axis;
+  if (st.shape.size() == 2 && st.shape[rank_axis] != r && st.shape[feature_axis] == want[feature_axis])
+    fail("rank " + std::to_string(st.shape[rank_axis]) + " but adapter_config.json says r = " + std::to_string(r));
+  if (st.shape != want)
+    fail("shape " + tensor::to_string(st.shape) + ", expected " + tensor::to_string(want) + " for this model (" + hf + " is " +
+         shape_text(OUT, IN) + ", r = " + std::to_string(r) + ")");
+  const std::span<const float> v = file.get(name);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i])) fail("non-finite value at element " + std::to_string(i));
+  const std::vector<float> values = a ? std::vector<float>(v.begin(), v.end()) : rope_rows(v, ref.rope_heads, c.head_size(), r, false);
+  return {key_name(k->layer, k->matrix, k->side), Tensor(want, values)};
+}
+
 }  // namespace
 
 const std::vector<std::string>& lora_matrices() {
@@ -360,36 +397,12 @@ LoraAdapterSet load_peft_adapter(const std::string& dir, const LlamaConfig& c) {
     targets.insert(*m);
   }
   const SafetensorsFile file(weights_path);
-  const int64_t r = set.rank;
   std::set<std::string> seen_matrices;
   for (const std::string& name : file.names()) {
-    auto fail = [&](const std::string& what) { throw std::runtime_error(weights_path + ": tensor " + name + ": " + what); };
-    const auto k = parse_peft_name(name);
-    if (!k) fail("not a LoRA lora_A / lora_B weight of a Llama block's q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
-    const std::string hf = *lora_hf_module_of(k->matrix);
-    if (!targets.count(k->matrix)) fail(hf + " is not in target_modules");
-    if (k->layer >= c.n_layers) fail("layer " + std::to_string(k->layer) + " beyond the model's " + std::to_string(c.n_layers));
-    if (layers_to_transform && !layers_to_transform->count(k->layer))
-      fail("layer " + std::to_string(k->layer) + " is not in layers_to_transform");
-    if (is_ffn(k->matrix) && c.is_moe_layer(k->layer))
-      fail("layer " + std::to_string(k->layer) + " is a mixture of experts, with no dense " + hf);
-    const std::optional<StoredTensor> st = file.stored(name);
-    if (!is_float(st->dtype)) fail("dtype is not F32, F16 or BF16");
-    const auto [OUT, IN] = matrix_shape(k->matrix, c);
-    const tensor::Shape want = k->side == 'a' ? tensor::Shape{r, IN} : tensor::Shape{OUT, r};
-    if (st->shape.size() == 2 && st->shape[k->side == 'a' ? 0 : 1] != r && st->shape[k->side == 'a' ? 1 : 0] == want[k->side == 'a' ? 1 : 0])
-      fail("rank " + std::to_string(st->shape[k->side == 'a' ? 0 : 1]) + " but adapter_config.json says r = " + std::to_string(r));
-    if (st->shape != want)
-      fail("shape " + tensor::to_string(st->shape) + ", expected " + tensor::to_string(want) + " for this model (" + hf + " is " +
-           shape_text(OUT, IN) + ", r = " + std::to_string(r) + ")");
-    const std::span<const float> v = file.get(name);
-    for (size_t i = 0; i < v.size(); ++i)
-      if (!std::isfinite(v[i])) fail("non-finite value at element " + std::to_string(i));
-    const HfTensorRef ref = peft_module(k->layer, k->matrix, c);
-    const std::vector<float> values = k->side == 'b' ? rope_rows(v, ref.rope_heads, c.head_size(), r, false)
-                                                     : std::vector<float>(v.begin(), v.end());
-    set.tensors.emplace(key_name(k->layer, k->matrix, k->side), Tensor(want, values));
-    seen_matrices.insert(k->matrix);
+    const auto [key, tensor] = read_peft_tensor(file, name, set.rank, targets, layers_to_transform, c);
+    if (!set.tensors.emplace(key, tensor).second)
+      throw std::runtime_error(weights_path + ": tensor " + name + ": a second " + key + " (with and without base_model.model.?)");
+    seen_matrices.insert(parse_key(key)->matrix);
   }
   for (const auto& [name, t] : set.tensors) {
     const auto k = parse_key(name);
