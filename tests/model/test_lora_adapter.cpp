@@ -410,7 +410,7 @@ TEST_CASE("lora: an adapter on some layers and modules only, and none at all, le
   CHECK(std::memcmp(a.prefill.data(), b.prefill.data(), a.prefill.size() * 4) == 0);
 }
 
-TEST_CASE("lora: Hugging Face Qwen2 (q/k/v biases) and Qwen3 (head_dim 32, q/k norms) with an adapter match their merged models; Phi-3's fused projections and MoE experts are refused",
+TEST_CASE("lora: Hugging Face Qwen2 (q/k/v biases) and Qwen3 (head_dim 32, q/k norms) with an adapter match their merged models, and Phi-3's fused projections and MoE experts are refused",
           "[lora][hf]") {
   require_shared("reference/hf-archs/qwen3");
   for (const char* arch : {"qwen2", "qwen3"}) {
