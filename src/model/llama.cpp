@@ -15,7 +15,7 @@
 #include "nn/attention.h"
 #include "nn/cross_entropy.h"
 #include "nn/embedding.h"
-#include "nn/lora.h"
+#include "nn/quantized_lora.h"
 #include "nn/quantized_linear.h"
 #include "nn/rmsnorm.h"
 #include "tensor/aligned_storage.h"

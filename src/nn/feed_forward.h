@@ -15,7 +15,7 @@
 
 #include "distributed/group.h"
 #include "nn/linear.h"
-#include "nn/lora.h"
+#include "nn/quantized_lora.h"
 #include "nn/quantized_linear.h"
 #include "tensor/tensor.h"
 
@@ -120,7 +120,7 @@ class QuantizedSwiGluFeedForward : public FeedForward {
 
   int64_t hidden_local() const { return w2_.in_features(); }  // FL
   int w2_lanes() const { return w2_.lanes(); }
-  // LoRA adapters, unmerged (nn/lora.h): w13 over h13's columns (w1 at 0, w3 at FL; ld 2*FL),
+  // LoRA adapters, unmerged (nn/quantized_lora.h): w13 over h13's columns (w1 at 0, w3 at FL; ld 2*FL),
   // w2 with the base's lanes (its own all_sum of [N, r] after the base's).
   void set_lora(LoraAllToSharded w13, std::optional<LoraShardedToAll> w2);
 

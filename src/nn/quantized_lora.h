@@ -1,5 +1,7 @@
-// tpcli::nn — LoRA's low-rank update of a tensor-parallel linear, unmerged (inference, frozen):
-// out += scale * (inp @ A^T) @ B^T beside the base layer's out = inp @ W^T, sharded as that layer.
+// tpcli::nn — LoRA's low-rank update beside the inference model's linears (nn/quantized_linear.h,
+// f32 or packed), unmerged and frozen: out += scale * (inp @ A^T) @ B^T beside the base layer's
+// out = inp @ W^T, sharded as that layer. (Training's adapters, with gradients, on the f32 linears
+// of nn/linear.h: nn/lora.h.)
 //
 // Dimension legend: N rows (tokens), IN input features, OUT output features, r rank;
 // *_local = this device's shard.

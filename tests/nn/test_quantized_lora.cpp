@@ -1,4 +1,4 @@
-// nn/lora.h: the sharded LoRA updates against out + scale * x @ (B @ A)^T computed unsharded in
+// nn/quantized_lora.h: the sharded LoRA updates against out + scale * x @ (B @ A)^T computed unsharded in
 // double, on 1..4 devices: LoraAllToSharded with two adapted parts of three (B's rows split, A
 // whole), LoraShardedToAll with A's columns split (unevenly) and in lanes; and the lanes' sum, with
 // whole subtrees per device, the same bits on 1, 2 and 4 devices.
@@ -10,7 +10,7 @@
 
 #include "distributed/runtime.h"
 #include "fd_check.h"
-#include "nn/lora.h"
+#include "nn/quantized_lora.h"
 
 using namespace tpcli;
 using nn::testing::random_vector;
@@ -39,7 +39,7 @@ std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t co
 
 }  // namespace
 
-TEST_CASE("lora: the all-to-sharded update adds scale * x A^T B_local^T to its parts' columns, with no communication",
+TEST_CASE("quantized lora: the all-to-sharded update adds scale * x A^T B_local^T to its parts' columns, with no communication",
           "[nn][lora]") {
   std::mt19937 rng(71);
   const int64_t N = 3, IN = 12, r = 2, OUT[3] = {8, 4, 4};  // q k v; k is not adapted
@@ -84,7 +84,7 @@ TEST_CASE("lora: the all-to-sharded update adds scale * x A^T B_local^T to its p
   }
 }
 
-TEST_CASE("lora: the sharded-to-all update sums x_local A_local^T over the group, in lanes, then applies B on every device",
+TEST_CASE("quantized lora: the sharded-to-all update sums x_local A_local^T over the group, in lanes, then applies B on every device",
           "[nn][lora]") {
   std::mt19937 rng(72);
   const int64_t N = 3, IN = 32, OUT = 6, r = 3, LANES = 8;  // lanes of 4 columns

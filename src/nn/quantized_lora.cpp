@@ -1,4 +1,4 @@
-#include "nn/lora.h"
+#include "nn/quantized_lora.h"
 
 #include <stdexcept>
 #include <string>
