@@ -9,6 +9,7 @@
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
+#include "model/trainable_llama.h"
 #include "model/weights_view.h"
 #include "train/checkpoint.h"
 #include "train/token_shards.h"
@@ -214,6 +215,24 @@ static void refuse_beyond_llama(const config::RunConfig& config, const model::Ll
   throw config::ConfigError(where + ": training a model with " + feature + " is not supported (inference is)");
 }
 
+// [train.lora] as the model takes it, checked against the model it adapts.
+static model::LoraOptions lora_options(const config::RunConfig& config, const model::LlamaConfig& model) {
+  const config::LoraSection& lora = *config.train.lora;
+  if (!config.model.init_from)
+    throw config::ConfigError(config.where("train.lora") + ": train.lora needs model.init_from (the model to adapt)");
+  if (lora.layers > model.n_layers)
+    throw config::ConfigError(config.where("train.lora.layers") + ": train.lora.layers = " + std::to_string(lora.layers) +
+                              " but the model has " + std::to_string(model.n_layers) + " blocks");
+  model::LoraOptions o;
+  o.rank = lora.rank;
+  o.alpha = lora.alpha;
+  o.last_layers = lora.layers;
+  o.seed = config.train.seed;
+  o.targets.clear();
+  for (const std::string& module : lora.targets) o.targets.push_back(model::lora_target_of_module(module));
+  return o;
+}
+
 Prepared prepare_training(const config::RunConfig& config, bool resume) {
   using config::ConfigError;
   Prepared p;
@@ -237,6 +256,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
     throw ConfigError(config.where("model.init_from") + ": " + e.what());
   }
   refuse_beyond_llama(config, o.model);
+  if (config.train.lora) o.lora = lora_options(config, o.model);
   if (!tokenizer) {
     try {
       tokenizer = TextTokenizer::llama2c(config.data.tokenizer_path, o.model.vocab_size);

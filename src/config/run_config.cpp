@@ -500,12 +500,52 @@ void read_data(const toml::table& table, const std::string& file, const fs::path
   if (auto shuffle = r.boolean("shuffle")) data.shuffle = *shuffle;
 }
 
+// [train.lora]
+LoraSection read_lora(const toml::table& table, const std::string& file, SourceMap& source) {
+  Reader r(table, "train.lora.", file, source);
+  r.reject_unknown({"rank", "alpha", "dropout", "targets", "layers"});
+  LoraSection lora;
+  if (auto rank = r.integer("rank", 1, 65536)) lora.rank = static_cast<int>(*rank);
+  if (auto alpha = r.number("alpha", [](double v) { return v <= 0 ? std::string("must be > 0") : ""; })) lora.alpha = *alpha;
+  if (auto dropout = r.number("dropout", [](double v) { return v < 0 || v >= 1 ? std::string("must be in [0, 1)") : ""; }))
+    lora.dropout = *dropout;
+  if (lora.dropout != 0)
+    fail(r.where(*r.find("dropout")), "train.lora.dropout = " + format_number(lora.dropout) +
+                                          ": dropout on the adapters is not implemented yet (use 0)");
+  if (const toml::node* node = r.find("targets")) {
+    if (!node->is_array() || node->as_array()->empty())
+      r.wrong_type("targets", *node, "a non-empty array of module names, e.g. [\"q_proj\", \"v_proj\"]");
+    lora.targets.clear();
+    for (const toml::node& item : *node->as_array()) {
+      const auto* name = item.as_string();
+      std::string known;
+      for (const auto& m : LORA_MODULES) known += (known.empty() ? "" : ", ") + m;
+      if (!name || std::ranges::find(LORA_MODULES, name->get()) == LORA_MODULES.end())
+        fail(r.where(item), "train.lora.targets: " + show(item) + " is not a module LoRA adapts (" + known + ")");
+      if (std::ranges::find(lora.targets, name->get()) != lora.targets.end())
+        fail(r.where(item), "train.lora.targets: \"" + name->get() + "\" is listed twice");
+      lora.targets.push_back(name->get());
+    }
+  }
+  if (const toml::node* node = r.find("layers")) {
+    if (node->is_integer()) {
+      const int64_t n = node->as_integer()->get();
+      if (n < 1 || n > INT_MAX)  // the model's block count bounds it further (cli/train_setup)
+        fail(r.where(*node), "train.lora.layers = " + std::to_string(n) + " must be \"all\" or a count >= 1");
+      lora.layers = static_cast<int>(n);
+    } else if (!node->is_string() || node->as_string()->get() != "all") {
+      r.wrong_type("layers", *node, "\"all\" or a number of blocks (the last ones)");
+    }
+  }
+  return lora;
+}
+
 void read_train(const toml::table& table, const std::string& file, SourceMap& source, TrainSection& train) {
   Reader r(table, "train.", file, source);
   r.reject_unknown({"steps", "batch_size", "seq_len", "seed", "lr", "min_lr", "warmup_steps", "decay", "weight_decay",
                     "beta1", "beta2", "eps", "grad_clip", "eval_every", "eval_batches", "out_dir", "log_every",
                     "sample_tokens", "save_every", "grad_accum", "recompute", "shard_optimizer", "bucket_kb",
-                    "overlap_buckets"});
+                    "overlap_buckets", "lora"});
   auto int_key = [&](int& field, std::string_view key, int min) {
     if (auto value = r.int32(key, min)) field = *value;
   };
@@ -541,6 +581,10 @@ void read_train(const toml::table& table, const std::string& file, SourceMap& so
          "train.min_lr = " + format_number(train.min_lr) + " must be <= train.lr = " + format_number(train.lr));
   if (auto decay = r.choice("decay", {"cosine", "constant"})) train.decay = *decay == 0 ? DecayKind::Cosine : DecayKind::Constant;
   if (auto out_dir = r.string("out_dir")) train.out_dir = *out_dir;
+  if (const toml::node* node = r.find("lora")) {
+    if (!node->is_table()) r.wrong_type("lora", *node, "a table ([train.lora] rank = 8 ...)");
+    train.lora = read_lora(*node->as_table(), file, source);
+  }
 }
 
 // Checks that need the mesh and the other sections together; re-run when flags change the mesh.

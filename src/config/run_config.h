@@ -17,6 +17,9 @@
 //           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
 //           sample_tokens, save_every, grad_accum, recompute, shard_optimizer, bucket_kb,
 //           overlap_buckets
+//   [train.lora] rank = 8  alpha = 16  dropout = 0.0   # LoRA: the base (model.init_from) frozen,
+//           targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+//           layers = "all" | N                         # adapters on the last N blocks
 //
 // A model file (models/*.toml) holds the model dims as TOP-LEVEL keys (no [model] header):
 //   dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, n_experts, top_k,
@@ -137,6 +140,18 @@ struct DataSection {
 
 enum class DecayKind { Cosine, Constant };
 
+// The linears LoRA can adapt, by their Hugging Face module names (PEFT's target_modules).
+inline const std::vector<std::string> LORA_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"};
+
+struct LoraSection {
+  int rank = 8;
+  double alpha = 16;
+  double dropout = 0;
+  std::vector<std::string> targets = LORA_MODULES;  // distinct, each one of LORA_MODULES
+  int layers = 0;  // adapt the last N blocks; 0 = "all"
+};
+
 struct TrainSection {
   int steps = 2000;
   int batch_size = 12;           // global batch, split over the data axis
@@ -162,6 +177,7 @@ struct TrainSection {
   bool shard_optimizer = false;  // ZeRO-1: AdamW moments split over the data axis
   int bucket_kb = 1024;          // data-parallel gradient collectives run per bucket of this size
   bool overlap_buckets = true;   // start a bucket's collective during backward, once its gradients are done
+  std::optional<LoraSection> lora;  // [train.lora]: fine-tune adapters instead of every weight
 };
 
 struct RunConfig {

@@ -47,4 +47,10 @@ void ParameterBinding::lay_out(std::span<const ParamSpec> specs) {
     if (!by_spec_[i].spec) throw std::logic_error("parameter binding: parameter '" + specs[i].name + "' is not held by the model");
 }
 
+int64_t ParameterBinding::end_of_stage(int s) const {
+  if (s < 0) throw std::out_of_range("parameter binding: stage " + std::to_string(s));
+  if (static_cast<size_t>(s) < stage_ends_.size()) return stage_ends_[static_cast<size_t>(s)];
+  return stage_ends_.empty() ? 0 : stage_ends_.back();
+}
+
 }  // namespace tpcli::model

@@ -33,8 +33,9 @@ class ParameterBinding {
   void lay_out(std::span<const ParamSpec> specs);
 
   std::span<float> buffer() { return buffer_; }
-  // Where the buffer's final prefix ends once stage s is done (its non-expert parameters).
-  int64_t end_of_stage(int s) const { return stage_ends_.at(static_cast<size_t>(s)); }
+  // Where the buffer's final prefix ends once stage s is done (its non-expert parameters); stages
+  // after the last one that holds parameters end where it does.
+  int64_t end_of_stage(int s) const;
   // Every parameter in `specs` order (llama_parameters'), with its gradient's offset.
   const std::vector<Parameter>& parameters() const { return by_spec_; }
 

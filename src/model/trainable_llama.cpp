@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/block_activations.h"
+#include "model/trainable_llama_layers.h"
 #include "model/packed_weights.h"
 #include "nn/attention.h"
 #include "nn/collective_matmul.h"
@@ -18,22 +19,6 @@
 namespace tpcli::model {
 
 using tensor::Tensor;
-
-struct TrainableLlama::Layer {
-  Tensor attention_norm, attention_norm_grad;  // [C]
-  Tensor ffn_norm, ffn_norm_grad;              // [C]
-  F32AttentionLinears linears;
-  std::unique_ptr<nn::TrainableFeedForward> ffn;
-};
-
-struct TrainableLlama::Head {
-  nn::VocabParallelEmbedding embedding;  // [VL, C] this device's vocabulary rows
-  Tensor norm, norm_grad;                // [C]
-  nn::Linear output;                     // [VL, C] unshared classifier rows (empty when shared)
-  bool tied = false;
-  // The classifier's shard [VL, C]: the embedding's rows when shared, else the output rows.
-  nn::Linear& classifier() { return tied ? embedding.rows() : output; }
-};
 
 // Activations saved by the training forward for the backward.
 struct TrainableLlama::Acts {
@@ -66,8 +51,11 @@ TrainableLlama::~TrainableLlama() = default;
 TrainableLlama::TrainableLlama(TrainableLlama&&) noexcept = default;
 TrainableLlama& TrainableLlama::operator=(TrainableLlama&&) noexcept = default;
 
-TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group)
-    : core_(weights.config(), std::move(tensor_group), std::move(expert_group)), head_(std::make_unique<Head>()) {
+TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group,
+                               std::optional<LoraOptions> lora)
+    : core_(weights.config(), std::move(tensor_group), std::move(expert_group)),
+      lora_(std::move(lora)),
+      head_(std::make_unique<Head>()) {
   const LlamaConfig& c = core_.config;
   if (const std::string feature = c.beyond_llama_feature(); !feature.empty())
     throw std::invalid_argument("llama: training a model with " + feature + " is not supported yet (inference is)");
@@ -91,7 +79,12 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
     L.linears = core_.load_f32_attention(weights, l);
     L.ffn = core_.load_f32_feed_forward(weights, l);
   }
-  bind_parameters();
+  if (lora_) {
+    add_adapters(*lora_);
+    bind_adapters();
+  } else {
+    bind_parameters();
+  }
 }
 
 // In the order backward finishes them, stage by stage: the classifier and the final norm, each
@@ -253,7 +246,7 @@ void TrainableLlama::train_backward(std::span<const int> tokens, std::span<const
     nn::all_gather_rows(all.data(), dx.data(), N, C, core_.group);
     dx = std::move(all);
   }
-  head_->embedding.backward(dx.data(), tokens);  // dx is mirrored: each device adds to the rows it owns
+  if (!lora_) head_->embedding.backward(dx.data(), tokens);  // dx is mirrored: each device adds to the rows it owns
   gradients_ready(binding_.end_of_stage(static_cast<int>(layers_.size()) + 1));
 }
 
@@ -291,6 +284,7 @@ dist::Range TrainableLlama::sequence_rows(int64_t N) const {
 }
 
 void TrainableLlama::set_sequence_parallel(bool on) {
+  if (on && lora_) throw std::invalid_argument("llama: sequence parallelism with LoRA adapters is not supported yet");
   if (on && core_.config.is_moe())
     throw std::invalid_argument("llama: sequence parallelism needs a dense model (the MoE layer takes all the rows)");
   sequence_parallel_ = on;
@@ -339,37 +333,50 @@ void TrainableLlama::gradients_ready(int64_t end, bool last) const {
   if (gradients_ready_ && (last || (!core_.plan.kv_replicated && !rows_split()))) gradients_ready_(end);
 }
 
-std::vector<Tensor> TrainableLlama::kv_grads() {
-  std::vector<Tensor> out;
-  for (auto& L : layers_)
-    for (int part = 1; part <= 2; ++part) out.push_back(L.linears.qkv.part(part).grad());  // an owning copy
+std::vector<Tensor*> TrainableLlama::kv_row_grads() {
+  std::vector<Tensor*> out;
+  for (size_t l = 0; l < layers_.size(); ++l)
+    for (int part = 1; part <= 2; ++part) {
+      if (!lora_) out.push_back(&layers_[l].linears.qkv.part(part).grad());
+      else if (nn::LoraAdapter* a = layers_[l].linears.qkv.adapter(part)) out.push_back(&a->b_grad);
+    }
   return out;
 }
 
-// KV heads held by several devices: each holder's wk/wv gradient covers only its own query heads;
-// summing over the holders (an all_sum of the full [KV, C] rows, zero where not held) gives every
-// holder the full gradient, so the replicated rows stay identical after an optimizer step.
+std::vector<Tensor> TrainableLlama::kv_grads() {
+  std::vector<Tensor> out;
+  for (Tensor* g : kv_row_grads()) out.push_back(*g);  // an owning copy
+  return out;
+}
+
+// KV heads held by several devices: each holder's gradient of a KV row (wk, wv, or their adapters'
+// B) covers only its own query heads; summing over the holders (an all_sum of the full [KV, cols]
+// rows, zero where not held) gives every holder the full gradient, so the replicated rows stay
+// identical after an optimizer step. One all_sum per pair of tensors (a block's wk and wv).
 void TrainableLlama::sync_replicated_kv_grads(const std::vector<Tensor>& before) {
-  const int64_t C = core_.config.dim, KV = core_.config.kv_dim();
+  const int64_t KV = core_.config.kv_dim();
   const dist::Range rows = core_.plan.kv_rows();
-  std::vector<float> full(static_cast<size_t>(2 * KV * C));  // [2, KV, C]
-  size_t b = 0;
-  for (auto& L : layers_) {
-    std::fill(full.begin(), full.end(), 0.0f);
-    for (int part = 1; part <= 2; ++part) {
-      const Tensor& g = L.linears.qkv.part(part).grad();
-      const Tensor& prev = before[b + static_cast<size_t>(part - 1)];
-      float* dst = full.data() + (part - 1) * KV * C + rows.offset * C;
-      for (int64_t i = 0; i < g.numel(); ++i) dst[i] = g[i] - prev[i];  // this call's contribution
+  const std::vector<Tensor*> grads = kv_row_grads();
+  for (size_t first = 0; first < grads.size(); first += 2) {
+    const size_t last = std::min(first + 2, grads.size());
+    std::vector<int64_t> starts;  // of each tensor's full [KV, cols] in `full`
+    int64_t size = 0;
+    for (size_t i = first; i < last; ++i) {
+      starts.push_back(size);
+      size += KV * (grads[i]->numel() / rows.count);
+    }
+    std::vector<float> full(static_cast<size_t>(size), 0.0f);
+    for (size_t i = first; i < last; ++i) {
+      const Tensor& g = *grads[i];
+      float* dst = full.data() + starts[i - first] + rows.offset * (g.numel() / rows.count);
+      for (int64_t j = 0; j < g.numel(); ++j) dst[j] = g[j] - before[i][j];  // this call's contribution
     }
     core_.group.all_sum(full);
-    for (int part = 1; part <= 2; ++part) {
-      Tensor& g = L.linears.qkv.part(part).grad();
-      const Tensor& prev = before[b + static_cast<size_t>(part - 1)];
-      const float* src = full.data() + (part - 1) * KV * C + rows.offset * C;
-      for (int64_t i = 0; i < g.numel(); ++i) g[i] = prev[i] + src[i];
+    for (size_t i = first; i < last; ++i) {
+      Tensor& g = *grads[i];
+      const float* src = full.data() + starts[i - first] + rows.offset * (g.numel() / rows.count);
+      for (int64_t j = 0; j < g.numel(); ++j) g[j] = before[i][j] + src[j];
     }
-    b += 2;
   }
 }
 

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "distributed/group.h"
@@ -22,11 +24,31 @@
 
 namespace tpcli::model {
 
+// LoRA fine-tuning (nn/lora.h): the base frozen, adapters on the named linears of the last blocks.
+// The adapters are the model's only parameters: they alone get gradients, an optimizer and a
+// checkpoint; each is named "layers.L.wq.lora_a" [r, IN] / "layers.L.wq.lora_b" [OUT, r].
+struct LoraOptions {
+  int rank = 8;
+  double alpha = 16;  // scale = alpha / rank
+  std::vector<std::string> targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};  // tpcli's names of the linears
+  int last_layers = 0;  // adapt the last N blocks; 0 = every block
+  uint64_t seed = 0;    // A's initialisation (B starts at zero, so the model starts unchanged)
+};
+// tpcli's name of a Hugging Face module name ("q_proj" -> "wq"), or "" when it is not one LoRA adapts.
+std::string lora_target_of_module(const std::string& module);
+// The adapters' specs, A then B for each adapted linear, blocks from the last (the order backward
+// finishes them): A [r, IN] replicated and B [OUT, r] split by rows on AllToSharded linears, A split
+// by columns and B replicated on ShardedToAll ones (nn/lora.h). Throws std::invalid_argument for
+// options the model cannot take (MoE, rank < 1, more layers than it has, an unknown target).
+std::vector<ParamSpec> lora_parameters(const LlamaConfig& config, const LoraOptions& options);
+
 class TrainableLlama {
  public:
   // Copies only this device's slices of each tensor (see Llama's constructor). Throws
   // std::invalid_argument for packed weights: training a quantized model is not supported.
-  TrainableLlama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {});
+  // With `lora`, the base is frozen and only the adapters train (dense models, whole rows).
+  TrainableLlama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {},
+                 std::optional<LoraOptions> lora = std::nullopt);
   ~TrainableLlama();
   TrainableLlama(TrainableLlama&&) noexcept;
   TrainableLlama& operator=(TrainableLlama&&) noexcept;
@@ -59,7 +81,10 @@ class TrainableLlama {
   // the backward (activations and the feed-forwards' buffers), not the backward's transient gradients.
   int64_t peak_activation_bytes() const { return peak_activation_bytes_; }
 
-  // Every parameter of llama_parameters (same order): its spec (name, full shape, how it is split,
+  // Whether the model trains LoRA adapters on a frozen base (then parameters() are the adapters).
+  bool lora() const { return lora_.has_value(); }
+
+  // Every parameter of llama_parameters (same order), or every adapter's A and B with LoRA: its spec (name, full shape, how it is split,
   // whether it decays), this device's tensors and where its gradient sits in grad_buffer().
   const std::vector<Parameter>& parameters() const { return binding_.parameters(); }
   // Every gradient of this device, one contiguous buffer [P_local], in the order the backward
@@ -74,7 +99,13 @@ class TrainableLlama {
   // function turns it off.
   void set_gradients_ready(std::function<void(int64_t end)> ready) { gradients_ready_ = std::move(ready); }
   void zero_grad();
-  // Collective over the tensor group: the full weights, for saving.
+  // This device's part of every parameter of parameters() (the adapters, with LoRA), sliced from
+  // the full tensor `prefix + name` in `full` (a checkpoint's weights or optimizer moments). Throws
+  // naming a parameter that is missing or of another shape. Not for expert weights (nn/moe.h deals them).
+  std::vector<tensor::Tensor> local_parts(const WeightSource& full, const std::string& prefix = "") const;
+  // Sets every parameter to local_parts(full) (a resumed or loaded adapter).
+  void load_parameters(const WeightSource& full);
+  // Collective over the tensor group: the full weights (with LoRA: the adapters), for saving.
   TensorWeights gather_weights();
   // Collective: the full gradients, by parameter name (dense models; tests and diagnostics).
   TensorWeights gather_grads();
@@ -92,6 +123,11 @@ class TrainableLlama {
   struct Head;
   struct Acts;
   void bind_parameters();
+  // LoRA (model/trainable_lora.cpp): the adapters' specs and tensors, the base frozen.
+  void add_adapters(const LoraOptions& options);
+  void bind_adapters();
+  // The adapter of `target` ("wq", ..., "w2") in layer l, or null.
+  nn::LoraAdapter* adapter(size_t l, const std::string& target);
   float train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   // Block l on x_in[N, C] -> x_out[N, C], saving what its backward needs (the block's x_in is the caller's).
   void block_forward(size_t l, const float* x_in, float* x_out, int B, int T);
@@ -109,7 +145,10 @@ class TrainableLlama {
   // Sequence parallel: each device's norm gradients cover its rows only; sums this call's
   // contribution (now minus `before`) over the tensor group.
   void sum_norm_grads(const std::vector<float>& before);
-  std::vector<tensor::Tensor> kv_grads();  // copies of the wk, wv gradients of every block
+  // The gradients whose rows are KV rows, layer after layer: wk's and wv's, or with LoRA their
+  // adapters' B.
+  std::vector<tensor::Tensor*> kv_row_grads();
+  std::vector<tensor::Tensor> kv_grads();  // copies of kv_row_grads()
   void sync_replicated_kv_grads(const std::vector<tensor::Tensor>& before);
   // Tells gradients_ready_ (when set) that grad_buffer()[0, end) is final; with replicated KV heads
   // or split rows only the last call (after their sums) is passed on.
@@ -119,6 +158,8 @@ class TrainableLlama {
   TensorWeights gather(bool grads);
 
   LlamaCore core_;
+  std::optional<LoraOptions> lora_;
+  std::vector<ParamSpec> lora_specs_;  // with LoRA: the adapters', in binding order
   std::unique_ptr<Head> head_;  // embedding, final norm, classifier (on the heap: the binding points into it)
   std::vector<Layer> layers_;
   ParameterBinding binding_;

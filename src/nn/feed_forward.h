@@ -95,6 +95,9 @@ class SwiGluFeedForward : public TrainableFeedForward {
   bool supports_sequence_split() const override { return true; }
   void forward_sequence_split(float* out, const float* inp, int64_t N) override;
   void backward_sequence_split(float* dinp, const float* dout, const float* inp, int64_t N) override;
+  // The two products, for freezing and adapting them (nn/lora.h).
+  AllToShardedLinear& gate_up() { return w13_; }  // parts: w1, w3
+  ShardedToAllLinear& down() { return w2_; }
 
  private:
   AllToShardedLinear w13_;  // parts: w1 [FL, C], w3 [FL, C]

@@ -39,6 +39,7 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
   const int64_t ld = ld_dout ? ld_dout : OUT;
   if (dinp)  // dinp[N, IN] += dout[N, OUT] @ W[OUT, IN]
     tensor::gemm(Trans::No, Trans::No, N, IN, OUT, 1.0f, dout, ld, weight_.data(), IN, 1.0f, dinp, IN);
+  if (frozen_) return;
   // dW[OUT, IN] += dout^T[OUT, N] @ inp[N, IN]
   tensor::gemm(Trans::Yes, Trans::No, OUT, IN, N, 1.0f, dout, ld, inp, IN, 1.0f, grad().data(), IN);
 }
@@ -70,6 +71,90 @@ AllToShardedLinear::AllToShardedLinear(std::vector<Linear> parts, dist::Group gr
   }
 }
 
+void AllToShardedLinear::freeze() {
+  for (auto& p : parts_) p.set_frozen(true);
+}
+
+void AllToShardedLinear::set_adapter(int i, LoraAdapter adapter) {
+  const Linear& p = parts_.at(static_cast<size_t>(i));
+  if (adapter.a.dim(1) != in_features() || adapter.b.dim(0) != p.out_features() || adapter.b.dim(1) != adapter.rank())
+    throw std::invalid_argument("all-to-sharded linear: adapter A " + tensor::to_string(adapter.a.shape()) + ", B " +
+                                tensor::to_string(adapter.b.shape()) + " do not fit a part of " +
+                                tensor::to_string(p.weight().shape()));
+  adapters_.resize(parts_.size());
+  adapters_[static_cast<size_t>(i)] = std::move(adapter);
+}
+
+LoraAdapter* AllToShardedLinear::adapter(int i) {
+  if (static_cast<size_t>(i) >= adapters_.size() || adapters_[static_cast<size_t>(i)].a.empty()) return nullptr;
+  return &adapters_[static_cast<size_t>(i)];
+}
+
+int64_t AllToShardedLinear::adapter_rank_sum() const {
+  int64_t R = 0;
+  for (const auto& a : adapters_) R += a.a.empty() ? 0 : a.rank();
+  return R;
+}
+
+void AllToShardedLinear::add_adapters(float* out, const float* inp, int64_t N) const {
+  const int64_t IN = in_features();
+  std::vector<float> xa;
+  int64_t col = 0;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const int64_t rows = parts_[i].out_features();
+    if (i < adapters_.size() && !adapters_[i].a.empty() && rows > 0) {
+      const LoraAdapter& ad = adapters_[i];
+      const int64_t r = ad.rank();
+      xa.resize(static_cast<size_t>(N * r));  // [N, r] = inp A^T
+      tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
+      // out[:, part] += scale * xa B^T
+      tensor::gemm(Trans::No, Trans::Yes, N, rows, r, ad.scale, xa.data(), r, ad.b.data(), r, 1.0f, out + col,
+                   out_local_);
+    }
+    col += rows;
+  }
+}
+
+void AllToShardedLinear::adapter_output_gradients(float* dxa, const float* dout, const float* inp, int64_t N) {
+  const int64_t IN = in_features(), R = adapter_rank_sum();
+  std::vector<float> xa;
+  int64_t col = 0, k = 0;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const int64_t rows = parts_[i].out_features();
+    if (i < adapters_.size() && !adapters_[i].a.empty()) {
+      LoraAdapter& ad = adapters_[i];
+      const int64_t r = ad.rank();
+      if (rows == 0) {
+        for (int64_t n = 0; n < N; ++n) std::fill(dxa + n * R + k, dxa + n * R + k + r, 0.0f);
+      } else {
+        // dxa[:, k : k + r] = scale * dout[:, part] @ B[rows, r]
+        tensor::gemm(Trans::No, Trans::No, N, r, rows, ad.scale, dout + col, out_local_, ad.b.data(), r, 0.0f, dxa + k, R);
+        xa.resize(static_cast<size_t>(N * r));  // inp A^T, recomputed
+        tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
+        // dB[rows, r] += scale * dout[:, part]^T @ xa
+        tensor::gemm(Trans::Yes, Trans::No, rows, r, N, ad.scale, dout + col, out_local_, xa.data(), r, 1.0f,
+                     ad.b_grad.data(), r);
+      }
+      k += r;
+    }
+    col += rows;
+  }
+}
+
+void AllToShardedLinear::adapter_input_gradients(float* dinp, const float* dxa, const float* inp, int64_t N) {
+  const int64_t IN = in_features(), R = adapter_rank_sum();
+  int64_t k = 0;
+  for (auto& ad : adapters_) {
+    if (ad.a.empty()) continue;
+    const int64_t r = ad.rank();
+    if (dinp)  // dinp[N, IN] += dxa[:, k : k + r] @ A[r, IN]
+      tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa + k, R, ad.a.data(), IN, 1.0f, dinp, IN);
+    // dA[r, IN] += dxa[:, k : k + r]^T @ inp
+    tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa + k, R, inp, IN, 1.0f, ad.a_grad.data(), IN);
+    k += r;
+  }
+}
+
 bool AllToShardedLinear::fused() const {
   if (fused_.empty()) return false;
   const float* at = fused_.data();
@@ -91,6 +176,7 @@ void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const 
       col += p.out_features();
     }
   } else forward_columns(out, inp, IN, N, 0, IN, false);
+  if (!adapters_.empty()) add_adapters(out, inp, N);
 }
 
 void AllToShardedLinear::forward_columns(float* out, const float* inp, int64_t ld_inp, int64_t N, int64_t col0,
@@ -136,7 +222,7 @@ void AllToShardedLinear::weight_gradients(const float* dout, const float* inp, i
   const float* next = nullptr;
   bool adjacent = true;
   for (auto& p : parts_) {
-    if (p.out_features() == 0) continue;
+    if (p.out_features() == 0 || p.frozen()) continue;
     float* g = p.grad().data();
     if (!first) first = g;
     else if (g != next) adjacent = false;
@@ -149,25 +235,28 @@ void AllToShardedLinear::weight_gradients(const float* dout, const float* inp, i
   }
   int64_t col = 0;
   for (auto& p : parts_) {  // dW_part += dout[:, part's columns]^T @ inp
-    if (p.out_features() > 0) p.backward(nullptr, dout + col, inp, N, out_local_);
+    if (p.out_features() > 0 && !p.frozen()) p.backward(nullptr, dout + col, inp, N, out_local_);
     col += p.out_features();
   }
 }
 
 void AllToShardedLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
-  const int64_t IN = in_features();
+  const int64_t IN = in_features(), R = adapter_rank_sum();
   const bool sum = group_.size() > 1;
-  if (sum) {
-    dinp_partial_.resize(static_cast<size_t>(N * IN));  // [N, IN], overwritten
-    input_gradient(dinp_partial_.data(), dout, N, false);
-  } else if (dinp) {  // nothing to sum over: straight into dinp
-    input_gradient(dinp, dout, N, true);
-  }
   weight_gradients(dout, inp, N);
-  if (!sum) return;
-  group_.all_sum(dinp_partial_);  // sum_gradients: partial -> mirrored
-  if (!dinp) return;
-  for (int64_t i = 0; i < N * IN; ++i) dinp[i] += dinp_partial_[static_cast<size_t>(i)];
+  if (!sum && R == 0) {  // nothing to sum over: straight into dinp
+    if (dinp) input_gradient(dinp, dout, N, true);
+    return;
+  }
+  // [N, IN] the base's partial dinp, then [N, R] the adapters' partial dxa: one all-sum for both.
+  dinp_partial_.resize(static_cast<size_t>(N * (IN + R)));
+  float* dxa = dinp_partial_.data() + N * IN;
+  if (dinp || sum) input_gradient(dinp_partial_.data(), dout, N, false);
+  if (R > 0) adapter_output_gradients(dxa, dout, inp, N);
+  if (sum) group_.all_sum(dinp_partial_);  // sum_gradients: partial -> mirrored
+  if (dinp)
+    for (int64_t i = 0; i < N * IN; ++i) dinp[i] += dinp_partial_[static_cast<size_t>(i)];
+  if (R > 0) adapter_input_gradients(dinp, dxa, inp, N);
 }
 
 // ---- ShardedToAllLinear ----
@@ -175,7 +264,16 @@ void AllToShardedLinear::backward(float* dinp, const float* dout, const float* i
 ShardedToAllLinear::ShardedToAllLinear(Linear local, dist::Group group)
     : local_(std::move(local)), group_(std::move(group)) {}
 
+void ShardedToAllLinear::set_adapter(LoraAdapter adapter) {
+  if (adapter.a.dim(1) != in_features() || adapter.b.dim(0) != out_features() || adapter.b.dim(1) != adapter.rank())
+    throw std::invalid_argument("sharded-to-all linear: adapter A " + tensor::to_string(adapter.a.shape()) + ", B " +
+                                tensor::to_string(adapter.b.shape()) + " do not fit " +
+                                tensor::to_string(local_.weight().shape()));
+  adapter_ = std::move(adapter);
+}
+
 void ShardedToAllLinear::forward(float* out, const float* inp, int64_t N) {
+  if (adapter()) return forward_with_adapter(out, inp, N);
   const int64_t OUT = out_features();
   if (in_features() > 0)
     local_.forward(out, inp, N);
@@ -184,8 +282,35 @@ void ShardedToAllLinear::forward(float* out, const float* inp, int64_t N) {
   group_.all_sum(std::span<float>(out, static_cast<size_t>(N * OUT)));  // partial -> mirrored
 }
 
+void ShardedToAllLinear::forward_with_adapter(float* out, const float* inp, int64_t N) {
+  const int64_t OUT = out_features(), IN = in_features(), r = adapter_.rank();
+  summed_.assign(static_cast<size_t>(N * (OUT + r)), 0.0f);  // [N, OUT] base, then [N, r] xa
+  float* xa = summed_.data() + N * OUT;
+  if (IN > 0) {
+    local_.forward(summed_.data(), inp, N);
+    tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, adapter_.a.data(), IN, 0.0f, xa, r);
+  }
+  group_.all_sum(summed_);  // partial -> mirrored, the adapter's xa with the base's output
+  std::copy(summed_.begin(), summed_.begin() + N * OUT, out);
+  xa_.assign(xa, xa + N * r);  // for backward's dB
+  // out += scale * xa B^T
+  tensor::gemm(Trans::No, Trans::Yes, N, OUT, r, adapter_.scale, xa, r, adapter_.b.data(), r, 1.0f, out, OUT);
+}
+
 void ShardedToAllLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   if (in_features() > 0) local_.backward(dinp, dout, inp, N);
+  if (!adapter()) return;
+  const int64_t OUT = out_features(), IN = in_features(), r = adapter_.rank();
+  std::vector<float> dxa(static_cast<size_t>(N * r));  // [N, r] = scale * dout B
+  tensor::gemm(Trans::No, Trans::No, N, r, OUT, adapter_.scale, dout, OUT, adapter_.b.data(), r, 0.0f, dxa.data(), r);
+  // dB[OUT, r] += scale * dout^T xa
+  tensor::gemm(Trans::Yes, Trans::No, OUT, r, N, adapter_.scale, dout, OUT, xa_.data(), r, 1.0f,
+               adapter_.b_grad.data(), r);
+  if (IN == 0) return;
+  if (dinp)  // dinp[N, IN_local] += dxa A_local
+    tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa.data(), r, adapter_.a.data(), IN, 1.0f, dinp, IN);
+  // dA_local[r, IN_local] += dxa^T inp
+  tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa.data(), r, inp, IN, 1.0f, adapter_.a_grad.data(), IN);
 }
 
 // ---- shard_linear / shard_inplace ----

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "distributed/group.h"
+#include "nn/lora.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::nn {
@@ -34,16 +35,21 @@ class Linear {
   const tensor::Tensor& weight() const { return weight_; }
   tensor::Tensor& grad();  // [OUT, IN], allocated (zero) on first use
   bool has_grad() const { return !grad_.empty(); }
+  // A frozen weight (LoRA's base, a fine-tune's classifier) gets no gradient: backward computes
+  // only dinp.
+  void set_frozen(bool frozen) { frozen_ = frozen; }
+  bool frozen() const { return frozen_; }
 
   // out[N, OUT] (row stride ld_out, 0 = OUT) = inp[N, IN] @ weight^T. N == 1 uses matvec.
   void forward(float* out, const float* inp, int64_t N, int64_t ld_out = 0) const;
-  // dinp[N, IN] += dout @ weight (skipped when dinp is null); dweight += dout^T @ inp.
-  // dout has row stride ld_dout (0 = OUT).
+  // dinp[N, IN] += dout @ weight (skipped when dinp is null); dweight += dout^T @ inp (skipped
+  // when frozen). dout has row stride ld_dout (0 = OUT).
   void backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t ld_dout = 0);
 
  private:
   tensor::Tensor weight_;  // [OUT, IN]
   tensor::Tensor grad_;    // [OUT, IN] or empty
+  bool frozen_ = false;
 };
 
 // One segment of a fused dimension: `size` rows (or columns) of the full weight, of which this
@@ -66,15 +72,23 @@ class AllToShardedLinear {
   int n_parts() const { return static_cast<int>(parts_.size()); }
   Linear& part(int i) { return parts_.at(static_cast<size_t>(i)); }
   const Linear& part(int i) const { return parts_.at(static_cast<size_t>(i)); }
+  // Every part's weight frozen (no weight gradients).
+  void freeze();
+  // LoRA on part i (nn/lora.h): a [r, IN], b [part's OUT_local rows, r]. Whole rows only: the
+  // sequence-parallel products (forward_columns, input_gradient, weight_gradients) ignore adapters.
+  void set_adapter(int i, LoraAdapter adapter);
+  // Part i's adapter, or null.
+  LoraAdapter* adapter(int i);
 
-  // out[N, OUT_local] = inp[N, IN] @ W_local^T, the segments' local outputs concatenated per row.
+  // out[N, OUT_local] = inp[N, IN] @ W_local^T (+ the adapters'), the segments' local outputs
+  // concatenated per row.
   void forward(float* out, const float* inp, int64_t N) const;
   // out[N, OUT_local] (+)= inp[N, cols] (row stride ld_inp) @ W_local[:, col0 : col0 + cols]^T: the
   // product over one block of the input features (the contraction-gathering collective matmul).
   void forward_columns(float* out, const float* inp, int64_t ld_inp, int64_t N, int64_t col0, int64_t cols,
                        bool accumulate) const;
-  // dinp[N, IN] += all_sum over the group of dout[N, OUT_local] @ W_local; dW_local += dout^T @ inp.
-  // A collective: every member calls it.
+  // dinp[N, IN] += all_sum over the group of dout[N, OUT_local] @ W_local; dW_local += dout^T @ inp
+  // (unless frozen); the adapters' gradients (nn/lora.h). A collective: every member calls it.
   void backward(float* dinp, const float* dout, const float* inp, int64_t N);
   // The two halves of backward without its all-sum (sequence parallelism reduce-scatters instead):
   // target[N, IN] (+)= dout[N, OUT_local] @ W_local, one product over every part when fused;
@@ -86,12 +100,21 @@ class AllToShardedLinear {
   // Whether the parts' weights still sit one after another in fused_ (a copy of this object gives
   // each part its own storage: then every product goes part by part).
   bool fused() const;
+  int64_t adapter_rank_sum() const;  // R: the adapters' ranks added up (0: none)
+  // out[N, OUT_local] += every adapter's scale * (inp A^T) B^T.
+  void add_adapters(float* out, const float* inp, int64_t N) const;
+  // dxa[N, R] = every adapter's scale * dout[:, part] @ B (column blocks in part order), and
+  // dB += scale * dout[:, part]^T (inp A^T).
+  void adapter_output_gradients(float* dxa, const float* dout, const float* inp, int64_t N);
+  // dinp[N, IN] += dxa @ A and dA += dxa^T inp, for every adapter (dxa summed over the group).
+  void adapter_input_gradients(float* dinp, const float* dxa, const float* inp, int64_t N);
 
   std::vector<Linear> parts_;      // weights: views of fused_, in segment order
   tensor::Tensor fused_;           // [OUT_local, IN] W_local, the parts' rows one after another
   int64_t out_local_ = 0;
   dist::Group group_;
-  std::vector<float> dinp_partial_;  // [N, IN] scratch
+  std::vector<LoraAdapter> adapters_;  // per part; empty a = none
+  std::vector<float> dinp_partial_;  // [N, IN + R] scratch: the base's partial dinp, then the adapters' dxa
 };
 
 class ShardedToAllLinear {
@@ -103,15 +126,25 @@ class ShardedToAllLinear {
   int64_t out_features() const { return local_.out_features(); }
   Linear& local() { return local_; }
   const Linear& local() const { return local_; }
+  void freeze() { local_.set_frozen(true); }
+  // LoRA (nn/lora.h): a [r, IN_local], b [OUT, r].
+  void set_adapter(LoraAdapter adapter);
+  LoraAdapter* adapter() { return adapter_.a.empty() ? nullptr : &adapter_; }
 
-  // out[N, OUT] (mirrored) = all_sum(inp[N, IN_local] @ W_local^T). A collective.
+  // out[N, OUT] (mirrored) = all_sum(inp[N, IN_local] @ W_local^T) (+ the adapter's). A collective.
   void forward(float* out, const float* inp, int64_t N);
-  // dinp[N, IN_local] += dout[N, OUT] @ W_local; dW_local += dout^T @ inp. No communication.
+  // dinp[N, IN_local] += dout[N, OUT] @ W_local; dW_local += dout^T @ inp (unless frozen); the
+  // adapter's gradients. No communication.
   void backward(float* dinp, const float* dout, const float* inp, int64_t N);
 
  private:
+  void forward_with_adapter(float* out, const float* inp, int64_t N);
+
   Linear local_;
   dist::Group group_;
+  LoraAdapter adapter_;          // a empty: none
+  std::vector<float> summed_;    // [N, OUT + r] scratch: the widened all-sum
+  std::vector<float> xa_;        // [N, r] the last forward's inp A^T, summed over the group
 };
 
 enum class Sharding { AllToSharded, ShardedToAll };

@@ -54,7 +54,8 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
   model::TensorWeights v = gather_as_weights(llama, exp_avg_sq);
   if (!writer) return;
   const TrainOptions& o = *info.options;
-  const auto specs = model::llama_parameters(o.model);
+  std::vector<model::ParamSpec> specs;  // the model's, or with LoRA the adapters'
+  for (const auto& p : llama.parameters()) specs.push_back(*p.spec);
   // Never replace a good checkpoint with a bad one (the step's guard should have stopped first).
   for (const auto& spec : specs)
     for (const auto* source : {&weights, &m, &v})
@@ -71,13 +72,21 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
     tensors.push_back({names.back(), spec.shape, v.get(spec.name)});
   }
   Metadata meta;
-  meta["format"] = "tpcli";
-  model::config_to_metadata(o.model, meta);
+  meta["format"] = o.lora ? LORA_FORMAT : "tpcli";
+  // A LoRA checkpoint names its base under "base.": it is not a model that loads on its own.
+  Metadata config;
+  model::config_to_metadata(o.model, config);
+  for (auto& [key, value] : config) meta[(o.lora ? "base." : "") + key] = value;
   tokenizer_to_metadata(*o.tokenizer, meta);
   meta["train.step"] = std::to_string(info.step);
   meta["train.seed"] = std::to_string(o.seed);
   meta["train.mesh"] = o.mesh.to_string();
   if (!o.metadata_note.empty()) meta["train.config"] = o.metadata_note;
+  if (o.lora) {
+    meta["lora.rank"] = std::to_string(o.lora->rank);
+    meta["lora.alpha"] = std::to_string(o.lora->alpha);
+    meta["lora.last_layers"] = std::to_string(o.lora->last_layers);
+  }
   model::write_safetensors(info.path, tensors, meta);
 }
 
@@ -115,9 +124,21 @@ int64_t resume_step(const model::SafetensorsFile& file) {
 }
 
 // The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced.
-void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted) {
+void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted, bool lora) {
+  const auto format = file.metadata().find("format");
+  const bool holds_lora = format != file.metadata().end() && format->second == LORA_FORMAT;
+  if (holds_lora != lora)
+    throw std::runtime_error(file.path() + ": --resume: the checkpoint holds " +
+                             (holds_lora ? "LoRA adapters but the config has no [train.lora]"
+                                         : "a whole model but the config trains LoRA adapters ([train.lora])") +
+                             " (resume with the same settings, or train into a new train.out_dir)");
   model::Metadata have, want;
-  model::config_to_metadata(file.config(), have);
+  if (lora) {
+    for (const auto& [key, value] : file.metadata())
+      if (key.starts_with("base.")) have[key.substr(5)] = value;
+  } else {
+    model::config_to_metadata(file.config(), have);
+  }
   model::config_to_metadata(wanted, want);
   for (const auto& [key, value] : want) {
     auto it = have.find(key);

@@ -47,7 +47,10 @@ std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, con
 
 // "train.step" of a checkpoint: a step count in [0, 2^40], else a one-line error naming it.
 int64_t resume_step(const model::SafetensorsFile& file);
-// The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced.
-void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted);
+// A LoRA run's checkpoint: "format" in its metadata; the base's config under "base." keys.
+inline constexpr const char* LORA_FORMAT = "tpcli-lora";
+// The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced;
+// `lora`: the run trains adapters, so the checkpoint must hold adapters (of that base).
+void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted, bool lora = false);
 
 }  // namespace tpcli::train

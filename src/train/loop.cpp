@@ -1,6 +1,7 @@
 #include "train/loop.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -69,6 +70,10 @@ void check_options(const TrainOptions& o) {
                   o.init->config().vocab_size == o.model.vocab_size))
     fail("model.init_from has a different shape than the [model] section");
   if (o.resume && o.out_dir.empty()) fail("--resume needs train.out_dir");
+  if (o.lora && o.sequence_parallel) fail("train.lora: mesh.sequence_parallel = true is not supported with LoRA yet");
+  if (o.lora && o.model.is_moe())
+    fail("train.lora: LoRA on a mixture-of-experts model (model.n_experts = " + std::to_string(o.model.n_experts) +
+         ") is not supported yet");
   if (o.sequence_parallel && o.model.is_moe())
     fail("mesh.sequence_parallel = true is not supported with a MoE model (model.n_experts = " +
          std::to_string(o.model.n_experts) + ")");
@@ -95,6 +100,7 @@ MemoryLayout memory_layout(const TrainOptions& o) {
   m.sequence_parallel = o.sequence_parallel;
   m.shard_optimizer = o.shard_optimizer;
   m.bucket_elems = o.bucket_elems;
+  m.lora = o.lora;
   return m;
 }
 
@@ -139,8 +145,8 @@ RunShared::RunShared(const TrainOptions& options) : o(options) {
     if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": no checkpoint to resume from");
     resume_file = std::make_shared<model::SafetensorsFile>(path);
     start_step = resume_step(*resume_file);
-    require_same_model(*resume_file, o.model);
-    source = resume_file;
+    require_same_model(*resume_file, o.model, o.lora.has_value());
+    if (!o.lora) source = resume_file;  // LoRA: the base is init's again, the adapters are the checkpoint's
   }
   if (!source) source = std::make_shared<model::TensorWeights>(model::random_weights(o.model, o.seed));
   // A step takes K micro-batches: the rows of one batch K times as large (train/step.h).
@@ -201,7 +207,26 @@ class DeviceRun {
   int64_t kept_step_ = -1;             // the step of out_dir/latest.safetensors (-1: none from this run or its resume)
 };
 
+// ", LoRA: optimizer state 1.2% of a full fine-tune's" (empty without LoRA).
+std::string lora_note_of(const TrainOptions& o) {
+  if (!o.lora) return "";
+  MemoryLayout full = memory_layout(o);
+  full.lora.reset();
+  const double share = 100.0 * static_cast<double>(run_device_bytes(o).optimizer) /
+                       static_cast<double>(device_bytes(o.model, full).optimizer);
+  char text[96];
+  std::snprintf(text, sizeof text, "; LoRA: optimizer state %.2f%% of a full fine-tune's", share);
+  return text;
+}
+
 std::string expert_axis_of(const TrainOptions& o) { return o.expert_axis.empty() ? o.data_axis : o.expert_axis; }
+
+// This device's model: the source's weights, and with LoRA the resumed checkpoint's adapters.
+model::TrainableLlama build_model(const RunShared& s, dist::Group& tensor_group, dist::Group& expert_group) {
+  model::TrainableLlama llama(*s.source, tensor_group, expert_group, s.o.lora);
+  if (s.o.lora && s.resume_file) llama.load_parameters(*s.resume_file);
+  return llama;
+}
 
 DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
     : s_(shared),
@@ -212,7 +237,7 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
       experts_(dev.axis(expert_axis_of(o_))),
       writer_(dev.rank() == 0),
       axes_{&data_, &dev.world(), data_.size(), tp_.size(), experts_.size(), expert_axis_of(o_) == o_.data_axis},
-      llama_(*shared.source, tp_, experts_),
+      llama_(build_model(shared, tp_, experts_)),
       optimizer_(llama_, axes_, tp_.rank(), o_.adamw, o_.shard_optimizer, o_.bucket_elems),
       rows_(data_rows(o_.batch_size * o_.grad_accum, data_.size(), data_.rank())),
       loss_guard_(o_.model.vocab_size) {
@@ -220,8 +245,11 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
   llama_.set_sequence_parallel(o_.sequence_parallel);
   if (s_.resume_file) {
     check_same_resume_step();
-    optimizer_.set_moments(0, load_moments(*s_.resume_file, o_.model, tp_, experts_, EXP_AVG_PREFIX));
-    optimizer_.set_moments(1, load_moments(*s_.resume_file, o_.model, tp_, experts_, EXP_AVG_SQ_PREFIX));
+    for (int k = 0; k < 2; ++k) {
+      const char* prefix = k == 0 ? EXP_AVG_PREFIX : EXP_AVG_SQ_PREFIX;
+      optimizer_.set_moments(k, llama_.lora() ? llama_.local_parts(*s_.resume_file, prefix)
+                                              : load_moments(*s_.resume_file, o_.model, tp_, experts_, prefix));
+    }
     optimizer_.set_steps(s_.start_step);
     kept_step_ = s_.start_step;
   }
@@ -378,7 +406,7 @@ void DeviceRun::run() {
     if (o_.progress)
       s_.progress.message("memory per device (device 0): " + describe(run_device_bytes(o_)) +
                           (o_.recompute ? " (recompute)" : "") + (o_.shard_optimizer ? " (optimizer sharded)" : "") +
-                          (o_.sequence_parallel ? " (sequence parallel)" : ""));
+                          (o_.sequence_parallel ? " (sequence parallel)" : "") + lora_note_of(o_));
   }
   const auto run_start = Clock::now();
   auto last = run_start;
@@ -415,7 +443,7 @@ void DeviceRun::run() {
 // from the gathered weights (gather_weights is a collective, so every device calls it). It holds
 // every expert of a MoE model, so a decode step is no collective over the expert group.
 void DeviceRun::sample() {
-  if (o_.sample_tokens <= 0) return;
+  if (o_.sample_tokens <= 0 || llama_.lora()) return;  // LoRA: gather_weights holds the adapters alone
   const model::TensorWeights full = llama_.gather_weights();
   if (data_.rank() != 0) return;
   model::Llama sampler(full, tp_);

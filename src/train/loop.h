@@ -42,6 +42,7 @@
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
 #include "model/llama_config.h"
+#include "model/trainable_llama.h"
 #include "model/weights.h"
 #include "train/data.h"
 #include "train/data_parallel_optimizer.h"
@@ -49,10 +50,6 @@
 #include "train/optimizer.h"
 #include "train/param_table.h"
 #include "train/step.h"
-
-namespace tpcli::model {
-class TrainableLlama;
-}
 
 namespace tpcli::train {
 
@@ -76,6 +73,9 @@ struct TrainOptions {
   // Model: the initial weights (null = random_weights(model, seed)).
   model::LlamaConfig model;
   std::shared_ptr<const model::WeightSource> init;
+  // LoRA: `init` stays frozen and only the adapters train; checkpoints hold the adapters (and their
+  // moments), and --resume takes the base from `init` again.
+  std::optional<model::LoraOptions> lora;
 
   // Data.
   std::shared_ptr<const Corpus> corpus;

@@ -47,27 +47,29 @@ DeviceBytes device_bytes(const model::LlamaConfig& c, const MemoryLayout& m, int
   const auto plans = model::plan_all_shards(c, m.tensor);
   const model::ShardPlan& plan = plans[static_cast<size_t>(tensor_rank)];
   const dist::Range experts = c.is_moe() ? nn::local_experts(c.n_experts, m.expert_group, expert_rank) : dist::Range{};
-  int64_t local = 0, flat = 0;  // every local element; those replicated over the data axis
-  for (const auto& spec : model::llama_parameters(c)) {
+  int64_t local = 0, trained = 0, flat = 0;  // every local element; those trained; those replicated over the data axis
+  for (const auto& spec : model::llama_parameters(c)) local += local_numel(spec, c, plan, experts);
+  for (const auto& spec : m.lora ? model::lora_parameters(c, *m.lora) : model::llama_parameters(c)) {
     const int64_t n = local_numel(spec, c, plan, experts);
-    local += n;
+    trained += n;
     if (!(spec.expert && m.experts_on_data_axis)) flat += n;
   }
-  int64_t moments = local;
+  if (m.lora) local += trained;
+  int64_t moments = trained;
   if (m.shard_optimizer) {
-    moments = local - flat;
+    moments = trained - flat;
     for (int64_t o = 0; o < flat; o += m.bucket_elems)
       moments += dist::even_split(std::min(m.bucket_elems, flat - o), m.data, data_rank).count;
   }
   const int64_t f = static_cast<int64_t>(sizeof(float));
-  return {local * f, local * f, 2 * moments * f, activation_floats(c, m, plan) * f};
+  return {local * f, trained * f, 2 * moments * f, activation_floats(c, m, plan) * f};
 }
 
 int64_t data_replicated_elements(const model::LlamaConfig& c, const MemoryLayout& m, int tensor_rank) {
   const model::ShardPlan plan = model::plan_shards(c, m.tensor, tensor_rank);
   const dist::Range experts = c.is_moe() ? nn::local_experts(c.n_experts, m.expert_group, 0) : dist::Range{};
   int64_t flat = 0;
-  for (const auto& spec : model::llama_parameters(c))
+  for (const auto& spec : m.lora ? model::lora_parameters(c, *m.lora) : model::llama_parameters(c))
     if (!(spec.expert && m.experts_on_data_axis)) flat += local_numel(spec, c, plan, experts);
   return flat;
 }

@@ -5,8 +5,9 @@
 // Dimension legend: N = rows * T tokens of one micro-batch on this device, C dim, NH_L/QL/KVL
 // this device's query heads / q rows / kv rows, FL ffn rows, VL vocabulary rows, L layers.
 //
-//   parameters   this device's shards of every parameter (f32)
-//   gradients    one gradient per parameter element (f32; not sharded, as in ZeRO-1)
+//   parameters   this device's shards of every parameter (f32), and with LoRA the adapters
+//   gradients    one gradient per parameter element (f32; not sharded, as in ZeRO-1); with LoRA
+//                per adapter element only (the base is frozen), and so the moments
 //   optimizer    AdamW's two moments: of every local element, or (shard_optimizer) of this data
 //                rank's chunk of each gradient bucket plus the expert weights it owns
 //   activations  what the forward keeps for the backward at its peak (model/trainable_llama.h
@@ -21,9 +22,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/llama_config.h"
+#include "model/trainable_llama.h"
 
 namespace tpcli::train {
 
@@ -38,6 +41,7 @@ struct MemoryLayout {
   bool shard_optimizer = false;
   int64_t bucket_elems = 262144;
   bool sequence_parallel = false;  // [mesh] sequence_parallel (model/trainable_llama.h set_sequence_parallel)
+  std::optional<model::LoraOptions> lora;  // [train.lora]: only the adapters train
 };
 
 struct DeviceBytes {

@@ -1,0 +1,187 @@
+// tpcli::model — the trainable model's LoRA adapters (see trainable_llama.h, nn/lora.h): which
+// linears they sit on, how each is split, their initialisation and their parameter binding.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "model/trainable_llama.h"
+#include "model/trainable_llama_layers.h"
+
+namespace tpcli::model {
+
+using tensor::Tensor;
+
+namespace {
+
+// A linear LoRA can adapt: its tpcli name, Hugging Face module name, and how the base is split.
+struct AdapterSite {
+  const char* target;      // "wq"
+  const char* module;      // "q_proj"
+  bool columns;            // ShardedToAll (input columns split) rather than AllToSharded
+  ShardedDim dim;          // what the split follows
+  int part;                // AllToSharded: the part of the fused linear (wq|wk|wv, w1|w3)
+};
+
+// In the order the backward finishes them: the feed-forward (w2, then w1|w3), then attention
+// (wo, then wq|wk|wv).
+constexpr AdapterSite SITES[] = {
+    {"w2", "down_proj", true, ShardedDim::Hidden, 0},      {"w1", "gate_proj", false, ShardedDim::Hidden, 0},
+    {"w3", "up_proj", false, ShardedDim::Hidden, 1},       {"wo", "o_proj", true, ShardedDim::QueryHeads, 0},
+    {"wq", "q_proj", false, ShardedDim::QueryHeads, 0},    {"wk", "k_proj", false, ShardedDim::KvHeads, 1},
+    {"wv", "v_proj", false, ShardedDim::KvHeads, 2},
+};
+
+const AdapterSite* site_of(const std::string& target) {
+  for (const AdapterSite& s : SITES)
+    if (target == s.target) return &s;
+  return nullptr;
+}
+
+// A 64-bit mix (splitmix64's finaliser): the adapters' random stream.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// PEFT's initialisation of A, kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(IN), 1/sqrt(IN)), drawn for
+// the whole [r, IN] matrix from (seed, name): every mesh starts from the same adapters.
+Tensor initial_lora_a(uint64_t seed, const std::string& name, int64_t r, int64_t IN) {
+  uint64_t key = mix(seed);
+  for (char c : name) key = mix(key ^ static_cast<unsigned char>(c));
+  const float bound = 1.0f / std::sqrt(static_cast<float>(IN));
+  Tensor a({r, IN});
+  for (int64_t i = 0; i < r * IN; ++i) {
+    const double u = static_cast<double>(mix(key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;  // [0, 1)
+    a[i] = static_cast<float>((2.0 * u - 1.0) * bound);
+  }
+  return a;
+}
+
+// Columns `r` of a [rows, cols] matrix.
+Tensor columns(const Tensor& m, dist::Range r) {
+  return nn::slice_columns(m.data(), m.dim(0), m.dim(1), {r});
+}
+
+// "layers.3.wq.lora_a" -> {3, "wq"}
+std::pair<int, std::string> layer_and_target(const std::string& name) {
+  const size_t dot1 = name.find('.'), dot2 = name.find('.', dot1 + 1), dot3 = name.find('.', dot2 + 1);
+  return {std::stoi(name.substr(dot1 + 1, dot2 - dot1 - 1)), name.substr(dot2 + 1, dot3 - dot2 - 1)};
+}
+
+}  // namespace
+
+std::string lora_target_of_module(const std::string& module) {
+  for (const AdapterSite& s : SITES)
+    if (module == s.module) return s.target;
+  return "";
+}
+
+std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& o) {
+  if (c.is_moe()) throw std::invalid_argument("llama: LoRA on a mixture-of-experts model is not supported yet");
+  if (o.rank < 1) throw std::invalid_argument("llama: LoRA rank " + std::to_string(o.rank) + " must be at least 1");
+  if (o.last_layers < 0 || o.last_layers > c.n_layers)
+    throw std::invalid_argument("llama: LoRA layers = " + std::to_string(o.last_layers) + " outside 0.." +
+                                std::to_string(c.n_layers));
+  for (const std::string& t : o.targets)
+    if (!site_of(t)) throw std::invalid_argument("llama: '" + t + "' is not a linear LoRA can adapt");
+  const std::vector<ParamSpec> base = llama_parameters(c);
+  const auto shape_of = [&](const std::string& name) {
+    return std::ranges::find(base, name, &ParamSpec::name)->shape;
+  };
+  const int first = o.last_layers == 0 ? 0 : c.n_layers - o.last_layers;
+  const int64_t r = o.rank;
+  std::vector<ParamSpec> specs;
+  for (int l = c.n_layers - 1; l >= first; --l)
+    for (const AdapterSite& site : SITES) {
+      if (std::ranges::find(o.targets, std::string(site.target)) == o.targets.end()) continue;
+      const std::string name = "layers." + std::to_string(l) + "." + site.target;
+      const tensor::Shape shape = shape_of(name);
+      const int64_t OUT = shape[0], IN = shape[1];
+      const bool kv = !site.columns && site.dim == ShardedDim::KvHeads;
+      specs.push_back({name + ".lora_a", {r, IN}, site.columns ? Split::Columns : Split::Replicated, true, false, false,
+                       site.columns ? site.dim : ShardedDim::None});
+      specs.push_back({name + ".lora_b", {OUT, r}, site.columns ? Split::Replicated : Split::Rows, true, false, kv,
+                       site.columns ? ShardedDim::None : site.dim});
+    }
+  return specs;
+}
+
+void TrainableLlama::add_adapters(const LoraOptions& o) {
+  lora_specs_ = lora_parameters(core_.config, o);
+  for (Layer& L : layers_) {
+    L.linears.qkv.freeze();
+    L.linears.wo.freeze();
+    auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
+    ffn.gate_up().freeze();
+    ffn.down().freeze();
+  }
+  head_->classifier().set_frozen(true);
+  for (size_t i = 0; i < lora_specs_.size(); i += 2) {  // A, then B
+    const ParamSpec& a_spec = lora_specs_[i];
+    const auto [l, target] = layer_and_target(a_spec.name);
+    const AdapterSite& site = *site_of(target);
+    Layer& L = layers_[static_cast<size_t>(l)];
+    auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
+    const int64_t r = o.rank, OUT = lora_specs_[i + 1].shape[0];
+    const dist::Range mine = core_.plan.range_of(site.dim);
+    Tensor a = initial_lora_a(o.seed, "layers." + std::to_string(l) + "." + target, r, a_spec.shape[1]);
+    if (site.columns) {
+      nn::LoraAdapter ad = nn::make_lora_adapter(columns(a, mine), Tensor({OUT, r}), o.alpha);
+      (site.dim == ShardedDim::Hidden ? ffn.down() : L.linears.wo).set_adapter(std::move(ad));
+    } else {
+      nn::LoraAdapter ad = nn::make_lora_adapter(std::move(a), Tensor({mine.count, r}), o.alpha);
+      (site.dim == ShardedDim::Hidden ? ffn.gate_up() : L.linears.qkv).set_adapter(site.part, std::move(ad));
+    }
+  }
+}
+
+nn::LoraAdapter* TrainableLlama::adapter(size_t l, const std::string& target) {
+  const AdapterSite* site = site_of(target);
+  Layer& L = layers_.at(l);
+  if (site->dim != ShardedDim::Hidden) return site->columns ? L.linears.wo.adapter() : L.linears.qkv.adapter(site->part);
+  auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
+  return site->columns ? ffn.down().adapter() : ffn.gate_up().adapter(site->part);
+}
+
+std::vector<Tensor> TrainableLlama::local_parts(const WeightSource& full, const std::string& prefix) const {
+  std::vector<Tensor> out;
+  for (const Parameter& p : parameters()) {
+    const ParamSpec& spec = *p.spec;
+    const std::string name = prefix + spec.name;
+    if (spec.expert) throw std::invalid_argument("llama: slicing '" + name + "': experts are dealt out by the MoE layer");
+    const int64_t rows = spec.shape[0], cols = tensor::numel(spec.shape) / rows;
+    const std::span<const float> values = full.get(name);  // throws naming it when missing
+    if (static_cast<int64_t>(values.size()) != rows * cols)
+      throw std::invalid_argument("llama: '" + name + "' holds " + std::to_string(values.size()) +
+                                  " values, the model's is " + tensor::to_string(spec.shape));
+    if (spec.split == Split::Replicated)
+      out.emplace_back(spec.shape, std::vector<float>(values.begin(), values.end()));
+    else if (spec.split == Split::Rows)
+      out.push_back(nn::slice_rows(values.data(), cols, core_.plan.range_of(spec.sharded_dim)));
+    else
+      out.push_back(nn::slice_columns(values.data(), rows, cols, {core_.plan.range_of(spec.sharded_dim)}));
+  }
+  return out;
+}
+
+void TrainableLlama::load_parameters(const WeightSource& full) {
+  const std::vector<Tensor> parts = local_parts(full);
+  for (size_t i = 0; i < parts.size(); ++i) std::ranges::copy(parts[i].span(), parameters()[i].value->span().begin());
+}
+
+// The adapters of block l finish with its backward: stage L - l, as the base's weights would.
+void TrainableLlama::bind_adapters() {
+  const int L = static_cast<int>(layers_.size());
+  for (const ParamSpec& spec : lora_specs_) {
+    const auto [l, target] = layer_and_target(spec.name);
+    nn::LoraAdapter& ad = *adapter(static_cast<size_t>(l), target);
+    const bool is_a = spec.name.ends_with(".lora_a");
+    binding_.bind(L - l, spec, is_a ? ad.a : ad.b, is_a ? ad.a_grad : ad.b_grad);
+  }
+  binding_.lay_out(lora_specs_);
+}
+
+}  // namespace tpcli::model

@@ -1,0 +1,45 @@
+// tpcli::nn — LoRA adapters (Hu et al., 2021) on the tensor-parallel linears: a frozen W gains a
+// trained low-rank update, y = x W^T + scale * (x A^T) B^T, with A [r, IN], B [OUT, r] and
+// scale = alpha / r. An adapter is sharded like the layer it adapts, so its output is laid out
+// like the base's and it adds no collective of its own:
+//
+//   on AllToShardedLinear (output rows split; wq wk wv w1 w3):
+//     A [r, IN] replicated, B [OUT_local, r] split by rows like W.
+//     forward:  xa = x A^T [N, r] (the same on every device), out_local += scale * xa B_local^T.
+//               No communication.
+//     backward: dxa_partial = scale * dout_local B_local [N, r]; it rides in the base's all-sum
+//               (sum_gradients), widened from [N, IN] to [N, IN + r]. Then dinp += dxa A,
+//               dA += dxa^T x (the same on every device, as a replicated parameter must be),
+//               dB_local += scale * dout_local^T xa.
+//   on ShardedToAllLinear (input columns split; wo w2):
+//     A [r, IN_local] split by columns like W, B [OUT, r] replicated.
+//     forward:  xa_partial = x_local A_local^T [N, r] joins the base's all-sum, widened from
+//               [N, OUT] to [N, OUT + r]; then out += scale * xa B^T on every device.
+//     backward: dxa = scale * dout B [N, r] (dout is mirrored), dinp_local += dxa A_local,
+//               dA_local += dxa^T x_local, dB += scale * dout^T xa. No communication.
+//
+// The base W stays frozen (the layers' freeze(): no weight gradient is computed). B starts at zero,
+// so a fresh adapter leaves the model's outputs unchanged.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace tpcli::nn {
+
+struct LoraAdapter {
+  tensor::Tensor a;       // [r, IN] (AllToSharded) or [r, IN_local] (ShardedToAll)
+  tensor::Tensor b;       // [OUT_local, r] (AllToSharded) or [OUT, r] (ShardedToAll)
+  tensor::Tensor a_grad;  // same shape as a
+  tensor::Tensor b_grad;  // same shape as b
+  float scale = 1.0f;     // alpha / r
+
+  int64_t rank() const { return a.dim(0); }
+};
+
+// An adapter with zero gradients: a and b as given, scale = alpha / rank.
+LoraAdapter make_lora_adapter(tensor::Tensor a, tensor::Tensor b, double alpha);
+
+}  // namespace tpcli::nn

@@ -1,0 +1,298 @@
+// LoRA fine-tuning of the trainable model (model/trainable_llama.h LoraOptions, nn/lora.h): a fresh
+// adapter leaves the model as it was, the adapters' gradients match finite differences of the loss,
+// and every data x model mesh (uneven heads and replicated KV heads included) gives the gradients
+// of one device.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "distributed/runtime.h"
+#include "model/random_init.h"
+#include "model/safetensors.h"
+#include "model/trainable_llama.h"
+#include "nn/fd_check.h"
+#include "support/synthetic_text.h"
+#include "train/checkpoint.h"
+#include "train/loop.h"
+#include "train/quiet_run.h"
+
+using namespace tpcli;
+
+namespace {
+
+// Four query heads over two KV heads: three devices split the heads 2, 1, 1 and share a KV head.
+model::LlamaConfig small_config() {
+  return {.dim = 24, .hidden_dim = 40, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 29, .seq_len = 16,
+          .shared_classifier = false};
+}
+
+model::LoraOptions lora_options() {
+  model::LoraOptions o;
+  o.rank = 3;
+  o.alpha = 6;
+  o.last_layers = 2;  // block 0 stays unadapted
+  o.seed = 5;
+  return o;
+}
+
+// Every adapter's full A and B, random (B too: a fresh B is zero, which hides A's gradient).
+model::TensorWeights random_adapters(const model::LlamaConfig& c, const model::LoraOptions& o, uint32_t seed) {
+  model::TrainableLlama probe(model::random_weights(c, 1), dist::Group(), {}, o);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.2f);
+  model::TensorWeights w(c);
+  for (const auto& p : probe.parameters()) {
+    std::vector<float> v(static_cast<size_t>(tensor::numel(p.spec->shape)));
+    for (auto& x : v) x = d(rng);
+    w.set(p.spec->name, tensor::Tensor(p.spec->shape, std::move(v)));
+  }
+  return w;
+}
+
+std::vector<int> random_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  std::vector<int> v(static_cast<size_t>(n));
+  for (auto& t : v) t = d(rng);
+  return v;
+}
+
+double rel_diff(std::span<const float> a, std::span<const float> ref) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - ref[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("a fresh LoRA adapter leaves the loss unchanged and only the adapters are parameters", "[train][lora]") {
+  const auto c = small_config();
+  const auto w = model::random_weights(c, 3);
+  const int B = 2, T = 5;
+  const auto tokens = random_ids(B * T, c.vocab_size, 4), targets = random_ids(B * T, c.vocab_size, 5);
+  model::TrainableLlama base(w, dist::Group());
+  model::TrainableLlama lora(w, dist::Group(), {}, lora_options());
+  CHECK(lora.loss(tokens, targets, B, T) == base.loss(tokens, targets, B, T));  // B = 0: the same arithmetic plus zeros
+  // 2 blocks x 7 linears x (A, B)
+  REQUIRE(lora.parameters().size() == 2 * 7 * 2);
+  int64_t adapter_floats = 0;
+  for (const auto& p : lora.parameters()) {
+    CHECK(p.spec->name.starts_with("layers."));
+    CHECK_FALSE(p.spec->name.starts_with("layers.0."));
+    adapter_floats += p.value->numel();
+  }
+  CHECK(static_cast<int64_t>(lora.grad_buffer().size()) == adapter_floats);
+  // r (IN + OUT) per linear: wq wk wv wo w1 w3 w2 = (24+24) + 2 (24+12) + (24+24) + 2 (24+40) + (40+24)
+  CHECK(adapter_floats == 2 * 3 * (48 + 72 + 48 + 128 + 64));
+}
+
+TEST_CASE("LoRA adapter gradients match finite differences of the loss", "[train][lora][grad]") {
+  const auto c = small_config();
+  const auto base = model::random_weights(c, 11);
+  const auto o = lora_options();
+  auto adapters = random_adapters(c, o, 12);
+  const int B = 2, T = 4;
+  const auto tokens = random_ids(B * T, c.vocab_size, 13), targets = random_ids(B * T, c.vocab_size, 14);
+  const auto model_with = [&](const model::TensorWeights& a) {
+    model::TrainableLlama m(base, dist::Group(), {}, o);
+    m.load_parameters(a);
+    return m;
+  };
+  model::TrainableLlama m = model_with(adapters);
+  m.zero_grad();
+  m.forward_backward(tokens, targets, B, T);
+  std::map<std::string, std::vector<float>> grads;
+  for (const auto& p : m.parameters()) grads[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
+  const auto loss_of = [&] { return double(model_with(adapters).loss(tokens, targets, B, T)); };
+  std::mt19937 rng(15);
+  for (const auto& [name, g] : grads) {
+    auto& t = adapters.at(name);
+    for (int probe = 0; probe < 3; ++probe) {
+      const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
+      const double numeric = nn::testing::central_difference(t[i], loss_of, 1e-2f);
+      INFO(name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
+      CHECK(std::abs(g[i] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
+    }
+  }
+}
+
+TEST_CASE("LoRA gradients on every data x model mesh equal one device's", "[train][lora]") {
+  const auto c = small_config();
+  const auto base = model::random_weights(c, 21);
+  const auto o = lora_options();
+  const auto adapters = random_adapters(c, o, 22);
+  const int B = 4, T = 6;
+  const auto inputs = random_ids(B * T, c.vocab_size, 23), targets = random_ids(B * T, c.vocab_size, 24);
+
+  model::TrainableLlama ref(base, dist::Group(), {}, o);
+  ref.load_parameters(adapters);
+  ref.zero_grad();
+  const float ref_loss = ref.forward_backward(inputs, targets, B, T);
+  std::map<std::string, std::vector<float>> ref_grads;
+  for (const auto& p : ref.parameters()) ref_grads[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
+
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {1, 3}, {2, 3}, {1, 4}}) {
+    DYNAMIC_SECTION("mesh data=" << D << ",model=" << TP) {
+      std::mutex mu;
+      std::vector<std::string> failures;
+      std::vector<double> losses;
+      dist::run_on_mesh(dist::Mesh({{"data", D}, {"model", TP}}), [&](dist::Device& dev) {
+        dist::Group& data = dev.axis("data");
+        train::ParallelAxes axes{&data, &dev.world(), D, TP, D, true};
+        model::TrainableLlama llama(base, dev.axis("model"), {}, o);
+        llama.load_parameters(adapters);
+        const auto rows = train::data_rows(B, D, data.rank());
+        const auto first = static_cast<size_t>(rows.begin * T), n = static_cast<size_t>((rows.end - rows.begin) * T);
+        const double loss = train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(first, n),
+                                                           std::span(targets).subspan(first, n), rows.end - rows.begin, T);
+        const model::TensorWeights grads = train::gather_gradients(llama);
+        std::lock_guard lock(mu);
+        losses.push_back(loss);
+        for (const auto& [name, want] : ref_grads) {
+          const double d = rel_diff(grads.get(name), want);
+          if (!(d <= 1e-5)) failures.push_back("device " + std::to_string(dev.rank()) + " " + name + " rel " + std::to_string(d));
+        }
+      });
+      for (const auto& f : failures) UNSCOPED_INFO(f);
+      CHECK(failures.empty());
+      for (double l : losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
+    }
+  }
+}
+
+namespace {
+
+// A LoRA run on a character corpus from a fixed random base.
+train::TrainOptions lora_run(const std::filesystem::path& dir) {
+  const std::string text = tpcli::testing::synthetic_text(3000, 2);
+  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(text));
+  train::TrainOptions o;
+  o.tokenizer = tokenizer;
+  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
+  o.model = small_config();
+  o.model.vocab_size = tokenizer->vocab_size();
+  const std::string base = (dir / "base.safetensors").string();
+  model::write_safetensors(base, model::random_weights(o.model, 31));
+  o.init = std::make_shared<model::SafetensorsFile>(base);
+  o.lora = lora_options();
+  o.steps = 8;
+  o.batch_size = 4;
+  o.seq_len = 12;
+  o.seed = 3;
+  o.schedule = {2e-2, 2e-3, 2, 8, train::Decay::Cosine};
+  o.eval_every = 4;
+  o.eval_batches = 2;
+  tpcli::testing::quiet_run(o);
+  return o;
+}
+
+std::vector<double> losses_of(const train::TrainResult& r) {
+  std::vector<double> l;
+  for (const auto& rec : r.records) l.push_back(rec.loss);
+  return l;
+}
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tpcli_test_lora_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("a LoRA run learns, gives the same losses on meshes 1x1 2x1 1x2 2x2 1x3, and saves only adapters", "[train][lora]") {
+  const auto dir = fresh_dir("meshes");
+  train::TrainOptions o = lora_run(dir);
+  std::vector<double> reference;
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 3}}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
+    const auto losses = losses_of(train::train(o));
+    REQUIRE(losses.size() == 8);
+    if (reference.empty()) reference = losses;
+    INFO("mesh " << D << "x" << TP);
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
+  }
+  CHECK(reference.back() < reference.front() - 0.1);
+  model::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
+  CHECK(ckpt.has("layers.2.wq.lora_a"));
+  CHECK(ckpt.has("adam.exp_avg.layers.2.w2.lora_b"));
+  CHECK_FALSE(ckpt.has("layers.2.wq"));
+  CHECK_FALSE(ckpt.has("layers.0.wq.lora_a"));  // last_layers = 2 of 3
+  CHECK(ckpt.metadata().at("lora.rank") == "3");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a resumed LoRA run continues the uninterrupted run's losses", "[train][lora]") {
+  const auto dir = fresh_dir("resume");
+  train::TrainOptions o = lora_run(dir);
+  o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
+  o.shard_optimizer = true;  // ZeRO-1 over the adapters' moments
+  o.out_dir = (dir / "full").string();
+  const auto full = losses_of(train::train(o));
+  REQUIRE(full.size() == 8);
+
+  std::atomic<bool> stop{false};
+  o.out_dir = (dir / "cut").string();
+  o.run.stop = &stop;
+  o.on_step = [&](int64_t step, double) {
+    if (step == 2) stop = true;
+  };
+  const auto first = losses_of(train::train(o));
+  REQUIRE(first.size() == 3);
+  stop = false;
+  o.on_step = nullptr;
+  o.resume = true;
+  const auto tail = losses_of(train::train(o));
+  REQUIRE(tail.size() == 5);
+  for (size_t i = 0; i < 3; ++i) CHECK(first[i] == full[i]);
+  for (size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[i + 3]);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("bytes per device with LoRA: the accounting equals what the model and optimizer hold", "[train][lora]") {
+  const auto c = small_config();
+  const auto weights = model::random_weights(c, 41);
+  const auto o = lora_options();
+  const int rows = 2, T = 8;
+  const auto tokens = random_ids(rows * T, c.vocab_size, 42);
+  for (bool shard : {false, true}) {
+    INFO("shard " << shard);
+    std::mutex mu;
+    std::vector<std::string> failures;
+    dist::run_on_mesh(dist::Mesh({{"data", 2}, {"model", 2}}), [&](dist::Device& dev) {
+      dist::Group& data = dev.axis("data");
+      dist::Group& tp = dev.axis("model");
+      model::TrainableLlama llama(weights, tp, {}, o);
+      train::ParallelAxes axes{&data, &dev.world(), 2, 2, 2, true};
+      train::DataParallelOptimizer optimizer(llama, axes, tp.rank(), {}, shard, 101);
+      llama.forward_backward(tokens, tokens, rows, T);
+      train::MemoryLayout layout{2, 2, 2, true, rows, T, false, shard, 101, false};
+      const train::DeviceBytes base = train::device_bytes(c, layout, tp.rank(), data.rank());
+      layout.lora = o;
+      const train::DeviceBytes want = train::device_bytes(c, layout, tp.rank(), data.rank());
+      int64_t adapters = 0;
+      for (auto& p : llama.parameters()) adapters += p.value->numel() * 4;
+      std::lock_guard lock(mu);
+      const auto expect = [&](bool ok, const std::string& what) {
+        if (!ok) failures.push_back("device " + std::to_string(dev.rank()) + ": " + what);
+      };
+      expect(want.parameters == base.parameters + adapters, "parameters");
+      expect(want.gradients == adapters, "gradients");
+      expect(want.optimizer == optimizer.moment_bytes(), "optimizer");
+      expect(want.optimizer < base.optimizer, "less optimizer state than a full fine-tune");
+    });
+    for (const auto& f : failures) UNSCOPED_INFO(f);
+    CHECK(failures.empty());
+  }
+}
