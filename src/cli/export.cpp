@@ -1,6 +1,9 @@
 // tpcli export --to llama2c --model CKPT --out PATH.bin — a checkpoint (tpcli .safetensors, e.g.
 // runs/NAME/latest.safetensors, a llama2.c .bin or a Hugging Face directory) as a llama2.c .bin
 // that llama2.c's `run` and `tpcli infer` load.
+// tpcli export --to peft --model runs/NAME/latest.safetensors --out DIR — the adapters of a LoRA
+// training run ([train.lora]) as a Hugging Face PEFT adapter folder (model/lora_adapter.h), which
+// infer --adapter, export --fuse and peft.PeftModel.from_pretrained read.
 // tpcli export ... --adapter ADAPTER_DIR --fuse — either format with a PEFT LoRA adapter merged in
 // (W + alpha/r * B @ A in f32; a quantized model is dequantized first and written unquantized).
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
@@ -25,6 +28,8 @@
 #include "model/llama2c.h"
 #include "model/llama_config.h"
 #include "model/lora_adapter.h"
+#include "model/safetensors.h"
+#include "train/checkpoint_io.h"
 
 namespace tpcli::cli {
 
@@ -124,8 +129,71 @@ void fuse_adapter(const ExportFlags& f, OpenedModel& opened, std::optional<model
                  f.model.c_str(), f.to == "hf" ? f.dtype.c_str() : "f32");
 }
 
+// A LoRA training checkpoint (format tpcli-lora: the adapters "layers.L.wq.lora_a" ... beside their
+// AdamW moments, lora.rank and lora.alpha, the base's config under "base.") as the adapter it holds.
+model::LoraAdapterSet adapter_of_checkpoint(const model::SafetensorsFile& file, model::LlamaConfig& base) {
+  const model::Metadata& meta = file.metadata();
+  auto format = meta.find("format");
+  if (format == meta.end() || format->second != train::LORA_FORMAT)
+    throw UsageError(file.path() + ": not a LoRA training checkpoint (metadata format " + train::LORA_FORMAT +
+                     "): --to peft exports the adapters a [train.lora] run saved");
+  model::Metadata config;
+  for (const auto& [key, value] : meta)
+    if (key.starts_with("base.")) config[key.substr(5)] = value;
+  model::LoraAdapterSet set;
+  try {
+    base = model::config_from_metadata(config, file.path());
+    set.rank = std::stoi(meta.at("lora.rank"));
+    set.alpha = std::stod(meta.at("lora.alpha"));
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  } catch (const std::exception&) {
+    throw UsageError(file.path() + ": metadata lora.rank / lora.alpha missing or not numbers");
+  }
+  for (const std::string& name : file.names())
+    if (name.starts_with("layers.") && (name.ends_with(".lora_a") || name.ends_with(".lora_b"))) {
+      const std::optional<model::StoredTensor> st = file.stored(name);
+      set.tensors.emplace(name, tensor::Tensor(st->shape, file.get(name)));
+    }
+  for (const std::string& m : model::lora_matrices())
+    for (const auto& [name, t] : set.tensors)
+      if (name.ends_with("." + m + ".lora_a")) {
+        set.targets.push_back(*model::lora_hf_module_of(m));
+        break;
+      }
+  return set;
+}
+
+// --to peft: a new folder (absent or empty) with adapter_config.json and adapter_model.safetensors.
+void export_peft(const ExportFlags& f) {
+  if (!f.model.ends_with(".safetensors"))
+    throw UsageError(f.model + ": not a LoRA training checkpoint (the .safetensors a [train.lora] run saves)");
+  require_new_out(f.out);
+  std::unique_ptr<model::SafetensorsFile> file;
+  try {
+    file = std::make_unique<model::SafetensorsFile>(f.model);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  model::LlamaConfig base;
+  const model::LoraAdapterSet set = adapter_of_checkpoint(*file, base);
+  try {
+    model::write_directory_atomically(f.out, [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, base); });
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(f.model + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  std::fprintf(stderr, "wrote %s (PEFT LoRA adapter, rank %d, alpha %g, %zu tensors on %zu modules)\n", f.out.c_str(), set.rank,
+               set.alpha, set.tensors.size(), set.targets.size());
+}
+
 void run_export(const ExportFlags& f) {
-  if (f.to != "llama2c" && f.to != "hf") throw UsageError("--to " + f.to + ": expected llama2c or hf");
+  if (f.to == "peft") {
+    if (f.fuse || !f.adapter.empty()) throw UsageError("--to peft exports a LoRA training checkpoint's adapters: no --adapter or --fuse");
+    return export_peft(f);
+  }
+  if (f.to != "llama2c" && f.to != "hf") throw UsageError("--to " + f.to + ": expected llama2c, hf or peft");
   if (f.shards < 1) throw UsageError("--shards " + std::to_string(f.shards) + " must be >= 1");
   if (!f.adapter.empty() && !f.fuse)
     throw UsageError("--adapter " + f.adapter + ": export merges an adapter only with --fuse (the adapter folder is already PEFT's format)");
@@ -148,7 +216,7 @@ void run_export(const ExportFlags& f) {
 
 void setup_export(CLI::App& sub) {
   auto flags = std::make_shared<ExportFlags>();
-  sub.add_option("--to", flags->to, "format to write: llama2c or hf")->capture_default_str();
+  sub.add_option("--to", flags->to, "format to write: llama2c, hf, or peft (a LoRA training checkpoint's adapters)")->capture_default_str();
   sub.add_option("--model", flags->model, "checkpoint to export (.safetensors, .bin or a Hugging Face directory)")->required();
   sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf; absent or empty)")->required();
   sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();

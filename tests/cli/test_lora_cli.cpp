@@ -268,3 +268,44 @@ TEST_CASE("lora cli: stories260K with an adapter, as text through infer and chat
   CHECK(e.err.find("note: " + q8 + " is quantized: dequantized, merged in f32 and written unquantized (f32)") != std::string::npos);
   CHECK(max_diff(logits({"--model", fused}), logits({"--model", q8, "--dtype", "f32", "--adapter", adapter})) < 1e-4);
 }
+
+TEST_CASE("lora cli: export --to peft writes a LoRA training run's adapters as PEFT's folder, which logits --adapter runs") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const tpcli::testing::TempDir tmp;
+  const std::string config = tmp.write("lora.toml", "[mesh]\naxes = { data = 1, model = 2 }\n[model]\ninit_from = \"" +
+                                                        tpcli::testing::shared_path("data/stories260K.bin") + "\"\n[data]\npath = \"" +
+                                                        tpcli::testing::shared_path("data/tinyshakespeare.txt") + "\"\ntokenizer = \"" +
+                                                        tpcli::testing::shared_path("data/tok512.bin") +
+                                                        "\"\n[train]\nsteps = 4\nbatch_size = 2\nseq_len = 32\nlr = 1e-2\n"
+                                                        "warmup_steps = 1\neval_every = 0\nout_dir = \"" +
+                                                        (tmp.path() / "run").string() +
+                                                        "\"\n[train.lora]\nrank = 4\nalpha = 8\ntargets = [\"q_proj\", \"v_proj\", \"down_proj\"]\nlayers = 2\n");
+  const Result trained = run({"train", config});
+  INFO(trained.err);
+  REQUIRE(trained.code == 0);
+  const std::string checkpoint = (tmp.path() / "run" / "latest.safetensors").string(), peft = (tmp.path() / "peft").string();
+  const Result e = run({"export", "--to", "peft", "--model", checkpoint, "--out", peft});
+  INFO(e.err);
+  REQUIRE(e.code == 0);
+  const nlohmann::json j = nlohmann::json::parse(tpcli::testing::slurp(std::filesystem::path(peft) / "adapter_config.json"));
+  CHECK(j["r"] == 4);
+  CHECK(j["lora_alpha"] == 8);
+  CHECK(j["target_modules"] == nlohmann::json({"q_proj", "v_proj", "down_proj"}));
+  CHECK(j["layers_to_transform"] == nlohmann::json({3, 4}));  // the last 2 of stories260K's 5 blocks
+  // v_proj's and down_proj's A and B as the checkpoint holds them (no RoPE rows to reorder there).
+  const RawSafetensors ckpt = read_raw(checkpoint), file = read_raw(std::filesystem::path(peft) / "adapter_model.safetensors");
+  CHECK(file.header.size() == 1 + 12);
+  for (const auto& [ours, theirs] : std::vector<std::pair<std::string, std::string>>{
+           {"layers.4.wv.lora_a", "self_attn.v_proj.lora_A"}, {"layers.4.wv.lora_b", "self_attn.v_proj.lora_B"},
+           {"layers.3.w2.lora_a", "mlp.down_proj.lora_A"}, {"layers.3.w2.lora_b", "mlp.down_proj.lora_B"}}) {
+    INFO(ours);
+    const std::string layer = ours.substr(7, 1);
+    CHECK(file.f32("base_model.model.model.layers." + layer + "." + theirs + ".weight") == ckpt.f32(ours));
+  }
+  const std::string model = tpcli::testing::shared_path("data/stories260K.bin");
+  const auto adapted = logits({"--model", model, "--adapter", peft});
+  CHECK(max_diff(adapted, logits({"--model", model})) > 1e-3);  // trained: B is no longer zero
+  CHECK(max_diff(logits({"--model", model, "--adapter", peft, "--devices", "2"}), adapted) < 1e-4);
+  check_one_line_error(run({"export", "--to", "peft", "--model", model, "--out", (tmp.path() / "x").string()}),
+                       "not a LoRA training checkpoint");
+}
