@@ -35,6 +35,7 @@ namespace {
 
 struct ChatFlags {
   std::string model;
+  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   std::string tokenizer;  // "" = the model directory, else the checkpoint's recorded tokenizer
   std::string system;
   std::string template_name;
@@ -142,6 +143,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
   apply_load_flags(opened, "auto", f.context);
+  apply_adapter(opened, f.adapter);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
   const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
@@ -188,6 +190,7 @@ void setup_chat(CLI::App& sub) {
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
       ->required();
+  add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
   sub.add_option("--system", flags->system, "a system message before the conversation");

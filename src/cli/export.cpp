@@ -1,6 +1,11 @@
 // tpcli export --to llama2c --model CKPT --out PATH.bin — a checkpoint (tpcli .safetensors, e.g.
 // runs/NAME/latest.safetensors, a llama2.c .bin or a Hugging Face directory) as a llama2.c .bin
 // that llama2.c's `run` and `tpcli infer` load.
+// tpcli export --to peft --model runs/NAME/latest.safetensors --out DIR — the adapters of a LoRA
+// training run ([train.lora]) as a Hugging Face PEFT adapter folder (model/lora_adapter.h), which
+// infer --adapter, export --fuse and peft.PeftModel.from_pretrained read.
+// tpcli export ... --adapter ADAPTER_DIR --fuse — either format with a PEFT LoRA adapter merged in
+// (W + alpha/r * B @ A in f32; a quantized model is dequantized first and written unquantized).
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
 // Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
 // with model.safetensors.index.json) that transformers and llama.cpp's convert_hf_to_gguf.py read,
@@ -13,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "cli/commands.h"
@@ -21,6 +27,9 @@
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/llama_config.h"
+#include "model/lora_adapter.h"
+#include "model/safetensors.h"
+#include "train/checkpoint_io.h"
 
 namespace tpcli::cli {
 
@@ -32,6 +41,8 @@ struct ExportFlags {
   std::string out;
   std::string dtype = "bf16";  // --to hf
   int shards = 1;              // --to hf
+  std::string adapter;         // --adapter DIR (with --fuse): a PEFT LoRA folder
+  bool fuse = false;           // --fuse: write W + scale * B @ A for every adapted matrix
 };
 
 model::DType export_dtype(const std::string& name) {
@@ -99,10 +110,96 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
                static_cast<long long>(opened.weights->config().parameter_count()));
 }
 
+// --fuse: the model seen merged with the adapter (model::LoraMergedWeights over the opened file,
+// which moves to opened.original; `set` must outlive the export). A quantized base is dequantized,
+// merged in f32 and written in the export's dtype: it is not quantized again (tpcli quantize can).
+void fuse_adapter(const ExportFlags& f, OpenedModel& opened, std::optional<model::LoraAdapterSet>& set) {
+  if (f.adapter.empty()) throw UsageError("--fuse needs --adapter DIR (a PEFT LoRA folder)");
+  try {
+    set = model::load_peft_adapter(f.adapter, opened.weights->config());
+    opened.original = std::move(opened.weights);
+    opened.weights = std::make_unique<model::LoraMergedWeights>(*opened.original, *set, f.adapter);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("--adapter ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--adapter ") + e.what());
+  }
+  if (opened.original->config().quantization)
+    std::fprintf(stderr, "note: %s is quantized: dequantized, merged in f32 and written unquantized (%s); `tpcli quantize` can quantize the result\n",
+                 f.model.c_str(), f.to == "hf" ? f.dtype.c_str() : "f32");
+}
+
+// A LoRA training checkpoint (format tpcli-lora: the adapters "layers.L.wq.lora_a" ... beside their
+// AdamW moments, lora.rank and lora.alpha, the base's config under "base.") as the adapter it holds.
+model::LoraAdapterSet adapter_of_checkpoint(const model::SafetensorsFile& file, model::LlamaConfig& base) {
+  const model::Metadata& meta = file.metadata();
+  auto format = meta.find("format");
+  if (format == meta.end() || format->second != train::LORA_FORMAT)
+    throw UsageError(file.path() + ": not a LoRA training checkpoint (metadata format " + train::LORA_FORMAT +
+                     "): --to peft exports the adapters a [train.lora] run saved");
+  model::Metadata config;
+  for (const auto& [key, value] : meta)
+    if (key.starts_with("base.")) config[key.substr(5)] = value;
+  model::LoraAdapterSet set;
+  try {
+    base = model::config_from_metadata(config, file.path());
+    set.rank = std::stoi(meta.at("lora.rank"));
+    set.alpha = std::stod(meta.at("lora.alpha"));
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  } catch (const std::exception&) {
+    throw UsageError(file.path() + ": metadata lora.rank / lora.alpha missing or not numbers");
+  }
+  for (const std::string& name : file.names())
+    if (name.starts_with("layers.") && (name.ends_with(".lora_a") || name.ends_with(".lora_b"))) {
+      const std::optional<model::StoredTensor> st = file.stored(name);
+      set.tensors.emplace(name, tensor::Tensor(st->shape, file.get(name)));
+    }
+  for (const std::string& m : model::lora_matrices())
+    for (const auto& [name, t] : set.tensors)
+      if (name.ends_with("." + m + ".lora_a")) {
+        set.targets.push_back(*model::lora_hf_module_of(m));
+        break;
+      }
+  return set;
+}
+
+// --to peft: a new folder (absent or empty) with adapter_config.json and adapter_model.safetensors.
+void export_peft(const ExportFlags& f) {
+  if (!f.model.ends_with(".safetensors"))
+    throw UsageError(f.model + ": not a LoRA training checkpoint (the .safetensors a [train.lora] run saves)");
+  require_new_out(f.out);
+  std::unique_ptr<model::SafetensorsFile> file;
+  try {
+    file = std::make_unique<model::SafetensorsFile>(f.model);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  model::LlamaConfig base;
+  const model::LoraAdapterSet set = adapter_of_checkpoint(*file, base);
+  try {
+    model::write_directory_atomically(f.out, [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, base); });
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(f.model + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  std::fprintf(stderr, "wrote %s (PEFT LoRA adapter, rank %d, alpha %g, %zu tensors on %zu modules)\n", f.out.c_str(), set.rank,
+               set.alpha, set.tensors.size(), set.targets.size());
+}
+
 void run_export(const ExportFlags& f) {
-  if (f.to != "llama2c" && f.to != "hf") throw UsageError("--to " + f.to + ": expected llama2c or hf");
+  if (f.to == "peft") {
+    if (f.fuse || !f.adapter.empty()) throw UsageError("--to peft exports a LoRA training checkpoint's adapters: no --adapter or --fuse");
+    return export_peft(f);
+  }
+  if (f.to != "llama2c" && f.to != "hf") throw UsageError("--to " + f.to + ": expected llama2c, hf or peft");
   if (f.shards < 1) throw UsageError("--shards " + std::to_string(f.shards) + " must be >= 1");
+  if (!f.adapter.empty() && !f.fuse)
+    throw UsageError("--adapter " + f.adapter + ": export merges an adapter only with --fuse (the adapter folder is already PEFT's format)");
   OpenedModel opened = open_model(f.model);
+  std::optional<model::LoraAdapterSet> set;
+  if (f.fuse) fuse_adapter(f, opened, set);
   if (f.to == "hf") return export_hf(f, opened);
   try {
     model::write_llama2c(f.out, *opened.weights);
@@ -119,11 +216,13 @@ void run_export(const ExportFlags& f) {
 
 void setup_export(CLI::App& sub) {
   auto flags = std::make_shared<ExportFlags>();
-  sub.add_option("--to", flags->to, "format to write: llama2c or hf")->capture_default_str();
+  sub.add_option("--to", flags->to, "format to write: llama2c, hf, or peft (a LoRA training checkpoint's adapters)")->capture_default_str();
   sub.add_option("--model", flags->model, "checkpoint to export (.safetensors, .bin or a Hugging Face directory)")->required();
   sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf; absent or empty)")->required();
   sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();
   sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
+  sub.add_option("--adapter", flags->adapter, "with --fuse: LoRA adapter folder (Hugging Face PEFT's format) to merge");
+  sub.add_flag("--fuse", flags->fuse, "write the model merged with --adapter (W + alpha/r * B @ A, in f32, then --dtype)");
   sub.callback([flags] { run_export(*flags); });
 }
 

@@ -41,6 +41,7 @@ namespace {
 
 struct InferFlags {
   std::string model;
+  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   std::string tokenizer;  // "" = from the checkpoint's metadata, else llama2.c's "tokenizer.bin"
   std::string prompt;
   std::string prompt_file;  // -f: the prompt is this file's content, exactly
@@ -186,6 +187,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
       throw UsageError("--link " + axis + ": the mesh " + mesh.to_string() + " has no axis '" + axis + "'");
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
+  apply_adapter(opened, f.adapter);
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   std::vector<int> prompt_ids;  // --tokens
@@ -248,6 +250,7 @@ void setup_infer(CLI::App& sub) {
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE | FLAG_LINK);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
+  add_adapter_flag(sub, flags->adapter);
   sub.add_option("--dtype", flags->dtype, "auto: weights as stored (16-bit, quantized); f32: convert on load")
       ->capture_default_str();
   sub.add_option("--context", flags->context,

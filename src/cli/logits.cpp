@@ -28,6 +28,7 @@ namespace {
 
 struct LogitsFlags {
   std::string model;
+  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   std::string tokens;          // --tokens 5,17,3
   std::string dtype = "auto";  // "f32": convert 16-bit / quantized weights to f32 on load
   int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)
@@ -54,6 +55,7 @@ void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
+  apply_adapter(opened, f.adapter);
   const model::LlamaConfig& config = opened.weights->config();
   const std::vector<int> tokens = parse_token_ids("--tokens", f.tokens, config.vocab_size, config.seq_len);
 
@@ -81,6 +83,7 @@ void setup_logits(CLI::App& sub) {
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
+  add_adapter_flag(sub, flags->adapter);
   sub.add_option("--tokens", flags->tokens, "the prompt as comma-separated token ids, fed exactly (no BOS added)")
       ->required()
       ->type_name("IDS");

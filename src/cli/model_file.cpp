@@ -1,5 +1,6 @@
 #include "cli/model_file.h"
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -9,6 +10,7 @@
 #include "model/hf_model.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
+#include "model/lora_adapter.h"
 #include "model/packed_weights.h"
 #include "model/regular_file.h"
 #include "model/safetensors.h"
@@ -142,6 +144,22 @@ void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context
   if (dtype == "f32") view->as_f32();
   if (context > 0) view->limit_context(context);
   opened.weights = std::move(view);
+}
+
+void add_adapter_flag(CLI::App& sub, std::string& dir) {
+  sub.add_option("--adapter", dir, "LoRA adapter folder in Hugging Face PEFT's format, applied unmerged");
+}
+
+void apply_adapter(OpenedModel& opened, const std::string& dir) {
+  if (dir.empty()) return;
+  try {
+    model::LoraAdapterSet set = model::load_peft_adapter(dir, opened.weights->config());
+    opened.weights = std::make_unique<model::AdaptedWeights>(std::move(opened.weights), std::move(set), dir);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("--adapter ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--adapter ") + e.what());
+  }
 }
 
 OpenedModel open_model(const std::string& path, const dist::Mesh& mesh,

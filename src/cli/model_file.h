@@ -14,6 +14,9 @@
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
 
+namespace CLI {
+class App;
+}
 namespace tpcli::model {
 class Llama;
 }
@@ -57,6 +60,14 @@ tensor::WeightFormat parse_quantization(int bits, int group_size, const std::str
 // UsageError for a bad value.
 constexpr int DEFAULT_HF_CONTEXT = 8192;
 void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context);
+
+// `--adapter DIR` (infer, chat, serve, logits, perplexity): a Hugging Face PEFT LoRA folder
+// (adapter_config.json + adapter_model.safetensors) applied unmerged on top of the model
+// (model/lora_adapter.h). add_adapter_flag adds the flag, writing into `dir`; apply_adapter ("" =
+// none) wraps opened.weights in model::AdaptedWeights, after apply_load_flags. UsageError, one
+// line naming the file, for a folder that is not an adapter of this model's shape.
+void add_adapter_flag(CLI::App& sub, std::string& dir);
+void apply_adapter(OpenedModel& opened, const std::string& dir);
 
 // Runs `work` on every device of this process with its inference model (on huge pages), freeing
 // the checkpoint's pages once every local device has built its own (model::DevicesBuilding).

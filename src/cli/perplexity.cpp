@@ -32,6 +32,7 @@ namespace {
 
 struct PerplexityFlags {
   std::string model, data, tokenizer;
+  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   int max_windows = 0;  // 0 = all
   int ctx = 0;          // window length; 0 = seq_len
   std::string quantize;
@@ -57,7 +58,8 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
 
 void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
-  const OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  apply_adapter(opened, f.adapter);
   if (f.int8_activations && !f.decode) throw UsageError("--int8-activations: applies to --decode only (the batched forward multiplies f32 activations)");
   tensor::set_int8_activations(f.int8_activations);
   std::string text;
@@ -94,6 +96,7 @@ void setup_perplexity(CLI::App& sub) {
   auto f = std::make_shared<PerplexityFlags>();
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
   sub.add_option("--model", f->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
+  add_adapter_flag(sub, f->adapter);
   sub.add_option("--data", f->data, "text file to score")->required();
   sub.add_option("-z,--tokenizer", f->tokenizer, "llama2.c tokenizer.bin (default: the checkpoint's recorded one)");
   sub.add_option("-c,--ctx", f->ctx, "window length in tokens (default: the model's seq_len)");

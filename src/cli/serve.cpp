@@ -39,6 +39,7 @@ model::EngineOptions serving_engine() {
 
 struct ServeFlags {
   std::string model, tokenizer, template_name, model_name, dtype = "auto", quantize, kv_memory;
+  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   int group_size = 64, context = 0, max_queue = 256, grace = 10;
   serve::ServerOptions server;
   model::EngineOptions engine = serving_engine();
@@ -131,6 +132,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
 
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
+  apply_adapter(opened, f.adapter);
   const model::LlamaConfig& config = opened.weights->config();
   try {
     model::kv_pool_blocks(config, mesh.axis_size("model"), mesh.size(), service_options.engine);
@@ -196,6 +198,7 @@ void setup_serve(CLI::App& sub) {
   auto flags = std::make_shared<ServeFlags>();
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")->required();
+  add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");
   sub.add_option("--template", flags->template_name, "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
   sub.add_option("--model-name", flags->model_name, "the model's id in the API (default: the file or folder name)");

@@ -10,10 +10,12 @@
 #include <string>
 #include <variant>
 
+#include "model/lora_adapter.h"
 #include "model/packed_weights.h"
 #include "nn/attention.h"
 #include "nn/cross_entropy.h"
 #include "nn/embedding.h"
+#include "nn/quantized_lora.h"
 #include "nn/quantized_linear.h"
 #include "nn/rmsnorm.h"
 #include "tensor/aligned_storage.h"
@@ -39,6 +41,8 @@ struct Llama::Layer {
   nn::QuantizedShardedToAllLinear wo;  // [C, QL] in lanes (split_invariant), f32 or stored
   QkvExtras qkv_extras;
   std::unique_ptr<nn::FeedForward> ffn;
+  nn::LoraAllToSharded qkv_lora;              // LoRA on wq wk wv: parts over qkv's columns (empty: none)
+  std::optional<nn::LoraShardedToAll> wo_lora;  // LoRA on wo
 
   void qkv_forward(float* out, const float* inp, int64_t N) const {
     std::visit([&](const auto& l) { l.forward(out, inp, N); }, qkv);
@@ -250,6 +254,7 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   }
   if (holds_packed_weights(weights)) load_packed_layers(weights);
   else load_f32_layers(weights);
+  if (const LoraAdapterSet* set = weights.adapter()) attach_lora(*set);
   split_invariant_ = model::split_invariant(weights, core_.group.size(), core_.expert_group.size());
   if (core_.expert_group.size() > 1)
     for (int l = 0; l < c.n_layers; ++l)
@@ -299,6 +304,53 @@ void Llama::load_packed_layers(const WeightSource& weights) {
     L.wo = load_wo(weights, l);
     // MoE: experts stay packed (nn/moe.h QuantizedMoeFeedForward)
     L.ffn = c.is_moe_layer(l) ? make_packed_moe(weights, core_, l) : load_dense_ffn(weights, l);
+  }
+}
+
+// Each adapted matrix's A and B, sliced as its base: B's rows of wq wk wv w1 w3 by this device's
+// rows (A whole), A's columns of wo and w2 by this device's columns (B whole), in the base's lanes.
+void Llama::attach_lora(const LoraAdapterSet& set) {
+  const LlamaConfig& c = core_.config;
+  const ShardPlan& plan = core_.plan;
+  const float scale = set.scale();
+  const dist::Range q_rows = plan.q_rows(), kv_rows = plan.kv_rows(), ffn_rows = plan.ffn;
+  auto a_whole = [&](const std::string& n) { return set.tensors.at(n + ".lora_a"); };
+  auto b_whole = [&](const std::string& n) { return set.tensors.at(n + ".lora_b"); };
+  auto b_rows = [&](const std::string& n, dist::Range rows) {  // [rows, r] of B [OUT, r]
+    const Tensor& b = set.tensors.at(n + ".lora_b");
+    return Tensor({rows.count, b.dim(1)}, b.rows(rows.offset, rows.count));
+  };
+  auto a_columns = [&](const std::string& n, dist::Range cols) {  // [r, cols] of A [r, IN]
+    const Tensor& a = set.tensors.at(n + ".lora_a");
+    const int64_t r = a.dim(0), IN = a.dim(1);
+    std::vector<float> v(static_cast<size_t>(r * cols.count));
+    for (int64_t k = 0; k < r; ++k) std::copy_n(a.data() + k * IN + cols.offset, cols.count, v.data() + k * cols.count);
+    return Tensor({r, cols.count}, v);
+  };
+  // Parts of an AllToSharded output whose columns hold (name, rows) one after another.
+  auto row_parts = [&](const std::string& p, std::initializer_list<std::pair<const char*, dist::Range>> matrices) {
+    std::vector<nn::LoraAllToSharded::Part> parts;
+    int64_t column = 0;
+    for (const auto& [m, rows] : matrices) {
+      if (lora_adapts(set, p + m)) parts.push_back({a_whole(p + m), b_rows(p + m, rows), column});
+      column += rows.count;
+    }
+    return nn::LoraAllToSharded(std::move(parts), scale);
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Layer& L = layers_[static_cast<size_t>(l)];
+    L.qkv_lora = row_parts(p, {{"wq", q_rows}, {"wk", kv_rows}, {"wv", kv_rows}});
+    if (lora_adapts(set, p + "wo")) {
+      if (L.wo.in_features() != q_rows.count) throw std::logic_error("llama: wo's local columns are not the local heads' rows");
+      L.wo_lora.emplace(a_columns(p + "wo", q_rows), b_whole(p + "wo"), L.wo.lanes(), scale, core_.group);
+    }
+    if (!lora_adapts(set, p + "w1") && !lora_adapts(set, p + "w3") && !lora_adapts(set, p + "w2")) continue;
+    auto* ffn = dynamic_cast<nn::QuantizedSwiGluFeedForward*>(L.ffn.get());
+    if (!ffn) throw std::invalid_argument("llama: LoRA on layer " + std::to_string(l) + "'s feed-forward, a mixture of experts");
+    std::optional<nn::LoraShardedToAll> w2;
+    if (lora_adapts(set, p + "w2")) w2.emplace(a_columns(p + "w2", ffn_rows), b_whole(p + "w2"), ffn->w2_lanes(), scale, core_.group);
+    ffn->set_lora(row_parts(p, {{"w1", ffn_rows}, {"w3", ffn_rows}}), std::move(w2));
   }
 }
 
@@ -386,6 +438,7 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
     // attention rmsnorm, then q, k, v of the local heads (no communication)
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.attention_norm.data(), P, C, c.norm_eps);
     L.qkv_forward(r.qkv.data(), r.xb.data(), P);
+    if (!L.qkv_lora.empty()) L.qkv_lora.forward_add(r.qkv.data(), QKV, r.xb.data(), P);  // LoRA (no communication)
     core_.finish_qkv(r.qkv.data(), P, L.qkv_extras);
     // each segment: RoPE at its positions, k, v into its cache there, causal attention over the cache
     for (const Segment& s : segments) {
@@ -396,6 +449,7 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
     }
     // wo over the local heads' columns, all_sum; residual connection back into x
     L.wo.forward(r.xb2.data(), r.y.data(), P);
+    if (L.wo_lora) L.wo_lora->forward_add(r.xb2.data(), r.y.data(), P);  // LoRA: all_sum of [P, r]
     for (int64_t i = 0; i < P * C; ++i) x[i] += r.xb2[static_cast<size_t>(i)];
     // ffn rmsnorm, feed-forward (ends in an all_sum), residual
     nn::rmsnorm_forward(r.xb.data(), nullptr, x, L.ffn_norm.data(), P, C, c.norm_eps);
@@ -531,7 +585,7 @@ int64_t Llama::parameter_bytes() const {
   for (const auto& L : layers_) {
     const QkvExtras& e = L.qkv_extras;
     n += L.attention_norm.numel() + L.ffn_norm.numel() + e.bias.numel() + e.q_norm.numel() + e.k_norm.numel();
-    bytes += L.linears_bytes() + L.ffn->parameter_bytes();
+    bytes += L.linears_bytes() + L.ffn->parameter_bytes() + L.qkv_lora.bytes() + (L.wo_lora ? L.wo_lora->bytes() : 0);
   }
   return bytes + n * static_cast<int64_t>(sizeof(float));
 }

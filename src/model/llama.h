@@ -32,7 +32,10 @@ bool split_invariant(const WeightSource& weights, int tensor_devices, int expert
 
 class Llama {
  public:
-  // Copies only this device's slices of each tensor. tensor_group: the devices that split the
+  // Copies only this device's slices of each tensor. LoRA adapters the weights carry
+  // (WeightSource::adapter(), model/lora_adapter.h) are applied unmerged, sharded as the linears
+  // they adapt: wq wk wv w1 w3 with no communication, wo and w2 with one more all_sum of [P, r]
+  // each (nn/quantized_lora.h). tensor_group: the devices that split the
   // weights. expert_group (MoE only): the devices the experts are dealt out over (nn/moe.h); size
   // 1: every expert here. Every member of it runs the same sequence: a MoE block routes each
   // member's share of the rows to the experts' owners, then gathers every row again.
@@ -123,6 +126,7 @@ class Llama {
   struct Layer;
   struct Vocab;
   void load_f32_layers(const WeightSource& weights);
+  void attach_lora(const LoraAdapterSet& set);  // weights.adapter(), unmerged (nn/quantized_lora.h)
   void load_packed_layers(const WeightSource& weights);
   nn::QuantizedShardedToAllLinear load_wo(const WeightSource& weights, int l) const;
   std::unique_ptr<nn::FeedForward> load_dense_ffn(const WeightSource& weights, int l) const;

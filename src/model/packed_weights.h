@@ -69,6 +69,7 @@ class ConvertedWeights : public WeightSource {
   // The packed tensors are this object's own memory; the others are the source's.
   void release_pages(const std::string& name) const override;
   void release_all_pages() const override { source_.release_all_pages(); }
+  const LoraAdapterSet* adapter() const override { return source_.adapter(); }  // kept in f32
   const tensor::WeightFormat& format() const { return format_; }
 
  private:

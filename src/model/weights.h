@@ -16,6 +16,8 @@
 
 namespace tpcli::model {
 
+struct LoraAdapterSet;  // model/lora_adapter.h
+
 // How a tensor is stored in its file. 16-bit floats and packed quantized words stay as they are
 // (the layers read them with their own kernels); WeightSource::get() gives f32.
 enum class DType { F32, F16, BF16, U32, U8 };
@@ -53,6 +55,9 @@ class WeightSource {
   // The same for every page of the file(s): what fault-around mapped back in around a released
   // tensor, and tensors read by code that does not release them.
   virtual void release_all_pages() const {}
+  // LoRA adapters to apply unmerged on top of these weights (model/lora_adapter.h AdaptedWeights);
+  // nullptr: none.
+  virtual const LoraAdapterSet* adapter() const { return nullptr; }
 };
 
 // This process's devices, each reporting when it has built its model from `weights` (a collective

@@ -25,6 +25,7 @@ class WeightsView : public WeightSource {
   void release_conversions() const override { inner_->release_conversions(); }
   void release_pages(const std::string& name) const override { inner_->release_pages(name); }
   void release_all_pages() const override { inner_->release_all_pages(); }
+  const LoraAdapterSet* adapter() const override { return inner_->adapter(); }
 
  private:
   std::unique_ptr<WeightSource> inner_;

@@ -149,7 +149,19 @@ void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N
   // One scratch per thread (a device), not per layer: every layer's would be sized for the
   // largest step (a prompt's rows) and kept.
   thread_local std::vector<float> h13, g;  // [N, 2*FL], [N, FL]
-  swiglu_ffn_forward(out, keep_ ? h13_ : h13, g, inp, N, w13_, w2_);
+  std::vector<float>& h13_kept = keep_ ? h13_ : h13;
+  if (w13_lora_.empty() && !w2_lora_) return swiglu_ffn_forward(out, h13_kept, g, inp, N, w13_, w2_);
+  const int64_t FL = w2_.in_features();
+  swiglu_ffn_forward(
+      out, h13_kept, g, inp, N, FL,
+      [&](float* h, const float* x) {
+        w13_.forward(h, x, N);
+        w13_lora_.forward_add(h, 2 * FL, x, N);  // no communication
+      },
+      [&](float* y, const float* act) {
+        w2_.forward(y, act, N);                          // all_sum
+        if (w2_lora_) w2_lora_->forward_add(y, act, N);  // all_sum of [N, r]
+      });
 }
 
 void QuantizedSwiGluFeedForward::keep_activations(bool on) {
@@ -168,6 +180,15 @@ void QuantizedSwiGluFeedForward::backward(float* dinp, const float* dout, int64_
       dinp, dh13, dg, dout, h13_, no_g, nullptr, N, FL,
       [&](float* dgate, const float* dy, const float*) { w2_.backward(dgate, dy, N); },  // no communication
       [&](float* dx, const float* dh, const float*) { w13_.backward(dx, dh, N); });       // all_sum of dinp
+}
+
+int64_t QuantizedSwiGluFeedForward::parameter_bytes() const {
+  return w13_.bytes() + w2_.bytes() + w13_lora_.bytes() + (w2_lora_ ? w2_lora_->bytes() : 0);
+}
+
+void QuantizedSwiGluFeedForward::set_lora(LoraAllToSharded w13, std::optional<LoraShardedToAll> w2) {
+  w13_lora_ = std::move(w13);
+  w2_lora_ = std::move(w2);
 }
 
 }  // namespace tpcli::nn

@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "distributed/group.h"
 #include "nn/linear.h"
+#include "nn/quantized_lora.h"
 #include "nn/quantized_linear.h"
 #include "tensor/tensor.h"
 
@@ -127,15 +129,23 @@ class QuantizedSwiGluFeedForward : public FeedForward {
   void backward(float* dinp, const float* dout, int64_t N);
   // Off (inference): forward's h13 lives in a per-thread scratch shared by every layer.
   void keep_activations(bool on);
-  int64_t parameter_bytes() const override { return w13_.bytes() + w2_.bytes(); }
+  int64_t parameter_bytes() const override;
   void release_activations() override { std::vector<float>().swap(h13_); }
   int64_t activation_bytes() const override { return static_cast<int64_t>(h13_.capacity() * sizeof(float)); }
+
+  int64_t hidden_local() const { return w2_.in_features(); }  // FL
+  int w2_lanes() const { return w2_.lanes(); }
+  // LoRA adapters, unmerged (nn/quantized_lora.h): w13 over h13's columns (w1 at 0, w3 at FL; ld 2*FL),
+  // w2 with the base's lanes (its own all_sum of [N, r] after the base's).
+  void set_lora(LoraAllToSharded w13, std::optional<LoraShardedToAll> w2);
 
  private:
   QuantizedAllToShardedLinear w13_;
   QuantizedShardedToAllLinear w2_;
   bool keep_ = false;
   std::vector<float> h13_;  // [N, 2*FL] saved by forward when keep_
+  LoraAllToSharded w13_lora_;
+  std::optional<LoraShardedToAll> w2_lora_;
 };
 
 }  // namespace tpcli::nn

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "distributed/runtime.h"
@@ -15,6 +16,8 @@
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/sampler.h"
+#include "model/lora_adapter.h"
+#include "random_lora.h"
 #include "random_model.h"
 #include "tensor/packed_matrix.h"
 
@@ -146,6 +149,25 @@ TEST_CASE("batch engine: 16 requests together equal each alone through forward()
       const EngineRun together = run_engine(*w, devices, requests, {});
       CHECK(together.stats.steps < 16 * 6);  // the requests did share steps
       require_same(together.outcomes, run_alone(*w, devices, requests));
+    }
+}
+
+TEST_CASE("batch engine: with a LoRA adapter, 16 requests together equal each alone, bit for bit, in f32 and 8-bit",
+          "[llama][batch][lora]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights f32 = random_weights(c, 24);
+  const model::ConvertedWeights q8(f32, tensor::WeightFormat::affine(8, 32));
+  const model::LoraAdapterSet set = random_adapter(c, LORA_ALL, {0, 1}, 4, 41);
+  const model::AdaptedWeights adapted_f32(std::make_unique<model::TensorWeights>(f32), set, "test"),
+      adapted_q8(std::make_unique<model::ConvertedWeights>(f32, tensor::WeightFormat::affine(8, 32)), set, "test");
+  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  const std::pair<const model::WeightSource*, const model::WeightSource*> formats[] = {{&adapted_f32, &f32}, {&adapted_q8, &q8}};
+  for (const auto& [w, base] : formats)
+    for (int devices : {1, 2}) {
+      INFO((w == &adapted_f32 ? "f32" : "8-bit") << " on " << devices << " devices");
+      const std::vector<Outcome> alone = run_alone(*w, devices, requests);
+      require_same(run_engine(*w, devices, requests, {}).outcomes, alone);
+      CHECK(alone[0].logits != run_alone(*base, devices, requests)[0].logits);  // the adapter acts
     }
 }
 

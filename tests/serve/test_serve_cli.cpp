@@ -15,6 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "model/llama2c.h"
+#include "model/lora_adapter.h"
+#include "model/random_lora.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
 
@@ -151,6 +154,31 @@ TEST_CASE("serve cli: two zmq processes answer as the thread backend does", "[se
   REQUIRE(healthy(zmq_port, 30));
   CHECK(chat(zmq_port, 5) == threads_answer);
   CHECK(threads_answer != "(failed)");
+}
+
+TEST_CASE("serve cli: --adapter answers alike on 1 and 2 devices, and otherwise than the base", "[serve][lora]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const TempDir dir;
+  const std::string adapter = (dir.path() / "adapter").string();
+  {
+    const tpcli::model::Llama2cFile file(shared_path("data/stories260K.bin"));
+    std::vector<int> layers;
+    for (int l = 0; l < file.config().n_layers; ++l) layers.push_back(l);
+    tpcli::model::save_peft_adapter(adapter, random_adapter(file.config(), LORA_ALL, layers, 4, 51), file.config());
+  }
+  auto answer = [&](const std::vector<std::string>& extra) {
+    const int port = free_port();
+    Background server(serve_args(port, extra));
+    REQUIRE(healthy(port, 30));
+    const std::string text = chat(port, 5);
+    server.signal(SIGTERM);
+    CHECK(server.wait(30) == 0);
+    return text;
+  };
+  const std::string one = answer({"--adapter", adapter});
+  CHECK(one != "(failed)");
+  CHECK(answer({"--adapter", adapter, "--devices", "2"}) == one);
+  CHECK(answer({}) != one);
 }
 
 TEST_CASE("serve cli: a port in use, a missing model and bad flags are one line and exit 2", "[serve]") {
