@@ -337,6 +337,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   try {
     if (config.model.init_from) {
       o.init = open_weights(*config.model.init_from);
+      o.base_name = *config.model.init_from;
       o.model = o.init->config();
     } else {
       o.model = model_from_config(config.model, tokenizer_vocab);
