@@ -8,6 +8,7 @@
 #include "distributed/zmq/zmq_backend.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
+#include "model/lora_adapter.h"
 #include "model/load_tokenizer.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
@@ -320,7 +321,7 @@ static model::LoraOptions lora_options(const config::RunConfig& config, const mo
   o.last_layers = lora.layers;
   o.seed = config.train.seed;
   o.targets.clear();
-  for (const std::string& module : lora.targets) o.targets.push_back(model::lora_target_of_module(module));
+  for (const std::string& module : lora.targets) o.targets.push_back(*model::lora_matrix_of(module));
   return o;
 }
 

@@ -34,8 +34,6 @@ struct LoraOptions {
   int last_layers = 0;  // adapt the last N blocks; 0 = every block
   uint64_t seed = 0;    // A's initialisation (B starts at zero, so the model starts unchanged)
 };
-// tpcli's name of a Hugging Face module name ("q_proj" -> "wq"), or "" when it is not one LoRA adapts.
-std::string lora_target_of_module(const std::string& module);
 // The adapters' specs, A then B for each adapted linear, blocks from the last (the order backward
 // finishes them): A [r, IN] replicated and B [OUT, r] split by rows on AllToSharded linears, A split
 // by columns and B replicated on ShardedToAll ones (nn/lora.h). Throws std::invalid_argument for

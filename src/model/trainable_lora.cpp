@@ -14,10 +14,9 @@ using tensor::Tensor;
 
 namespace {
 
-// A linear LoRA can adapt: its tpcli name, Hugging Face module name, and how the base is split.
+// A linear LoRA can adapt (model/lora_adapter.h names them): its tpcli name and how the base is split.
 struct AdapterSite {
   const char* target;      // "wq"
-  const char* module;      // "q_proj"
   bool columns;            // ShardedToAll (input columns split) rather than AllToSharded
   ShardedDim dim;          // what the split follows
   int part;                // AllToSharded: the part of the fused linear (wq|wk|wv, w1|w3)
@@ -26,10 +25,10 @@ struct AdapterSite {
 // In the order the backward finishes them: the feed-forward (w2, then w1|w3), then attention
 // (wo, then wq|wk|wv).
 constexpr AdapterSite SITES[] = {
-    {"w2", "down_proj", true, ShardedDim::Hidden, 0},      {"w1", "gate_proj", false, ShardedDim::Hidden, 0},
-    {"w3", "up_proj", false, ShardedDim::Hidden, 1},       {"wo", "o_proj", true, ShardedDim::QueryHeads, 0},
-    {"wq", "q_proj", false, ShardedDim::QueryHeads, 0},    {"wk", "k_proj", false, ShardedDim::KvHeads, 1},
-    {"wv", "v_proj", false, ShardedDim::KvHeads, 2},
+    {"w2", true, ShardedDim::Hidden, 0},      {"w1", false, ShardedDim::Hidden, 0},
+    {"w3", false, ShardedDim::Hidden, 1},     {"wo", true, ShardedDim::QueryHeads, 0},
+    {"wq", false, ShardedDim::QueryHeads, 0}, {"wk", false, ShardedDim::KvHeads, 1},
+    {"wv", false, ShardedDim::KvHeads, 2},
 };
 
 const AdapterSite* site_of(const std::string& target) {
@@ -72,12 +71,6 @@ std::pair<int, std::string> layer_and_target(const std::string& name) {
 }
 
 }  // namespace
-
-std::string lora_target_of_module(const std::string& module) {
-  for (const AdapterSite& s : SITES)
-    if (module == s.module) return s.target;
-  return "";
-}
 
 std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& o) {
   if (c.is_moe()) throw std::invalid_argument("llama: LoRA on a mixture-of-experts model is not supported yet");
