@@ -319,6 +319,7 @@ static model::LoraOptions lora_options(const config::RunConfig& config, const mo
   o.rank = lora.rank;
   o.alpha = lora.alpha;
   o.last_layers = lora.layers;
+  o.dropout = lora.dropout;
   o.seed = config.train.seed;
   o.targets.clear();
   for (const std::string& module : lora.targets) o.targets.push_back(*model::lora_matrix_of(module));

@@ -47,9 +47,15 @@ uint64_t mix(uint64_t x) {
 
 // PEFT's initialisation of A, kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(IN), 1/sqrt(IN)), drawn for
 // the whole [r, IN] matrix from (seed, name): every mesh starts from the same adapters.
-Tensor initial_lora_a(uint64_t seed, const std::string& name, int64_t r, int64_t IN) {
+// A random stream named by (seed, name).
+uint64_t stream_of(uint64_t seed, const std::string& name) {
   uint64_t key = mix(seed);
   for (char c : name) key = mix(key ^ static_cast<unsigned char>(c));
+  return key;
+}
+
+Tensor initial_lora_a(uint64_t seed, const std::string& name, int64_t r, int64_t IN) {
+  const uint64_t key = stream_of(seed, name);
   const float bound = 1.0f / std::sqrt(static_cast<float>(IN));
   Tensor a({r, IN});
   for (int64_t i = 0; i < r * IN; ++i) {
@@ -120,14 +126,17 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
     auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
     const int64_t r = o.rank, OUT = lora_specs_[i + 1].shape[0];
     const dist::Range mine = core_.plan.range_of(site.dim);
-    Tensor a = initial_lora_a(o.seed, "layers." + std::to_string(l) + "." + target, r, a_spec.shape[1]);
-    if (site.columns) {
-      nn::LoraAdapter ad = nn::make_lora_adapter(columns(a, mine), Tensor({OUT, r}), o.alpha);
+    const std::string name = "layers." + std::to_string(l) + "." + target;
+    Tensor a = initial_lora_a(o.seed, name, r, a_spec.shape[1]);
+    nn::LoraAdapter ad = site.columns ? nn::make_lora_adapter(columns(a, mine), Tensor({OUT, r}), o.alpha)
+                                      : nn::make_lora_adapter(std::move(a), Tensor({mine.count, r}), o.alpha);
+    ad.dropout = static_cast<float>(o.dropout);
+    ad.stream = stream_of(o.seed ^ 0x64726f70ULL, name);  // not A's stream
+    ad.column_offset = site.columns ? mine.offset : 0;
+    if (site.columns)
       (site.dim == ShardedDim::Hidden ? ffn.down() : L.linears.wo).set_adapter(std::move(ad));
-    } else {
-      nn::LoraAdapter ad = nn::make_lora_adapter(std::move(a), Tensor({mine.count, r}), o.alpha);
+    else
       (site.dim == ShardedDim::Hidden ? ffn.gate_up() : L.linears.qkv).set_adapter(site.part, std::move(ad));
-    }
   }
 }
 
@@ -163,6 +172,15 @@ std::vector<Tensor> TrainableLlama::local_parts(const WeightSource& full, const 
 void TrainableLlama::load_parameters(const WeightSource& full) {
   const std::vector<Tensor> parts = local_parts(full);
   for (size_t i = 0; i < parts.size(); ++i) std::ranges::copy(parts[i].span(), parameters()[i].value->span().begin());
+}
+
+void TrainableLlama::set_adapter_pass(uint64_t seed, int64_t row_offset) {
+  for (size_t i = 0; i < lora_specs_.size(); i += 2) {
+    const auto [l, target] = layer_and_target(lora_specs_[i].name);
+    nn::LoraAdapter& ad = *adapter(static_cast<size_t>(l), target);
+    ad.pass_seed = seed;
+    ad.row_offset = row_offset;
+  }
 }
 
 // The adapters of block l finish with its backward: stage L - l, as the base's weights would.

@@ -57,6 +57,7 @@ static void write_peft_beside(const std::string& checkpoint, const model::Tensor
   model::LoraAdapterSet set;
   set.rank = o.lora->rank;
   set.alpha = o.lora->alpha;
+  set.dropout = o.lora->dropout;
   set.base_model = o.base_name;
   for (const std::string& m : o.lora->targets) set.targets.push_back(*model::lora_hf_module_of(m));
   for (const auto& spec : model::lora_parameters(o.model, *o.lora))

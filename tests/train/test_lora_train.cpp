@@ -340,3 +340,38 @@ TEST_CASE("a trained adapter gives the inference model's logits with --adapter",
     CHECK(rel_diff(trained[TP - 1], inferred[0]) < 1e-5);
   }
 }
+
+TEST_CASE("LoRA dropout draws the same masks on every mesh, and only in training passes", "[train][lora]") {
+  const auto dir = fresh_dir("dropout");
+  train::TrainOptions o = lora_run(dir);
+  o.lora->dropout = 0.25;
+  o.steps = 4;
+  o.eval_every = 4;
+  std::vector<double> reference;
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {1, 3}}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    const auto losses = losses_of(train::train(o));
+    if (reference.empty()) reference = losses;
+    INFO("mesh " << D << "x" << TP);
+    REQUIRE(losses.size() == reference.size());
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
+  }
+  o.mesh = dist::Mesh({{"data", 1}, {"model", 1}});
+  o.lora->dropout = 0;
+  const auto plain = losses_of(train::train(o));
+  CHECK(plain[0] == reference[0]);  // B = 0 at the start: dropout on the adapters' inputs changes nothing yet
+  CHECK(plain.back() != reference.back());
+  // Evaluation never drops: the loss of a model with dropout set equals the one without.
+  const auto c = small_config();
+  const auto w = model::random_weights(c, 61);
+  auto with = lora_options();
+  with.dropout = 0.5;
+  const auto adapters = random_adapters(c, with, 62);
+  const auto tokens = random_ids(12, c.vocab_size, 63);
+  model::TrainableLlama a(w, dist::Group(), {}, with), b(w, dist::Group(), {}, lora_options());
+  a.load_parameters(adapters);
+  b.load_parameters(adapters);
+  a.set_dropout_pass(9, 0);
+  CHECK(a.loss(tokens, tokens, 2, 6) == b.loss(tokens, tokens, 2, 6));
+  std::filesystem::remove_all(dir);
+}
