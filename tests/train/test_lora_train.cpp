@@ -19,6 +19,7 @@
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
+#include "support/error_of.h"
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
@@ -267,6 +268,13 @@ TEST_CASE("a resumed LoRA run continues the uninterrupted run's losses", "[train
   REQUIRE(tail.size() == 5);
   for (size_t i = 0; i < 3; ++i) CHECK(first[i] == full[i]);
   for (size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[i + 3]);
+  // Other adapters than the checkpoint's: refused before any device starts, naming the key.
+  o.lora->last_layers = 1;
+  CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { train::train(o); }),
+             Catch::Contains("the checkpoint's adapters have lora.last_layers = 2 but [train.lora] asks for 1"));
+  o.lora.reset();
+  CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { train::train(o); }),
+             Catch::Contains("the checkpoint holds LoRA adapters but the config has no [train.lora]"));
   std::filesystem::remove_all(dir);
 }
 
