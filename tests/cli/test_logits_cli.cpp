@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli_checks.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
@@ -21,6 +22,7 @@
 namespace {
 
 using Result = tpcli::testing::RunResult;
+using tpcli::testing::check_one_line_error;
 
 Result run(const std::vector<std::string>& args, const std::string& cwd = "") {
   return tpcli::testing::run_tpcli(args, {.cwd = cwd, .environment = "OMP_WAIT_POLICY=passive", .timeout_seconds = 120});
@@ -54,13 +56,6 @@ std::vector<std::vector<double>> parse_rows(const std::string& text) {
   return rows;
 }
 
-void check_one_line_error(const Result& r, const std::string& expect) {
-  INFO(r.err);
-  CHECK(r.code == 2);
-  CHECK(r.err.find(expect) != std::string::npos);
-  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-  CHECK(r.out.empty());
-}
 
 }  // namespace
 

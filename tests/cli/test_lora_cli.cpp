@@ -23,13 +23,19 @@
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/lora_adapter.h"
+#include "support/cli_checks.h"
+#include "support/raw_safetensors.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
 
 namespace {
 
+using tpcli::testing::RawSafetensors;
+using tpcli::testing::read_raw;
+
 using Result = tpcli::testing::RunResult;
+using tpcli::testing::check_one_line_error;
 using tpcli::model::LoraAdapterSet;
 
 Result run(const std::vector<std::string>& args) {
@@ -89,36 +95,7 @@ std::vector<std::vector<double>> logits(const std::vector<std::string>& extra) {
 }
 
 // A safetensors file read here from its layout (u64 header size, JSON header, data): F32 tensors.
-struct RawSafetensors {
-  nlohmann::json header;
-  std::vector<char> data;
-  std::vector<float> f32(const std::string& name) const {
-    const auto& h = header.at(name);
-    REQUIRE(h["dtype"] == "F32");
-    const size_t begin = h["data_offsets"][0], end = h["data_offsets"][1];
-    std::vector<float> v((end - begin) / 4);
-    std::memcpy(v.data(), data.data() + begin, end - begin);
-    return v;
-  }
-};
-RawSafetensors read_raw(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  std::string text(n, ' ');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  RawSafetensors raw{nlohmann::json::parse(text), {}};
-  raw.data.assign(std::istreambuf_iterator<char>(in), {});
-  return raw;
-}
 
-void check_one_line_error(const Result& r, const std::string& expect) {
-  INFO(r.err);
-  CHECK(r.code == 2);
-  CHECK(r.err.find(expect) != std::string::npos);
-  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-  CHECK(r.out.empty());
-}
 
 }  // namespace
 

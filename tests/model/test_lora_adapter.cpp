@@ -28,6 +28,7 @@
 #include "model/weights_view.h"
 #include "random_lora.h"
 #include "random_model.h"
+#include "support/raw_safetensors.h"
 #include "support/error_of.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
@@ -37,6 +38,9 @@ using namespace tpcli::testing;
 using model::LoraAdapterSet;
 
 namespace {
+
+using tpcli::testing::RawSafetensors;
+using tpcli::testing::read_raw;
 
 const std::vector<std::string>& ALL = LORA_ALL;
 
@@ -67,27 +71,6 @@ TensorWeights merged_reference(const model::WeightSource& base, const LoraAdapte
 }
 
 // A safetensors file read here from its layout: u64 header size, JSON header, data.
-struct RawSafetensors {
-  nlohmann::json header;
-  std::vector<char> data;
-  std::vector<float> f32(const std::string& name) const {
-    const auto& h = header.at(name);
-    const size_t begin = h["data_offsets"][0], end = h["data_offsets"][1];
-    std::vector<float> v((end - begin) / 4);
-    std::memcpy(v.data(), data.data() + begin, end - begin);
-    return v;
-  }
-};
-RawSafetensors read_raw(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), 8);
-  std::string text(n, ' ');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  RawSafetensors raw{nlohmann::json::parse(text), {}};
-  raw.data.assign(std::istreambuf_iterator<char>(in), {});
-  return raw;
-}
 
 float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
