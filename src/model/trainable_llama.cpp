@@ -396,8 +396,10 @@ float TrainableLlama::forward_backward(std::span<const int> tokens, std::span<co
   const bool split_norms = rows_split();
   const std::vector<float> norms_before = split_norms ? norm_grads() : std::vector<float>{};
   peak_activation_bytes_ = 0;
+  if (lora_) set_adapter_pass(dropout_pass_.first, dropout_pass_.second);  // dropout in this pass only
   float loss = train_forward(tokens, targets, B, T);
   train_backward(tokens, targets, B, T);
+  if (lora_) set_adapter_pass(0, 0);
   if (split_norms) sum_norm_grads(norms_before);
   if (!recompute_) note_activation_bytes();  // the feed-forwards' backward buffers are allocated now
   if (replicated_kv) sync_replicated_kv_grads(kv_before);

@@ -44,6 +44,20 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
   tensor::gemm(Trans::Yes, Trans::No, OUT, IN, N, 1.0f, dout, ld, inp, IN, 1.0f, grad().data(), IN);
 }
 
+// dinp[N, IN] += (dxa[N, r] (row stride ld_dxa) @ A) * the adapter's dropout mask.
+static void add_lora_input_gradient(const LoraAdapter& ad, float* dinp, const float* dxa, int64_t ld_dxa, int64_t N,
+                                    int64_t IN) {
+  const int64_t r = ad.rank();
+  if (!ad.drops()) {
+    tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa, ld_dxa, ad.a.data(), IN, 1.0f, dinp, IN);
+    return;
+  }
+  std::vector<float> g(static_cast<size_t>(N * IN));  // [N, IN]
+  tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa, ld_dxa, ad.a.data(), IN, 0.0f, g.data(), IN);
+  lora_input_gradient(ad, g.data(), N, IN);
+  for (int64_t i = 0; i < N * IN; ++i) dinp[i] += g[static_cast<size_t>(i)];
+}
+
 // ---- AllToShardedLinear ----
 
 AllToShardedLinear::AllToShardedLinear(std::vector<Linear> parts, dist::Group group)
@@ -98,15 +112,16 @@ int64_t AllToShardedLinear::adapter_rank_sum() const {
 
 void AllToShardedLinear::add_adapters(float* out, const float* inp, int64_t N) const {
   const int64_t IN = in_features();
-  std::vector<float> xa;
+  std::vector<float> xa, dropped;
   int64_t col = 0;
   for (size_t i = 0; i < parts_.size(); ++i) {
     const int64_t rows = parts_[i].out_features();
     if (i < adapters_.size() && !adapters_[i].a.empty() && rows > 0) {
       const LoraAdapter& ad = adapters_[i];
       const int64_t r = ad.rank();
-      xa.resize(static_cast<size_t>(N * r));  // [N, r] = inp A^T
-      tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
+      const float* x = lora_input(ad, inp, N, IN, dropped);
+      xa.resize(static_cast<size_t>(N * r));  // [N, r] = x A^T
+      tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, x, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
       // out[:, part] += scale * xa B^T
       tensor::gemm(Trans::No, Trans::Yes, N, rows, r, ad.scale, xa.data(), r, ad.b.data(), r, 1.0f, out + col,
                    out_local_);
@@ -117,7 +132,7 @@ void AllToShardedLinear::add_adapters(float* out, const float* inp, int64_t N) c
 
 void AllToShardedLinear::adapter_output_gradients(float* dxa, const float* dout, const float* inp, int64_t N) {
   const int64_t IN = in_features(), R = adapter_rank_sum();
-  std::vector<float> xa;
+  std::vector<float> xa, dropped;
   int64_t col = 0, k = 0;
   for (size_t i = 0; i < parts_.size(); ++i) {
     const int64_t rows = parts_[i].out_features();
@@ -129,8 +144,9 @@ void AllToShardedLinear::adapter_output_gradients(float* dxa, const float* dout,
       } else {
         // dxa[:, k : k + r] = scale * dout[:, part] @ B[rows, r]
         tensor::gemm(Trans::No, Trans::No, N, r, rows, ad.scale, dout + col, out_local_, ad.b.data(), r, 0.0f, dxa + k, R);
-        xa.resize(static_cast<size_t>(N * r));  // inp A^T, recomputed
-        tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
+        xa.resize(static_cast<size_t>(N * r));  // x A^T, recomputed
+        tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, lora_input(ad, inp, N, IN, dropped), IN, ad.a.data(), IN,
+                     0.0f, xa.data(), r);
         // dB[rows, r] += scale * dout[:, part]^T @ xa
         tensor::gemm(Trans::Yes, Trans::No, rows, r, N, ad.scale, dout + col, out_local_, xa.data(), r, 1.0f,
                      ad.b_grad.data(), r);
@@ -143,14 +159,15 @@ void AllToShardedLinear::adapter_output_gradients(float* dxa, const float* dout,
 
 void AllToShardedLinear::adapter_input_gradients(float* dinp, const float* dxa, const float* inp, int64_t N) {
   const int64_t IN = in_features(), R = adapter_rank_sum();
+  std::vector<float> dropped;
   int64_t k = 0;
   for (auto& ad : adapters_) {
     if (ad.a.empty()) continue;
     const int64_t r = ad.rank();
-    if (dinp)  // dinp[N, IN] += dxa[:, k : k + r] @ A[r, IN]
-      tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa + k, R, ad.a.data(), IN, 1.0f, dinp, IN);
-    // dA[r, IN] += dxa[:, k : k + r]^T @ inp
-    tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa + k, R, inp, IN, 1.0f, ad.a_grad.data(), IN);
+    if (dinp) add_lora_input_gradient(ad, dinp, dxa + k, R, N, IN);
+    // dA[r, IN] += dxa[:, k : k + r]^T @ x
+    tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa + k, R, lora_input(ad, inp, N, IN, dropped), IN, 1.0f,
+                 ad.a_grad.data(), IN);
     k += r;
   }
 }
@@ -288,7 +305,9 @@ void ShardedToAllLinear::forward_with_adapter(float* out, const float* inp, int6
   float* xa = summed_.data() + N * OUT;
   if (IN > 0) {
     local_.forward(summed_.data(), inp, N);
-    tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, adapter_.a.data(), IN, 0.0f, xa, r);
+    std::vector<float> dropped;
+    tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, lora_input(adapter_, inp, N, IN, dropped), IN,
+                 adapter_.a.data(), IN, 0.0f, xa, r);
   }
   group_.all_sum(summed_);  // partial -> mirrored, the adapter's xa with the base's output
   std::copy(summed_.begin(), summed_.begin() + N * OUT, out);
@@ -307,10 +326,11 @@ void ShardedToAllLinear::backward(float* dinp, const float* dout, const float* i
   tensor::gemm(Trans::Yes, Trans::No, OUT, r, N, adapter_.scale, dout, OUT, xa_.data(), r, 1.0f,
                adapter_.b_grad.data(), r);
   if (IN == 0) return;
-  if (dinp)  // dinp[N, IN_local] += dxa A_local
-    tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa.data(), r, adapter_.a.data(), IN, 1.0f, dinp, IN);
-  // dA_local[r, IN_local] += dxa^T inp
-  tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa.data(), r, inp, IN, 1.0f, adapter_.a_grad.data(), IN);
+  if (dinp) add_lora_input_gradient(adapter_, dinp, dxa.data(), r, N, IN);  // dinp_local += (dxa A_local) * mask
+  // dA_local[r, IN_local] += dxa^T x
+  std::vector<float> dropped;
+  tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa.data(), r, lora_input(adapter_, inp, N, IN, dropped), IN, 1.0f,
+               adapter_.a_grad.data(), IN);
 }
 
 // ---- shard_linear / shard_inplace ----

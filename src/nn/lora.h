@@ -20,10 +20,17 @@
 //
 // The base W stays frozen (the layers' freeze(): no weight gradient is computed). B starts at zero,
 // so a fresh adapter leaves the model's outputs unchanged.
+//
+// Dropout (PEFT's lora_dropout) acts on the adapter's input alone: x A^T becomes (x * mask) A^T,
+// mask = 0 with probability p, else 1 / (1 - p); the backward scales the adapter's input gradient
+// by the same mask. The mask of element (row, column) is a hash of (the pass's seed, the adapter's
+// stream, the row's and the column's GLOBAL indices): every tensor device of a row draws the same
+// mask (as a replicated A needs), and every mesh draws the same masks as one device.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -36,10 +43,24 @@ struct LoraAdapter {
   tensor::Tensor b_grad;  // same shape as b
   float scale = 1.0f;     // alpha / r
 
+  float dropout = 0.0f;        // p in [0, 1)
+  uint64_t stream = 0;         // this adapter's random stream
+  int64_t column_offset = 0;   // global index of the input's first column (ShardedToAll: this device's)
+  // Set for each training pass (model/trainable_llama.h); pass_seed 0 = no dropout (evaluation).
+  uint64_t pass_seed = 0;
+  int64_t row_offset = 0;      // global index of the pass's first row
+
   int64_t rank() const { return a.dim(0); }
+  bool drops() const { return dropout > 0.0f && pass_seed != 0; }
 };
 
 // An adapter with zero gradients: a and b as given, scale = alpha / rank.
 LoraAdapter make_lora_adapter(tensor::Tensor a, tensor::Tensor b, double alpha);
+
+// The adapter's input inp[N, IN] after its dropout: inp itself when it drops nothing this pass, else
+// scratch filled with inp * mask.
+const float* lora_input(const LoraAdapter& adapter, const float* inp, int64_t N, int64_t IN, std::vector<float>& scratch);
+// g[N, IN] *= mask (dropout's backward; nothing when it drops nothing).
+void lora_input_gradient(const LoraAdapter& adapter, float* g, int64_t N, int64_t IN);
 
 }  // namespace tpcli::nn

@@ -3,15 +3,20 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 
 #include "model/trainable_llama.h"
+#include "model/atomic_file.h"
+#include "model/lora_adapter.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel_optimizer.h"
 #include "train/loop.h"
 
 namespace tpcli::train {
+
+namespace fs = std::filesystem;
 
 
 // Every parameter's full tensor, for the moments: the moment buffers take the place of the values
@@ -44,6 +49,26 @@ static void require_finite(std::span<const float> values, const std::string& pat
     if (!std::isfinite(x))
       throw std::runtime_error(path + ": not written at step " + std::to_string(step) + ": tensor " + name +
                                " holds non-finite values (the previous checkpoint is kept)");
+}
+
+// A LoRA checkpoint's adapters as Hugging Face PEFT's folder, "adapter/" beside the checkpoint
+// (what --adapter, export --fuse and peft.PeftModel read): written as "adapter.new", then swapped in.
+static void write_peft_beside(const std::string& checkpoint, const model::TensorWeights& adapters, const TrainOptions& o) {
+  model::LoraAdapterSet set;
+  set.rank = o.lora->rank;
+  set.alpha = o.lora->alpha;
+  set.dropout = o.lora->dropout;
+  set.base_model = o.base_name;
+  for (const std::string& m : o.lora->targets) set.targets.push_back(*model::lora_hf_module_of(m));
+  for (const auto& spec : model::lora_parameters(o.model, *o.lora))
+    set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
+  const fs::path dir = fs::path(checkpoint).parent_path() / "adapter", fresh = dir.string() + ".new", old = dir.string() + ".old";
+  fs::remove_all(fresh);
+  model::write_directory_atomically(fresh.string(), [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, o.model); });
+  fs::remove_all(old);
+  if (fs::exists(dir)) fs::rename(dir, old);
+  fs::rename(fresh, dir);
+  fs::remove_all(old);
 }
 
 // Collective over the tensor group (gathers); every device calls it, world rank 0 writes.
@@ -88,6 +113,7 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
     meta["lora.last_layers"] = std::to_string(o.lora->last_layers);
   }
   model::write_safetensors(info.path, tensors, meta);
+  if (o.lora) write_peft_beside(info.path, weights, o);
 }
 
 // The moments stored in a checkpoint, sliced into this device's shards: a model built from them
