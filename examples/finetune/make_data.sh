@@ -6,9 +6,10 @@
 #   ... "What is the first word of: duck green pig toy?" -> "duck"
 #   ... "Which one is an animal: hat, small, car, fish?" -> "fish"
 # as OUT_DIR/train.jsonl (2000 examples), val.jsonl (100) and test.jsonl (100, the held-out
-# questions); no question is in two files. The same bytes on every machine: POSIX sh and any awk,
-# with its own Park-Miller generator instead of awk's rand(), which differs between
-# awks; every number stays below 2^53, exact in awk's doubles.
+# questions); no question is in two files. The same bytes on every machine: POSIX sh and awk, with
+# its own Park-Miller generator instead of awk's rand(), which differs between awks; every number
+# stays below 2^53, exact in awk's doubles. Checked: mawk 1.3.4, gawk 5.2.1 and busybox 1.35 awk
+# write the same files (tests/train/finetune_demo_data.sh holds their sha256).
 set -eu
 out=${1:?usage: make_data.sh OUT_DIR}
 mkdir -p "$out"
