@@ -6,7 +6,10 @@
 #   ... "What is the first word of: duck green pig toy?" -> "duck"
 #   ... "Which one is an animal: hat, small, car, fish?" -> "fish"
 # as OUT_DIR/train.jsonl (2000 examples), val.jsonl (100) and test.jsonl (100, the held-out
-# questions); no question is in two files. The same bytes on every machine: POSIX sh and awk, with
+# questions); no question is in two files. And, for the first stage that teaches stories260K the
+# chat format (configs/finetune-demo-chat.toml), another instruction over the same words:
+#   ... "Repeat: frog cow" -> "frog cow"
+# as OUT_DIR/chat-train.jsonl (1000) and chat-val.jsonl (50). The same bytes on every machine: POSIX sh and awk, with
 # its own Park-Miller generator instead of awk's rand(), which differs between awks; every number
 # stays below 2^53, exact in awk's doubles. Checked: mawk 1.3.4, gawk 5.2.1 and busybox 1.35 awk
 # write the same files (tests/train/finetune_demo_data.sh holds their sha256).
@@ -37,8 +40,9 @@ function things(   k, n, at, s, t) {
   }
   return s
 }
-# One example in QUESTION and ANSWER.
-function example(   kind) {
+# One example in QUESTION and ANSWER (KIND "repeat": the instruction of the chat stage).
+function example(   kind, list) {
+  if (KIND == "repeat") { list = word_list(); QUESTION = "Repeat: " list; ANSWER = list; return }
   kind = rnd(3)
   if (kind == 0) { QUESTION = "What is the last word of: " word_list() "?"; ANSWER = LAST }
   else if (kind == 1) { QUESTION = "What is the first word of: " word_list() "?"; ANSWER = FIRST }
@@ -63,4 +67,7 @@ BEGIN {
   write(out "/test.jsonl", 100)
   write(out "/val.jsonl", 100)
   write(out "/train.jsonl", 2000)
+  KIND = "repeat"
+  write(out "/chat-train.jsonl", 1000)
+  write(out "/chat-val.jsonl", 50)
 }'
