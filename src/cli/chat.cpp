@@ -146,11 +146,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   apply_adapter(opened, f.adapter);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
-  const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
-  const model::LoadedTokenizer loaded = open_tokenizer(path, llama2c ? std::optional<int>(config.vocab_size) : std::nullopt);
-  if (loaded.tokenizer->vocab_size() > config.vocab_size)
-    throw UsageError(loaded.path + ": tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
-                     " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
+  const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
   const ChatFormatting formatting = chat_formatting(loaded, f.template_name);
   if (f.reply_tokens < 1) throw UsageError("-n/--reply-tokens = " + std::to_string(f.reply_tokens) + " must be >= 1");
 

@@ -133,11 +133,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   apply_adapter(opened, f.adapter);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
-  const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
-  const model::LoadedTokenizer loaded = open_tokenizer(path, llama2c ? std::optional<int>(config.vocab_size) : std::nullopt);
-  if (loaded.tokenizer->vocab_size() > config.vocab_size)
-    throw UsageError(loaded.path + ": tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
-                     " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
+  const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
 
   train::SftEncoding encoding;
   encoding.format = eval_format(f);
@@ -156,7 +152,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
       throw UsageError(c.where + ": the prompt is " + std::to_string(c.prompt.size()) +
                        " tokens, no room left to answer in the model's context of " + std::to_string(config.seq_len) +
                        " positions");
-  const Stops stops = answer_stops(*loaded.tokenizer, encoding, opened, llama2c);
+  const Stops stops = answer_stops(*loaded.tokenizer, encoding, opened, is_llama2c_tokenizer(path));
 
   std::vector<std::string> answers;  // device 0's
   model::run_model_on_mesh(

@@ -140,8 +140,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
     throw UsageError(e.what());
   }
   const std::string path = tokenizer_path(f, opened);
-  const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
-  const model::LoadedTokenizer loaded = open_tokenizer(path, llama2c ? std::optional<int>(config.vocab_size) : std::nullopt);
+  const model::LoadedTokenizer loaded = open_tokenizer(path, is_llama2c_tokenizer(path) ? std::optional<int>(config.vocab_size) : std::nullopt);
   std::optional<ChatFormatting> chat;
   if (!f.template_name.empty() || loaded.chat_template) chat = chat_formatting(loaded, f.template_name);
 

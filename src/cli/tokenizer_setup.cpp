@@ -1,6 +1,7 @@
 #include "cli/tokenizer_setup.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -14,6 +15,18 @@ model::LoadedTokenizer open_tokenizer(const std::string& path, std::optional<int
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
+}
+
+bool is_llama2c_tokenizer(const std::string& path) {
+  return !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
+}
+
+model::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_size) {
+  model::LoadedTokenizer loaded = open_tokenizer(path, is_llama2c_tokenizer(path) ? std::optional<int>(vocab_size) : std::nullopt);
+  if (loaded.tokenizer->vocab_size() > vocab_size)
+    throw UsageError(loaded.path + ": tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
+                     " tokens but the model's vocab_size is " + std::to_string(vocab_size));
+  return loaded;
 }
 
 ChatFormatting chat_formatting(const model::LoadedTokenizer& loaded, const std::string& template_name) {

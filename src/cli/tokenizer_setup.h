@@ -12,6 +12,11 @@
 namespace tpcli::cli {
 
 model::LoadedTokenizer open_tokenizer(const std::string& path, std::optional<int> vocab_size = std::nullopt);
+// The tokenizer at `path` for a model of `vocab_size` tokens: a llama2.c tokenizer.bin read at that
+// size, a tokenizer.json (or a folder holding one) at its own, which must not exceed the model's.
+model::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_size);
+// Whether `path` names a llama2.c tokenizer.bin (not a tokenizer.json nor a folder).
+bool is_llama2c_tokenizer(const std::string& path);
 
 struct ChatFormatting {
   model::ChatTemplate chat_template;

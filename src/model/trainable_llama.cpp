@@ -240,7 +240,9 @@ void TrainableLlama::train_backward(std::span<const int> tokens, std::span<const
   std::vector<float> dx = head_backward(targets, B, T);
   gradients_ready(binding_.end_of_stage(0));
   std::vector<float> scratch(recompute_ ? dx.size() : 0);  // the recomputed block's output, unused
-  for (size_t li = layers_.size(); li-- > 0;) {
+  // LoRA: nothing below the lowest adapted block trains, so the gradient stops there.
+  const size_t lowest = lora_ && lora_->last_layers > 0 ? layers_.size() - static_cast<size_t>(lora_->last_layers) : 0;
+  for (size_t li = layers_.size(); li-- > lowest;) {
     if (recompute_) block_forward(li, acts_->layers[li].x_in.data(), scratch.data(), B, T);  // from its saved input
     block_backward(li, dx.data(), B, T);
     gradients_ready(binding_.end_of_stage(static_cast<int>(layers_.size() - li)));

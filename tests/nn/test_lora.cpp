@@ -8,10 +8,12 @@
 
 #include "distributed/runtime.h"
 #include "fd_check.h"
+#include "shards.h"
 #include "nn/linear.h"
 
 using namespace tpcli;
 using nn::testing::random_vector;
+using nn::testing::ranges_of;
 
 namespace {
 
@@ -68,30 +70,10 @@ std::vector<float> rows_of(const std::vector<float>& m, int64_t width, dist::Ran
   return {m.begin() + range.offset * width, m.begin() + (range.offset + range.count) * width};
 }
 
-// The columns `ranges` of a row-major [rows, width] matrix, in range order.
-std::vector<float> columns_of(const std::vector<float>& m, int64_t rows, int64_t width,
-                              const std::vector<dist::Range>& ranges) {
-  std::vector<float> out;
-  for (int64_t n = 0; n < rows; ++n)
-    for (const dist::Range& r : ranges)
-      out.insert(out.end(), m.begin() + n * width + r.offset, m.begin() + n * width + r.offset + r.count);
-  return out;
-}
+using nn::testing::columns_of;
 
 std::vector<float> columns_of(const std::vector<float>& m, int64_t rows, int64_t width, dist::Range range) {
   return columns_of(m, rows, width, std::vector<dist::Range>{range});
-}
-
-// Absolute ranges of each segment's part on device `rank` of `T`.
-std::vector<dist::Range> local_ranges(const std::vector<int64_t>& segs, int T, int rank) {
-  std::vector<dist::Range> out;
-  int64_t start = 0;
-  for (int64_t n : segs) {
-    const dist::Range r = dist::even_split(n, T, rank);
-    out.push_back({start + r.offset, r.count});
-    start += n;
-  }
-  return out;
 }
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want) {
@@ -143,7 +125,7 @@ TEST_CASE("LoRA on AllToShardedLinear equals the unsharded adapted layer on 1..4
         const dist::Range mine = dist::even_split(seg, T, g.rank());
         layer.set_adapter(1, nn::make_lora_adapter(tensor::Tensor({r, IN}, a),
                                                    tensor::Tensor({mine.count, r}, rows_of(b, r, mine)), alpha));
-        const auto dl = columns_of(dout, N, OUT, local_ranges(segs, T, g.rank()));  // this device's dout
+        const auto dl = columns_of(dout, N, OUT, ranges_of(segs, T, g.rank()));  // this device's dout
         DeviceResult& res = got[g.rank()];
         res.out.assign(N * layer.out_features(), 0.0f);
         res.dinp.assign(N * IN, 0.0f);
@@ -154,7 +136,7 @@ TEST_CASE("LoRA on AllToShardedLinear equals the unsharded adapted layer on 1..4
         for (int i = 0; i < layer.n_parts(); ++i) res.base_grad |= layer.part(i).has_grad();
       });
       for (int rank = 0; rank < T; ++rank) {
-        check_close(got[rank].out, columns_of(ref.out, N, OUT, local_ranges(segs, T, rank)));
+        check_close(got[rank].out, columns_of(ref.out, N, OUT, ranges_of(segs, T, rank)));
         check_close(got[rank].dinp, ref.dinp);
         check_close(got[rank].da, ref.da);  // replicated: the whole gradient on every device
         const dist::Range mine = dist::even_split(seg, T, rank);

@@ -8,11 +8,14 @@
 
 #include "distributed/runtime.h"
 #include "fd_check.h"
+#include "shards.h"
 #include "nn/cross_entropy.h"
 #include "nn/linear.h"
 
 using namespace tpcli;
+using nn::testing::columns_of;
 using nn::testing::random_vector;
+using nn::testing::ranges_of;
 
 namespace {
 
@@ -31,29 +34,6 @@ Reference reference(const std::vector<float>& w, const std::vector<float>& x, co
   lin.backward(r.dinp.data(), dout.data(), x.data(), N);
   r.dw.assign(lin.grad().span().begin(), lin.grad().span().end());
   return r;
-}
-
-// Absolute ranges of each segment's local part for device `rank` of `T`.
-std::vector<dist::Range> ranges_of(const std::vector<int64_t>& segs, int T, int rank) {
-  std::vector<dist::Range> out;
-  int64_t start = 0;
-  for (int64_t s : segs) {
-    auto r = dist::even_split(s, T, rank);
-    out.push_back({start + r.offset, r.count});
-    start += s;
-  }
-  return out;
-}
-
-// The columns `ranges` of a [rows, width] matrix, in range order: [rows, sum of counts]. What a
-// device holds of a matrix split by columns (inputs of ShardedToAll, outputs of AllToSharded).
-std::vector<float> columns_of(const std::vector<float>& m, int64_t rows, int64_t width,
-                              const std::vector<dist::Range>& ranges) {
-  std::vector<float> out;
-  for (int64_t n = 0; n < rows; ++n)
-    for (const dist::Range& r : ranges)
-      out.insert(out.end(), m.begin() + n * width + r.offset, m.begin() + n * width + r.offset + r.count);
-  return out;
 }
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want, double margin = 0.0) {

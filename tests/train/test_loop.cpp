@@ -123,13 +123,8 @@ TEST_CASE("resume after an interruption reproduces the uninterrupted loss sequen
   REQUIRE(full.size() == 8);
 
   // Interrupted after 3 steps (as Ctrl-C would), then resumed.
-  std::atomic<bool> stop{false};
   o.out_dir = (dir / "cut").string();
-  o.run.stop = &stop;
-  o.on_step = [&](int64_t step, double) {
-    if (step == 2) stop = true;
-  };
-  auto first = train::train(o);
+  auto first = tpcli::testing::interrupted_run(o, 3);
   CHECK(first.interrupted);
   CHECK(first.end_step == 3);
   REQUIRE(fs::exists(train::latest_checkpoint(o.out_dir)));
@@ -138,8 +133,6 @@ TEST_CASE("resume after an interruption reproduces the uninterrupted loss sequen
   CHECK(ckpt.metadata().at("tokenizer.kind") == "chars");
   CHECK(ckpt.has("adam.exp_avg.layers.1.wk"));
 
-  stop = false;
-  o.on_step = nullptr;
   o.resume = true;
   auto second = train::train(o);
   CHECK(second.start_step == 3);

@@ -13,12 +13,14 @@
 #include <vector>
 
 #include "distributed/runtime.h"
+#include "support/rel_diff.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
+#include "support/error_of.h"
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
@@ -27,6 +29,8 @@
 using namespace tpcli;
 
 namespace {
+
+using tpcli::testing::rel_diff;
 
 // Four query heads over two KV heads: three devices split the heads 2, 1, 1 and share a KV head.
 model::LlamaConfig small_config() {
@@ -65,14 +69,6 @@ std::vector<int> random_ids(int n, int vocab, uint32_t seed) {
   return v;
 }
 
-double rel_diff(std::span<const float> a, std::span<const float> ref) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - ref[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 }  // namespace
 
@@ -252,21 +248,21 @@ TEST_CASE("a resumed LoRA run continues the uninterrupted run's losses", "[train
   const auto full = losses_of(train::train(o));
   REQUIRE(full.size() == 8);
 
-  std::atomic<bool> stop{false};
   o.out_dir = (dir / "cut").string();
-  o.run.stop = &stop;
-  o.on_step = [&](int64_t step, double) {
-    if (step == 2) stop = true;
-  };
-  const auto first = losses_of(train::train(o));
+  const auto first = losses_of(tpcli::testing::interrupted_run(o, 3));
   REQUIRE(first.size() == 3);
-  stop = false;
-  o.on_step = nullptr;
   o.resume = true;
   const auto tail = losses_of(train::train(o));
   REQUIRE(tail.size() == 5);
   for (size_t i = 0; i < 3; ++i) CHECK(first[i] == full[i]);
   for (size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[i + 3]);
+  // Other adapters than the checkpoint's: refused before any device starts, naming the key.
+  o.lora->last_layers = 1;
+  CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { train::train(o); }),
+             Catch::Contains("the checkpoint's adapters have lora.last_layers = 2 but [train.lora] asks for 1"));
+  o.lora.reset();
+  CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { train::train(o); }),
+             Catch::Contains("the checkpoint holds LoRA adapters but the config has no [train.lora]"));
   std::filesystem::remove_all(dir);
 }
 

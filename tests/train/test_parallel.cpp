@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "distributed/runtime.h"
+#include "support/rel_diff.h"
 #include "model/trainable_llama.h"
 #include "model/random_init.h"
 #include "train/loop.h"
@@ -17,20 +18,14 @@ using namespace tpcli;
 
 namespace {
 
+using tpcli::testing::rel_diff;
+
 model::LlamaConfig small_config() {
   model::LlamaConfig c{.dim = 32, .hidden_dim = 56, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 37,
       .seq_len = 16, .shared_classifier = false};
   return c;
 }
 
-double rel_diff(std::span<const float> a, std::span<const float> ref) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - ref[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 }  // namespace
 
