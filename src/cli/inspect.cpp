@@ -210,6 +210,14 @@ void describe_run_config(const config::RunConfig& config, double gflops, std::os
       << ", " << number(t.beta2) << "), eps " << number(t.eps) << ", grad clip "
       << (t.grad_clip > 0 ? number(t.grad_clip) : "off") << (t.grad_accum > 1 ? ", grad_accum " + std::to_string(t.grad_accum) : "")
       << (t.shard_optimizer ? ", state sharded over the data axis" : "") << "\n";
+  if (t.lora) {
+    std::string targets;
+    for (const std::string& m : t.lora->targets) targets += (targets.empty() ? "" : ", ") + m;
+    out << "  lora       rank " << t.lora->rank << ", alpha " << number(t.lora->alpha) << ", dropout "
+        << number(t.lora->dropout) << " on " << targets << " of "
+        << (t.lora->layers == 0 ? std::string("every block") : "the last " + std::to_string(t.lora->layers) + " blocks")
+        << " (the base frozen)\n";
+  }
   out << "  output     " << t.out_dir << " (eval every " << t.eval_every << " steps x " << t.eval_batches
       << " batches, log every " << t.log_every << ", sample " << t.sample_tokens << " tokens)\n";
   if (config.model.dim) {

@@ -449,7 +449,9 @@ void DeviceRun::run() {
     const auto now = Clock::now();
     const double dt = std::chrono::duration<double>(now - last).count();
     last = now;
-    rec.tokens_per_s = dt > 0 ? static_cast<double>(o_.batch_size) * o_.grad_accum * o_.seq_len / dt : 0;
+    // Positions the step ran (fine-tuning batches are as long as their longest example, padding included).
+    const double tokens = static_cast<double>(o_.batch_size) * o_.grad_accum * s_.train_batches->step_len(step);
+    rec.tokens_per_s = dt > 0 ? tokens / dt : 0;
     if (writer_) report(rec, step, run_start);
     const bool save_now = o_.save_every ? ((step + 1) % *o_.save_every == 0) : eval_now;
     save_due_ = !o_.out_dir.empty() && save_now && !last_step;  // saved by the next step's gradients
