@@ -59,7 +59,7 @@ double tick_spacing(double lo, double hi, int count) {
 
 std::string number(double x) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
+  std::snprintf(buf, sizeof buf, "%.6g", x + 0.0);  // + 0.0: a tick at -0 (a rounded -1e-17) reads "0"
   return buf;
 }
 

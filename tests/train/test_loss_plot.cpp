@@ -2,6 +2,8 @@
 // evaluations), drawn from metrics.jsonl; bad metrics lines are errors naming the file and line.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <fstream>
 #include <regex>
 #include <vector>
@@ -115,4 +117,12 @@ TEST_CASE("loss.svg: a bad metrics line is an error naming the file and line") {
   CHECK_THROWS_WITH(train::read_loss_curves((dir.path() / "metrics.jsonl").string()),
                     Catch::Contains("metrics.jsonl:2: no integer \"step\""));
   CHECK_THROWS_WITH(train::write_loss_plot((dir.path() / "nothing").string()), Catch::Contains("nothing/metrics.jsonl"));
+}
+
+TEST_CASE("loss.svg: a tick at zero reads 0, not -0") {
+  train::LossCurves curves;
+  for (int64_t s = 1; s <= 300; ++s) curves.train.push_back({s, 0.6 * std::exp(-0.03 * static_cast<double>(s)) + 0.0005});
+  const std::string svg = train::loss_svg(curves, "fine-tune");
+  CHECK(svg.find(">0</text>") != std::string::npos);
+  CHECK(svg.find(">-0</text>") == std::string::npos);
 }
