@@ -359,3 +359,31 @@ TEST_CASE("QLoRA: a device holds the base packed, as the inference model does", 
   CHECK(held["affine 4-bit g32"][0] / f == Approx(0.75 / 4).epsilon(0.01));
   for (size_t i = 1; i < 3; ++i) CHECK(held["affine 4-bit g32"][i] < held["affine 8-bit g32"][i]);
 }
+
+TEST_CASE("QLoRA: train::device_bytes counts the packed base as the model holds it", "[train][lora][qlora][memory]") {
+  const auto c = qlora_config();
+  const auto f32 = model::random_weights(c, 91);
+  const auto o = lora_options();
+  for (const auto& format : {WeightFormat::affine(8, 32), WeightFormat::affine(4, 32), WeightFormat::bf16()}) {
+    const model::ConvertedWeights packed(f32, format);
+    for (int TP : {1, 2, 3}) {  // 3: devices of one head cut wo's groups and keep it f32
+      std::mutex mu;
+      std::vector<std::string> failures;
+      dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+        model::TrainableLlama m(packed, dev.axis("model"), {}, o);
+        train::MemoryLayout layout;
+        layout.tensor = TP;
+        layout.lora = o;
+        layout.packed_base = format;
+        const train::DeviceBytes want = train::device_bytes(c, layout, dev.rank());
+        const int64_t held = m.frozen_bytes() + m.parameter_bytes();
+        std::lock_guard lock(mu);
+        if (want.parameters != held)
+          failures.push_back(format.name() + " TP " + std::to_string(TP) + " device " + std::to_string(dev.rank()) +
+                             ": counted " + std::to_string(want.parameters) + ", held " + std::to_string(held));
+      });
+      for (const auto& f : failures) UNSCOPED_INFO(f);
+      CHECK(failures.empty());
+    }
+  }
+}
