@@ -3,7 +3,8 @@
 // (random-weight models amplify any rounding chaotically, so they are compared only sharded
 // against unsharded); a safetensors round trip
 // that keeps the packed words; the real stories260K quantized at group size 32; the one-line
-// error for training a quantized model; a device count whose wo split cuts groups still decodes alike.
+// error for fully training a quantized model (QLoRA trains adapters on one:
+// tests/train/test_qlora_train.cpp); a device count whose wo split cuts groups still decodes alike.
 // Device threads record results; CHECKs run on the main thread.
 #include <catch2/catch.hpp>
 
