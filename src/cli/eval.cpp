@@ -12,7 +12,7 @@
 // the reference (the last assistant message or the completion, trimmed). The last line of stdout
 // is "exact match: K/N"; --verbose first prints one JSON line per example
 // {"example", "match", "generated", "reference"}.
-// (Room for --adapter DIR: the fine-tuned adapters, once tpcli trains them.)
+// --adapter DIR: a PEFT LoRA folder (a [train.lora] run's out_dir/adapter), applied unmerged.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -40,6 +40,7 @@ struct EvalFlags {
   std::string format = "auto";
   int max_tokens = 64;
   bool verbose = false;
+  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
 };
 
 std::string tokenizer_path(const EvalFlags& f, const OpenedModel& opened) {
@@ -129,6 +130,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
   apply_load_flags(opened, "auto", 0);
+  apply_adapter(opened, f.adapter);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
   const bool llama2c = !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
@@ -187,6 +189,7 @@ void setup_eval(CLI::App& sub) {
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
       ->required();
+  add_adapter_flag(sub, flags->adapter);
   sub.add_option("--data", flags->data, "JSONL examples: {\"messages\": [...]} (chat) or {\"prompt\", \"completion\"}")
       ->required();
   sub.add_option("-z,--tokenizer", flags->tokenizer,

@@ -169,14 +169,17 @@ void setup_train(CLI::App& sub) {
       std::printf("loss curves: %s/loss.svg\n", o.out_dir.c_str());
     if (!result.checkpoint.empty()) {
       std::printf("checkpoint: %s\n", result.checkpoint.c_str());
+      // A LoRA run's model is the base with the PEFT folder written beside the checkpoint.
+      const std::string model = o.lora ? o.base_name + " --adapter " + (std::filesystem::path(o.out_dir) / "adapter").string()
+                                       : result.checkpoint;
       if (o.sft && config.data.format != config::DataFormat::JsonlText && config.data.val_path)
-        std::printf("evaluate:   tpcli eval --model %s --data %s%s\n", result.checkpoint.c_str(), config.data.val_path->c_str(),
+        std::printf("evaluate:   tpcli eval --model %s --data %s%s\n", model.c_str(), config.data.val_path->c_str(),
                     config.data.chat_template ? (" --template " + *config.data.chat_template).c_str() : "");
       if (config.data.format == config::DataFormat::Text)
-        std::printf("generate:   tpcli infer --model %s -i \"%s\" -n 200\n", result.checkpoint.c_str(),
+        std::printf("generate:   tpcli infer --model %s -i \"%s\" -n 200\n", model.c_str(),
                     suggested_prompt(prepared.corpus_text).c_str());
       else
-        std::printf("generate:   tpcli infer --model %s -n 200\n", result.checkpoint.c_str());
+        std::printf("generate:   tpcli infer --model %s -n 200\n", model.c_str());
     }
     if (result.interrupted)
       std::printf("interrupted at step %lld: to continue, run the same command with --resume\n",

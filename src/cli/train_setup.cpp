@@ -8,6 +8,7 @@
 #include "distributed/zmq/zmq_backend.h"
 #include "model/hf_model.h"
 #include "model/llama2c.h"
+#include "model/lora_adapter.h"
 #include "model/load_tokenizer.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
@@ -318,9 +319,10 @@ static model::LoraOptions lora_options(const config::RunConfig& config, const mo
   o.rank = lora.rank;
   o.alpha = lora.alpha;
   o.last_layers = lora.layers;
+  o.dropout = lora.dropout;
   o.seed = config.train.seed;
   o.targets.clear();
-  for (const std::string& module : lora.targets) o.targets.push_back(model::lora_target_of_module(module));
+  for (const std::string& module : lora.targets) o.targets.push_back(*model::lora_matrix_of(module));
   return o;
 }
 
@@ -337,6 +339,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   try {
     if (config.model.init_from) {
       o.init = open_weights(*config.model.init_from);
+      o.base_name = *config.model.init_from;
       o.model = o.init->config();
     } else {
       o.model = model_from_config(config.model, tokenizer_vocab);

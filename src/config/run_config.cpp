@@ -525,9 +525,6 @@ LoraSection read_lora(const toml::table& table, const std::string& file, SourceM
   if (auto alpha = r.number("alpha", [](double v) { return v <= 0 ? std::string("must be > 0") : ""; })) lora.alpha = *alpha;
   if (auto dropout = r.number("dropout", [](double v) { return v < 0 || v >= 1 ? std::string("must be in [0, 1)") : ""; }))
     lora.dropout = *dropout;
-  if (lora.dropout != 0)
-    fail(r.where(*r.find("dropout")), "train.lora.dropout = " + format_number(lora.dropout) +
-                                          ": dropout on the adapters is not implemented yet (use 0)");
   if (const toml::node* node = r.find("targets")) {
     if (!node->is_array() || node->as_array()->empty())
       r.wrong_type("targets", *node, "a non-empty array of module names, e.g. [\"q_proj\", \"v_proj\"]");

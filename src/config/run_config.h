@@ -30,7 +30,7 @@
 //           beta1, beta2, eps, grad_clip, eval_every, eval_batches, out_dir, log_every,
 //           sample_tokens, save_every, grad_accum, recompute, shard_optimizer, bucket_kb,
 //           overlap_buckets
-//   [train.lora] rank = 8  alpha = 16  dropout = 0.0   # LoRA: the base (model.init_from) frozen,
+//   [train.lora] rank = 8  alpha = 16  dropout = 0.0   # LoRA: the base (model.init_from) frozen
 //           targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 //           layers = "all" | N                         # adapters on the last N blocks
 //

@@ -265,7 +265,9 @@ void TrainableLlama::train_backward(std::span<const int> tokens, std::span<const
   std::vector<float> dx = head_backward(targets, B, T);
   gradients_ready(binding_.end_of_stage(0));
   std::vector<float> scratch(recompute_ ? dx.size() : 0);  // the recomputed block's output, unused
-  for (size_t li = layers_.size(); li-- > 0;) {
+  // LoRA: nothing below the lowest adapted block trains, so the gradient stops there.
+  const size_t lowest = lora_ && lora_->last_layers > 0 ? layers_.size() - static_cast<size_t>(lora_->last_layers) : 0;
+  for (size_t li = layers_.size(); li-- > lowest;) {
     if (recompute_) block_forward(li, acts_->layers[li].x_in.data(), scratch.data(), B, T);  // from its saved input
     block_backward(li, dx.data(), B, T);
     gradients_ready(binding_.end_of_stage(static_cast<int>(layers_.size() - li)));
@@ -422,8 +424,10 @@ float TrainableLlama::forward_backward(std::span<const int> tokens, std::span<co
   const bool split_norms = rows_split();
   const std::vector<float> norms_before = split_norms ? norm_grads() : std::vector<float>{};
   peak_activation_bytes_ = 0;
+  if (lora_) set_adapter_pass(dropout_pass_.first, dropout_pass_.second);  // dropout in this pass only
   float loss = train_forward(tokens, targets, B, T);
   train_backward(tokens, targets, B, T);
+  if (lora_) set_adapter_pass(0, 0);
   if (split_norms) sum_norm_grads(norms_before);
   if (!recompute_) note_activation_bytes();  // the feed-forwards' backward buffers are allocated now
   if (replicated_kv) sync_replicated_kv_grads(kv_before);

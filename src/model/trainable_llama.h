@@ -42,10 +42,9 @@ struct LoraOptions {
   double alpha = 16;  // scale = alpha / rank
   std::vector<std::string> targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};  // tpcli's names of the linears
   int last_layers = 0;  // adapt the last N blocks; 0 = every block
-  uint64_t seed = 0;    // A's initialisation (B starts at zero, so the model starts unchanged)
+  uint64_t seed = 0;    // A's initialisation (B starts at zero, so the model starts unchanged), dropout's masks
+  double dropout = 0;   // on the adapters' inputs in forward_backward (nn/lora.h), in [0, 1)
 };
-// tpcli's name of a Hugging Face module name ("q_proj" -> "wq"), or "" when it is not one LoRA adapts.
-std::string lora_target_of_module(const std::string& module);
 // The adapters' specs, A then B for each adapted linear, blocks from the last (the order backward
 // finishes them): A [r, IN] replicated and B [OUT, r] split by rows on AllToSharded linears, A split
 // by columns and B replicated on ShardedToAll ones (nn/lora.h). Throws std::invalid_argument for
@@ -99,6 +98,10 @@ class TrainableLlama {
 
   // Whether the model trains LoRA adapters on a frozen base (then parameters() are the adapters).
   bool lora() const { return lora_.has_value(); }
+  // LoRA dropout's masks for the next forward_backward calls: `pass` names the pass (the step; 0 =
+  // no dropout), `first_row` is the global index of the call's first token row (so every mesh
+  // draws the same masks). loss() and forward_logits() never drop.
+  void set_dropout_pass(uint64_t pass, int64_t first_row) { dropout_pass_ = {pass, first_row}; }
 
   // Every parameter of llama_parameters (same order), or every adapter's A and B with LoRA: its spec (name, full shape, how it is split,
   // whether it decays), this device's tensors and where its gradient sits in grad_buffer().
@@ -148,6 +151,8 @@ class TrainableLlama {
   void bind_adapters();
   // The adapter of `target` ("wq", ..., "w2") in layer l, or null.
   nn::LoraAdapter* adapter(size_t l, const std::string& target);
+  // Sets every adapter's pass (nn::LoraAdapter pass_seed, row_offset).
+  void set_adapter_pass(uint64_t seed, int64_t row_offset);
   float train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T);
   // Block l on x_in[N, C] -> x_out[N, C], saving what its backward needs (the block's x_in is the caller's).
   void block_forward(size_t l, const float* x_in, float* x_out, int B, int T);
@@ -180,6 +185,7 @@ class TrainableLlama {
   LlamaCore core_;
   std::optional<LoraOptions> lora_;
   std::vector<ParamSpec> lora_specs_;  // with LoRA: the adapters', in binding order
+  std::pair<uint64_t, int64_t> dropout_pass_{0, 0};  // set_dropout_pass
   std::unique_ptr<Head> head_;  // embedding, final norm, classifier (on the heap: the binding points into it)
   std::vector<Layer> layers_;
   ParameterBinding binding_;

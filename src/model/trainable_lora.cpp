@@ -14,10 +14,9 @@ using tensor::Tensor;
 
 namespace {
 
-// A linear LoRA can adapt: its tpcli name, Hugging Face module name, and how the base is split.
+// A linear LoRA can adapt (model/lora_adapter.h names them): its tpcli name and how the base is split.
 struct AdapterSite {
   const char* target;      // "wq"
-  const char* module;      // "q_proj"
   bool columns;            // ShardedToAll (input columns split) rather than AllToSharded
   ShardedDim dim;          // what the split follows
   int part;                // AllToSharded: the part of the fused linear (wq|wk|wv, w1|w3)
@@ -26,10 +25,10 @@ struct AdapterSite {
 // In the order the backward finishes them: the feed-forward (w2, then w1|w3), then attention
 // (wo, then wq|wk|wv).
 constexpr AdapterSite SITES[] = {
-    {"w2", "down_proj", true, ShardedDim::Hidden, 0},      {"w1", "gate_proj", false, ShardedDim::Hidden, 0},
-    {"w3", "up_proj", false, ShardedDim::Hidden, 1},       {"wo", "o_proj", true, ShardedDim::QueryHeads, 0},
-    {"wq", "q_proj", false, ShardedDim::QueryHeads, 0},    {"wk", "k_proj", false, ShardedDim::KvHeads, 1},
-    {"wv", "v_proj", false, ShardedDim::KvHeads, 2},
+    {"w2", true, ShardedDim::Hidden, 0},      {"w1", false, ShardedDim::Hidden, 0},
+    {"w3", false, ShardedDim::Hidden, 1},     {"wo", true, ShardedDim::QueryHeads, 0},
+    {"wq", false, ShardedDim::QueryHeads, 0}, {"wk", false, ShardedDim::KvHeads, 1},
+    {"wv", false, ShardedDim::KvHeads, 2},
 };
 
 const AdapterSite* site_of(const std::string& target) {
@@ -48,9 +47,15 @@ uint64_t mix(uint64_t x) {
 
 // PEFT's initialisation of A, kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(IN), 1/sqrt(IN)), drawn for
 // the whole [r, IN] matrix from (seed, name): every mesh starts from the same adapters.
-Tensor initial_lora_a(uint64_t seed, const std::string& name, int64_t r, int64_t IN) {
+// A random stream named by (seed, name).
+uint64_t stream_of(uint64_t seed, const std::string& name) {
   uint64_t key = mix(seed);
   for (char c : name) key = mix(key ^ static_cast<unsigned char>(c));
+  return key;
+}
+
+Tensor initial_lora_a(uint64_t seed, const std::string& name, int64_t r, int64_t IN) {
+  const uint64_t key = stream_of(seed, name);
   const float bound = 1.0f / std::sqrt(static_cast<float>(IN));
   Tensor a({r, IN});
   for (int64_t i = 0; i < r * IN; ++i) {
@@ -72,12 +77,6 @@ std::pair<int, std::string> layer_and_target(const std::string& name) {
 }
 
 }  // namespace
-
-std::string lora_target_of_module(const std::string& module) {
-  for (const AdapterSite& s : SITES)
-    if (module == s.module) return s.target;
-  return "";
-}
 
 std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& o) {
   if (c.is_moe()) throw std::invalid_argument("llama: LoRA on a mixture-of-experts model is not supported yet");
@@ -151,9 +150,13 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
     Layer& L = layers_[static_cast<size_t>(l)];
     const int64_t r = o.rank, OUT = lora_specs_[i + 1].shape[0];
     const dist::Range mine = core_.plan.range_of(site.dim);
-    Tensor a = initial_lora_a(o.seed, "layers." + std::to_string(l) + "." + target, r, a_spec.shape[1]);
+    const std::string name = "layers." + std::to_string(l) + "." + target;
+    Tensor a = initial_lora_a(o.seed, name, r, a_spec.shape[1]);
     nn::LoraAdapter ad = site.columns ? nn::make_lora_adapter(columns(a, mine), Tensor({OUT, r}), o.alpha)
                                       : nn::make_lora_adapter(std::move(a), Tensor({mine.count, r}), o.alpha);
+    ad.dropout = static_cast<float>(o.dropout);
+    ad.stream = stream_of(o.seed ^ 0x64726f70ULL, name);  // not A's stream
+    ad.column_offset = site.columns ? mine.offset : 0;
     with_swiglu(*L.ffn, [&](auto& gate_up, auto& down) {
       L.visit([&](auto& attention) { set_on(site, attention, gate_up, down, std::move(ad)); });
     });
@@ -194,6 +197,15 @@ std::vector<Tensor> TrainableLlama::local_parts(const WeightSource& full, const 
 void TrainableLlama::load_parameters(const WeightSource& full) {
   const std::vector<Tensor> parts = local_parts(full);
   for (size_t i = 0; i < parts.size(); ++i) std::ranges::copy(parts[i].span(), parameters()[i].value->span().begin());
+}
+
+void TrainableLlama::set_adapter_pass(uint64_t seed, int64_t row_offset) {
+  for (size_t i = 0; i < lora_specs_.size(); i += 2) {
+    const auto [l, target] = layer_and_target(lora_specs_[i].name);
+    nn::LoraAdapter& ad = *adapter(static_cast<size_t>(l), target);
+    ad.pass_seed = seed;
+    ad.row_offset = row_offset;
+  }
 }
 
 // The adapters of block l finish with its backward: stage L - l, as the base's weights would.

@@ -30,6 +30,19 @@ int64_t total(std::span<const int64_t> rows) {
   for (int64_t r : rows) n += r;
   return n;
 }
+
+// dinp[N, IN] += (dxa[N, r] (row stride ld_dxa) @ A) * the adapter's dropout mask.
+void add_lora_input_gradient(const LoraAdapter& ad, float* dinp, const float* dxa, int64_t ld_dxa, int64_t N, int64_t IN) {
+  const int64_t r = ad.rank();
+  if (!ad.drops()) {
+    tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa, ld_dxa, ad.a.data(), IN, 1.0f, dinp, IN);
+    return;
+  }
+  std::vector<float> g(static_cast<size_t>(N * IN));  // [N, IN]
+  tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa, ld_dxa, ad.a.data(), IN, 0.0f, g.data(), IN);
+  lora_input_gradient(ad, g.data(), N, IN);
+  for (int64_t i = 0; i < N * IN; ++i) dinp[i] += g[static_cast<size_t>(i)];
+}
 }  // namespace
 
 int64_t lora_rank_sum(std::span<const LoraAdapter> adapters) {
@@ -41,14 +54,15 @@ int64_t lora_rank_sum(std::span<const LoraAdapter> adapters) {
 void lora_parts_forward(float* out, const float* inp, int64_t N, int64_t IN, std::span<const int64_t> rows,
                         std::span<const LoraAdapter> adapters) {
   const int64_t OUT_local = total(rows);
-  std::vector<float> xa;
+  std::vector<float> xa, dropped;
   int64_t col = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (present(adapters, i) && rows[i] > 0) {
       const LoraAdapter& ad = adapters[i];
       const int64_t r = ad.rank();
-      xa.resize(static_cast<size_t>(N * r));  // [N, r] = inp A^T
-      tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
+      const float* x = lora_input(ad, inp, N, IN, dropped);
+      xa.resize(static_cast<size_t>(N * r));  // [N, r] = x A^T
+      tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, x, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
       // out[:, part] += scale * xa B^T
       tensor::gemm(Trans::No, Trans::Yes, N, rows[i], r, ad.scale, xa.data(), r, ad.b.data(), r, 1.0f, out + col,
                    OUT_local);
@@ -60,7 +74,7 @@ void lora_parts_forward(float* out, const float* inp, int64_t N, int64_t IN, std
 void lora_parts_output_gradients(float* dxa, const float* dout, const float* inp, int64_t N, int64_t IN,
                                  std::span<const int64_t> rows, std::span<LoraAdapter> adapters) {
   const int64_t OUT_local = total(rows), R = lora_rank_sum(adapters);
-  std::vector<float> xa;
+  std::vector<float> xa, dropped;
   int64_t col = 0, k = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     if (present(adapters, i)) {
@@ -72,8 +86,9 @@ void lora_parts_output_gradients(float* dxa, const float* dout, const float* inp
         // dxa[:, k : k + r] = scale * dout[:, part] @ B[rows, r]
         tensor::gemm(Trans::No, Trans::No, N, r, rows[i], ad.scale, dout + col, OUT_local, ad.b.data(), r, 0.0f, dxa + k,
                      R);
-        xa.resize(static_cast<size_t>(N * r));  // inp A^T, recomputed
-        tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
+        xa.resize(static_cast<size_t>(N * r));  // x A^T, recomputed
+        tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, lora_input(ad, inp, N, IN, dropped), IN, ad.a.data(), IN,
+                     0.0f, xa.data(), r);
         // dB[rows, r] += scale * dout[:, part]^T @ xa
         tensor::gemm(Trans::Yes, Trans::No, rows[i], r, N, ad.scale, dout + col, OUT_local, xa.data(), r, 1.0f,
                      ad.b_grad.data(), r);
@@ -87,21 +102,25 @@ void lora_parts_output_gradients(float* dxa, const float* dout, const float* inp
 void lora_parts_input_gradients(float* dinp, const float* dxa, const float* inp, int64_t N, int64_t IN,
                                 std::span<LoraAdapter> adapters) {
   const int64_t R = lora_rank_sum(adapters);
+  std::vector<float> dropped;
   int64_t k = 0;
   for (auto& ad : adapters) {
     if (ad.a.empty()) continue;
     const int64_t r = ad.rank();
-    if (dinp)  // dinp[N, IN] += dxa[:, k : k + r] @ A[r, IN]
-      tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa + k, R, ad.a.data(), IN, 1.0f, dinp, IN);
-    // dA[r, IN] += dxa[:, k : k + r]^T @ inp
-    tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa + k, R, inp, IN, 1.0f, ad.a_grad.data(), IN);
+    if (dinp) add_lora_input_gradient(ad, dinp, dxa + k, R, N, IN);  // dinp += (dxa[:, k : k + r] @ A) * mask
+    // dA[r, IN] += dxa[:, k : k + r]^T @ x
+    tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa + k, R, lora_input(ad, inp, N, IN, dropped), IN, 1.0f,
+                 ad.a_grad.data(), IN);
     k += r;
   }
 }
 
 void lora_partial_xa(float* xa, const float* inp, int64_t N, const LoraAdapter& ad) {
   const int64_t IN = ad.a.dim(1), r = ad.rank();
-  if (IN > 0) tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, inp, IN, ad.a.data(), IN, 0.0f, xa, r);
+  if (IN == 0) return;
+  std::vector<float> dropped;
+  tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, lora_input(ad, inp, N, IN, dropped), IN, ad.a.data(), IN, 0.0f,
+               xa, r);
 }
 
 void lora_add_output(float* out, const float* xa, int64_t N, const LoraAdapter& ad) {
@@ -117,10 +136,52 @@ void lora_mirrored_backward(float* dinp, const float* dout, const float* xa, con
   // dB[OUT, r] += scale * dout^T xa
   tensor::gemm(Trans::Yes, Trans::No, OUT, r, N, ad.scale, dout, OUT, xa, r, 1.0f, ad.b_grad.data(), r);
   if (IN == 0) return;
-  if (dinp)  // dinp[N, IN_local] += dxa A_local
-    tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa.data(), r, ad.a.data(), IN, 1.0f, dinp, IN);
-  // dA_local[r, IN_local] += dxa^T inp
-  tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa.data(), r, inp, IN, 1.0f, ad.a_grad.data(), IN);
+  if (dinp) add_lora_input_gradient(ad, dinp, dxa.data(), r, N, IN);  // dinp_local += (dxa A_local) * mask
+  // dA_local[r, IN_local] += dxa^T x
+  std::vector<float> dropped;
+  tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa.data(), r, lora_input(ad, inp, N, IN, dropped), IN, 1.0f,
+               ad.a_grad.data(), IN);
+}
+
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// mask[j] for row n: 0 or 1 / (1 - p), from the element's global indices.
+void fill_mask(const LoraAdapter& ad, int64_t n, int64_t IN, std::vector<float>& mask) {
+  const uint64_t row_key = mix(mix(ad.pass_seed ^ ad.stream) + static_cast<uint64_t>(ad.row_offset + n));
+  const auto threshold = static_cast<uint64_t>(static_cast<double>(ad.dropout) * 0x1.0p24);
+  const float keep = 1.0f / (1.0f - ad.dropout);
+  mask.resize(static_cast<size_t>(IN));
+  for (int64_t j = 0; j < IN; ++j)
+    mask[static_cast<size_t>(j)] = (mix(row_key + static_cast<uint64_t>(ad.column_offset + j)) >> 40) < threshold ? 0.0f : keep;
+}
+
+}  // namespace
+
+const float* lora_input(const LoraAdapter& ad, const float* inp, int64_t N, int64_t IN, std::vector<float>& scratch) {
+  if (!ad.drops()) return inp;
+  scratch.resize(static_cast<size_t>(N * IN));
+  std::vector<float> mask;
+  for (int64_t n = 0; n < N; ++n) {
+    fill_mask(ad, n, IN, mask);
+    for (int64_t j = 0; j < IN; ++j) scratch[static_cast<size_t>(n * IN + j)] = inp[n * IN + j] * mask[static_cast<size_t>(j)];
+  }
+  return scratch.data();
+}
+
+void lora_input_gradient(const LoraAdapter& ad, float* g, int64_t N, int64_t IN) {
+  if (!ad.drops()) return;
+  std::vector<float> mask;
+  for (int64_t n = 0; n < N; ++n) {
+    fill_mask(ad, n, IN, mask);
+    for (int64_t j = 0; j < IN; ++j) g[n * IN + j] *= mask[static_cast<size_t>(j)];
+  }
 }
 
 }  // namespace tpcli::nn

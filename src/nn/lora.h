@@ -21,6 +21,12 @@
 // The base W stays frozen (the layers' freeze(): no weight gradient is computed). B starts at zero,
 // so a fresh adapter leaves the model's outputs unchanged.
 //
+// Dropout (PEFT's lora_dropout) acts on the adapter's input alone: x A^T becomes (x * mask) A^T,
+// mask = 0 with probability p, else 1 / (1 - p); the backward scales the adapter's input gradient
+// by the same mask. The mask of element (row, column) is a hash of (the pass's seed, the adapter's
+// stream, the row's and the column's GLOBAL indices): every tensor device of a row draws the same
+// mask (as a replicated A needs), and every mesh draws the same masks as one device.
+//
 // The adapter arithmetic is the functions below, whatever the base: the f32 linears (nn/linear.h)
 // and the packed ones (nn/quantized_linear.h: QLoRA, a frozen quantized or 16-bit base) call the
 // same ones, so an adapter trains alike on both; only the base's products differ.
@@ -29,6 +35,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -41,7 +48,15 @@ struct LoraAdapter {
   tensor::Tensor b_grad;  // same shape as b
   float scale = 1.0f;     // alpha / r
 
+  float dropout = 0.0f;        // p in [0, 1)
+  uint64_t stream = 0;         // this adapter's random stream
+  int64_t column_offset = 0;   // global index of the input's first column (ShardedToAll: this device's)
+  // Set for each training pass (model/trainable_llama.h); pass_seed 0 = no dropout (evaluation).
+  uint64_t pass_seed = 0;
+  int64_t row_offset = 0;      // global index of the pass's first row
+
   int64_t rank() const { return a.dim(0); }
+  bool drops() const { return dropout > 0.0f && pass_seed != 0; }
 };
 
 // An adapter with zero gradients: a and b as given, scale = alpha / rank.
@@ -76,5 +91,10 @@ void lora_add_output(float* out, const float* xa, int64_t N, const LoraAdapter& 
 // dxa = scale * dout B. No communication.
 void lora_mirrored_backward(float* dinp, const float* dout, const float* xa, const float* inp, int64_t N,
                             LoraAdapter& ad);
+// The adapter's input inp[N, IN] after its dropout: inp itself when it drops nothing this pass, else
+// scratch filled with inp * mask.
+const float* lora_input(const LoraAdapter& adapter, const float* inp, int64_t N, int64_t IN, std::vector<float>& scratch);
+// g[N, IN] *= mask (dropout's backward; nothing when it drops nothing).
+void lora_input_gradient(const LoraAdapter& adapter, float* g, int64_t N, int64_t IN);
 
 }  // namespace tpcli::nn

@@ -3,15 +3,20 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 
 #include "model/trainable_llama.h"
+#include "model/atomic_file.h"
+#include "model/lora_adapter.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel_optimizer.h"
 #include "train/loop.h"
 
 namespace tpcli::train {
+
+namespace fs = std::filesystem;
 
 
 // Every parameter's full tensor, for the moments: the moment buffers take the place of the values
@@ -44,6 +49,33 @@ static void require_finite(std::span<const float> values, const std::string& pat
     if (!std::isfinite(x))
       throw std::runtime_error(path + ": not written at step " + std::to_string(step) + ": tensor " + name +
                                " holds non-finite values (the previous checkpoint is kept)");
+}
+
+// "wq,wk,...": the adapted linears, as a checkpoint's metadata records them.
+static std::string lora_targets_text(const model::LoraOptions& lora) {
+  std::string text;
+  for (const std::string& t : lora.targets) text += (text.empty() ? "" : ",") + t;
+  return text;
+}
+
+// A LoRA checkpoint's adapters as Hugging Face PEFT's folder, "adapter/" beside the checkpoint
+// (what --adapter, export --fuse and peft.PeftModel read): written as "adapter.new", then swapped in.
+static void write_peft_beside(const std::string& checkpoint, const model::TensorWeights& adapters, const TrainOptions& o) {
+  model::LoraAdapterSet set;
+  set.rank = o.lora->rank;
+  set.alpha = o.lora->alpha;
+  set.dropout = o.lora->dropout;
+  set.base_model = o.base_name;
+  for (const std::string& m : o.lora->targets) set.targets.push_back(*model::lora_hf_module_of(m));
+  for (const auto& spec : model::lora_parameters(o.model, *o.lora))
+    set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
+  const fs::path dir = fs::path(checkpoint).parent_path() / "adapter", fresh = dir.string() + ".new", old = dir.string() + ".old";
+  fs::remove_all(fresh);
+  model::write_directory_atomically(fresh.string(), [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, o.model); });
+  fs::remove_all(old);
+  if (fs::exists(dir)) fs::rename(dir, old);
+  fs::rename(fresh, dir);
+  fs::remove_all(old);
 }
 
 // Collective over the tensor group (gathers); every device calls it, world rank 0 writes.
@@ -86,8 +118,10 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
     meta["lora.rank"] = std::to_string(o.lora->rank);
     meta["lora.alpha"] = std::to_string(o.lora->alpha);
     meta["lora.last_layers"] = std::to_string(o.lora->last_layers);
+    meta["lora.targets"] = lora_targets_text(*o.lora);
   }
   model::write_safetensors(info.path, tensors, meta);
+  if (o.lora) write_peft_beside(info.path, weights, o);
 }
 
 // The moments stored in a checkpoint, sliced into this device's shards: a model built from them
@@ -124,16 +158,36 @@ int64_t resume_step(const model::SafetensorsFile& file) {
 }
 
 // The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced.
-void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted, bool lora) {
+// A LoRA checkpoint's adapters must be the ones the config asks for (rank, alpha, blocks, targets):
+// else they cannot be sliced, or some would be silently dropped.
+static void require_same_adapters(const model::SafetensorsFile& file, const model::LoraOptions& lora) {
+  const std::pair<const char*, std::string> keys[] = {{"lora.rank", std::to_string(lora.rank)},
+                                                      {"lora.alpha", std::to_string(lora.alpha)},
+                                                      {"lora.last_layers", std::to_string(lora.last_layers)},
+                                                      {"lora.targets", lora_targets_text(lora)}};
+  for (const auto& [key, value] : keys) {
+    const auto it = file.metadata().find(key);
+    const std::string held = it == file.metadata().end() ? "(unset)" : it->second;
+    if (held != value)
+      throw std::runtime_error(file.path() + ": --resume: the checkpoint's adapters have " + key + " = " + held +
+                               " but [train.lora] asks for " + value +
+                               " (resume with the same [train.lora], or train into a new train.out_dir)");
+  }
+}
+
+void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted,
+                        const std::optional<model::LoraOptions>& lora) {
+  if (lora) require_same_adapters(file, *lora);
+  const bool lora_run = lora.has_value();
   const auto format = file.metadata().find("format");
   const bool holds_lora = format != file.metadata().end() && format->second == LORA_FORMAT;
-  if (holds_lora != lora)
+  if (holds_lora != lora_run)
     throw std::runtime_error(file.path() + ": --resume: the checkpoint holds " +
                              (holds_lora ? "LoRA adapters but the config has no [train.lora]"
                                          : "a whole model but the config trains LoRA adapters ([train.lora])") +
                              " (resume with the same settings, or train into a new train.out_dir)");
   model::Metadata have, want;
-  if (lora) {
+  if (lora_run) {
     for (const auto& [key, value] : file.metadata())
       if (key.starts_with("base.")) have[key.substr(5)] = value;
   } else {

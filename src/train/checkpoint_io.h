@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "model/trainable_llama.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -50,7 +52,9 @@ int64_t resume_step(const model::SafetensorsFile& file);
 // A LoRA run's checkpoint: "format" in its metadata; the base's config under "base." keys.
 inline constexpr const char* LORA_FORMAT = "tpcli-lora";
 // The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced;
-// `lora`: the run trains adapters, so the checkpoint must hold adapters (of that base).
-void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted, bool lora = false);
+// `lora`: the run trains these adapters, so the checkpoint must hold them (rank, alpha, blocks,
+// targets), on that base.
+void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted,
+                        const std::optional<model::LoraOptions>& lora = std::nullopt);
 
 }  // namespace tpcli::train

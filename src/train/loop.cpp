@@ -158,7 +158,7 @@ RunShared::RunShared(const TrainOptions& options) : o(options) {
     if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": no checkpoint to resume from");
     resume_file = std::make_shared<model::SafetensorsFile>(path);
     start_step = resume_step(*resume_file);
-    require_same_model(*resume_file, o.model, o.lora.has_value());
+    require_same_model(*resume_file, o.model, o.lora);
     if (!o.lora) source = resume_file;  // LoRA: the base is init's again, the adapters are the checkpoint's
   }
   if (!source) source = std::make_shared<model::TensorWeights>(model::random_weights(o.model, o.seed));

@@ -78,6 +78,7 @@ struct TrainOptions {
   // LoRA: `init` stays frozen and only the adapters train; checkpoints hold the adapters (and their
   // moments), and --resume takes the base from `init` again.
   std::optional<model::LoraOptions> lora;
+  std::string base_name;  // where init came from (a LoRA adapter's base_model_name_or_path)
 
   // Data: a corpus of text windows, or (when sft is set, and corpus is then unused) supervised
   // fine-tuning examples batched by length (train/sft_batches.h; T varies per step, <= seq_len).

@@ -81,6 +81,7 @@ double accumulate_gradients(model::TrainableLlama& llama, const StepBatches& bat
   for (int k = 0; k < micro_batches; ++k) {
     const int first = rows.begin + k * R;
     batches.fill(step, first, first + R, inputs, targets);
+    llama.set_dropout_pass(static_cast<uint64_t>(step) + 1, int64_t{first} * T);  // LoRA dropout: the step's masks
     if (k + 1 < micro_batches || !last_ready) {
       sum += llama.forward_backward(inputs, targets, R, T, divisor);
       continue;

@@ -101,6 +101,14 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want) 
 
 std::vector<float> values(const tensor::Tensor& t) { return {t.span().begin(), t.span().end()}; }
 
+// The adapter with dropout p in a training pass (a fixed mask).
+nn::LoraAdapter with_dropout(nn::LoraAdapter ad, float p) {
+  ad.dropout = p;
+  ad.stream = 77;
+  ad.pass_seed = 5;
+  return ad;
+}
+
 struct DeviceResult {
   std::vector<float> out, dinp, da, db;
   bool base_grad = false;  // whether the frozen base got a gradient
@@ -205,46 +213,71 @@ TEST_CASE("LoRA gradients match finite differences on both sharded forms", "[nn]
   const int64_t N = 3, IN = 5, OUT = 4, r = 2;
   auto w = random_vector(OUT * IN, rng), x = random_vector(N * IN, rng), dout = random_vector(N * OUT, rng);
   auto a = random_vector(r * IN, rng), b = random_vector(OUT * r, rng);
-  for (bool columns : {false, true}) {
-    DYNAMIC_SECTION((columns ? "ShardedToAll" : "AllToSharded")) {
-      dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
-        dist::Group& g = dev.axis("model");
-        const auto loss = [&]() {  // rebuilt from the current a, b, x
+  for (bool columns : {false, true})
+    for (float dropout : {0.0f, 0.4f}) {
+      DYNAMIC_SECTION((columns ? "ShardedToAll" : "AllToSharded") << " dropout " << dropout) {
+        dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+          dist::Group& g = dev.axis("model");
+          const auto loss = [&]() {  // rebuilt from the current a, b, x
+            nn::Linear base(tensor::Tensor({OUT, IN}, w));
+            auto ad = with_dropout(nn::make_lora_adapter(tensor::Tensor({r, IN}, a), tensor::Tensor({OUT, r}, b), 3.0), dropout);
+            std::vector<float> out(N * OUT);
+            if (columns) {
+              auto layer = std::get<nn::ShardedToAllLinear>(nn::shard_linear(base, nn::Sharding::ShardedToAll, g));
+              layer.set_adapter(std::move(ad));
+              layer.forward(out.data(), x.data(), N);
+            } else {
+              auto layer = std::get<nn::AllToShardedLinear>(nn::shard_linear(base, nn::Sharding::AllToSharded, g));
+              layer.set_adapter(0, std::move(ad));
+              layer.forward(out.data(), x.data(), N);
+            }
+            return nn::testing::dot(out, dout);
+          };
           nn::Linear base(tensor::Tensor({OUT, IN}, w));
-          auto ad = nn::make_lora_adapter(tensor::Tensor({r, IN}, a), tensor::Tensor({OUT, r}, b), 3.0);
-          std::vector<float> out(N * OUT);
+          auto ad = with_dropout(nn::make_lora_adapter(tensor::Tensor({r, IN}, a), tensor::Tensor({OUT, r}, b), 3.0), dropout);
+          std::vector<float> out(N * OUT), dinp(N * IN, 0.0f), da, db;
           if (columns) {
             auto layer = std::get<nn::ShardedToAllLinear>(nn::shard_linear(base, nn::Sharding::ShardedToAll, g));
             layer.set_adapter(std::move(ad));
             layer.forward(out.data(), x.data(), N);
+            layer.backward(dinp.data(), dout.data(), x.data(), N);
+            da = values(layer.adapter()->a_grad), db = values(layer.adapter()->b_grad);
           } else {
             auto layer = std::get<nn::AllToShardedLinear>(nn::shard_linear(base, nn::Sharding::AllToSharded, g));
             layer.set_adapter(0, std::move(ad));
             layer.forward(out.data(), x.data(), N);
+            layer.backward(dinp.data(), dout.data(), x.data(), N);
+            da = values(layer.adapter(0)->a_grad), db = values(layer.adapter(0)->b_grad);
           }
-          return nn::testing::dot(out, dout);
-        };
-        nn::Linear base(tensor::Tensor({OUT, IN}, w));
-        auto ad = nn::make_lora_adapter(tensor::Tensor({r, IN}, a), tensor::Tensor({OUT, r}, b), 3.0);
-        std::vector<float> out(N * OUT), dinp(N * IN, 0.0f), da, db;
-        if (columns) {
-          auto layer = std::get<nn::ShardedToAllLinear>(nn::shard_linear(base, nn::Sharding::ShardedToAll, g));
-          layer.set_adapter(std::move(ad));
-          layer.forward(out.data(), x.data(), N);
-          layer.backward(dinp.data(), dout.data(), x.data(), N);
-          da = values(layer.adapter()->a_grad), db = values(layer.adapter()->b_grad);
-        } else {
-          auto layer = std::get<nn::AllToShardedLinear>(nn::shard_linear(base, nn::Sharding::AllToSharded, g));
-          layer.set_adapter(0, std::move(ad));
-          layer.forward(out.data(), x.data(), N);
-          layer.backward(dinp.data(), dout.data(), x.data(), N);
-          da = values(layer.adapter(0)->a_grad), db = values(layer.adapter(0)->b_grad);
-        }
-        // One device: the checks run on the calling thread's device, the only one.
-        nn::testing::check_gradient(a, da, loss);
-        nn::testing::check_gradient(b, db, loss);
-        nn::testing::check_gradient(x, dinp, loss);
-      });
+          // One device: the checks run on the calling thread's device, the only one.
+          nn::testing::check_gradient(a, da, loss);
+          nn::testing::check_gradient(b, db, loss);
+          nn::testing::check_gradient(x, dinp, loss);
+        });
+      }
     }
+}
+
+TEST_CASE("LoRA dropout drops a fraction p of the adapter's inputs, the same for any split of the columns", "[nn][lora]") {
+  nn::LoraAdapter ad = with_dropout(nn::make_lora_adapter(tensor::Tensor({1, 64}), tensor::Tensor({1, 1}), 1.0), 0.25f);
+  const int64_t N = 500, IN = 64;
+  std::vector<float> ones(N * IN, 1.0f), scratch;
+  const float* x = nn::lora_input(ad, ones.data(), N, IN, scratch);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < N * IN; ++i) {
+    if (x[i] == 0.0f) ++dropped;
+    else CHECK(x[i] == Approx(1.0f / 0.75f));
   }
+  CHECK(static_cast<double>(dropped) / (N * IN) == Approx(0.25).margin(0.01));
+  // Columns [40, 64) on their own (a device's part of a split input) draw the same masks.
+  nn::LoraAdapter right = ad;
+  right.column_offset = 40;
+  std::vector<float> part(N * 24, 1.0f), part_scratch;
+  const float* y = nn::lora_input(right, part.data(), N, 24, part_scratch);
+  bool same = true;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < 24; ++j) same &= y[n * 24 + j] == x[n * IN + 40 + j];
+  CHECK(same);
+  ad.pass_seed = 0;  // no training pass: no dropout
+  CHECK(nn::lora_input(ad, ones.data(), N, IN, scratch) == ones.data());
 }

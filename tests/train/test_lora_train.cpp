@@ -13,10 +13,13 @@
 #include <vector>
 
 #include "distributed/runtime.h"
+#include "model/llama.h"
+#include "model/lora_adapter.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
+#include "support/error_of.h"
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
@@ -230,6 +233,14 @@ TEST_CASE("a LoRA run learns, gives the same losses on meshes 1x1 2x1 1x2 2x2 1x
   CHECK_FALSE(ckpt.has("layers.2.wq"));
   CHECK_FALSE(ckpt.has("layers.0.wq.lora_a"));  // last_layers = 2 of 3
   CHECK(ckpt.metadata().at("lora.rank") == "3");
+  // The PEFT folder beside it holds the same adapters.
+  const model::LoraAdapterSet peft = model::load_peft_adapter((dir / "run11" / "adapter").string(), o.model);
+  CHECK(peft.rank == 3);
+  CHECK(peft.tensors.size() == 2 * 2 * 7);
+  for (const auto& [name, t] : peft.tensors) {
+    const auto stored = ckpt.get(name);
+    CHECK(std::equal(t.span().begin(), t.span().end(), stored.begin(), stored.end()));
+  }
   std::filesystem::remove_all(dir);
 }
 
@@ -257,6 +268,13 @@ TEST_CASE("a resumed LoRA run continues the uninterrupted run's losses", "[train
   REQUIRE(tail.size() == 5);
   for (size_t i = 0; i < 3; ++i) CHECK(first[i] == full[i]);
   for (size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[i + 3]);
+  // Other adapters than the checkpoint's: refused before any device starts, naming the key.
+  o.lora->last_layers = 1;
+  CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { train::train(o); }),
+             Catch::Contains("the checkpoint's adapters have lora.last_layers = 2 but [train.lora] asks for 1"));
+  o.lora.reset();
+  CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { train::train(o); }),
+             Catch::Contains("the checkpoint holds LoRA adapters but the config has no [train.lora]"));
   std::filesystem::remove_all(dir);
 }
 
@@ -295,4 +313,73 @@ TEST_CASE("bytes per device with LoRA: the accounting equals what the model and 
     for (const auto& f : failures) UNSCOPED_INFO(f);
     CHECK(failures.empty());
   }
+}
+
+// Training's adapters (nn/lora.h, in the trainable model) and inference's (nn/quantized_lora.h, in
+// model::Llama through PEFT's in-memory set) are two implementations: the same adapter must give
+// the same logits, on 1 and 2 tensor devices.
+TEST_CASE("a trained adapter gives the inference model's logits with --adapter", "[train][lora]") {
+  const auto c = small_config();
+  const auto base = model::random_weights(c, 51);
+  const auto o = lora_options();
+  const auto adapters = random_adapters(c, o, 52);
+  const int T = 7;
+  const auto tokens = random_ids(T, c.vocab_size, 53);
+  model::LoraAdapterSet set;
+  set.rank = o.rank;
+  set.alpha = o.alpha;
+  for (const auto& m : o.targets) set.targets.push_back(*model::lora_hf_module_of(m));
+  for (const auto& spec : model::lora_parameters(c, o))
+    set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
+  for (int TP : {1, 2}) {
+    std::vector<std::vector<float>> trained(TP), inferred(TP);
+    dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+      model::TrainableLlama m(base, dev.axis("model"), {}, o);
+      m.load_parameters(adapters);
+      trained[dev.rank()] = m.forward_logits(tokens, 1, T);  // [T, V]
+      model::Llama llama(model::AdaptedWeights(std::make_unique<model::TensorWeights>(base), set, "test"), dev.axis("model"));
+      for (int pos = 0; pos < T; ++pos) {
+        const auto logits = llama.forward(tokens[static_cast<size_t>(pos)], pos);
+        inferred[dev.rank()].insert(inferred[dev.rank()].end(), logits.begin(), logits.end());
+      }
+    });
+    INFO(TP << " devices");
+    CHECK(rel_diff(trained[0], inferred[0]) < 1e-5);
+    CHECK(rel_diff(trained[TP - 1], inferred[0]) < 1e-5);
+  }
+}
+
+TEST_CASE("LoRA dropout draws the same masks on every mesh, and only in training passes", "[train][lora]") {
+  const auto dir = fresh_dir("dropout");
+  train::TrainOptions o = lora_run(dir);
+  o.lora->dropout = 0.25;
+  o.steps = 4;
+  o.eval_every = 4;
+  std::vector<double> reference;
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {1, 3}}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    const auto losses = losses_of(train::train(o));
+    if (reference.empty()) reference = losses;
+    INFO("mesh " << D << "x" << TP);
+    REQUIRE(losses.size() == reference.size());
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
+  }
+  o.mesh = dist::Mesh({{"data", 1}, {"model", 1}});
+  o.lora->dropout = 0;
+  const auto plain = losses_of(train::train(o));
+  CHECK(plain[0] == reference[0]);  // B = 0 at the start: dropout on the adapters' inputs changes nothing yet
+  CHECK(plain.back() != reference.back());
+  // Evaluation never drops: the loss of a model with dropout set equals the one without.
+  const auto c = small_config();
+  const auto w = model::random_weights(c, 61);
+  auto with = lora_options();
+  with.dropout = 0.5;
+  const auto adapters = random_adapters(c, with, 62);
+  const auto tokens = random_ids(12, c.vocab_size, 63);
+  model::TrainableLlama a(w, dist::Group(), {}, with), b(w, dist::Group(), {}, lora_options());
+  a.load_parameters(adapters);
+  b.load_parameters(adapters);
+  a.set_dropout_pass(9, 0);
+  CHECK(a.loss(tokens, tokens, 2, 6) == b.loss(tokens, tokens, 2, 6));
+  std::filesystem::remove_all(dir);
 }
