@@ -313,6 +313,25 @@ TEST_CASE("a QLoRA run on an 8-bit base learns, gives the same losses on 1x1 and
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a QLoRA run with LoRA dropout gives the same losses on meshes 1x1 1x3 2x1", "[train][lora][qlora]") {
+  const auto dir = fresh_dir("dropout");
+  train::TrainOptions o = qlora_run(dir);
+  o.lora->dropout = 0.2;
+  o.steps = 4;
+  o.schedule.total_steps = 4;
+  std::vector<double> reference;
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {2, 1}}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
+    const auto losses = losses_of(train::train(o));
+    REQUIRE(losses.size() == 4);
+    if (reference.empty()) reference = losses;
+    INFO("mesh " << D << "x" << TP);
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("a resumed QLoRA run continues the uninterrupted run's losses bit for bit", "[train][lora][qlora]") {
   const auto dir = fresh_dir("resume");
   train::TrainOptions o = qlora_run(dir);
