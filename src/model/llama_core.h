@@ -1,6 +1,7 @@
 // tpcli::model — what the two roles of a Llama shard share: the inference model (model/llama.h:
 // packed or f32 weights, KV cache, decode and prefill) and the trainable one
-// (model/trainable_llama.h: f32 parameters, gradients, activations). Both are built on one
+// (model/trainable_llama.h: f32 parameters, gradients, activations; with LoRA, a packed frozen
+// base loaded by the same packed loaders as the inference model's). Both are built on one
 // LlamaCore: the config and its parameter specs, every device's shard plan, the local heads'
 // attention shape, RoPE, and the slicing of a parameter's local part out of a full tensor.
 //
