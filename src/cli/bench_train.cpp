@@ -4,7 +4,9 @@
 // (train.shard_optimizer, ZeRO-1), "+recompute" (train.recompute), "+sp" (mesh.sequence_parallel),
 // "+plain" (none of them), "+blocking" (train.overlap_buckets = false: the data-parallel buckets
 // after backward, not during it), "+lora" (LoRA adapters of rank 8 on every linear of the same model,
-// its base frozen: `--meshes 1x1,1x1+lora,1x1,1x1+lora` alternates full and LoRA steps).
+// its base frozen: `--meshes 1x1,1x1+lora,1x1,1x1+lora` alternates full and LoRA steps), "+qlora8",
+// "+qlora4", "+qlorabf16" (the same adapters on the same random base stored 8-bit or 4-bit affine
+// with groups of 32, or bf16: QLoRA, model/trainable_llama.h).
 //
 // Model FLOPs per token (PaLM's appendix B): 6 * (matmul parameters, the classifier included, the
 // embedding lookup not) + 12 * L * C * T for attention scores and values (forward + backward).
@@ -32,6 +34,8 @@
 #include "cli/model_from_config.h"
 #include "cli/plan_report.h"
 #include "cli/train_setup.h"
+#include "model/packed_weights.h"
+#include "model/random_init.h"
 #include "model/trainable_llama.h"
 #include "perf/gemm_rate.h"
 #include "perf/measure_rates.h"
@@ -42,6 +46,18 @@
 namespace tpcli::cli {
 
 namespace {
+
+// A random base for the config, stored in `format` (the f32 values kept alive beside it).
+std::shared_ptr<const model::WeightSource> packed_random_base(const model::LlamaConfig& c, const tensor::WeightFormat& format) {
+  struct Owned {
+    model::TensorWeights f32;
+    model::ConvertedWeights packed;
+    Owned(const model::LlamaConfig& c, const tensor::WeightFormat& f) : f32(model::random_weights(c, 1)), packed(f32, f) {}
+  };
+  auto owned = std::make_shared<const Owned>(c, format);
+  return std::shared_ptr<const model::WeightSource>(owned, &owned->packed);
+}
+
 
 struct BenchTrainOptions {
   std::string config;
@@ -97,6 +113,7 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
       throw UsageError("--meshes " + m + ": expected DATAxMODEL[+shard][+recompute][+sp], e.g. 2x1+shard");
     config::RunConfig cfg = base;
     bool lora = false;
+    std::optional<tensor::WeightFormat> packed;  // QLoRA: the base's format
     for (size_t at = m.find('+'); at != std::string::npos; at = m.find('+', at + 1)) {
       const std::string option = m.substr(at + 1, m.find('+', at + 1) - at - 1);
       if (option == "shard") cfg.train.shard_optimizer = true;
@@ -105,12 +122,18 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
       else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = cfg.mesh.sequence_parallel = false;
       else if (option == "blocking") cfg.train.overlap_buckets = false;
       else if (option == "lora") lora = true;
-      else throw UsageError("--meshes " + m + ": unknown option '+" + option + "' (shard, recompute, sp, plain, blocking, lora)");
+      else if (option == "qlora8") packed = tensor::WeightFormat::affine(8, 32);
+      else if (option == "qlora4") packed = tensor::WeightFormat::affine(4, 32);
+      else if (option == "qlorabf16") packed = tensor::WeightFormat::bf16();
+      else
+        throw UsageError("--meshes " + m + ": unknown option '+" + option +
+                         "' (shard, recompute, sp, plain, blocking, lora, qlora8, qlora4, qlorabf16)");
     }
     config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
     Prepared p = prepare_training(cfg, false);
     train::TrainOptions& t = p.options;
-    if (lora) t.lora = model::LoraOptions{};  // on the config's (random) base: the cost is the same
+    if (lora || packed) t.lora = model::LoraOptions{};  // on the config's (random) base: the cost is the same
+    if (packed) t.init = packed_random_base(t.model, *packed);
     t.steps = o.warmup + o.steps;
     t.schedule.total_steps = t.steps;
     t.out_dir.clear();

@@ -114,59 +114,6 @@ void require_memory_for_kv_cache(const LlamaConfig& c, int64_t kv_rows_local) {
                              std::to_string(static_cast<int64_t>(memory / 1e6)) + " MB: lower seq_len");
 }
 
-nn::QuantizedLinear packed_rows(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range r) {
-  return nn::QuantizedLinear(load_packed(w, name, R, K, r.offset, r.count));
-}
-
-nn::QuantizedLinear packed_columns(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range c) {
-  return nn::QuantizedLinear(load_packed(w, name, R, K, 0, R, {{c.offset, c.count}}));
-}
-
-// wo's columns are the local heads' rows; a quantized wo whose groups they cut is kept in f32
-// for this device (its slice of the dequantized weight), so every device count works.
-nn::QuantizedLinear packed_wo(const WeightSource& w, const std::string& name, int64_t C, int64_t Q, dist::Range q_rows) {
-  const tensor::WeightFormat f = stored_format(w, name);
-  if (!f.quantized() || (q_rows.offset % f.group_size == 0 && q_rows.count % f.group_size == 0))
-    return packed_columns(w, name, C, Q, q_rows);
-  const Tensor local = nn::slice_columns(checked_values(w, name, C * Q).data(), C, Q, {q_rows});  // [C, QL]
-  return nn::QuantizedLinear(tensor::PackedMatrix::from_f32(local.data(), C, q_rows.count, tensor::WeightFormat::f32()));
-}
-
-// The ShardedToAll products (wo, w2) sum over their input columns in lanes (nn/quantized_linear.h):
-// K cut into as many equal lanes of whole `unit`s as a power of two up to 8 allows, the same cut
-// on every device count.
-int64_t lane_width(int64_t K, int64_t unit) {
-  for (int64_t lanes : {8, 4, 2})
-    if (K % (lanes * unit) == 0) return K / lanes;
-  return K;
-}
-
-// Whether columns r are a whole subtree of the lanes: a power-of-two run of lanes that starts at a
-// multiple of its length.
-bool whole_subtree(dist::Range r, int64_t width) {
-  if (r.count == 0 || r.offset % width != 0 || r.count % width != 0) return false;
-  const int64_t n = r.count / width;
-  return (n & (n - 1)) == 0 && (r.offset / width) % n == 0;
-}
-
-// The unit a lane of parameter `name`'s columns is made of: `unit`, and whole quantization groups.
-int64_t lane_unit(const WeightSource& w, const std::string& name, int64_t unit) {
-  const tensor::WeightFormat f = stored_format(w, name);
-  return f.quantized() ? std::lcm(unit, f.group_size) : unit;
-}
-
-// ShardedToAll weight `name` [R, K] of which this device holds columns `mine`: its lanes, each its
-// own matrix, when they are a whole subtree; else `whole()`, the columns in one chain.
-template <class Whole>
-nn::QuantizedShardedToAllLinear lanes_or(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range mine,
-                                          int64_t unit, const dist::Group& group, Whole whole) {
-  const int64_t width = lane_width(K, lane_unit(w, name, unit));
-  if (!whole_subtree(mine, width)) return nn::QuantizedShardedToAllLinear(whole(), group);
-  std::vector<nn::QuantizedLinear> lanes;
-  for (int64_t c = mine.offset; c < mine.offset + mine.count; c += width) lanes.push_back(packed_columns(w, name, R, K, {c, width}));
-  return nn::QuantizedShardedToAllLinear(std::move(lanes), group);
-}
-
 // The MoE feed-forward of block `l` of a frozen checkpoint: the router in f32, this device's
 // experts (of the expert group) with its rows of FE (of the tensor group, in whole groups:
 // shard_plan.h) in their stored format. experts.w1/w3 are [E*FE, C] matrices, experts.w2 [E*C, FE].
@@ -278,8 +225,8 @@ void Llama::load_f32_layers(const WeightSource& weights) {
     std::vector<nn::Linear> qkv;
     for (const char* name : {"wq", "wk", "wv"}) qkv.emplace_back(core_.block_slice(weights, l, name));
     L.qkv = nn::AllToShardedLinear(std::move(qkv), core_.group);
-    L.wo = load_wo(weights, l);
-    L.ffn = core_.config.is_moe_layer(l) ? core_.load_f32_feed_forward(weights, l) : load_dense_ffn(weights, l);
+    L.wo = core_.load_wo(weights, l);
+    L.ffn = core_.config.is_moe_layer(l) ? core_.load_f32_feed_forward(weights, l) : core_.load_dense_ffn(weights, l);
   }
 }
 
@@ -288,8 +235,7 @@ void Llama::load_f32_layers(const WeightSource& weights) {
 void Llama::load_packed_layers(const WeightSource& weights) {
   const LlamaConfig& c = core_.config;
   const ShardPlan& plan = core_.plan;
-  const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), V = c.vocab_size;
-  const dist::Range q_rows = plan.q_rows(), kv_rows = plan.kv_rows();
+  const int64_t C = c.dim, V = c.vocab_size;
   PackedVocab v{nn::PackedVocabParallelEmbedding(load_packed(weights, "tok_embeddings", V, C, plan.vocab.offset, plan.vocab.count),
                                                  core_.vocab_ranges(), core_.group),
                 {}};
@@ -298,12 +244,10 @@ void Llama::load_packed_layers(const WeightSource& weights) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.qkv = nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "wq", Q, C, q_rows), packed_rows(weights, p + "wk", KV, C, kv_rows),
-                                             packed_rows(weights, p + "wv", KV, C, kv_rows)},
-                                            core_.group);
-    L.wo = load_wo(weights, l);
+    L.qkv = core_.load_packed_qkv(weights, l);
+    L.wo = core_.load_wo(weights, l);
     // MoE: experts stay packed (nn/moe.h QuantizedMoeFeedForward)
-    L.ffn = c.is_moe_layer(l) ? make_packed_moe(weights, core_, l) : load_dense_ffn(weights, l);
+    L.ffn = c.is_moe_layer(l) ? make_packed_moe(weights, core_, l) : core_.load_dense_ffn(weights, l);
   }
 }
 
@@ -352,27 +296,6 @@ void Llama::attach_lora(const LoraAdapterSet& set) {
     if (lora_adapts(set, p + "w2")) w2.emplace(a_columns(p + "w2", ffn_rows), b_whole(p + "w2"), ffn->w2_lanes(), scale, core_.group);
     ffn->set_lora(row_parts(p, {{"w1", ffn_rows}, {"w3", ffn_rows}}), std::move(w2));
   }
-}
-
-// wo's columns are the local heads' rows, in lanes of whole heads.
-nn::QuantizedShardedToAllLinear Llama::load_wo(const WeightSource& weights, int l) const {
-  const std::string name = "layers." + std::to_string(l) + ".wo";
-  const int64_t C = core_.config.dim, Q = core_.config.q_dim();
-  const dist::Range q_rows = core_.plan.q_rows();
-  return lanes_or(weights, name, C, Q, q_rows, core_.config.head_size(), core_.group,
-                  [&] { return packed_wo(weights, name, C, Q, q_rows); });
-}
-
-// The dense SwiGLU, its matrices as stored (f32 as f32): w1, w3 by this device's FFN rows, w2 by
-// those columns, in lanes.
-std::unique_ptr<nn::FeedForward> Llama::load_dense_ffn(const WeightSource& weights, int l) const {
-  const std::string p = "layers." + std::to_string(l) + ".";
-  const int64_t C = core_.config.dim, F = core_.config.hidden_dim;
-  const dist::Range ffn = core_.plan.ffn;
-  return std::make_unique<nn::QuantizedSwiGluFeedForward>(
-      nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "w1", F, C, ffn), packed_rows(weights, p + "w3", F, C, ffn)},
-                                      core_.group),
-      lanes_or(weights, p + "w2", C, F, ffn, 1, core_.group, [&] { return packed_columns(weights, p + "w2", C, F, ffn); }));
 }
 
 Llama::KvCache Llama::new_kv_cache(int positions) const {

@@ -128,8 +128,6 @@ class Llama {
   void load_f32_layers(const WeightSource& weights);
   void attach_lora(const LoraAdapterSet& set);  // weights.adapter(), unmerged (nn/quantized_lora.h)
   void load_packed_layers(const WeightSource& weights);
-  nn::QuantizedShardedToAllLinear load_wo(const WeightSource& weights, int l) const;
-  std::unique_ptr<nn::FeedForward> load_dense_ffn(const WeightSource& weights, int l) const;
   // Rows [first, first + count) of a call are one sequence's positions pos.. in `blocks` of `cache`.
   struct Segment {
     int64_t first = 0, count = 0;

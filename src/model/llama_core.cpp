@@ -1,6 +1,7 @@
 // tpcli::model — the core both Llama roles share (see llama_core.h).
 #include "model/llama_core.h"
 
+#include <numeric>
 #include <stdexcept>
 #include <utility>
 
@@ -8,6 +9,7 @@
 #include "nn/linear.h"
 #include "nn/moe.h"
 #include "nn/rmsnorm.h"
+#include "model/packed_weights.h"
 
 namespace tpcli::model {
 
@@ -157,6 +159,98 @@ void LlamaCore::finish_qkv(float* qkv, int64_t N, const QkvExtras& e) const {
     float* k = q + shape.q_dim();
     nn::rmsnorm_forward(k, nullptr, k, e.k_norm.data(), shape.kv_heads, shape.head_size, config.norm_eps);
   }
+}
+
+
+// ---- packed (frozen) layers ----
+
+nn::QuantizedLinear packed_rows(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range r) {
+  return nn::QuantizedLinear(load_packed(w, name, R, K, r.offset, r.count));
+}
+
+nn::QuantizedLinear packed_columns(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range c) {
+  return nn::QuantizedLinear(load_packed(w, name, R, K, 0, R, {{c.offset, c.count}}));
+}
+
+// The ShardedToAll products (wo, w2) sum over their input columns in lanes (nn/quantized_linear.h):
+// K cut into as many equal lanes of whole `unit`s as a power of two up to 8 allows, the same cut
+// on every device count.
+int64_t lane_width(int64_t K, int64_t unit) {
+  for (int64_t lanes : {8, 4, 2})
+    if (K % (lanes * unit) == 0) return K / lanes;
+  return K;
+}
+
+// Whether columns r are a whole subtree of the lanes: a power-of-two run of lanes that starts at a
+// multiple of its length.
+bool whole_subtree(dist::Range r, int64_t width) {
+  if (r.count == 0 || r.offset % width != 0 || r.count % width != 0) return false;
+  const int64_t n = r.count / width;
+  return (n & (n - 1)) == 0 && (r.offset / width) % n == 0;
+}
+
+// The unit a lane of parameter `name`'s columns is made of: `unit`, and whole quantization groups.
+int64_t lane_unit(const WeightSource& w, const std::string& name, int64_t unit) {
+  const tensor::WeightFormat f = stored_format(w, name);
+  return f.quantized() ? std::lcm(unit, f.group_size) : unit;
+}
+
+namespace {
+
+// wo's columns are the local heads' rows; a quantized wo whose groups they cut is kept in f32
+// for this device (its slice of the dequantized weight), so every device count works.
+nn::QuantizedLinear packed_wo(const WeightSource& w, const std::string& name, int64_t C, int64_t Q, dist::Range q_rows) {
+  const tensor::WeightFormat f = stored_format(w, name);
+  if (!f.quantized() || (q_rows.offset % f.group_size == 0 && q_rows.count % f.group_size == 0))
+    return packed_columns(w, name, C, Q, q_rows);
+  const Tensor local = nn::slice_columns(checked_values(w, name, C * Q).data(), C, Q, {q_rows});  // [C, QL]
+  return nn::QuantizedLinear(tensor::PackedMatrix::from_f32(local.data(), C, q_rows.count, tensor::WeightFormat::f32()));
+}
+
+// ShardedToAll weight `name` [R, K] of which this device holds columns `mine`: its lanes, each its
+// own matrix, when they are a whole subtree; else `whole()`, the columns in one chain.
+template <class Whole>
+nn::QuantizedShardedToAllLinear lanes_or(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range mine,
+                                          int64_t unit, const dist::Group& group, Whole whole) {
+  const int64_t width = lane_width(K, lane_unit(w, name, unit));
+  if (!whole_subtree(mine, width)) return nn::QuantizedShardedToAllLinear(whole(), group);
+  std::vector<nn::QuantizedLinear> lanes;
+  for (int64_t c = mine.offset; c < mine.offset + mine.count; c += width) lanes.push_back(packed_columns(w, name, R, K, {c, width}));
+  return nn::QuantizedShardedToAllLinear(std::move(lanes), group);
+}
+
+
+}  // namespace
+
+// wo's columns are the local heads' rows, in lanes of whole heads.
+nn::QuantizedShardedToAllLinear LlamaCore::load_wo(const WeightSource& weights, int l) const {
+  const std::string name = "layers." + std::to_string(l) + ".wo";
+  const int64_t C = config.dim, Q = config.q_dim();
+  const dist::Range q_rows = plan.q_rows();
+  return lanes_or(weights, name, C, Q, q_rows, config.head_size(), group,
+                  [&] { return packed_wo(weights, name, C, Q, q_rows); });
+}
+
+// The dense SwiGLU, its matrices as stored (f32 as f32): w1, w3 by this device's FFN rows, w2 by
+// those columns, in lanes.
+std::unique_ptr<nn::QuantizedSwiGluFeedForward> LlamaCore::load_dense_ffn(const WeightSource& weights, int l) const {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  const int64_t C = config.dim, F = config.hidden_dim;
+  const dist::Range ffn = plan.ffn;
+  return std::make_unique<nn::QuantizedSwiGluFeedForward>(
+      nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "w1", F, C, ffn), packed_rows(weights, p + "w3", F, C, ffn)},
+                                      group),
+      lanes_or(weights, p + "w2", C, F, ffn, 1, group, [&] { return packed_columns(weights, p + "w2", C, F, ffn); }));
+}
+
+// wq|wk|wv as stored, this device's rows of each.
+nn::QuantizedAllToShardedLinear LlamaCore::load_packed_qkv(const WeightSource& weights, int l) const {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  const int64_t C = config.dim, Q = config.q_dim(), KV = config.kv_dim();
+  const dist::Range q_rows = plan.q_rows(), kv_rows = plan.kv_rows();
+  return nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "wq", Q, C, q_rows), packed_rows(weights, p + "wk", KV, C, kv_rows),
+                                          packed_rows(weights, p + "wv", KV, C, kv_rows)},
+                                         group);
 }
 
 }  // namespace tpcli::model

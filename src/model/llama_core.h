@@ -1,6 +1,7 @@
 // tpcli::model — what the two roles of a Llama shard share: the inference model (model/llama.h:
 // packed or f32 weights, KV cache, decode and prefill) and the trainable one
-// (model/trainable_llama.h: f32 parameters, gradients, activations). Both are built on one
+// (model/trainable_llama.h: f32 parameters, gradients, activations; with LoRA, a packed frozen
+// base loaded by the same packed loaders as the inference model's). Both are built on one
 // LlamaCore: the config and its parameter specs, every device's shard plan, the local heads'
 // attention shape, RoPE, and the slicing of a parameter's local part out of a full tensor.
 //
@@ -31,6 +32,7 @@
 #include "nn/feed_forward.h"
 #include "nn/linear.h"
 #include "nn/moe.h"
+#include "nn/quantized_linear.h"
 #include "nn/rope.h"
 #include "tensor/tensor.h"
 
@@ -83,10 +85,28 @@ struct LlamaCore {
   // is the dense SwiGLU or, for a MoE config, the MoE layer (its experts over expert_group).
   F32AttentionLinears load_f32_attention(const WeightSource& w, int l) const;
   std::unique_ptr<nn::TrainableFeedForward> load_f32_feed_forward(const WeightSource& w, int l) const;
+  // Block l's layers as stored (packed, or f32 as an f32 PackedMatrix), this device's parts: both
+  // roles load packed weights alike (the inference model, and QLoRA's frozen base).
+  // wq|wk|wv by rows; wo by the local heads' columns, in lanes of whole heads (a quantized wo
+  // whose groups the heads cut is kept as this device's f32 slice); the dense SwiGLU, w1 and w3 by
+  // this device's FFN rows, w2 by those columns, in lanes.
+  nn::QuantizedAllToShardedLinear load_packed_qkv(const WeightSource& w, int l) const;
+  nn::QuantizedShardedToAllLinear load_wo(const WeightSource& w, int l) const;
+  std::unique_ptr<nn::QuantizedSwiGluFeedForward> load_dense_ffn(const WeightSource& w, int l) const;
   QkvExtras load_qkv_extras(const WeightSource& w, int l) const;  // empty tensors where the config has none
   // Applies `extras` in place to the projection's output qkv[N, QL+2KVL].
   void finish_qkv(float* qkv, int64_t N, const QkvExtras& extras) const;
 };
+
+// Rows r (or columns c) of parameter `name` [R, K] in its stored format.
+nn::QuantizedLinear packed_rows(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range r);
+nn::QuantizedLinear packed_columns(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range c);
+// The lanes of a ShardedToAll product's K input columns (nn/quantized_linear.h): their width, in
+// whole `unit`s (lane_unit: and whole quantization groups of `name`), and whether columns r are a
+// whole subtree of them (then the device computes its lanes alone, split-invariantly).
+int64_t lane_width(int64_t K, int64_t unit);
+bool whole_subtree(dist::Range r, int64_t width);
+int64_t lane_unit(const WeightSource& w, const std::string& name, int64_t unit);
 
 // The full values of `name` in `w`, checked to hold `expected` floats.
 std::span<const float> checked_values(const WeightSource& w, const std::string& name, int64_t expected);

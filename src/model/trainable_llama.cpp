@@ -15,6 +15,7 @@
 #include "nn/gather.h"
 #include "nn/rmsnorm.h"
 #include "nn/sequence_parallel.h"
+#include "nn/quantized_linear.h"
 
 namespace tpcli::model {
 
@@ -59,14 +60,20 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
   const LlamaConfig& c = core_.config;
   if (const std::string feature = c.beyond_llama_feature(); !feature.empty())
     throw std::invalid_argument("llama: training a model with " + feature + " is not supported yet (inference is)");
-  if (holds_packed_weights(weights))
+  const bool packed = holds_packed_weights(weights);
+  if (packed && !lora_)
     throw std::invalid_argument("llama: the model's weights are " +
                                 (c.quantization ? weight_format(*c.quantization).name() : std::string("16-bit")) +
-                                " (frozen); training a quantized model is not supported, train the f32 checkpoint");
+                                " (frozen); full fine-tuning needs the f32 checkpoint: train LoRA adapters on this one "
+                                "([train.lora]) or train the f32 checkpoint");
+  if (lora_) lora_specs_ = lora_parameters(c, *lora_);  // refuses what LoRA cannot take (MoE) before loading
   Head& h = *head_;
   h.tied = c.shared_classifier;
-  h.embedding = nn::VocabParallelEmbedding(core_.local_slice(weights, "tok_embeddings"), core_.vocab_ranges(), core_.group);
-  if (!h.tied) h.output = nn::Linear(core_.local_slice(weights, "output"));
+  if (packed) load_packed_head(weights);
+  else {
+    h.embedding = nn::VocabParallelEmbedding(core_.local_slice(weights, "tok_embeddings"), core_.vocab_ranges(), core_.group);
+    if (!h.tied) h.output = nn::Linear(core_.local_slice(weights, "output"));
+  }
   h.norm = core_.local_slice(weights, "norm");
   h.norm_grad = Tensor({c.dim});
   layers_.resize(static_cast<size_t>(c.n_layers));
@@ -76,8 +83,15 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
     L.attention_norm_grad = Tensor({c.dim});
     L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
     L.ffn_norm_grad = Tensor({c.dim});
-    L.linears = core_.load_f32_attention(weights, l);
-    L.ffn = core_.load_f32_feed_forward(weights, l);
+    if (packed) {
+      L.linears = PackedAttentionLinears{core_.load_packed_qkv(weights, l), core_.load_wo(weights, l)};
+      std::unique_ptr<nn::QuantizedSwiGluFeedForward> ffn = core_.load_dense_ffn(weights, l);
+      ffn->keep_activations(true);  // its backward needs h13 and g
+      L.ffn = std::move(ffn);
+    } else {
+      L.linears = core_.load_f32_attention(weights, l);
+      L.ffn = core_.load_f32_feed_forward(weights, l);
+    }
   }
   if (lora_) {
     add_adapters(*lora_);
@@ -85,6 +99,16 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
   } else {
     bind_parameters();
   }
+}
+
+// The packed checkpoint's embedding and unshared classifier, this device's vocabulary rows as stored.
+void TrainableLlama::load_packed_head(const WeightSource& weights) {
+  const int64_t C = core_.config.dim, V = core_.config.vocab_size;
+  const dist::Range vocab = core_.plan.vocab;
+  Head& h = *head_;
+  h.packed_embedding.emplace(load_packed(weights, "tok_embeddings", V, C, vocab.offset, vocab.count), core_.vocab_ranges(),
+                             core_.group);
+  if (!h.tied) h.packed_output = packed_rows(weights, "output", V, C, vocab);
 }
 
 // In the order backward finishes them, stage by stage: the classifier and the final norm, each
@@ -103,10 +127,11 @@ void TrainableLlama::bind_parameters() {
     const std::string p = "layers." + std::to_string(l) + ".";
     for (const nn::ParamRef& r : layer.ffn->parameters()) bind(stage, r.name, *r.value, *r.grad);
     bind(stage, p + "ffn_norm", layer.ffn_norm, layer.ffn_norm_grad);
-    nn::Linear& wo = layer.linears.wo.local();
+    F32AttentionLinears& linears = layer.f32();
+    nn::Linear& wo = linears.wo.local();
     bind(stage, p + "wo", wo.weight(), wo.grad());
     const char* qkv[] = {"wq", "wk", "wv"};
-    for (int i = 0; i < 3; ++i) bind(stage, p + qkv[i], layer.linears.qkv.part(i).weight(), layer.linears.qkv.part(i).grad());
+    for (int i = 0; i < 3; ++i) bind(stage, p + qkv[i], linears.qkv.part(i).weight(), linears.qkv.part(i).grad());
     bind(stage, p + "attention_norm", layer.attention_norm, layer.attention_norm_grad);
   }
   bind(L + 1, "tok_embeddings", h.embedding.rows().weight(), h.embedding.rows().grad());
@@ -135,7 +160,7 @@ float TrainableLlama::train_forward(std::span<const int> tokens, std::span<const
   const int64_t R = rows.count;
   const bool split = rows_split();  // the same on every device (R may not be: uneven rows)
   std::vector<float> x(static_cast<size_t>(N * C));  // [N, C], then [R, C]: the residual stream
-  head_->embedding.forward(x.data(), tokens);  // all_gather_v of the rows from their owners
+  head_->embed(x.data(), tokens);  // all_gather_v of the rows from their owners
   if (split) x = std::vector<float>(x.begin() + rows.offset * C, x.begin() + (rows.offset + R) * C);
   for (size_t l = 0; l < layers_.size(); ++l) {
     A.layers[l].x_in = x;
@@ -149,7 +174,7 @@ float TrainableLlama::train_forward(std::span<const int> tokens, std::span<const
   float* xf_rows = split ? A.tmp.data() : A.xf.data();  // [R, C]
   nn::rmsnorm_forward(xf_rows, A.rstdf.data(), A.x_final.data(), head_->norm.data(), R, C, c.norm_eps);
   if (split) nn::all_gather_rows(A.xf.data(), xf_rows, N, C, core_.group);  // split -> mirrored
-  head_->classifier().forward(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
+  head_->classify(A.probs.data(), A.xf.data(), N);  // logits, turned into probabilities in place
   float loss = nn::cross_entropy_forward(A.losses.data(), A.probs.data(), A.probs.data(), targets.data(),
                                          core_.plan.vocab.offset, N, VL, core_.group);
   if (loss_divisor_)  // the sum over the counted targets, over the caller's divisor
@@ -171,15 +196,15 @@ void TrainableLlama::block_forward(size_t l, const float* x_in, float* x_out, in
   size(a.y, sizes.y); size(a.xm, sizes.xm); size(a.xn2, sizes.xn2); size(a.rstd2, sizes.rstd2); size(A.tmp, sizes.tmp);
   nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), R, C, c.norm_eps);
   if (rows_split())
-    nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.linears.qkv, core_.group);  // [R, C] split -> [N, QKV]
+    nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.f32().qkv, core_.group);  // [R, C] split -> [N, QKV]
   else
-    L.linears.qkv.forward(a.qkv.data(), a.xn1.data(), N);
+    L.visit([&](auto& linears) { linears.qkv.forward(a.qkv.data(), a.xn1.data(), N); });
   core_.rope_forward(a.qkv.data(), N, 0, T);
   nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, core_.attention_shape());
   if (rows_split())
-    nn::matmul_reduce_scatter(A.tmp.data(), a.y.data(), N, L.linears.wo, core_.group);  // -> [R, C] split
+    nn::matmul_reduce_scatter(A.tmp.data(), a.y.data(), N, L.f32().wo, core_.group);  // -> [R, C] split
   else
-    L.linears.wo.forward(A.tmp.data(), a.y.data(), N);  // all_sum
+    L.visit([&](auto& linears) { linears.wo.forward(A.tmp.data(), a.y.data(), N); });  // all_sum
   for (int64_t i = 0; i < R * C; ++i) a.xm[i] = x_in[i] + A.tmp[i];
   nn::rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.xm.data(), L.ffn_norm.data(), R, C, c.norm_eps);
   if (rows_split())
@@ -202,7 +227,7 @@ std::vector<float> TrainableLlama::forward_logits(std::span<const int> tokens, i
   // Recompute logits from the saved final norm output (the probabilities overwrote them).
   const int64_t N = int64_t(B) * T;
   std::vector<float> local(static_cast<size_t>(N * core_.plan.vocab.count));  // [N, VL]
-  head_->classifier().forward(local.data(), acts_->xf.data(), N);
+  head_->classify(local.data(), acts_->xf.data(), N);
   return core_.gather_vocab_columns(local.data(), N);
 }
 
@@ -220,7 +245,7 @@ std::vector<float> TrainableLlama::head_backward(std::span<const int> targets, i
   // classifier (AllToSharded by vocab rows): dxf = all_sum(dlogits @ W_cls); dW_cls += dlogits^T xf.
   // Tied: W_cls is this device's rows of the embedding, so its gradient lands on those rows.
   std::vector<float> dxf(static_cast<size_t>(N * C), 0.0f);  // [N, C] partial
-  head_->classifier().backward(dxf.data(), dlogits.data(), A.xf.data(), N);
+  head_->classify_backward(dxf.data(), dlogits.data(), A.xf.data(), N);
   const int64_t R = sequence_rows(N).count;
   if (rows_split()) {  // partial -> split: only this device's rows go on
     std::vector<float> mine(static_cast<size_t>(R * C));  // [R, C]
@@ -277,13 +302,13 @@ void TrainableLlama::block_backward(size_t li, float* dx, int B, int T) {
   else L.ffn->backward(dxn.data(), dx, a.xn2.data(), N);
   nn::rmsnorm_backward(dx, L.ffn_norm_grad.data(), dxn.data(), a.xm.data(), L.ffn_norm.data(), a.rstd2.data(), R, C);
   // attention branch: xm = x_in + wo(attention(rope(qkv(attention_norm(x_in)))))
-  if (rows_split()) nn::matmul_reduce_scatter_backward(dy.data(), dx, a.y.data(), N, L.linears.wo, group);  // all_gather of dx
-  else L.linears.wo.backward(dy.data(), dx, a.y.data(), N);
+  if (rows_split()) nn::matmul_reduce_scatter_backward(dy.data(), dx, a.y.data(), N, L.f32().wo, group);  // all_gather of dx
+  else L.visit([&](auto& linears) { linears.wo.backward(dy.data(), dx, a.y.data(), N); });
   nn::attention_backward(dqkv.data(), dy.data(), a.qkv.data(), a.att.data(), B, T, shape);
   core_.rope_backward(dqkv.data(), N, T);
   std::fill(dxn.begin(), dxn.end(), 0.0f);
-  if (rows_split()) nn::all_gather_matmul_backward(dxn.data(), dqkv.data(), a.xn1.data(), N, L.linears.qkv, group);  // reduce_scatter
-  else L.linears.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N);  // all_sum (sum_gradients)
+  if (rows_split()) nn::all_gather_matmul_backward(dxn.data(), dqkv.data(), a.xn1.data(), N, L.f32().qkv, group);  // reduce_scatter
+  else L.visit([&](auto& linears) { linears.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N); });  // all_sum (sum_gradients)
   nn::rmsnorm_backward(dx, L.attention_norm_grad.data(), dxn.data(), x_in, L.attention_norm.data(), a.rstd1.data(), R, C);
 }
 
@@ -347,8 +372,9 @@ std::vector<Tensor*> TrainableLlama::kv_row_grads() {
   std::vector<Tensor*> out;
   for (size_t l = 0; l < layers_.size(); ++l)
     for (int part = 1; part <= 2; ++part) {
-      if (!lora_) out.push_back(&layers_[l].linears.qkv.part(part).grad());
-      else if (nn::LoraAdapter* a = layers_[l].linears.qkv.adapter(part)) out.push_back(&a->b_grad);
+      if (!lora_) out.push_back(&layers_[l].f32().qkv.part(part).grad());
+      else if (nn::LoraAdapter* a = layers_[l].visit([&](auto& linears) { return linears.qkv.adapter(part); }))
+        out.push_back(&a->b_grad);
     }
   return out;
 }
@@ -444,6 +470,26 @@ int64_t TrainableLlama::parameter_bytes() const {
   int64_t n = 0;
   for (const Parameter& p : parameters()) n += p.value->numel();
   return n * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t TrainableLlama::frozen_bytes() const {
+  if (!lora_) return 0;
+  constexpr int64_t F32 = sizeof(float);
+  const Head& h = *head_;
+  int64_t n = h.norm.numel() * F32;
+  if (h.packed_embedding) n += h.packed_embedding->bytes() + (h.tied ? 0 : h.packed_output.bytes());
+  else n += (h.embedding.rows().weight().numel() + h.output.weight().numel()) * F32;
+  for (const Layer& L : layers_) {
+    n += (L.attention_norm.numel() + L.ffn_norm.numel()) * F32 + L.ffn->parameter_bytes();
+    if (const auto* p = std::get_if<PackedAttentionLinears>(&L.linears)) {
+      n += p->qkv.bytes() + p->wo.bytes();
+    } else {
+      const F32AttentionLinears& f = std::get<F32AttentionLinears>(L.linears);
+      n += f.wo.local().weight().numel() * F32;
+      for (int i = 0; i < f.qkv.n_parts(); ++i) n += f.qkv.part(i).weight().numel() * F32;
+    }
+  }
+  return n;
 }
 
 void TrainableLlama::set_moe_batch_fractions(const std::vector<std::vector<float>>& per_block) {

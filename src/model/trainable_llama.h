@@ -1,8 +1,18 @@
 // tpcli::model — the trainable model: one tensor-parallel device's shard of a Llama model in f32,
 // its batched training forward and backward, its gradients and saved activations. Built on the
-// same core as the inference model (model/llama_core.h: the sharding recipe, shard plans, RoPE);
-// a packed (quantized or 16-bit) checkpoint is refused when building one, so there is no backward
-// to ask a quantized model for.
+// same core as the inference model (model/llama_core.h: the sharding recipe, shard plans, RoPE).
+//
+// QLoRA: with LoRA options, a packed (quantized or 16-bit) checkpoint is taken too, and its base
+// stays packed: each block holds either the f32 linears (nn/linear.h) or their packed twins
+// (nn/quantized_linear.h, loaded by LlamaCore as the inference model loads them: the same rows,
+// lanes and formats), one std::variant per block's attention projections, and the packed SwiGLU
+// (nn::QuantizedSwiGluFeedForward) as its TrainableFeedForward; the embedding and classifier stay
+// as stored too (the head's packed_embedding / packed_output), the norms f32. The two kinds of
+// linear have the same interface, so a block's forward and backward visit whichever it holds. The
+// adapters are f32 and the same on either base (nn/lora.h's functions, the same specs, names,
+// binding and collectives); the input gradients go through the packed weights
+// (tensor::PackedMatrix::transposed_product), never an f32 copy of them. Without LoRA a packed
+// checkpoint is refused: full fine-tuning needs f32 weights.
 //
 // Dimension legend: B batch, T time, N = B*T rows, C dim, V vocab, L layers; *_L = this device's
 // part. Replicated parameters (norms) get identical gradients on every device.
@@ -43,9 +53,9 @@ std::vector<ParamSpec> lora_parameters(const LlamaConfig& config, const LoraOpti
 
 class TrainableLlama {
  public:
-  // Copies only this device's slices of each tensor (see Llama's constructor). Throws
-  // std::invalid_argument for packed weights: training a quantized model is not supported.
-  // With `lora`, the base is frozen and only the adapters train (dense models, whole rows).
+  // Copies only this device's slices of each tensor (see Llama's constructor). With `lora`, the
+  // base is frozen and only the adapters train (dense models, whole rows); the base may then be
+  // packed (QLoRA, above). Throws std::invalid_argument for packed weights without `lora`.
   TrainableLlama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {},
                  std::optional<LoraOptions> lora = std::nullopt);
   ~TrainableLlama();
@@ -119,7 +129,10 @@ class TrainableLlama {
   // Collective: the full gradients, by parameter name (dense models; tests and diagnostics).
   TensorWeights gather_grads();
 
-  int64_t parameter_bytes() const;  // this device's parameter values
+  int64_t parameter_bytes() const;  // this device's parameter values (with LoRA: the adapters)
+  // With LoRA, this device's bytes of the frozen base as it holds them (packed matrices as stored,
+  // f32 norms); 0 without LoRA (everything is a parameter).
+  int64_t frozen_bytes() const;
   // MoE: per block, what the last forward (+ backward) routed and moved: per-expert token counts
   // over the expert group, drops, bytes (nn/moe.h). Empty for a dense model.
   std::vector<nn::MoeStats> moe_stats() const;
@@ -132,6 +145,7 @@ class TrainableLlama {
   struct Head;
   struct Acts;
   void bind_parameters();
+  void load_packed_head(const WeightSource& weights);  // QLoRA: the embedding and classifier as stored
   // LoRA (model/trainable_lora.cpp): the adapters' specs and tensors, the base frozen.
   void add_adapters(const LoraOptions& options);
   void bind_adapters();

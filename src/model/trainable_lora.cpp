@@ -108,22 +108,46 @@ std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& 
   return specs;
 }
 
+namespace {
+
+// f(gate_up, down) on the dense SwiGLU of a block, f32 or packed (LoRA takes no MoE block).
+template <class F>
+decltype(auto) with_swiglu(nn::TrainableFeedForward& ffn, F&& f) {
+  if (auto* packed = dynamic_cast<nn::QuantizedSwiGluFeedForward*>(&ffn)) return f(packed->gate_up(), packed->down());
+  auto& dense = dynamic_cast<nn::SwiGluFeedForward&>(ffn);
+  return f(dense.gate_up(), dense.down());
+}
+
+// Sets `ad` on the site's linear of block L: ShardedToAll ones (wo, w2) take one adapter,
+// AllToSharded ones (wq|wk|wv, w1|w3) one per part.
+template <class Attention, class GateUp, class Down>
+void set_on(const AdapterSite& site, Attention& attention, GateUp& gate_up, Down& down, nn::LoraAdapter ad) {
+  const bool ffn = site.dim == ShardedDim::Hidden;
+  if (site.columns && ffn) down.set_adapter(std::move(ad));
+  else if (site.columns) attention.wo.set_adapter(std::move(ad));
+  else if (ffn) gate_up.set_adapter(site.part, std::move(ad));
+  else attention.qkv.set_adapter(site.part, std::move(ad));
+}
+
+}  // namespace
+
 void TrainableLlama::add_adapters(const LoraOptions& o) {
-  lora_specs_ = lora_parameters(core_.config, o);
   for (Layer& L : layers_) {
-    L.linears.qkv.freeze();
-    L.linears.wo.freeze();
-    auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
-    ffn.gate_up().freeze();
-    ffn.down().freeze();
+    if (auto* f32 = std::get_if<F32AttentionLinears>(&L.linears)) {  // a packed base has no gradients to switch off
+      f32->qkv.freeze();
+      f32->wo.freeze();
+    }
+    if (auto* dense = dynamic_cast<nn::SwiGluFeedForward*>(L.ffn.get())) {
+      dense->gate_up().freeze();
+      dense->down().freeze();
+    }
   }
-  head_->classifier().set_frozen(true);
+  if (!head_->packed_embedding) head_->classifier().set_frozen(true);
   for (size_t i = 0; i < lora_specs_.size(); i += 2) {  // A, then B
     const ParamSpec& a_spec = lora_specs_[i];
     const auto [l, target] = layer_and_target(a_spec.name);
     const AdapterSite& site = *site_of(target);
     Layer& L = layers_[static_cast<size_t>(l)];
-    auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
     const int64_t r = o.rank, OUT = lora_specs_[i + 1].shape[0];
     const dist::Range mine = core_.plan.range_of(site.dim);
     const std::string name = "layers." + std::to_string(l) + "." + target;
@@ -133,19 +157,20 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
     ad.dropout = static_cast<float>(o.dropout);
     ad.stream = stream_of(o.seed ^ 0x64726f70ULL, name);  // not A's stream
     ad.column_offset = site.columns ? mine.offset : 0;
-    if (site.columns)
-      (site.dim == ShardedDim::Hidden ? ffn.down() : L.linears.wo).set_adapter(std::move(ad));
-    else
-      (site.dim == ShardedDim::Hidden ? ffn.gate_up() : L.linears.qkv).set_adapter(site.part, std::move(ad));
+    with_swiglu(*L.ffn, [&](auto& gate_up, auto& down) {
+      L.visit([&](auto& attention) { set_on(site, attention, gate_up, down, std::move(ad)); });
+    });
   }
 }
 
 nn::LoraAdapter* TrainableLlama::adapter(size_t l, const std::string& target) {
   const AdapterSite* site = site_of(target);
   Layer& L = layers_.at(l);
-  if (site->dim != ShardedDim::Hidden) return site->columns ? L.linears.wo.adapter() : L.linears.qkv.adapter(site->part);
-  auto& ffn = dynamic_cast<nn::SwiGluFeedForward&>(*L.ffn);
-  return site->columns ? ffn.down().adapter() : ffn.gate_up().adapter(site->part);
+  if (site->dim != ShardedDim::Hidden)
+    return L.visit([&](auto& linears) { return site->columns ? linears.wo.adapter() : linears.qkv.adapter(site->part); });
+  return with_swiglu(*L.ffn, [&](auto& gate_up, auto& down) {
+    return site->columns ? down.adapter() : gate_up.adapter(site->part);
+  });
 }
 
 std::vector<Tensor> TrainableLlama::local_parts(const WeightSource& full, const std::string& prefix) const {

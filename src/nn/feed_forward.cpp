@@ -150,10 +150,11 @@ void QuantizedSwiGluFeedForward::forward(float* out, const float* inp, int64_t N
   // largest step (a prompt's rows) and kept.
   thread_local std::vector<float> h13, g;  // [N, 2*FL], [N, FL]
   std::vector<float>& h13_kept = keep_ ? h13_ : h13;
-  if (w13_lora_.empty() && !w2_lora_) return swiglu_ffn_forward(out, h13_kept, g, inp, N, w13_, w2_);
+  std::vector<float>& g_kept = keep_ ? g_ : g;
+  if (w13_lora_.empty() && !w2_lora_) return swiglu_ffn_forward(out, h13_kept, g_kept, inp, N, w13_, w2_);
   const int64_t FL = w2_.in_features();
   swiglu_ffn_forward(
-      out, h13_kept, g, inp, N, FL,
+      out, h13_kept, g_kept, inp, N, FL,
       [&](float* h, const float* x) {
         w13_.forward(h, x, N);
         w13_lora_.forward_add(h, 2 * FL, x, N);  // no communication
@@ -170,16 +171,36 @@ void QuantizedSwiGluFeedForward::keep_activations(bool on) {
 }
 
 void QuantizedSwiGluFeedForward::backward(float* dinp, const float* dout, int64_t N) {
+  backward(dinp, dout, nullptr, N);
+}
+
+void QuantizedSwiGluFeedForward::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   const int64_t FL = w2_.in_features();
   if (!keep_ || h13_.size() != static_cast<size_t>(swiglu_activation_sizes(N, FL).h13))
     throw std::logic_error("quantized swiglu feed-forward: backward for " + std::to_string(N) +
                            " rows needs a forward on them after keep_activations(true)");
+  const bool adapters = w13_.adapter(0) || w13_.adapter(1) || w2_.adapter();
+  if (adapters && !inp) throw std::logic_error("quantized swiglu feed-forward: the adapters' backward needs the input");
   thread_local std::vector<float> dg, dh13;  // [N, FL], [N, 2*FL] scratch
-  const std::vector<float> no_g;             // (w2 is frozen: its backward needs no activations)
   swiglu_ffn_backward(
-      dinp, dh13, dg, dout, h13_, no_g, nullptr, N, FL,
-      [&](float* dgate, const float* dy, const float*) { w2_.backward(dgate, dy, N); },  // no communication
-      [&](float* dx, const float* dh, const float*) { w13_.backward(dx, dh, N); });       // all_sum of dinp
+      dinp, dh13, dg, dout, h13_, g_, inp, N, FL,
+      [&](float* dgate, const float* dy, const float* g) {  // no communication
+        if (w2_.adapter()) w2_.backward(dgate, dy, g, N);
+        else w2_.backward(dgate, dy, N);
+      },
+      [&](float* dx, const float* dh, const float* x) {  // all_sum of dinp (and the adapters' dxa)
+        if (adapters) w13_.backward(dx, dh, x, N);
+        else w13_.backward(dx, dh, N);
+      });
+}
+
+void QuantizedSwiGluFeedForward::release_activations() {
+  std::vector<float>().swap(h13_);
+  std::vector<float>().swap(g_);
+}
+
+int64_t QuantizedSwiGluFeedForward::activation_bytes() const {
+  return static_cast<int64_t>((h13_.capacity() + g_.capacity()) * sizeof(float));
 }
 
 int64_t QuantizedSwiGluFeedForward::parameter_bytes() const {

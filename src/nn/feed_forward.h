@@ -29,7 +29,8 @@ struct ParamRef {
 };
 
 // What every feed-forward does: forward. Inference runs any of them; training needs a
-// TrainableFeedForward, so a frozen (packed) layer has no backward to be asked for.
+// TrainableFeedForward: the f32 ones, and the packed SwiGLU, whose only trained parameters are
+// LoRA adapters on its frozen base (QLoRA).
 class FeedForward {
  public:
   virtual ~FeedForward() = default;
@@ -113,25 +114,34 @@ class SwiGluFeedForward : public TrainableFeedForward {
 };
 
 // The same SwiGLU over frozen packed weights (quantized or 16-bit checkpoints). Inference runs
-// forward only; QLoRA trains adapters around it and needs its input gradient: with
-// keep_activations(true), forward keeps h13 [N, 2*FL] and backward gives dinp (no weight
-// gradients: the packed weights are frozen).
+// forward only; QLoRA trains adapters around it (set on gate_up() and down(), nn/lora.h) and needs
+// its input gradient: with keep_activations(true), forward keeps h13 [N, 2*FL] and g [N, FL] and
+// backward gives dinp and the adapters' gradients (no weight gradients: the packed weights are
+// frozen, so parameters() is empty: the trainer binds the adapters).
 // Communication: forward one all_sum of [N, C] (w2); backward one all_sum of [N, C] (w13's dinp),
 // none in w2's.
-class QuantizedSwiGluFeedForward : public FeedForward {
+class QuantizedSwiGluFeedForward : public TrainableFeedForward {
  public:
   // w13: parts w1 [FL, C], w3 [FL, C]; w2: [C, FL].
   QuantizedSwiGluFeedForward(QuantizedAllToShardedLinear w13, QuantizedShardedToAllLinear w2);
 
   void forward(float* out, const float* inp, int64_t N) override;
   // dinp[N, C] += the input gradient of out for dout[N, C] (both mirrored), after forward on the
-  // same N with keep_activations(true) (std::logic_error otherwise). A collective.
+  // same N with keep_activations(true) (std::logic_error otherwise). A collective. No trained
+  // adapters (they need inp: the overload below).
   void backward(float* dinp, const float* dout, int64_t N);
-  // Off (inference): forward's h13 lives in a per-thread scratch shared by every layer.
+  // The same and the trained adapters' gradients; inp[N, C] is forward's input.
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N) override;
+  std::vector<ParamRef> parameters() override { return {}; }  // frozen
+  std::vector<std::pair<std::string, tensor::Tensor>> gather_full() override { return {}; }
+  // Off (inference): forward's h13 and g live in a per-thread scratch shared by every layer.
   void keep_activations(bool on);
   int64_t parameter_bytes() const override;
-  void release_activations() override { std::vector<float>().swap(h13_); }
-  int64_t activation_bytes() const override { return static_cast<int64_t>(h13_.capacity() * sizeof(float)); }
+  void release_activations() override;
+  int64_t activation_bytes() const override;
+  // The two products, for adapting them (nn/lora.h).
+  QuantizedAllToShardedLinear& gate_up() { return w13_; }  // parts: w1, w3
+  QuantizedShardedToAllLinear& down() { return w2_; }
 
   int64_t hidden_local() const { return w2_.in_features(); }  // FL
   int w2_lanes() const { return w2_.lanes(); }
@@ -144,6 +154,7 @@ class QuantizedSwiGluFeedForward : public FeedForward {
   QuantizedShardedToAllLinear w2_;
   bool keep_ = false;
   std::vector<float> h13_;  // [N, 2*FL] saved by forward when keep_
+  std::vector<float> g_;    // [N, FL] saved by forward when keep_ (the input of w2's adapter)
   LoraAllToSharded w13_lora_;
   std::optional<LoraShardedToAll> w2_lora_;
 };

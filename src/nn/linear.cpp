@@ -44,20 +44,6 @@ void Linear::backward(float* dinp, const float* dout, const float* inp, int64_t 
   tensor::gemm(Trans::Yes, Trans::No, OUT, IN, N, 1.0f, dout, ld, inp, IN, 1.0f, grad().data(), IN);
 }
 
-// dinp[N, IN] += (dxa[N, r] (row stride ld_dxa) @ A) * the adapter's dropout mask.
-static void add_lora_input_gradient(const LoraAdapter& ad, float* dinp, const float* dxa, int64_t ld_dxa, int64_t N,
-                                    int64_t IN) {
-  const int64_t r = ad.rank();
-  if (!ad.drops()) {
-    tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa, ld_dxa, ad.a.data(), IN, 1.0f, dinp, IN);
-    return;
-  }
-  std::vector<float> g(static_cast<size_t>(N * IN));  // [N, IN]
-  tensor::gemm(Trans::No, Trans::No, N, IN, r, 1.0f, dxa, ld_dxa, ad.a.data(), IN, 0.0f, g.data(), IN);
-  lora_input_gradient(ad, g.data(), N, IN);
-  for (int64_t i = 0; i < N * IN; ++i) dinp[i] += g[static_cast<size_t>(i)];
-}
-
 // ---- AllToShardedLinear ----
 
 AllToShardedLinear::AllToShardedLinear(std::vector<Linear> parts, dist::Group group)
@@ -104,72 +90,12 @@ LoraAdapter* AllToShardedLinear::adapter(int i) {
   return &adapters_[static_cast<size_t>(i)];
 }
 
-int64_t AllToShardedLinear::adapter_rank_sum() const {
-  int64_t R = 0;
-  for (const auto& a : adapters_) R += a.a.empty() ? 0 : a.rank();
-  return R;
-}
+int64_t AllToShardedLinear::adapter_rank_sum() const { return lora_rank_sum(adapters_); }
 
-void AllToShardedLinear::add_adapters(float* out, const float* inp, int64_t N) const {
-  const int64_t IN = in_features();
-  std::vector<float> xa, dropped;
-  int64_t col = 0;
-  for (size_t i = 0; i < parts_.size(); ++i) {
-    const int64_t rows = parts_[i].out_features();
-    if (i < adapters_.size() && !adapters_[i].a.empty() && rows > 0) {
-      const LoraAdapter& ad = adapters_[i];
-      const int64_t r = ad.rank();
-      const float* x = lora_input(ad, inp, N, IN, dropped);
-      xa.resize(static_cast<size_t>(N * r));  // [N, r] = x A^T
-      tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, x, IN, ad.a.data(), IN, 0.0f, xa.data(), r);
-      // out[:, part] += scale * xa B^T
-      tensor::gemm(Trans::No, Trans::Yes, N, rows, r, ad.scale, xa.data(), r, ad.b.data(), r, 1.0f, out + col,
-                   out_local_);
-    }
-    col += rows;
-  }
-}
-
-void AllToShardedLinear::adapter_output_gradients(float* dxa, const float* dout, const float* inp, int64_t N) {
-  const int64_t IN = in_features(), R = adapter_rank_sum();
-  std::vector<float> xa, dropped;
-  int64_t col = 0, k = 0;
-  for (size_t i = 0; i < parts_.size(); ++i) {
-    const int64_t rows = parts_[i].out_features();
-    if (i < adapters_.size() && !adapters_[i].a.empty()) {
-      LoraAdapter& ad = adapters_[i];
-      const int64_t r = ad.rank();
-      if (rows == 0) {
-        for (int64_t n = 0; n < N; ++n) std::fill(dxa + n * R + k, dxa + n * R + k + r, 0.0f);
-      } else {
-        // dxa[:, k : k + r] = scale * dout[:, part] @ B[rows, r]
-        tensor::gemm(Trans::No, Trans::No, N, r, rows, ad.scale, dout + col, out_local_, ad.b.data(), r, 0.0f, dxa + k, R);
-        xa.resize(static_cast<size_t>(N * r));  // x A^T, recomputed
-        tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, lora_input(ad, inp, N, IN, dropped), IN, ad.a.data(), IN,
-                     0.0f, xa.data(), r);
-        // dB[rows, r] += scale * dout[:, part]^T @ xa
-        tensor::gemm(Trans::Yes, Trans::No, rows, r, N, ad.scale, dout + col, out_local_, xa.data(), r, 1.0f,
-                     ad.b_grad.data(), r);
-      }
-      k += r;
-    }
-    col += rows;
-  }
-}
-
-void AllToShardedLinear::adapter_input_gradients(float* dinp, const float* dxa, const float* inp, int64_t N) {
-  const int64_t IN = in_features(), R = adapter_rank_sum();
-  std::vector<float> dropped;
-  int64_t k = 0;
-  for (auto& ad : adapters_) {
-    if (ad.a.empty()) continue;
-    const int64_t r = ad.rank();
-    if (dinp) add_lora_input_gradient(ad, dinp, dxa + k, R, N, IN);
-    // dA[r, IN] += dxa[:, k : k + r]^T @ x
-    tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa + k, R, lora_input(ad, inp, N, IN, dropped), IN, 1.0f,
-                 ad.a_grad.data(), IN);
-    k += r;
-  }
+std::vector<int64_t> AllToShardedLinear::part_rows() const {
+  std::vector<int64_t> rows;
+  for (const auto& p : parts_) rows.push_back(p.out_features());
+  return rows;
 }
 
 bool AllToShardedLinear::fused() const {
@@ -193,7 +119,7 @@ void AllToShardedLinear::forward(float* out, const float* inp, int64_t N) const 
       col += p.out_features();
     }
   } else forward_columns(out, inp, IN, N, 0, IN, false);
-  if (!adapters_.empty()) add_adapters(out, inp, N);
+  if (!adapters_.empty()) lora_parts_forward(out, inp, N, IN, part_rows(), adapters_);
 }
 
 void AllToShardedLinear::forward_columns(float* out, const float* inp, int64_t ld_inp, int64_t N, int64_t col0,
@@ -269,11 +195,11 @@ void AllToShardedLinear::backward(float* dinp, const float* dout, const float* i
   dinp_partial_.resize(static_cast<size_t>(N * (IN + R)));
   float* dxa = dinp_partial_.data() + N * IN;
   if (dinp || sum) input_gradient(dinp_partial_.data(), dout, N, false);
-  if (R > 0) adapter_output_gradients(dxa, dout, inp, N);
+  if (R > 0) lora_parts_output_gradients(dxa, dout, inp, N, IN, part_rows(), adapters_);
   if (sum) group_.all_sum(dinp_partial_);  // sum_gradients: partial -> mirrored
   if (dinp)
     for (int64_t i = 0; i < N * IN; ++i) dinp[i] += dinp_partial_[static_cast<size_t>(i)];
-  if (R > 0) adapter_input_gradients(dinp, dxa, inp, N);
+  if (R > 0) lora_parts_input_gradients(dinp, dxa, inp, N, IN, adapters_);
 }
 
 // ---- ShardedToAllLinear ----
@@ -303,34 +229,17 @@ void ShardedToAllLinear::forward_with_adapter(float* out, const float* inp, int6
   const int64_t OUT = out_features(), IN = in_features(), r = adapter_.rank();
   summed_.assign(static_cast<size_t>(N * (OUT + r)), 0.0f);  // [N, OUT] base, then [N, r] xa
   float* xa = summed_.data() + N * OUT;
-  if (IN > 0) {
-    local_.forward(summed_.data(), inp, N);
-    std::vector<float> dropped;
-    tensor::gemm(Trans::No, Trans::Yes, N, r, IN, 1.0f, lora_input(adapter_, inp, N, IN, dropped), IN,
-                 adapter_.a.data(), IN, 0.0f, xa, r);
-  }
+  if (IN > 0) local_.forward(summed_.data(), inp, N);
+  lora_partial_xa(xa, inp, N, adapter_);
   group_.all_sum(summed_);  // partial -> mirrored, the adapter's xa with the base's output
   std::copy(summed_.begin(), summed_.begin() + N * OUT, out);
   xa_.assign(xa, xa + N * r);  // for backward's dB
-  // out += scale * xa B^T
-  tensor::gemm(Trans::No, Trans::Yes, N, OUT, r, adapter_.scale, xa, r, adapter_.b.data(), r, 1.0f, out, OUT);
+  lora_add_output(out, xa, N, adapter_);  // out += scale * xa B^T
 }
 
 void ShardedToAllLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
   if (in_features() > 0) local_.backward(dinp, dout, inp, N);
-  if (!adapter()) return;
-  const int64_t OUT = out_features(), IN = in_features(), r = adapter_.rank();
-  std::vector<float> dxa(static_cast<size_t>(N * r));  // [N, r] = scale * dout B
-  tensor::gemm(Trans::No, Trans::No, N, r, OUT, adapter_.scale, dout, OUT, adapter_.b.data(), r, 0.0f, dxa.data(), r);
-  // dB[OUT, r] += scale * dout^T xa
-  tensor::gemm(Trans::Yes, Trans::No, OUT, r, N, adapter_.scale, dout, OUT, xa_.data(), r, 1.0f,
-               adapter_.b_grad.data(), r);
-  if (IN == 0) return;
-  if (dinp) add_lora_input_gradient(adapter_, dinp, dxa.data(), r, N, IN);  // dinp_local += (dxa A_local) * mask
-  // dA_local[r, IN_local] += dxa^T x
-  std::vector<float> dropped;
-  tensor::gemm(Trans::Yes, Trans::No, r, IN, N, 1.0f, dxa.data(), r, lora_input(adapter_, inp, N, IN, dropped), IN, 1.0f,
-               adapter_.a_grad.data(), IN);
+  if (adapter()) lora_mirrored_backward(dinp, dout, xa_.data(), inp, N, adapter_);
 }
 
 // ---- shard_linear / shard_inplace ----

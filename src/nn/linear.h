@@ -101,13 +101,7 @@ class AllToShardedLinear {
   // each part its own storage: then every product goes part by part).
   bool fused() const;
   int64_t adapter_rank_sum() const;  // R: the adapters' ranks added up (0: none)
-  // out[N, OUT_local] += every adapter's scale * (inp A^T) B^T.
-  void add_adapters(float* out, const float* inp, int64_t N) const;
-  // dxa[N, R] = every adapter's scale * dout[:, part] @ B (column blocks in part order), and
-  // dB += scale * dout[:, part]^T (inp A^T).
-  void adapter_output_gradients(float* dxa, const float* dout, const float* inp, int64_t N);
-  // dinp[N, IN] += dxa @ A and dA += dxa^T inp, for every adapter (dxa summed over the group).
-  void adapter_input_gradients(float* dinp, const float* dxa, const float* inp, int64_t N);
+  std::vector<int64_t> part_rows() const;  // every part's OUT_local rows
 
   std::vector<Linear> parts_;      // weights: views of fused_, in segment order
   tensor::Tensor fused_;           // [OUT_local, IN] W_local, the parts' rows one after another

@@ -26,9 +26,14 @@
 // by the same mask. The mask of element (row, column) is a hash of (the pass's seed, the adapter's
 // stream, the row's and the column's GLOBAL indices): every tensor device of a row draws the same
 // mask (as a replicated A needs), and every mesh draws the same masks as one device.
+//
+// The adapter arithmetic is the functions below, whatever the base: the f32 linears (nn/linear.h)
+// and the packed ones (nn/quantized_linear.h: QLoRA, a frozen quantized or 16-bit base) call the
+// same ones, so an adapter trains alike on both; only the base's products differ.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +62,35 @@ struct LoraAdapter {
 // An adapter with zero gradients: a and b as given, scale = alpha / rank.
 LoraAdapter make_lora_adapter(tensor::Tensor a, tensor::Tensor b, double alpha);
 
+// ---- on an AllToSharded base ----
+// adapters[i] sits on part i of the base (wq|wk|wv, w1|w3), whose rows[i] output rows follow the
+// earlier parts' in a row of out [N, OUT_local] (OUT_local = the sum of rows); an adapter with an
+// empty a (or past the end of adapters) is none. IN = the input features.
+
+// R: the adapters' ranks added up (0: none).
+int64_t lora_rank_sum(std::span<const LoraAdapter> adapters);
+// out[N, OUT_local] += every adapter's scale * (inp[N, IN] A^T) B^T. No communication.
+void lora_parts_forward(float* out, const float* inp, int64_t N, int64_t IN, std::span<const int64_t> rows,
+                        std::span<const LoraAdapter> adapters);
+// dxa[N, R] = every adapter's scale * dout[:, part] @ B (column blocks in part order; partial:
+// the caller all-sums it with the base's dinp), and dB += scale * dout[:, part]^T (inp A^T).
+void lora_parts_output_gradients(float* dxa, const float* dout, const float* inp, int64_t N, int64_t IN,
+                                 std::span<const int64_t> rows, std::span<LoraAdapter> adapters);
+// After the all-sum of dxa: dinp[N, IN] += dxa @ A (dinp may be null) and dA += dxa^T inp.
+void lora_parts_input_gradients(float* dinp, const float* dxa, const float* inp, int64_t N, int64_t IN,
+                                std::span<LoraAdapter> adapters);
+
+// ---- on a ShardedToAll base ----
+// xa[N, r] = inp[N, IN_local] @ A_local^T (partial: the caller all-sums it with the base's output).
+// IN_local = 0: xa is left as it is (the caller's zeros).
+void lora_partial_xa(float* xa, const float* inp, int64_t N, const LoraAdapter& ad);
+// out[N, OUT] += scale * xa[N, r] @ B^T, xa summed over the group.
+void lora_add_output(float* out, const float* xa, int64_t N, const LoraAdapter& ad);
+// dout[N, OUT] mirrored, xa[N, r] the forward's (summed): dB += scale * dout^T xa; then
+// dinp[N, IN_local] += dxa A_local (dinp may be null) and dA_local += dxa^T inp, with
+// dxa = scale * dout B. No communication.
+void lora_mirrored_backward(float* dinp, const float* dout, const float* xa, const float* inp, int64_t N,
+                            LoraAdapter& ad);
 // The adapter's input inp[N, IN] after its dropout: inp itself when it drops nothing this pass, else
 // scratch filled with inp * mask.
 const float* lora_input(const LoraAdapter& adapter, const float* inp, int64_t N, int64_t IN, std::vector<float>& scratch);

@@ -51,12 +51,48 @@ int64_t QuantizedAllToShardedLinear::bytes() const {
   return n;
 }
 
+std::vector<int64_t> QuantizedAllToShardedLinear::part_rows() const {
+  std::vector<int64_t> rows;
+  for (const auto& p : parts_) rows.push_back(p.out_features());
+  return rows;
+}
+
+void QuantizedAllToShardedLinear::set_adapter(int i, LoraAdapter adapter) {
+  const QuantizedLinear& p = parts_.at(static_cast<size_t>(i));
+  if (adapter.a.dim(1) != in_features() || adapter.b.dim(0) != p.out_features() || adapter.b.dim(1) != adapter.rank())
+    throw std::invalid_argument("quantized all-to-sharded linear: adapter A " + tensor::to_string(adapter.a.shape()) +
+                                ", B " + tensor::to_string(adapter.b.shape()) + " do not fit a part of [" +
+                                std::to_string(p.out_features()) + ", " + std::to_string(p.in_features()) + "]");
+  adapters_.resize(parts_.size());
+  adapters_[static_cast<size_t>(i)] = std::move(adapter);
+}
+
+LoraAdapter* QuantizedAllToShardedLinear::adapter(int i) {
+  if (static_cast<size_t>(i) >= adapters_.size() || adapters_[static_cast<size_t>(i)].a.empty()) return nullptr;
+  return &adapters_[static_cast<size_t>(i)];
+}
+
 void QuantizedAllToShardedLinear::forward(float* out, const float* inp, int64_t N) const {
   int64_t col = 0;
   for (const auto& p : parts_) {
     p.forward(out + col, inp, N, out_local_);
     col += p.out_features();
   }
+  if (!adapters_.empty()) lora_parts_forward(out, inp, N, in_features(), part_rows(), adapters_);
+}
+
+void QuantizedAllToShardedLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+  const int64_t IN = in_features(), R = lora_rank_sum(adapters_);
+  if (R == 0) return backward(dinp, dout, N);
+  // [N, IN] the base's partial dinp, then [N, R] the adapters' partial dxa: one all_sum for both.
+  dinp_partial_.resize(static_cast<size_t>(N * (IN + R)));
+  float* dxa = dinp_partial_.data() + N * IN;
+  input_gradient(dinp_partial_.data(), dout, N, false);
+  lora_parts_output_gradients(dxa, dout, inp, N, IN, part_rows(), adapters_);
+  if (group_.size() > 1) group_.all_sum(dinp_partial_);  // sum_gradients: partial -> mirrored
+  if (dinp)
+    for (int64_t i = 0; i < N * IN; ++i) dinp[i] += dinp_partial_[static_cast<size_t>(i)];
+  lora_parts_input_gradients(dinp, dxa, inp, N, IN, adapters_);
 }
 
 void QuantizedAllToShardedLinear::input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const {
@@ -100,7 +136,7 @@ int64_t QuantizedShardedToAllLinear::bytes() const {
   return n;
 }
 
-void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t N) {
+void QuantizedShardedToAllLinear::local_forward(float* out, const float* inp, int64_t N) const {
   const int64_t OUT = out_features(), L = lanes(), IN_lane = lanes_[0].in_features(), rows = N * OUT;
   if (L == 1) {
     lanes_[0].forward(out, inp, N);
@@ -124,8 +160,39 @@ void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t 
     }
     dist::tree_reduce(out, parts.data(), static_cast<int>(L), 0, rows, [](float a, float b) { return a + b; });
   }
-  group_.all_sum(std::span<float>(out, static_cast<size_t>(rows)));  // partial -> mirrored
 }
+
+void QuantizedShardedToAllLinear::forward(float* out, const float* inp, int64_t N) {
+  const int64_t OUT = out_features();
+  if (!adapter()) {
+    local_forward(out, inp, N);
+    group_.all_sum(std::span<float>(out, static_cast<size_t>(N * OUT)));  // partial -> mirrored
+    return;
+  }
+  const int64_t r = adapter_.rank();
+  summed_.assign(static_cast<size_t>(N * (OUT + r)), 0.0f);  // [N, OUT] base, then [N, r] xa
+  float* xa = summed_.data() + N * OUT;
+  local_forward(summed_.data(), inp, N);
+  lora_partial_xa(xa, inp, N, adapter_);
+  group_.all_sum(summed_);  // partial -> mirrored, the adapter's xa with the base's output
+  std::copy(summed_.begin(), summed_.begin() + N * OUT, out);
+  xa_.assign(xa, xa + N * r);  // for backward's dB
+  lora_add_output(out, xa, N, adapter_);  // out += scale * xa B^T
+}
+
+void QuantizedShardedToAllLinear::set_adapter(LoraAdapter adapter) {
+  if (adapter.a.dim(1) != in_features() || adapter.b.dim(0) != out_features() || adapter.b.dim(1) != adapter.rank())
+    throw std::invalid_argument("quantized sharded-to-all linear: adapter A " + tensor::to_string(adapter.a.shape()) +
+                                ", B " + tensor::to_string(adapter.b.shape()) + " do not fit [" +
+                                std::to_string(out_features()) + ", " + std::to_string(in_features()) + "]");
+  adapter_ = std::move(adapter);
+}
+
+void QuantizedShardedToAllLinear::backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+  if (dinp && in_features() > 0) input_gradient(dinp, dout, N, true);
+  if (adapter()) lora_mirrored_backward(dinp, dout, xa_.data(), inp, N, adapter_);
+}
+
 
 void QuantizedShardedToAllLinear::input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const {
   const int64_t IN_lane = lanes_[0].in_features();

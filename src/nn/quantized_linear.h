@@ -12,6 +12,11 @@
 //   QuantizedLinear              forward: none;     backward: none
 //   QuantizedAllToShardedLinear  forward: none;     backward: all_sum of dinp (MLX sum_gradients)
 //   QuantizedShardedToAllLinear  forward: all_sum;  backward: none (the gradient passes through)
+// Trained LoRA adapters (nn/lora.h) sit on the sharded forms as on their f32 twins, with the same
+// arithmetic (nn/lora.h's functions) and collectives: on QuantizedAllToShardedLinear the adapters'
+// dxa [N, R] rides in backward's all_sum, widened from [N, IN] to [N, IN + R]; on
+// QuantizedShardedToAllLinear the adapter's xa [N, r] rides in forward's, widened from [N, OUT] to
+// [N, OUT + r]. (Frozen, unmerged adapters for inference: nn/quantized_lora.h.)
 // Sharding by input columns keeps whole groups (MLX: each rank holds whole groups): groups are
 // dealt out as evenly as possible, and a split that would cut a group is an error naming it.
 #pragma once
@@ -64,22 +69,32 @@ class QuantizedAllToShardedLinear {
   int64_t out_features() const { return out_local_; }
   int n_parts() const { return static_cast<int>(parts_.size()); }
   const QuantizedLinear& part(int i) const { return parts_.at(static_cast<size_t>(i)); }
-  int64_t bytes() const;
+  int64_t bytes() const;  // the packed weights' (not the adapters')
+  // A trained LoRA adapter on part i (nn/lora.h): a [r, IN], b [part's OUT_local rows, r].
+  void set_adapter(int i, LoraAdapter adapter);
+  LoraAdapter* adapter(int i);  // part i's adapter, or null
 
+  // out[N, OUT_local] = inp @ W_local^T (+ the adapters').
   void forward(float* out, const float* inp, int64_t N) const;
   // dinp[N, IN] += all_sum over the group of dout[N, OUT_local] @ W_local (partial -> mirrored:
   // MLX's sum_gradients). A collective: every member calls it (dinp null: the sum still runs,
-  // nothing is added).
+  // nothing is added). Without adapters only.
   void backward(float* dinp, const float* dout, int64_t N);
+  // The same with the adapters' gradients (inp[N, IN] is forward's input): their dxa joins the
+  // all_sum, then dinp += dxa A, dA and dB accumulate (nn/lora.h).
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N);
   // backward without its all_sum: target[N, IN] (+)= dout[N, OUT_local] @ W_local, part by part
   // (dout's columns are the parts' rows in order). No communication.
   void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
 
  private:
+  std::vector<int64_t> part_rows() const;  // every part's OUT_local rows
+
   std::vector<QuantizedLinear> parts_;
   int64_t out_local_ = 0;
   dist::Group group_;
-  std::vector<float> dinp_partial_;  // [N, IN] backward's scratch
+  std::vector<LoraAdapter> adapters_;  // per part; empty a = none
+  std::vector<float> dinp_partial_;  // [N, IN + R] backward's scratch: the base's dinp, then the adapters' dxa
 };
 
 // Split in, replicated out: out[N, OUT] = all_sum(inp[N, IN_local] @ W_local^T). A collective.
@@ -100,18 +115,29 @@ class QuantizedShardedToAllLinear {
   int64_t out_features() const { return lanes_.at(0).out_features(); }
   int lanes() const { return static_cast<int>(lanes_.size()); }
   const QuantizedLinear& lane(int i) const { return lanes_.at(static_cast<size_t>(i)); }
-  int64_t bytes() const;
+  int64_t bytes() const;  // the packed weights' (not the adapter's)
+  // A trained LoRA adapter (nn/lora.h): a [r, IN_local], b [OUT, r].
+  void set_adapter(LoraAdapter adapter);
+  LoraAdapter* adapter() { return adapter_.a.empty() ? nullptr : &adapter_; }
 
+  // With an adapter, its partial xa [N, r] joins the all_sum and out += scale * xa B^T.
   void forward(float* out, const float* inp, int64_t N);
   // dinp[N, IN_local] += dout[N, OUT] (mirrored) @ W_local: every lane's product into its own
   // columns of dinp. No communication (forward's all_sum is the gradient's pass-through).
   void backward(float* dinp, const float* dout, int64_t N) const { input_gradient(dinp, dout, N, true); }
+  // The same and the adapter's gradients (inp[N, IN_local]: forward's input). No communication.
+  void backward(float* dinp, const float* dout, const float* inp, int64_t N);
   void input_gradient(float* target, const float* dout, int64_t N, bool accumulate) const;
 
  private:
+  void local_forward(float* out, const float* inp, int64_t N) const;  // the partial sum, lane by lane
+
   std::vector<QuantizedLinear> lanes_;
   int64_t in_local_ = 0;
   dist::Group group_;
+  LoraAdapter adapter_;        // a empty: none
+  std::vector<float> summed_;  // [N, OUT + r] scratch: the widened all_sum
+  std::vector<float> xa_;      // [N, r] the last forward's inp A^T, summed over the group
 };
 
 using QuantizedShardedLinear = std::variant<QuantizedAllToShardedLinear, QuantizedShardedToAllLinear>;

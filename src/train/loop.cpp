@@ -13,6 +13,7 @@
 #include "distributed/trace.h"
 #include "model/atomic_file.h"
 #include "model/llama.h"
+#include "model/packed_weights.h"
 #include "model/trainable_llama.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
@@ -107,6 +108,12 @@ MemoryLayout memory_layout(const TrainOptions& o) {
   m.shard_optimizer = o.shard_optimizer;
   m.bucket_elems = o.bucket_elems;
   m.lora = o.lora;
+  if (o.lora && o.init)  // QLoRA: the base as stored (the format of its packed matrices)
+    for (const auto& spec : model::llama_parameters(o.init->config()))
+      if (const auto f = model::stored_format(*o.init, spec.name); f.kind != tensor::WeightKind::F32) {
+        m.packed_base = f;
+        break;
+      }
   return m;
 }
 

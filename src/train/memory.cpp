@@ -5,6 +5,7 @@
 
 #include "distributed/group.h"
 #include "model/block_activations.h"
+#include "model/packed_weights.h"
 #include "model/shard_plan.h"
 #include "nn/moe.h"
 
@@ -34,6 +35,20 @@ int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, co
   return L * (b.x_in + block) + last;
 }
 
+// Bytes of `spec`'s local part on a frozen base stored in `f` (QLoRA): the matrix as stored
+// (model::stored_bytes), f32 when not packable or when its local columns cut groups (wo).
+int64_t base_bytes(const model::ParamSpec& spec, const tensor::WeightFormat& f, const model::LlamaConfig& c,
+                   const model::ShardPlan& plan) {
+  const int64_t F32 = sizeof(float);
+  if (!model::packable(spec, f)) return local_numel(spec, c, plan, {}) * F32;
+  const tensor::Shape& s = spec.shape;
+  if (spec.split == model::Split::Replicated) return model::stored_bytes(f, s[0], s[1]);
+  const dist::Range r = plan.range_of(spec.sharded_dim);
+  if (spec.split == model::Split::Rows) return model::stored_bytes(f, r.count, s[1]);
+  if (f.quantized() && (r.offset % f.group_size != 0 || r.count % f.group_size != 0)) return s[0] * r.count * F32;
+  return model::stored_bytes(f, s[0], r.count);
+}
+
 std::string megabytes(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MB", static_cast<double>(bytes) / 1e6);
@@ -42,13 +57,22 @@ std::string megabytes(int64_t bytes) {
 
 }  // namespace
 
-DeviceBytes device_bytes(const model::LlamaConfig& c, const MemoryLayout& m, int tensor_rank, int data_rank,
+DeviceBytes device_bytes(const model::LlamaConfig& config, const MemoryLayout& m, int tensor_rank, int data_rank,
                          int expert_rank) {
+  const std::optional<tensor::WeightFormat> packed = m.lora ? m.packed_base : std::nullopt;
+  model::LlamaConfig c = config;
+  if (packed && packed->quantized())  // the planner deals out the FFN rows in whole groups
+    c.quantization = model::Quantization{packed->bits, packed->group_size,
+                                         packed->kind == tensor::WeightKind::Mxfp8 ? "mxfp8" : "affine"};
   const auto plans = model::plan_all_shards(c, m.tensor);
   const model::ShardPlan& plan = plans[static_cast<size_t>(tensor_rank)];
   const dist::Range experts = c.is_moe() ? nn::local_experts(c.n_experts, m.expert_group, expert_rank) : dist::Range{};
   int64_t local = 0, trained = 0, flat = 0;  // every local element; those trained; those replicated over the data axis
-  for (const auto& spec : model::llama_parameters(c)) local += local_numel(spec, c, plan, experts);
+  int64_t stored = 0;                         // QLoRA: the frozen base's bytes as stored
+  for (const auto& spec : model::llama_parameters(c)) {
+    if (packed) stored += base_bytes(spec, *packed, c, plan);
+    else local += local_numel(spec, c, plan, experts);
+  }
   for (const auto& spec : m.lora ? model::lora_parameters(c, *m.lora) : model::llama_parameters(c)) {
     const int64_t n = local_numel(spec, c, plan, experts);
     trained += n;
@@ -62,7 +86,7 @@ DeviceBytes device_bytes(const model::LlamaConfig& c, const MemoryLayout& m, int
       moments += dist::even_split(std::min(m.bucket_elems, flat - o), m.data, data_rank).count;
   }
   const int64_t f = static_cast<int64_t>(sizeof(float));
-  return {local * f, trained * f, 2 * moments * f, activation_floats(c, m, plan) * f};
+  return {stored + local * f, trained * f, 2 * moments * f, activation_floats(c, m, plan) * f};
 }
 
 int64_t data_replicated_elements(const model::LlamaConfig& c, const MemoryLayout& m, int tensor_rank) {

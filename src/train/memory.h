@@ -5,7 +5,10 @@
 // Dimension legend: N = rows * T tokens of one micro-batch on this device, C dim, NH_L/QL/KVL
 // this device's query heads / q rows / kv rows, FL ffn rows, VL vocabulary rows, L layers.
 //
-//   parameters   this device's shards of every parameter (f32), and with LoRA the adapters
+//   parameters   this device's shards of every parameter (f32), and with LoRA the adapters; a
+//                QLoRA base (packed_base) at its stored bytes: each packable matrix's local rows or
+//                columns in that format (a wo whose local columns cut groups in f32, as the model
+//                keeps it), the rest f32
 //   gradients    one gradient per parameter element (f32; not sharded, as in ZeRO-1); with LoRA
 //                per adapter element only (the base is frozen), and so the moments
 //   optimizer    AdamW's two moments: of every local element, or (shard_optimizer) of this data
@@ -27,6 +30,7 @@
 
 #include "model/llama_config.h"
 #include "model/trainable_llama.h"
+#include "tensor/packed_matrix.h"
 
 namespace tpcli::train {
 
@@ -42,6 +46,9 @@ struct MemoryLayout {
   int64_t bucket_elems = 262144;
   bool sequence_parallel = false;  // [mesh] sequence_parallel (model/trainable_llama.h set_sequence_parallel)
   std::optional<model::LoraOptions> lora;  // [train.lora]: only the adapters train
+  // QLoRA (with lora): the format the frozen base's matrices are stored in (model/packed_weights.h);
+  // empty: f32. A quantized format also sets how the planner deals out the FFN rows (whole groups).
+  std::optional<tensor::WeightFormat> packed_base;
 };
 
 struct DeviceBytes {

@@ -286,3 +286,29 @@ TEST_CASE("lora cli: export --to peft writes a LoRA training run's adapters as P
   check_one_line_error(run({"export", "--to", "peft", "--model", model, "--out", (tmp.path() / "x").string()}),
                        "not a LoRA training checkpoint");
 }
+
+TEST_CASE("lora cli: train with [train.lora] on an 8-bit checkpoint made by quantize (QLoRA); without it, refused") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const tpcli::testing::TempDir tmp;
+  const std::string q8 = (tmp.path() / "q8.safetensors").string();
+  REQUIRE(run({"quantize", "--model", tpcli::testing::shared_path("data/stories260K.bin"), "--out", q8, "--bits", "8",
+               "--group-size", "32"})
+              .code == 0);
+  const std::string run_config = "[mesh]\naxes = { data = 1, model = 2 }\n[model]\ninit_from = \"" + q8 +
+                                 "\"\n[data]\npath = \"" + tpcli::testing::shared_path("data/tinyshakespeare.txt") +
+                                 "\"\ntokenizer = \"" + tpcli::testing::shared_path("data/tok512.bin") +
+                                 "\"\n[train]\nsteps = 4\nbatch_size = 2\nseq_len = 32\nlr = 1e-2\n"
+                                 "warmup_steps = 1\neval_every = 0\nout_dir = \"" +
+                                 (tmp.path() / "run").string() + "\"\n";
+  const Result trained = run({"train", tmp.write("qlora.toml", run_config + "[train.lora]\nrank = 4\nalpha = 8\n")});
+  INFO(trained.err);
+  REQUIRE(trained.code == 0);
+  CHECK(trained.err.find("step 4/4") != std::string::npos);
+  const Result adapters = run({"export", "--to", "peft", "--model", (tmp.path() / "run" / "latest.safetensors").string(),
+                               "--out", (tmp.path() / "peft").string()});
+  INFO(adapters.err);
+  CHECK(adapters.code == 0);
+  const Result full = run({"train", tmp.write("full.toml", run_config)});
+  CHECK(full.code != 0);
+  CHECK(full.err.find("full fine-tuning needs the f32 checkpoint") != std::string::npos);
+}

@@ -1,0 +1,431 @@
+// QLoRA (model/trainable_llama.h): LoRA adapters trained on a frozen packed base (8-bit, 4-bit,
+// mxfp8, bf16). References: f32 LoRA on the dequantized base (the same function of the same f32
+// weight values, so only summation order differs); one device's gradients for every mesh; central
+// differences of the loss; an uninterrupted run for a resumed one; the inference model's bytes
+// for what the base costs a device.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "distributed/runtime.h"
+#include "model/llama.h"
+#include "model/packed_weights.h"
+#include "model/random_init.h"
+#include "model/safetensors.h"
+#include "model/trainable_llama.h"
+#include "nn/fd_check.h"
+#include "support/synthetic_text.h"
+#include "train/checkpoint.h"
+#include "train/loop.h"
+#include "train/memory.h"
+#include "train/quiet_run.h"
+
+using namespace tpcli;
+using tensor::WeightFormat;
+
+namespace {
+
+// Every matrix's input dimension a multiple of 32, so every one is packed: dim 64 (4 heads of 16
+// over 2 KV heads: three devices split the heads 2, 1, 1, share a KV head, and the 1-head devices
+// cut wo's groups of 32, keeping their wo slice in f32), hidden 96 (3 groups of 32).
+model::LlamaConfig qlora_config(bool tied = false) {
+  return {.dim = 64, .hidden_dim = 96, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 29, .seq_len = 16,
+          .shared_classifier = tied};
+}
+
+model::LoraOptions lora_options() {
+  model::LoraOptions o;
+  o.rank = 3;
+  o.alpha = 6;
+  o.last_layers = 2;  // block 0 stays unadapted: its input gradient still flows through the packed base
+  o.seed = 5;
+  return o;
+}
+
+// Every adapter's full A and B, random (B too: a fresh B is zero, which hides A's gradient).
+model::TensorWeights random_adapters(const model::LlamaConfig& c, const model::LoraOptions& o, uint32_t seed) {
+  model::TrainableLlama probe(model::random_weights(c, 1), dist::Group(), {}, o);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.2f);
+  model::TensorWeights w(c);
+  for (const auto& p : probe.parameters()) {
+    std::vector<float> v(static_cast<size_t>(tensor::numel(p.spec->shape)));
+    for (auto& x : v) x = d(rng);
+    w.set(p.spec->name, tensor::Tensor(p.spec->shape, std::move(v)));
+  }
+  return w;
+}
+
+// The packed source's values as an f32 checkpoint: get() dequantizes.
+model::TensorWeights dequantized(const model::WeightSource& packed) {
+  model::LlamaConfig c = packed.config();
+  c.quantization.reset();
+  model::TensorWeights w(c);
+  for (const auto& spec : model::llama_parameters(c)) {
+    const auto v = packed.get(spec.name);
+    w.set(spec.name, tensor::Tensor(spec.shape, std::vector<float>(v.begin(), v.end())));
+  }
+  return w;
+}
+
+std::vector<int> random_ids(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  std::vector<int> v(static_cast<size_t>(n));
+  for (auto& t : v) t = d(rng);
+  return v;
+}
+
+double rel_diff(std::span<const float> a, std::span<const float> ref) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - ref[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+std::map<std::string, std::vector<float>> grads_of(model::TrainableLlama& m) {
+  std::map<std::string, std::vector<float>> g;
+  for (const auto& p : m.parameters()) g[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("QLoRA: a packed base is refused without LoRA, taken with it", "[train][lora][qlora]") {
+  const auto f32 = model::random_weights(qlora_config(), 50);
+  const model::ConvertedWeights packed(f32, WeightFormat::affine(8, 32));
+  std::string error;
+  try {
+    model::TrainableLlama full(packed, dist::Group());
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("full fine-tuning needs the f32 checkpoint"));
+  model::TrainableLlama q(packed, dist::Group(), {}, lora_options());
+  CHECK(q.parameters().size() == 2 * 7 * 2);
+}
+
+// Tolerance: the dequantized checkpoint holds exactly the f32 values the packed kernels compute
+// with, so both models compute the same function; they differ only in the order of f32 sums (the
+// packed products go a column block or a lane at a time, sgemm its own way): a few ulp per
+// product, 1e-6 relative, compounded over 3 blocks. 1e-4 leaves a wide margin yet catches any
+// missing or doubled term (those are O(1) relative).
+TEST_CASE("QLoRA adapter gradients equal f32 LoRA's on the dequantized base", "[train][lora][qlora]") {
+  const auto o = lora_options();
+  const int B = 2, T = 6;
+  for (bool tied : {false, true}) {
+    const auto c = qlora_config(tied);
+    const auto f32 = model::random_weights(c, 51);
+    const auto adapters = random_adapters(c, o, 52);
+    const auto tokens = random_ids(B * T, c.vocab_size, 53), targets = random_ids(B * T, c.vocab_size, 54);
+    for (const auto& format : {WeightFormat::affine(8, 32), WeightFormat::affine(4, 32), WeightFormat::mxfp8(),
+                               WeightFormat::bf16()}) {
+      INFO(format.name() << (tied ? " tied" : ""));
+      const model::ConvertedWeights packed(f32, format);
+      REQUIRE(model::holds_packed_weights(packed));
+      const model::TensorWeights reference_base = dequantized(packed);
+      model::TrainableLlama q(packed, dist::Group(), {}, o), ref(reference_base, dist::Group(), {}, o);
+      q.load_parameters(adapters);
+      ref.load_parameters(adapters);
+      q.zero_grad();
+      ref.zero_grad();
+      const float q_loss = q.forward_backward(tokens, targets, B, T);
+      const float ref_loss = ref.forward_backward(tokens, targets, B, T);
+      CHECK(q_loss == Approx(ref_loss).epsilon(1e-5));
+      const auto qg = grads_of(q), rg = grads_of(ref);
+      double worst = 0;
+      for (const auto& [name, want] : rg) {
+        const double d = rel_diff(qg.at(name), want);
+        worst = std::max(worst, d);
+        INFO(name);
+        CHECK(d <= 1e-4);
+      }
+      UNSCOPED_INFO("worst relative difference " << worst);
+    }
+  }
+}
+
+TEST_CASE("QLoRA adapter gradients match finite differences of the loss", "[train][lora][qlora][grad]") {
+  const auto c = qlora_config();
+  const auto f32 = model::random_weights(c, 61);
+  const model::ConvertedWeights packed(f32, WeightFormat::affine(4, 32));
+  const auto o = lora_options();
+  auto adapters = random_adapters(c, o, 62);
+  const int B = 2, T = 4;
+  const auto tokens = random_ids(B * T, c.vocab_size, 63), targets = random_ids(B * T, c.vocab_size, 64);
+  model::TrainableLlama m(packed, dist::Group(), {}, o);
+  m.load_parameters(adapters);
+  m.zero_grad();
+  m.forward_backward(tokens, targets, B, T);
+  const auto grads = grads_of(m);
+  const auto loss_of = [&] {
+    m.load_parameters(adapters);
+    return double(m.loss(tokens, targets, B, T));
+  };
+  std::mt19937 rng(65);
+  for (const auto& [name, g] : grads) {
+    auto& t = adapters.at(name);
+    for (int probe = 0; probe < 2; ++probe) {
+      const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
+      const double numeric = nn::testing::central_difference(t[i], loss_of, 1e-2f);
+      INFO(name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
+      CHECK(std::abs(g[i] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
+    }
+  }
+}
+
+TEST_CASE("QLoRA gradients on every data x model mesh equal one device's", "[train][lora][qlora]") {
+  const auto c = qlora_config();
+  const auto f32 = model::random_weights(c, 71);
+  const auto o = lora_options();
+  const auto adapters = random_adapters(c, o, 72);
+  const int B = 4, T = 6;
+  const auto inputs = random_ids(B * T, c.vocab_size, 73), targets = random_ids(B * T, c.vocab_size, 74);
+  for (const auto& format : {WeightFormat::affine(4, 32), WeightFormat::bf16()}) {
+    const model::ConvertedWeights packed(f32, format);
+    model::TrainableLlama ref(packed, dist::Group(), {}, o);
+    ref.load_parameters(adapters);
+    ref.zero_grad();
+    const float ref_loss = ref.forward_backward(inputs, targets, B, T);
+    const auto ref_grads = grads_of(ref);
+    for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {1, 3}}) {
+      DYNAMIC_SECTION(format.name() << " mesh data=" << D << ",model=" << TP) {
+        std::mutex mu;
+        std::vector<std::string> failures;
+        std::vector<double> losses;
+        dist::run_on_mesh(dist::Mesh({{"data", D}, {"model", TP}}), [&](dist::Device& dev) {
+          dist::Group& data = dev.axis("data");
+          train::ParallelAxes axes{&data, &dev.world(), D, TP, D, true};
+          model::TrainableLlama llama(packed, dev.axis("model"), {}, o);
+          llama.load_parameters(adapters);
+          const auto rows = train::data_rows(B, D, data.rank());
+          const auto first = static_cast<size_t>(rows.begin * T), n = static_cast<size_t>((rows.end - rows.begin) * T);
+          const double loss = train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(first, n),
+                                                             std::span(targets).subspan(first, n), rows.end - rows.begin, T);
+          const model::TensorWeights grads = train::gather_gradients(llama);
+          std::lock_guard lock(mu);
+          losses.push_back(loss);
+          for (const auto& [name, want] : ref_grads) {
+            const double d = rel_diff(grads.get(name), want);
+            if (!(d <= 1e-5)) failures.push_back("device " + std::to_string(dev.rank()) + " " + name + " rel " + std::to_string(d));
+          }
+        });
+        for (const auto& f : failures) UNSCOPED_INFO(f);
+        CHECK(failures.empty());
+        for (double l : losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("QLoRA with recompute gives the same gradients bit for bit", "[train][lora][qlora]") {
+  const auto c = qlora_config();
+  const auto f32 = model::random_weights(c, 75);
+  const model::ConvertedWeights packed(f32, WeightFormat::affine(4, 32));
+  const auto o = lora_options();
+  const auto adapters = random_adapters(c, o, 76);
+  const int B = 2, T = 6;
+  const auto tokens = random_ids(B * T, c.vocab_size, 77), targets = random_ids(B * T, c.vocab_size, 78);
+  std::vector<std::map<std::string, std::vector<float>>> grads;
+  std::vector<int64_t> peaks;
+  for (bool recompute : {false, true}) {
+    model::TrainableLlama m(packed, dist::Group(), {}, o);
+    m.load_parameters(adapters);
+    m.set_recompute(recompute);
+    m.zero_grad();
+    m.forward_backward(tokens, targets, B, T);
+    grads.push_back(grads_of(m));
+    peaks.push_back(m.peak_activation_bytes());
+  }
+  CHECK(grads[0] == grads[1]);
+  CHECK(peaks[1] < peaks[0]);
+}
+
+namespace {
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tpcli_test_qlora_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A QLoRA run on a character corpus from a fixed random base, saved 8-bit (as `tpcli quantize` writes it).
+train::TrainOptions qlora_run(const std::filesystem::path& dir) {
+  const std::string text = tpcli::testing::synthetic_text(3000, 2);
+  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(text));
+  train::TrainOptions o;
+  o.tokenizer = tokenizer;
+  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
+  o.model = qlora_config();
+  o.model.vocab_size = tokenizer->vocab_size();
+  const std::string base = (dir / "base-q8.safetensors").string();
+  const model::TensorWeights f32 = model::random_weights(o.model, 31);
+  model::write_safetensors(base, model::ConvertedWeights(f32, WeightFormat::affine(8, 32)));
+  o.init = std::make_shared<model::SafetensorsFile>(base);
+  REQUIRE(model::holds_packed_weights(*o.init));
+  o.lora = lora_options();
+  o.steps = 8;
+  o.batch_size = 4;
+  o.seq_len = 12;
+  o.seed = 3;
+  o.schedule = {2e-2, 2e-3, 2, 8, train::Decay::Cosine};
+  o.eval_every = 4;
+  o.eval_batches = 2;
+  tpcli::testing::quiet_run(o);
+  return o;
+}
+
+std::vector<double> losses_of(const train::TrainResult& r) {
+  std::vector<double> l;
+  for (const auto& rec : r.records) l.push_back(rec.loss);
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("a QLoRA run on an 8-bit base learns, gives the same losses on 1x1 and 1x2, saves only adapters", "[train][lora][qlora]") {
+  const auto dir = fresh_dir("run");
+  train::TrainOptions o = qlora_run(dir);
+  std::vector<double> reference;
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
+    const auto losses = losses_of(train::train(o));
+    REQUIRE(losses.size() == 8);
+    if (reference.empty()) reference = losses;
+    INFO("mesh " << D << "x" << TP);
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
+  }
+  CHECK(reference.back() < reference.front() - 0.1);
+  model::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
+  CHECK(ckpt.has("layers.2.wq.lora_a"));
+  CHECK_FALSE(ckpt.has("layers.2.wq"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a QLoRA run with LoRA dropout gives the same losses on meshes 1x1 1x3 2x1", "[train][lora][qlora]") {
+  const auto dir = fresh_dir("dropout");
+  train::TrainOptions o = qlora_run(dir);
+  o.lora->dropout = 0.2;
+  o.steps = 4;
+  o.schedule.total_steps = 4;
+  std::vector<double> reference;
+  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {2, 1}}) {
+    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
+    const auto losses = losses_of(train::train(o));
+    REQUIRE(losses.size() == 4);
+    if (reference.empty()) reference = losses;
+    INFO("mesh " << D << "x" << TP);
+    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a resumed QLoRA run continues the uninterrupted run's losses bit for bit", "[train][lora][qlora]") {
+  const auto dir = fresh_dir("resume");
+  train::TrainOptions o = qlora_run(dir);
+  o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
+  o.shard_optimizer = true;
+  o.out_dir = (dir / "full").string();
+  const auto full = losses_of(train::train(o));
+  REQUIRE(full.size() == 8);
+  std::atomic<bool> stop{false};
+  o.out_dir = (dir / "cut").string();
+  o.run.stop = &stop;
+  o.on_step = [&](int64_t step, double) {
+    if (step == 2) stop = true;
+  };
+  const auto first = losses_of(train::train(o));
+  REQUIRE(first.size() == 3);
+  stop = false;
+  o.on_step = nullptr;
+  o.resume = true;
+  const auto tail = losses_of(train::train(o));
+  REQUIRE(tail.size() == 5);
+  for (size_t i = 0; i < 3; ++i) CHECK(first[i] == full[i]);
+  for (size_t i = 0; i < 5; ++i) CHECK(tail[i] == full[i + 3]);
+  std::filesystem::remove_all(dir);
+}
+
+// A stories15M-shaped model (dim 288, 6 layers, vocab 32000): the frozen base a device holds is
+// the packed bytes, exactly what the inference model holds on that device.
+TEST_CASE("QLoRA: a device holds the base packed, as the inference model does", "[train][lora][qlora][memory]") {
+  const model::LlamaConfig c{.dim = 288, .hidden_dim = 768, .n_layers = 6, .n_heads = 6, .n_kv_heads = 6,
+                             .vocab_size = 32000, .seq_len = 256, .shared_classifier = true};
+  const auto f32 = model::random_weights(c, 81);
+  model::LoraOptions o;  // rank 8 on every linear of every block
+  std::map<std::string, std::vector<int64_t>> held;  // format -> [TP=1 device 0, TP=2 device 0, TP=2 device 1]
+  for (const auto& format : {WeightFormat::f32(), WeightFormat::affine(8, 32), WeightFormat::affine(4, 32)}) {
+    std::unique_ptr<model::ConvertedWeights> packed;
+    if (format.quantized()) packed = std::make_unique<model::ConvertedWeights>(f32, format);
+    const model::WeightSource& w = packed ? static_cast<const model::WeightSource&>(*packed) : f32;
+    for (int TP : {1, 2}) {
+      std::mutex mu;
+      std::vector<std::string> failures;
+      std::vector<int64_t> frozen(static_cast<size_t>(TP)), adapters(static_cast<size_t>(TP));
+      dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+        model::TrainableLlama trainable(w, dev.axis("model"), {}, o);
+        const int64_t inference = model::Llama(w, dev.axis("model")).parameter_bytes();
+        std::lock_guard lock(mu);
+        frozen[static_cast<size_t>(dev.rank())] = trainable.frozen_bytes();
+        adapters[static_cast<size_t>(dev.rank())] = trainable.parameter_bytes();
+        if (packed && trainable.frozen_bytes() != inference)
+          failures.push_back(format.name() + " TP " + std::to_string(TP) + " device " + std::to_string(dev.rank()) +
+                             ": frozen " + std::to_string(trainable.frozen_bytes()) + ", inference " + std::to_string(inference));
+      });
+      for (const auto& f : failures) UNSCOPED_INFO(f);
+      CHECK(failures.empty());
+      for (int r = 0; r < TP; ++r) {
+        held[format.name()].push_back(frozen[static_cast<size_t>(r)]);
+        std::printf("qlora bytes: %-10s TP=%d device %d: base %.2f MB + adapters %.2f MB\n", format.name().c_str(), TP, r,
+                    frozen[static_cast<size_t>(r)] / 1e6, adapters[static_cast<size_t>(r)] / 1e6);
+      }
+    }
+  }
+  // 8-bit: a byte per weight plus an f32 scale and bias per 32: 1.25 bytes against f32's 4; 4-bit
+  // 0.75. (On 2 devices each holds 3 heads of 48 columns of wo, which cut its groups: wo stays f32
+  // there, as in the inference model.)
+  const double f = static_cast<double>(held["f32"][0]);
+  CHECK(held["affine 8-bit g32"][0] / f == Approx(1.25 / 4).epsilon(0.01));
+  CHECK(held["affine 4-bit g32"][0] / f == Approx(0.75 / 4).epsilon(0.01));
+  for (size_t i = 1; i < 3; ++i) CHECK(held["affine 4-bit g32"][i] < held["affine 8-bit g32"][i]);
+}
+
+TEST_CASE("QLoRA: train::device_bytes counts the packed base as the model holds it", "[train][lora][qlora][memory]") {
+  const auto c = qlora_config();
+  const auto f32 = model::random_weights(c, 91);
+  const auto o = lora_options();
+  for (const auto& format : {WeightFormat::affine(8, 32), WeightFormat::affine(4, 32), WeightFormat::bf16()}) {
+    const model::ConvertedWeights packed(f32, format);
+    for (int TP : {1, 2, 3}) {  // 3: devices of one head cut wo's groups and keep it f32
+      std::mutex mu;
+      std::vector<std::string> failures;
+      dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+        model::TrainableLlama m(packed, dev.axis("model"), {}, o);
+        train::MemoryLayout layout;
+        layout.tensor = TP;
+        layout.lora = o;
+        layout.packed_base = format;
+        const train::DeviceBytes want = train::device_bytes(c, layout, dev.rank());
+        const int64_t held = m.frozen_bytes() + m.parameter_bytes();
+        std::lock_guard lock(mu);
+        if (want.parameters != held)
+          failures.push_back(format.name() + " TP " + std::to_string(TP) + " device " + std::to_string(dev.rank()) +
+                             ": counted " + std::to_string(want.parameters) + ", held " + std::to_string(held));
+      });
+      for (const auto& f : failures) UNSCOPED_INFO(f);
+      CHECK(failures.empty());
+    }
+  }
+}
