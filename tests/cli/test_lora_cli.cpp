@@ -287,7 +287,7 @@ TEST_CASE("lora cli: export --to peft writes a LoRA training run's adapters as P
                        "not a LoRA training checkpoint");
 }
 
-TEST_CASE("lora cli: train with [train.lora] on an 8-bit checkpoint made by quantize (QLoRA); without it, refused") {
+TEST_CASE("lora cli: train with [train.lora] on an 8-bit checkpoint made by quantize (QLoRA), and without it refused") {
   tpcli::testing::require_shared("data/stories260K.bin");
   const tpcli::testing::TempDir tmp;
   const std::string q8 = (tmp.path() / "q8.safetensors").string();
