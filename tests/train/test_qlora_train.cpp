@@ -386,11 +386,7 @@ TEST_CASE("QLoRA: a device holds the base packed, as the inference model does", 
       });
       for (const auto& f : failures) UNSCOPED_INFO(f);
       CHECK(failures.empty());
-      for (int r = 0; r < TP; ++r) {
-        held[format.name()].push_back(frozen[static_cast<size_t>(r)]);
-        std::printf("qlora bytes: %-10s TP=%d device %d: base %.2f MB + adapters %.2f MB\n", format.name().c_str(), TP, r,
-                    frozen[static_cast<size_t>(r)] / 1e6, adapters[static_cast<size_t>(r)] / 1e6);
-      }
+      for (int r = 0; r < TP; ++r) held[format.name()].push_back(frozen[static_cast<size_t>(r)]);
     }
   }
   // 8-bit: a byte per weight plus an f32 scale and bias per 32: 1.25 bytes against f32's 4; 4-bit
