@@ -24,11 +24,17 @@
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
+#include "train/lora_testing.h"
 #include "train/quiet_run.h"
 
 using namespace tpcli;
 
 namespace {
+
+using tpcli::testing::adapter_gradients_on_mesh;
+using tpcli::testing::grads_of;
+using tpcli::testing::random_adapters;
+using tpcli::testing::random_ids;
 
 using tpcli::testing::rel_diff;
 
@@ -47,27 +53,7 @@ model::LoraOptions lora_options() {
   return o;
 }
 
-// Every adapter's full A and B, random (B too: a fresh B is zero, which hides A's gradient).
-model::TensorWeights random_adapters(const model::LlamaConfig& c, const model::LoraOptions& o, uint32_t seed) {
-  model::TrainableLlama probe(model::random_weights(c, 1), dist::Group(), {}, o);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 0.2f);
-  model::TensorWeights w(c);
-  for (const auto& p : probe.parameters()) {
-    std::vector<float> v(static_cast<size_t>(tensor::numel(p.spec->shape)));
-    for (auto& x : v) x = d(rng);
-    w.set(p.spec->name, tensor::Tensor(p.spec->shape, std::move(v)));
-  }
-  return w;
-}
 
-std::vector<int> random_ids(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(0, vocab - 1);
-  std::vector<int> v(static_cast<size_t>(n));
-  for (auto& t : v) t = d(rng);
-  return v;
-}
 
 
 }  // namespace
@@ -108,8 +94,7 @@ TEST_CASE("LoRA adapter gradients match finite differences of the loss", "[train
   model::TrainableLlama m = model_with(adapters);
   m.zero_grad();
   m.forward_backward(tokens, targets, B, T);
-  std::map<std::string, std::vector<float>> grads;
-  for (const auto& p : m.parameters()) grads[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
+  const auto grads = grads_of(m);
   const auto loss_of = [&] { return double(model_with(adapters).loss(tokens, targets, B, T)); };
   std::mt19937 rng(15);
   for (const auto& [name, g] : grads) {
@@ -135,34 +120,14 @@ TEST_CASE("LoRA gradients on every data x model mesh equal one device's", "[trai
   ref.load_parameters(adapters);
   ref.zero_grad();
   const float ref_loss = ref.forward_backward(inputs, targets, B, T);
-  std::map<std::string, std::vector<float>> ref_grads;
-  for (const auto& p : ref.parameters()) ref_grads[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
+  const auto ref_grads = grads_of(ref);
 
   for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {1, 3}, {2, 3}, {1, 4}}) {
     DYNAMIC_SECTION("mesh data=" << D << ",model=" << TP) {
-      std::mutex mu;
-      std::vector<std::string> failures;
-      std::vector<double> losses;
-      dist::run_on_mesh(dist::Mesh({{"data", D}, {"model", TP}}), [&](dist::Device& dev) {
-        dist::Group& data = dev.axis("data");
-        train::ParallelAxes axes{&data, &dev.world(), D, TP, D, true};
-        model::TrainableLlama llama(base, dev.axis("model"), {}, o);
-        llama.load_parameters(adapters);
-        const auto rows = train::data_rows(B, D, data.rank());
-        const auto first = static_cast<size_t>(rows.begin * T), n = static_cast<size_t>((rows.end - rows.begin) * T);
-        const double loss = train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(first, n),
-                                                           std::span(targets).subspan(first, n), rows.end - rows.begin, T);
-        const model::TensorWeights grads = train::gather_gradients(llama);
-        std::lock_guard lock(mu);
-        losses.push_back(loss);
-        for (const auto& [name, want] : ref_grads) {
-          const double d = rel_diff(grads.get(name), want);
-          if (!(d <= 1e-5)) failures.push_back("device " + std::to_string(dev.rank()) + " " + name + " rel " + std::to_string(d));
-        }
-      });
-      for (const auto& f : failures) UNSCOPED_INFO(f);
-      CHECK(failures.empty());
-      for (double l : losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
+      const auto got = adapter_gradients_on_mesh(base, o, adapters, inputs, targets, B, T, D, TP, ref_grads, 1e-5);
+      for (const auto& f : got.failures) UNSCOPED_INFO(f);
+      CHECK(got.failures.empty());
+      for (double l : got.losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
     }
   }
 }

@@ -24,6 +24,7 @@
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
+#include "train/lora_testing.h"
 #include "train/memory.h"
 #include "train/quiet_run.h"
 
@@ -31,6 +32,11 @@ using namespace tpcli;
 using tensor::WeightFormat;
 
 namespace {
+
+using tpcli::testing::adapter_gradients_on_mesh;
+using tpcli::testing::grads_of;
+using tpcli::testing::random_adapters;
+using tpcli::testing::random_ids;
 
 // Every matrix's input dimension a multiple of 32, so every one is packed: dim 64 (4 heads of 16
 // over 2 KV heads: three devices split the heads 2, 1, 1, share a KV head, and the 1-head devices
@@ -49,19 +55,6 @@ model::LoraOptions lora_options() {
   return o;
 }
 
-// Every adapter's full A and B, random (B too: a fresh B is zero, which hides A's gradient).
-model::TensorWeights random_adapters(const model::LlamaConfig& c, const model::LoraOptions& o, uint32_t seed) {
-  model::TrainableLlama probe(model::random_weights(c, 1), dist::Group(), {}, o);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 0.2f);
-  model::TensorWeights w(c);
-  for (const auto& p : probe.parameters()) {
-    std::vector<float> v(static_cast<size_t>(tensor::numel(p.spec->shape)));
-    for (auto& x : v) x = d(rng);
-    w.set(p.spec->name, tensor::Tensor(p.spec->shape, std::move(v)));
-  }
-  return w;
-}
 
 // The packed source's values as an f32 checkpoint: get() dequantizes.
 model::TensorWeights dequantized(const model::WeightSource& packed) {
@@ -75,13 +68,6 @@ model::TensorWeights dequantized(const model::WeightSource& packed) {
   return w;
 }
 
-std::vector<int> random_ids(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(0, vocab - 1);
-  std::vector<int> v(static_cast<size_t>(n));
-  for (auto& t : v) t = d(rng);
-  return v;
-}
 
 double rel_diff(std::span<const float> a, std::span<const float> ref) {
   double diff = 0, scale = 0;
@@ -92,11 +78,6 @@ double rel_diff(std::span<const float> a, std::span<const float> ref) {
   return diff / std::max(scale, 1e-30);
 }
 
-std::map<std::string, std::vector<float>> grads_of(model::TrainableLlama& m) {
-  std::map<std::string, std::vector<float>> g;
-  for (const auto& p : m.parameters()) g[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
-  return g;
-}
 
 }  // namespace
 
@@ -199,29 +180,10 @@ TEST_CASE("QLoRA gradients on every data x model mesh equal one device's", "[tra
     const auto ref_grads = grads_of(ref);
     for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {1, 3}}) {
       DYNAMIC_SECTION(format.name() << " mesh data=" << D << ",model=" << TP) {
-        std::mutex mu;
-        std::vector<std::string> failures;
-        std::vector<double> losses;
-        dist::run_on_mesh(dist::Mesh({{"data", D}, {"model", TP}}), [&](dist::Device& dev) {
-          dist::Group& data = dev.axis("data");
-          train::ParallelAxes axes{&data, &dev.world(), D, TP, D, true};
-          model::TrainableLlama llama(packed, dev.axis("model"), {}, o);
-          llama.load_parameters(adapters);
-          const auto rows = train::data_rows(B, D, data.rank());
-          const auto first = static_cast<size_t>(rows.begin * T), n = static_cast<size_t>((rows.end - rows.begin) * T);
-          const double loss = train::data_parallel_gradients(llama, axes, std::span(inputs).subspan(first, n),
-                                                             std::span(targets).subspan(first, n), rows.end - rows.begin, T);
-          const model::TensorWeights grads = train::gather_gradients(llama);
-          std::lock_guard lock(mu);
-          losses.push_back(loss);
-          for (const auto& [name, want] : ref_grads) {
-            const double d = rel_diff(grads.get(name), want);
-            if (!(d <= 1e-5)) failures.push_back("device " + std::to_string(dev.rank()) + " " + name + " rel " + std::to_string(d));
-          }
-        });
-        for (const auto& f : failures) UNSCOPED_INFO(f);
-        CHECK(failures.empty());
-        for (double l : losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
+        const auto got = adapter_gradients_on_mesh(packed, o, adapters, inputs, targets, B, T, D, TP, ref_grads, 1e-5);
+        for (const auto& f : got.failures) UNSCOPED_INFO(f);
+        CHECK(got.failures.empty());
+        for (double l : got.losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
       }
     }
   }
