@@ -2,6 +2,10 @@
 // gradient by name, and the adapters' gradients of a data x model mesh against one device's.
 #pragma once
 
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -12,6 +16,7 @@
 #include "distributed/runtime.h"
 #include "model/random_init.h"
 #include "model/trainable_llama.h"
+#include "nn/fd_check.h"
 #include "support/rel_diff.h"
 #include "train/loop.h"
 
@@ -43,6 +48,22 @@ inline std::map<std::string, std::vector<float>> grads_of(model::TrainableLlama&
   std::map<std::string, std::vector<float>> g;
   for (const auto& p : m.parameters()) g[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
   return g;
+}
+
+// `probes` random elements of every adapter in `adapters`: the analytic gradient in `grads` against
+// central differences of `loss` (which must read `adapters`, moved one element at a time).
+inline void check_by_differences(const std::map<std::string, std::vector<float>>& grads, model::TensorWeights& adapters,
+                                 const std::function<double()>& loss, int probes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (const auto& [name, g] : grads) {
+    auto& t = adapters.at(name);
+    for (int probe = 0; probe < probes; ++probe) {
+      const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
+      const double numeric = nn::testing::central_difference(t[i], loss, 1e-2f);
+      INFO(name << "[" << i << "]: analytic " << g[static_cast<size_t>(i)] << ", numeric " << numeric);
+      CHECK(std::abs(g[static_cast<size_t>(i)] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
+    }
+  }
 }
 
 struct MeshGradients {

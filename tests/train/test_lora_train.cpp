@@ -96,16 +96,7 @@ TEST_CASE("LoRA adapter gradients match finite differences of the loss", "[train
   m.forward_backward(tokens, targets, B, T);
   const auto grads = grads_of(m);
   const auto loss_of = [&] { return double(model_with(adapters).loss(tokens, targets, B, T)); };
-  std::mt19937 rng(15);
-  for (const auto& [name, g] : grads) {
-    auto& t = adapters.at(name);
-    for (int probe = 0; probe < 3; ++probe) {
-      const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
-      const double numeric = nn::testing::central_difference(t[i], loss_of, 1e-2f);
-      INFO(name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
-      CHECK(std::abs(g[i] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
-    }
-  }
+  tpcli::testing::check_by_differences(grads, adapters, loss_of, 3, 15);
 }
 
 TEST_CASE("LoRA gradients on every data x model mesh equal one device's", "[train][lora]") {

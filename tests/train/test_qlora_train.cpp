@@ -152,16 +152,7 @@ TEST_CASE("QLoRA adapter gradients match finite differences of the loss", "[trai
     m.load_parameters(adapters);
     return double(m.loss(tokens, targets, B, T));
   };
-  std::mt19937 rng(65);
-  for (const auto& [name, g] : grads) {
-    auto& t = adapters.at(name);
-    for (int probe = 0; probe < 2; ++probe) {
-      const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
-      const double numeric = nn::testing::central_difference(t[i], loss_of, 1e-2f);
-      INFO(name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
-      CHECK(std::abs(g[i] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
-    }
-  }
+  tpcli::testing::check_by_differences(grads, adapters, loss_of, 2, 65);
 }
 
 TEST_CASE("QLoRA gradients on every data x model mesh equal one device's", "[train][lora][qlora]") {
