@@ -185,6 +185,7 @@ class TrainableLlama {
   LlamaCore core_;
   std::optional<LoraOptions> lora_;
   std::vector<ParamSpec> lora_specs_;  // with LoRA: the adapters', in binding order
+  std::vector<nn::LoraAdapter*> adapters_;  // with LoRA: every adapter, in lora_specs_ order (bind_adapters)
   std::pair<uint64_t, int64_t> dropout_pass_{0, 0};  // set_dropout_pass
   std::unique_ptr<Head> head_;  // embedding, final norm, classifier (on the heap: the binding points into it)
   std::vector<Layer> layers_;

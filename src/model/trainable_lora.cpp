@@ -37,20 +37,12 @@ const AdapterSite* site_of(const std::string& target) {
   return nullptr;
 }
 
-// A 64-bit mix (splitmix64's finaliser): the adapters' random stream.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // PEFT's initialisation of A, kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(IN), 1/sqrt(IN)), drawn for
 // the whole [r, IN] matrix from (seed, name): every mesh starts from the same adapters.
 // A random stream named by (seed, name).
 uint64_t stream_of(uint64_t seed, const std::string& name) {
-  uint64_t key = mix(seed);
-  for (char c : name) key = mix(key ^ static_cast<unsigned char>(c));
+  uint64_t key = nn::mix64(seed);
+  for (char c : name) key = nn::mix64(key ^ static_cast<unsigned char>(c));
   return key;
 }
 
@@ -59,7 +51,7 @@ Tensor initial_lora_a(uint64_t seed, const std::string& name, int64_t r, int64_t
   const float bound = 1.0f / std::sqrt(static_cast<float>(IN));
   Tensor a({r, IN});
   for (int64_t i = 0; i < r * IN; ++i) {
-    const double u = static_cast<double>(mix(key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;  // [0, 1)
+    const double u = static_cast<double>(nn::mix64(key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;  // [0, 1)
     a[i] = static_cast<float>((2.0 * u - 1.0) * bound);
   }
   return a;
@@ -200,22 +192,21 @@ void TrainableLlama::load_parameters(const WeightSource& full) {
 }
 
 void TrainableLlama::set_adapter_pass(uint64_t seed, int64_t row_offset) {
-  for (size_t i = 0; i < lora_specs_.size(); i += 2) {
-    const auto [l, target] = layer_and_target(lora_specs_[i].name);
-    nn::LoraAdapter& ad = *adapter(static_cast<size_t>(l), target);
-    ad.pass_seed = seed;
-    ad.row_offset = row_offset;
+  for (nn::LoraAdapter* ad : adapters_) {
+    ad->pass_seed = seed;
+    ad->row_offset = row_offset;
   }
 }
 
 // The adapters of block l finish with its backward: stage L - l, as the base's weights would.
 void TrainableLlama::bind_adapters() {
   const int L = static_cast<int>(layers_.size());
-  for (const ParamSpec& spec : lora_specs_) {
-    const auto [l, target] = layer_and_target(spec.name);
-    nn::LoraAdapter& ad = *adapter(static_cast<size_t>(l), target);
-    const bool is_a = spec.name.ends_with(".lora_a");
-    binding_.bind(L - l, spec, is_a ? ad.a : ad.b, is_a ? ad.a_grad : ad.b_grad);
+  for (size_t i = 0; i < lora_specs_.size(); i += 2) {  // A, then B
+    const auto [l, target] = layer_and_target(lora_specs_[i].name);
+    nn::LoraAdapter* ad = adapter(static_cast<size_t>(l), target);
+    adapters_.push_back(ad);
+    binding_.bind(L - l, lora_specs_[i], ad->a, ad->a_grad);
+    binding_.bind(L - l, lora_specs_[i + 1], ad->b, ad->b_grad);
   }
   binding_.lay_out(lora_specs_);
 }

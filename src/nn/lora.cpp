@@ -143,23 +143,23 @@ void lora_mirrored_backward(float* dinp, const float* dout, const float* xa, con
                ad.a_grad.data(), IN);
 }
 
-namespace {
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
 
+namespace {
+
 // mask[j] for row n: 0 or 1 / (1 - p), from the element's global indices.
 void fill_mask(const LoraAdapter& ad, int64_t n, int64_t IN, std::vector<float>& mask) {
-  const uint64_t row_key = mix(mix(ad.pass_seed ^ ad.stream) + static_cast<uint64_t>(ad.row_offset + n));
+  const uint64_t row_key = mix64(mix64(ad.pass_seed ^ ad.stream) + static_cast<uint64_t>(ad.row_offset + n));
   const auto threshold = static_cast<uint64_t>(static_cast<double>(ad.dropout) * 0x1.0p24);
   const float keep = 1.0f / (1.0f - ad.dropout);
   mask.resize(static_cast<size_t>(IN));
   for (int64_t j = 0; j < IN; ++j)
-    mask[static_cast<size_t>(j)] = (mix(row_key + static_cast<uint64_t>(ad.column_offset + j)) >> 40) < threshold ? 0.0f : keep;
+    mask[static_cast<size_t>(j)] = (mix64(row_key + static_cast<uint64_t>(ad.column_offset + j)) >> 40) < threshold ? 0.0f : keep;
 }
 
 }  // namespace

@@ -59,6 +59,9 @@ struct LoraAdapter {
   bool drops() const { return dropout > 0.0f && pass_seed != 0; }
 };
 
+// splitmix64's finaliser: the adapters' random streams (A's initial values, dropout's masks).
+uint64_t mix64(uint64_t x);
+
 // An adapter with zero gradients: a and b as given, scale = alpha / rank.
 LoraAdapter make_lora_adapter(tensor::Tensor a, tensor::Tensor b, double alpha);
 
