@@ -23,6 +23,7 @@ namespace {
 
 using Result = tpcli::testing::RunResult;
 using tpcli::testing::check_one_line_error;
+using tpcli::testing::parse_rows;
 
 Result run(const std::vector<std::string>& args, const std::string& cwd = "") {
   return tpcli::testing::run_tpcli(args, {.cwd = cwd, .environment = "OMP_WAIT_POLICY=passive", .timeout_seconds = 120});
@@ -44,17 +45,6 @@ std::vector<int> parse_ids(const std::string& text) {
   return ids;
 }
 
-// Lines of space-separated floats: [P][V].
-std::vector<std::vector<double>> parse_rows(const std::string& text) {
-  std::vector<std::vector<double>> rows;
-  std::stringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    std::vector<double>& row = rows.emplace_back();
-    std::stringstream in(line);
-    for (double x; in >> x;) row.push_back(x);
-  }
-  return rows;
-}
 
 
 }  // namespace

@@ -36,6 +36,7 @@ using tpcli::testing::read_raw;
 
 using Result = tpcli::testing::RunResult;
 using tpcli::testing::check_one_line_error;
+using tpcli::testing::parse_rows;
 using tpcli::model::LoraAdapterSet;
 
 Result run(const std::vector<std::string>& args) {
@@ -64,16 +65,6 @@ LoraAdapterSet random_adapter(const tpcli::model::LlamaConfig& c, uint32_t seed)
   return set;
 }
 
-std::vector<std::vector<double>> parse_rows(const std::string& text) {
-  std::vector<std::vector<double>> rows;
-  std::stringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    std::vector<double>& row = rows.emplace_back();
-    std::stringstream in(line);
-    for (double x; in >> x;) row.push_back(x);
-  }
-  return rows;
-}
 
 double max_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
   REQUIRE(a.size() == b.size());
