@@ -198,44 +198,41 @@ TEST_CASE("LoRA gradients match finite differences on both sharded forms", "[nn]
   for (bool columns : {false, true})
     for (float dropout : {0.0f, 0.4f}) {
       DYNAMIC_SECTION((columns ? "ShardedToAll" : "AllToSharded") << " dropout " << dropout) {
-        dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
-          dist::Group& g = dev.axis("model");
-          const auto loss = [&]() {  // rebuilt from the current a, b, x
-            nn::Linear base(tensor::Tensor({OUT, IN}, w));
-            auto ad = with_dropout(nn::make_lora_adapter(tensor::Tensor({r, IN}, a), tensor::Tensor({OUT, r}, b), 3.0), dropout);
-            std::vector<float> out(N * OUT);
-            if (columns) {
-              auto layer = std::get<nn::ShardedToAllLinear>(nn::shard_linear(base, nn::Sharding::ShardedToAll, g));
-              layer.set_adapter(std::move(ad));
-              layer.forward(out.data(), x.data(), N);
-            } else {
-              auto layer = std::get<nn::AllToShardedLinear>(nn::shard_linear(base, nn::Sharding::AllToSharded, g));
-              layer.set_adapter(0, std::move(ad));
-              layer.forward(out.data(), x.data(), N);
-            }
-            return nn::testing::dot(out, dout);
-          };
+        dist::Group g;  // one device, on the test thread: the checks below may assert
+        const auto loss = [&]() {  // rebuilt from the current a, b, x
           nn::Linear base(tensor::Tensor({OUT, IN}, w));
           auto ad = with_dropout(nn::make_lora_adapter(tensor::Tensor({r, IN}, a), tensor::Tensor({OUT, r}, b), 3.0), dropout);
-          std::vector<float> out(N * OUT), dinp(N * IN, 0.0f), da, db;
+          std::vector<float> out(N * OUT);
           if (columns) {
             auto layer = std::get<nn::ShardedToAllLinear>(nn::shard_linear(base, nn::Sharding::ShardedToAll, g));
             layer.set_adapter(std::move(ad));
             layer.forward(out.data(), x.data(), N);
-            layer.backward(dinp.data(), dout.data(), x.data(), N);
-            da = values(layer.adapter()->a_grad), db = values(layer.adapter()->b_grad);
           } else {
             auto layer = std::get<nn::AllToShardedLinear>(nn::shard_linear(base, nn::Sharding::AllToSharded, g));
             layer.set_adapter(0, std::move(ad));
             layer.forward(out.data(), x.data(), N);
-            layer.backward(dinp.data(), dout.data(), x.data(), N);
-            da = values(layer.adapter(0)->a_grad), db = values(layer.adapter(0)->b_grad);
           }
-          // One device: the checks run on the calling thread's device, the only one.
-          nn::testing::check_gradient(a, da, loss);
-          nn::testing::check_gradient(b, db, loss);
-          nn::testing::check_gradient(x, dinp, loss);
-        });
+          return nn::testing::dot(out, dout);
+        };
+        nn::Linear base(tensor::Tensor({OUT, IN}, w));
+        auto ad = with_dropout(nn::make_lora_adapter(tensor::Tensor({r, IN}, a), tensor::Tensor({OUT, r}, b), 3.0), dropout);
+        std::vector<float> out(N * OUT), dinp(N * IN, 0.0f), da, db;
+        if (columns) {
+          auto layer = std::get<nn::ShardedToAllLinear>(nn::shard_linear(base, nn::Sharding::ShardedToAll, g));
+          layer.set_adapter(std::move(ad));
+          layer.forward(out.data(), x.data(), N);
+          layer.backward(dinp.data(), dout.data(), x.data(), N);
+          da = values(layer.adapter()->a_grad), db = values(layer.adapter()->b_grad);
+        } else {
+          auto layer = std::get<nn::AllToShardedLinear>(nn::shard_linear(base, nn::Sharding::AllToSharded, g));
+          layer.set_adapter(0, std::move(ad));
+          layer.forward(out.data(), x.data(), N);
+          layer.backward(dinp.data(), dout.data(), x.data(), N);
+          da = values(layer.adapter(0)->a_grad), db = values(layer.adapter(0)->b_grad);
+        }
+        nn::testing::check_gradient(a, da, loss);
+        nn::testing::check_gradient(b, db, loss);
+        nn::testing::check_gradient(x, dinp, loss);
       }
     }
 }
