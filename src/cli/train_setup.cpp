@@ -290,23 +290,6 @@ void set_config_fields(const config::RunConfig& config, TrainOptions& o) {
   o.metadata_note = config.path;
 }
 
-// Training computes the Llama block only (model/trainable_llama.h): a model with more is refused
-// here, at the key that asked for it (or init_from's checkpoint), before any device starts.
-static void refuse_beyond_llama(const config::RunConfig& config, const model::LlamaConfig& model) {
-  const std::string feature = model.beyond_llama_feature();
-  if (feature.empty()) return;
-  std::string where = config.where("model.init_from");
-  if (!config.model.init_from) {
-    const std::pair<const char*, const char*> keys[] = {{"q/k/v biases", "qkv_bias"},
-                                                        {"q/k norms", "qk_norm"},
-                                                        {"dense blocks among MoE blocks", "dense_layers"},
-                                                        {"unnormalised top-k gates", "norm_topk_prob"}};
-    for (const auto& [name, key] : keys)
-      if (feature == name) where = config.model.source.where(key);
-  }
-  throw config::ConfigError(where + ": training a model with " + feature + " is not supported (inference is)");
-}
-
 // [train.lora] as the model takes it, checked against the model it adapts.
 static model::LoraOptions lora_options(const config::RunConfig& config, const model::LlamaConfig& model) {
   const config::LoraSection& lora = *config.train.lora;
@@ -349,7 +332,6 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   } catch (const std::exception& e) {
     throw ConfigError(config.where("model.init_from") + ": " + e.what());
   }
-  refuse_beyond_llama(config, o.model);
   if (config.train.lora) o.lora = lora_options(config, o.model);
   if (!tokenizer) {
     try {

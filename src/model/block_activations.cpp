@@ -14,6 +14,10 @@ BlockActivationSizes block_activation_sizes(const LlamaConfig& c, const ShardPla
   s.x_in = s.xn1 = s.xm = s.xn2 = s.tmp = R * C;
   s.rstd1 = s.rstd2 = R;
   s.qkv = N * (QL + 2 * KVL);
+  if (c.qk_norm) {
+    s.qk_in = N * (QL + KVL);
+    s.qk_rstd = N * (QL + KVL) / c.head_size();
+  }
   s.att = int64_t{B} * plan.heads.count * T * T;
   s.y = N * QL;
   s.ffn = c.is_moe() ? 0 : nn::swiglu_activation_sizes(N, plan.ffn.count).total();

@@ -21,6 +21,8 @@ struct BlockActivationSizes {
   int64_t x_in = 0;   // [R, C] the block's input: kept for every block, also under recompute
   int64_t xn1 = 0;    // [R, C] attention_norm output
   int64_t rstd1 = 0;  // [R]
+  int64_t qk_in = 0;    // [N, QL+KVL] q and k before their norms (Qwen3's q/k norms; else 0)
+  int64_t qk_rstd = 0;  // [N, NH_L+NKV_L] their 1/rms (q/k norms; else 0)
   int64_t qkv = 0;    // [N, QL+2KVL] after RoPE
   int64_t att = 0;    // [B, NH_L, T, T] softmax probabilities
   int64_t y = 0;      // [N, QL] attention output (wo input)
@@ -32,7 +34,7 @@ struct BlockActivationSizes {
   // 0 for a MoE model, whose expert buffers are not counted.
   int64_t ffn = 0;
   // What the block saves besides its input and the feed-forward: xn1 .. rstd2.
-  int64_t saved() const { return xn1 + rstd1 + qkv + att + y + xm + xn2 + rstd2; }
+  int64_t saved() const { return xn1 + rstd1 + qk_in + qk_rstd + qkv + att + y + xm + xn2 + rstd2; }
 };
 
 // What the training forward keeps after the blocks, for the final norm, classifier and loss.

@@ -67,7 +67,7 @@ struct LlamaConfig {
   bool is_moe() const { return n_experts > 0; }  // some block's feed-forward is a MoE
   bool is_moe_layer(int l) const;                 // block l's is
   // The first feature beyond the Llama block (q/k/v biases, q/k norms, dense blocks among MoE ones,
-  // unnormalised gates) the model has, or "": what training and llama2.c/Llama exports refuse.
+  // unnormalised gates) the model has, or "": what llama2.c and Llama exports refuse.
   std::string beyond_llama_feature() const;
   int64_t parameter_count() const;
   // Throws std::invalid_argument naming the field when the dims don't fit together, exceed the

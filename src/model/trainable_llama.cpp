@@ -28,6 +28,8 @@ struct TrainableLlama::Acts {
     std::vector<float> x_in;   // [R, C] residual stream entering the block
     std::vector<float> xn1;    // [R, C] attention_norm output
     std::vector<float> rstd1;  // [R]
+    std::vector<float> qk_in;  // [N, QL+KVL] q and k before their norms (q/k norms only)
+    std::vector<float> qk_rstd;  // [N, NH_L+NKV_L] their 1/rms (q/k norms only)
     std::vector<float> qkv;    // [N, QL+2KVL] after RoPE
     std::vector<float> att;    // [B, NH_L, T, T] softmax probabilities
     std::vector<float> y;      // [N, QL] attention output (wo input)
@@ -58,8 +60,6 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
       lora_(std::move(lora)),
       head_(std::make_unique<Head>()) {
   const LlamaConfig& c = core_.config;
-  if (const std::string feature = c.beyond_llama_feature(); !feature.empty())
-    throw std::invalid_argument("llama: training a model with " + feature + " is not supported yet (inference is)");
   const bool packed = holds_packed_weights(weights);
   if (packed && !lora_)
     throw std::invalid_argument("llama: the model's weights are " +
@@ -83,6 +83,7 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
     L.attention_norm_grad = Tensor({c.dim});
     L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
     L.ffn_norm_grad = Tensor({c.dim});
+    L.qkv_extras = load_qkv_extras(weights, l);
     if (packed) {
       L.linears = PackedAttentionLinears{core_.load_packed_qkv(weights, l), core_.load_wo(weights, l)};
       std::unique_ptr<nn::QuantizedSwiGluFeedForward> ffn = core_.load_dense_ffn(weights, l);
@@ -99,6 +100,25 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
   } else {
     bind_parameters();
   }
+}
+
+// Block l's q/k/v biases and q/k norms (none for a Llama), with zero gradients.
+TrainableQkvExtras TrainableLlama::load_qkv_extras(const WeightSource& weights, int l) const {
+  TrainableQkvExtras e;
+  auto load = [&](const char* name, Tensor& value, Tensor& grad) {
+    value = core_.block_slice(weights, l, name);
+    grad = Tensor(value.shape());
+  };
+  if (core_.config.qkv_bias) {
+    load("bq", e.bq, e.bq_grad);
+    load("bk", e.bk, e.bk_grad);
+    load("bv", e.bv, e.bv_grad);
+  }
+  if (core_.config.qk_norm) {
+    load("q_norm", e.q_norm, e.q_norm_grad);
+    load("k_norm", e.k_norm, e.k_norm_grad);
+  }
+  return e;
 }
 
 // The packed checkpoint's embedding and unshared classifier, this device's vocabulary rows as stored.
@@ -132,6 +152,16 @@ void TrainableLlama::bind_parameters() {
     bind(stage, p + "wo", wo.weight(), wo.grad());
     const char* qkv[] = {"wq", "wk", "wv"};
     for (int i = 0; i < 3; ++i) bind(stage, p + qkv[i], linears.qkv.part(i).weight(), linears.qkv.part(i).grad());
+    TrainableQkvExtras& e = layer.qkv_extras;
+    if (e.has_bias()) {
+      bind(stage, p + "bq", e.bq, e.bq_grad);
+      bind(stage, p + "bk", e.bk, e.bk_grad);
+      bind(stage, p + "bv", e.bv, e.bv_grad);
+    }
+    if (e.has_norms()) {
+      bind(stage, p + "q_norm", e.q_norm, e.q_norm_grad);
+      bind(stage, p + "k_norm", e.k_norm, e.k_norm_grad);
+    }
     bind(stage, p + "attention_norm", layer.attention_norm, layer.attention_norm_grad);
   }
   bind(L + 1, "tok_embeddings", h.embedding.rows().weight(), h.embedding.rows().grad());
@@ -193,12 +223,14 @@ void TrainableLlama::block_forward(size_t l, const float* x_in, float* x_out, in
   const BlockActivationSizes sizes = block_activation_sizes(c, core_.plan, B, T, rows_split());
   const int64_t R = sizes.rows;  // rows of the residual stream here
   size(a.xn1, sizes.xn1); size(a.rstd1, sizes.rstd1); size(a.qkv, sizes.qkv); size(a.att, sizes.att);
+  size(a.qk_in, sizes.qk_in); size(a.qk_rstd, sizes.qk_rstd);
   size(a.y, sizes.y); size(a.xm, sizes.xm); size(a.xn2, sizes.xn2); size(a.rstd2, sizes.rstd2); size(A.tmp, sizes.tmp);
   nn::rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x_in, L.attention_norm.data(), R, C, c.norm_eps);
   if (rows_split())
     nn::all_gather_matmul(a.qkv.data(), a.xn1.data(), N, L.f32().qkv, core_.group);  // [R, C] split -> [N, QKV]
   else
     L.visit([&](auto& linears) { linears.qkv.forward(a.qkv.data(), a.xn1.data(), N); });
+  L.qkv_extras.forward(a.qkv.data(), a.qk_in.data(), a.qk_rstd.data(), N, core_.attention_shape(), c.norm_eps);
   core_.rope_forward(a.qkv.data(), N, 0, T);
   nn::attention_forward(a.y.data(), a.att.data(), a.qkv.data(), B, T, core_.attention_shape());
   if (rows_split())
@@ -306,6 +338,7 @@ void TrainableLlama::block_backward(size_t li, float* dx, int B, int T) {
   else L.visit([&](auto& linears) { linears.wo.backward(dy.data(), dx, a.y.data(), N); });
   nn::attention_backward(dqkv.data(), dy.data(), a.qkv.data(), a.att.data(), B, T, shape);
   core_.rope_backward(dqkv.data(), N, T);
+  L.qkv_extras.backward(dqkv.data(), a.qk_in.data(), a.qk_rstd.data(), N, shape, lora_.has_value(), group);
   std::fill(dxn.begin(), dxn.end(), 0.0f);
   if (rows_split()) nn::all_gather_matmul_backward(dxn.data(), dqkv.data(), a.xn1.data(), N, L.f32().qkv, group);  // reduce_scatter
   else L.visit([&](auto& linears) { linears.qkv.backward(dxn.data(), dqkv.data(), a.xn1.data(), N); });  // all_sum (sum_gradients)
@@ -352,7 +385,7 @@ int64_t TrainableLlama::activation_bytes() const {
   const Acts& A = *acts_;
   size_t n = 0;
   for (const auto& a : A.layers)
-    for (const auto* v : {&a.x_in, &a.xn1, &a.rstd1, &a.qkv, &a.att, &a.y, &a.xm, &a.xn2, &a.rstd2}) n += v->capacity();
+    for (const auto* v : {&a.x_in, &a.xn1, &a.rstd1, &a.qk_in, &a.qk_rstd, &a.qkv, &a.att, &a.y, &a.xm, &a.xn2, &a.rstd2}) n += v->capacity();
   for (const auto* v : {&A.x_final, &A.xf, &A.rstdf, &A.probs, &A.losses, &A.tmp}) n += v->capacity();
   int64_t bytes = static_cast<int64_t>(n * sizeof(float));
   for (const auto& L : layers_) bytes += L.ffn->activation_bytes();
@@ -370,12 +403,15 @@ void TrainableLlama::gradients_ready(int64_t end, bool last) const {
 
 std::vector<Tensor*> TrainableLlama::kv_row_grads() {
   std::vector<Tensor*> out;
-  for (size_t l = 0; l < layers_.size(); ++l)
+  for (size_t l = 0; l < layers_.size(); ++l) {
     for (int part = 1; part <= 2; ++part) {
       if (!lora_) out.push_back(&layers_[l].f32().qkv.part(part).grad());
       else if (nn::LoraAdapter* a = layers_[l].visit([&](auto& linears) { return linears.qkv.adapter(part); }))
         out.push_back(&a->b_grad);
     }
+    TrainableQkvExtras& e = layers_[l].qkv_extras;
+    if (!lora_ && e.has_bias()) out.insert(out.end(), {&e.bk_grad, &e.bv_grad});
+  }
   return out;
 }
 
@@ -480,7 +516,7 @@ int64_t TrainableLlama::frozen_bytes() const {
   if (h.packed_embedding) n += h.packed_embedding->bytes() + (h.tied ? 0 : h.packed_output.bytes());
   else n += (h.embedding.rows().weight().numel() + h.output.weight().numel()) * F32;
   for (const Layer& L : layers_) {
-    n += (L.attention_norm.numel() + L.ffn_norm.numel()) * F32 + L.ffn->parameter_bytes();
+    n += (L.attention_norm.numel() + L.ffn_norm.numel()) * F32 + L.qkv_extras.bytes() + L.ffn->parameter_bytes();
     if (const auto* p = std::get_if<PackedAttentionLinears>(&L.linears)) {
       n += p->qkv.bytes() + p->wo.bytes();
     } else {

@@ -34,6 +34,8 @@
 
 namespace tpcli::model {
 
+struct TrainableQkvExtras;
+
 // LoRA fine-tuning (nn/lora.h): the base frozen, adapters on the named linears of the last blocks.
 // The adapters are the model's only parameters: they alone get gradients, an optimizer and a
 // checkpoint; each is named "layers.L.wq.lora_a" [r, IN] / "layers.L.wq.lora_b" [OUT, r].
@@ -146,6 +148,7 @@ class TrainableLlama {
   struct Acts;
   void bind_parameters();
   void load_packed_head(const WeightSource& weights);  // QLoRA: the embedding and classifier as stored
+  TrainableQkvExtras load_qkv_extras(const WeightSource& weights, int l) const;  // block l's biases, q/k norms
   // LoRA (model/trainable_lora.cpp): the adapters' specs and tensors, the base frozen.
   void add_adapters(const LoraOptions& options);
   void bind_adapters();

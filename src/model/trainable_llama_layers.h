@@ -8,6 +8,7 @@
 
 #include "model/llama_core.h"
 #include "model/trainable_llama.h"
+#include "nn/attention.h"
 #include "nn/embedding.h"
 #include "nn/feed_forward.h"
 
@@ -19,8 +20,29 @@ struct PackedAttentionLinears {
   nn::QuantizedShardedToAllLinear wo;   // [C, QL] as stored, in lanes
 };
 
+// Qwen2's q/k/v biases and Qwen3's RMSNorm of each q and k head, between the q|k|v projection and
+// RoPE, as the trainable model holds them (QkvExtras is the inference form): this device's rows of
+// bq|bk|bv and the norms' gains (replicated). Parameters, unless LoRA freezes the base.
+struct TrainableQkvExtras {
+  tensor::Tensor bq, bk, bv, bq_grad, bk_grad, bv_grad;     // [QL], [KVL], [KVL]; empty: no biases
+  tensor::Tensor q_norm, k_norm, q_norm_grad, k_norm_grad;  // [HS]; empty: no norms
+
+  bool has_bias() const { return !bq.empty(); }
+  bool has_norms() const { return !q_norm.empty(); }
+  // qkv[N, QL+2KVL] += bq|bk|bv; then each q and k head normalised in place, its input kept in
+  // qk_in[N, QL+KVL] and its 1/rms in qk_rstd[N, NH_L+NKV_L] for the backward.
+  void forward(float* qkv, float* qk_in, float* qk_rstd, int64_t N, const nn::AttentionShape& shape, float eps) const;
+  // dqkv[N, QL+2KVL]: the gradient after the norms becomes the gradient before the biases, in place.
+  // Unless `frozen`, adds to the parameters' gradients; a norm's gain serves every head, so each
+  // device's part (its heads) is summed over the tensor group.
+  void backward(float* dqkv, const float* qk_in, const float* qk_rstd, int64_t N, const nn::AttentionShape& shape,
+                bool frozen, dist::Group& group);
+  int64_t bytes() const;  // the values', f32
+};
+
 struct TrainableLlama::Layer {
   tensor::Tensor attention_norm, attention_norm_grad;  // [C]
+  TrainableQkvExtras qkv_extras;
   tensor::Tensor ffn_norm, ffn_norm_grad;              // [C]
   // f32 (training, LoRA) or packed (QLoRA); both kinds have the same forward, backward(dinp, dout,
   // inp, N), set_adapter and adapter, so the block's code visits whichever it holds.

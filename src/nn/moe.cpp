@@ -389,7 +389,7 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
     for (int64_t c = 0; c < C; ++c) d[c] += src[c];
   }
 
-  // gates = chosen probs / their sum; aux loss; softmax; router
+  // gates = chosen probs / their sum (or the chosen probs as they are); aux loss; softmax; router
   std::vector<float> dlogits(static_cast<size_t>(N * E), 0.0f);  // [N, E] first dprobs, then dlogits
   std::vector<float> dl(static_cast<size_t>(E));                 // [E] one token's dlogits
   const float aux_scale = N > 0 ? d_aux * s.aux_coef * static_cast<float>(E) / static_cast<float>(N) : 0.0f;
@@ -401,7 +401,10 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
       chosen += p[a.expert[static_cast<size_t>(t * K + k)]];
       gdg += a.gate[static_cast<size_t>(t * K + k)] * dgate[static_cast<size_t>(t * K + k)];
     }
-    for (int k = 0; k < K; ++k) dp[a.expert[static_cast<size_t>(t * K + k)]] = (dgate[static_cast<size_t>(t * K + k)] - gdg) / chosen;
+    for (int k = 0; k < K; ++k) {
+      const float d = dgate[static_cast<size_t>(t * K + k)];
+      dp[a.expert[static_cast<size_t>(t * K + k)]] = s.renormalise ? (d - gdg) / chosen : d;
+    }
     for (int e = 0; e < E; ++e) dp[e] += aux_scale * a.fraction[static_cast<size_t>(e)];
     // softmax VJP p_j (dp_j - sum_i p_i dp_i), written as p_j sum_i p_i (dp_j - dp_i): a peaked
     // router (p_j near 1) would otherwise lose 1 - p_j to cancellation.

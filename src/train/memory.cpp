@@ -22,7 +22,7 @@ int64_t local_numel(const model::ParamSpec& spec, const model::LlamaConfig& c, c
   if (spec.split == model::Split::Replicated) return tensor::numel(s);
   if (spec.expert) return experts.count * plan.expert_ffn.count * c.dim;  // [E_L, FE_L, C] or [E_L, C, FE_L]
   const int64_t part = plan.range_of(spec.sharded_dim).count;
-  return spec.split == model::Split::Rows ? part * s[1] : s[0] * part;
+  return spec.split == model::Split::Rows ? part * (tensor::numel(s) / s[0]) : s[0] * part;  // 1-D: a bias
 }
 
 int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, const model::ShardPlan& plan) {

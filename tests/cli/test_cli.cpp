@@ -179,10 +179,8 @@ TEST_CASE("train rejects a bad config before doing anything") {
       {"", {"--mesh", "data=0"}, "--mesh data=0: axis data = 0 must be >= 1"},
       {"", {"--set", "data.path=nowhere.txt"}, "data.path = \"nowhere.txt\": no such file"},
       {"", {"--set", "model.n_heads=3"}, "n_heads = 3 does not divide dim = 64"},
-      {"", {"--set", "model.qk_norm=true"}, "--set model.qk_norm=true: training a model with q/k norms is not supported (inference is)"},
-      {"", {"--set", "model.qkv_bias=true"}, "--set model.qkv_bias=true: training a model with q/k/v biases is not supported"},
-      {"", {"--set", "model.n_experts=4", "--set", "model.norm_topk_prob=false"},
-       "--set model.norm_topk_prob=false: training a model with unnormalised top-k gates is not supported"},
+      {"", {"--set", "model.n_experts=4", "--set", "model.dense_layers=[5]"},
+       "--set model.dense_layers=[5]: dense_layers: 5 is not a block in [0, n_layers), ascending"},
   };
   int n = 0;
   for (const auto& c : cases) {

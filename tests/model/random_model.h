@@ -21,6 +21,14 @@ inline LlamaConfig make_config(int dim, int heads, int kv_heads, int hidden, int
   return c;
 }
 
+// Qwen2's q/k/v biases and Qwen3's q/k norms on one model, heads of head_dim (not dim / 4).
+inline LlamaConfig qwen_like(int dim, int head_dim) {
+  LlamaConfig c = make_config(dim, 4, 2, 30, 2, 19, false);
+  c.head_dim = head_dim;
+  c.qkv_bias = c.qk_norm = true;
+  return c;
+}
+
 inline TensorWeights random_weights(const LlamaConfig& c, uint32_t seed) {
   std::mt19937 rng(seed);
   TensorWeights w(c);
@@ -74,6 +82,7 @@ inline std::vector<Shape> shapes() {
       {"8 heads, 4 KV heads (stories260K-like)", make_config(32, 8, 4, 40, 2, 29, true), 8},
       {"6 heads, 3 KV heads, unshared classifier", make_config(24, 6, 3, 30, 2, 23, false), 6},
       {"4 heads, 1 KV head (multi-query)", make_config(16, 4, 1, 20, 1, 13, true), 4},
+      {"Qwen-like: q/k/v biases, q/k norms, head_dim 8 (q 32 wide on dim 24), 4 heads, 2 KV heads", qwen_like(24, 8), 4},
   };
 }
 

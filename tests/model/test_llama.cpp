@@ -234,22 +234,64 @@ TEST_CASE("gradients accumulate over calls, including replicated KV rows", "[lla
 }
 
 TEST_CASE("model gradient matches finite differences of the loss", "[llama][grad]") {
-  const auto c = make_config(16, 4, 2, 12, 1, 9, false);
-  auto w = random_weights(c, 71);
+  const LlamaConfig qwen = [] {
+    LlamaConfig c = qwen_like(16, 6);
+    c.n_layers = 1;
+    c.vocab_size = 9;
+    return c;
+  }();
+  for (const LlamaConfig& c : {make_config(16, 4, 2, 12, 1, 9, false), qwen}) {
+    INFO((c.qk_norm ? "with q/k/v biases and q/k norms" : "Llama"));
+    auto w = random_weights(c, 71);
+    const int B = 2, T = 3;
+    const auto tokens = random_tokens(B * T, c.vocab_size, 72), targets = random_tokens(B * T, c.vocab_size, 73);
+    const auto ref = train_step(w, 1, tokens, targets, B, T)[0];
+    dist::Group single;
+    auto loss_of = [&] { return double(model::TrainableLlama(w, single).loss(tokens, targets, B, T)); };
+    std::mt19937 rng(74);
+    for (const auto& spec : model::llama_parameters(c)) {
+      auto& t = w.at(spec.name);
+      const auto g = ref.grads.get(spec.name);
+      for (int probe = 0; probe < 3; ++probe) {
+        const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
+        const double numeric = nn::testing::central_difference(t[i], loss_of, 1e-2f);
+        INFO(spec.name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
+        CHECK(std::abs(g[i] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
+      }
+    }
+  }
+}
+
+TEST_CASE("a Qwen3-MoE-like model's gradient (a dense block among MoE ones, unnormalised gates, q/k norms) matches "
+          "finite differences", "[llama][grad][moe]") {
+  LlamaConfig c = qwen_like(16, 6);
+  c.vocab_size = 11;
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.expert_hidden_dim = 10;
+  c.dense_layers = {0};
+  c.norm_topk_prob = false;
+  auto w = random_weights(c, 91);
   const int B = 2, T = 3;
-  const auto tokens = random_tokens(B * T, c.vocab_size, 72), targets = random_tokens(B * T, c.vocab_size, 73);
-  const auto ref = train_step(w, 1, tokens, targets, B, T)[0];
+  const auto tokens = random_tokens(B * T, c.vocab_size, 92), targets = random_tokens(B * T, c.vocab_size, 93);
   dist::Group single;
+  std::map<std::string, std::vector<float>> grads;  // one device: every parameter whole, experts too
+  {
+    model::TrainableLlama m(w, single);
+    m.zero_grad();
+    m.forward_backward(tokens, targets, B, T);
+    for (const auto& p : m.parameters()) grads[p.spec->name].assign(p.grad->span().begin(), p.grad->span().end());
+  }
   auto loss_of = [&] { return double(model::TrainableLlama(w, single).loss(tokens, targets, B, T)); };
-  std::mt19937 rng(74);
+  std::mt19937 rng(94);
   for (const auto& spec : model::llama_parameters(c)) {
     auto& t = w.at(spec.name);
-    const auto g = ref.grads.get(spec.name);
+    const std::vector<float>& g = grads.at(spec.name);
     for (int probe = 0; probe < 3; ++probe) {
       const int64_t i = std::uniform_int_distribution<int64_t>(0, t.numel() - 1)(rng);
       const double numeric = nn::testing::central_difference(t[i], loss_of, 1e-2f);
-      INFO(spec.name << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
-      CHECK(std::abs(g[i] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
+      INFO(spec.name << "[" << i << "]: analytic " << g[static_cast<size_t>(i)] << ", numeric " << numeric);
+      CHECK(std::abs(g[static_cast<size_t>(i)] - numeric) <= 2e-3 + 3e-2 * std::abs(numeric));
     }
   }
 }

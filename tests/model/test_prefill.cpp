@@ -170,11 +170,13 @@ TEST_CASE("memory: per-device parameters add up to the model once, plus the repl
         CHECK(trainable.parameter_bytes() == m.parameter_bytes());
         gathered[static_cast<size_t>(dev.rank())] = trainable.gather_weights();  // what a checkpoint saves
       });
-      // Held more than once: the norm gains (on every device) and KV heads several devices use.
+      // Held more than once: the norm gains (on every device) and KV heads several devices use (their
+      // rows of wk, wv, bk, bv).
       int64_t kv_rows_held = 0;  // sum over devices of wk (= wv) rows
       for (const auto& plan : model::plan_all_shards(c, T)) kv_rows_held += plan.kv_rows().count;
-      const int64_t norms = (2 * L + 1) * C, extra_kv_rows = kv_rows_held - c.kv_dim();
-      const int64_t expected_params = (c.parameter_count() + (T - 1) * norms + 2 * L * extra_kv_rows * C) * 4;
+      const int64_t norms = (2 * L + 1) * C + (c.qk_norm ? 2 * L * c.head_size() : 0);
+      const int64_t extra_kv_rows = kv_rows_held - c.kv_dim(), kv_row_size = C + (c.qkv_bias ? 1 : 0);  // wk's row, bk's
+      const int64_t expected_params = (c.parameter_count() + (T - 1) * norms + 2 * L * extra_kv_rows * kv_row_size) * 4;
       const int64_t expected_caches = 2 * L * c.seq_len * kv_rows_held * 4;
       int64_t sum_params = 0, sum_caches = 0;
       for (int r = 0; r < T; ++r) {

@@ -36,6 +36,7 @@ struct Problem {
   int E = 4, K = 2;
   double coef = 0.05;
   std::optional<float> capacity;
+  bool renormalise = true;      // the chosen gates divided by their sum (Mixtral), or as they are
   std::vector<int64_t> chunks;  // [G] tokens of each device (the capacity is applied per device)
   Vec x;                        // [NG, C]
   Vec router;                   // [E, C]
@@ -135,6 +136,7 @@ Result reference(const Problem& p) {
     const double* dout = &p.dout[t * C];
     double sum_chosen = 0;
     for (int e : chosen[t]) sum_chosen += probs[t * E + e];
+    if (!p.renormalise) sum_chosen = 1;
     Vec gate(static_cast<size_t>(E), 0), dgate(static_cast<size_t>(E), 0);  // full width, zero where unchosen
     for (int k = 0; k < K; ++k) gate[chosen[t][k]] = probs[t * E + chosen[t][k]] / sum_chosen;
     for (int e = 0; e < E; ++e) {  // every expert on every token; the mask zeroes the unchosen
@@ -172,11 +174,13 @@ Result reference(const Problem& p) {
         }
       }
     }
-    // gate = p_e / sum_chosen: full Jacobian
+    // gate = p_e / sum_chosen: full Jacobian (or gate = p_e)
     Vec dp(static_cast<size_t>(E), 0);
     for (int j : chosen[t])
-      for (int m : chosen[t])
-        dp[m] += dgate[j] * ((j == m ? 1.0 / sum_chosen : 0.0) - probs[t * E + j] / (sum_chosen * sum_chosen));
+      for (int m : chosen[t]) {
+        const double by_sum = p.renormalise ? probs[t * E + j] / (sum_chosen * sum_chosen) : 0.0;
+        dp[m] += dgate[j] * ((j == m ? 1.0 / sum_chosen : 0.0) - by_sum);
+      }
     for (int e = 0; e < E; ++e) dp[e] += p.d_aux * p.coef * E * f[e] / static_cast<double>(NG);
     for (int j = 0; j < E; ++j) {  // softmax Jacobian
       double dl = 0;
@@ -204,7 +208,7 @@ Result expert_parallel(const Problem& p, int G) {
   r.dw2.assign(p.w2.size(), 0);
   r.dw3.assign(p.w3.size(), 0);
   std::mutex mu;
-  tpcli::nn::MoeSizes s{C, F, E, p.K, static_cast<float>(p.coef), p.capacity};
+  tpcli::nn::MoeSizes s{C, F, E, p.K, static_cast<float>(p.coef), p.capacity, p.renormalise};
   auto to_f = [](const double* first, int64_t n) { return std::vector<float>(first, first + n); };
   tpcli::dist::run_on_mesh(Mesh::line(G, "data"), [&](Device& dev) {
     auto& group = dev.axis("data");
@@ -282,14 +286,20 @@ TEST_CASE("moe: expert-parallel forward and backward equal the plain method", "[
         // 50 tokens: uneven chunks for G = 4 and 8
         Problem p = make_problem(E, K, G, 50, static_cast<uint32_t>(100 * E + 10 * K + G));
         require_match(expert_parallel(p, G), reference(p));
+        if (K == E) continue;  // with every expert chosen, unnormalised gates are the same
+        p.renormalise = false;  // Qwen2-MoE's and OLMoE's gates
+        INFO("unnormalised gates");
+        require_match(expert_parallel(p, G), reference(p));
       }
 }
 
 TEST_CASE("moe: the reference backward equals central finite differences", "[nn][moe]") {
-  for (int K : {1, 2, 4}) {
-    INFO("K = " << K);
+  for (int K : {1, 2, 4})
+  for (const bool renormalise : {true, false}) {
+    INFO("K = " << K << (renormalise ? "" : ", unnormalised gates"));
     Problem p = make_problem(4, K, 1, 9, static_cast<uint32_t>(7 + K));
     p.C = 12;
+    p.renormalise = renormalise;
     const Result r = reference(p);
     std::mt19937 rng(3);
     auto probe = [&](Vec& param, const Vec& grad, const char* name) {

@@ -31,11 +31,11 @@ using tpcli::testing::slurp;
 // Trains with `mesh` (e.g. "data = 2"), returns the "loss" of every metrics.jsonl record; when
 // `load` is given, also each record's largest expert load over an even share (any block).
 std::vector<double> train_losses(const std::string& name, const std::string& mesh, int steps, const std::string& corpus,
-                                 std::vector<double>* load = nullptr) {
+                                 std::vector<double>* load = nullptr, const std::string& more_model_keys = "") {
   const fs::path out = scratch() / name, config = scratch() / (name + ".toml");
   std::ofstream(config) << "[mesh]\naxes = { " << mesh << " }\n"
                         << "[model]\ndim = 32\nhidden_dim = 64\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\nseq_len = 32\n"
-                        << "n_experts = 4\ntop_k = 2\nexpert_hidden_dim = 32\nmoe_aux_loss = 0.01\n"
+                        << "n_experts = 4\ntop_k = 2\nexpert_hidden_dim = 32\nmoe_aux_loss = 0.01\n" << more_model_keys
                         << "[data]\npath = \"" << corpus << "\"\ntokenizer = \"chars\"\nshuffle = false\n"
                         << "[train]\nsteps = " << steps << "\nbatch_size = 8\nseq_len = 32\nlr = 3e-3\nwarmup_steps = 5\n"
                         << "eval_every = 0\neval_batches = 1\nsample_tokens = 0\nout_dir = \"" << out.string() << "\"\n";
@@ -84,6 +84,22 @@ TEST_CASE("moe train: expert-parallel runs replay the single-device loss sequenc
       CHECK(ep[s] == Approx(one[s]).epsilon(1e-4));
     }
   }
+}
+
+TEST_CASE("moe train: a Qwen3-MoE-like model (a dense first block, unnormalised gates, q/k norms, q/k/v biases) "
+          "replays the single-device loss sequence with its experts dealt out", "[nn][moe][train]") {
+  const std::string corpus = std::string(TPCLI_SOURCE_DIR) + "/configs/data/verona.txt";
+  if (!fs::exists(corpus)) tpcli::testing::skip_test(corpus + " is absent");
+  const std::string qwen = "dense_layers = [0]\nnorm_topk_prob = false\nqk_norm = true\nqkv_bias = true\n";
+  const std::vector<double> one = train_losses("qwen-one", "data = 1", 6, corpus, nullptr, qwen);
+  for (const char* mesh : {"data = 2", "data = 2, model = 2"}) {
+    const std::vector<double> ep = train_losses("qwen-ep", mesh, 6, corpus, nullptr, qwen);
+    for (size_t s = 0; s < one.size(); ++s) {
+      INFO("mesh " << mesh << ", step " << s);
+      CHECK(ep[s] == Approx(one[s]).epsilon(1e-4));
+    }
+  }
+  CHECK(one.back() < one.front());
 }
 
 TEST_CASE("moe train: the loss falls on tiny-shakespeare - expert loads within 2x of even after warm-up",

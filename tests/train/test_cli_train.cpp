@@ -248,3 +248,36 @@ TEST_CASE("tpcli train: model.init_from takes a Hugging Face directory, f32 give
   REQUIRE(!from_bf16.empty());
   CHECK(std::abs(std::stod(from_bf16) / std::stod(from_file) - 1) < 0.02);
 }
+
+TEST_CASE("tpcli train fine-tunes Qwen2 and Qwen3 directories (biases, q/k norms): full, exported back to the "
+          "architecture it read with the same logits, and LoRA") {
+  tpcli::testing::require_shared("reference/hf-archs/qwen3/model.safetensors");
+  const std::string tok = tpcli::testing::shared_path("data/tok512.bin");
+  for (const std::string arch : {"qwen2", "qwen3"}) {
+    const std::string dir = tpcli::testing::shared_path("reference/hf-archs/" + arch);
+    const std::string path = write_config(arch + ".toml", config_text("data = 1, model = 2", "", ""));
+    const fs::path out = scratch() / (arch + "-run");
+    fs::remove_all(out);
+    const std::string run = " --set model.init_from='" + dir + "' --set data.tokenizer=" + tok +
+                            " --set train.sample_tokens=0 --set train.out_dir='" + out.string() + "'";
+    Run full = run_tpcli("train " + path + run);
+    INFO(arch << " train stderr: " << full.err);
+    REQUIRE(full.code == 0);
+    const std::string ckpt = (out / "latest.safetensors").string(), hf = (scratch() / (arch + "-hf")).string();
+    Run e = run_tpcli("export --to hf --dtype f32 --model " + ckpt + " --out " + hf);
+    INFO("export stderr: " << e.err);
+    REQUIRE(e.code == 0);
+    CHECK(slurp(fs::path(hf) / "config.json").find(arch == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM") !=
+          std::string::npos);
+    Run from_ckpt = run_tpcli("logits --model " + ckpt + " --tokens 5,70,300,12");
+    Run from_hf = run_tpcli("logits --model " + hf + " --tokens 5,70,300,12");
+    Run base = run_tpcli("logits --model " + dir + " --tokens 5,70,300,12");
+    REQUIRE(from_ckpt.code == 0);
+    CHECK(from_hf.out == from_ckpt.out);
+    CHECK(base.out != from_ckpt.out);  // the steps changed the model
+    Run lora = run_tpcli("train " + path + run + " --set train.lora.rank=4");
+    INFO("LoRA stderr: " << lora.err);
+    CHECK(lora.code == 0);
+    CHECK(fs::exists(out / "adapter" / "adapter_model.safetensors"));
+  }
+}

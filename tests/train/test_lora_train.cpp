@@ -44,6 +44,15 @@ model::LlamaConfig small_config() {
           .shared_classifier = false};
 }
 
+// The same with Qwen2's q/k/v biases and Qwen3's q/k norms (frozen: the gradient goes through them),
+// heads of 8 (q 32 wide on dim 24).
+model::LlamaConfig qwen_like_config() {
+  model::LlamaConfig c = small_config();
+  c.head_dim = 8;
+  c.qkv_bias = c.qk_norm = true;
+  return c;
+}
+
 model::LoraOptions lora_options() {
   model::LoraOptions o;
   o.rank = 3;
@@ -80,45 +89,51 @@ TEST_CASE("a fresh LoRA adapter leaves the loss unchanged and only the adapters 
 }
 
 TEST_CASE("LoRA adapter gradients match finite differences of the loss", "[train][lora][grad]") {
-  const auto c = small_config();
-  const auto base = model::random_weights(c, 11);
-  const auto o = lora_options();
-  auto adapters = random_adapters(c, o, 12);
-  const int B = 2, T = 4;
-  const auto tokens = random_ids(B * T, c.vocab_size, 13), targets = random_ids(B * T, c.vocab_size, 14);
-  const auto model_with = [&](const model::TensorWeights& a) {
-    model::TrainableLlama m(base, dist::Group(), {}, o);
-    m.load_parameters(a);
-    return m;
-  };
-  model::TrainableLlama m = model_with(adapters);
-  m.zero_grad();
-  m.forward_backward(tokens, targets, B, T);
-  const auto grads = grads_of(m);
-  const auto loss_of = [&] { return double(model_with(adapters).loss(tokens, targets, B, T)); };
-  tpcli::testing::check_by_differences(grads, adapters, loss_of, 3, 15);
+  for (const model::LlamaConfig& c : {small_config(), qwen_like_config()}) {
+    INFO((c.qk_norm ? "Qwen-like" : "Llama"));
+    const auto base = model::random_weights(c, 11);
+    const auto o = lora_options();
+    auto adapters = random_adapters(c, o, 12);
+    const int B = 2, T = 4;
+    const auto tokens = random_ids(B * T, c.vocab_size, 13), targets = random_ids(B * T, c.vocab_size, 14);
+    const auto model_with = [&](const model::TensorWeights& a) {
+      model::TrainableLlama m(base, dist::Group(), {}, o);
+      m.load_parameters(a);
+      return m;
+    };
+    model::TrainableLlama m = model_with(adapters);
+    m.zero_grad();
+    m.forward_backward(tokens, targets, B, T);
+    const auto grads = grads_of(m);
+    const auto loss_of = [&] { return double(model_with(adapters).loss(tokens, targets, B, T)); };
+    tpcli::testing::check_by_differences(grads, adapters, loss_of, 3, 15);
+  }
 }
 
 TEST_CASE("LoRA gradients on every data x model mesh equal one device's", "[train][lora]") {
-  const auto c = small_config();
-  const auto base = model::random_weights(c, 21);
-  const auto o = lora_options();
-  const auto adapters = random_adapters(c, o, 22);
-  const int B = 4, T = 6;
-  const auto inputs = random_ids(B * T, c.vocab_size, 23), targets = random_ids(B * T, c.vocab_size, 24);
+  for (const model::LlamaConfig& c : {small_config(), qwen_like_config()}) {
+    const std::string kind = c.qk_norm ? "Qwen-like" : "Llama";
+    // float sums in another order: the q/k norms' backward adds its own
+    const double tolerance = c.qk_norm ? 3e-5 : 1e-5;
+    const auto base = model::random_weights(c, 21);
+    const auto o = lora_options();
+    const auto adapters = random_adapters(c, o, 22);
+    const int B = 4, T = 6;
+    const auto inputs = random_ids(B * T, c.vocab_size, 23), targets = random_ids(B * T, c.vocab_size, 24);
 
-  model::TrainableLlama ref(base, dist::Group(), {}, o);
-  ref.load_parameters(adapters);
-  ref.zero_grad();
-  const float ref_loss = ref.forward_backward(inputs, targets, B, T);
-  const auto ref_grads = grads_of(ref);
+    model::TrainableLlama ref(base, dist::Group(), {}, o);
+    ref.load_parameters(adapters);
+    ref.zero_grad();
+    const float ref_loss = ref.forward_backward(inputs, targets, B, T);
+    const auto ref_grads = grads_of(ref);
 
-  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {1, 3}, {2, 3}, {1, 4}}) {
-    DYNAMIC_SECTION("mesh data=" << D << ",model=" << TP) {
-      const auto got = adapter_gradients_on_mesh(base, o, adapters, inputs, targets, B, T, D, TP, ref_grads, 1e-5);
-      for (const auto& f : got.failures) UNSCOPED_INFO(f);
-      CHECK(got.failures.empty());
-      for (double l : got.losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
+    for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}, {2, 2}, {1, 3}, {2, 3}, {1, 4}}) {
+      DYNAMIC_SECTION(kind << " mesh data=" << D << ",model=" << TP) {
+        const auto got = adapter_gradients_on_mesh(base, o, adapters, inputs, targets, B, T, D, TP, ref_grads, tolerance);
+        for (const auto& f : got.failures) UNSCOPED_INFO(f);
+        CHECK(got.failures.empty());
+        for (double l : got.losses) CHECK(l == Approx(ref_loss).epsilon(1e-5));
+      }
     }
   }
 }
