@@ -332,6 +332,7 @@ void save_peft_adapter(const std::string& dir, const LoraAdapterSet& set, const 
     for (const auto& t : targets) {
       const std::string m = *lora_matrix_of(t);
       const std::string base = "layers." + std::to_string(l) + "." + m;
+      if (is_ffn(m) && c.is_moe_layer(l)) continue;  // a MoE block has no dense feed-forward to adapt
       if (!lora_adapts(set, base))
         throw std::invalid_argument(dir + ": layer " + std::to_string(l) + " has adapters but none on " + t +
                                     ": PEFT adapts every target module of every adapted layer");

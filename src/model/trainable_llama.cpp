@@ -66,7 +66,10 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
                                 (c.quantization ? weight_format(*c.quantization).name() : std::string("16-bit")) +
                                 " (frozen); full fine-tuning needs the f32 checkpoint: train LoRA adapters on this one "
                                 "([train.lora]) or train the f32 checkpoint");
-  if (lora_) lora_specs_ = lora_parameters(c, *lora_);  // refuses what LoRA cannot take (MoE) before loading
+  if (packed && c.is_moe())
+    throw std::invalid_argument("llama: QLoRA on a mixture-of-experts model is not supported yet (its experts have no "
+                                "packed backward): train LoRA adapters on the f32 checkpoint");
+  if (lora_) lora_specs_ = lora_parameters(c, *lora_);  // refuses what LoRA cannot take before loading
   Head& h = *head_;
   h.tied = c.shared_classifier;
   if (packed) load_packed_head(weights);
@@ -496,7 +499,7 @@ TensorWeights TrainableLlama::gather(bool grads) {
     if (p.spec->expert) continue;
     out.set(p.spec->name, gather_parameter(*p.spec, grads ? p.grad->data() : p.value->data()));
   }
-  if (grads || !core_.config.is_moe()) return out;
+  if (grads || lora_ || !core_.config.is_moe()) return out;  // with LoRA, the adapters alone
   for (auto& L : layers_)
     for (auto& [name, t] : L.ffn->gather_full()) out.set(name, std::move(t));
   return out;

@@ -71,7 +71,6 @@ std::pair<int, std::string> layer_and_target(const std::string& name) {
 }  // namespace
 
 std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& o) {
-  if (c.is_moe()) throw std::invalid_argument("llama: LoRA on a mixture-of-experts model is not supported yet");
   if (o.rank < 1) throw std::invalid_argument("llama: LoRA rank " + std::to_string(o.rank) + " must be at least 1");
   if (o.last_layers < 0 || o.last_layers > c.n_layers)
     throw std::invalid_argument("llama: LoRA layers = " + std::to_string(o.last_layers) + " outside 0.." +
@@ -88,6 +87,7 @@ std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& 
   for (int l = c.n_layers - 1; l >= first; --l)
     for (const AdapterSite& site : SITES) {
       if (std::ranges::find(o.targets, std::string(site.target)) == o.targets.end()) continue;
+      if (site.dim == ShardedDim::Hidden && c.is_moe_layer(l)) continue;  // experts take no adapters
       const std::string name = "layers." + std::to_string(l) + "." + site.target;
       const tensor::Shape shape = shape_of(name);
       const int64_t OUT = shape[0], IN = shape[1];
@@ -97,6 +97,10 @@ std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& 
       specs.push_back({name + ".lora_b", {OUT, r}, site.columns ? Split::Replicated : Split::Rows, true, false, kv,
                        site.columns ? ShardedDim::None : site.dim});
     }
+  if (specs.empty())
+    throw std::invalid_argument("llama: the LoRA targets adapt nothing in the last " +
+                                std::to_string(c.n_layers - first) +
+                                " blocks (their feed-forwards are mixtures of experts, which take no adapters)");
   return specs;
 }
 
@@ -112,13 +116,17 @@ decltype(auto) with_swiglu(nn::TrainableFeedForward& ffn, F&& f) {
 
 // Sets `ad` on the site's linear of block L: ShardedToAll ones (wo, w2) take one adapter,
 // AllToSharded ones (wq|wk|wv, w1|w3) one per part.
-template <class Attention, class GateUp, class Down>
-void set_on(const AdapterSite& site, Attention& attention, GateUp& gate_up, Down& down, nn::LoraAdapter ad) {
-  const bool ffn = site.dim == ShardedDim::Hidden;
-  if (site.columns && ffn) down.set_adapter(std::move(ad));
-  else if (site.columns) attention.wo.set_adapter(std::move(ad));
-  else if (ffn) gate_up.set_adapter(site.part, std::move(ad));
-  else attention.qkv.set_adapter(site.part, std::move(ad));
+template <class Layer>
+void set_on(const AdapterSite& site, Layer& L, nn::LoraAdapter ad) {
+  if (site.dim != ShardedDim::Hidden)
+    return L.visit([&](auto& attention) {
+      if (site.columns) attention.wo.set_adapter(std::move(ad));
+      else attention.qkv.set_adapter(site.part, std::move(ad));
+    });
+  with_swiglu(*L.ffn, [&](auto& gate_up, auto& down) {
+    if (site.columns) down.set_adapter(std::move(ad));
+    else gate_up.set_adapter(site.part, std::move(ad));
+  });
 }
 
 }  // namespace
@@ -149,9 +157,7 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
     ad.dropout = static_cast<float>(o.dropout);
     ad.stream = stream_of(o.seed ^ 0x64726f70ULL, name);  // not A's stream
     ad.column_offset = site.columns ? mine.offset : 0;
-    with_swiglu(*L.ffn, [&](auto& gate_up, auto& down) {
-      L.visit([&](auto& attention) { set_on(site, attention, gate_up, down, std::move(ad)); });
-    });
+    set_on(site, L, std::move(ad));
   }
 }
 

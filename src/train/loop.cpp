@@ -78,9 +78,6 @@ void check_options(const TrainOptions& o) {
     fail("model.init_from has a different shape than the [model] section");
   if (o.resume && o.out_dir.empty()) fail("--resume needs train.out_dir");
   if (o.lora && o.sequence_parallel) fail("train.lora: mesh.sequence_parallel = true is not supported with LoRA yet");
-  if (o.lora && o.model.is_moe())
-    fail("train.lora: LoRA on a mixture-of-experts model (model.n_experts = " + std::to_string(o.model.n_experts) +
-         ") is not supported yet");
   if (o.sequence_parallel && o.model.is_moe())
     fail("mesh.sequence_parallel = true is not supported with a MoE model (model.n_experts = " +
          std::to_string(o.model.n_experts) + ")");

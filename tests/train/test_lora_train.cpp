@@ -53,6 +53,21 @@ model::LlamaConfig qwen_like_config() {
   return c;
 }
 
+// A mixture of experts whose adapted blocks (the last two) are one dense block and one MoE block:
+// the MoE block's attention takes adapters, its experts none.
+model::LlamaConfig moe_config() {
+  model::LlamaConfig c = small_config();
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.expert_hidden_dim = 16;
+  c.dense_layers = {1};
+  return c;
+}
+
+std::string kind_of(const model::LlamaConfig& c) {
+  return c.is_moe() ? "MoE" : c.qk_norm ? "Qwen-like" : "Llama";
+}
+
 model::LoraOptions lora_options() {
   model::LoraOptions o;
   o.rank = 3;
@@ -88,9 +103,26 @@ TEST_CASE("a fresh LoRA adapter leaves the loss unchanged and only the adapters 
   CHECK(adapter_floats == 2 * 3 * (48 + 72 + 48 + 128 + 64));
 }
 
+TEST_CASE("LoRA on a MoE model adapts every block's attention and the dense blocks' feed-forward, and refuses "
+          "targets that adapt nothing", "[train][lora]") {
+  const auto c = moe_config();
+  const auto specs = model::lora_parameters(c, lora_options());
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name);
+  CHECK(specs.size() == 2 * (7 + 4));  // block 1 (dense): all seven linears; block 2 (MoE): wq wk wv wo
+  CHECK(std::ranges::count(names, std::string("layers.1.w2.lora_a")) == 1);
+  CHECK(std::ranges::count(names, std::string("layers.2.w1.lora_a")) == 0);
+  CHECK(std::ranges::count(names, std::string("layers.2.wo.lora_b")) == 1);
+  model::LoraOptions ffn_only = lora_options();
+  ffn_only.targets = {"w1", "w3", "w2"};
+  ffn_only.last_layers = 1;  // block 2 alone: a MoE block
+  CHECK(tpcli::testing::error_of([&] { model::lora_parameters(c, ffn_only); })
+            .find("the LoRA targets adapt nothing in the last 1 blocks") != std::string::npos);
+}
+
 TEST_CASE("LoRA adapter gradients match finite differences of the loss", "[train][lora][grad]") {
-  for (const model::LlamaConfig& c : {small_config(), qwen_like_config()}) {
-    INFO((c.qk_norm ? "Qwen-like" : "Llama"));
+  for (const model::LlamaConfig& c : {small_config(), qwen_like_config(), moe_config()}) {
+    INFO(kind_of(c));
     const auto base = model::random_weights(c, 11);
     const auto o = lora_options();
     auto adapters = random_adapters(c, o, 12);
@@ -111,8 +143,8 @@ TEST_CASE("LoRA adapter gradients match finite differences of the loss", "[train
 }
 
 TEST_CASE("LoRA gradients on every data x model mesh equal one device's", "[train][lora]") {
-  for (const model::LlamaConfig& c : {small_config(), qwen_like_config()}) {
-    const std::string kind = c.qk_norm ? "Qwen-like" : "Llama";
+  for (const model::LlamaConfig& c : {small_config(), qwen_like_config(), moe_config()}) {
+    const std::string kind = kind_of(c);
     // float sums in another order: the q/k norms' backward adds its own
     const double tolerance = c.qk_norm ? 3e-5 : 1e-5;
     const auto base = model::random_weights(c, 21);
@@ -278,33 +310,35 @@ TEST_CASE("bytes per device with LoRA: the accounting equals what the model and 
 // model::Llama through PEFT's in-memory set) are two implementations: the same adapter must give
 // the same logits, on 1 and 2 tensor devices.
 TEST_CASE("a trained adapter gives the inference model's logits with --adapter", "[train][lora]") {
-  const auto c = small_config();
-  const auto base = model::random_weights(c, 51);
-  const auto o = lora_options();
-  const auto adapters = random_adapters(c, o, 52);
-  const int T = 7;
-  const auto tokens = random_ids(T, c.vocab_size, 53);
-  model::LoraAdapterSet set;
-  set.rank = o.rank;
-  set.alpha = o.alpha;
-  for (const auto& m : o.targets) set.targets.push_back(*model::lora_hf_module_of(m));
-  for (const auto& spec : model::lora_parameters(c, o))
-    set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
-  for (int TP : {1, 2}) {
-    std::vector<std::vector<float>> trained(TP), inferred(TP);
-    dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
-      model::TrainableLlama m(base, dev.axis("model"), {}, o);
-      m.load_parameters(adapters);
-      trained[dev.rank()] = m.forward_logits(tokens, 1, T);  // [T, V]
-      model::Llama llama(model::AdaptedWeights(std::make_unique<model::TensorWeights>(base), set, "test"), dev.axis("model"));
-      for (int pos = 0; pos < T; ++pos) {
-        const auto logits = llama.forward(tokens[static_cast<size_t>(pos)], pos);
-        inferred[dev.rank()].insert(inferred[dev.rank()].end(), logits.begin(), logits.end());
-      }
-    });
-    INFO(TP << " devices");
-    CHECK(rel_diff(trained[0], inferred[0]) < 1e-5);
-    CHECK(rel_diff(trained[TP - 1], inferred[0]) < 1e-5);
+  for (const model::LlamaConfig& c : {small_config(), moe_config()}) {
+    INFO(kind_of(c));
+    const auto base = model::random_weights(c, 51);
+    const auto o = lora_options();
+    const auto adapters = random_adapters(c, o, 52);
+    const int T = 7;
+    const auto tokens = random_ids(T, c.vocab_size, 53);
+    model::LoraAdapterSet set;
+    set.rank = o.rank;
+    set.alpha = o.alpha;
+    for (const auto& m : o.targets) set.targets.push_back(*model::lora_hf_module_of(m));
+    for (const auto& spec : model::lora_parameters(c, o))
+      set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
+    for (int TP : {1, 2}) {
+      std::vector<std::vector<float>> trained(TP), inferred(TP);
+      dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+        model::TrainableLlama m(base, dev.axis("model"), {}, o);
+        m.load_parameters(adapters);
+        trained[dev.rank()] = m.forward_logits(tokens, 1, T);  // [T, V]
+        model::Llama llama(model::AdaptedWeights(std::make_unique<model::TensorWeights>(base), set, "test"), dev.axis("model"));
+        for (int pos = 0; pos < T; ++pos) {
+          const auto logits = llama.forward(tokens[static_cast<size_t>(pos)], pos);
+          inferred[dev.rank()].insert(inferred[dev.rank()].end(), logits.begin(), logits.end());
+        }
+      });
+      INFO(TP << " devices");
+      CHECK(rel_diff(trained[0], inferred[0]) < 1e-5);
+      CHECK(rel_diff(trained[TP - 1], inferred[0]) < 1e-5);
+    }
   }
 }
 
