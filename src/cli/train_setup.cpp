@@ -1,6 +1,9 @@
 #include "cli/train_setup.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "cli/model_from_config.h"
@@ -309,6 +312,49 @@ static model::LoraOptions lora_options(const config::RunConfig& config, const mo
   return o;
 }
 
+// [train.lora] init_from's PEFT folder, read against the model: its tensors (the adapters' first
+// values), and `o` given the folder's rank, alpha, targets and blocks where the config wrote none
+// (a written one that differs is an error naming the key).
+static std::shared_ptr<const model::WeightSource> initial_adapters(const config::RunConfig& config, const model::LlamaConfig& c,
+                                                                   model::LoraOptions& o) {
+  const config::LoraSection& lora = *config.train.lora;
+  const std::string where = config.where("train.lora.init_from");
+  model::LoraAdapterSet set;
+  try {
+    set = model::load_peft_adapter(*lora.init_from, c);
+  } catch (const std::exception& e) {
+    throw config::ConfigError(where + ": " + e.what());
+  }
+  std::set<int> blocks;
+  for (const auto& [name, t] : set.tensors) blocks.insert(std::stoi(name.substr(7)));  // "layers.L...."
+  const int last = static_cast<int>(blocks.size());
+  if (blocks.empty() || *blocks.begin() != c.n_layers - last)
+    throw config::ConfigError(where + ": the adapter's blocks are not the model's last ones (tpcli trains the last N)");
+  std::vector<std::string> targets;
+  for (const std::string& module : set.targets) targets.push_back(*model::lora_matrix_of(module));
+  auto adopt = [&](const char* key, auto& mine, const auto& theirs, const std::string& shown) {
+    if (lora.written.count(key) && mine != theirs)
+      throw config::ConfigError(config.where(std::string("train.lora.") + key) + ": the adapter in " + *lora.init_from +
+                                " has " + key + " " + shown);
+    mine = theirs;
+  };
+  std::ranges::sort(targets);
+  std::vector<std::string> mine = o.targets;
+  std::ranges::sort(mine);
+  std::string modules;
+  for (const std::string& m : set.targets) modules += (modules.empty() ? "" : ", ") + m;
+  adopt("targets", mine, targets, "[" + modules + "]");
+  o.targets = targets;
+  adopt("rank", o.rank, set.rank, std::to_string(set.rank));
+  std::ostringstream alpha;
+  alpha << set.alpha;
+  adopt("alpha", o.alpha, set.alpha, alpha.str());
+  adopt("layers", o.last_layers, last == c.n_layers ? 0 : last, last == c.n_layers ? "all" : std::to_string(last));
+  auto weights = std::make_shared<model::TensorWeights>(c);
+  for (auto& [name, t] : set.tensors) weights->set(name, std::move(t));
+  return weights;
+}
+
 Prepared prepare_training(const config::RunConfig& config, bool resume) {
   using config::ConfigError;
   Prepared p;
@@ -333,6 +379,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
     throw ConfigError(config.where("model.init_from") + ": " + e.what());
   }
   if (config.train.lora) o.lora = lora_options(config, o.model);
+  if (config.train.lora && config.train.lora->init_from) o.lora_init = initial_adapters(config, o.model, *o.lora);
   if (!tokenizer) {
     try {
       tokenizer = TextTokenizer::llama2c(config.data.tokenizer_path, o.model.vocab_size);

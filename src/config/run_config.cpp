@@ -517,10 +517,13 @@ void read_data(const toml::table& table, const std::string& file, const fs::path
 }
 
 // [train.lora]
-LoraSection read_lora(const toml::table& table, const std::string& file, SourceMap& source) {
+LoraSection read_lora(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source) {
   Reader r(table, "train.lora.", file, source);
-  r.reject_unknown({"rank", "alpha", "dropout", "targets", "layers"});
+  r.reject_unknown({"rank", "alpha", "dropout", "targets", "layers", "init_from"});
   LoraSection lora;
+  for (const char* key : {"rank", "alpha", "targets", "layers"})
+    if (r.find(key)) lora.written.insert(key);
+  lora.init_from = r.existing_path("init_from", base_dir);
   if (auto rank = r.integer("rank", 1, 65536)) lora.rank = static_cast<int>(*rank);
   if (auto alpha = r.number("alpha", [](double v) { return v <= 0 ? std::string("must be > 0") : ""; })) lora.alpha = *alpha;
   if (auto dropout = r.number("dropout", [](double v) { return v < 0 || v >= 1 ? std::string("must be in [0, 1)") : ""; }))
@@ -553,7 +556,8 @@ LoraSection read_lora(const toml::table& table, const std::string& file, SourceM
   return lora;
 }
 
-void read_train(const toml::table& table, const std::string& file, SourceMap& source, TrainSection& train) {
+void read_train(const toml::table& table, const std::string& file, const fs::path& base_dir, SourceMap& source,
+                TrainSection& train) {
   Reader r(table, "train.", file, source);
   r.reject_unknown({"steps", "batch_size", "seq_len", "seed", "lr", "min_lr", "warmup_steps", "decay", "weight_decay",
                     "beta1", "beta2", "eps", "grad_clip", "eval_every", "eval_batches", "out_dir", "log_every",
@@ -596,7 +600,7 @@ void read_train(const toml::table& table, const std::string& file, SourceMap& so
   if (auto out_dir = r.string("out_dir")) train.out_dir = *out_dir;
   if (const toml::node* node = r.find("lora")) {
     if (!node->is_table()) r.wrong_type("lora", *node, "a table ([train.lora] rank = 8 ...)");
-    train.lora = read_lora(*node->as_table(), file, source);
+    train.lora = read_lora(*node->as_table(), file, base_dir, source);
   }
 }
 
@@ -783,7 +787,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   read_mesh(section_table(root, "mesh", path), path, file_axis_order, override_sources, config.source, config.mesh);
   read_model(section_table(root, "model", path), path, base_dir, config.source, config.model);
   read_data(section_table(root, "data", path), path, base_dir, config.source, config.data);
-  read_train(section_table(root, "train", path), path, config.source, config.train);
+  read_train(section_table(root, "train", path), path, base_dir, config.source, config.train);
   if (config.train.out_dir.empty()) config.train.out_dir = (fs::path("runs") / fs::path(path).stem()).string();
   check_roles(config);
   check_cross_sections(config);

@@ -33,6 +33,7 @@
 //   [train.lora] rank = 8  alpha = 16  dropout = 0.0   # LoRA: the base (model.init_from) frozen
 //           targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 //           layers = "all" | N                         # adapters on the last N blocks
+//           init_from = "ADAPTER_DIR"                  # start from a PEFT adapter (its rank, ... unless written)
 //
 // A model file (models/*.toml) holds the model dims as TOP-LEVEL keys (no [model] header):
 //   dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, n_experts, top_k,
@@ -52,6 +53,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -172,6 +174,10 @@ struct LoraSection {
   double dropout = 0;
   std::vector<std::string> targets = LORA_MODULES;  // distinct, each one of LORA_MODULES
   int layers = 0;  // adapt the last N blocks; 0 = "all"
+  // A PEFT adapter folder the adapters start from (mlx-lm's --resume-adapter-file); rank, alpha,
+  // targets and layers not written beside it are the folder's.
+  std::optional<std::string> init_from;
+  std::set<std::string> written;  // the keys above the file (or --set) gave
 };
 
 struct TrainSection {

@@ -244,6 +244,7 @@ std::string expert_axis_of(const TrainOptions& o) { return o.expert_axis.empty()
 model::TrainableLlama build_model(const RunShared& s, dist::Group& tensor_group, dist::Group& expert_group) {
   model::TrainableLlama llama(*s.source, tensor_group, expert_group, s.o.lora);
   if (s.o.lora && s.resume_file) llama.load_parameters(*s.resume_file);
+  else if (s.o.lora && s.o.lora_init) llama.load_parameters(*s.o.lora_init);
   return llama;
 }
 

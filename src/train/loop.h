@@ -78,6 +78,8 @@ struct TrainOptions {
   // LoRA: `init` stays frozen and only the adapters train; checkpoints hold the adapters (and their
   // moments), and --resume takes the base from `init` again.
   std::optional<model::LoraOptions> lora;
+  // LoRA: the adapters' first values (a PEFT folder's, "layers.L.wq.lora_a" ...; null = fresh ones).
+  std::shared_ptr<const model::WeightSource> lora_init;
   std::string base_name;  // where init came from (a LoRA adapter's base_model_name_or_path)
 
   // Data: a corpus of text windows, or (when sft is set, and corpus is then unused) supervised

@@ -3,6 +3,7 @@
 // file gives the same greedy tokens in infer as the checkpoint it came from.
 #include <catch2/catch.hpp>
 
+#include "support/raw_safetensors.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
@@ -280,4 +281,41 @@ TEST_CASE("tpcli train fine-tunes Qwen2 and Qwen3 directories (biases, q/k norms
     CHECK(lora.code == 0);
     CHECK(fs::exists(out / "adapter" / "adapter_model.safetensors"));
   }
+}
+
+TEST_CASE("train.lora.init_from starts the adapters from a PEFT folder bit for bit, taking its rank, and a written rank that "
+          "differs is a one-line error") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const std::string path = write_config("lora-from.toml", config_text("data = 1, model = 2", "", ""));
+  const fs::path first = scratch() / "lora-first", second = scratch() / "lora-second";
+  fs::remove_all(first);
+  fs::remove_all(second);
+  const std::string base = " --set model.init_from='" + tpcli::testing::shared_path("data/stories260K.bin") +
+                           "' --set data.tokenizer=" + tpcli::testing::shared_path("data/tok512.bin") +
+                           " --set train.sample_tokens=0 --set train.lora.rank=4";
+  Run a = run_tpcli("train " + path + base + " --set train.out_dir='" + first.string() + "'");
+  INFO("first run: " << a.err);
+  REQUIRE(a.code == 0);
+  // A second run from the first's PEFT folder, its rank not written: steps of lr ~0 keep the adapters.
+  const std::string from = " --set train.lora.init_from='" + (first / "adapter").string() + "'";
+  Run b = run_tpcli("train " + path + base.substr(0, base.find(" --set train.lora.rank")) + from +
+                    " --set train.lr=1e-30 --set train.min_lr=0 --set train.weight_decay=0 --set train.out_dir='" +
+                    second.string() + "'");
+  INFO("second run: " << b.err);
+  REQUIRE(b.code == 0);
+  const auto want = tpcli::testing::read_raw(first / "latest.safetensors");
+  const auto got = tpcli::testing::read_raw(second / "latest.safetensors");
+  int adapters = 0;
+  for (const auto& [name, h] : want.header.items()) {
+    if (!name.starts_with("layers.")) continue;  // the adapters, not their moments
+    ++adapters;
+    INFO(name);
+    CHECK(got.f32(name) == want.f32(name));
+  }
+  CHECK(adapters == 2 * 7 * 5);  // stories260K: 5 blocks of 7 linears
+  Run other_rank = run_tpcli("train " + path + base + from + " --set train.lora.rank=8");
+  CHECK(other_rank.code == 2);
+  CHECK(lines_of(other_rank.err) == 1);
+  CHECK(other_rank.err.find("--set train.lora.rank=8: the adapter in " + (first / "adapter").string() + " has rank 4") !=
+        std::string::npos);
 }
