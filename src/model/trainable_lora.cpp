@@ -141,6 +141,7 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
       dense->gate_up().freeze();
       dense->down().freeze();
     }
+    if (auto* moe = dynamic_cast<nn::MoeFeedForward*>(L.ffn.get())) moe->freeze();
   }
   if (!head_->packed_embedding) head_->classifier().set_frozen(true);
   for (size_t i = 0; i < lora_specs_.size(); i += 2) {  // A, then B

@@ -263,15 +263,18 @@ void experts_backward(std::vector<float>& dxe, const MoeGrads& g, const std::vec
     float *ac = act.data() + off * FL, *d1 = dh1.data() + off * FL, *d3 = dh3.data() + off * FL;
     const float *w1 = w.w1.data() + j * FL * C, *w2 = w.w2.data() + j * C * FL, *w3 = w.w3.data() + j * FL * C;
     for (int64_t i = 0; i < n * FL; ++i) ac[i] = h1[i] * sigmoid(h1[i]) * h3[i];
-    gemm(Trans::Yes, Trans::No, C, FL, n, 1.0f, dy, C, ac, FL, 1.0f, g.w2.data() + j * C * FL, FL);  // dw2 += dy^T act
+    const bool weights = !g.w1.empty();  // frozen (LoRA): no weight gradients
+    if (weights) gemm(Trans::Yes, Trans::No, C, FL, n, 1.0f, dy, C, ac, FL, 1.0f, g.w2.data() + j * C * FL, FL);  // dw2 += dy^T act
     gemm(Trans::No, Trans::No, n, FL, C, 1.0f, dy, C, w2, FL, 0.0f, d1, FL);                        // dact = dy w2
     for (int64_t i = 0; i < n * FL; ++i) {
       const float sg = sigmoid(h1[i]), dact = d1[i];
       d3[i] = dact * h1[i] * sg;
       d1[i] = dact * h3[i] * sg * (1.0f + h1[i] * (1.0f - sg));
     }
-    gemm(Trans::Yes, Trans::No, FL, C, n, 1.0f, d1, FL, x, C, 1.0f, g.w1.data() + j * FL * C, C);  // dw1 += dh1^T x
-    gemm(Trans::Yes, Trans::No, FL, C, n, 1.0f, d3, FL, x, C, 1.0f, g.w3.data() + j * FL * C, C);  // dw3 += dh3^T x
+    if (weights) {
+      gemm(Trans::Yes, Trans::No, FL, C, n, 1.0f, d1, FL, x, C, 1.0f, g.w1.data() + j * FL * C, C);  // dw1 += dh1^T x
+      gemm(Trans::Yes, Trans::No, FL, C, n, 1.0f, d3, FL, x, C, 1.0f, g.w3.data() + j * FL * C, C);  // dw3 += dh3^T x
+    }
     gemm(Trans::No, Trans::No, n, C, FL, 1.0f, d1, FL, w1, C, 0.0f, dxe.data() + off * C, C);      // dx = dh1 w1
     gemm(Trans::No, Trans::No, n, C, FL, 1.0f, d3, FL, w3, C, 1.0f, dxe.data() + off * C, C);      //    + dh3 w3
   }
@@ -350,10 +353,12 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
   const int64_t A = a.stats.rows_sent;
   expect_size("moe dout", dout.size(), N * C);
   expect_size("moe dinp", dinp.size(), N * C);
-  expect_size("moe router grad", g.router.size(), E * C);
-  expect_size("moe experts.w1 grad", g.w1.size(), static_cast<int64_t>(w.w1.size()));
-  expect_size("moe experts.w2 grad", g.w2.size(), static_cast<int64_t>(w.w2.size()));
-  expect_size("moe experts.w3 grad", g.w3.size(), static_cast<int64_t>(w.w3.size()));
+  if (!g.router.empty()) {  // else frozen: no weight gradients at all
+    expect_size("moe router grad", g.router.size(), E * C);
+    expect_size("moe experts.w1 grad", g.w1.size(), static_cast<int64_t>(w.w1.size()));
+    expect_size("moe experts.w2 grad", g.w2.size(), static_cast<int64_t>(w.w2.size()));
+    expect_size("moe experts.w3 grad", g.w3.size(), static_cast<int64_t>(w.w3.size()));
+  }
 
   // combine backward: gate gradients, and each kept row's output gradient (send order)
   std::vector<float> dgate(static_cast<size_t>(N * K), 0.0f);  // [N, K]
@@ -416,7 +421,7 @@ void moe_backward(std::span<float> dinp, const MoeGrads& g, std::span<const floa
     std::copy(dl.begin(), dl.end(), dp);
   }
   if (N > 0) {
-    gemm(Trans::Yes, Trans::No, E, C, N, 1.0f, dlogits.data(), E, inp.data(), C, 1.0f, g.router.data(), C);
+    if (!g.router.empty()) gemm(Trans::Yes, Trans::No, E, C, N, 1.0f, dlogits.data(), E, inp.data(), C, 1.0f, g.router.data(), C);
     gemm(Trans::No, Trans::No, N, C, E, 1.0f, dlogits.data(), E, w.router.data(), C, 1.0f, dinp.data(), C);
   }
 }
@@ -499,6 +504,7 @@ MoeFeedForward::MoeFeedForward(const MoeSizes& sizes, std::span<const float> rou
 MoeWeights MoeFeedForward::weights() const { return {router_.span(), w1_.span(), w2_.span(), w3_.span()}; }
 
 MoeGrads MoeFeedForward::grads() {
+  if (frozen_) return {};
   if (router_grad_.empty()) {
     router_grad_ = tensor::Tensor(router_.shape());
     w1_grad_ = tensor::Tensor(w1_.shape());
@@ -521,6 +527,7 @@ void MoeFeedForward::backward(float* dinp, const float* dout, const float* inp, 
 }
 
 std::vector<ParamRef> MoeFeedForward::parameters() {
+  if (frozen_) return {};
   grads();
   return {{prefix_ + "router", &router_, &router_grad_},
           {prefix_ + "experts.w1", &w1_, &w1_grad_},

@@ -93,7 +93,7 @@ struct MoeWeights {
   std::span<const float> w3;      // [E_local, FE_local, C]
 };
 
-struct MoeGrads {  // same shapes as MoeWeights; accumulated into (+=)
+struct MoeGrads {  // same shapes as MoeWeights; accumulated into (+=); all empty: frozen, none computed
   std::span<float> router;  // [E, C]
   std::span<float> w1;      // [E_local, FE_local, C]
   std::span<float> w2;      // [E_local, C, FE_local]
@@ -175,6 +175,8 @@ class MoeFeedForward : public TrainableFeedForward {
   // Routing and traffic of the last forward (+ backward): per-expert counts, drops, bytes.
   const MoeStats& stats() const { return acts_.stats; }
   const MoeSizes& sizes() const { return sizes_; }
+  // Frozen (LoRA's base): backward computes the input gradient alone, and parameters() is empty.
+  void freeze() { frozen_ = true; }
 
  private:
   MoeWeights weights() const;
@@ -191,6 +193,7 @@ class MoeFeedForward : public TrainableFeedForward {
   tensor::Tensor w2_, w2_grad_;          // [EL, C, FL]
   tensor::Tensor w3_, w3_grad_;          // [EL, FL, C]
   MoeActivations acts_;
+  bool frozen_ = false;
 };
 
 // One local expert over frozen packed weights (a quantized or 16-bit checkpoint): this member's
