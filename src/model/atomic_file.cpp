@@ -81,6 +81,33 @@ void write_directory_atomically(const std::string& dir, const std::function<void
                              " failed: " + errno_text(err));
 }
 
+void replace_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write) {
+  const std::filesystem::path target = without_trailing_slash(dir);
+  if (!std::filesystem::is_directory(target)) return write_directory_atomically(dir, write);
+  const std::string fresh = make_temporary_folder(target);
+  try {
+    write(fresh);
+    if (const int err = sync_path(fresh, true); err != 0) throw std::runtime_error(fresh + ": fsync failed: " + errno_text(err));
+    if (renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+      const std::string aside = target.string() + ".old";  // no exchange here: the old folder steps aside first
+      remove_folder_quietly(aside);
+      if (std::rename(target.c_str(), aside.c_str()) != 0 || std::rename(fresh.c_str(), target.c_str()) != 0) {
+        const int err = errno;
+        throw std::runtime_error(target.string() + ": cannot rename " + fresh + " into place: " + errno_text(err));
+      }
+      remove_folder_quietly(aside);
+      return;
+    }
+  } catch (...) {
+    remove_folder_quietly(fresh);
+    throw;
+  }
+  remove_folder_quietly(fresh);  // the old contents, after the exchange
+  const std::string parent = target.parent_path().empty() ? "." : target.parent_path().string();
+  if (const int err = sync_path(parent, true); err != 0)
+    throw std::runtime_error(parent + ": fsync of the folder after replacing " + target.string() + " failed: " + errno_text(err));
+}
+
 void require_new_folder(const std::string& dir) {
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::symlink_status(dir, ec);

@@ -22,6 +22,12 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
 // parent folders are created. Durable as write_atomically, if `write` syncs its files.
 void write_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write);
 
+// The same for a folder that a run rewrites (a checkpoint's PEFT adapter/): when `dir` exists, the
+// fresh folder and it trade places in one step (renameat2's RENAME_EXCHANGE), so a reader always
+// finds a whole `dir`, old or new; then the old one is removed. On a file system without the
+// exchange, the old folder is renamed aside first (a moment with no `dir`).
+void replace_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write);
+
 // Throws std::runtime_error "DIR: already exists and is not empty: choose a new folder" (or "... is
 // not a folder") unless write_directory_atomically(dir) may write there.
 void require_new_folder(const std::string& dir);

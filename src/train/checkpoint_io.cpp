@@ -59,7 +59,7 @@ static std::string lora_targets_text(const model::LoraOptions& lora) {
 }
 
 // A LoRA checkpoint's adapters as Hugging Face PEFT's folder, "adapter/" beside the checkpoint
-// (what --adapter, export --fuse and peft.PeftModel read): written as "adapter.new", then swapped in.
+// (what --adapter, export --fuse and peft.PeftModel read), replaced whole (model/atomic_file.h).
 static void write_peft_beside(const std::string& checkpoint, const model::TensorWeights& adapters, const TrainOptions& o) {
   model::LoraAdapterSet set;
   set.rank = o.lora->rank;
@@ -69,13 +69,8 @@ static void write_peft_beside(const std::string& checkpoint, const model::Tensor
   for (const std::string& m : o.lora->targets) set.targets.push_back(*model::lora_hf_module_of(m));
   for (const auto& spec : model::lora_parameters(o.model, *o.lora))
     set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
-  const fs::path dir = fs::path(checkpoint).parent_path() / "adapter", fresh = dir.string() + ".new", old = dir.string() + ".old";
-  fs::remove_all(fresh);
-  model::write_directory_atomically(fresh.string(), [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, o.model); });
-  fs::remove_all(old);
-  if (fs::exists(dir)) fs::rename(dir, old);
-  fs::rename(fresh, dir);
-  fs::remove_all(old);
+  const fs::path dir = fs::path(checkpoint).parent_path() / "adapter";
+  model::replace_directory_atomically(dir.string(), [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, o.model); });
 }
 
 // Collective over the tensor group (gathers); every device calls it, world rank 0 writes.

@@ -190,3 +190,25 @@ TEST_CASE("write_atomically: a failed rename reports the system's reason, not th
   CHECK(e.find("Success") == std::string::npos);
   CHECK_FALSE(std::filesystem::exists(temporary_path(target.string())));
 }
+
+TEST_CASE("replace_directory_atomically: an existing folder is replaced whole, and a failed write leaves it as it was") {
+  TempDir dir;
+  const std::filesystem::path target = dir.path() / "adapter";
+  auto write_file = [](const std::string& folder, const std::string& text) { std::ofstream(folder + "/file.txt") << text; };
+  replace_directory_atomically(target.string(), [&](const std::string& tmp) { write_file(tmp, "first"); });
+  std::ofstream(target / "stale.txt") << "from the old folder";
+  replace_directory_atomically(target.string(), [&](const std::string& tmp) { write_file(tmp, "second"); });
+  CHECK(tpcli::testing::slurp(target / "file.txt") == "second");
+  CHECK_FALSE(std::filesystem::exists(target / "stale.txt"));  // the old folder's files went with it
+  const std::string e = error_of([&] {
+    replace_directory_atomically(target.string(), [&](const std::string& tmp) {
+      write_file(tmp, "half");
+      throw std::runtime_error("disk full");
+    });
+  });
+  CHECK(e == "disk full");
+  CHECK(tpcli::testing::slurp(target / "file.txt") == "second");
+  int entries = 0;  // the folder alone: no temporary, no old copy left beside it
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path())) ++entries;
+  CHECK(entries == 1);
+}
