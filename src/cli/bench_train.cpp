@@ -19,6 +19,13 @@
 // every device of the mesh running at once, plus its collectives (each call run on the mesh's
 // groups under [mesh.links] / --link: the modelled time and the backend's own cost), less the
 // gradient buckets that overlap the last backward. The line under each row gives the parts.
+// Ceiling: after a mesh of N = DATA x MODEL > 1 devices, N independent 1x1 trainings of batch B/N
+// each (the mesh's options and BLIS threads per device), started together on threads of this
+// process, run the same steps; the line "vs N concurrent 1-device runs of batch B/N: R x" gives the
+// mesh's tokens/s over their summed tokens/s. They share nothing but the host, so R is what the
+// parallelism keeps of what this machine can do with N cores at once (memory bandwidth and caches
+// shared, turbo lower): a ratio that does not change with the machine's two-process scaling. B
+// must divide by N (checked for every mesh before anything runs).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -26,7 +33,9 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <exception>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
@@ -91,12 +100,122 @@ std::optional<perf::Prediction> predict_step(const config::RunConfig& cfg, const
   return perf::predict(work, comm, mesh, rates, t.overlap_buckets, t.grad_accum);
 }
 
+// One --meshes entry: its shape and the config with its options applied.
+struct BenchMesh {
+  std::string name;  // as given, e.g. "2x1+shard"
+  int data = 0, model = 0;
+  config::RunConfig cfg;
+  bool lora = false;
+  std::optional<tensor::WeightFormat> packed;  // QLoRA: the base's format
+  int devices() const { return data * model; }
+};
+
+BenchMesh parse_mesh(const config::RunConfig& base, const std::string& m) {
+  BenchMesh b{m, 0, 0, base, false, std::nullopt};
+  char x = 0;
+  std::istringstream in(m.substr(0, m.find('+')));
+  if (!(in >> b.data >> x >> b.model) || x != 'x' || b.data < 1 || b.model < 1 || !in.eof())
+    throw UsageError("--meshes " + m + ": expected DATAxMODEL[+shard][+recompute][+sp], e.g. 2x1+shard");
+  config::RunConfig& cfg = b.cfg;
+  for (size_t at = m.find('+'); at != std::string::npos; at = m.find('+', at + 1)) {
+    const std::string option = m.substr(at + 1, m.find('+', at + 1) - at - 1);
+    if (option == "shard") cfg.train.shard_optimizer = true;
+    else if (option == "recompute") cfg.train.recompute = true;
+    else if (option == "sp") cfg.mesh.sequence_parallel = true;
+    else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = cfg.mesh.sequence_parallel = false;
+    else if (option == "blocking") cfg.train.overlap_buckets = false;
+    else if (option == "lora") b.lora = true;
+    else if (option == "qlora8") b.packed = tensor::WeightFormat::affine(8, 32);
+    else if (option == "qlora4") b.packed = tensor::WeightFormat::affine(4, 32);
+    else if (option == "qlorabf16") b.packed = tensor::WeightFormat::bf16();
+    else
+      throw UsageError("--meshes " + m + ": unknown option '+" + option +
+                       "' (shard, recompute, sp, plain, blocking, lora, qlora8, qlora4, qlorabf16)");
+  }
+  config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, b.data}, {cfg.mesh.tensor_axis, b.model}}, "--meshes " + m);
+  return b;
+}
+
+// The ceiling's runs split the batch evenly; checked for every mesh before anything runs.
+void check_ceiling_batch(const BenchMesh& b) {
+  const int batch = b.cfg.train.batch_size;
+  if (b.devices() > 1 && batch % b.devices() != 0)
+    throw UsageError("--meshes " + b.name + ": train.batch_size = " + std::to_string(batch) + " does not split into " +
+                     std::to_string(b.devices()) + " concurrent 1-device runs (the ceiling); use a batch divisible by " +
+                     std::to_string(b.devices()));
+}
+
+// The mesh's training options, set for a benchmark: no files, no evaluation, `threads` BLIS threads
+// per device.
+train::TrainOptions bench_options(const BenchMesh& b, const BenchTrainOptions& o, int threads) {
+  Prepared p = prepare_training(b.cfg, false);
+  train::TrainOptions t = std::move(p.options);
+  if (b.lora || b.packed) t.lora = model::LoraOptions{};  // on the config's (random) base: the cost is the same
+  if (b.packed) t.init = packed_random_base(t.model, *b.packed);
+  t.steps = o.warmup + o.steps;
+  t.schedule.total_steps = t.steps;
+  t.out_dir.clear();
+  t.eval_batches = 0;
+  t.sample_tokens = 0;
+  t.progress = false;
+  t.run.blas_threads = threads;
+  t.run.links = to_link_spec(b.cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
+  return t;
+}
+
+double tokens_per_step(const train::TrainOptions& t) {
+  return static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
+}
+
+// Median step time of the timed steps (the warm-up ones left out).
+double median_step_seconds(const train::TrainResult& result, const train::TrainOptions& t, int warmup) {
+  std::vector<double> step_s;
+  for (size_t i = static_cast<size_t>(warmup); i < result.records.size(); ++i)
+    step_s.push_back(tokens_per_step(t) / result.records[i].tokens_per_s);
+  std::sort(step_s.begin(), step_s.end());
+  return step_s[step_s.size() / 2];
+}
+
+// The machine's ceiling for a mesh of N devices: N independent 1x1 trainings of batch B/N each
+// (the mesh's options kept, `threads` BLIS threads each), each on its own thread of this process
+// and started together, as the mesh's device threads are. Returns their summed tokens/s. No
+// collective joins them, so the mesh can at best match it: the ratio is what sharing one host's
+// memory bandwidth and caches leaves, apart from the parallelism's own cost. train::train keeps
+// no global state (each call builds its own backend and mesh; BLIS threads are per thread), so
+// threads are enough: no process of its own per run.
+double concurrent_ceiling_tokens_per_s(const BenchMesh& b, const BenchTrainOptions& o, int threads) {
+  BenchMesh one = b;
+  one.cfg.train.batch_size = b.cfg.train.batch_size / b.devices();
+  config::set_mesh_axes(one.cfg, {{one.cfg.mesh.data_axis, 1}, {one.cfg.mesh.tensor_axis, 1}}, "--meshes " + b.name);
+  const train::TrainOptions t = bench_options(one, o, threads);
+  std::vector<train::TrainResult> results(static_cast<size_t>(b.devices()));
+  std::vector<std::exception_ptr> errors(results.size());
+  std::vector<std::thread> runs;
+  for (size_t i = 0; i < results.size(); ++i)
+    runs.emplace_back([&, i] {
+      try {
+        results[i] = train::train(t);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (std::thread& run : runs) run.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  double summed = 0;
+  for (const train::TrainResult& r : results) summed += tokens_per_step(t) / median_step_seconds(r, t, o.warmup);
+  return summed;
+}
+
 void run(const BenchTrainOptions& o, const RunFlags& flags) {
   config::RunConfig base = load_config(o.config, flags);
   if (base.mesh.backend != config::BackendKind::Threads)  // one mesh after another in this process
     throw config::ConfigError(base.where("mesh.backend") + ": bench train runs on the threads backend (for zmq, time "
                               "`tpcli launch -n P -- tpcli train CONFIG --backend zmq`; for mpi, `mpirun -n P tpcli "
                               "train CONFIG --backend mpi`)");
+  std::vector<BenchMesh> meshes;
+  for (const std::string& m : o.meshes) meshes.push_back(parse_mesh(base, m));
+  for (const BenchMesh& b : meshes) check_ceiling_batch(b);
   const double peak1 = perf::sgemm_peak_gflops();
   const int cores = tensor::available_cores();
   std::printf("tpcli bench train: %s, %d warm-up + %d timed steps per mesh; sgemm peak %.1f GFLOP/s per core "
@@ -105,64 +224,29 @@ void run(const BenchTrainOptions& o, const RunFlags& flags) {
   std::printf("%-16s %8s %8s %12s %12s %10s %8s %10s %10s %12s %10s\n", "mesh", "devices", "threads", "step ms",
               "tokens/s", "GFLOP/s", "MFU", "act MB", "optim MB", "predicted ms", "pred/meas");
   double base_tps = 0;
-  for (const std::string& m : o.meshes) {
-    int D = 0, TP = 0;
-    char x = 0;
-    std::istringstream in(m.substr(0, m.find('+')));
-    if (!(in >> D >> x >> TP) || x != 'x' || D < 1 || TP < 1 || !in.eof())
-      throw UsageError("--meshes " + m + ": expected DATAxMODEL[+shard][+recompute][+sp], e.g. 2x1+shard");
-    config::RunConfig cfg = base;
-    bool lora = false;
-    std::optional<tensor::WeightFormat> packed;  // QLoRA: the base's format
-    for (size_t at = m.find('+'); at != std::string::npos; at = m.find('+', at + 1)) {
-      const std::string option = m.substr(at + 1, m.find('+', at + 1) - at - 1);
-      if (option == "shard") cfg.train.shard_optimizer = true;
-      else if (option == "recompute") cfg.train.recompute = true;
-      else if (option == "sp") cfg.mesh.sequence_parallel = true;
-      else if (option == "plain") cfg.train.shard_optimizer = cfg.train.recompute = cfg.mesh.sequence_parallel = false;
-      else if (option == "blocking") cfg.train.overlap_buckets = false;
-      else if (option == "lora") lora = true;
-      else if (option == "qlora8") packed = tensor::WeightFormat::affine(8, 32);
-      else if (option == "qlora4") packed = tensor::WeightFormat::affine(4, 32);
-      else if (option == "qlorabf16") packed = tensor::WeightFormat::bf16();
-      else
-        throw UsageError("--meshes " + m + ": unknown option '+" + option +
-                         "' (shard, recompute, sp, plain, blocking, lora, qlora8, qlora4, qlorabf16)");
-    }
-    config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--meshes " + m);
-    Prepared p = prepare_training(cfg, false);
-    train::TrainOptions& t = p.options;
-    if (lora || packed) t.lora = model::LoraOptions{};  // on the config's (random) base: the cost is the same
-    if (packed) t.init = packed_random_base(t.model, *packed);
-    t.steps = o.warmup + o.steps;
-    t.schedule.total_steps = t.steps;
-    t.out_dir.clear();
-    t.eval_batches = 0;
-    t.sample_tokens = 0;
-    t.progress = false;
-    t.run.blas_threads = o.blas_threads;
-    t.run.links = to_link_spec(cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
-    const double tokens_per_step = static_cast<double>(t.batch_size) * t.grad_accum * t.seq_len;
-    const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / (D * TP));  // distributed/runtime.cpp's rule
-    const std::optional<perf::Prediction> predicted = predict_step(cfg, t, threads);
-    auto result = train::train(t);
-    std::vector<double> step_s;
-    for (size_t i = static_cast<size_t>(o.warmup); i < result.records.size(); ++i)
-      step_s.push_back(tokens_per_step / result.records[i].tokens_per_s);
-    std::sort(step_s.begin(), step_s.end());
-    const double median = step_s[step_s.size() / 2];
-    const double tps = tokens_per_step / median;
+  for (const BenchMesh& b : meshes) {
+    const int D = b.devices();
+    const int threads = o.blas_threads > 0 ? o.blas_threads : std::max(1, cores / D);  // distributed/runtime.cpp's rule
+    const train::TrainOptions t = bench_options(b, o, threads);
+    const std::optional<perf::Prediction> predicted = predict_step(b.cfg, t, threads);
+    const double median = median_step_seconds(train::train(t), t, o.warmup);
+    const double tps = tokens_per_step(t) / median;
     const double gflops = tps * flops_per_token(t.model, t.seq_len) / 1e9;
-    const double mfu = gflops / (peak1 * std::min(D * TP * threads, cores));
+    const double mfu = gflops / (peak1 * std::min(D * threads, cores));
     if (base_tps == 0) base_tps = tps;
     const train::DeviceBytes bytes = train::run_device_bytes(t);  // device 0 (train/memory.h)
     char prediction[48] = "           -          -";  // a mesh with no plan yet (sequence parallel)
     if (predicted)
       std::snprintf(prediction, sizeof prediction, "%12.1f %9.2fx", predicted->total() * 1e3, predicted->total() / median);
-    std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f %s   (%.2fx the first mesh)\n", m.c_str(),
-                D * TP, threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6,
+    std::printf("%-16s %8d %8d %12.1f %12.0f %10.2f %7.1f%% %10.2f %10.2f %s   (%.2fx the first mesh)\n", b.name.c_str(),
+                D, threads, median * 1e3, tps, gflops, 100 * mfu, bytes.activations / 1e6, bytes.optimizer / 1e6,
                 prediction, tps / base_tps);
     if (predicted) std::printf("  predicted: %s\n", describe(*predicted).c_str());
+    std::fflush(stdout);
+    if (D == 1) continue;
+    const double ceiling = concurrent_ceiling_tokens_per_s(b, o, threads);
+    std::printf("  vs %d concurrent 1-device runs of batch %d/%d: %.2fx (their summed tokens/s %.0f)\n", D,
+                b.cfg.train.batch_size, D, tps / ceiling, ceiling);
     std::fflush(stdout);
   }
 }

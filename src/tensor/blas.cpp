@@ -7,6 +7,9 @@
 #include "tensor/blas.h"
 
 #include <blis.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <omp.h>
 #include <sched.h>
 
@@ -27,16 +30,31 @@ namespace {
 
 thread_local int t_blas_threads = 1;
 
-// BLIS reads BLIS_ARCH_TYPE once, when it initialises: pick the AVX-512 (skx) kernels before that
-// when the CPU has avx512f: on its own BLIS picks its haswell kernels there, 256-bit vectors on a
-// 512-bit machine (BENCHMARKS.md has the measured gap). A value the user set in the environment
-// wins.
+#if defined(__x86_64__)
+// AMD family 0x19 (Zen 3 and Zen 4; Zen 4 is the one with AVX-512), from cpuid leaf 1.
+bool amd_family_19h() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const unsigned base = (eax >> 8) & 0xF, extended = (eax >> 20) & 0xFF;
+  return (base == 0xF ? base + extended : base) == 0x19;
+}
+
+// The kernel set for a CPU with avx512f. Intel's cores run 512-bit FMAs at full width: the skx
+// kernels (on its own BLIS picks its haswell kernels there, 256-bit vectors on a 512-bit machine).
+// Zen 4 splits each 512-bit operation into two 256-bit halves: there BLIS's zen3 kernels (256-bit,
+// blocked for AMD's caches) run training's products faster than skx, the thin attention ones
+// (k or n = head size) most.
+arch_t avx512_arch() { return amd_family_19h() ? BLIS_ARCH_ZEN3 : BLIS_ARCH_SKX; }
+#endif
+
+// BLIS reads BLIS_ARCH_TYPE once, when it initialises: set it before that when the CPU has avx512f
+// (avx512_arch; BENCHMARKS.md has the measured gaps). A value the user set in the environment wins.
 void init_blis() {
   static std::once_flag once;
   std::call_once(once, [] {
 #if defined(__x86_64__)
     if (std::getenv("BLIS_ARCH_TYPE") == nullptr && __builtin_cpu_supports("avx512f"))
-      setenv("BLIS_ARCH_TYPE", std::to_string(static_cast<int>(BLIS_ARCH_SKX)).c_str(), 0);
+      setenv("BLIS_ARCH_TYPE", std::to_string(static_cast<int>(avx512_arch())).c_str(), 0);
 #endif
     bli_init();
   });
@@ -85,11 +103,16 @@ static int gemm_threads(int64_t m, int64_t n, int64_t k) {
 }
 
 // One single-threaded BLIS call: C[m,n] = alpha * A[m,k] @ B[k,n] + beta * C, general strides.
+// BLIS's blocked path only, never its small-matrix (sup) kernels, which the zen3 set has: the
+// blocked path sums every element of C over k in the same order whatever m and n, so a block of
+// C's columns (a device's shard of a linear, a thread's block below) gets exactly the bytes the
+// whole product gives it; the sup kernels pick their order from the shape (tests/tensor/test_blas.cpp).
 static void sgemm_one_thread(int64_t m, int64_t n, int64_t k, float alpha, const float* a, inc_t rsa, inc_t csa,
                              const float* b, inc_t rsb, inc_t csb, float beta, float* c, int64_t ldc) {
   rntm_t rntm = BLIS_RNTM_INITIALIZER;
   bli_rntm_init(&rntm);
   bli_rntm_set_num_threads(1, &rntm);
+  bli_rntm_disable_l3_sup(&rntm);
   bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, const_cast<float*>(a), rsa, csa,
                const_cast<float*>(b), rsb, csb, &beta, c, ldc, 1, nullptr, &rntm);
 }

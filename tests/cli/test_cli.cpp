@@ -459,6 +459,34 @@ TEST_CASE("bench batch: llama-batched-bench's table, one row per batch size and 
   CHECK(bad.err == "tpcli bench batch: --npl 0: batch sizes must be in [1, 1024]\n");
 }
 
+TEST_CASE("bench train: each multi-device mesh is set against its concurrent half-batch 1-device runs, and a batch they cannot split is a one-line error") {
+  TempDir dir;
+  dir.write("corpus.txt", "to be or not to be, that is the question; whether 'tis nobler in the mind to suffer\n");
+  const std::string path = dir.write("run.toml",
+                                     "[model]\ndim = 48\nhidden_dim = 64\nn_layers = 1\nn_heads = 3\nseq_len = 16\n"
+                                     "vocab_size = 256\n[data]\npath = \"corpus.txt\"\ntokenizer = \"bytes\"\n"
+                                     "[train]\nbatch_size = 6\nseq_len = 16\neval_batches = 0\nsample_tokens = 0\n");
+  const Result r = run({"bench", "train", "--config", path, "--meshes", "1x1,2x1,1x3", "--steps", "1", "--warmup", "1"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  INFO(r.out);
+  const size_t two = r.out.find("\n2x1 "), three = r.out.find("\n1x3 ");
+  const size_t two_ceiling = r.out.find("  vs 2 concurrent 1-device runs of batch 6/2: ");
+  const size_t three_ceiling = r.out.find("  vs 3 concurrent 1-device runs of batch 6/3: ");
+  REQUIRE(two_ceiling != std::string::npos);
+  REQUIRE(three_ceiling != std::string::npos);
+  CHECK(two < two_ceiling);
+  CHECK(two_ceiling < three);
+  CHECK(three < three_ceiling);
+  CHECK(r.out.find(" concurrent 1-device runs") == r.out.rfind(" concurrent 1-device runs", three));  // none after 1x1
+
+  const Result bad = run({"bench", "train", "--config", path, "--meshes", "1x1,1x3", "--set", "train.batch_size=4"});
+  CHECK(bad.code == 2);
+  CHECK(bad.out.empty());  // before anything runs
+  CHECK(bad.err == "tpcli bench train: --meshes 1x3: train.batch_size = 4 does not split into 3 concurrent 1-device "
+                   "runs (the ceiling); use a batch divisible by 3\n");
+}
+
 TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in input order whatever --parallel, bad lines named") {
   tpcli::testing::require_shared("data/stories260K.bin");
   const std::string model = tpcli::testing::shared_path("data/stories260K.bin"), tok = tpcli::testing::shared_path("data/tok512.bin");

@@ -1,9 +1,11 @@
-// The BLIS door vs naive double-precision loops: gemm with every transpose and odd sizes, matvec,
+// The BLIS door vs naive double-precision loops: gemm with every transpose and odd sizes, gemm's
+// column blocks against the whole product byte for byte, matvec,
 // matmul_wt (both the gemm and the decode path), and per-thread BLIS thread counts.
 #include <catch2/catch.hpp>
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -68,6 +70,27 @@ TEST_CASE("blas: gemm with every transpose combination, odd sizes and padded str
           gemm(ta, tb, m, n, k, 1.5f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
           check_close(c, want, 1e-5 * static_cast<double>(k));
         }
+  }
+}
+
+TEST_CASE("blas: gemm gives a block of C's columns exactly the bytes of the whole product (a sharded linear's)") {
+  // A classifier of 67 words on 11 prompt rows, its words split unevenly over 2, 4 and 8 devices:
+  // BLIS's small-matrix kernels (zen3's sup, were they on) give some of these blocks other bytes.
+  std::mt19937 rng(7);
+  const int64_t m = 11, n = 67, k = 256;
+  const auto x = random_floats(rng, static_cast<size_t>(m * k)), w = random_floats(rng, static_cast<size_t>(n * k));
+  std::vector<float> whole(static_cast<size_t>(m * n));
+  gemm(Trans::No, Trans::Yes, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, whole.data(), n);
+  for (int64_t parts : {2, 4, 8}) {
+    for (int64_t p = 0, col = 0; p < parts; ++p) {
+      const int64_t cols = n / parts + (p < n % parts ? 1 : 0);
+      INFO(parts << " parts, part " << p << ", columns " << col << "+" << cols);
+      std::vector<float> shard(static_cast<size_t>(m * cols));
+      gemm(Trans::No, Trans::Yes, m, cols, k, 1.0f, x.data(), k, w.data() + col * k, k, 0.0f, shard.data(), cols);
+      for (int64_t i = 0; i < m; ++i)
+        REQUIRE(std::memcmp(shard.data() + i * cols, whole.data() + i * n + col, cols * sizeof(float)) == 0);
+      col += cols;
+    }
   }
 }
 
