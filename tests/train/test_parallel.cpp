@@ -112,9 +112,17 @@ TEST_CASE("global-norm weights count every distinct gradient element once") {
   for (double t : totals) CHECK(t == Approx(ref_sq).epsilon(1e-5));
 }
 
-TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (model=2, data=2 x model=2, uneven rows, recompute)") {
-  const auto config = small_config();
+TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (model=2, data=2 x model=2, uneven rows, recompute, q/k/v biases and q/k norms)") {
+  for (const bool qwen : {false, true}) {
+  model::LlamaConfig config = small_config();
+  if (qwen) {  // Qwen2's biases and Qwen3's norms, heads of 16 (q 64 wide on dim 32)
+    config.head_dim = 16;
+    config.qkv_bias = config.qk_norm = true;
+  }
   const auto weights = model::random_weights(config, 13);
+  // The collective matmuls sum q and k in another order; the norms' backward (a difference of two
+  // terms per head) magnifies that rounding in q, k and their weights' gradients.
+  const double tolerance = qwen ? 1e-4 : 1e-5;
   std::mt19937 rng(17);
   std::uniform_int_distribution<int> token(0, config.vocab_size - 1);
   struct Case {
@@ -125,7 +133,7 @@ TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (
   // device without rows.
   for (const Case c : {Case{1, 2, 4, 8, false}, Case{2, 2, 4, 8, false}, Case{1, 2, 1, 5, false}, Case{2, 2, 4, 8, true},
                        Case{1, 4, 2, 8, false}, Case{1, 4, 1, 3, false}}) {
-    DYNAMIC_SECTION("mesh data=" << c.D << ",model=" << c.TP << " B=" << c.B << " T=" << c.T << (c.recompute ? " recompute" : "")) {
+    DYNAMIC_SECTION((qwen ? "Qwen-like " : "") << "mesh data=" << c.D << ",model=" << c.TP << " B=" << c.B << " T=" << c.T << (c.recompute ? " recompute" : "")) {
       std::vector<int> inputs(c.B * c.T), targets(c.B * c.T);
       for (auto& t : inputs) t = token(rng);
       for (auto& t : targets) t = token(rng);
@@ -155,7 +163,7 @@ TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (
           failures.push_back(where + "loss " + std::to_string(loss[1]) + " vs " + std::to_string(loss[0]));
         for (size_t i = 0; i < grads[0].size(); ++i) {
           const double d = rel_diff(grads[1][i], grads[0][i]);
-          if (!(d <= 1e-5)) failures.push_back(where + "parameter " + std::to_string(i) + " rel " + std::to_string(d));
+          if (!(d <= tolerance)) failures.push_back(where + "parameter " + std::to_string(i) + " rel " + std::to_string(d));
         }
         if (c.TP > 1 && !(activations[1] < activations[0]))
           failures.push_back(where + "activations " + std::to_string(activations[1]) + " not below " +
@@ -164,5 +172,6 @@ TEST_CASE("sequence parallel loss and gradients equal the same mesh without it (
       for (const auto& f : failures) UNSCOPED_INFO(f);
       CHECK(failures.empty());
     }
+  }
   }
 }
