@@ -31,11 +31,14 @@ static dist::Mesh to_dist_mesh(const config::MeshSection& section) {
   return dist::Mesh(axes);
 }
 
-// A Hugging Face directory is read as f32 (16-bit or quantized weights converted on load): the
-// model trains f32 parameters only.
-static std::shared_ptr<const model::WeightSource> open_weights(const std::string& path) {
+// A Hugging Face directory is read as stored when LoRA adapts it: a 16-bit or MLX-quantized base
+// stays packed (QLoRA), as a `tpcli quantize`d checkpoint does. Full fine-tuning trains f32
+// parameters only, so without LoRA its weights are converted (dequantized) to f32 on load.
+static std::shared_ptr<const model::WeightSource> open_weights(const std::string& path, bool lora) {
   if (std::filesystem::is_directory(path)) {
-    auto view = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>(path));
+    auto dir = std::make_unique<model::HfModelDir>(path);
+    if (lora) return dir;
+    auto view = std::make_shared<model::WeightsView>(std::move(dir));
     view->as_f32();
     return view;
   }
@@ -367,7 +370,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   // Model: from init_from's checkpoint, or the [model] section.
   try {
     if (config.model.init_from) {
-      o.init = open_weights(*config.model.init_from);
+      o.init = open_weights(*config.model.init_from, config.train.lora.has_value());
       o.base_name = *config.model.init_from;
       o.model = o.init->config();
     } else {

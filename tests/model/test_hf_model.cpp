@@ -23,6 +23,7 @@
 #include "nn/rope.h"
 #include "reference_files.h"
 #include "reference_forward.h"
+#include "support/mlx_quantized_dir.h"
 #include "support/temp_dir.h"
 
 using namespace tpcli::model;
@@ -246,98 +247,12 @@ TEST_CASE("hf: the exported stories260K generates llama2.c's output on 1..8 devi
 
 namespace {
 
-// MLX's affine quantization of one row (../shared/QUANT.md section 2, the CPU rule, written here
-// independently of the loader): codes packed LSB-first into words, scales and biases in f32.
-struct QuantizedRow {
-  std::vector<uint32_t> words;        // [cols * bits / 32]
-  std::vector<float> scales, biases;  // [cols / group]
-  std::vector<uint32_t> codes;        // [cols]
-};
-
-QuantizedRow quantize_row(const float* w, int cols, int bits, int group) {
-  QuantizedRow r;
-  r.words.assign(size_t(cols * bits / 32), 0u);
-  const float n = float((1 << bits) - 1);
-  for (int g = 0; g < cols / group; ++g) {
-    const float* x = w + g * group;
-    const float lo = *std::min_element(x, x + group), hi = *std::max_element(x, x + group);
-    const bool low_edge = std::abs(lo) > std::abs(hi);
-    const float edge = low_edge ? lo : hi;
-    const float s = (low_edge ? 1.0f : -1.0f) * std::max((hi - lo) / n, 1e-7f);
-    const float q0 = std::rint(edge / s);
-    const float scale = q0 != 0 ? edge / q0 : s, bias = q0 != 0 ? edge : 0.0f;
-    r.scales.push_back(scale);
-    r.biases.push_back(bias);
-    for (int i = 0; i < group; ++i) r.codes.push_back(uint32_t(std::clamp(std::rint((x[i] - bias) / scale), 0.0f, n)));
-  }
-  for (int i = 0; i < cols; ++i)
-    for (int b = 0; b < bits; ++b)
-      if ((r.codes[size_t(i)] >> b) & 1u) r.words[size_t((i * bits + b) / 32)] |= 1u << ((i * bits + b) % 32);
-  return r;
-}
-
-std::vector<uint16_t> bf16_of(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  from_f32(out.data(), v.data(), DType::BF16, int64_t(v.size()));
-  return out;
-}
-
 float bf16_value(float v) {
   uint16_t h;
   from_f32(&h, &v, DType::BF16, 1);
   float back;
   to_f32(&back, &h, DType::BF16, 1);
   return back;
-}
-
-// An mlx-community-style directory made from a float Hugging Face directory: every Linear and the
-// embedding whose input dimension the group divides as U32 words + BF16 scales/biases, the rest
-// BF16; config.json with "quantization"; an index beside the one shard, metadata {"format": "mlx"}.
-// Returns the quantized rows by Hugging Face tensor name.
-std::map<std::string, std::vector<QuantizedRow>> write_mlx_dir(const fs::path& from, const fs::path& to, int bits, int group) {
-  fs::create_directories(to);
-  const SafetensorsFile in((from / "model.safetensors").string());
-  std::map<std::string, std::vector<QuantizedRow>> rows_of;
-  std::vector<std::vector<uint32_t>> word_store;
-  std::vector<std::vector<uint16_t>> half_store;
-  std::vector<NamedTensor> out;
-  json weight_map;
-  for (const auto& name : in.names()) {
-    const auto t = in.tensor(name);
-    const bool quantize = t.shape.size() == 2 && name.ends_with(".weight") && t.shape[1] % group == 0;
-    const std::string module = name.substr(0, name.size() - 7);
-    if (!quantize) {
-      half_store.push_back(bf16_of({t.data.begin(), t.data.end()}));
-      out.push_back({name, {DType::BF16, t.shape, half_store.back().data()}});
-      weight_map[name] = "model.safetensors";
-      continue;
-    }
-    const int rows = int(t.shape[0]), cols = int(t.shape[1]);
-    std::vector<uint32_t> words;
-    std::vector<float> scales, biases;
-    for (int r = 0; r < rows; ++r) {
-      rows_of[name].push_back(quantize_row(t.data.data() + size_t(r) * cols, cols, bits, group));
-      const QuantizedRow& q = rows_of[name].back();
-      words.insert(words.end(), q.words.begin(), q.words.end());
-      scales.insert(scales.end(), q.scales.begin(), q.scales.end());
-      biases.insert(biases.end(), q.biases.begin(), q.biases.end());
-    }
-    word_store.push_back(std::move(words));
-    out.push_back({name, {DType::U32, {rows, cols * bits / 32}, word_store.back().data()}});
-    half_store.push_back(bf16_of(scales));
-    out.push_back({module + ".scales", {DType::BF16, {rows, cols / group}, half_store.back().data()}});
-    half_store.push_back(bf16_of(biases));
-    out.push_back({module + ".biases", {DType::BF16, {rows, cols / group}, half_store.back().data()}});
-    for (const char* part : {".weight", ".scales", ".biases"}) weight_map[module + part] = "model.safetensors";
-  }
-  write_stored_safetensors((to / "model.safetensors").string(), out, {{"format", "mlx"}});
-  write_json(to / "model.safetensors.index.json", {{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}});
-  json config = read_json(from / "config.json");
-  config["quantization"] = {{"group_size", group}, {"bits", bits}};  // no "mode": older files, affine
-  config["quantization_config"] = config["quantization"];
-  config["torch_dtype"] = "bfloat16";
-  write_json(to / "config.json", config);
-  return rows_of;
 }
 
 }  // namespace

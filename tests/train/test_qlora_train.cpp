@@ -5,6 +5,7 @@
 // for what the base costs a device.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -15,12 +16,15 @@
 #include <vector>
 
 #include "distributed/runtime.h"
+#include "model/dtype.h"
+#include "model/hf_model.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
+#include "support/mlx_quantized_dir.h"
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
@@ -377,4 +381,105 @@ TEST_CASE("QLoRA: train::device_bytes counts the packed base as the model holds 
       CHECK(failures.empty());
     }
   }
+}
+
+namespace {
+
+// The stored bytes of `name` in `w` (words, scales, biases or 16-bit values), for comparing two files.
+std::vector<std::byte> stored_bytes_of(const model::WeightSource& w, const std::string& name) {
+  const auto t = w.stored(name);
+  if (!t) return {};
+  const auto* p = static_cast<const std::byte*>(t->data);
+  return {p, p + tensor::numel(t->shape) * static_cast<int64_t>(model::dtype_bytes(t->dtype))};
+}
+
+// The tensors of two sources that differ: a matrix's stored bytes (the Hugging Face directory's
+// q/k rows read back in tpcli's order, its f32 scales and biases as tpcli's quantizer made them),
+// a norm's f32 values (a bf16 directory stores them 16-bit, a tpcli checkpoint f32).
+std::vector<std::string> differing_tensors(const model::WeightSource& a, const model::WeightSource& b) {
+  std::vector<std::string> differ;
+  for (const auto& spec : model::llama_parameters(a.config())) {
+    if (spec.shape.size() == 1) {
+      const auto va = a.get(spec.name), vb = b.get(spec.name);
+      if (!std::equal(va.begin(), va.end(), vb.begin(), vb.end())) differ.push_back(spec.name);
+      continue;
+    }
+    for (const std::string suffix : {"", ".scales", ".biases"})
+      if (stored_bytes_of(a, spec.name + suffix) != stored_bytes_of(b, spec.name + suffix)) differ.push_back(spec.name + suffix);
+  }
+  return differ;
+}
+
+// The frozen base bytes device `rank` of `TP` holds, for each device.
+std::vector<int64_t> frozen_bytes_on(const model::WeightSource& w, int TP, const model::LoraOptions& o) {
+  std::vector<int64_t> bytes(static_cast<size_t>(TP));
+  dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+    const model::TrainableLlama m(w, dev.axis("model"), {}, o);
+    bytes[static_cast<size_t>(dev.rank())] = m.frozen_bytes();
+  });
+  return bytes;
+}
+
+std::vector<int64_t> inference_bytes_on(const model::WeightSource& w, int TP) {
+  std::vector<int64_t> bytes(static_cast<size_t>(TP));
+  dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+    bytes[static_cast<size_t>(dev.rank())] = model::Llama(w, dev.axis("model")).parameter_bytes();
+  });
+  return bytes;
+}
+
+}  // namespace
+
+// `[model] init_from = DIR` with [train.lora]: the directory is read as stored (cli/train_setup.cpp).
+// An MLX-quantized one (written from the f32 base's Hugging Face export by the independent
+// quantizer of tests/support/mlx_quantized_dir.h, in f32 as MLX quantizes an f32 model) and a
+// bf16 one hold the same values as the base quantized (stored 16-bit) by tpcli, so the runs from
+// them must be the same run, bit for bit, with the base packed on every device.
+TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit; bf16) keeps the base packed and trains as from tpcli's packed checkpoint",
+          "[train][lora][qlora][hf]") {
+  const auto dir = fresh_dir("hf");
+  train::TrainOptions o = qlora_run(dir);
+  o.out_dir.clear();
+  const model::TensorWeights f32 = model::random_weights(o.model, 31);  // qlora_run's base
+  model::write_hf_model((dir / "hf-f32").string(), f32, {.dtype = model::DType::F32});
+  const auto f32_bytes = frozen_bytes_on(f32, 2, *o.lora);
+  for (const auto& [name, format] : std::vector<std::pair<std::string, WeightFormat>>{
+           {"mlx-4bit", WeightFormat::affine(4, 32)}, {"mlx-8bit", WeightFormat::affine(8, 32)}, {"bf16", WeightFormat::bf16()}}) {
+    DYNAMIC_SECTION(name) {
+      const auto hf_dir = dir / name;
+      if (format.quantized())
+        tpcli::testing::write_mlx_dir(dir / "hf-f32", hf_dir, format.bits, format.group_size, model::DType::F32);
+      else
+        model::write_hf_model(hf_dir.string(), f32, {.dtype = model::DType::BF16});
+      const std::string tpcli_file = (dir / (name + ".safetensors")).string();
+      model::write_safetensors(tpcli_file, model::ConvertedWeights(f32, format));
+      const auto from_hf = std::make_shared<model::HfModelDir>(hf_dir.string());
+      const auto from_file = std::make_shared<model::SafetensorsFile>(tpcli_file);
+      REQUIRE(model::holds_packed_weights(*from_hf));
+      const auto differ = differing_tensors(*from_hf, *from_file);
+      for (const auto& d : differ) UNSCOPED_INFO("stored differently: " << d);
+      REQUIRE(differ.empty());
+
+      // Each of 2 devices holds the base as the inference model holds the packed checkpoint, not in f32.
+      const auto held = frozen_bytes_on(*from_hf, 2, *o.lora);
+      CHECK(held == frozen_bytes_on(*from_file, 2, *o.lora));
+      CHECK(held == inference_bytes_on(*from_file, 2));
+      for (size_t r = 0; r < held.size(); ++r) CHECK(held[r] * 4 / 3 < f32_bytes[r]);  // at most 2 bytes a weight (bf16) against 4, plus the f32 norms
+      o.init = from_hf;
+      const train::DeviceBytes counted = train::run_device_bytes(o);
+      o.init = from_file;
+      CHECK(counted.parameters == train::run_device_bytes(o).parameters);
+
+      std::vector<std::vector<double>> losses;
+      for (const auto& init : std::vector<std::shared_ptr<const model::WeightSource>>{from_file, from_hf}) {
+        o.init = init;
+        o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
+        losses.push_back(losses_of(train::train(o)));
+      }
+      REQUIRE(losses[0].size() == 8);
+      CHECK(losses[1] == losses[0]);
+      CHECK(losses[1].back() < losses[1].front() - 0.1);
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
