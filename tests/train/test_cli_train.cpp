@@ -3,6 +3,8 @@
 // file gives the same greedy tokens in infer as the checkpoint it came from.
 #include <catch2/catch.hpp>
 
+#include "model/dtype.h"
+#include "support/mlx_quantized_dir.h"
 #include "support/raw_safetensors.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
@@ -318,4 +320,70 @@ TEST_CASE("train.lora.init_from starts the adapters from a PEFT folder bit for b
   CHECK(lines_of(other_rank.err) == 1);
   CHECK(other_rank.err.find("--set train.lora.rank=8: the adapter in " + (first / "adapter").string() + " has rank 4") !=
         std::string::npos);
+}
+
+namespace {
+
+// "parameters X MB" of the memory line `tpcli train` prints at start (device 0's bytes).
+std::string parameter_megabytes(const std::string& err) {
+  const std::string key = "memory per device (device 0): parameters ";
+  const size_t at = err.find(key);
+  if (at == std::string::npos) return "";
+  return err.substr(at + key.size(), err.find(',', at) - at - key.size());
+}
+
+}  // namespace
+
+// [train.lora] on a Hugging Face directory keeps its base as stored: an MLX 4-bit directory (the
+// checkpoint's f32 export quantized by tests/support/mlx_quantized_dir.h, in f32 as MLX quantizes
+// an f32 model) gives the first loss and the memory of `tpcli quantize --bits 4` of the same
+// checkpoint; a bf16 directory stays 16-bit. Without LoRA the MLX directory is converted to f32.
+TEST_CASE("tpcli train: [train.lora] on an MLX-quantized or bf16 Hugging Face directory keeps the base packed") {
+  const fs::path base_run = scratch() / "qlora-base";
+  fs::remove_all(base_run);
+  // Every matrix's input dimension a multiple of 32, so MLX and tpcli quantize every one.
+  const std::string dims = "dim = 64\nhidden_dim = 128\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\nseq_len = 32\n";
+  const std::string base_config = write_config("qlora-base.toml", config_text("data = 1, model = 2", "", dims));
+  Run b = run_tpcli("train " + base_config + " --set train.out_dir='" + base_run.string() + "'");
+  INFO("base train stderr: " << b.err);
+  REQUIRE(b.code == 0);
+  const std::string ckpt = (base_run / "latest.safetensors").string();
+  const fs::path q4 = scratch() / "qlora-q4.safetensors", hf_f32 = scratch() / "qlora-hf-f32", hf_bf16 = scratch() / "qlora-hf-bf16",
+                 mlx4 = scratch() / "qlora-mlx4";
+  for (const fs::path& p : {q4, hf_f32, hf_bf16, mlx4}) fs::remove_all(p);
+  for (const std::string& command : {"quantize --model " + ckpt + " --bits 4 --group-size 32 --out " + q4.string(),
+                                     "export --to hf --model " + ckpt + " --out " + hf_f32.string() + " --dtype f32",
+                                     "export --to hf --model " + ckpt + " --out " + hf_bf16.string() + " --dtype bf16"}) {
+    Run r = run_tpcli(command);
+    INFO(command << ": " << r.err);
+    REQUIRE(r.code == 0);
+  }
+  tpcli::testing::write_mlx_dir(hf_f32, mlx4, 4, 32, tpcli::model::DType::F32);
+
+  struct Trained {
+    std::string first_loss, parameters;
+  };
+  auto train_from = [&](const fs::path& init, const std::string& name, bool lora) {
+    const fs::path out = scratch() / name;
+    fs::remove_all(out);
+    const std::string config = write_config(name + ".toml", config_text("data = 1, model = 2", lora ? "[train.lora]\nrank = 4\n" : "", ""));
+    Run t = run_tpcli("train " + config + " --set model.init_from='" + init.string() + "' --set train.steps=2 --set train.out_dir='" +
+                      out.string() + "'");
+    INFO("train from " << init << ": " << t.err);
+    CHECK(t.code == 0);
+    return Trained{first_loss(out), parameter_megabytes(t.err)};
+  };
+  const Trained from_q4 = train_from(q4, "qlora-from-q4", true), from_mlx4 = train_from(mlx4, "qlora-from-mlx4", true);
+  const Trained from_f32 = train_from(hf_f32, "qlora-from-hf-f32", true), from_bf16 = train_from(hf_bf16, "qlora-from-hf-bf16", true);
+  REQUIRE(!from_q4.first_loss.empty());
+  REQUIRE(!from_q4.parameters.empty());
+  CHECK(from_mlx4.first_loss == from_q4.first_loss);
+  CHECK(from_mlx4.parameters == from_q4.parameters);
+  CHECK(std::stod(from_mlx4.parameters) < std::stod(from_bf16.parameters));
+  CHECK(std::stod(from_bf16.parameters) < std::stod(from_f32.parameters));
+  // Full fine-tuning: the MLX directory's weights in f32, the same function as the packed base.
+  const Trained full = train_from(mlx4, "qlora-full-from-mlx4", false);
+  REQUIRE(!full.first_loss.empty());
+  CHECK(std::abs(std::stod(full.first_loss) / std::stod(from_mlx4.first_loss) - 1) < 1e-4);
+  CHECK(full.parameters == parameter_megabytes(b.err));  // the f32 model's, as when it was trained
 }
