@@ -91,6 +91,20 @@ bool is_writer_process(const TrainOptions& o) {
   return local.empty() || std::find(local.begin(), local.end(), 0) != local.end();
 }
 
+// QLoRA: the base as stored, the format of its first packed matrix and every matrix stored otherwise.
+static void set_base_formats(const model::WeightSource& base, MemoryLayout& m) {
+  std::map<std::string, tensor::WeightFormat> formats;
+  for (const auto& spec : model::llama_parameters(base.config()))
+    if (spec.shape.size() == 2) {
+      const tensor::WeightFormat f = model::stored_format(base, spec.name);
+      if (!m.packed_base && f.kind != tensor::WeightKind::F32) m.packed_base = f;
+      formats.emplace(spec.name, f);
+    }
+  if (!m.packed_base) return;
+  for (const auto& [name, f] : formats)
+    if (f != *m.packed_base) m.base_formats.emplace(name, f);
+}
+
 MemoryLayout memory_layout(const TrainOptions& o) {
   const std::string expert_axis = o.expert_axis.empty() ? o.data_axis : o.expert_axis;
   MemoryLayout m;
@@ -105,12 +119,7 @@ MemoryLayout memory_layout(const TrainOptions& o) {
   m.shard_optimizer = o.shard_optimizer;
   m.bucket_elems = o.bucket_elems;
   m.lora = o.lora;
-  if (o.lora && o.init)  // QLoRA: the base as stored (the format of its packed matrices)
-    for (const auto& spec : model::llama_parameters(o.init->config()))
-      if (const auto f = model::stored_format(*o.init, spec.name); f.kind != tensor::WeightKind::F32) {
-        m.packed_base = f;
-        break;
-      }
+  if (o.lora && o.init) set_base_formats(*o.init, m);
   return m;
 }
 

@@ -49,6 +49,12 @@ int64_t base_bytes(const model::ParamSpec& spec, const tensor::WeightFormat& f, 
   return model::stored_bytes(f, s[0], r.count);
 }
 
+// The format `name` is stored in on a QLoRA base.
+tensor::WeightFormat base_format(const MemoryLayout& m, const std::string& name) {
+  const auto it = m.base_formats.find(name);
+  return it == m.base_formats.end() ? *m.packed_base : it->second;
+}
+
 std::string megabytes(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MB", static_cast<double>(bytes) / 1e6);
@@ -70,7 +76,7 @@ DeviceBytes device_bytes(const model::LlamaConfig& config, const MemoryLayout& m
   int64_t local = 0, trained = 0, flat = 0;  // every local element; those trained; those replicated over the data axis
   int64_t stored = 0;                         // QLoRA: the frozen base's bytes as stored
   for (const auto& spec : model::llama_parameters(c)) {
-    if (packed) stored += base_bytes(spec, *packed, c, plan);
+    if (packed) stored += base_bytes(spec, base_format(m, spec.name), c, plan);
     else local += local_numel(spec, c, plan, experts);
   }
   for (const auto& spec : m.lora ? model::lora_parameters(c, *m.lora) : model::llama_parameters(c)) {

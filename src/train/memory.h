@@ -7,7 +7,7 @@
 //
 //   parameters   this device's shards of every parameter (f32), and with LoRA the adapters; a
 //                QLoRA base (packed_base) at its stored bytes: each packable matrix's local rows or
-//                columns in that format (a wo whose local columns cut groups in f32, as the model
+//                columns in that format (or its own, base_formats) (a wo whose local columns cut groups in f32, as the model
 //                keeps it), the rest f32
 //   gradients    one gradient per parameter element (f32; not sharded, as in ZeRO-1); with LoRA
 //                per adapter element only (the base is frozen), and so the moments
@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -49,6 +50,10 @@ struct MemoryLayout {
   // QLoRA (with lora): the format the frozen base's matrices are stored in (model/packed_weights.h);
   // empty: f32. A quantized format also sets how the planner deals out the FFN rows (whole groups).
   std::optional<tensor::WeightFormat> packed_base;
+  // QLoRA: the matrices stored in another format than packed_base, by parameter name (an MLX
+  // model leaves a matrix in float when the group does not divide its input dimension, and mixed
+  // recipes give layers their own bits).
+  std::map<std::string, tensor::WeightFormat> base_formats;
 };
 
 struct DeviceBytes {

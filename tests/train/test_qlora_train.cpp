@@ -420,6 +420,15 @@ std::vector<int64_t> frozen_bytes_on(const model::WeightSource& w, int TP, const
   return bytes;
 }
 
+std::vector<int64_t> adapter_bytes_on(const model::WeightSource& w, int TP, const model::LoraOptions& o) {
+  std::vector<int64_t> bytes(static_cast<size_t>(TP));
+  dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
+    const model::TrainableLlama m(w, dev.axis("model"), {}, o);
+    bytes[static_cast<size_t>(dev.rank())] = m.parameter_bytes();
+  });
+  return bytes;
+}
+
 std::vector<int64_t> inference_bytes_on(const model::WeightSource& w, int TP) {
   std::vector<int64_t> bytes(static_cast<size_t>(TP));
   dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
@@ -481,5 +490,34 @@ TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit; bf16) keeps th
       CHECK(losses[1].back() < losses[1].front() - 0.1);
     }
   }
+  std::filesystem::remove_all(dir);
+}
+
+// An mlx-community directory as `mlx_lm.convert -q` writes it from a bf16 model: 4-bit groups of
+// 64, bf16 scales and biases, and w2 (96 inputs, not a multiple of 64) left in bf16 beside the
+// packed matrices. The trainable model holds what the inference model holds, the memory line
+// counts it, and the adapters learn.
+TEST_CASE("QLoRA from an mlx-community directory (bf16 scales, groups of 64, an unquantized w2) holds what inference holds and learns",
+          "[train][lora][qlora][hf]") {
+  const auto dir = fresh_dir("hf-mlx-community");
+  train::TrainOptions o = qlora_run(dir);
+  o.out_dir.clear();
+  model::write_hf_model((dir / "hf-f32").string(), model::random_weights(o.model, 31), {.dtype = model::DType::F32});
+  tpcli::testing::write_mlx_dir(dir / "hf-f32", dir / "mlx", 4, 64, model::DType::BF16);
+  const auto mlx = std::make_shared<model::HfModelDir>((dir / "mlx").string());
+  REQUIRE(mlx->stored("layers.0.w2")->dtype == model::DType::BF16);
+  REQUIRE(mlx->stored("layers.0.w1")->dtype == model::DType::U32);
+  for (int TP : {1, 2}) {
+    INFO(TP << " devices");
+    const auto held = frozen_bytes_on(*mlx, TP, *o.lora);
+    CHECK(held == inference_bytes_on(*mlx, TP));
+    o.init = mlx;
+    o.mesh = dist::Mesh({{"data", 1}, {"model", TP}});
+    CHECK(train::run_device_bytes(o).parameters == held[0] + adapter_bytes_on(*mlx, TP, *o.lora)[0]);
+  }
+  o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
+  const auto losses = losses_of(train::train(o));
+  REQUIRE(losses.size() == 8);
+  CHECK(losses.back() < losses.front() - 0.1);
   std::filesystem::remove_all(dir);
 }
