@@ -142,6 +142,10 @@ struct RunShared {
   const TrainOptions& o;
   std::shared_ptr<const model::WeightSource> source;
   std::shared_ptr<model::SafetensorsFile> resume_file;
+  // The last local device to finish reading `source` frees its conversions (a Hugging Face
+  // directory's dequantized or 16-bit weights in f32, q/k rows reordered) and file pages: each
+  // device holds copies of its shards, so they would otherwise double the base for the whole run.
+  std::optional<model::DevicesBuilding> building;
   int64_t start_step = 0;
   std::shared_ptr<const StepBatches> train_batches, val_batches;
   MetricsLog metrics;
@@ -168,6 +172,7 @@ RunShared::RunShared(const TrainOptions& options) : o(options) {
     if (!o.lora) source = resume_file;  // LoRA: the base is init's again, the adapters are the checkpoint's
   }
   if (!source) source = std::make_shared<model::TensorWeights>(model::random_weights(o.model, o.seed));
+  building.emplace(*source, o.run.local_ranks.empty() ? o.mesh.size() : static_cast<int>(o.run.local_ranks.size()));
   // A step takes K micro-batches: the rows of one batch K times as large (train/step.h).
   const int B = o.batch_size * o.grad_accum;
   if (o.sft) {
@@ -282,6 +287,7 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
     optimizer_.set_steps(s_.start_step);
     kept_step_ = s_.start_step;
   }
+  s_.building->built();
 }
 
 // Over ZeroMQ every process read the checkpoint on its own: they must resume the same step.

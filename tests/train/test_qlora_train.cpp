@@ -444,7 +444,7 @@ std::vector<int64_t> inference_bytes_on(const model::WeightSource& w, int TP) {
 // quantizer of tests/support/mlx_quantized_dir.h, in f32 as MLX quantizes an f32 model) and a
 // bf16 one hold the same values as the base quantized (stored 16-bit) by tpcli, so the runs from
 // them must be the same run, bit for bit, with the base packed on every device.
-TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit; bf16) keeps the base packed and trains as from tpcli's packed checkpoint",
+TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit and 8-bit, bf16) keeps the base packed and trains as from tpcli's packed checkpoint",
           "[train][lora][qlora][hf]") {
   const auto dir = fresh_dir("hf");
   train::TrainOptions o = qlora_run(dir);
