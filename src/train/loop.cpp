@@ -136,6 +136,25 @@ DeviceBytes run_device_bytes(const TrainOptions& o) { return device_bytes(o.mode
 
 namespace {
 
+// ", LoRA: optimizer state 1.2% of a full fine-tune's" (empty without LoRA).
+std::string lora_note_of(const TrainOptions& o) {
+  if (!o.lora) return "";
+  MemoryLayout full = memory_layout(o);
+  full.lora.reset();
+  const double share = 100.0 * static_cast<double>(run_device_bytes(o).optimizer) /
+                       static_cast<double>(device_bytes(o.model, full).optimizer);
+  char text[96];
+  std::snprintf(text, sizeof text, "; LoRA: optimizer state %.2f%% of a full fine-tune's", share);
+  return text;
+}
+
+// "memory per device (device 0): parameters ..." as the run starts (train/memory.h).
+std::string memory_line_of(const TrainOptions& o) {
+  return "memory per device (device 0): " + describe(run_device_bytes(o)) + (o.recompute ? " (recompute)" : "") +
+         (o.shard_optimizer ? " (optimizer sharded)" : "") + (o.sequence_parallel ? " (sequence parallel)" : "") +
+         lora_note_of(o);
+}
+
 // What the devices of one train() call share: the options, the weights they start from, the
 // batches, and (device 0 only) the files and the result.
 struct RunShared {
@@ -146,6 +165,7 @@ struct RunShared {
   // directory's dequantized or 16-bit weights in f32, q/k rows reordered) and file pages: each
   // device holds copies of its shards, so they would otherwise double the base for the whole run.
   std::optional<model::DevicesBuilding> building;
+  std::string memory_line;  // read from the base's stored formats before `building` releases them
   int64_t start_step = 0;
   std::shared_ptr<const StepBatches> train_batches, val_batches;
   MetricsLog metrics;
@@ -172,6 +192,7 @@ RunShared::RunShared(const TrainOptions& options) : o(options) {
     if (!o.lora) source = resume_file;  // LoRA: the base is init's again, the adapters are the checkpoint's
   }
   if (!source) source = std::make_shared<model::TensorWeights>(model::random_weights(o.model, o.seed));
+  if (o.progress) memory_line = memory_line_of(o);
   building.emplace(*source, o.run.local_ranks.empty() ? o.mesh.size() : static_cast<int>(o.run.local_ranks.size()));
   // A step takes K micro-batches: the rows of one batch K times as large (train/step.h).
   const int B = o.batch_size * o.grad_accum;
@@ -239,18 +260,6 @@ class DeviceRun {
   bool save_due_ = false;              // a checkpoint of the weights now in the model, once the next step's gradients vouch for them
   int64_t kept_step_ = -1;             // the step of out_dir/latest.safetensors (-1: none from this run or its resume)
 };
-
-// ", LoRA: optimizer state 1.2% of a full fine-tune's" (empty without LoRA).
-std::string lora_note_of(const TrainOptions& o) {
-  if (!o.lora) return "";
-  MemoryLayout full = memory_layout(o);
-  full.lora.reset();
-  const double share = 100.0 * static_cast<double>(run_device_bytes(o).optimizer) /
-                       static_cast<double>(device_bytes(o.model, full).optimizer);
-  char text[96];
-  std::snprintf(text, sizeof text, "; LoRA: optimizer state %.2f%% of a full fine-tune's", share);
-  return text;
-}
 
 std::string expert_axis_of(const TrainOptions& o) { return o.expert_axis.empty() ? o.data_axis : o.expert_axis; }
 
@@ -447,10 +456,7 @@ void DeviceRun::report(const StepRecord& rec, int64_t step, Clock::time_point ru
 void DeviceRun::run() {
   if (writer_) {
     s_.open_files();
-    if (o_.progress)
-      s_.progress.message("memory per device (device 0): " + describe(run_device_bytes(o_)) +
-                          (o_.recompute ? " (recompute)" : "") + (o_.shard_optimizer ? " (optimizer sharded)" : "") +
-                          (o_.sequence_parallel ? " (sequence parallel)" : "") + lora_note_of(o_));
+    if (o_.progress) s_.progress.message(s_.memory_line);
   }
   const auto run_start = Clock::now();
   auto last = run_start;

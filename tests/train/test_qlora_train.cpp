@@ -18,6 +18,7 @@
 #include "distributed/runtime.h"
 #include "model/dtype.h"
 #include "model/hf_model.h"
+#include "model/weights_view.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/random_init.h"
@@ -519,5 +520,63 @@ TEST_CASE("QLoRA from an mlx-community directory (bf16 scales, groups of 64, an 
   const auto losses = losses_of(train::train(o));
   REQUIRE(losses.size() == 8);
   CHECK(losses.back() < losses.front() - 0.1);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// A source that counts release_conversions() and the reads after it (devices are threads: atomics).
+class ReleaseRecorder : public model::WeightSource {
+ public:
+  explicit ReleaseRecorder(std::shared_ptr<const model::WeightSource> inner) : inner_(std::move(inner)) {}
+  const model::LlamaConfig& config() const override { return inner_->config(); }
+  std::span<const float> get(const std::string& name) const override {
+    reads_after_release_ += releases_ > 0;
+    return inner_->get(name);
+  }
+  std::optional<model::StoredTensor> stored(const std::string& name) const override {
+    reads_after_release_ += releases_ > 0;
+    return inner_->stored(name);
+  }
+  std::optional<model::Quantization> quantization_of(const std::string& name) const override { return inner_->quantization_of(name); }
+  void release_conversions() const override {
+    ++releases_;
+    inner_->release_conversions();
+  }
+  void release_pages(const std::string& name) const override { inner_->release_pages(name); }
+  void release_all_pages() const override { inner_->release_all_pages(); }
+  int releases() const { return releases_; }
+  int reads_after_release() const { return reads_after_release_; }
+
+ private:
+  std::shared_ptr<const model::WeightSource> inner_;
+  mutable std::atomic<int> releases_{0}, reads_after_release_{0};
+};
+
+}  // namespace
+
+// A Hugging Face directory converts what is not stored as the model holds it (16-bit weights for
+// full fine-tuning, norms, reordered q/k rows) and keeps the copies until released: a run
+// releases them once every device has built its model, and reads the source no more.
+TEST_CASE("a run frees its source's conversions once every device has built its model", "[train][lora][qlora][hf][memory]") {
+  const auto dir = fresh_dir("release");
+  train::TrainOptions o = qlora_run(dir);
+  o.out_dir.clear();
+  o.steps = 2;
+  o.schedule.total_steps = 2;
+  o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
+  o.progress = true;  // its memory line reads the base's stored formats too
+  model::write_hf_model((dir / "hf-bf16").string(), model::random_weights(o.model, 31), {.dtype = model::DType::BF16});
+  for (bool lora : {true, false}) {
+    INFO((lora ? "QLoRA" : "full fine-tuning"));
+    auto hf = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>((dir / "hf-bf16").string()));
+    if (!lora) hf->as_f32();  // as cli/train_setup.cpp opens it
+    const auto recorder = std::make_shared<ReleaseRecorder>(hf);
+    o.init = recorder;
+    if (!lora) o.lora.reset();
+    REQUIRE(losses_of(train::train(o)).size() == 2);
+    CHECK(recorder->releases() == 1);
+    CHECK(recorder->reads_after_release() == 0);
+  }
   std::filesystem::remove_all(dir);
 }
