@@ -26,6 +26,7 @@
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
 #include "support/mlx_quantized_dir.h"
+#include "support/shared_data.h"
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
@@ -578,5 +579,33 @@ TEST_CASE("a run frees its source's conversions once every device has built its 
     CHECK(recorder->releases() == 1);
     CHECK(recorder->reads_after_release() == 0);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Qwen3's bf16 reference directory (q/k norms, tied, head_dim 32 beside hidden 64) under LoRA:
+// held 16-bit, it trains as LoRA on the same values in f32 (the directory read as f32), up to the
+// order of f32 sums.
+TEST_CASE("QLoRA on a bf16 Qwen3 directory (q/k norms) gives LoRA's losses on its f32 values", "[train][lora][qlora][hf]") {
+  tpcli::testing::require_shared("reference/hf-archs/qwen3-bf16");
+  const std::string qwen3 = tpcli::testing::shared_path("reference/hf-archs/qwen3-bf16");
+  const auto dir = fresh_dir("qwen3");
+  train::TrainOptions o = qlora_run(dir);
+  o.out_dir.clear();
+  o.steps = 4;
+  o.schedule.total_steps = 4;
+  o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
+  auto as_f32 = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>(qwen3));
+  as_f32->as_f32();
+  const auto packed = std::make_shared<model::HfModelDir>(qwen3);
+  CHECK(frozen_bytes_on(*packed, 2, *o.lora) == inference_bytes_on(*packed, 2));
+  CHECK(frozen_bytes_on(*packed, 2, *o.lora)[0] * 3 / 2 < frozen_bytes_on(*as_f32, 2, *o.lora)[0]);
+  std::vector<std::vector<double>> losses;
+  for (const auto& base : std::vector<std::shared_ptr<const model::WeightSource>>{packed, as_f32}) {
+    o.init = base;
+    o.model = base->config();
+    losses.push_back(losses_of(train::train(o)));
+  }
+  REQUIRE(losses[0].size() == 4);
+  for (size_t i = 0; i < 4; ++i) CHECK(losses[0][i] == Approx(losses[1][i]).epsilon(1e-5));
   std::filesystem::remove_all(dir);
 }
