@@ -188,7 +188,14 @@ LlamaConfig config_from_metadata(const Metadata& m, const std::string& origin) {
 
 // ---- writing ----
 
-void write_stored_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors, const Metadata& metadata) {
+void write_stored_safetensors(const std::string& path, const std::vector<NamedTensor>& given, const Metadata& metadata) {
+  // Wider dtypes first (as the safetensors library orders them): the data holds no gaps, so a
+  // tensor whose byte count its successor's element size does not divide (mxfp8's U8 scales of
+  // an odd row count) would leave the next one unaligned, which the reader refuses.
+  std::vector<NamedTensor> tensors = given;
+  std::stable_sort(tensors.begin(), tensors.end(), [](const NamedTensor& a, const NamedTensor& b) {
+    return dtype_bytes(a.tensor.dtype) > dtype_bytes(b.tensor.dtype);
+  });
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;

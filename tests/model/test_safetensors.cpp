@@ -102,6 +102,38 @@ TEST_CASE("safetensors: written files follow the spec's layout and read back", "
   std::filesystem::remove(path);
 }
 
+// mxfp8 scales are U8: 3 rows of one group, 3 bytes, before F32 and U32 tensors in the order given.
+// The file keeps every tensor aligned to its element size (wider dtypes first, no gaps), so it
+// reads back, each tensor as written.
+TEST_CASE("safetensors: tensors of mixed widths are written aligned, whatever order they come in", "[safetensors]") {
+  const std::string path = temp_path("mixed.safetensors");
+  const std::vector<uint8_t> scales{125, 126, 127};
+  const std::vector<uint16_t> halves{0x3f80, 0x4000, 0x4040};
+  const std::vector<float> norm{1.5f, -2.0f};
+  const std::vector<uint32_t> words{0x87654321u, 0xdeadbeefu, 7u};
+  write_stored_safetensors(path,
+                           {{"w.scales", {DType::U8, {3, 1}, scales.data()}},
+                            {"h", {DType::BF16, {3}, halves.data()}},
+                            {"norm", {DType::F32, {2}, norm.data()}},
+                            {"w", {DType::U32, {3, 1}, words.data()}}},
+                           {});
+  const SafetensorsFile f(path);
+  auto bytes_of = [&](const std::string& name, size_t n) {
+    const StoredTensor t = *f.stored(name);
+    CHECK(reinterpret_cast<uintptr_t>(t.data) % dtype_bytes(t.dtype) == 0);
+    return std::string(static_cast<const char*>(t.data), n);
+  };
+  CHECK(bytes_of("w.scales", 3) == std::string(reinterpret_cast<const char*>(scales.data()), 3));
+  CHECK(bytes_of("h", 6) == std::string(reinterpret_cast<const char*>(halves.data()), 6));
+  CHECK(bytes_of("w", 12) == std::string(reinterpret_cast<const char*>(words.data()), 12));
+  CHECK(f.get("norm")[1] == -2.0f);
+  const std::string file = read_bytes(path);
+  uint64_t n;
+  std::memcpy(&n, file.data(), 8);
+  CHECK(file.size() == 8 + n + 12 + 8 + 6 + 3);  // no padding between tensors
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("safetensors: a model with its config in the metadata round-trips", "[safetensors]") {
   const LlamaConfig c = small_config();
   const TensorWeights w = random_weights(c, 3);
