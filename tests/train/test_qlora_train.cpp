@@ -442,11 +442,11 @@ std::vector<int64_t> inference_bytes_on(const model::WeightSource& w, int TP) {
 }  // namespace
 
 // `[model] init_from = DIR` with [train.lora]: the directory is read as stored (cli/train_setup.cpp).
-// An MLX-quantized one (written from the f32 base's Hugging Face export by the independent
+// An MLX-quantized one (affine or mxfp8) (written from the f32 base's Hugging Face export by the independent
 // quantizer of tests/support/mlx_quantized_dir.h, in f32 as MLX quantizes an f32 model) and a
 // bf16 one hold the same values as the base quantized (stored 16-bit) by tpcli, so the runs from
 // them must be the same run, bit for bit, with the base packed on every device.
-TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit and 8-bit, bf16) keeps the base packed and trains as from tpcli's packed checkpoint",
+TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit and mxfp8, bf16) keeps the base packed and trains as from tpcli's packed checkpoint",
           "[train][lora][qlora][hf]") {
   const auto dir = fresh_dir("hf");
   train::TrainOptions o = qlora_run(dir);
@@ -455,11 +455,15 @@ TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit and 8-bit, bf16) keeps
   model::write_hf_model((dir / "hf-f32").string(), f32, {.dtype = model::DType::F32});
   const auto f32_bytes = frozen_bytes_on(f32, 2, *o.lora);
   for (const auto& [name, format] : std::vector<std::pair<std::string, WeightFormat>>{
-           {"mlx-4bit", WeightFormat::affine(4, 32)}, {"mlx-8bit", WeightFormat::affine(8, 32)}, {"bf16", WeightFormat::bf16()}}) {
+           {"mlx-4bit", WeightFormat::affine(4, 32)},
+           {"mlx-8bit", WeightFormat::affine(8, 32)},
+           {"mlx-mxfp8", WeightFormat::mxfp8()},
+           {"bf16", WeightFormat::bf16()}}) {
     DYNAMIC_SECTION(name) {
       const auto hf_dir = dir / name;
       if (format.quantized())
-        tpcli::testing::write_mlx_dir(dir / "hf-f32", hf_dir, format.bits, format.group_size, model::DType::F32);
+        tpcli::testing::write_mlx_dir(dir / "hf-f32", hf_dir, format.bits, format.group_size, model::DType::F32,
+                                      format.kind == tensor::WeightKind::Mxfp8 ? "mxfp8" : "affine");
       else
         model::write_hf_model(hf_dir.string(), f32, {.dtype = model::DType::BF16});
       const std::string tpcli_file = (dir / (name + ".safetensors")).string();
