@@ -33,11 +33,13 @@ static dist::Mesh to_dist_mesh(const config::MeshSection& section) {
 
 // A Hugging Face directory is read as stored when LoRA adapts it: a 16-bit or MLX-quantized base
 // stays packed (QLoRA), as a `tpcli quantize`d checkpoint does. Full fine-tuning trains f32
-// parameters only, so without LoRA its weights are converted (dequantized) to f32 on load.
+// parameters only, so without LoRA its weights are converted (dequantized) to f32 on load; so are
+// a mixture-of-experts model's under LoRA, whose packed experts have no backward yet (QLoRA
+// refuses them), so that LoRA trains on its f32 values as before.
 static std::shared_ptr<const model::WeightSource> open_weights(const std::string& path, bool lora) {
   if (std::filesystem::is_directory(path)) {
     auto dir = std::make_unique<model::HfModelDir>(path);
-    if (lora) return dir;
+    if (lora && !dir->config().is_moe()) return dir;
     auto view = std::make_shared<model::WeightsView>(std::move(dir));
     view->as_f32();
     return view;
