@@ -7,8 +7,8 @@
 //
 //   parameters   this device's shards of every parameter (f32), and with LoRA the adapters; a
 //                QLoRA base (packed_base) at its stored bytes: each packable matrix's local rows or
-//                columns in that format (or its own, base_formats) (a wo whose local columns cut groups in f32, as the model
-//                keeps it), the rest f32
+//                columns in its stored format (packed_base, or its own in base_formats; a wo whose
+//                local columns cut groups in f32, as the model keeps it), the rest f32
 //   gradients    one gradient per parameter element (f32; not sharded, as in ZeRO-1); with LoRA
 //                per adapter element only (the base is frozen), and so the moments
 //   optimizer    AdamW's two moments: of every local element, or (shard_optimizer) of this data

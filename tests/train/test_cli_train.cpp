@@ -348,8 +348,8 @@ TEST_CASE("tpcli train: [train.lora] on an MLX-quantized or bf16 Hugging Face di
   INFO("base train stderr: " << b.err);
   REQUIRE(b.code == 0);
   const std::string ckpt = (base_run / "latest.safetensors").string();
-  const fs::path q4 = scratch() / "qlora-q4.safetensors", hf_f32 = scratch() / "qlora-hf-f32", hf_bf16 = scratch() / "qlora-hf-bf16",
-                 mlx4 = scratch() / "qlora-mlx4";
+  const fs::path q4 = scratch() / "qlora-q4.safetensors", mlx4 = scratch() / "qlora-mlx4";
+  const fs::path hf_f32 = scratch() / "qlora-hf-f32", hf_bf16 = scratch() / "qlora-hf-bf16";
   for (const fs::path& p : {q4, hf_f32, hf_bf16, mlx4}) fs::remove_all(p);
   for (const std::string& command : {"quantize --model " + ckpt + " --bits 4 --group-size 32 --out " + q4.string(),
                                      "export --to hf --model " + ckpt + " --out " + hf_f32.string() + " --dtype f32",
@@ -366,15 +366,17 @@ TEST_CASE("tpcli train: [train.lora] on an MLX-quantized or bf16 Hugging Face di
   auto train_from = [&](const fs::path& init, const std::string& name, bool lora) {
     const fs::path out = scratch() / name;
     fs::remove_all(out);
-    const std::string config = write_config(name + ".toml", config_text("data = 1, model = 2", lora ? "[train.lora]\nrank = 4\n" : "", ""));
-    Run t = run_tpcli("train " + config + " --set model.init_from='" + init.string() + "' --set train.steps=2 --set train.out_dir='" +
-                      out.string() + "'");
+    const std::string lora_section = lora ? "[train.lora]\nrank = 4\n" : "";
+    const std::string config = write_config(name + ".toml", config_text("data = 1, model = 2", lora_section, ""));
+    Run t = run_tpcli("train " + config + " --set model.init_from='" + init.string() +
+                      "' --set train.steps=2 --set train.out_dir='" + out.string() + "'");
     INFO("train from " << init << ": " << t.err);
     CHECK(t.code == 0);
     return Trained{first_loss(out), parameter_megabytes(t.err)};
   };
   const Trained from_q4 = train_from(q4, "qlora-from-q4", true), from_mlx4 = train_from(mlx4, "qlora-from-mlx4", true);
-  const Trained from_f32 = train_from(hf_f32, "qlora-from-hf-f32", true), from_bf16 = train_from(hf_bf16, "qlora-from-hf-bf16", true);
+  const Trained from_f32 = train_from(hf_f32, "qlora-from-hf-f32", true);
+  const Trained from_bf16 = train_from(hf_bf16, "qlora-from-hf-bf16", true);
   REQUIRE(!from_q4.first_loss.empty());
   REQUIRE(!from_q4.parameters.empty());
   CHECK(from_mlx4.first_loss == from_q4.first_loss);
@@ -398,7 +400,8 @@ TEST_CASE("tpcli train: [train.lora] on a bf16 mixture-of-experts directory trai
   Run e = run_tpcli("export --to hf --dtype bf16 --model " + f32 + " --out " + bf16.string());
   INFO("export stderr: " << e.err);
   REQUIRE(e.code == 0);
-  const std::string path = write_config("moe-lora.toml", config_text("data = 1, model = 2", "[train.lora]\nrank = 4\n", ""));
+  const std::string lora_section = "[train.lora]\nrank = 4\n";
+  const std::string path = write_config("moe-lora.toml", config_text("data = 1, model = 2", lora_section, ""));
   auto parameters_from = [&](const std::string& init) {
     const fs::path out = scratch() / "moe-lora-run";
     fs::remove_all(out);

@@ -412,25 +412,22 @@ std::vector<std::string> differing_tensors(const model::WeightSource& a, const m
   return differ;
 }
 
-// The frozen base bytes device `rank` of `TP` holds, for each device.
-std::vector<int64_t> frozen_bytes_on(const model::WeightSource& w, int TP, const model::LoraOptions& o) {
-  std::vector<int64_t> bytes(static_cast<size_t>(TP));
+// What each device of a TP-device model holds as a trainable model: its frozen base's bytes and its adapters'.
+struct HeldBytes {
+  std::vector<int64_t> frozen, adapters;  // [TP]
+};
+
+HeldBytes trainable_bytes_on(const model::WeightSource& w, int TP, const model::LoraOptions& o) {
+  HeldBytes held{std::vector<int64_t>(static_cast<size_t>(TP)), std::vector<int64_t>(static_cast<size_t>(TP))};
   dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
     const model::TrainableLlama m(w, dev.axis("model"), {}, o);
-    bytes[static_cast<size_t>(dev.rank())] = m.frozen_bytes();
+    held.frozen[static_cast<size_t>(dev.rank())] = m.frozen_bytes();
+    held.adapters[static_cast<size_t>(dev.rank())] = m.parameter_bytes();
   });
-  return bytes;
+  return held;
 }
 
-std::vector<int64_t> adapter_bytes_on(const model::WeightSource& w, int TP, const model::LoraOptions& o) {
-  std::vector<int64_t> bytes(static_cast<size_t>(TP));
-  dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
-    const model::TrainableLlama m(w, dev.axis("model"), {}, o);
-    bytes[static_cast<size_t>(dev.rank())] = m.parameter_bytes();
-  });
-  return bytes;
-}
-
+// What each device of a TP-device inference model holds.
 std::vector<int64_t> inference_bytes_on(const model::WeightSource& w, int TP) {
   std::vector<int64_t> bytes(static_cast<size_t>(TP));
   dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
@@ -442,10 +439,10 @@ std::vector<int64_t> inference_bytes_on(const model::WeightSource& w, int TP) {
 }  // namespace
 
 // `[model] init_from = DIR` with [train.lora]: the directory is read as stored (cli/train_setup.cpp).
-// An MLX-quantized one (affine or mxfp8) (written from the f32 base's Hugging Face export by the independent
-// quantizer of tests/support/mlx_quantized_dir.h, in f32 as MLX quantizes an f32 model) and a
-// bf16 one hold the same values as the base quantized (stored 16-bit) by tpcli, so the runs from
-// them must be the same run, bit for bit, with the base packed on every device.
+// An MLX-quantized one, affine or mxfp8 (written from the f32 base's Hugging Face export by the
+// independent quantizer of tests/support/mlx_quantized_dir.h, in f32 as MLX quantizes an f32
+// model), and a bf16 one hold the same values as the base quantized (stored 16-bit) by tpcli, so
+// the runs from them must be the same run, bit for bit, with the base packed on every device.
 TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit and mxfp8, bf16) keeps the base packed and trains as from tpcli's packed checkpoint",
           "[train][lora][qlora][hf]") {
   const auto dir = fresh_dir("hf");
@@ -453,7 +450,7 @@ TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit and mxfp8, bf16
   o.out_dir.clear();
   const model::TensorWeights f32 = model::random_weights(o.model, 31);  // qlora_run's base
   model::write_hf_model((dir / "hf-f32").string(), f32, {.dtype = model::DType::F32});
-  const auto f32_bytes = frozen_bytes_on(f32, 2, *o.lora);
+  const auto f32_bytes = trainable_bytes_on(f32, 2, *o.lora).frozen;
   for (const auto& [name, format] : std::vector<std::pair<std::string, WeightFormat>>{
            {"mlx-4bit", WeightFormat::affine(4, 32)},
            {"mlx-8bit", WeightFormat::affine(8, 32)},
@@ -476,10 +473,11 @@ TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit and mxfp8, bf16
       REQUIRE(differ.empty());
 
       // Each of 2 devices holds the base as the inference model holds the packed checkpoint, not in f32.
-      const auto held = frozen_bytes_on(*from_hf, 2, *o.lora);
-      CHECK(held == frozen_bytes_on(*from_file, 2, *o.lora));
+      const auto held = trainable_bytes_on(*from_hf, 2, *o.lora).frozen;
+      CHECK(held == trainable_bytes_on(*from_file, 2, *o.lora).frozen);
       CHECK(held == inference_bytes_on(*from_file, 2));
-      for (size_t r = 0; r < held.size(); ++r) CHECK(held[r] * 4 / 3 < f32_bytes[r]);  // at most 2 bytes a weight (bf16) against 4, plus the f32 norms
+      // At most 2 bytes a weight (bf16) against f32's 4, beside the f32 norms.
+      for (size_t r = 0; r < held.size(); ++r) CHECK(held[r] * 4 / 3 < f32_bytes[r]);
       o.init = from_hf;
       const train::DeviceBytes counted = train::run_device_bytes(o);
       o.init = from_file;
@@ -515,11 +513,11 @@ TEST_CASE("QLoRA from an mlx-community directory (bf16 scales, groups of 64, an 
   REQUIRE(mlx->stored("layers.0.w1")->dtype == model::DType::U32);
   for (int TP : {1, 2}) {
     INFO(TP << " devices");
-    const auto held = frozen_bytes_on(*mlx, TP, *o.lora);
-    CHECK(held == inference_bytes_on(*mlx, TP));
+    const HeldBytes held = trainable_bytes_on(*mlx, TP, *o.lora);
+    CHECK(held.frozen == inference_bytes_on(*mlx, TP));
     o.init = mlx;
     o.mesh = dist::Mesh({{"data", 1}, {"model", TP}});
-    CHECK(train::run_device_bytes(o).parameters == held[0] + adapter_bytes_on(*mlx, TP, *o.lora)[0]);
+    CHECK(train::run_device_bytes(o).parameters == held.frozen[0] + held.adapters[0]);
   }
   o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
   const auto losses = losses_of(train::train(o));
@@ -601,8 +599,9 @@ TEST_CASE("QLoRA on a bf16 Qwen3 directory (q/k norms) gives LoRA's losses on it
   auto as_f32 = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>(qwen3));
   as_f32->as_f32();
   const auto packed = std::make_shared<model::HfModelDir>(qwen3);
-  CHECK(frozen_bytes_on(*packed, 2, *o.lora) == inference_bytes_on(*packed, 2));
-  CHECK(frozen_bytes_on(*packed, 2, *o.lora)[0] * 3 / 2 < frozen_bytes_on(*as_f32, 2, *o.lora)[0]);
+  const auto held = trainable_bytes_on(*packed, 2, *o.lora).frozen;
+  CHECK(held == inference_bytes_on(*packed, 2));
+  CHECK(held[0] * 3 / 2 < trainable_bytes_on(*as_f32, 2, *o.lora).frozen[0]);
   std::vector<std::vector<double>> losses;
   for (const auto& base : std::vector<std::shared_ptr<const model::WeightSource>>{packed, as_f32}) {
     o.init = base;
