@@ -1,6 +1,7 @@
 // Test support: an mlx-community-style quantized Hugging Face directory, written from a float one
-// by MLX's affine rule (../shared/QUANT.md section 2, the CPU rule) coded here independently of
-// tpcli's quantizer and loader: what `mlx_lm.convert -q` leaves, for the readers to be checked against.
+// by MLX's affine or mxfp8 rule (../shared/QUANT.md sections 2 and 3, the CPU rules) coded here
+// independently of tpcli's quantizer and loader: what `mlx_lm.convert -q` leaves, for the readers
+// to be checked against.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,7 @@ struct QuantizedRow {
   std::vector<uint32_t> codes;        // [cols]
 };
 
+// The row's codes into words, each element's bits LSB-first in one bitstream (section 1).
 inline void pack_codes(QuantizedRow& r, int cols, int bits) {
   r.words.assign(size_t(cols * bits / 32), 0u);
   for (int i = 0; i < cols; ++i)
@@ -36,6 +38,7 @@ inline void pack_codes(QuantizedRow& r, int cols, int bits) {
       if ((r.codes[size_t(i)] >> b) & 1u) r.words[size_t((i * bits + b) / 32)] |= 1u << ((i * bits + b) % 32);
 }
 
+// Affine (section 2): per group, the largest-magnitude end as the bias, 0 on the grid.
 inline QuantizedRow quantize_row(const float* w, int cols, int bits, int group) {
   QuantizedRow r;
   const float n = float((1 << bits) - 1);
