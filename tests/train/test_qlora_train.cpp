@@ -244,6 +244,16 @@ train::TrainOptions qlora_run(const std::filesystem::path& dir) {
   return o;
 }
 
+// qlora_run's options without checkpoints, `steps` long, on a data=D x model=TP mesh.
+train::TrainOptions short_run(const std::filesystem::path& dir, int steps, int D, int TP) {
+  train::TrainOptions o = qlora_run(dir);
+  o.out_dir.clear();
+  o.steps = steps;
+  o.schedule.total_steps = steps;
+  o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
+  return o;
+}
+
 std::vector<double> losses_of(const train::TrainResult& r) {
   std::vector<double> l;
   for (const auto& rec : r.records) l.push_back(rec.loss);
@@ -563,11 +573,7 @@ class ReleaseRecorder : public model::WeightSource {
 // releases them once every device has built its model, and reads the source no more.
 TEST_CASE("a run frees its source's conversions once every device has built its model", "[train][lora][qlora][hf][memory]") {
   const auto dir = fresh_dir("release");
-  train::TrainOptions o = qlora_run(dir);
-  o.out_dir.clear();
-  o.steps = 2;
-  o.schedule.total_steps = 2;
-  o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
+  train::TrainOptions o = short_run(dir, 2, 2, 2);
   o.progress = true;  // its memory line reads the base's stored formats too
   model::write_hf_model((dir / "hf-bf16").string(), model::random_weights(o.model, 31), {.dtype = model::DType::BF16});
   for (bool lora : {true, false}) {
@@ -591,11 +597,7 @@ TEST_CASE("QLoRA on a bf16 Qwen3 directory (q/k norms) gives LoRA's losses on it
   tpcli::testing::require_shared("reference/hf-archs/qwen3-bf16");
   const std::string qwen3 = tpcli::testing::shared_path("reference/hf-archs/qwen3-bf16");
   const auto dir = fresh_dir("qwen3");
-  train::TrainOptions o = qlora_run(dir);
-  o.out_dir.clear();
-  o.steps = 4;
-  o.schedule.total_steps = 4;
-  o.mesh = dist::Mesh({{"data", 1}, {"model", 2}});
+  train::TrainOptions o = short_run(dir, 4, 1, 2);
   auto as_f32 = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>(qwen3));
   as_f32->as_f32();
   const auto packed = std::make_shared<model::HfModelDir>(qwen3);
