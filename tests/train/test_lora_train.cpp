@@ -35,6 +35,8 @@ using tpcli::testing::adapter_gradients_on_mesh;
 using tpcli::testing::grads_of;
 using tpcli::testing::random_adapters;
 using tpcli::testing::random_ids;
+using tpcli::testing::losses_of;
+using tpcli::testing::same_losses_on_meshes;
 
 using tpcli::testing::rel_diff;
 
@@ -196,12 +198,6 @@ train::TrainOptions lora_run(const std::filesystem::path& dir) {
   return o;
 }
 
-std::vector<double> losses_of(const train::TrainResult& r) {
-  std::vector<double> l;
-  for (const auto& rec : r.records) l.push_back(rec.loss);
-  return l;
-}
-
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("tpcli_test_lora_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -214,16 +210,8 @@ std::filesystem::path fresh_dir(const std::string& name) {
 TEST_CASE("a LoRA run learns, gives the same losses on meshes 1x1 2x1 1x2 2x2 1x3, and saves only adapters", "[train][lora]") {
   const auto dir = fresh_dir("meshes");
   train::TrainOptions o = lora_run(dir);
-  std::vector<double> reference;
-  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 3}}) {
-    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
-    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
-    const auto losses = losses_of(train::train(o));
-    REQUIRE(losses.size() == 8);
-    if (reference.empty()) reference = losses;
-    INFO("mesh " << D << "x" << TP);
-    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
-  }
+  REQUIRE(o.steps == 8);
+  const auto reference = same_losses_on_meshes(o, {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 3}}, dir);
   CHECK(reference.back() < reference.front() - 0.1);
   model::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
   CHECK(ckpt.has("layers.2.wq.lora_a"));
@@ -348,15 +336,7 @@ TEST_CASE("LoRA dropout draws the same masks on every mesh, and only in training
   o.lora->dropout = 0.25;
   o.steps = 4;
   o.eval_every = 4;
-  std::vector<double> reference;
-  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {1, 3}}) {
-    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
-    const auto losses = losses_of(train::train(o));
-    if (reference.empty()) reference = losses;
-    INFO("mesh " << D << "x" << TP);
-    REQUIRE(losses.size() == reference.size());
-    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
-  }
+  const auto reference = same_losses_on_meshes(o, {{1, 1}, {2, 2}, {1, 3}});
   o.mesh = dist::Mesh({{"data", 1}, {"model", 1}});
   o.lora->dropout = 0;
   const auto plain = losses_of(train::train(o));

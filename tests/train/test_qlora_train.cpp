@@ -43,6 +43,8 @@ using tpcli::testing::adapter_gradients_on_mesh;
 using tpcli::testing::grads_of;
 using tpcli::testing::random_adapters;
 using tpcli::testing::random_ids;
+using tpcli::testing::losses_of;
+using tpcli::testing::same_losses_on_meshes;
 
 // Every matrix's input dimension a multiple of 32, so every one is packed: dim 64 (4 heads of 16
 // over 2 KV heads: three devices split the heads 2, 1, 1, share a KV head, and the 1-head devices
@@ -254,27 +256,13 @@ train::TrainOptions short_run(const std::filesystem::path& dir, int steps, int D
   return o;
 }
 
-std::vector<double> losses_of(const train::TrainResult& r) {
-  std::vector<double> l;
-  for (const auto& rec : r.records) l.push_back(rec.loss);
-  return l;
-}
-
 }  // namespace
 
 TEST_CASE("a QLoRA run on an 8-bit base learns, gives the same losses on 1x1 and 1x2, saves only adapters", "[train][lora][qlora]") {
   const auto dir = fresh_dir("run");
   train::TrainOptions o = qlora_run(dir);
-  std::vector<double> reference;
-  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {2, 1}}) {
-    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
-    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
-    const auto losses = losses_of(train::train(o));
-    REQUIRE(losses.size() == 8);
-    if (reference.empty()) reference = losses;
-    INFO("mesh " << D << "x" << TP);
-    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
-  }
+  REQUIRE(o.steps == 8);
+  const auto reference = same_losses_on_meshes(o, {{1, 1}, {1, 2}, {2, 1}}, dir);
   CHECK(reference.back() < reference.front() - 0.1);
   model::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
   CHECK(ckpt.has("layers.2.wq.lora_a"));
@@ -288,16 +276,7 @@ TEST_CASE("a QLoRA run with LoRA dropout gives the same losses on meshes 1x1 1x3
   o.lora->dropout = 0.2;
   o.steps = 4;
   o.schedule.total_steps = 4;
-  std::vector<double> reference;
-  for (auto [D, TP] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {2, 1}}) {
-    o.mesh = dist::Mesh({{"data", D}, {"model", TP}});
-    o.out_dir = (dir / ("run" + std::to_string(D) + std::to_string(TP))).string();
-    const auto losses = losses_of(train::train(o));
-    REQUIRE(losses.size() == 4);
-    if (reference.empty()) reference = losses;
-    INFO("mesh " << D << "x" << TP);
-    for (size_t i = 0; i < losses.size(); ++i) CHECK(losses[i] == Approx(reference[i]).epsilon(1e-5));
-  }
+  same_losses_on_meshes(o, {{1, 1}, {1, 3}, {2, 1}}, dir);
   std::filesystem::remove_all(dir);
 }
 

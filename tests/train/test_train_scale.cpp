@@ -61,11 +61,7 @@ train::TrainOptions base_options() {
   return o;
 }
 
-std::vector<double> losses_of(const train::TrainResult& r) {
-  std::vector<double> l;
-  for (const auto& rec : r.records) l.push_back(rec.loss);
-  return l;
-}
+using tpcli::testing::losses_of;
 
 void check_close(const std::vector<double>& a, const std::vector<double>& b, double rel) {
   REQUIRE(a.size() == b.size());
