@@ -1,4 +1,4 @@
-// Test support for the LoRA and QLoRA training suites: random adapters and tokens, every adapter's
+// Test support for the LoRA and QLoRA training suites: random adapters, the suites' run, every adapter's
 // gradient by name, and the adapters' gradients of a data x model mesh against one device's.
 #pragma once
 
@@ -15,12 +15,38 @@
 
 #include "distributed/runtime.h"
 #include "model/random_init.h"
+#include "model/random_model.h"
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
 #include "support/rel_diff.h"
+#include "support/synthetic_text.h"
 #include "train/loop.h"
+#include "train/quiet_run.h"
 
 namespace tpcli::testing {
+
+// The LoRA suites' run: 8 steps of a short cosine schedule on a character corpus, `model` with the
+// corpus's vocabulary, `lora` on the base that `write_base(model)` writes and returns.
+inline train::TrainOptions lora_run_options(
+    model::LlamaConfig model, const model::LoraOptions& lora,
+    const std::function<std::shared_ptr<const model::WeightSource>(const model::LlamaConfig&)>& write_base) {
+  const std::string text = synthetic_text(3000, 2);
+  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(text));
+  train::TrainOptions o;
+  o.tokenizer = tokenizer;
+  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
+  o.model = model;
+  o.model.vocab_size = tokenizer->vocab_size();
+  o.init = write_base(o.model);
+  o.lora = lora;
+  o.steps = 8;
+  o.batch_size = 4;
+  o.seq_len = 12;
+  o.seed = 3;
+  o.schedule = {2e-2, 2e-3, 2, 8, train::Decay::Cosine};
+  quiet_run(o);  // no evaluation
+  return o;
+}
 
 // Every adapter's full A and B, random (B too: a fresh B is zero, which hides A's gradient).
 inline model::TensorWeights random_adapters(const model::LlamaConfig& c, const model::LoraOptions& o, uint32_t seed) {
@@ -33,14 +59,6 @@ inline model::TensorWeights random_adapters(const model::LlamaConfig& c, const m
     w.set(spec.name, tensor::Tensor(spec.shape, std::move(v)));
   }
   return w;
-}
-
-inline std::vector<int> random_ids(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(0, vocab - 1);
-  std::vector<int> v(static_cast<size_t>(n));
-  for (auto& t : v) t = d(rng);
-  return v;
 }
 
 // Every parameter's gradient (the adapters', with LoRA), by name.

@@ -34,7 +34,7 @@ namespace {
 using tpcli::testing::adapter_gradients_on_mesh;
 using tpcli::testing::grads_of;
 using tpcli::testing::random_adapters;
-using tpcli::testing::random_ids;
+using tpcli::testing::random_tokens;
 using tpcli::testing::losses_of;
 using tpcli::testing::same_losses_on_meshes;
 
@@ -88,7 +88,7 @@ TEST_CASE("a fresh LoRA adapter leaves the loss unchanged and only the adapters 
   const auto c = small_config();
   const auto w = model::random_weights(c, 3);
   const int B = 2, T = 5;
-  const auto tokens = random_ids(B * T, c.vocab_size, 4), targets = random_ids(B * T, c.vocab_size, 5);
+  const auto tokens = random_tokens(B * T, c.vocab_size, 4), targets = random_tokens(B * T, c.vocab_size, 5);
   model::TrainableLlama base(w, dist::Group());
   model::TrainableLlama lora(w, dist::Group(), {}, lora_options());
   CHECK(lora.loss(tokens, targets, B, T) == base.loss(tokens, targets, B, T));  // B = 0: the same arithmetic plus zeros
@@ -129,7 +129,7 @@ TEST_CASE("LoRA adapter gradients match finite differences of the loss", "[train
     const auto o = lora_options();
     auto adapters = random_adapters(c, o, 12);
     const int B = 2, T = 4;
-    const auto tokens = random_ids(B * T, c.vocab_size, 13), targets = random_ids(B * T, c.vocab_size, 14);
+    const auto tokens = random_tokens(B * T, c.vocab_size, 13), targets = random_tokens(B * T, c.vocab_size, 14);
     const auto model_with = [&](const model::TensorWeights& a) {
       model::TrainableLlama m(base, dist::Group(), {}, o);
       m.load_parameters(a);
@@ -153,7 +153,7 @@ TEST_CASE("LoRA gradients on every data x model mesh equal one device's", "[trai
     const auto o = lora_options();
     const auto adapters = random_adapters(c, o, 22);
     const int B = 4, T = 6;
-    const auto inputs = random_ids(B * T, c.vocab_size, 23), targets = random_ids(B * T, c.vocab_size, 24);
+    const auto inputs = random_tokens(B * T, c.vocab_size, 23), targets = random_tokens(B * T, c.vocab_size, 24);
 
     model::TrainableLlama ref(base, dist::Group(), {}, o);
     ref.load_parameters(adapters);
@@ -176,26 +176,11 @@ namespace {
 
 // A LoRA run on a character corpus from a fixed random base.
 train::TrainOptions lora_run(const std::filesystem::path& dir) {
-  const std::string text = tpcli::testing::synthetic_text(3000, 2);
-  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(text));
-  train::TrainOptions o;
-  o.tokenizer = tokenizer;
-  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
-  o.model = small_config();
-  o.model.vocab_size = tokenizer->vocab_size();
-  const std::string base = (dir / "base.safetensors").string();
-  model::write_safetensors(base, model::random_weights(o.model, 31));
-  o.init = std::make_shared<model::SafetensorsFile>(base);
-  o.lora = lora_options();
-  o.steps = 8;
-  o.batch_size = 4;
-  o.seq_len = 12;
-  o.seed = 3;
-  o.schedule = {2e-2, 2e-3, 2, 8, train::Decay::Cosine};
-  o.eval_every = 4;
-  o.eval_batches = 2;
-  tpcli::testing::quiet_run(o);
-  return o;
+  return tpcli::testing::lora_run_options(small_config(), lora_options(), [&](const model::LlamaConfig& c) {
+    const std::string base = (dir / "base.safetensors").string();
+    model::write_safetensors(base, model::random_weights(c, 31));
+    return std::make_shared<model::SafetensorsFile>(base);
+  });
 }
 
 std::filesystem::path fresh_dir(const std::string& name) {
@@ -262,7 +247,7 @@ TEST_CASE("bytes per device with LoRA: the accounting equals what the model and 
   const auto weights = model::random_weights(c, 41);
   const auto o = lora_options();
   const int rows = 2, T = 8;
-  const auto tokens = random_ids(rows * T, c.vocab_size, 42);
+  const auto tokens = random_tokens(rows * T, c.vocab_size, 42);
   for (bool shard : {false, true}) {
     INFO("shard " << shard);
     std::mutex mu;
@@ -304,7 +289,7 @@ TEST_CASE("a trained adapter gives the inference model's logits with --adapter",
     const auto o = lora_options();
     const auto adapters = random_adapters(c, o, 52);
     const int T = 7;
-    const auto tokens = random_ids(T, c.vocab_size, 53);
+    const auto tokens = random_tokens(T, c.vocab_size, 53);
     model::LoraAdapterSet set;
     set.rank = o.rank;
     set.alpha = o.alpha;
@@ -348,7 +333,7 @@ TEST_CASE("LoRA dropout draws the same masks on every mesh, and only in training
   auto with = lora_options();
   with.dropout = 0.5;
   const auto adapters = random_adapters(c, with, 62);
-  const auto tokens = random_ids(12, c.vocab_size, 63);
+  const auto tokens = random_tokens(12, c.vocab_size, 63);
   model::TrainableLlama a(w, dist::Group(), {}, with), b(w, dist::Group(), {}, lora_options());
   a.load_parameters(adapters);
   b.load_parameters(adapters);

@@ -42,7 +42,7 @@ namespace {
 using tpcli::testing::adapter_gradients_on_mesh;
 using tpcli::testing::grads_of;
 using tpcli::testing::random_adapters;
-using tpcli::testing::random_ids;
+using tpcli::testing::random_tokens;
 using tpcli::testing::losses_of;
 using tpcli::testing::same_losses_on_meshes;
 
@@ -115,7 +115,7 @@ TEST_CASE("QLoRA adapter gradients equal f32 LoRA's on the dequantized base", "[
     const auto c = qlora_config(tied);
     const auto f32 = model::random_weights(c, 51);
     const auto adapters = random_adapters(c, o, 52);
-    const auto tokens = random_ids(B * T, c.vocab_size, 53), targets = random_ids(B * T, c.vocab_size, 54);
+    const auto tokens = random_tokens(B * T, c.vocab_size, 53), targets = random_tokens(B * T, c.vocab_size, 54);
     for (const auto& format : {WeightFormat::affine(8, 32), WeightFormat::affine(4, 32), WeightFormat::mxfp8(),
                                WeightFormat::bf16()}) {
       INFO(format.name() << (tied ? " tied" : ""));
@@ -150,7 +150,7 @@ TEST_CASE("QLoRA adapter gradients match finite differences of the loss", "[trai
   const auto o = lora_options();
   auto adapters = random_adapters(c, o, 62);
   const int B = 2, T = 4;
-  const auto tokens = random_ids(B * T, c.vocab_size, 63), targets = random_ids(B * T, c.vocab_size, 64);
+  const auto tokens = random_tokens(B * T, c.vocab_size, 63), targets = random_tokens(B * T, c.vocab_size, 64);
   model::TrainableLlama m(packed, dist::Group(), {}, o);
   m.load_parameters(adapters);
   m.zero_grad();
@@ -169,7 +169,7 @@ TEST_CASE("QLoRA gradients on every data x model mesh equal one device's", "[tra
   const auto o = lora_options();
   const auto adapters = random_adapters(c, o, 72);
   const int B = 4, T = 6;
-  const auto inputs = random_ids(B * T, c.vocab_size, 73), targets = random_ids(B * T, c.vocab_size, 74);
+  const auto inputs = random_tokens(B * T, c.vocab_size, 73), targets = random_tokens(B * T, c.vocab_size, 74);
   for (const auto& format : {WeightFormat::affine(4, 32), WeightFormat::bf16()}) {
     const model::ConvertedWeights packed(f32, format);
     model::TrainableLlama ref(packed, dist::Group(), {}, o);
@@ -195,7 +195,7 @@ TEST_CASE("QLoRA with recompute gives the same gradients bit for bit", "[train][
   const auto o = lora_options();
   const auto adapters = random_adapters(c, o, 76);
   const int B = 2, T = 6;
-  const auto tokens = random_ids(B * T, c.vocab_size, 77), targets = random_ids(B * T, c.vocab_size, 78);
+  const auto tokens = random_tokens(B * T, c.vocab_size, 77), targets = random_tokens(B * T, c.vocab_size, 78);
   std::vector<std::map<std::string, std::vector<float>>> grads;
   std::vector<int64_t> peaks;
   for (bool recompute : {false, true}) {
@@ -222,28 +222,13 @@ std::filesystem::path fresh_dir(const std::string& name) {
 
 // A QLoRA run on a character corpus from a fixed random base, saved 8-bit (as `tpcli quantize` writes it).
 train::TrainOptions qlora_run(const std::filesystem::path& dir) {
-  const std::string text = tpcli::testing::synthetic_text(3000, 2);
-  auto tokenizer = std::make_shared<const train::TextTokenizer>(train::TextTokenizer::chars(text));
-  train::TrainOptions o;
-  o.tokenizer = tokenizer;
-  o.corpus = std::make_shared<const train::Corpus>(train::split_corpus(tokenizer->encode(text)));
-  o.model = qlora_config();
-  o.model.vocab_size = tokenizer->vocab_size();
-  const std::string base = (dir / "base-q8.safetensors").string();
-  const model::TensorWeights f32 = model::random_weights(o.model, 31);
-  model::write_safetensors(base, model::ConvertedWeights(f32, WeightFormat::affine(8, 32)));
-  o.init = std::make_shared<model::SafetensorsFile>(base);
-  REQUIRE(model::holds_packed_weights(*o.init));
-  o.lora = lora_options();
-  o.steps = 8;
-  o.batch_size = 4;
-  o.seq_len = 12;
-  o.seed = 3;
-  o.schedule = {2e-2, 2e-3, 2, 8, train::Decay::Cosine};
-  o.eval_every = 4;
-  o.eval_batches = 2;
-  tpcli::testing::quiet_run(o);
-  return o;
+  return tpcli::testing::lora_run_options(qlora_config(), lora_options(), [&](const model::LlamaConfig& c) {
+    const std::string base = (dir / "base-q8.safetensors").string();
+    model::write_safetensors(base, model::ConvertedWeights(model::random_weights(c, 31), WeightFormat::affine(8, 32)));
+    auto packed = std::make_shared<model::SafetensorsFile>(base);
+    REQUIRE(model::holds_packed_weights(*packed));
+    return packed;
+  });
 }
 
 // qlora_run's options without checkpoints, `steps` long, on a data=D x model=TP mesh.
