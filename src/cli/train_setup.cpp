@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -330,10 +329,9 @@ static std::shared_ptr<const model::WeightSource> initial_adapters(const config:
   } catch (const std::exception& e) {
     throw config::ConfigError(where + ": " + e.what());
   }
-  std::set<int> blocks;
-  for (const auto& [name, t] : set.tensors) blocks.insert(std::stoi(name.substr(7)));  // "layers.L...."
+  const std::vector<int> blocks = model::adapted_layers(set);
   const int last = static_cast<int>(blocks.size());
-  if (blocks.empty() || *blocks.begin() != c.n_layers - last)
+  if (blocks.empty() || blocks.front() != c.n_layers - last)
     throw config::ConfigError(where + ": the adapter's blocks are not the model's last ones (tpcli trains the last N)");
   std::vector<std::string> targets;
   for (const std::string& module : set.targets) targets.push_back(*model::lora_matrix_of(module));

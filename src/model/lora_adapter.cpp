@@ -80,14 +80,6 @@ std::string key_name(int l, const std::string& m, char side) {
   return "layers." + std::to_string(l) + "." + m + ".lora_" + side;
 }
 
-// The layers holding any adapter tensor, ascending.
-std::vector<int> adapted_layers(const LoraAdapterSet& set) {
-  std::set<int> layers;
-  for (const auto& [name, t] : set.tensors)
-    if (auto k = parse_key(name)) layers.insert(k->layer);
-  return {layers.begin(), layers.end()};
-}
-
 // B [OUT, r] rows reordered between the RoPE layouts (rope_heads 0: copied).
 std::vector<float> rope_rows(std::span<const float> b, int rope_heads, int head_size, int64_t r, bool to_hf) {
   std::vector<float> out(b.begin(), b.end());
@@ -239,6 +231,14 @@ std::pair<std::string, Tensor> read_peft_tensor(const SafetensorsFile& file, con
 }
 
 }  // namespace
+
+std::vector<int> adapted_layers(const LoraAdapterSet& set) {
+  std::set<int> layers;
+  for (const auto& [name, t] : set.tensors)
+    if (auto k = parse_key(name)) layers.insert(k->layer);
+  return {layers.begin(), layers.end()};
+}
+
 
 const std::vector<std::string>& lora_matrices() {
   static const std::vector<std::string> names = [] {

@@ -60,6 +60,9 @@ void validate_lora(const LoraAdapterSet& set, const LlamaConfig& config, const s
 // W + scale * B @ A of matrix `name` ("layers.3.wq") [OUT, IN], in f32; `w` is W. The adapter must
 // hold `name` (lora_adapts).
 bool lora_adapts(const LoraAdapterSet& set, const std::string& name);
+
+// The blocks holding any of `set`'s tensors, ascending.
+std::vector<int> adapted_layers(const LoraAdapterSet& set);
 std::vector<float> lora_merged(const LoraAdapterSet& set, const std::string& name, std::span<const float> w, int64_t OUT,
                                int64_t IN);
 
