@@ -88,13 +88,17 @@ int BatchEngine::add(BatchRequest request) {
 
 const BatchResult& BatchEngine::result(int id) const { return sequence(id).result; }
 
+bool BatchEngine::known(int id) const {
+  return id >= 0 && static_cast<size_t>(id) < sequences_.size() && sequences_[static_cast<size_t>(id)];
+}
+
 BatchEngine::Sequence& BatchEngine::sequence(int id) const {
-  if (id < 0 || static_cast<size_t>(id) >= sequences_.size() || !sequences_[static_cast<size_t>(id)])
-    throw std::out_of_range("batch engine: no sequence " + std::to_string(id));
+  if (!known(id)) throw std::out_of_range("batch engine: no sequence " + std::to_string(id));
   return *sequences_[static_cast<size_t>(id)];
 }
 
 void BatchEngine::cancel(int id) {
+  if (!known(id)) return;
   Sequence& s = sequence(id);
   if (s.finished) return;
   std::erase(waiting_, id);
@@ -223,7 +227,11 @@ void BatchEngine::advance(Sequence& s, int64_t rows) {
 
 void BatchEngine::take_token(Sequence& s, float* logits) {
   const std::span<float> row(logits, static_cast<size_t>(llama_.config().vocab_size));
-  require_finite_logits(row, static_cast<int>(s.computed - 1));
+  if (auto failure = non_finite_logits(row, static_cast<int>(s.computed - 1))) {  // every device sees the same row
+    s.result.error = std::move(*failure);
+    finish(s, "error");
+    return;
+  }
   if (on_logits) on_logits(s.id, row);
   const int token = s.sampler->sample(row);
   s.tokens.push_back(token);

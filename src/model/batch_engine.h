@@ -48,7 +48,9 @@ struct BatchRequest {
 
 struct BatchResult {
   std::vector<int> tokens;     // generated
-  std::string finish_reason;   // "stop" (a stop id, or on_token), "length" (max_tokens or the context's end), "cancelled"
+  std::string finish_reason;   // "stop" (a stop id, or on_token), "length" (max_tokens or the context's end), "cancelled",
+                               // "error" (its logits were not finite: `error` says where; the others go on)
+  std::string error;
   int cached_tokens = 0;       // prompt tokens whose keys and values came from the pool (prefix sharing)
 };
 
@@ -83,7 +85,8 @@ class BatchEngine {
   bool idle() const { return running_.empty() && waiting_.empty(); }
   const BatchResult& result(int id) const;
   // Ends a waiting or running sequence now ("cancelled"): its blocks go back to the pool (a client
-  // that left). Nothing for one already finished. Every device must cancel at the same point.
+  // that left). Nothing for one already finished or forgotten, or an id never given: a cancel may
+  // cross the sequence's end on its way from another thread. Every device must cancel at the same point.
   void cancel(int id);
   // Frees a finished sequence's tokens and result (a server runs for ever); result(id) throws after.
   void forget(int id);
@@ -118,6 +121,7 @@ class BatchEngine {
   void take_token(Sequence& s, float* logits);
   void finish(Sequence& s, const char* reason);
   Sequence& sequence(int id) const;
+  bool known(int id) const;
 
   Llama& llama_;
   EngineOptions options_;

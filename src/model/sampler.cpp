@@ -79,12 +79,16 @@ void softmax(std::span<float> x) {
   for (auto& v : x) v /= sum;
 }
 
-void require_finite_logits(std::span<const float> logits, int pos) {
+std::optional<std::string> non_finite_logits(std::span<const float> logits, int pos) {
   for (size_t i = 0; i < logits.size(); ++i)
     if (!std::isfinite(logits[i]))
-      throw std::runtime_error("the model's logits at position " + std::to_string(pos) + " are not finite (token " +
-                               std::to_string(i) + ": " + std::to_string(logits[i]) +
-                               "): the checkpoint holds non-finite weights or settings");
+      return "the model's logits at position " + std::to_string(pos) + " are not finite (token " + std::to_string(i) + ": " +
+             std::to_string(logits[i]) + "): the checkpoint holds non-finite weights or settings";
+  return std::nullopt;
+}
+
+void require_finite_logits(std::span<const float> logits, int pos) {
+  if (const auto message = non_finite_logits(logits, pos)) throw std::runtime_error(*message);
 }
 
 Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed)

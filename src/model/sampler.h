@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace tpcli::model {
@@ -32,6 +34,8 @@ void softmax(std::span<float> x);
 // Throws std::runtime_error naming the position and the first non-finite logit [V]: a NaN would
 // otherwise come out as a token (<unk> runs) and the run would end "successfully".
 void require_finite_logits(std::span<const float> logits, int pos);
+// The same message, or none when every logit is finite (the batch engine fails one sequence on it).
+std::optional<std::string> non_finite_logits(std::span<const float> logits, int pos);
 
 class Sampler {
  public:

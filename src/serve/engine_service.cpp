@@ -214,7 +214,8 @@ EngineService::Commands EngineService::take_commands(bool idle) {
     c.words.push_back(SHUTDOWN);
     return c;
   }
-  for (const int id : cancels_) c.words.insert(c.words.end(), {CANCEL, id});
+  for (const int id : cancels_)  // one that finished since it was asked is gone from running_ (and from the engine)
+    if (running_.contains(id)) c.words.insert(c.words.end(), {CANCEL, id});
   cancels_.clear();
   for (; !queue_.empty(); queue_.pop_front()) {
     encode_add(queue_.front()->request_, c.words);
@@ -326,7 +327,8 @@ void EngineService::report_finished(model::BatchEngine& engine, int id) {
   if (it == running_.end()) return;
   const model::BatchResult& r = engine.result(id);
   RequestStream& s = *it->second;
-  end(s, {r.finish_reason, {}, static_cast<int>(s.request_.prompt.size()), r.cached_tokens, static_cast<int>(r.tokens.size())});
+  if (r.finish_reason == "error") ++stats_.failed_requests;
+  end(s, {r.finish_reason, r.error, static_cast<int>(s.request_.prompt.size()), r.cached_tokens, static_cast<int>(r.tokens.size())});
   running_.erase(it);
 }
 

@@ -81,6 +81,7 @@ struct ServiceSnapshot {
   int running = 0, waiting = 0, queued = 0;  // queued: arrived, not yet broadcast
   int kv_blocks = 0, kv_blocks_free = 0, context = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, cached_tokens = 0, preemptions = 0, steps = 0;
+  int64_t failed_requests = 0;  // ended by the engine with an error (non-finite logits), the server going on
   double tokens_per_second = 0;  // generated, over the last few seconds
   Histogram time_to_first_token{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram inter_token_latency{{0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5}};

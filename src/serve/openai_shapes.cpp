@@ -120,6 +120,8 @@ std::string prometheus_text(const ServiceSnapshot& s, const std::map<int, uint64
   metric(out, "tpcli_generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(s.generation_tokens));
   metric(out, "tpcli_prefix_cache_tokens_total", "counter", "Prompt tokens whose keys and values came from the prefix cache.",
          static_cast<double>(s.cached_tokens));
+  metric(out, "tpcli_failed_requests_total", "counter", "Requests the engine ended with an error (non-finite logits); the others went on.",
+         static_cast<double>(s.failed_requests));
   metric(out, "tpcli_preemptions_total", "counter", "Sequences preempted for KV blocks.", static_cast<double>(s.preemptions));
   metric(out, "tpcli_running_sequences", "gauge", "Sequences in the running batch.", s.running);
   metric(out, "tpcli_waiting_sequences", "gauge", "Requests waiting for the batch (queued or preempted).", s.waiting + s.queued);

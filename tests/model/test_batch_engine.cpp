@@ -2,11 +2,13 @@
 // run together give each the logits (bit for bit) and tokens it gets alone through forward() and
 // its own sampler: in f32, bf16, 8-bit and 4-bit, on 1 and 2 devices; and so do prompts prefilled
 // in chunks of 7, sequences preempted by a small KV pool and re-prefilled, and prompts whose first
-// blocks come from the prefix cache. Greedy tokens agree on 1, 2, 3 and 4 devices.
+// blocks come from the prefix cache. Greedy tokens agree on 1, 2, 3 and 4 devices. A sequence
+// whose logits overflow fails alone, and a cancel arriving after its sequence ended is nothing.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -345,5 +347,87 @@ TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and 
     REQUIRE(o.logits.size() == alone[i].logits.size());
     for (size_t t = 0; t < o.logits.size(); ++t)
       CHECK(std::memcmp(o.logits[t].data(), alone[i].logits[t].data(), o.logits[t].size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("batch engine: a cancel that crosses its sequence's end, or names no sequence, changes nothing", "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 53);
+  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  requests[0].max_tokens = 1;
+  const std::vector<Outcome> alone = run_alone(w, 1, requests);
+  std::vector<Outcome> outcomes(requests.size());
+  bool stale_cancels_were_nothing = false;
+  dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    model::BatchEngine engine(m, {});
+    engine.on_logits = [&](int id, std::span<const float> l) { outcomes[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
+    std::vector<int> finished;
+    engine.on_finished = [&](int id) { finished.push_back(id); };
+    for (const model::BatchRequest& r : requests) engine.add(r);
+    engine.step();  // request 0 finishes at its first token
+    for (const int id : finished) engine.forget(id);
+    const int running = engine.running();
+    engine.cancel(0);    // finished and forgotten: the server's HTTP thread asked too late
+    engine.cancel(-1);   // never given
+    engine.cancel(999);  // not yet given
+    stale_cancels_were_nothing = engine.running() == running;
+    while (engine.step()) {
+    }
+    for (size_t i = 1; i < requests.size(); ++i) outcomes[i].tokens = engine.result(static_cast<int>(i)).tokens;
+  });
+  CHECK(stale_cancels_were_nothing);
+  for (size_t i = 1; i < requests.size(); ++i) {
+    INFO("request " << i);
+    CHECK(outcomes[i].tokens == alone[i].tokens);
+    CHECK(outcomes[i].logits == alone[i].logits);
+  }
+}
+
+TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and the others keep their bits", "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights clean = random_weights(c, 59);
+  model::TensorWeights poisoned = random_weights(c, 59);
+  constexpr int POISON = 30;  // its embedding row holds +inf: any sequence that feeds it overflows
+  poisoned.at("tok_embeddings").data()[static_cast<size_t>(POISON * c.dim + 5)] = std::numeric_limits<float>::infinity();
+  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (model::BatchRequest& r : requests) std::ranges::replace(r.prompt, POISON, POISON + 1);
+  requests[2].prompt.insert(requests[2].prompt.begin() + 1, POISON);
+  const std::vector<Outcome> alone = run_alone(clean, 1, requests);
+  const auto feeds_poison = [&](size_t i) {  // a generated token is fed back unless it is the last
+    const std::vector<int>& t = alone[i].tokens;
+    return i == 2 || std::find(t.begin(), t.end() - 1, POISON) != t.end() - 1;
+  };
+  for (const int devices : {1, 2}) {
+    INFO(devices << " devices");
+    std::vector<model::BatchResult> results;
+    std::vector<std::vector<std::vector<float>>> logits(requests.size());
+    int free_at_end = 0, blocks = 0;
+    dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+      model::Llama m(poisoned, dev.axis("model"));
+      model::BatchEngine engine(m, {});
+      std::vector<std::vector<std::vector<float>>> mine(requests.size());
+      engine.on_logits = [&](int id, std::span<const float> l) { mine[static_cast<size_t>(id)].emplace_back(l.begin(), l.end()); };
+      for (const model::BatchRequest& r : requests) engine.add(r);
+      while (engine.step()) {
+      }
+      if (dev.rank() != 0) return;
+      for (size_t i = 0; i < requests.size(); ++i) results.push_back(engine.result(static_cast<int>(i)));
+      logits = std::move(mine);
+      free_at_end = engine.kv_blocks_free();
+      blocks = engine.kv_blocks();
+    });
+    CHECK(free_at_end == blocks);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i);
+      if (feeds_poison(i)) {
+        CHECK(results[i].finish_reason == "error");
+        CHECK_THAT(results[i].error, Catch::Contains("not finite") && Catch::Contains("position"));
+        continue;
+      }
+      CHECK(results[i].finish_reason == "length");
+      CHECK(results[i].tokens == alone[i].tokens);
+      CHECK(logits[i] == alone[i].logits);
+    }
   }
 }

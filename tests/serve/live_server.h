@@ -19,8 +19,9 @@ namespace tpcli::testing {
 
 class LiveServer {
  public:
-  explicit LiveServer(int devices, serve::ServiceOptions service = {}, serve::ServerOptions options = {})
-      : weights_(shared_path("data/stories260K.bin")),
+  // `model`: a llama2.c file of stories260K's shape (a test's altered copy); by default the real one.
+  explicit LiveServer(int devices, serve::ServiceOptions service = {}, serve::ServerOptions options = {}, const std::string& model = {})
+      : weights_(model.empty() ? shared_path("data/stories260K.bin") : model),
         tokenizer_(shared_path("data/tok512.bin"), weights_.config().vocab_size),
         service_(service) {
     serve::ServedModel m;
