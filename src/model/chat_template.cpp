@@ -1,6 +1,10 @@
 #include "model/chat_template.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <optional>
+#include <span>
 #include <ctime>
 #include <stdexcept>
 
@@ -21,6 +25,38 @@ constexpr std::array<std::pair<ChatFormat, std::string_view>, 7> FORMAT_NAMES{{
 }};
 
 bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+// The special-token markers a format writes ("<|eot_id|>", ...). Recognition matches a few of
+// them; a source that also writes one the format does not (Phi-3's "<|end|>" beside zephyr's
+// "<|user|>", GLM's "<|observation|>") is another format, and rendering it as the one it
+// resembles would be wrong without a word.
+std::span<const std::string_view> markers_of(ChatFormat format) {
+  static constexpr std::string_view ZEPHYR[] = {"<|user|>", "<|assistant|>", "<|system|>"};
+  static constexpr std::string_view CHATML[] = {"<|im_start|>", "<|im_end|>"};
+  static constexpr std::string_view LLAMA3[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                                                 "<|python_tag|>", "<|eom_id|>"};  // Llama 3.1's tool turns, refused when rendered
+  switch (format) {
+    case ChatFormat::Zephyr: return ZEPHYR;
+    case ChatFormat::ChatML:
+    case ChatFormat::Qwen3: return CHATML;
+    case ChatFormat::Llama3:
+    case ChatFormat::Llama3Dated: return LLAMA3;
+    default: return {};
+  }
+}
+
+// The first "<|name|>" marker of `source` that `format` does not write, if any.
+std::optional<std::string> foreign_marker(std::string_view source, ChatFormat format) {
+  const std::span<const std::string_view> known = markers_of(format);
+  for (size_t at = source.find("<|"); at != std::string_view::npos; at = source.find("<|", at + 2)) {
+    size_t end = at + 2;
+    while (end < source.size() && (std::isalnum(static_cast<unsigned char>(source[end])) || source[end] == '_')) ++end;
+    if (end + 1 >= source.size() || source.substr(end, 2) != "|>" || end == at + 2) continue;
+    const std::string_view marker = source.substr(at, end + 2 - at);
+    if (std::ranges::find(known, marker) == known.end()) return std::string(marker);
+  }
+  return std::nullopt;
+}
 
 // Python's str.isspace, which Jinja's trim filter and str.strip() use.
 bool is_python_space(char32_t c) {
@@ -265,6 +301,10 @@ ChatTemplate recognise_chat_template(std::string_view source) {
     throw std::runtime_error("chat template not recognised (known: " + chat_format_names() +
                              "; choose one with --template NAME)");
   }
+  if (const auto marker = foreign_marker(source, t.format))
+    throw std::runtime_error("chat template not recognised: it looks like " + std::string(chat_format_name(t.format)) + " but writes " +
+                             *marker + ", which " + std::string(chat_format_name(t.format)) + " does not (known: " +
+                             chat_format_names() + "; choose one with --template NAME)");
   return t;
 }
 

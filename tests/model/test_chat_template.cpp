@@ -293,3 +293,27 @@ sunny
     CHECK(render_chat(t, parse(messages), {"", "<|im_end|>"}, true) == rendered);
   }
 }
+
+TEST_CASE("chat templates: a source that resembles a known format but writes other markers is refused, naming the marker") {
+  const std::string folder = std::string(TPCLI_SHARED_DIR) + "/reference/chat-templates/templates/";
+  const auto source = [&](const std::string& name) {
+    std::ifstream in(folder + name + ".jinja");
+    if (!in) return std::string();
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  if (source("microsoft-Phi-3.5-mini-instruct").empty()) {
+    WARN("SKIPPED: ../shared/reference/chat-templates is absent");
+    return;
+  }
+  // Phi-3 writes <|end|> where zephyr writes eos_token; GLM-4.6 and Phi-4-mini are not zephyr either.
+  CHECK_THROWS_WITH(recognise_chat_template(source("microsoft-Phi-3.5-mini-instruct")),
+                    Catch::Contains("zephyr") && Catch::Contains("<|end|>") && Catch::Contains("--template"));
+  CHECK_THROWS_WITH(recognise_chat_template(source("GLM-4.6")), Catch::Contains("<|observation|>"));
+  CHECK_THROWS_WITH(recognise_chat_template(source("vllm-tool_chat_template_phi4_mini")), Catch::Contains("<|end|>"));
+  CHECK_THROWS_WITH(recognise_chat_template(source("LFM2-8B-A1B")), Catch::Contains("chatml") && Catch::Contains("<|tool_list_start|>"));
+  // What the formats write themselves stays recognised.
+  CHECK(recognise_chat_template(source("meta-llama-Llama-3.1-8B-Instruct")).format == ChatFormat::Llama3Dated);
+  CHECK(recognise_chat_template(source("meta-llama-Llama-3.2-3B-Instruct")).format == ChatFormat::Llama3Dated);
+  CHECK(recognise_chat_template(source("Qwen-Qwen2.5-7B-Instruct")).format == ChatFormat::ChatML);
+  CHECK(recognise_chat_template(source("Qwen-Qwen3-4B")).format == ChatFormat::Qwen3);
+}
