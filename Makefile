@@ -22,7 +22,7 @@ FUZZ_SECONDS ?= 30
 FUZZ_TARGETS = llama2c_checkpoint llama2c_tokenizer safetensors run_config zmq_wire token_shard hf_tokenizer hf_config api_request
 SHARED_DIR ?= $(abspath ../shared)
 
-.PHONY: all build test deps fuzz-deps tsan-test asan-test fuzz clean demo finetune-demo
+.PHONY: all build test deps test-deps fuzz-deps tsan-test asan-test fuzz clean demo finetune-demo
 
 all: build
 
@@ -31,6 +31,9 @@ ifneq ($(DEPS_PRESENT),yes)
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEPS_PACKAGES)
 endif
+
+# What only the tests need: the browser test's Chromium, Node and npm (make demo does without them).
+test-deps: deps
 ifneq ($(WEB_TEST_MISSING),)
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(filter $(WEB_TEST_PACKAGES),$(WEB_TEST_MISSING))
@@ -42,7 +45,10 @@ $(BUILD)/CMakeCache.txt: | deps
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# Configured again: a build folder first made by `make demo`, before test-deps, registers the browser test now.
+test: test-deps $(BUILD)/CMakeCache.txt
+	cmake -S . -B $(BUILD) > /dev/null
+	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j $(JOBS) --timeout 600
 
 fuzz-deps: deps
@@ -80,8 +86,10 @@ asan-test: deps
 	cmake --build build-asan -j $(JOBS) --target tpcli test_model test_cli test_config test_serve
 	cd build-asan && ctest --output-on-failure -L "model|cli|config|serve" --timeout 900
 
-# The README's main job: train the tiny default model, then generate from it.
-demo: build
+# The README's main job: train the tiny default model, then generate from it. Builds tpcli alone:
+# a newcomer's first command compiles no test and installs no browser.
+demo: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target tpcli
 	./$(BUILD)/tpcli train configs/tiny.toml
 	./$(BUILD)/tpcli infer --model runs/tiny/latest.safetensors -i "ROMEO:" -n 200
 
