@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -74,5 +75,13 @@ class LiveServer {
   int port_ = 0;
   std::thread devices_, listener_;
 };
+
+// A counter or gauge of the server's /metrics, as an integer (std::runtime_error when absent).
+inline int metric(httplib::Client& c, const std::string& name) {
+  const auto res = c.Get("/metrics");
+  const size_t at = res ? res->body.find("\n" + name + " ") : std::string::npos;
+  if (at == std::string::npos) throw std::runtime_error("/metrics has no " + name);
+  return std::stoi(res->body.substr(at + name.size() + 2));
+}
 
 }  // namespace tpcli::testing

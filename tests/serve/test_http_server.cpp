@@ -74,14 +74,6 @@ json chat_body(const std::string& user, int max_tokens, double temperature, int 
           {"seed", seed}};
 }
 
-int metric(httplib::Client& c, const std::string& name) {
-  const auto res = c.Get("/metrics");
-  REQUIRE(res);
-  const size_t at = res->body.find("\n" + name + " ");
-  REQUIRE(at != std::string::npos);
-  return std::stoi(res->body.substr(at + name.size() + 2));
-}
-
 }  // namespace
 
 TEST_CASE("serve: health, models, tokenize, status, metrics, the page, and errors in OpenAI's shape", "[serve]") {

@@ -25,14 +25,6 @@ using nlohmann::json;
 
 namespace {
 
-int metric(httplib::Client& c, const std::string& name) {
-  const auto res = c.Get("/metrics");
-  REQUIRE(res);
-  const size_t at = res->body.find("\n" + name + " ");
-  REQUIRE(at != std::string::npos);
-  return std::stoi(res->body.substr(at + name.size() + 2));
-}
-
 // Reads a stream's server-sent events until `leave_after` of them came (0: to the end); the raw text.
 std::string stream_text(httplib::Client& c, const json& body, size_t leave_after = 0) {
   std::string text;
