@@ -140,7 +140,7 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
 }
 
 void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
-  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
   apply_load_flags(opened, "auto", f.context);
   apply_adapter(opened, f.adapter);

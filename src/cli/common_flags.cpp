@@ -89,8 +89,9 @@ std::optional<int> launched_devices(config::BackendKind backend) {
   }
 }
 
-config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
-  config::RunConfig config = config::load_run_config(path, flags.set);
+// The flags that replace parts of the file, applied after --set and before the checks: flags win
+// over --set, which wins over the file.
+static void apply_run_flags(config::RunConfig& config, const RunFlags& flags) {
   if (flags.devices)
     config::set_mesh_axes(config, {{config.mesh.tensor_axis, *flags.devices}}, "--devices " + std::to_string(*flags.devices));
   if (!flags.mesh.empty()) config::set_mesh_axes(config, config::parse_mesh_axes(flags.mesh), "--mesh " + flags.mesh);
@@ -107,7 +108,10 @@ config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
                                 ? "the MPI world (" + std::to_string(*devices) + " processes, one device each)"
                                 : "the launched world (TPCLI_WORLD_SIZE x TPCLI_DEVICES_PER_PROCESS = " +
                                       std::to_string(*devices) + " devices)");
-  return config;
+}
+
+config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
+  return config::load_run_config(path, flags.set, [&](config::RunConfig& config) { apply_run_flags(config, flags); });
 }
 
 dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback) {
@@ -120,6 +124,19 @@ dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback) {
   std::vector<dist::MeshAxis> axes;
   for (const auto& axis : config::parse_mesh_axes(flags.mesh)) axes.push_back({axis.name, axis.size});
   return dist::Mesh(std::move(axes));
+}
+
+dist::Mesh inference_mesh_from_flags(const RunFlags& flags) {
+  dist::Mesh mesh = mesh_from_flags(flags);
+  for (const dist::MeshAxis& axis : mesh.axes()) {
+    if (axis.size == 1 || axis.name == INFERENCE_TENSOR_AXIS || axis.name == INFERENCE_EXPERT_AXIS) continue;
+    const std::string n = std::to_string(axis.size);
+    throw UsageError("--mesh " + mesh.to_string() + ": axis '" + axis.name + "' (size " + n +
+                     ") has no role in inference, so its " + n + " devices would each run the whole model: the weights split over '" +
+                     INFERENCE_TENSOR_AXIS + "' and the experts over '" + INFERENCE_EXPERT_AXIS + "' (e.g. --mesh " +
+                     INFERENCE_TENSOR_AXIS + "=" + n + ")");
+  }
+  return mesh;
 }
 
 dist::Mesh to_mesh(const config::MeshSection& mesh) {

@@ -77,6 +77,14 @@ std::optional<int> launched_devices(config::BackendKind backend);
 // --backend zmq under `tpcli launch` or --backend mpi under mpirun, else `fallback`.
 dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback = dist::Mesh::line(1));
 
+// The axes inference gives a role: the weights split over "model", a MoE's experts dealt over "expert".
+constexpr const char* INFERENCE_TENSOR_AXIS = "model";
+constexpr const char* INFERENCE_EXPERT_AXIS = "expert";
+// mesh_from_flags for a command that runs a model (infer, serve, chat, eval, perplexity, logits):
+// an axis longer than 1 with no inference role is a UsageError naming it, not N copies of the same
+// work (--mesh tp=4 ran four whole replicas).
+dist::Mesh inference_mesh_from_flags(const RunFlags& flags);
+
 // The modelled links of a validated [mesh] section ([mesh.links] and --link, which load_config
 // has applied), and of --link alone (commands without a config; UsageError on a bad value).
 dist::LinkSpec to_link_spec(const config::MeshSection& mesh);

@@ -26,6 +26,7 @@
 #include "cli/tokenizer_setup.h"
 #include "model/generate.h"
 #include "model/json_file.h"
+#include "model/line_reader.h"
 #include "train/sft_examples.h"
 
 namespace tpcli::cli {
@@ -55,18 +56,16 @@ train::SftFormat eval_format(const EvalFlags& f) {
   if (f.format == "chat") return train::SftFormat::Chat;
   if (f.format == "completions") return train::SftFormat::Completions;
   if (f.format != "auto") throw UsageError("--format " + f.format + ": expected auto, chat or completions");
-  std::FILE* in = std::fopen(f.data.c_str(), "rb");
-  if (!in) throw UsageError(f.data + ": cannot open the JSONL file");
   std::string line;
-  int number = 0;
-  for (int c = 0; c != EOF;) {
-    line.clear();
-    ++number;
-    while ((c = std::fgetc(in)) != EOF && c != '\n') line += static_cast<char>(c);
-    if (line.find_first_not_of(" \t\r") != std::string::npos) break;
+  std::string where = f.data;
+  try {
+    model::LineReader lines(f.data, "a JSONL file");  // /dev/zero: refused, not read for ever
+    while (lines.next(line) && line.find_first_not_of(" \t\r") == std::string::npos) {
+    }
+    where = lines.where();
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
   }
-  std::fclose(in);
-  const std::string where = f.data + ":" + std::to_string(number);
   if (line.find_first_not_of(" \t\r") == std::string::npos) throw UsageError(f.data + ": no example (an empty file)");
   nlohmann::json first;
   try {
@@ -127,7 +126,7 @@ std::string generate_answer(const model::ModelFns& model, const model::Tokenizer
 
 void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   if (f.max_tokens < 1) throw UsageError("--max-tokens = " + std::to_string(f.max_tokens) + " must be >= 1");
-  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
   apply_load_flags(opened, "auto", 0);
   apply_adapter(opened, f.adapter);

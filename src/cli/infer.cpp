@@ -55,6 +55,7 @@ struct InferFlags {
   int group_size = 64;
   bool int8_activations = false;  // tensor::set_int8_activations
   std::string batch;   // --batch prompts.jsonl (cli/infer_batch.h)
+  std::string template_name;  // --template: the chat format of --batch's "messages" lines
   model::EngineOptions engine;  // --parallel, --kv-blocks, --step-tokens
   std::string kv_memory;        // --kv-memory SIZE
   std::string tokens;  // --tokens: the prompt as token ids ("" = -i / -f text)
@@ -180,7 +181,7 @@ void print_device_report(const model::MeshGenerateResult& r, const std::vector<i
 }
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
-  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   const dist::LinkSpec links = links_from_flags(run_flags);
   for (const auto& [axis, link] : links)
     if (!mesh.has_axis(axis))
@@ -228,7 +229,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     const std::string tokenizer = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(tokenizer_path(f, opened));
     model::EngineOptions engine = f.engine;
     if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory);
-    run_infer_batch({f.batch, tokenizer, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
+    run_infer_batch({f.batch, tokenizer, f.template_name, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
                      static_cast<unsigned long long>(options.seed), engine},
                     opened, mesh, run_options);
     return;
@@ -276,6 +277,10 @@ void setup_infer(CLI::App& sub) {
                     ->excludes(prompt)
                     ->excludes(file)
                     ->excludes(tokens);
+  sub.add_option("--template", flags->template_name,
+                 "with --batch: the chat format of \"messages\" lines instead of tokenizer_config.json's: " +
+                     model::chat_format_names())
+      ->needs(batch);
   sub.add_option("--parallel", flags->engine.parallel, "with --batch: sequences decoding at once")->capture_default_str()->needs(batch);
   sub.add_option("--kv-memory", flags->kv_memory,
                  "with --batch: bytes of KV pool per device, e.g. 512M (default: --parallel whole contexts, within an "

@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <limits>
+#include <map>
 #include <optional>
 #include <span>
 
@@ -14,6 +15,8 @@
 #include "cli/tokenizer_setup.h"
 #include "model/batch_engine.h"
 #include "model/chat_template.h"
+#include "model/json_file.h"
+#include "model/line_reader.h"
 #include "model/llama.h"
 
 namespace tpcli::cli {
@@ -22,19 +25,15 @@ namespace {
 
 using nlohmann::json;
 
-// A line's text to generate from: its prompt, or its messages through the chat template.
-std::string prompt_text(const json& line, const std::string& where, const model::LoadedTokenizer& loaded) {
-  if (line.contains("prompt")) {
-    if (!line["prompt"].is_string()) throw UsageError(where + ": \"prompt\" is not a string");
-    return line["prompt"].get<std::string>();
-  }
-  if (!line.contains("messages")) throw UsageError(where + ": needs \"prompt\" or \"messages\"");
-  const std::vector<model::ChatMessage> messages = parse_messages(line["messages"].dump(), where + ": \"messages\"");
-  const ChatFormatting chat = chat_formatting(loaded, "");
-  try {
-    return model::render_chat(chat.chat_template, messages, chat.tokens, true);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(where + ": \"messages\": " + e.what());
+// The keys a line may hold; any other is refused, as the server refuses them.
+constexpr const char* LINE_KEYS[] = {"prompt", "messages", "max_tokens", "temperature", "top_p", "seed", "stop"};
+
+void refuse_unknown_keys(const json& line, const std::string& where) {
+  for (const auto& [key, value] : line.items()) {
+    if (std::ranges::count(LINE_KEYS, key)) continue;
+    std::string known;
+    for (const char* k : LINE_KEYS) known += (known.empty() ? "" : ", ") + std::string(k);
+    throw UsageError(where + ": unknown key " + model::quoted_value(key) + " (a line holds " + known + ")");
   }
 }
 
@@ -43,6 +42,19 @@ T number_or(const json& line, const char* key, T fallback, const std::string& wh
   if (!line.contains(key)) return fallback;
   if (!line[key].is_number()) throw UsageError(where + ": \"" + key + "\" is not a number");
   return line[key].get<T>();
+}
+
+// An integer key within [least, most]: a float or a value past the type's range is refused, not
+// truncated or wrapped (4294967297 read as an int is 1).
+int64_t integer_or(const json& line, const char* key, int64_t fallback, int64_t least, int64_t most, const std::string& where) {
+  if (!line.contains(key)) return fallback;
+  const json& v = line[key];
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(most)
+                                           : v.is_number_integer() && v.get<int64_t>() >= least && v.get<int64_t>() <= most;
+  if (!fits)
+    throw UsageError(where + ": \"" + key + "\" = " + v.dump() + " is not an integer in [" + std::to_string(least) + ", " +
+                     std::to_string(most) + "]");
+  return v.get<int64_t>();
 }
 
 // A line's request and its stop strings.
@@ -63,46 +75,99 @@ std::vector<std::string> stop_strings(const json& line, const std::string& where
   return out;
 }
 
-Job job_of(const json& line, const std::string& where, const BatchInferOptions& o, const model::LoadedTokenizer& loaded,
-           const std::vector<int>& stop_ids, int context) {
-  if (!line.is_object()) throw UsageError(where + ": not a JSON object");
-  Job job{{}, stop_strings(line, where)};
-  model::BatchRequest& r = job.request;
-  // A chat template writes its own beginning-of-sequence text.
-  r.prompt = loaded.tokenizer->encode_text(prompt_text(line, where, loaded), !line.contains("messages"));
-  if (r.prompt.empty() || static_cast<int>(r.prompt.size()) >= context)
-    throw UsageError(where + ": the prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
-                     std::to_string(context));
-  r.max_tokens = number_or(line, "max_tokens", o.max_tokens, where);
-  r.temperature = number_or(line, "temperature", o.temperature, where);
-  r.topp = number_or(line, "top_p", o.topp, where);
-  r.seed = number_or<unsigned long long>(line, "seed", o.seed, where);
-  if (r.max_tokens < 1) throw UsageError(where + ": \"max_tokens\" must be >= 1");
-  if (!(r.temperature >= 0) || !(r.topp >= 0 && r.topp <= 1))
-    throw UsageError(where + ": \"temperature\" must be >= 0 and \"top_p\" in [0, 1]");
-  if (r.seed == 0) r.seed = 1;  // the sampler's xorshift state must not be 0
-  r.stop_ids = stop_ids;
-  return job;
-}
+// The --batch file's lines as jobs, one at a time: the file is never held whole, only the line
+// being read (a 100,000-line file costs what its running lines cost).
+class JobReader {
+ public:
+  JobReader(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context)
+      : o_(o), loaded_(loaded), stop_ids_(stop_ids), context_(context), lines_(open(o.jsonl)) {}
 
-std::vector<Job> read_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids,
-                           int context) {
-  std::ifstream in(o.jsonl);
-  if (!in) throw UsageError("--batch " + o.jsonl + ": cannot open");
-  std::vector<Job> jobs;
-  std::string text;
-  for (int n = 1; std::getline(in, text); ++n) {
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = o.jsonl + ":" + std::to_string(n);
-    json line;
+  // The next non-blank line's job; nullopt at the end of the file. A bad line is a UsageError
+  // naming FILE:LINE and the key.
+  std::optional<Job> next() {
+    std::string text;
     try {
-      line = json::parse(text);
-    } catch (const json::parse_error& e) {
-      throw UsageError(where + ": not JSON (" + std::string(e.what()).substr(0, 120) + ")");
+      while (lines_.next(text))
+        if (text.find_first_not_of(" \t\r") != std::string::npos) return job_of(parse(text));
+    } catch (const std::runtime_error& e) {  // a line past the bound
+      throw UsageError(e.what());
     }
-    jobs.push_back(job_of(line, where, o, loaded, stop_ids, context));
+    return std::nullopt;
   }
-  if (jobs.empty()) throw UsageError("--batch " + o.jsonl + ": no prompts");
+
+ private:
+  static model::LineReader open(const std::string& path) {
+    try {
+      return model::LineReader(path, "a JSONL file of prompts (--batch)");
+    } catch (const std::runtime_error& e) {
+      throw UsageError(e.what());
+    }
+  }
+
+  json parse(const std::string& text) const {
+    try {
+      return model::parse_json_text(text, lines_.where());  // depth-bounded: a line may be hostile
+    } catch (const std::exception& e) {
+      throw UsageError(std::string(e.what()).substr(0, 300));
+    }
+  }
+
+  // A line's text to generate from: its prompt, or its messages through the chat template.
+  std::string prompt_text(const json& line) {
+    const std::string where = lines_.where();
+    if (line.contains("prompt")) {
+      if (!line["prompt"].is_string()) throw UsageError(where + ": \"prompt\" is not a string");
+      return line["prompt"].get<std::string>();
+    }
+    if (!line.contains("messages")) throw UsageError(where + ": needs \"prompt\" or \"messages\"");
+    const std::vector<model::ChatMessage> messages = parse_messages(line["messages"].dump(), where + ": \"messages\"");
+    if (!chat_) chat_ = chat_formatting(loaded_, o_.template_name);  // recognised once, at the first chat line
+    try {
+      return model::render_chat(chat_->chat_template, messages, chat_->tokens, true);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(where + ": \"messages\": " + e.what());
+    }
+  }
+
+  Job job_of(const json& line) {
+    const std::string where = lines_.where();
+    if (!line.is_object()) throw UsageError(where + ": not a JSON object");
+    refuse_unknown_keys(line, where);
+    Job job{{}, stop_strings(line, where)};
+    model::BatchRequest& r = job.request;
+    // A chat template writes its own beginning-of-sequence text.
+    r.prompt = loaded_.tokenizer->encode_text(prompt_text(line), !line.contains("messages"));
+    if (r.prompt.empty() || static_cast<int>(r.prompt.size()) >= context_)
+      throw UsageError(where + ": the prompt is " + std::to_string(r.prompt.size()) + " tokens; the context holds " +
+                       std::to_string(context_));
+    r.max_tokens = static_cast<int>(integer_or(line, "max_tokens", o_.max_tokens, 1, std::numeric_limits<int>::max(), where));
+    r.temperature = number_or(line, "temperature", o_.temperature, where);
+    r.topp = number_or(line, "top_p", o_.topp, where);
+    // As the server: any 64-bit integer, a negative one wrapping as run.c's -s does.
+    if (line.contains("seed") && !line["seed"].is_number_integer()) throw UsageError(where + ": \"seed\" is not an integer");
+    r.seed = line.contains("seed") ? line["seed"].get<uint64_t>() : o_.seed;
+    if (!(r.temperature >= 0) || !(r.topp >= 0 && r.topp <= 1))
+      throw UsageError(where + ": \"temperature\" must be >= 0 and \"top_p\" in [0, 1]");
+    if (r.seed == 0) r.seed = 1;  // the sampler's xorshift state must not be 0
+    r.stop_ids = stop_ids_;
+    return job;
+  }
+
+  const BatchInferOptions& o_;
+  const model::LoadedTokenizer& loaded_;
+  const std::vector<int>& stop_ids_;
+  int context_;
+  model::LineReader lines_;
+  std::optional<ChatFormatting> chat_;
+};
+
+// Reads every line once before anything runs, so a bad line is refused before any generation;
+// keeps nothing but the count.
+size_t count_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context) {
+  JobReader reader(o, loaded, stop_ids, context);
+  size_t jobs = 0;
+  while (reader.next()) ++jobs;
+  if (jobs == 0) throw UsageError("--batch " + o.jsonl + ": no prompts");
   return jobs;
 }
 
@@ -130,22 +195,69 @@ void print_progress(size_t done, size_t total, int64_t tokens) {
                std::string(static_cast<size_t>(WIDTH - filled), ' ').c_str(), done, total, static_cast<long long>(tokens));
 }
 
-// Runs every job on this device's engine; the results in job order.
-std::vector<model::BatchResult> run_jobs(model::Llama& llama, const std::vector<Job>& jobs, const BatchInferOptions& o,
-                                         const model::TokenizerInterface& tokenizer, bool reporter) {
+json result_line(size_t i, const Job& job, const model::BatchResult& r, const model::TokenizerInterface& tokenizer) {
+  std::span<const int> generated = r.tokens;
+  const bool stop_id = r.finish_reason == "stop" && !generated.empty() &&
+                       std::ranges::find(job.request.stop_ids, generated.back()) != job.request.stop_ids.end();
+  if (stop_id) generated = generated.first(generated.size() - 1);  // not the stop token
+  std::string text = continuation(tokenizer, job.request.prompt, generated);
+  if (const size_t at = first_stop(text, job.stop); at != std::string::npos) text.resize(at);  // not the stop string
+  return {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", r.finish_reason}};
+}
+
+// Result lines out in input order, each as soon as every earlier one is: a line that finishes
+// before an earlier one waits here as its text only.
+class OrderedPrinter {
+ public:
+  void add(size_t index, const json& line) {
+    waiting_[index] = line.dump(-1, ' ', false, json::error_handler_t::replace);
+    for (auto first = waiting_.begin(); first != waiting_.end() && first->first == next_; first = waiting_.erase(first), ++next_)
+      std::printf("%s\n", first->second.c_str());
+  }
+
+ private:
+  std::map<size_t, std::string> waiting_;  // by index
+  size_t next_ = 0;                        // the index to print next
+};
+
+// Runs every line of the file on this device's engine, taking lines only as the engine has room
+// for them and forgetting each as it finishes: memory follows --parallel, not the file's length.
+// Device 0 (`reporter`) prints the results and the progress.
+void run_jobs(model::Llama& llama, JobReader& reader, size_t total, const BatchInferOptions& o,
+              const model::TokenizerInterface& tokenizer, bool reporter) {
   model::BatchEngine engine(llama, o.engine);
-  for (const Job& j : jobs) engine.add(j.request);
+  std::map<int, Job> taken;    // by engine id (the line's index): added and not yet finished
+  std::vector<int> finished;  // in the last step
   engine.on_token = [&](int id, int) {  // the same answer on every device: the same tokens
-    const Job& j = jobs[static_cast<size_t>(id)];
+    const Job& j = taken.at(id);
     return j.stop.empty() || first_stop(continuation(tokenizer, j.request.prompt, engine.result(id).tokens), j.stop) == std::string::npos;
   };
-  size_t finished = 0;
+  engine.on_finished = [&](int id) { finished.push_back(id); };  // forgotten after the step, not inside it
+  OrderedPrinter printer;
+  size_t done = 0;
   int64_t tokens = 0;
-  if (reporter)
-    engine.on_finished = [&](int id) { print_progress(++finished, jobs.size(), tokens += static_cast<int64_t>(engine.result(id).tokens.size())); };
   const auto start = std::chrono::steady_clock::now();
-  while (engine.step()) {
+  for (bool more_lines = true;;) {
+    // As many lines waiting as could be admitted at once, so the engine never waits for the file.
+    while (more_lines && engine.waiting() < o.engine.parallel) {
+      std::optional<Job> job = reader.next();
+      more_lines = job.has_value();
+      if (more_lines) taken.emplace(engine.add(job->request), std::move(*job));
+    }
+    if (!engine.step()) break;
+    for (const int id : finished) {
+      const model::BatchResult& r = engine.result(id);
+      tokens += static_cast<int64_t>(r.tokens.size());
+      if (reporter) {
+        printer.add(static_cast<size_t>(id), result_line(static_cast<size_t>(id), taken.at(id), r, tokenizer));
+        print_progress(++done, total, tokens);
+      }
+      taken.erase(id);
+      engine.forget(id);
+    }
+    finished.clear();
   }
+  std::fflush(stdout);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const model::EngineStats& st = engine.stats();
   if (reporter)
@@ -155,19 +267,6 @@ std::vector<model::BatchResult> run_jobs(model::Llama& llama, const std::vector<
                  static_cast<long long>(tokens), seconds, static_cast<double>(tokens) / seconds, static_cast<long long>(st.rows),
                  static_cast<long long>(st.steps), static_cast<long long>(st.cached_tokens), static_cast<long long>(st.preemptions),
                  engine.kv_blocks(), static_cast<double>(engine.kv_pool_bytes()) / 1e6);
-  std::vector<model::BatchResult> results;
-  for (size_t i = 0; i < jobs.size(); ++i) results.push_back(engine.result(static_cast<int>(i)));
-  return results;
-}
-
-json result_line(size_t i, const Job& job, const model::BatchResult& r, const model::TokenizerInterface& tokenizer) {
-  std::span<const int> generated = r.tokens;
-  const bool stop_id = r.finish_reason == "stop" && !generated.empty() &&
-                       std::ranges::find(job.request.stop_ids, generated.back()) != job.request.stop_ids.end();
-  if (stop_id) generated = generated.first(generated.size() - 1);  // not the stop token
-  std::string text = continuation(tokenizer, job.request.prompt, generated);
-  if (const size_t at = first_stop(text, job.stop); at != std::string::npos) text.resize(at);  // not the stop string
-  return {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", r.finish_reason}};
 }
 
 }  // namespace
@@ -185,18 +284,15 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
     throw UsageError(e.what());
   }
   const int context = static_cast<int>(std::min<int64_t>(config.seq_len, pool_positions));
-  const model::LoadedTokenizer loaded = open_tokenizer(o.tokenizer_path, std::nullopt);
+  const model::LoadedTokenizer loaded = open_model_tokenizer(o.tokenizer_path, config.vocab_size);
   std::vector<int> stop_ids = opened.eos_token_ids;
   if (auto eos = loaded.tokenizer->token_id(loaded.tokenizer->eos_text()); eos && !loaded.tokenizer->eos_text().empty())
     stop_ids.push_back(*eos);
-  const std::vector<Job> jobs = read_jobs(o, loaded, stop_ids, context);
-  std::vector<model::BatchResult> results;
+  const size_t total = count_jobs(o, loaded, stop_ids, context);
   run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) {
-    std::vector<model::BatchResult> r = run_jobs(llama, jobs, o, *loaded.tokenizer, dev.rank() == 0);
-    if (dev.rank() == 0) results = std::move(r);
+    JobReader reader(o, loaded, stop_ids, context);  // each device its own: every engine takes the same lines
+    run_jobs(llama, reader, total, o, *loaded.tokenizer, dev.rank() == 0);
   });
-  for (size_t i = 0; i < results.size(); ++i)
-    std::printf("%s\n", result_line(i, jobs[i], results[i], *loaded.tokenizer).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
 }
 
 }  // namespace tpcli::cli

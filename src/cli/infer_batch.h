@@ -7,7 +7,11 @@
 // "temperature", "top_p", "seed" (else -n, -t, -p, -s) and "stop" (a string or a list: the text
 // ends before the first one, matched across token boundaries). Each output line: {"index", "text",
 // "tokens", "finish_reason": "stop" | "length"}. A bad line is a one-line error naming the file, the
-// line and the key, before any generation.
+// line and the key (an unknown key too), before any generation.
+//
+// Memory follows --parallel, not the file's length: the file is read once to check every line,
+// then again as the engine has room for lines; a finished line's result is printed as soon as the
+// lines before it are out, and forgotten. A line is at most model::MAX_LINE_BYTES.
 #pragma once
 
 #include <string>
@@ -22,6 +26,7 @@ namespace tpcli::cli {
 struct BatchInferOptions {
   std::string jsonl;           // --batch FILE
   std::string tokenizer_path;  // a tokenizer.json, a directory holding one, or a llama2.c tokenizer.bin
+  std::string template_name;   // --template: the chat format of "messages" lines ("" = tokenizer_config.json's)
   int max_tokens = 256;        // the defaults of lines that do not say
   float temperature = 1.0f, topp = 0.9f;
   unsigned long long seed = 1;

@@ -52,7 +52,7 @@ void print_logits(std::FILE* out, const std::vector<float>& logits, int64_t P, i
 }
 
 void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
-  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   apply_adapter(opened, f.adapter);

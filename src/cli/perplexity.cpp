@@ -1,5 +1,6 @@
 // tpcli perplexity --model M --data FILE [-z TOKENIZER] [--devices N] [--quantize ...] [-c CTX] [--windows K]
 //                  [--decode [--int8-activations]]
+// M: a llama2.c .bin, a tpcli .safetensors or a Hugging Face model directory.
 // llama.cpp's llama-perplexity for this tool: the text is tokenized once and cut into
 // non-overlapping windows of seq_len (or -c) tokens; each window's tokens predict the next one (the first
 // token after a window is its last target). Prints the mean negative log-likelihood per token and
@@ -18,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
+#include "cli/tokenizer_setup.h"
 #include "distributed/runtime.h"
 #include "model/llama.h"
 #include "model/perplexity.h"
@@ -42,14 +44,16 @@ struct PerplexityFlags {
 };
 
 // The text's tokens with the tokenizer the model was trained with: a chars/bytes vocabulary from
-// the checkpoint's metadata, else a llama2.c tokenizer.bin (-z, or the recorded one) with BOS.
+// the checkpoint's metadata, else -z, else a Hugging Face directory's tokenizer.json, else the
+// recorded tokenizer, else ./tokenizer.bin; with BOS (a tokenizer.json's, when it has one).
 std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, const std::string& text) {
   const int vocab = opened.weights->config().vocab_size;
   auto kind = opened.metadata.find("tokenizer.kind");
   try {
     if (f.tokenizer.empty() && kind != opened.metadata.end() && kind->second != "llama2c")
       return train::tokenizer_from_metadata(opened.metadata, f.model, vocab)->encode(text);
-    const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.tokenizer.value_or("tokenizer.bin");
+    const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(opened.tokenizer.value_or("tokenizer.bin"));
+    if (!is_llama2c_tokenizer(path)) return open_model_tokenizer(path, vocab).tokenizer->encode_text(text, true);
     return model::Tokenizer(path, vocab).encode(text, true, false);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
@@ -57,7 +61,7 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
 }
 
 void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
-  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_adapter(opened, f.adapter);
   if (f.int8_activations && !f.decode) throw UsageError("--int8-activations: applies to --decode only (the batched forward multiplies f32 activations)");
@@ -95,10 +99,13 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
 void setup_perplexity(CLI::App& sub) {
   auto f = std::make_shared<PerplexityFlags>();
   auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
-  sub.add_option("--model", f->model, "checkpoint: llama2.c .bin or tpcli .safetensors")->required();
+  sub.add_option("--model", f->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
+      ->required();
   add_adapter_flag(sub, f->adapter);
   sub.add_option("--data", f->data, "text file to score")->required();
-  sub.add_option("-z,--tokenizer", f->tokenizer, "llama2.c tokenizer.bin (default: the checkpoint's recorded one)");
+  sub.add_option("-z,--tokenizer", f->tokenizer,
+                 "llama2.c tokenizer.bin, or a tokenizer.json / directory holding one (default: the model directory's, "
+                 "else the checkpoint's recorded one, else ./tokenizer.bin)");
   sub.add_option("-c,--ctx", f->ctx, "window length in tokens (default: the model's seq_len)");
   sub.add_option("--windows", f->max_windows, "score at most this many windows (0 = all)")
       ->capture_default_str()

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
@@ -21,13 +22,13 @@ namespace {
 
 struct QuantizeFlags {
   std::string model, out;
-  int bits = 4;
+  std::optional<int> bits;  // not given: 4 for affine, 8 for mxfp8 (its only width)
   int group_size = 64;
   std::string mode = "affine";
 };
 
 void run_quantize(const QuantizeFlags& f) {
-  const tensor::WeightFormat format = parse_quantization(f.bits, f.group_size, f.mode);
+  const tensor::WeightFormat format = parse_quantization(f.bits.value_or(f.mode == "mxfp8" ? 8 : 4), f.group_size, f.mode);
   if (!f.out.ends_with(".safetensors")) throw UsageError("--out " + f.out + ": expected a .safetensors path");
   const OpenedModel opened = open_model(f.model);
   std::unique_ptr<model::ConvertedWeights> converted;
@@ -54,7 +55,7 @@ void setup_quantize(CLI::App& sub) {
   auto f = std::make_shared<QuantizeFlags>();
   sub.add_option("--model", f->model, "checkpoint to convert: llama2.c .bin, tpcli .safetensors or a Hugging Face directory (f32 or 16-bit)")->required();
   sub.add_option("--out", f->out, "output .safetensors file")->required();
-  sub.add_option("--bits", f->bits, "affine: 4 or 8; mxfp8: 8")->capture_default_str();
+  sub.add_option("--bits", f->bits, "affine: 4 or 8 (default 4); mxfp8: 8, implied");
   sub.add_option("--group-size", f->group_size, "affine: 32, 64 or 128 input columns per scale")->capture_default_str();
   sub.add_option("--mode", f->mode, "affine | mxfp8")->capture_default_str();
   sub.callback([f] { run_quantize(*f); });

@@ -115,7 +115,7 @@ void drain(serve::HttpServer* http, serve::EngineService& service, int grace) {
 
 void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   const ShutdownSignals signals;
-  const dist::Mesh mesh = mesh_from_flags(run_flags);
+  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   dist::RunOptions run_options;
   try {
     dist::select_backend(run_options, run_flags.backend, mesh.size());
@@ -140,7 +140,8 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
     throw UsageError(e.what());
   }
   const std::string path = tokenizer_path(f, opened);
-  const model::LoadedTokenizer loaded = open_tokenizer(path, is_llama2c_tokenizer(path) ? std::optional<int>(config.vocab_size) : std::nullopt);
+  // A tokenizer larger than the model would hand the engine ids it has no row for.
+  const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
   std::optional<ChatFormatting> chat;
   if (!f.template_name.empty() || loaded.chat_template) chat = chat_formatting(loaded, f.template_name);
 

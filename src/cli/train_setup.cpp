@@ -358,6 +358,16 @@ static std::shared_ptr<const model::WeightSource> initial_adapters(const config:
   return weights;
 }
 
+// The tokens a llama2.c tokenizer.bin holds (its records, to the end of the file): the model's
+// vocab_size when [model] leaves it out, as for a tokenizer.json.
+static int llama2c_vocab_size(const config::RunConfig& config) {
+  try {
+    return model::load_tokenizer(config.data.tokenizer_path).tokenizer->vocab_size();
+  } catch (const std::exception& e) {
+    throw config::ConfigError(config.where("data.tokenizer") + ": " + e.what());
+  }
+}
+
 Prepared prepare_training(const config::RunConfig& config, bool resume) {
   using config::ConfigError;
   Prepared p;
@@ -366,6 +376,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   std::optional<TextTokenizer> tokenizer = open_data(config, p);
   std::optional<int> tokenizer_vocab;
   if (tokenizer && tokenizer->kind() != TokenizerKind::Llama2c) tokenizer_vocab = tokenizer->vocab_size();
+  else if (!tokenizer && !config.model.init_from && !config.model.vocab_size) tokenizer_vocab = llama2c_vocab_size(config);
 
   // Model: from init_from's checkpoint, or the [model] section.
   try {

@@ -767,7 +767,8 @@ bool is_model_file(const std::string& path) {
   return has_dims;
 }
 
-RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                          const std::function<void(RunConfig&)>& apply_flags) {
   toml::table root = parse_toml_file(path);
   const std::vector<std::string> file_axis_order = axis_order_in_file(root);
   std::vector<std::string> override_sources;
@@ -789,6 +790,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   read_data(section_table(root, "data", path), path, base_dir, config.source, config.data);
   read_train(section_table(root, "train", path), path, base_dir, config.source, config.train);
   if (config.train.out_dir.empty()) config.train.out_dir = (fs::path("runs") / fs::path(path).stem()).string();
+  if (apply_flags) apply_flags(config);  // before the checks, which must see the flags' axes, not the file's
   check_roles(config);
   check_cross_sections(config);
   return config;

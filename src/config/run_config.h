@@ -51,6 +51,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -221,7 +222,10 @@ struct RunConfig {
 
 // Loads and validates a run config. `overrides` are "section.key=value" strings (--set), applied
 // before validation; the value is parsed as a TOML value and, failing that, taken as a string.
-RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// `apply_flags` (the command line's --devices, --mesh, ...: cli/common_flags.h) runs after the
+// overrides and before the checks, so a role given by --set may name an axis --mesh adds.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                          const std::function<void(RunConfig&)>& apply_flags = {});
 
 // Loads a models/*.toml file (top-level dims, validated for types and ranges).
 ModelSection load_model_config(const std::string& path);

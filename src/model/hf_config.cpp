@@ -107,6 +107,11 @@ std::optional<nn::RopeScaling> rope_scaling_of(const ConfigReader& r) {
   if (type == "longrope" || type == "su")
     r.fail("rope_scaling type " + json(type).dump() + " (Phi-3's 128k-context scaling) is not supported: use the 4k-context checkpoint");
   if (type != "llama3") r.fail("rope_scaling type " + json(type).dump() + " is not supported (only llama3)");
+  // As transformers: every parameter must be given (a default would silently scale by Llama 3.1's).
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    if (!s.has(key))
+      r.fail("rope_scaling (rope_type \"llama3\"): key '" + std::string(key) +
+             "' is missing (llama3 needs factor, low_freq_factor, high_freq_factor and original_max_position_embeddings)");
   nn::RopeScaling out;
   out.factor = s.real("factor", out.factor);
   out.low_freq_factor = s.real("low_freq_factor", out.low_freq_factor);

@@ -97,7 +97,6 @@ Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed)
   if (!std::isfinite(temperature) || temperature < 0)
     throw std::invalid_argument("sampler: temperature = " + std::to_string(temperature) + " must be a finite number >= 0");
   if (!std::isfinite(topp)) throw std::invalid_argument("sampler: top-p = " + std::to_string(topp) + " is not a number");
-  scratch_.reserve(static_cast<size_t>(vocab_size));
 }
 
 int Sampler::sample(std::span<float> logits) {
@@ -111,6 +110,9 @@ int Sampler::sample(std::span<float> logits) {
   softmax(logits);
   const float coin = random_f32(state_);
   if (topp_ <= 0 || topp_ >= 1) return sample_mult(logits, coin);
+  // Reserved at the first top-p token, not at construction: a batch engine makes a sampler per
+  // queued request, and a queue of them would each hold V entries before running.
+  scratch_.reserve(static_cast<size_t>(vocab_size_));
   return sample_topp(logits, topp_, coin, scratch_);
 }
 

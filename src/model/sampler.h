@@ -51,7 +51,7 @@ class Sampler {
   float temperature_;
   float topp_;
   uint64_t state_;
-  std::vector<ProbIndex> scratch_;  // [V]
+  std::vector<ProbIndex> scratch_;  // [V] once top-p sampling starts; empty until then
 };
 
 }  // namespace tpcli::model

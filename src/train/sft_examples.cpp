@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/json_file.h"
-#include "model/regular_file.h"
+#include "model/line_reader.h"
 #include "model/tokenizer_interface.h"
 
 namespace tpcli::train {
@@ -145,18 +145,17 @@ std::string_view sft_format_name(SftFormat format) {
 }
 
 std::vector<SftExample> read_sft_examples(const std::string& path, SftFormat format) {
-  try {
-    model::require_regular_file(path, "a JSONL file");
-  } catch (const std::exception& e) {
-    throw SftDataError(e.what());
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SftDataError(path + ": cannot open the JSONL file");
   std::vector<SftExample> examples;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
-    examples.push_back(parse_line(line, path + ":" + std::to_string(number), format));
+  try {
+    model::LineReader lines(path, "a JSONL file");  // a line past its bound is refused, not read whole
+    for (std::string line; lines.next(line);) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
+      examples.push_back(parse_line(line, lines.where(), format));
+    }
+  } catch (const SftDataError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw SftDataError(e.what());
   }
   if (examples.empty())
     throw SftDataError(path + ": no example (an empty file; one JSON object per line: " + shape_of(format) + ")");

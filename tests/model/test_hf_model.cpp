@@ -400,6 +400,11 @@ TEST_CASE("hf: bad directories are one-line errors naming the file", "[hf][corru
     edit_config(d, [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
     check_one_line_naming(open_error(d), (d / "config.json").string(), "yarn");
   }
+  {  // llama3 without its factors: transformers raises; tpcli ran with Llama 3.1's defaults
+    const fs::path d = copy(good);
+    edit_config(d, [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
+    check_one_line_naming(open_error(d), (d / "config.json").string(), "rope_scaling (rope_type \"llama3\"): key 'low_freq_factor' is missing");
+  }
   {
     const fs::path d = copy(good);
     std::ofstream(d / "config.json") << "{\"architectures\": [";
