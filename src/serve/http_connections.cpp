@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
@@ -147,6 +148,20 @@ struct Connection {
     }
     return true;
   }
+  // After an answer that refused a body the client may still be sending: closing with bytes
+  // unread would reset the connection, and the reset can drop the answer before the client reads
+  // it. Says the end (FIN), then reads and drops what comes, for at most `wait`.
+  void finish_unread(std::chrono::milliseconds wait) {
+    ::shutdown(fd, SHUT_WR);
+    const auto until = Clock::now() + wait;
+    char dropped[16384];
+    for (auto left = wait; left.count() > 0; left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return;
+      const ssize_t n = ::recv(fd, dropped, sizeof dropped, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+    }
+  }
   bool write_all(std::string_view bytes, std::chrono::milliseconds timeout) {
     while (!bytes.empty()) {
       const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
@@ -280,6 +295,7 @@ struct HttpConnections::State : std::enable_shared_from_this<State> {
   // Reads the body, runs the handler, writes the answer; true when the connection stays open.
   bool answer(Connection& c, HttpRequest& request, size_t head_bytes, std::chrono::milliseconds write_timeout) {
     HttpResponse res;
+    bool body_unread = false;
     try {
       const size_t length = body_length(request, limits.max_body_bytes);
       if (length > 0 && lower(request.header("expect")) == "100-continue" && c.in.size() < head_bytes + length)
@@ -290,11 +306,13 @@ struct HttpConnections::State : std::enable_shared_from_this<State> {
       run_handler(request, res);
     } catch (const ApiError& e) {  // the framing is refused: the body, unread, must not be read as a next request
       res = error_response(e);
-      res.close = true;
+      res.close = body_unread = true;
     }
     routes.answered(res.status);
     const bool close = res.close || !request.keep_alive || stopping;
-    return write_response(c, request, res, close, write_timeout) && !close;
+    const bool written = write_response(c, request, res, close, write_timeout);
+    if (written && body_unread) c.finish_unread(std::chrono::seconds(1));  // only on connection threads: cheap routes have no body
+    return written && !close;
   }
 
   void run_handler(const HttpRequest& request, HttpResponse& res) {

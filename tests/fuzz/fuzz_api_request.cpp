@@ -87,38 +87,7 @@ void check_accepted(const GenerationRequest& r) {
     if (id < 0 || id >= byte_model().vocab) finding("a prompt token outside the vocabulary", std::to_string(id));
 }
 
-}  // namespace
-
-void parse_and_check(std::string_view body);
-
-// Runs one input, a finding when it took more than its bound at its peak.
-void within_memory_bound(std::string_view body) {
-  static_cast<void>(byte_model());  // built once, before any input is counted
-  const size_t before = live_bytes;
-  peak_bytes = before;
-  parse_and_check(body);
-  const size_t used = peak_bytes - before;
-  if (used > std::min(MAX_PARSE_BYTES, (64u << 10) + BYTES_PER_INPUT_BYTE * body.size()))
-    finding("an input's parse took too much memory", std::to_string(used) + " bytes at its peak for " + std::to_string(body.size()) +
-                                                          " of input");
-}
-
-}  // namespace
-
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  std::string many = "{\"prompt\":\"x\",\"foo\":[{}";
-  while (many.size() < (1u << 20)) many += ",{}";
-  within_memory_bound(many + "]}");
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  within_memory_bound(std::string_view(reinterpret_cast<const char*>(data), size));
-  return 0;
-}
-
-namespace {
-
+// parse_body, then each endpoint's rules: refusals and accepted requests as they must be.
 void parse_and_check(std::string_view body) {
   nlohmann::json parsed;
   try {
@@ -136,4 +105,28 @@ void parse_and_check(std::string_view body) {
   }
 }
 
+// Runs one input, a finding when it took more than its bound at its peak.
+void within_memory_bound(std::string_view body) {
+  static_cast<void>(byte_model());  // built once, before any input is counted
+  const size_t before = live_bytes;
+  peak_bytes = before;
+  parse_and_check(body);
+  const size_t used = peak_bytes - before;
+  if (used > std::min(MAX_PARSE_BYTES, (64u << 10) + BYTES_PER_INPUT_BYTE * body.size()))
+    finding("an input's parse took too much memory",
+            std::to_string(used) + " bytes at its peak for " + std::to_string(body.size()) + " of input");
+}
+
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  std::string many = "{\"prompt\":\"x\",\"foo\":[{}";
+  while (many.size() < (1u << 20)) many += ",{}";
+  within_memory_bound(many + "]}");
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  within_memory_bound(std::string_view(reinterpret_cast<const char*>(data), size));
+  return 0;
+}
