@@ -389,6 +389,20 @@ TEST_CASE("serve hostile: 1,100 connections trickling their heads hold no route,
     REQUIRE(completion);
     CHECK(completion->status == 200);
   }
+  SECTION("every connection thread held by a body that does not come: /health is still answered") {
+    serve::ServerOptions options;
+    options.max_connections = 2;
+    LiveServer server(1, {}, options);
+    std::vector<std::unique_ptr<RawConnection>> stalled;
+    for (int i = 0; i < 3; ++i) {  // two hold the threads, the third waits for one
+      stalled.push_back(std::make_unique<RawConnection>(server.port()));
+      REQUIRE(stalled.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<double> latencies = health_latencies(server.port(), 1);
+    REQUIRE_FALSE(latencies.empty());
+    for (const double s : latencies) CHECK(s < 1.0);
+  }
   SECTION("a head trickled a byte every 100 ms is closed at its deadline, whatever each byte's wait") {
     serve::ServerOptions options;
     options.header_timeout = std::chrono::milliseconds(1000);
