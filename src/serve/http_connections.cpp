@@ -231,7 +231,7 @@ size_t parse_request_head(std::string_view bytes, HttpRequest& request) {
   size_t start = 0;
   while (bytes.substr(start, 2) == "\r\n") start += 2;  // empty lines before a request are ignored (RFC 9112 2.2)
   const size_t end = bytes.find("\r\n\r\n", start);
-  if ((end == std::string_view::npos ? bytes.size() - start : end + 4 - start) > MAX_HEAD_BYTES)
+  if ((end == std::string_view::npos ? bytes.size() : end + 4) > MAX_HEAD_BYTES)  // the empty lines count: an endless stream of them is refused
     throw ApiError(431, "The request's headers are too large (over " + std::to_string(MAX_HEAD_BYTES >> 10) + " KB).");
   if (end == std::string_view::npos) return 0;
   request = HttpRequest{};

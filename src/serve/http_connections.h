@@ -52,8 +52,8 @@ struct HttpResponse {
 // Request heads as sent: the request line and every header, in bytes.
 constexpr size_t MAX_HEAD_BYTES = 8u << 10;
 
-// The request head at the start of `bytes` and its length, or nullopt-like 0 when the head is not
-// complete yet. Throws ApiError: 431 past MAX_HEAD_BYTES, 400 for a malformed head.
+// Reads the request head at the start of `bytes` into `request`; returns the head's length in
+// bytes, 0 while it is not complete. Throws ApiError: 431 past MAX_HEAD_BYTES, 400 when malformed.
 size_t parse_request_head(std::string_view bytes, HttpRequest& request);
 
 // The body length the head announces, checked: 411 without a Content-Length on a POST or with
