@@ -137,14 +137,15 @@ struct Connection {
       return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
     }
   }
-  // Reads until `in` holds `bytes`, each wait at most `timeout`; false when the peer left or stalled.
+  // Reads until `in` holds `bytes`, all within `timeout` (a body trickled a byte at a time holds
+  // its connection thread no longer); false when the peer left or was too slow.
   bool read_until(size_t bytes, std::chrono::milliseconds timeout) {
     in.reserve(bytes);  // not twice a body's size by doubling
+    const auto until = Clock::now() + timeout;
     while (in.size() < bytes) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
       pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
-      const size_t before = in.size();
-      if (!read_some() || in.size() == before) return false;
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0 || !read_some()) return false;
     }
     return true;
   }

@@ -72,7 +72,7 @@ struct ConnectionLimits {
   int max_threads = 1024;
   std::chrono::milliseconds head_timeout{10'000};  // from a request head's first byte to its last
   std::chrono::milliseconds keep_alive{5'000};      // an idle connection's wait for a next request
-  std::chrono::milliseconds io_timeout{10'000};     // each wait for body bytes, or for room to write
+  std::chrono::milliseconds io_timeout{10'000};     // a body's whole arrival; each wait for room to write
 };
 
 class HttpConnections {

@@ -46,7 +46,7 @@ struct ServerOptions {
   // multiple of it (api_request.h), so concurrent bodies cannot take the machine's memory.
   size_t max_body_bytes = 1u << 20;
   int max_connections = 1024;  // connection threads: requests running at once (more wait)
-  std::chrono::milliseconds read_timeout{10'000};   // each wait for body bytes, or to write
+  std::chrono::milliseconds read_timeout{10'000};   // a body's whole arrival; each wait to write
   std::chrono::milliseconds keep_alive{5'000};      // an idle connection's wait for its next request
   std::chrono::milliseconds header_timeout{10'000}; // a request head's whole arrival, first byte to last
 };

@@ -420,6 +420,21 @@ TEST_CASE("serve hostile: 1,100 connections trickling their heads hold no route,
     CHECK(seconds < 2.5);
     check_still_serves(server);
   }
+  SECTION("a body trickled a byte every 100 ms is dropped at its deadline too") {
+    serve::ServerOptions options;
+    options.read_timeout = std::chrono::milliseconds(1000);
+    LiveServer server(1, {}, options);
+    RawConnection c(server.port());
+    REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"));
+    const auto start = Clock::now();
+    bool open = true;
+    while (open && Clock::now() - start < std::chrono::seconds(4)) {
+      open = c.send(" ");
+      if (open && c.closed_by_peer(std::chrono::milliseconds(100))) open = false;
+    }
+    CHECK_FALSE(open);
+    CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 2.5);
+  }
 }
 
 TEST_CASE("serve hostile: 8 concurrent bodies of empty objects at the body limit cost a bounded memory", "[serve]") {
