@@ -3,8 +3,10 @@
 // The rules are OpenAI's own: an argument the API does not know is refused ("Unrecognized request
 // argument supplied"); an argument it knows that this server does not implement is accepted only
 // at its default value (n = 1, no penalties, no tools, ...), else refused naming it; every error is
-// a 400 with the field in "param". Bodies are bounded before parsing: nesting deeper than
-// MAX_JSON_DEPTH is refused without building the tree (nlohmann's parser and destructor recurse).
+// a 400 with the field in "param". Bodies are bounded while they are parsed: nesting deeper than
+// MAX_JSON_DEPTH or more than MAX_JSON_VALUES values is refused as soon as the parser meets it,
+// so a body's tree costs at most a bounded multiple of its size. Lists are bounded too: 4 stop
+// strings (OpenAI's rule), a token-id prompt shorter than the context, logit_bias only empty.
 // An error message never echoes the body.
 #pragma once
 
@@ -39,8 +41,11 @@ class ApiError : public std::runtime_error {
 };
 
 constexpr int MAX_JSON_DEPTH = 32;
+// Every value, object and array counts one: a token-id prompt of 65,000 ids fits, and the
+// costliest body (empty objects, ~100 bytes each) stays under ~7 MB.
+constexpr size_t MAX_JSON_VALUES = 1u << 16;
 
-// The body as a JSON object, or a 400 (empty, too deep, not JSON, not an object).
+// The body as a JSON object, or a 400 (empty, too deep, too many values, not JSON, not an object).
 nlohmann::json parse_body(std::string_view body);
 
 // What a request needs of the model it names.

@@ -1,20 +1,17 @@
 // tpcli::serve — the HTTP front (see http_server.h).
 #include "serve/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <atomic>
-#include <charconv>
-#include <cerrno>
-#include <cstring>
 #include <ctime>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <random>
-#include <thread>
 
 #include "serve/api_request.h"
 #include "serve/chat_page.h"
+#include "serve/http_connections.h"
 #include "serve/openai_shapes.h"
 #include "serve/text_stream.h"
 
@@ -26,96 +23,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A thread for each connection, up to `max` (the rest wait for one to finish): a connection
-// that idles or trickles its headers holds only its own thread. The count is shared with the
-// threads and the server, so a straggler that outlives shutdown's wait touches nothing freed.
-class ConnectionThreads : public httplib::TaskQueue {
- public:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable idle;
-    std::deque<std::function<void()>> pending;
-    int active = 0, max = 1;
-  };
-  explicit ConnectionThreads(std::shared_ptr<State> state) : state_(std::move(state)) {}
-  void enqueue(std::function<void()> fn) override {
-    std::lock_guard lock(state_->mutex);
-    if (state_->active >= state_->max) {
-      state_->pending.push_back(std::move(fn));
-      return;
-    }
-    ++state_->active;
-    std::thread(run, state_, std::move(fn)).detach();
-  }
-  // Waits a little for the connections still open (slow ones may outlive it).
-  void shutdown() override {
-    std::unique_lock lock(state_->mutex);
-    state_->idle.wait_for(lock, std::chrono::seconds(3), [&] { return state_->active == 0; });
-  }
-
- private:
-  static void run(std::shared_ptr<State> state, std::function<void()> fn) {
-    for (;;) {
-      fn();
-      std::lock_guard lock(state->mutex);
-      if (state->pending.empty()) {
-        --state->active;
-        state->idle.notify_all();
-        return;
-      }
-      fn = std::move(state->pending.front());
-      state->pending.pop_front();
-    }
-  }
-  std::shared_ptr<State> state_;
-};
-
-void send_json(httplib::Response& res, int status, const json& body) {
+void send_json(HttpResponse& res, int status, const json& body) {
   res.status = status;
-  res.set_content(dump(body), "application/json");
+  res.content_type = "application/json";
+  res.body = dump(body);
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(HttpResponse& res, const ApiError& e) {
   send_json(res, e.status(), e.body());
   if (e.status() == 429) res.set_header("Retry-After", "1");
-}
-
-constexpr size_t MAX_HEADER_BYTES = 8u << 10;  // the request line and every header, as sent
-
-// How the request frames its body, checked before httplib reads it (the pre-routing handler runs
-// first): httplib 0.11.4 reads and discards a body past the payload limit before its 413 (100 MB
-// announced is 100 MB read, or a read timeout), reads a body without Content-Length until the
-// client closes, takes chunked bodies of any size, and bounds each header line but not their sum.
-std::optional<ApiError> framing_refusal(const httplib::Request& req, size_t max_body_bytes) {
-  size_t header_bytes = req.method.size() + req.target.size() + req.version.size() + 4;
-  for (const auto& [key, value] : req.headers) header_bytes += key.size() + value.size() + 4;
-  if (header_bytes > MAX_HEADER_BYTES)
-    return ApiError(431, "The request's headers are too large (over " + std::to_string(MAX_HEADER_BYTES >> 10) + " KB).");
-  if (req.has_header("Transfer-Encoding"))
-    return ApiError(411, "Chunked request bodies are not accepted: send the body with a Content-Length.");
-  if (!req.has_header("Content-Length"))
-    return req.method == "POST" ? std::optional(ApiError(411, "A POST needs a Content-Length (0 for no body).")) : std::nullopt;
-  const std::string length = req.get_header_value("Content-Length");
-  uint64_t bytes = 0;
-  const auto [end, error] = std::from_chars(length.data(), length.data() + length.size(), bytes);
-  if (error == std::errc::result_out_of_range || (error == std::errc() && end == length.data() + length.size() && bytes > max_body_bytes))
-    return ApiError(413, "The request body is too large (over " + std::to_string(max_body_bytes) + " bytes).");
-  if (error != std::errc() || end != length.data() + length.size() || length.empty())
-    return ApiError(400, "The Content-Length is not a number of bytes.");
-  return std::nullopt;
-}
-
-// An error after which the connection closes, its body unread. httplib 0.11.4 keeps a connection
-// open whatever the answer's Connection header says, and would read the unread body as the next
-// request; an answer written by a content provider that then reports failure makes it close.
-void send_error_and_close(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
-  auto body = std::make_shared<std::string>(dump(e.body()));
-  res.status = e.status();
-  if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
-  res.set_content_provider(body->size(), "application/json", [body](size_t offset, size_t length, httplib::DataSink& sink) {
-    sink.write(body->data() + offset, length);
-    return false;  // all written: the failure only closes the connection
-  });
 }
 
 bool same_key(const std::string& given, const std::string& want) {  // in time independent of where they differ
@@ -135,7 +51,7 @@ class Reply {
       : service_(service), model_(model), request_(request), stream_(std::move(stream)), who_(std::move(who)),
         text_(*model.tokenizer, request.prompt, request.stop) {}
 
-  void whole(httplib::Response& res) {
+  void whole(HttpResponse& res) {
     std::string text;
     std::optional<Finish> finish;
     while (!finish) text += next(std::chrono::seconds(1), finish);
@@ -143,11 +59,11 @@ class Reply {
     send_json(res, 200, completion_json(who_, text, finish->reason, *finish, logprobs(logprobs_, 0)));
   }
 
-  // The stream's events, written to `sink` as they come; false ends the connection (the client left).
-  bool stream(httplib::DataSink& sink) {
+  // The stream's events, written as they come; false ends the connection (the client left).
+  bool stream(const ChunkWriter& sink) {
     const auto write = [&](const std::string& s) {
       last_write_ = Clock::now();
-      return sink.write(s.data(), s.size());
+      return sink(s);
     };
     if (who_.endpoint == Endpoint::chat && !write(sse_event(chunk_json(who_, "", true, "", nullptr, request_.include_usage)))) return false;
     for (;;) {
@@ -163,9 +79,7 @@ class Reply {
         write(sse_event(chunk_json(who_, "", false, finish->reason, take_logprobs(), request_.include_usage)));
         if (request_.include_usage) write(sse_event(usage_chunk_json(who_, *finish)));
       }
-      write("data: [DONE]\n\n");
-      sink.done();
-      return true;
+      return write("data: [DONE]\n\n");
     }
   }
 
@@ -229,28 +143,49 @@ class Reply {
   Clock::time_point last_write_ = Clock::now();
 };
 
+// A route: a method on a path, or on every path longer than a prefix ("/v1/models/" + a name).
+struct Route {
+  std::string method, path;
+  std::function<void(const HttpRequest&, HttpResponse&)> run;
+  bool prefix = false;
+  bool matches(const std::string& p) const { return prefix ? p.starts_with(path) && p.size() > path.size() : p == path; }
+};
+
 struct HttpServer::Impl {
   EngineService& service;
   ServedModel model;
   ServerOptions options;
-  httplib::Server server;
+  std::vector<Route> table;
+  HttpConnections connections;
   PromptModel prompts;
   std::mutex mutex;  // guards by_status and seeds
   std::map<int, uint64_t> by_status;
   std::mt19937_64 seeds{std::random_device{}()};
   std::atomic<uint64_t> next_id{1};
-  socket_t listening = INVALID_SOCKET;
-  std::shared_ptr<ConnectionThreads::State> connections = std::make_shared<ConnectionThreads::State>();
 
-  Impl(EngineService& s, ServedModel m, ServerOptions o) : service(s), model(std::move(m)), options(std::move(o)) {}
+  Impl(EngineService& s, ServedModel m, ServerOptions o)
+      : service(s),
+        model(std::move(m)),
+        options(std::move(o)),
+        connections(HttpRoutes{[this](const HttpRequest& q, HttpResponse& r) { handle(q, r); },
+                               [](const HttpRequest& q) { return q.path == "/health" && (q.method == "GET" || q.method == "HEAD"); },
+                               [this](int status) {
+                                 std::lock_guard lock(mutex);
+                                 ++by_status[status];
+                               }},
+                    ConnectionLimits{options.max_body_bytes, options.max_connections, options.header_timeout, options.keep_alive,
+                                     options.read_timeout}) {
+    routes();
+  }
 
   void routes();
-  void limits();
+  void handle(const HttpRequest& req, HttpResponse& res);
+  bool authorized(const HttpRequest& req) const;
   PromptModel prompt_model() const;
-  void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
   model::BatchRequest batch_request(const GenerationRequest& g);
-  void tokenize(const httplib::Request& req, httplib::Response& res) const;
-  void detokenize(const httplib::Request& req, httplib::Response& res) const;
+  void tokenize(const HttpRequest& req, HttpResponse& res) const;
+  void detokenize(const HttpRequest& req, HttpResponse& res) const;
   json status() const;
   json model_card() const { return {{"id", model.name}, {"object", "model"}, {"created", 0}, {"owned_by", "tpcli"}}; }
 };
@@ -289,7 +224,7 @@ model::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g) 
   return r;
 }
 
-void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint) {
   const GenerationRequest g = parse_generation_request(parse_body(req.body), endpoint, prompts);
   std::shared_ptr<RequestStream> stream = service.submit(batch_request(g), g.logprobs ? g.top_logprobs : -1);
   const uint64_t n = next_id++;
@@ -299,12 +234,15 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   if (!g.stream) return reply->whole(res);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [reply](size_t, httplib::DataSink& sink) { return reply->stream(sink); },
-      [this, reply](bool) { service.cancel(reply->request_stream()); });  // a client gone mid-stream frees its blocks
+  res.content_type = "text/event-stream";
+  res.chunks = [this, reply](const ChunkWriter& write) {
+    const bool finished = reply->stream(write);
+    service.cancel(reply->request_stream());  // a client gone mid-stream frees its blocks
+    return finished;
+  };
 }
 
-void HttpServer::Impl::tokenize(const httplib::Request& req, httplib::Response& res) const {
+void HttpServer::Impl::tokenize(const HttpRequest& req, HttpResponse& res) const {
   const json body = parse_body(req.body);
   const auto content = body.find("content");
   if (content == body.end() || !content->is_string()) throw ApiError(400, "'content' must be a string.", "content");
@@ -314,7 +252,7 @@ void HttpServer::Impl::tokenize(const httplib::Request& req, httplib::Response& 
   send_json(res, 200, {{"tokens", model.tokenizer->encode_text(content->get_ref<const std::string&>(), bos)}});
 }
 
-void HttpServer::Impl::detokenize(const httplib::Request& req, httplib::Response& res) const {
+void HttpServer::Impl::detokenize(const HttpRequest& req, HttpResponse& res) const {
   const json body = parse_body(req.body);
   const auto tokens = body.find("tokens");
   const int vocab = model.tokenizer->vocab_size();
@@ -334,112 +272,79 @@ json HttpServer::Impl::status() const {
 }
 
 void HttpServer::Impl::routes() {
-  const auto guarded = [this](auto handler) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res) {
-      try {
-        handler(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      }
-    };
+  const auto route = [this](std::string method, std::string path, std::function<void(const HttpRequest&, HttpResponse&)> run) {
+    const bool prefix = path.size() > 1 && path.ends_with('/');
+    table.push_back({std::move(method), std::move(path), std::move(run), prefix});
   };
-  server.Post("/v1/chat/completions", guarded([this](const auto& q, auto& r) { generate(q, r, Endpoint::chat); }));
-  server.Post("/v1/completions", guarded([this](const auto& q, auto& r) { generate(q, r, Endpoint::completion); }));
-  server.Get("/v1/models", [this](const auto&, auto& r) { send_json(r, 200, {{"object", "list"}, {"data", json::array({model_card()})}}); });
-  server.Get("/v1/models/(.+)", guarded([this](const auto& q, auto& r) {
-    if (q.matches[1] != model.name) throw ApiError(404, "The model does not exist.", "model", "model_not_found");
+  route("POST", "/v1/chat/completions", [this](const auto& q, auto& r) { generate(q, r, Endpoint::chat); });
+  route("POST", "/v1/completions", [this](const auto& q, auto& r) { generate(q, r, Endpoint::completion); });
+  route("GET", "/v1/models", [this](const auto&, auto& r) { send_json(r, 200, {{"object", "list"}, {"data", json::array({model_card()})}}); });
+  route("GET", "/v1/models/", [this](const auto& q, auto& r) {
+    if (q.path.substr(std::string_view("/v1/models/").size()) != model.name)
+      throw ApiError(404, "The model does not exist.", "model", "model_not_found");
     send_json(r, 200, model_card());
-  }));
-  server.Get("/health", [](const auto&, auto& r) { send_json(r, 200, {{"status", "ok"}}); });
-  server.Get("/status", [this](const auto&, auto& r) { send_json(r, 200, status()); });
-  server.Get("/metrics", [this](const auto&, auto& r) {
+  });
+  route("GET", "/health", [](const auto&, auto& r) { send_json(r, 200, {{"status", "ok"}}); });
+  route("GET", "/status", [this](const auto&, auto& r) { send_json(r, 200, status()); });
+  route("GET", "/metrics", [this](const auto&, auto& r) {
     std::map<int, uint64_t> counts;
     {
       std::lock_guard lock(mutex);
       counts = by_status;
     }
-    r.set_content(prometheus_text(service.snapshot(), counts), "text/plain; version=0.0.4");
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = prometheus_text(service.snapshot(), counts);
   });
-  server.Post("/tokenize", guarded([this](const auto& q, auto& r) { tokenize(q, r); }));
-  server.Post("/detokenize", guarded([this](const auto& q, auto& r) { detokenize(q, r); }));
-  server.Get("/", [](const auto&, auto& r) { r.set_content(std::string(chat_page()), "text/html; charset=utf-8"); });
+  route("POST", "/tokenize", [this](const auto& q, auto& r) { tokenize(q, r); });
+  route("POST", "/detokenize", [this](const auto& q, auto& r) { detokenize(q, r); });
+  route("GET", "/", [](const auto&, auto& r) {
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(chat_page());
+  });
 }
 
-void HttpServer::Impl::limits() {
-  connections->max = options.max_connections;
-  server.new_task_queue = [this] { return new ConnectionThreads(connections); };
-  server.set_payload_max_length(options.max_body_bytes);
-  server.set_read_timeout(options.read_timeout);
-  server.set_write_timeout(options.read_timeout);
-  server.set_keep_alive_timeout(options.keep_alive.count());
-  server.set_keep_alive_max_count(1000);
-  server.set_socket_options([this](socket_t sock) {  // not httplib's default SO_REUSEPORT: two servers must not share a port
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listening = sock;
-  });
-  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (const auto refusal = framing_refusal(req, options.max_body_bytes)) {
-      send_error_and_close(req, res, *refusal);
-      return httplib::Server::HandlerResponse::Handled;
+bool HttpServer::Impl::authorized(const HttpRequest& req) const {
+  if (options.api_key.empty() || req.path == "/" || req.path == "/health") return true;
+  const std::string_view given = req.header("authorization");
+  return given.starts_with("Bearer ") && same_key(std::string(given.substr(7)), options.api_key);
+}
+
+// The route of the path and method: 404 for a path no route has, 405 (with Allow) for a method
+// the path does not take. HEAD is GET without its body.
+void HttpServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
+  try {
+    if (!authorized(req)) throw ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer KEY'.", "", "invalid_api_key");
+    std::string allowed;
+    for (const Route& r : table) {
+      if (!r.matches(req.path)) continue;
+      if (r.method == req.method || (req.method == "HEAD" && r.method == "GET")) return r.run(req, res);
+      allowed += (allowed.empty() ? "" : ", ") + r.method;
     }
-    if (options.api_key.empty() || req.path == "/" || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string given = req.get_header_value("Authorization");
-    if (given.starts_with("Bearer ") && same_key(given.substr(7), options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer KEY'.", "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;  // ours; else httplib's refusals and unknown paths
-    const char* why = res.status == 404 ? "No such endpoint."
-                      : res.status == 405 ? "Method not allowed."
-                      : res.status == 413 ? "The request body is too large."
-                      : res.status == 414 ? "The request line is too long."
-                                          : "The request is malformed.";
-    send_json(res, res.status, ApiError(res.status, why, "", res.status == 404 ? "not_found" : "").body());
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_json(res, 500, ApiError(500, "Internal server error.", "", "internal_error").body());
-  });
-  server.set_logger([this](const httplib::Request&, const httplib::Response& res) {
-    std::lock_guard lock(mutex);
-    ++by_status[res.status];
-  });
+    if (allowed.empty()) throw ApiError(404, "No such endpoint.", "", "not_found");
+    res.set_header("Allow", allowed);
+    throw ApiError(405, "Method not allowed: this endpoint takes " + allowed + ".", "", "method_not_allowed");
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  }
 }
 
 HttpServer::HttpServer(EngineService& service, ServedModel model, ServerOptions options)
-    : impl_(std::make_unique<Impl>(service, std::move(model), std::move(options))) {
-  impl_->limits();
-  impl_->routes();
-}
+    : impl_(std::make_unique<Impl>(service, std::move(model), std::move(options))) {}
 
-// A connection thread still running (a client trickling bytes past shutdown's wait) runs httplib
-// code on this server: then it is left allocated for the process's last moments, not freed under it.
+// A connection thread still running (a client trickling a body past shutdown's wait) runs this
+// server's routes: then it is left allocated for the process's last moments, not freed under it.
 HttpServer::~HttpServer() {
-  std::lock_guard lock(impl_->connections->mutex);
-  if (impl_->connections->active > 0) static_cast<void>(impl_.release());
+  if (impl_->connections.busy_threads() > 0) static_cast<void>(impl_.release());
 }
 
-int HttpServer::bind() {
-  const ServerOptions& o = impl_->options;
-  errno = 0;
-  const int port = o.port == 0 ? impl_->server.bind_to_any_port(o.host) : impl_->server.bind_to_port(o.host, o.port) ? o.port : -1;
-  if (port < 0)
-    throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port) + " (" +
-                             (errno ? std::strerror(errno) : "address not available") + ")");
-  // httplib listens with a backlog of 5: 64 clients connecting at once would see SYNs dropped
-  // and retried a second later. Listening again on the socket raises it (Linux).
-  if (impl_->listening != INVALID_SOCKET) ::listen(impl_->listening, SOMAXCONN);
-  return port;
-}
+int HttpServer::bind() { return impl_->connections.bind(impl_->options.host, impl_->options.port); }
 
 void HttpServer::listen() {
   if (!impl_->service.wait_ready()) return;
   impl_->prompts = impl_->prompt_model();
-  impl_->server.listen_after_bind();
+  impl_->connections.run();
 }
 
-void HttpServer::stop() { impl_->server.stop(); }
+void HttpServer::stop() { impl_->connections.stop(); }
 
 }  // namespace tpcli::serve

@@ -1,15 +1,17 @@
-// tpcli::serve — the OpenAI-compatible HTTP front of an EngineService (cpp-httplib).
+// tpcli::serve — the OpenAI-compatible HTTP front of an EngineService (over http_connections.h).
 //
 // Routes: POST /v1/chat/completions and /v1/completions (whole answers, or server-sent events),
 // GET /v1/models, /health, /metrics (Prometheus), /status (the chat page's), POST /tokenize and
-// /detokenize, GET / (the chat page). Every error is OpenAI's shape.
+// /detokenize, GET / (the chat page). Every error is OpenAI's shape; a path no route has is 404, a
+// method its route does not take 405.
 //
 // Hostile input: a Content-Length past max_body_bytes gets 413 before the body is read, a POST
-// without one or with a chunked body 411, headers past 8 KB in all 431 (one line past 8 KB:
-// httplib's 400); JSON nesting is bounded (api_request.h); each connection has a thread of its own (up
-// to max_connections, the rest wait), so idle or slow connections never starve /health; reads
-// time out; error bodies never echo the request. The listening socket takes SO_REUSEADDR only,
-// so a port another server holds is an error, never shared.
+// without one or with a chunked body 411, two different ones 400, a head past 8 KB 431; a body's
+// JSON is bounded in depth and in values while it is parsed (api_request.h); a request head must
+// arrive whole within header_timeout and an idle connection goes after keep_alive; waiting
+// connections hold no thread, and /health is answered even when every connection thread is busy;
+// error bodies never echo the request. The listening socket takes SO_REUSEADDR only, so a port
+// another server holds is an error, never shared.
 #pragma once
 
 #include <chrono>
@@ -40,9 +42,13 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                    // 0: any free port
   std::string api_key;                // "": no key asked
-  size_t max_body_bytes = 8u << 20;
-  int max_connections = 1024;
-  std::chrono::seconds read_timeout{10}, keep_alive{5};
+  // 1 MB: the longest context's prompt as text or token ids fits; a body's parse costs a bounded
+  // multiple of it (api_request.h), so concurrent bodies cannot take the machine's memory.
+  size_t max_body_bytes = 1u << 20;
+  int max_connections = 1024;  // connection threads: requests running at once (more wait)
+  std::chrono::milliseconds read_timeout{10'000};   // a body's whole arrival; each wait to write
+  std::chrono::milliseconds keep_alive{5'000};      // an idle connection's wait for its next request
+  std::chrono::milliseconds header_timeout{10'000}; // a request head's whole arrival, first byte to last
 };
 
 class HttpServer {

@@ -120,6 +120,25 @@ TEST_CASE("api request: nesting 10,000 deep is refused before it is parsed") {
   CHECK(refusal("{\"messages\": [{\"role\": \"user\", \"content\": \"" + std::string(100, '[') + "\"}]}", Endpoint::chat, 256).status() == 0);
 }
 
+TEST_CASE("api request: a body's values are counted while it is parsed, and lists are bounded before they are read") {
+  // The issue's body: one costly value after another (an empty object builds ~80 bytes from 3).
+  std::string many = "{\"prompt\": \"x\", \"foo\": [{}";
+  for (size_t i = 1; i <= MAX_JSON_VALUES; ++i) many += ",{}";
+  const ApiError e = refusal(many + "]}", Endpoint::completion);
+  CHECK(e.status() == 400);
+  CHECK(std::string(e.what()).find(std::to_string(MAX_JSON_VALUES) + " JSON values") != std::string::npos);
+  // Just under the bound, it parses (and is refused for its unknown argument, by name).
+  std::string fewer = "{\"prompt\": \"x\", \"foo\": [{}";
+  for (size_t i = 1; i < MAX_JSON_VALUES - 8; ++i) fewer += ",{}";
+  CHECK(refusal(fewer + "]}", Endpoint::completion).param() == "foo");
+  // A token-id prompt as long as the context, and a fifth stop string.
+  std::string ids = "1";
+  for (int i = 1; i < 64; ++i) ids += ",1";
+  CHECK(refusal("{\"prompt\": [" + ids + "]}", Endpoint::completion).code() == "context_length_exceeded");
+  CHECK(refusal(R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", Endpoint::completion).param() == "stop");
+  CHECK(refusal(R"({"prompt": "x", "logit_bias": {"1": 5}})", Endpoint::completion).param() == "logit_bias");
+}
+
 namespace {
 
 // A tokenizer of single characters (id = byte), with two ids whose bytes make one UTF-8 character.

@@ -2,7 +2,10 @@
 // huge numbers, JSON nested 10,000 deep, a 100 MB body announced but not sent, 10 KB of headers,
 // wrong or missing content; each gets a 4xx in OpenAI's shape that never echoes the body, and the
 // server still answers /health and a small completion after it. Then 200 idle connections and 16
-// slowloris ones (a header byte a second) while /health keeps answering within a second.
+// slowloris ones (a header byte a second) while /health keeps answering within a second; 1,100
+// slowloris ones, and a head's deadline counted in total; concurrent bodies of empty objects under
+// a bounded peak RSS; HTTP/1.1 as clients use it (pipelining, half-close, 405, two Content-Lengths,
+// keep-alive answers without a delayed ACK).
 // Raw sockets send what httplib's client will not; Catch2 assertions stay on the main thread.
 #include <catch2/catch.hpp>
 
@@ -15,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -75,6 +79,20 @@ class RawConnection {
   }
   // One HTTP response (headers, then Content-Length bytes of body), or what came before the peer
   // closed or `wait` passed.
+  // Every byte until the peer closes or `wait` passes.
+  std::string until_closed(std::chrono::milliseconds wait) {
+    std::string in;
+    const auto deadline = Clock::now() + wait;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{fd_, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return in;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return in;
+      in.append(buf, static_cast<size_t>(n));
+    }
+  }
   std::string response(std::chrono::milliseconds wait = std::chrono::seconds(5)) {
     std::string in;
     const auto deadline = Clock::now() + wait;
@@ -315,4 +333,195 @@ TEST_CASE("serve hostile: 200 idle connections and 16 slowloris ones leave /heal
   CHECK(slow_bytes >= 16 * 3);  // the slow connections were still open and trickling
   REQUIRE(completion);
   CHECK(completion->status == 200);
+}
+
+namespace {
+
+// The process's resident set: now, and its peak since reset_peak_rss() (Linux's VmHWM).
+size_t rss_kb(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with(field + ":")) return std::stoul(line.substr(field.size() + 1));
+  return 0;
+}
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// /health's latencies over `seconds`, a fresh connection each, none waiting over 2 s.
+std::vector<double> health_latencies(int port, int seconds) {
+  std::vector<double> latencies;
+  const auto until = Clock::now() + std::chrono::seconds(seconds);
+  while (Clock::now() < until) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(2);
+    c.set_read_timeout(2);
+    const auto start = Clock::now();
+    const auto health = c.Get("/health");
+    latencies.push_back(health && health->status == 200 ? std::chrono::duration<double>(Clock::now() - start).count() : 99.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return latencies;
+}
+
+}  // namespace
+
+TEST_CASE("serve hostile: 1,100 connections trickling their heads hold no route, and a head's deadline is total", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  SECTION("1,100 slowloris connections, more than the 1,024 connection threads") {
+    LiveServer server(1);
+    std::vector<std::unique_ptr<RawConnection>> slow;
+    for (int i = 0; i < 1100; ++i) slow.push_back(std::make_unique<RawConnection>(server.port()));
+    REQUIRE(std::ranges::all_of(slow, [](const auto& c) { return c->open(); }));
+    std::atomic<bool> done{false};
+    std::thread trickle([&] {  // a header byte a second on each, never finishing the head
+      for (auto& c : slow) c->send("GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+      while (!done) {
+        for (auto& c : slow) c->send("a");
+        for (int i = 0; i < 20 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    const std::vector<double> latencies = health_latencies(server.port(), 3);
+    httplib::Client c = server.client();
+    const auto completion = c.Post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 3}}.dump(), "application/json");
+    done = true;
+    trickle.join();
+    REQUIRE(latencies.size() >= 5);
+    for (const double s : latencies) CHECK(s < 1.0);
+    REQUIRE(completion);
+    CHECK(completion->status == 200);
+  }
+  SECTION("every connection thread held by a body that does not come: /health is still answered") {
+    serve::ServerOptions options;
+    options.max_connections = 2;
+    LiveServer server(1, {}, options);
+    std::vector<std::unique_ptr<RawConnection>> stalled;
+    for (int i = 0; i < 3; ++i) {  // two hold the threads, the third waits for one
+      stalled.push_back(std::make_unique<RawConnection>(server.port()));
+      REQUIRE(stalled.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<double> latencies = health_latencies(server.port(), 1);
+    REQUIRE_FALSE(latencies.empty());
+    for (const double s : latencies) CHECK(s < 1.0);
+  }
+  SECTION("a head trickled a byte every 100 ms is closed at its deadline, whatever each byte's wait") {
+    serve::ServerOptions options;
+    options.header_timeout = std::chrono::milliseconds(1000);
+    LiveServer server(1, {}, options);
+    RawConnection c(server.port());
+    REQUIRE(c.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "));
+    const auto start = Clock::now();
+    bool open = true;
+    while (open && Clock::now() - start < std::chrono::seconds(4)) {
+      open = c.send("a");
+      if (open && c.closed_by_peer(std::chrono::milliseconds(100))) open = false;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    CHECK_FALSE(open);
+    CHECK(seconds < 2.5);
+    check_still_serves(server);
+  }
+  SECTION("a body trickled a byte every 100 ms is dropped at its deadline too") {
+    serve::ServerOptions options;
+    options.read_timeout = std::chrono::milliseconds(1000);
+    LiveServer server(1, {}, options);
+    RawConnection c(server.port());
+    REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"));
+    const auto start = Clock::now();
+    bool open = true;
+    while (open && Clock::now() - start < std::chrono::seconds(4)) {
+      open = c.send(" ");
+      if (open && c.closed_by_peer(std::chrono::milliseconds(100))) open = false;
+    }
+    CHECK_FALSE(open);
+    CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 2.5);
+  }
+}
+
+TEST_CASE("serve hostile: 8 concurrent bodies of empty objects at the body limit cost a bounded memory", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(1);
+  const size_t limit = serve::ServerOptions{}.max_body_bytes;
+  CHECK(limit <= (2u << 20));  // well below the 8 MB that was the default
+  std::string body = "{\"prompt\": \"x\", \"foo\": [{}";
+  while (body.size() + 8 < limit) body += ",{}";
+  body += "]}";
+  reset_peak_rss();
+  const size_t before = rss_kb("VmRSS");
+  std::vector<std::string> answers(8);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < answers.size(); ++i)
+    clients.emplace_back([&, i] {
+      RawConnection c(server.port());
+      if (c.send(post_request("/v1/completions", body))) answers[i] = c.response(std::chrono::seconds(20));
+    });
+  for (std::thread& t : clients) t.join();
+  const size_t peak = rss_kb("VmHWM");
+  INFO("RSS " << before / 1024 << " MB before, peak " << peak / 1024 << " MB");
+  for (const std::string& answer : answers) check_refused(answer, 400);
+  CHECK(peak - before < 200u << 10);  // ~10 MB each with the client's copies; 8 MB bodies took ~280 MB each
+  // A body past the limit is 413, unread.
+  check_refused(round_trip(server.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(limit + 1) + "\r\n\r\n{}"), 413);
+  check_still_serves(server);
+}
+
+TEST_CASE("serve hostile: HTTP/1.1 as clients use it: pipelining, half-close, 405, two Content-Lengths, no delayed ACK", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(1);
+  const int port = server.port();
+  const std::string completion = json{{"prompt", "Once upon a time"}, {"max_tokens", 3}}.dump();
+
+  SECTION("two GETs in one write get two answers, in order, at once") {
+    RawConnection c(port);
+    REQUIRE(c.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    const auto start = Clock::now();
+    const std::string both = c.until_closed(std::chrono::seconds(3));
+    INFO(both);
+    CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 1.0);
+    const size_t second = both.find("HTTP/1.1 200", 1);
+    CHECK(both.starts_with("HTTP/1.1 200"));
+    REQUIRE(second != std::string::npos);
+    CHECK(both.find("\"status\":\"ok\"") < second);
+    CHECK(both.find("stories260K", second) != std::string::npos);
+  }
+  SECTION("a POST and its body, then the client half-closes: the answer still comes") {
+    RawConnection c(port);
+    REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(completion.size()) + "\r\n\r\n" + completion));
+    c.shutdown_write();
+    const std::string answer = c.response(std::chrono::seconds(10));
+    INFO(answer);
+    CHECK(status_of(answer) == 200);
+    CHECK(body_of(answer).find("text_completion") != std::string::npos);
+  }
+  SECTION("a method the path does not take is 405, naming the ones it does") {
+    const std::string post_health = round_trip(port, post_request("/health", "{}"));
+    check_refused(post_health, 405);
+    CHECK(post_health.find("Allow: GET") != std::string::npos);
+    check_refused(round_trip(port, "GET /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 405);
+    check_refused(round_trip(port, "DELETE /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 405);
+    check_refused(round_trip(port, "GET /v2/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 404);
+  }
+  SECTION("two different Content-Lengths are 400, and the connection closes") {
+    RawConnection c(port);
+    REQUIRE(c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(completion.size()) +
+                   "\r\nContent-Length: 5\r\n\r\n" + completion));
+    check_refused(c.response(), 400);
+    CHECK(c.closed_by_peer(std::chrono::seconds(2)));
+  }
+  SECTION("requests on a reused keep-alive connection answer without waiting for a delayed ACK (TCP_NODELAY)") {
+    httplib::Client c = server.client();
+    c.set_keep_alive(true);
+    REQUIRE(c.Get("/v1/models"));
+    std::vector<double> ms;
+    for (int i = 0; i < 15; ++i) {
+      const auto start = Clock::now();
+      const auto res = i % 2 ? c.Get("/v1/models") : c.Post("/tokenize", R"({"content": "Once"})", "application/json");
+      REQUIRE(res);
+      CHECK(res->status == 200);
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    }
+    std::ranges::sort(ms);
+    INFO("median " << ms[ms.size() / 2] << " ms");
+    CHECK(ms[ms.size() / 2] < 20.0);  // ~43 ms each when the answer's second segment waited for the client's ACK
+  }
+  check_still_serves(server);
 }
