@@ -4,7 +4,8 @@
 // ../shared/QUANT.md): each packable matrix NAME (model/packed_weights.h) as NAME (U32 packed
 // words), NAME.scales and NAME.biases (F32; mxfp8: NAME.scales only, U8 E8M0); metadata
 // quant.bits, quant.group_size, quant.mode. Norms stay f32; the embedding is quantized too (its
-// lookup dequantizes one row; a tied classifier reads it packed).
+// lookup dequantizes one row; a tied classifier reads it packed). An existing OUT is refused unless
+// --force; the input never (the same file by inode).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -24,11 +25,13 @@ struct QuantizeFlags {
   int bits = 4;
   int group_size = 64;
   std::string mode = "affine";
+  bool force = false;  // --force: replace an existing --out (never the input)
 };
 
 void run_quantize(const QuantizeFlags& f) {
   const tensor::WeightFormat format = parse_quantization(f.bits, f.group_size, f.mode);
   if (!f.out.ends_with(".safetensors")) throw UsageError("--out " + f.out + ": expected a .safetensors path");
+  check_output_file(f.out, f.model, f.force);
   const OpenedModel opened = open_model(f.model);
   std::unique_ptr<model::ConvertedWeights> converted;
   try {
@@ -57,6 +60,7 @@ void setup_quantize(CLI::App& sub) {
   sub.add_option("--bits", f->bits, "affine: 4 or 8; mxfp8: 8")->capture_default_str();
   sub.add_option("--group-size", f->group_size, "affine: 32, 64 or 128 input columns per scale")->capture_default_str();
   sub.add_option("--mode", f->mode, "affine | mxfp8")->capture_default_str();
+  sub.add_flag("--force", f->force, "replace --out if it exists (never the input model)");
   sub.callback([f] { run_quantize(*f); });
 }
 
