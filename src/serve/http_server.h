@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,9 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;
   int max_connections = 1024;
   std::chrono::seconds read_timeout{10}, keep_alive{5};
+  // Why the devices cannot answer now (a peer process frozen in a collective), or nothing: /health
+  // then answers 503 {"status": "stuck", "error": why} instead of ok. Unset: always ok.
+  std::function<std::optional<std::string>()> devices_stuck;
 };
 
 class HttpServer {
