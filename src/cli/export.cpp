@@ -191,6 +191,7 @@ void export_peft(const ExportFlags& f) {
 }
 
 void run_export(const ExportFlags& f) {
+  if (f.force && f.to != "llama2c") throw UsageError("--force: only --to llama2c replaces a file; --to " + f.to + " writes a new folder");
   if (f.to == "peft") {
     if (f.fuse || !f.adapter.empty()) throw UsageError("--to peft exports a LoRA training checkpoint's adapters: no --adapter or --fuse");
     return export_peft(f);
