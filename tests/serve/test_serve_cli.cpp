@@ -307,7 +307,7 @@ TEST_CASE("serve cli: --max-queue and --parallel at INT_MAX take requests", "[se
   for (const char* flag : {"--max-queue", "--parallel"}) {
     INFO(flag);
     const int port = free_port();
-    Background server(serve_args(port, {flag, "2147483647"}));
+    Background server(serve_args(port, {flag, "2147483647", "--kv-blocks", "64"}));  // not an eighth of memory
     REQUIRE(healthy(port, 30));
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(60);
