@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -159,23 +160,26 @@ void write_trace(const dist::Trace& trace, const std::string& path, const char* 
   std::fprintf(stderr, "trace: %s (every device's %s and collectives; open in ui.perfetto.dev)\n", path.c_str(), spans);
 }
 
-int64_t parse_bytes(const std::string& text) {
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  const std::string what = flag.empty() ? "size '" + text + "'" : flag + " " + text;
   size_t used = 0;
   double value = 0;
   try {
     value = std::stod(text, &used);
   } catch (const std::exception&) {
-    throw UsageError("size '" + text + "' is not a number (e.g. 4K, 16M)");
+    throw UsageError(what + ": not a number (e.g. 4K, 16M)");
   }
   const std::string unit = text.substr(used);
   double scale = 1;
   if (unit == "K" || unit == "KB" || unit == "k") scale = 1024;
   else if (unit == "M" || unit == "MB") scale = 1024 * 1024;
   else if (unit == "G" || unit == "GB") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "B") throw UsageError("unknown unit in size '" + text + "'");
-  const auto bytes = static_cast<int64_t>(value * scale);
-  if (bytes < 4) throw UsageError("size '" + text + "' is below 4 bytes");
-  return bytes;
+  else if (!unit.empty() && unit != "B") throw UsageError(what + ": unknown unit '" + unit + "' (B, K, M or G)");
+  const double bytes = value * scale;
+  // 2^63 and beyond (or inf, nan) have no int64_t: the cast would wrap them to a negative size.
+  if (std::isnan(bytes) || bytes >= 0x1p63) throw UsageError(what + ": not a size in bytes this machine could hold");
+  if (bytes < 4) throw UsageError(what + ": below 4 bytes");
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace tpcli::cli

@@ -99,7 +99,8 @@ void check_trace_path(const std::string& path, bool process_backend);
 // Writes the trace to `path` and says so on stderr; `spans` names what it shows besides collectives.
 void write_trace(const dist::Trace& trace, const std::string& path, const char* spans);
 
-// A size in bytes: a number with an optional unit, B, K/KB, M/MB or G/GB (powers of 1024).
-int64_t parse_bytes(const std::string& text);
+// A size in bytes: a number with an optional unit, B, K/KB, M/MB or G/GB (powers of 1024). A
+// UsageError names `flag` (or "size") and the text when it is none, below 4 bytes or past int64_t.
+int64_t parse_bytes(const std::string& text, const std::string& flag = "");
 
 }  // namespace tpcli::cli

@@ -1,6 +1,7 @@
 // tpcli export --to llama2c --model CKPT --out PATH.bin — a checkpoint (tpcli .safetensors, e.g.
 // runs/NAME/latest.safetensors, a llama2.c .bin or a Hugging Face directory) as a llama2.c .bin
-// that llama2.c's `run` and `tpcli infer` load.
+// that llama2.c's `run` and `tpcli infer` load. An existing PATH.bin is refused unless --force; the
+// input model never (the same file by inode, whatever the path).
 // tpcli export --to peft --model runs/NAME/latest.safetensors --out DIR — the adapters of a LoRA
 // training run ([train.lora]) as a Hugging Face PEFT adapter folder (model/lora_adapter.h), which
 // infer --adapter, export --fuse and peft.PeftModel.from_pretrained read.
@@ -43,6 +44,7 @@ struct ExportFlags {
   int shards = 1;              // --to hf
   std::string adapter;         // --adapter DIR (with --fuse): a PEFT LoRA folder
   bool fuse = false;           // --fuse: write W + scale * B @ A for every adapted matrix
+  bool force = false;          // --force: --to llama2c may replace an existing --out (never the input)
 };
 
 model::DType export_dtype(const std::string& name) {
@@ -189,6 +191,7 @@ void export_peft(const ExportFlags& f) {
 }
 
 void run_export(const ExportFlags& f) {
+  if (f.force && f.to != "llama2c") throw UsageError("--force: only --to llama2c replaces a file; --to " + f.to + " writes a new folder");
   if (f.to == "peft") {
     if (f.fuse || !f.adapter.empty()) throw UsageError("--to peft exports a LoRA training checkpoint's adapters: no --adapter or --fuse");
     return export_peft(f);
@@ -197,6 +200,7 @@ void run_export(const ExportFlags& f) {
   if (f.shards < 1) throw UsageError("--shards " + std::to_string(f.shards) + " must be >= 1");
   if (!f.adapter.empty() && !f.fuse)
     throw UsageError("--adapter " + f.adapter + ": export merges an adapter only with --fuse (the adapter folder is already PEFT's format)");
+  if (f.to == "llama2c") check_output_file(f.out, f.model, f.force);
   OpenedModel opened = open_model(f.model);
   std::optional<model::LoraAdapterSet> set;
   if (f.fuse) fuse_adapter(f, opened, set);
@@ -223,6 +227,7 @@ void setup_export(CLI::App& sub) {
   sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
   sub.add_option("--adapter", flags->adapter, "with --fuse: LoRA adapter folder (Hugging Face PEFT's format) to merge");
   sub.add_flag("--fuse", flags->fuse, "write the model merged with --adapter (W + alpha/r * B @ A, in f32, then --dtype)");
+  sub.add_flag("--force", flags->force, "llama2c: replace --out if it exists (never the input model)");
   sub.callback([flags] { run_export(*flags); });
 }
 

@@ -228,7 +228,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   if (!f.batch.empty()) {
     const std::string tokenizer = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(tokenizer_path(f, opened));
     model::EngineOptions engine = f.engine;
-    if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory);
+    if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
     run_infer_batch({f.batch, tokenizer, f.template_name, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
                      static_cast<unsigned long long>(options.seed), engine},
                     opened, mesh, run_options);

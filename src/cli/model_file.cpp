@@ -199,6 +199,28 @@ tensor::WeightFormat parse_quantization(int bits, int group_size, const std::str
   return tensor::WeightFormat::affine(bits, group_size);
 }
 
+namespace {
+
+// Whether `a` and `b` name the same file (both exist).
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
+}  // namespace
+
+void check_output_file(const std::string& out, const std::string& input, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) throw UsageError("--out " + out + ": is a folder; give a file path");
+  bool is_input = same_file(out, input);
+  if (!is_input && fs::is_directory(input, ec))
+    for (const fs::directory_entry& entry : fs::directory_iterator(input, ec)) is_input = is_input || same_file(out, entry.path());
+  if (is_input) throw UsageError("--out " + out + ": is the input model " + input + "; write to another file");
+  if (!force && fs::exists(fs::symlink_status(out, ec)))
+    throw UsageError("--out " + out + ": already exists; choose a new file or pass --force to replace it");
+}
+
 void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,
                          const std::function<void(model::Llama& llama, dist::Device& device)>& work) {
   model::DevicesBuilding building(*opened.weights,

@@ -69,6 +69,12 @@ void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context
 void add_adapter_flag(CLI::App& sub, std::string& dir);
 void apply_adapter(OpenedModel& opened, const std::string& dir);
 
+// `--out FILE` of a command that writes one file (export --to llama2c, quantize), checked before
+// the model loads: UsageError when FILE is a folder, when it is `input` (the same file by device and
+// inode, whatever the path: a hard link or a symlink counts; for a model folder, any file directly
+// in it), or when it exists and `force` is false.
+void check_output_file(const std::string& out, const std::string& input, bool force);
+
 // Runs `work` on every device of this process with its inference model (on huge pages), freeing
 // the checkpoint's pages once every local device has built its own (model::DevicesBuilding).
 void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,

@@ -4,7 +4,8 @@
 // ../shared/QUANT.md): each packable matrix NAME (model/packed_weights.h) as NAME (U32 packed
 // words), NAME.scales and NAME.biases (F32; mxfp8: NAME.scales only, U8 E8M0); metadata
 // quant.bits, quant.group_size, quant.mode. Norms stay f32; the embedding is quantized too (its
-// lookup dequantizes one row; a tied classifier reads it packed).
+// lookup dequantizes one row; a tied classifier reads it packed). An existing OUT is refused unless
+// --force; the input never (the same file by inode).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -25,11 +26,13 @@ struct QuantizeFlags {
   std::optional<int> bits;  // not given: 4 for affine, 8 for mxfp8 (its only width)
   int group_size = 64;
   std::string mode = "affine";
+  bool force = false;  // --force: replace an existing --out (never the input)
 };
 
 void run_quantize(const QuantizeFlags& f) {
   const tensor::WeightFormat format = parse_quantization(f.bits.value_or(f.mode == "mxfp8" ? 8 : 4), f.group_size, f.mode);
   if (!f.out.ends_with(".safetensors")) throw UsageError("--out " + f.out + ": expected a .safetensors path");
+  check_output_file(f.out, f.model, f.force);
   const OpenedModel opened = open_model(f.model);
   std::unique_ptr<model::ConvertedWeights> converted;
   try {
@@ -58,6 +61,7 @@ void setup_quantize(CLI::App& sub) {
   sub.add_option("--bits", f->bits, "affine: 4 or 8 (default 4); mxfp8: 8, implied");
   sub.add_option("--group-size", f->group_size, "affine: 32, 64 or 128 input columns per scale")->capture_default_str();
   sub.add_option("--mode", f->mode, "affine | mxfp8")->capture_default_str();
+  sub.add_flag("--force", f->force, "replace --out if it exists (never the input model)");
   sub.callback([f] { run_quantize(*f); });
 }
 

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/model_file.h"
 #include "cli/tokenizer_setup.h"
+#include "distributed/collective_watch.h"
 #include "distributed/runtime.h"
 #include "distributed/select_backend.h"
 #include "model/llama.h"
@@ -31,6 +32,10 @@ namespace {
 // The engine for interactive streams: a prompt's chunk beside decoding streams is kept small so
 // their tokens keep coming (a step of 16 decode rows plus PREFILL_CHUNK prompt rows).
 constexpr int PREFILL_CHUNK = 32;
+// /health says the devices are stuck, not ok, once one of this process's devices has waited this
+// long in one collective (a step's waits last milliseconds; a frozen peer's last until the backend's
+// timeout ends the run).
+constexpr std::chrono::seconds DEVICES_STUCK_AFTER{2};
 model::EngineOptions serving_engine() {
   model::EngineOptions o;
   o.busy_prefill_tokens = PREFILL_CHUNK;
@@ -128,7 +133,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   if (f.max_queue < 0) throw UsageError("--max-queue must be >= 0");
   if (f.engine.busy_prefill_tokens < 0) throw UsageError("--prefill-chunk must be >= 0");
   serve::ServiceOptions service_options{f.engine, f.max_queue};
-  if (!f.kv_memory.empty()) service_options.engine.kv_memory = parse_bytes(f.kv_memory);
+  if (!f.kv_memory.empty()) service_options.engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
 
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
@@ -158,11 +163,16 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   served.devices = mesh.size();
   served.holds = device_holds(config, mesh);
 
+  dist::CollectiveWatch watch(mesh.size());
+  run_options.watch = &watch;
+  serve::ServerOptions server_options = f.server;
+  server_options.devices_stuck = [&watch] { return watch.stuck(DEVICES_STUCK_AFTER); };
+
   serve::EngineService service(service_options);
   std::optional<serve::HttpServer> http;
   int port = 0;
   if (leads) {
-    http.emplace(service, served, f.server);
+    http.emplace(service, served, server_options);
     try {
       port = http->bind();  // a port in use is an error before the model loads
     } catch (const std::runtime_error& e) {

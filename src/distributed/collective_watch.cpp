@@ -1,6 +1,8 @@
 // tpcli::dist — collective wait stamps and interruptible modelled-link holds (collective_watch.h).
 #include "distributed/collective_watch.h"
 
+#include <cstdio>
+
 #include "distributed/group.h"
 
 namespace tpcli::dist {
@@ -50,6 +52,15 @@ std::optional<CollectiveWatch::LongestWait> CollectiveWatch::longest_wait(Clock:
     if (!longest || waited > longest->waited) longest = LongestWait{static_cast<int>(r), waited};
   }
   return longest;
+}
+
+std::optional<std::string> CollectiveWatch::stuck(Clock::duration limit, Clock::time_point now) const {
+  const std::optional<LongestWait> longest = longest_wait(now);
+  if (!longest || longest->waited < limit) return std::nullopt;
+  char text[96];
+  std::snprintf(text, sizeof text, "device %d has waited %.1f s in one collective", longest->rank,
+                std::chrono::duration<double>(longest->waited).count());
+  return std::string(text);
 }
 
 void CollectiveWatch::end(const std::string& why) {

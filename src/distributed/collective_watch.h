@@ -13,6 +13,9 @@
 //
 // The stamps are made by a communicator wrapped around the group's (WatchedCommunicator), outside
 // any modelled link (LinkModelledCommunicator) so that a hold counts as waiting.
+//
+// A watch made outside the run (RunOptions::watch) is read while it goes on: a server's /health
+// asks stuck() and reports the devices stuck rather than ok while a peer process is frozen.
 #pragma once
 
 #include <atomic>
@@ -35,6 +38,7 @@ class CollectiveWatch {
  public:
   using Clock = std::chrono::steady_clock;
   explicit CollectiveWatch(int devices) : since_ns_(static_cast<size_t>(devices)) {}
+  int devices() const { return static_cast<int>(since_ns_.size()); }
 
   // Marks device `rank` as waiting in a collective for the scope's lifetime (nests: an inner scope
   // restores the outer stamp). A null watch does nothing.
@@ -56,6 +60,8 @@ class CollectiveWatch {
   };
   // The device that has waited longest in its current collective (none when nobody waits).
   std::optional<LongestWait> longest_wait(Clock::time_point now) const;
+  // "device 0 has waited 4.2 s in one collective" when a device has waited `limit` or longer.
+  std::optional<std::string> stuck(Clock::duration limit, Clock::time_point now = Clock::now()) const;
 
   // Ends the run: every hold, now or later, throws CollectiveAborted(why). The first call wins.
   void end(const std::string& why);

@@ -181,12 +181,16 @@ void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, con
 
   check_links(options.links);
 
-  CollectiveWatch watch(mesh.size());
+  if (options.watch && options.watch->devices() < mesh.size())
+    throw std::invalid_argument("run_on_mesh: a watch of " + std::to_string(options.watch->devices()) + " devices for mesh " +
+                                mesh.to_string());
+  CollectiveWatch own_watch(options.watch ? 0 : mesh.size());
+  CollectiveWatch& watch = options.watch ? *options.watch : own_watch;
   std::vector<std::unique_ptr<Device>> devices;
   for (int r : ranks) {
     devices.push_back(std::make_unique<Device>(r, mesh, *backend, options.seed, options.trace));
     devices.back()->model_links(options.links);
-    devices.back()->watch_collectives(&watch, options.stop != nullptr);
+    devices.back()->watch_collectives(&watch, options.stop != nullptr || options.watch != nullptr);
   }
 
   FirstError first;

@@ -107,6 +107,10 @@ struct RunOptions {
   // between its own steps; a device still waiting in one collective STOP_GRACE after the request,
   // and for STOP_GRACE, fails the run with RunStopped (distributed/collective_watch.h). Null: never.
   const std::atomic<bool>* stop = nullptr;
+  // A watch of at least mesh.size() devices, made by the caller, in which the devices stamp their
+  // collective waits, for another thread to read while the run goes on (a server's /health:
+  // CollectiveWatch::stuck). Null: the run keeps a watch of its own.
+  CollectiveWatch* watch = nullptr;
 };
 
 void run_on_mesh(const Mesh& mesh, const std::function<void(Device&)>& body, const RunOptions& options = {});

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <stdexcept>
+#include <vector>
 
 namespace tpcli::model {
 
@@ -36,14 +37,17 @@ void remove_folder_quietly(const std::string& path) {
   std::filesystem::remove_all(path, ignored);
 }
 
+// The letters of a temporary folder's six-letter suffix.
+constexpr char TEMPORARY_LETTERS[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+
 // Creates a new folder DIR.tmp-XXXXXX beside `dir` (mode 0777 less the umask, as mkdir -p would
 // give `dir`; mkdtemp's 0700 would stay on the renamed folder) and returns its path.
 std::string make_temporary_folder(const std::filesystem::path& dir) {
-  static constexpr char LETTERS[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  constexpr size_t LETTER_COUNT = sizeof TEMPORARY_LETTERS - 1;
   std::mt19937_64 random(std::random_device{}() ^ static_cast<uint64_t>(::getpid()));
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string path = dir.string() + ".tmp-";
-    for (int i = 0; i < 6; ++i) path += LETTERS[random() % (sizeof LETTERS - 1)];
+    for (int i = 0; i < 6; ++i) path += TEMPORARY_LETTERS[random() % LETTER_COUNT];
     if (::mkdir(path.c_str(), 0777) == 0) return path;
     if (errno != EEXIST) throw std::runtime_error(path + ": cannot create the temporary folder: " + errno_text(errno));
   }
@@ -150,6 +154,23 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
 bool remove_stale_temporary(const std::string& path) {
   std::error_code ec;
   return std::filesystem::remove(temporary_path(path), ec) && !ec;
+}
+
+int remove_stale_folder_temporaries(const std::string& dir) {
+  const std::filesystem::path target = without_trailing_slash(dir);
+  const std::filesystem::path parent = target.parent_path().empty() ? "." : target.parent_path();
+  const std::string prefix = target.filename().string() + ".tmp-";
+  std::error_code ec;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    // Exactly the names make_temporary_folder draws: PREFIX and six of its letters.
+    const bool ours = name.size() == prefix.size() + 6 && name.starts_with(prefix) &&
+                      name.find_first_not_of(TEMPORARY_LETTERS, prefix.size()) == std::string::npos;
+    if (ours && entry.is_directory(ec)) stale.push_back(entry.path());
+  }
+  for (const auto& path : stale) remove_folder_quietly(path.string());
+  return static_cast<int>(stale.size());
 }
 
 }  // namespace tpcli::model

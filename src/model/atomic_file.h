@@ -28,6 +28,11 @@ void write_directory_atomically(const std::string& dir, const std::function<void
 // exchange, the old folder is renamed aside first (a moment with no `dir`).
 void replace_directory_atomically(const std::string& dir, const std::function<void(const std::string&)>& write);
 
+// Removes the folders DIR.tmp-XXXXXX beside `dir` that killed calls of the two functions above left
+// (a kill -9 mid-write, or between the exchange and the removal of the old folder); returns how
+// many. Only for a `dir` no other process writes at the same time: their temporaries look alike.
+int remove_stale_folder_temporaries(const std::string& dir);
+
 // Throws std::runtime_error "DIR: already exists and is not empty: choose a new folder" (or "... is
 // not a folder") unless write_directory_atomically(dir) may write there.
 void require_new_folder(const std::string& dir);

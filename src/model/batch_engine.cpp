@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <span>
 #include <stdexcept>
+#include <string>
 
 #include "model/sampler.h"
 #include "model/shard_plan.h"
@@ -41,22 +43,51 @@ void check_request(const BatchRequest& r, int id, int context, int vocab) {
 
 }  // namespace
 
+namespace {
+
+double physical_memory_bytes() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  return text;
+}
+
+// Refuses a pool the machine cannot hold, before any device allocates it (a std::bad_alloc after
+// the model has loaded says nothing of the flag).
+void check_pool_fits(int64_t blocks, int64_t block_bytes, int devices, const std::string& flag) {
+  const double bytes = static_cast<double>(blocks) * static_cast<double>(block_bytes);
+  const double memory = physical_memory_bytes();
+  if (bytes * devices <= memory) return;
+  throw std::invalid_argument(flag + ": a KV pool of " + std::to_string(blocks) + " blocks takes " + gigabytes(bytes) +
+                              " on each of " + std::to_string(devices) + " device(s), more than this machine's " +
+                              gigabytes(memory) + " of memory");
+}
+
+}  // namespace
+
 int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, const EngineOptions& o) {
   if (o.block_size < 1) throw std::invalid_argument("batch engine: a KV block of " + std::to_string(o.block_size) + " positions");
-  if (o.kv_blocks > 0) return o.kv_blocks;
   int64_t rows = 0;
   for (const ShardPlan& p : plan_all_shards(config, tensor_devices)) rows = std::max(rows, p.kv_rows().count);
   const int64_t per_block = 2 * int64_t{config.n_layers} * o.block_size * rows * static_cast<int64_t>(sizeof(float));
+  if (o.kv_blocks > 0) {
+    check_pool_fits(o.kv_blocks, per_block, devices, "--kv-blocks " + std::to_string(o.kv_blocks));
+    return o.kv_blocks;
+  }
   if (o.kv_memory > 0) {
     const int64_t n = o.kv_memory / per_block;
     if (n < 1)
       throw std::invalid_argument("--kv-memory " + std::to_string(o.kv_memory) + " holds no KV block (" + std::to_string(per_block) +
                                   " bytes for " + std::to_string(o.block_size) + " positions)");
-    return static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
+    const int blocks = static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
+    check_pool_fits(blocks, per_block, devices, "--kv-memory " + std::to_string(o.kv_memory));
+    return blocks;
   }
   const int64_t whole = int64_t{o.parallel} * ceil_div(config.seq_len, o.block_size);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  const auto fits = static_cast<int64_t>(memory / 8 / devices / static_cast<double>(per_block));
+  const auto fits = static_cast<int64_t>(physical_memory_bytes() / 8 / devices / static_cast<double>(per_block));
   return static_cast<int>(std::clamp<int64_t>(std::min(whole, fits), 1, std::numeric_limits<int>::max()));
 }
 

@@ -137,7 +137,9 @@ class BatchEngine {
 // The KV pool's blocks for these options, the weights split over `tensor_devices` of the
 // `devices` devices: kv_blocks, else kv_memory over the largest device's block (uneven kv heads:
 // every device gets the same blocks), else `parallel` whole contexts within an eighth of the
-// machine's memory. std::invalid_argument when kv_memory holds no block.
+// machine's memory. std::invalid_argument when kv_memory holds no block, or when kv_blocks or
+// kv_memory ask for a pool that `devices` devices cannot hold in this machine's physical memory
+// (naming the flag: --kv-blocks, --kv-memory).
 int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, const EngineOptions& options);
 
 // Every request through a BatchEngine to the end; results in request order. on_finished(i) is

@@ -148,7 +148,7 @@ std::shared_ptr<RequestStream> EngineService::submit(const model::BatchRequest& 
   s->arrived_ = Clock::now();
   std::lock_guard lock(mutex_);
   if (failed_ || closed_) throw ApiError(503, "The server is shutting down.", "", "unavailable", "server_error");
-  if (static_cast<int>(queue_.size() + running_.size()) >= options_.engine.parallel + options_.max_queue)
+  if (static_cast<int64_t>(queue_.size() + running_.size()) >= int64_t{options_.engine.parallel} + options_.max_queue)
     throw ApiError(429, "The server is busy: " + std::to_string(queue_.size() + running_.size()) + " requests are waiting or running.",
                    "", "rate_limit_exceeded", "rate_limit_error");
   queue_.push_back(s);

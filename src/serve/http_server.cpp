@@ -284,7 +284,11 @@ void HttpServer::Impl::routes() {
       throw ApiError(404, "The model does not exist.", "model", "model_not_found");
     send_json(r, 200, model_card());
   });
-  route("GET", "/health", [](const auto&, auto& r) { send_json(r, 200, {{"status", "ok"}}); });
+  route("GET", "/health", [this](const auto&, auto& r) {
+    const std::optional<std::string> stuck = options.devices_stuck ? options.devices_stuck() : std::nullopt;
+    if (stuck) send_json(r, 503, {{"status", "stuck"}, {"error", *stuck}});
+    else send_json(r, 200, {{"status", "ok"}});
+  });
   route("GET", "/status", [this](const auto&, auto& r) { send_json(r, 200, status()); });
   route("GET", "/metrics", [this](const auto&, auto& r) {
     std::map<int, uint64_t> counts;

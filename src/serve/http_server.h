@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,9 @@ struct ServerOptions {
   std::chrono::milliseconds read_timeout{10'000};   // a body's whole arrival; each wait to write
   std::chrono::milliseconds keep_alive{5'000};      // an idle connection's wait for its next request
   std::chrono::milliseconds header_timeout{10'000}; // a request head's whole arrival, first byte to last
+  // Why the devices cannot answer now (a peer process frozen in a collective), or nothing: /health
+  // then answers 503 {"status": "stuck", "error": why} instead of ok. Unset: always ok.
+  std::function<std::optional<std::string>()> devices_stuck;
 };
 
 class HttpServer {

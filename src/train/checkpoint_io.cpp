@@ -60,7 +60,8 @@ static std::string lora_targets_text(const model::LoraOptions& lora) {
 
 // A LoRA checkpoint's adapters as Hugging Face PEFT's folder, "adapter/" beside the checkpoint
 // (what --adapter, export --fuse and peft.PeftModel read), replaced whole (model/atomic_file.h).
-static void write_peft_beside(const std::string& checkpoint, const model::TensorWeights& adapters, const TrainOptions& o) {
+// The temporaries of a save killed before (adapter.tmp-XXXXXX, as big as the adapter) go first.
+static void write_peft_beside(const std::string& checkpoint, const model::WeightSource& adapters, const TrainOptions& o) {
   model::LoraAdapterSet set;
   set.rank = o.lora->rank;
   set.alpha = o.lora->alpha;
@@ -70,6 +71,7 @@ static void write_peft_beside(const std::string& checkpoint, const model::Tensor
   for (const auto& spec : model::lora_parameters(o.model, *o.lora))
     set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
   const fs::path dir = fs::path(checkpoint).parent_path() / "adapter";
+  model::remove_stale_folder_temporaries(dir.string());
   model::replace_directory_atomically(dir.string(), [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, o.model); });
 }
 
@@ -117,6 +119,10 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
   }
   model::write_safetensors(info.path, tensors, meta);
   if (o.lora) write_peft_beside(info.path, weights, o);
+}
+
+void rewrite_peft_adapter(const model::SafetensorsFile& checkpoint, const TrainOptions& o) {
+  write_peft_beside(checkpoint.path(), checkpoint, o);
 }
 
 // The moments stored in a checkpoint, sliced into this device's shards: a model built from them

@@ -42,6 +42,11 @@ struct SaveInfo {
 // world rank 0 (writer) writes. Refuses (throws naming the tensor) to write non-finite values.
 void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimizer, const SaveInfo& info, bool writer);
 
+// A LoRA run saves latest.safetensors, then adapter/ beside it (PEFT's folder of the same adapters):
+// a kill between the two leaves adapter/ one save behind. --resume rewrites adapter/ from the
+// checkpoint it resumes (this function; device 0 only), so the two agree again before any step.
+void rewrite_peft_adapter(const model::SafetensorsFile& checkpoint, const TrainOptions& o);
+
 // The moments stored in a checkpoint under `prefix`, sliced into this device's local shapes (one
 // per llama.parameters() entry): a model built from them holds exactly the local slices.
 std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, const model::LlamaConfig& config,

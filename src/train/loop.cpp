@@ -215,6 +215,7 @@ void RunShared::open_files() {
   const std::string checkpoint = latest_checkpoint(o.out_dir);
   if (model::remove_stale_temporary(checkpoint))
     progress.message("removed " + model::temporary_path(checkpoint) + ", left by a save that was killed");
+  if (o.lora && resume_file) rewrite_peft_adapter(*resume_file, o);  // adapter/ may lag a killed save
   metrics.open(o.out_dir, o.resume, start_step);
 }
 

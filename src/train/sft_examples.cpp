@@ -193,6 +193,10 @@ void fit_example(EncodedExample& example, const std::string& where, int seq_len,
                       std::to_string(seq_len + 1) + " (raise train.seq_len, shorten it, or set data.truncate = true)");
     example.tokens.resize(static_cast<size_t>(seq_len) + 1);
     example.counted.resize(example.tokens.size());
+    // A prompt of seq_len + 1 tokens or more leaves no target to learn: the loss would be 0 over none.
+    if (example.counted_targets() == 0)
+      fail(where, "data.truncate cut the example from " + std::to_string(n) + " to train.seq_len + 1 = " + std::to_string(seq_len + 1) +
+                      " tokens, which keeps none of its answer tokens (raise train.seq_len or shorten its prompt)");
   }
   if (example.tokens.size() < 2) fail(where, "the example is " + std::to_string(n) + " token(s): nothing to train");
 }

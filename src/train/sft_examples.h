@@ -78,7 +78,7 @@ EncodedExample encode_example(const SftExample& example, const SftEncoding& enco
 
 // An example of more than seq_len + 1 tokens: cut to seq_len + 1 when `truncate`, else an
 // SftDataError "WHERE: the example is N tokens, more than train.seq_len + 1 = M ...". Fewer than 2
-// tokens is an error too (nothing to train).
+// tokens is an error too (nothing to train), and so is a cut that leaves no counted target.
 void fit_example(EncodedExample& example, const std::string& where, int seq_len, bool truncate);
 
 // Every example of `path` read, encoded and fitted to seq_len.

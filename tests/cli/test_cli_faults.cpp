@@ -464,3 +464,35 @@ TEST_CASE("cli faults: a model file without vocab_size takes a llama2.c tokenize
   INFO("stderr: " << r.err);  // was: "vocab_size is required"
   CHECK(r.code == 0);
 }
+
+// Issue 39: export --to llama2c wrote over any --out, the input model included (cp m.bin; export
+// --model m.bin --out m.bin). Now an existing --out needs --force, and the input is never one, by
+// inode: another path or a hard link to it is refused too. quantize --out alike.
+TEST_CASE("cli faults: export --to llama2c and quantize refuse an existing --out without --force, and the input always") {
+  const tpcli::testing::TempDir dir;
+  const fs::path model = dir.path() / "m.bin", alias = dir.path() / "alias.bin", taken = dir.path() / "taken.bin";
+  fs::copy_file(model_file(), model);
+  fs::create_hard_link(model, alias);
+  const std::string original = tpcli::testing::slurp(model.string());
+  const std::string export_line = "export --to llama2c --model " + model.string() + " --out ";
+  check_usage_error(run_tpcli(export_line + model.string()), "tpcli export: --out " + model.string() + ": is the input model");
+  check_usage_error(run_tpcli(export_line + alias.string() + " --force"), "tpcli export: --out " + alias.string() + ": is the input model");
+  check_usage_error(run_tpcli(export_line + (dir.path() / "." / "m.bin").string() + " --force"), "tpcli export: --out ");
+  CHECK(tpcli::testing::slurp(model.string()) == original);
+
+  dir.write("taken.bin", "keep");
+  check_usage_error(run_tpcli(export_line + taken.string()), "tpcli export: --out " + taken.string() + ": already exists");
+  CHECK(tpcli::testing::slurp(taken.string()) == "keep");
+  CHECK(run_tpcli(export_line + taken.string() + " --force").code == 0);
+  CHECK(fs::file_size(taken) == original.size());  // the llama2.c model
+  check_usage_error(run_tpcli("export --to hf --model " + model.string() + " --out " + (dir.path() / "hf").string() + " --force"),
+                    "tpcli export: --force: only --to llama2c replaces a file");
+
+  const fs::path quantized = dir.path() / "q.safetensors";
+  const std::string quantize_line = "quantize --model " + model.string() + " --out " + quantized.string();
+  REQUIRE(run_tpcli(quantize_line).code == 0);
+  check_usage_error(run_tpcli(quantize_line), "tpcli quantize: --out " + quantized.string() + ": already exists");
+  CHECK(run_tpcli(quantize_line + " --force").code == 0);
+  check_usage_error(run_tpcli("quantize --model " + quantized.string() + " --out " + quantized.string() + " --force"),
+                    "tpcli quantize: --out " + quantized.string() + ": is the input model");
+}

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -33,10 +34,12 @@ void require_mpi() {
   if (!mpi_available()) skip_test("this build has no MPI backend (TPCLI_MPI=OFF or no MPI found)");
 }
 
-// `processes` copies of this test binary under mpirun, each running `scenario` with K devices.
-RunResult run_ranks(int processes, const std::string& scenario, int devices_per_process = 1) {
+// `processes` copies of this test binary under mpirun, each running `scenario` with K devices
+// (and `environment`, "NAME=VALUE ...").
+RunResult run_ranks(int processes, const std::string& scenario, int devices_per_process = 1,
+                    const std::string& environment = "") {
   tpcli::testing::RunOptions o;
-  o.launcher = mpirun(processes) + "env TPCLI_MPI_TEST=" + scenario +
+  o.launcher = mpirun(processes) + "env " + environment + " TPCLI_MPI_TEST=" + scenario +
                " TPCLI_MPI_K=" + std::to_string(devices_per_process);
   o.binary = self_executable();
   return run_tpcli_line("'mpi child rank'", o);
@@ -60,6 +63,12 @@ void child_body(const std::string& scenario, Device& dev) {
     for (int64_t n : {int64_t{1}, int64_t{5000}}) {
       check_every_collective(world, n, 10 + static_cast<uint64_t>(n));
       check_broadcast(world, n, 1, 30 + static_cast<uint64_t>(n));  // root 1 shares a process with 0
+    }
+  } else if (scenario == "freeze") {  // device 1 stops mid-run (SIGSTOP) and never comes back
+    std::vector<float> x(1000, 1.0f);
+    for (int i = 0; i < 1000; ++i) {
+      if (i == 3 && dev.rank() == 1) ::raise(SIGSTOP);
+      dev.world().all_sum(x);
     }
   } else if (scenario == "throw" || scenario == "die") {  // device 1 fails mid-run
     std::vector<float> x(1000, 1.0f);
@@ -126,6 +135,36 @@ TEST_CASE("mpi: a rank that throws or dies ends the job promptly, naming it") {
   CHECK(killed.code != 0);
   CHECK(killed.code != 124);
   CHECK(killed.err.find("rank 1") != std::string::npos);  // mpirun's report names the rank
+}
+
+// Issue 39: a frozen rank (SIGSTOP) held the others in MPI's blocking collectives for ever. Now each
+// waits TPCLI_TIMEOUT, names the rank that no longer answers (rank 2, waiting like rank 0, answers
+// its roll call), and the job ends.
+TEST_CASE("mpi: a frozen rank makes the others time out within TPCLI_TIMEOUT, naming it, and the job ends") {
+  require_mpi();
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult r = run_ranks(3, "freeze", 1, "TPCLI_TIMEOUT=2");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.err);
+  CHECK(r.code != 0);
+  CHECK(r.code != 124);  // ended by the timeout of the ranks, not of the test
+  CHECK(r.err.find("mpi: timed out after 2 s: device ") != std::string::npos);
+  CHECK(r.err.find(" in all_sum got nothing from rank 1 (stuck or unreachable") != std::string::npos);
+  CHECK(r.err.find("rank 2 (") == std::string::npos);  // the rank that waits too is not blamed
+  CHECK(seconds < 20);
+}
+
+TEST_CASE("mpi: a bad TPCLI_TIMEOUT is a usage error naming it") {
+  require_mpi();
+  require_shared("data/stories260K.bin");
+  tpcli::testing::RunOptions o;
+  o.launcher = mpirun(2) + "env TPCLI_TIMEOUT=soon";
+  const RunResult r = run_tpcli_line("infer --model " + shell_quote(shared_path("data/stories260K.bin")) + " -z " +
+                                         shell_quote(shared_path("data/tok512.bin")) + " -n 5 --backend mpi",
+                                     o);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("tpcli infer: mpi backend: TPCLI_TIMEOUT=soon must be a whole number of seconds, 1 to 86400") !=
+        std::string::npos);
 }
 
 // ---- tpcli itself under mpirun, against the threads backend ----

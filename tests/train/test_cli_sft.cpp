@@ -121,6 +121,19 @@ TEST_CASE("tpcli train: a malformed JSONL line or a too long example fails with 
     // truncate = true cuts the long example instead.
     if (c.name == "too long") CHECK(run_tpcli("train " + q(config) + " --set data.truncate=true").code == 0);
   }
+  // Issue 39: a prompt longer than the cut keeps no answer token: refused, not trained at loss 0.
+  const std::string path = dir.write("train.jsonl", good + chat_line(std::string(400, 'a'), "Hello"));
+  const std::string config = dir.write("sft.toml",
+      "[model]\ninit_from = \"" + tpcli::testing::shared_path("data/stories260K.bin") + "\"\n"
+      "[data]\nformat = \"chat\"\ntemplate = \"zephyr\"\npath = \"train.jsonl\"\ntruncate = true\n"
+      "tokenizer = \"" + tpcli::testing::shared_path("data/tok512.bin") + "\"\n"
+      "[train]\nsteps = 2\nbatch_size = 1\nseq_len = 64\neval_batches = 0\nsample_tokens = 0\n"
+      "out_dir = \"" + (dir.path() / "run").string() + "\"\n");
+  const RunResult cut = run_tpcli("train " + q(config));
+  INFO(cut.err);
+  CHECK(cut.code == 2);
+  CHECK(cut.err.find(path + ":2: data.truncate cut the example") != std::string::npos);
+  CHECK(cut.out.find("loss 0.0000") == std::string::npos);
 }
 
 TEST_CASE("tpcli eval on stories260K completions: exact match counts the references equal to the greedy continuation") {

@@ -242,6 +242,38 @@ TEST_CASE("a resumed LoRA run continues the uninterrupted run's losses", "[train
   std::filesystem::remove_all(dir);
 }
 
+// Issue 39: kill -9 during a save left adapter.tmp-XXXXXX folders that no later save removed, and
+// adapter/ one save behind latest.safetensors (a kill between the two writes). The next save (here
+// the resume's rewrite) removes the temporaries, and --resume rewrites adapter/ from the checkpoint.
+TEST_CASE("a killed LoRA save's leftovers: --resume rewrites a lagging adapter/ and removes stale temporaries", "[train][lora]") {
+  const auto dir = fresh_dir("killed_save");
+  train::TrainOptions o = lora_run(dir);
+  o.out_dir = (dir / "run").string();
+  const std::filesystem::path run(o.out_dir), adapter = run / "adapter";
+  REQUIRE(losses_of(tpcli::testing::interrupted_run(o, 3)).size() == 3);
+  std::filesystem::copy(adapter, dir / "adapter_step3");
+  o.resume = true;
+  REQUIRE(losses_of(train::train(o)).size() == 5);  // latest.safetensors and adapter/ at step 8
+  // As a kill left them: adapter/ of the save before, and temporaries of killed saves.
+  std::filesystem::remove_all(adapter);
+  std::filesystem::copy(dir / "adapter_step3", adapter);
+  for (const char* stale : {"adapter.tmp-a1b2c3", "adapter.tmp-zzzzzz"}) std::filesystem::copy(dir / "adapter_step3", run / stale);
+  std::filesystem::create_directories(run / "adapter.tmp-mine-too");  // not a name of ours: kept
+
+  CHECK(losses_of(train::train(o)).empty());  // resumed at the end: no step, but the files agree again
+  const model::SafetensorsFile ckpt(train::latest_checkpoint(o.out_dir));
+  const model::LoraAdapterSet peft = model::load_peft_adapter(adapter.string(), o.model);
+  REQUIRE(peft.tensors.size() == 2 * 2 * 7);
+  for (const auto& [name, t] : peft.tensors) {
+    const auto stored = ckpt.get(name);
+    CHECK(std::equal(t.span().begin(), t.span().end(), stored.begin(), stored.end()));
+  }
+  CHECK_FALSE(std::filesystem::exists(run / "adapter.tmp-a1b2c3"));
+  CHECK_FALSE(std::filesystem::exists(run / "adapter.tmp-zzzzzz"));
+  CHECK(std::filesystem::exists(run / "adapter.tmp-mine-too"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("bytes per device with LoRA: the accounting equals what the model and optimizer hold", "[train][lora]") {
   const auto c = small_config();
   const auto weights = model::random_weights(c, 41);

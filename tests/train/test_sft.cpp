@@ -179,6 +179,10 @@ TEST_CASE("sft: an example longer than seq_len + 1 tokens is an error naming FIL
   CHECK(e.counted.size() == 9);
   EncodedExample one = example_of_length(1, 1);
   CHECK_THROWS_WITH(train::fit_example(one, "f.jsonl:2", 8, true), Catch::StartsWith("f.jsonl:2: "));
+  // Issue 39: a cut that removes every counted target trained on nothing ("loss 0.0000").
+  EncodedExample answer_cut = example_of_length(12, 3);
+  CHECK_THROWS_WITH(train::fit_example(answer_cut, "f.jsonl:4", 8, true),
+                    Catch::StartsWith("f.jsonl:4: data.truncate cut the example from 12 to train.seq_len + 1 = 9 tokens, which keeps none"));
 }
 
 TEST_CASE("sft batches: rows are whole examples right-padded with -1 targets, T is the step's longest") {

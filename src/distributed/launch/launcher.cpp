@@ -31,9 +31,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Set by SIGINT/SIGTERM while launch() runs: a signal handler can only talk through a static.
-volatile sig_atomic_t g_stop_signal = 0;
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+// Set by SIGINT/SIGTERM while launch() runs: a signal handler can only talk through statics.
+volatile sig_atomic_t g_stop_signal = 0;   // the latest one
+volatile sig_atomic_t g_stop_signals = 0;  // how many came
+void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  g_stop_signals = g_stop_signals + 1;
+}
 
 void write_all(int fd, const char* data, size_t n) {
   while (n > 0) {
@@ -254,6 +258,9 @@ Rank spawn(const std::vector<std::string>& argv, const std::vector<std::string>&
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
+    // A process group of its own: a terminal's Ctrl-C reaches the launcher alone, which passes it
+    // to rank 0 only (see launch()).
+    ::setpgid(0, 0);
     if (in[0] >= 0) ::dup2(in[0], 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
@@ -437,6 +444,7 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
   stop.sa_handler = on_stop_signal;
   sigemptyset(&stop.sa_mask);
   g_stop_signal = 0;
+  g_stop_signals = 0;
   sigaction(SIGINT, &stop, &old_int);
   sigaction(SIGTERM, &stop, &old_term);
 
@@ -444,6 +452,8 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
   LineFolder folder;
   std::optional<std::pair<int, int>> failed;  // (rank, exit code)
   std::optional<Clock::time_point> stopping;  // SIGTERM sent at
+  int forwarded_signal = 0;                    // the signal passed to rank 0 alone (0: none yet)
+  std::optional<Clock::time_point> rank0_ended;
   auto stop_all = [&] {
     if (stopping) return;
     stopping = Clock::now();
@@ -490,20 +500,38 @@ int launch(const LaunchOptions& o, std::vector<std::string> command) {
       if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
         r.exit_code = exit_code_of(status);
         r.close_lifeline();
+        if (i == 0) rank0_ended = Clock::now();
         if (*r.exit_code != 0 && !failed && !stopping) {
           failed = {static_cast<int>(i), *r.exit_code};
-          drain(r);  // its last words (ssh's error, say) before the note
-          note(o.err_fd, failure(r, static_cast<int>(i), *r.exit_code) +
-                             (o.stop_on_failure ? "; stopping the other ranks" : ""));
-          if (o.stop_on_failure) stop_all();
+          // After a passed-on signal a rank's own stop code is no failure, and rank 0 (saving,
+          // draining) must not be stopped: the ranks end through their collectives.
+          if (!forwarded_signal) {
+            drain(r);  // its last words (ssh's error, say) before the note
+            note(o.err_fd, failure(r, static_cast<int>(i), *r.exit_code) +
+                               (o.stop_on_failure ? "; stopping the other ranks" : ""));
+            if (o.stop_on_failure) stop_all();
+          }
         }
       } else {
         running = true;
       }
     }
-    if (g_stop_signal && !stopping) {
-      note(o.err_fd, std::string("got ") + strsignal(g_stop_signal) + "; stopping all ranks");
+    // The first SIGINT/SIGTERM goes to rank 0 alone, which stops as it does when run alone (a
+    // server drains, training saves) and ends the others through its collectives (every rank
+    // stopping at once cut the server's answers short). A second signal stops every rank.
+    if (g_stop_signals >= 2 && !stopping) {
+      note(o.err_fd, std::string("got ") + strsignal(g_stop_signal) + " again; stopping all ranks");
       if (!failed) failed = {-1, 128 + g_stop_signal};
+      stop_all();
+    } else if (g_stop_signals == 1 && !forwarded_signal && !stopping) {
+      forwarded_signal = g_stop_signal;
+      note(o.err_fd, std::string("got ") + strsignal(forwarded_signal) +
+                         "; passed to rank 0, which ends the others (a second signal stops all ranks)");
+      if (!ranks[0].exit_code) ::kill(ranks[0].pid, forwarded_signal);
+    }
+    if (forwarded_signal && rank0_ended && running && !stopping &&
+        Clock::now() - *rank0_ended > std::chrono::duration<double>(o.kill_grace_s)) {
+      note(o.err_fd, "rank 0 has ended; stopping the ranks still running");
       stop_all();
     }
     if (stopping && running && Clock::now() - *stopping > std::chrono::duration<double>(o.kill_grace_s))

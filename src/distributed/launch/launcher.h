@@ -32,6 +32,12 @@
 // When a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after a grace
 // period; launch returns the failed rank's exit code (128 + signal for a signal). Local ranks (and
 // ssh clients) die with the launcher (PR_SET_PDEATHSIG), so a killed launcher leaves no orphans.
+//
+// Ctrl-C: each rank runs in a process group of its own, so a terminal's SIGINT reaches only the
+// launcher. The first SIGINT or SIGTERM is passed to rank 0 alone, which stops as it does when run
+// alone (serve drains its requests, train saves) and ends the other ranks through its collectives;
+// those still running kill_grace_s after rank 0 ended are stopped. A second signal stops every rank
+// at once. (A remote rank 0 gets the signal as its ssh client's end: SIGTERM through the lifeline.)
 #pragma once
 
 #include <stdexcept>

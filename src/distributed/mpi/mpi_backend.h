@@ -17,11 +17,19 @@
 // MPI is initialised with MPI_THREAD_MULTIPLE: with K > 1 the device threads call MPI concurrently,
 // each on its own communicators (and even with K = 1 the device is not the main thread).
 //
+// Every collective is MPI's non-blocking form (MPI_Iallreduce, ..., MPI_Isend/Irecv for ppermute),
+// polled with MPI_Test against a deadline: TPCLI_TIMEOUT seconds (default 30, as on zmq). Half a
+// second before it, the waiting process asks the others of its group who is still there (a roll
+// call on a communicator of its own, answered by any process waiting in any collective); at the
+// deadline it fails with "mpi: timed out after 3 s: device 0 in broadcast got nothing from rank 1
+// (...)", naming those that did not answer (a frozen or dead-locked process).
+//
 // Failures: every communicator returns errors (MPI_ERRORS_RETURN); a failed call throws a one-line
 // error naming the op, the device and the MPI error, and any device failure prints
-// "mpi: process P (device D) failed: ..." and calls MPI_Abort, so mpirun ends the whole job instead
-// of leaving the others waiting in a collective. A process killed outright is mpirun's to report
-// (it stops the job and names the rank).
+// "mpi: process P (device D) failed: ..." and ends the job with MPI_Abort, so mpirun stops every
+// process instead of leaving the others waiting in a collective. Not at once: the process's own
+// waits end and its command has 2 s to report (a server answers its requests 500) and exit through
+// mpi_abort_job. A process killed outright is mpirun's to report (it stops the job and names the rank).
 //
 // Built without MPI (CMake TPCLI_MPI=OFF or no MPI found), distributed/mpi/mpi_stub.cpp provides these
 // functions: mpi_available() is false and the others throw "built without MPI".
