@@ -533,6 +533,6 @@ TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in inp
   const std::string bad = dir.write("bad.jsonl", "{\"prompt\": \"hi\"}\n{\"prompt\": \"there\", \"max_tokens\": \"x\"}\n");
   const Result b = run({"infer", "--model", model, "-z", tok, "--batch", bad});
   CHECK(b.code == 2);
-  CHECK(b.err == "tpcli infer: " + bad + ":2: \"max_tokens\" is not a number\n");
+  CHECK(b.err == "tpcli infer: " + bad + ":2: \"max_tokens\" = \"x\" is not an integer in [1, 2147483647]\n");
   CHECK(b.out.empty());
 }
