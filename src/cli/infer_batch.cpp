@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -202,7 +203,9 @@ json result_line(size_t i, const Job& job, const model::BatchResult& r, const mo
   if (stop_id) generated = generated.first(generated.size() - 1);  // not the stop token
   std::string text = continuation(tokenizer, job.request.prompt, generated);
   if (const size_t at = first_stop(text, job.stop); at != std::string::npos) text.resize(at);  // not the stop string
-  return {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", r.finish_reason}};
+  json line = {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", r.finish_reason}};
+  if (r.finish_reason == "error") line["error"] = r.error;
+  return line;
 }
 
 // Result lines out in input order, each as soon as every earlier one is: a line that finishes
@@ -222,8 +225,9 @@ class OrderedPrinter {
 
 // Runs every line of the file on this device's engine, taking lines only as the engine has room
 // for them and forgetting each as it finishes: memory follows --parallel, not the file's length.
-// Device 0 (`reporter`) prints the results and the progress.
-void run_jobs(model::Llama& llama, JobReader& reader, size_t total, const BatchInferOptions& o,
+// Device 0 (`reporter`) prints the results and the progress. Returns how many lines failed (their
+// logits were not finite): the others run on.
+size_t run_jobs(model::Llama& llama, JobReader& reader, size_t total, const BatchInferOptions& o,
               const model::TokenizerInterface& tokenizer, bool reporter) {
   model::BatchEngine engine(llama, o.engine);
   std::map<int, Job> taken;    // by engine id (the line's index): added and not yet finished
@@ -234,7 +238,7 @@ void run_jobs(model::Llama& llama, JobReader& reader, size_t total, const BatchI
   };
   engine.on_finished = [&](int id) { finished.push_back(id); };  // forgotten after the step, not inside it
   OrderedPrinter printer;
-  size_t done = 0;
+  size_t done = 0, failed = 0;
   int64_t tokens = 0;
   const auto start = std::chrono::steady_clock::now();
   for (bool more_lines = true;;) {
@@ -248,6 +252,7 @@ void run_jobs(model::Llama& llama, JobReader& reader, size_t total, const BatchI
     for (const int id : finished) {
       const model::BatchResult& r = engine.result(id);
       tokens += static_cast<int64_t>(r.tokens.size());
+      failed += r.finish_reason == "error";
       if (reporter) {
         printer.add(static_cast<size_t>(id), result_line(static_cast<size_t>(id), taken.at(id), r, tokenizer));
         print_progress(++done, total, tokens);
@@ -267,6 +272,7 @@ void run_jobs(model::Llama& llama, JobReader& reader, size_t total, const BatchI
                  static_cast<long long>(tokens), seconds, static_cast<double>(tokens) / seconds, static_cast<long long>(st.rows),
                  static_cast<long long>(st.steps), static_cast<long long>(st.cached_tokens), static_cast<long long>(st.preemptions),
                  engine.kv_blocks(), static_cast<double>(engine.kv_pool_bytes()) / 1e6);
+  return failed;
 }
 
 }  // namespace
@@ -289,10 +295,15 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   if (auto eos = loaded.tokenizer->token_id(loaded.tokenizer->eos_text()); eos && !loaded.tokenizer->eos_text().empty())
     stop_ids.push_back(*eos);
   const size_t total = count_jobs(o, loaded, stop_ids, context);
+  std::atomic<size_t> failed{0};
   run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) {
     JobReader reader(o, loaded, stop_ids, context);  // each device its own: every engine takes the same lines
-    run_jobs(llama, reader, total, o, *loaded.tokenizer, dev.rank() == 0);
+    const size_t mine = run_jobs(llama, reader, total, o, *loaded.tokenizer, dev.rank() == 0);
+    if (dev.rank() == 0) failed = mine;
   });
+  if (failed > 0)
+    throw std::runtime_error(o.jsonl + ": " + std::to_string(failed.load()) + " of " + std::to_string(total) +
+                             " lines failed (their results say why under \"error\"); the others were answered");
 }
 
 }  // namespace tpcli::cli

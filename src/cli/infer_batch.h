@@ -6,8 +6,10 @@
 // tokenizer's chat template, with the assistant's opening), and optionally "max_tokens",
 // "temperature", "top_p", "seed" (else -n, -t, -p, -s) and "stop" (a string or a list: the text
 // ends before the first one, matched across token boundaries). Each output line: {"index", "text",
-// "tokens", "finish_reason": "stop" | "length"}. A bad line is a one-line error naming the file, the
-// line and the key (an unknown key too), before any generation.
+// "tokens", "finish_reason": "stop" | "length" | "error"}; an "error" line (its logits were not
+// finite) says why under "error", the others run on, and the run exits 1 at the end naming how many
+// failed. A bad line is a one-line error naming the file, the line and the key (an unknown key
+// too), before any generation.
 //
 // Memory follows --parallel, not the file's length: the file is read once to check every line,
 // then again as the engine has room for lines; a finished line's result is printed as soon as the

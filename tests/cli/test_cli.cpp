@@ -100,8 +100,8 @@ TEST_CASE("bench collectives: bad sizes and ops are one-line errors, on either b
     std::string expect;
   };
   for (const Case& c : std::vector<Case>{
-           {{"bench", "collectives", "--sizes", "3Q"}, "unknown unit in size '3Q'"},
-           {{"bench", "collectives", "--backend", "zmq", "--sizes", "x"}, "size 'x' is not a number"},
+           {{"bench", "collectives", "--sizes", "3Q"}, "size '3Q': unknown unit 'Q'"},
+           {{"bench", "collectives", "--backend", "zmq", "--sizes", "x"}, "size 'x': not a number"},
            {{"bench", "collectives", "--backend", "zmq", "--ops", "all_sum,foo"}, "unknown op 'foo'"},
            {{"bench", "collectives", "--backend", "zmq", "--reps", "0"}, "--reps must be >= 1"},
            {{"bench", "collectives", "--backend", "zmq", "--devices", "1"}, "1 processes is not in [2, 16]"}}) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "support/poisoned_model.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
@@ -500,4 +501,29 @@ TEST_CASE("cli faults: export --to llama2c and quantize refuse an existing --out
   CHECK(run_tpcli(quantize_line + " --force").code == 0);
   check_usage_error(run_tpcli("quantize --model " + quantized.string() + " --out " + quantized.string() + " --force"),
                     "tpcli quantize: --out " + quantized.string() + ": is the input model");
+}
+
+// Issue 39, item 2 as infer --batch meets it: a line whose logits are not finite fails alone.
+TEST_CASE("cli faults: infer --batch answers every line but one whose logits are not finite, says why there, and exits 1") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const tpcli::testing::TempDir dir;
+  const std::string model = (dir.path() / "inf.bin").string();
+  tpcli::testing::write_poisoned_stories260k(300, model);  // "ha" is token 300
+  const std::string lines = dir.write("lines.jsonl", "{\"prompt\": \"The cat sat\"}\n{\"prompt\": \"ha ha\"}\n{\"prompt\": \"He had a hat\"}\n");
+  const Run r = run_tpcli("infer --model " + model + " -z " + tpcli::testing::shared_path("data/tok512.bin") +
+                          " --batch " + lines + " -n 12 -t 0");
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.err.find(lines + ": 1 of 3 lines failed") != std::string::npos);
+  REQUIRE(lines_of(r.out) == 3);
+  const size_t second = r.out.find('\n') + 1, third = r.out.find('\n', second) + 1;
+  const std::string failed = r.out.substr(second, third - second);
+  CHECK(failed.find("\"index\":1,") != std::string::npos);
+  CHECK(failed.find("\"finish_reason\":\"error\"") != std::string::npos);
+  CHECK(failed.find("not finite") != std::string::npos);
+  for (const std::string& answered : {r.out.substr(0, second), r.out.substr(third)}) {
+    INFO(answered);
+    CHECK(answered.find("\"finish_reason\":\"error\"") == std::string::npos);
+    CHECK(answered.find("\"text\":") != std::string::npos);
+  }
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "live_server.h"
+#include "support/poisoned_model.h"
 
 using namespace tpcli;
 using namespace tpcli::testing;
@@ -41,27 +42,6 @@ std::string stream_text(httplib::Client& c, const json& body, size_t leave_after
   };
   c.send(req);
   return text;
-}
-
-// stories260K with its classifier unshared (llama2.c's negative vocab_size, the embedding table
-// copied to the file's end as the classifier) and +inf in one element of embedding row `token`:
-// the requests that feed `token` overflow, and the others get stories260K's logits exactly.
-std::string poisoned_copy(int token, const std::string& folder) {
-  std::filesystem::create_directories(folder);
-  const std::string path = folder + "/stories260K-inf.bin";
-  std::ifstream in(shared_path("data/stories260K.bin"), std::ios::binary);
-  std::string bytes(std::istreambuf_iterator<char>(in), {});
-  int32_t header[7];
-  std::memcpy(header, bytes.data(), sizeof header);
-  const size_t dim = static_cast<size_t>(header[0]), vocab = static_cast<size_t>(header[5]);
-  REQUIRE(header[5] > 0);  // shared
-  header[5] = -header[5];
-  std::memcpy(bytes.data(), header, sizeof header);
-  bytes.append(bytes, sizeof header, vocab * dim * sizeof(float));  // the classifier: the clean embedding
-  const float inf = std::numeric_limits<float>::infinity();
-  std::memcpy(bytes.data() + sizeof header + (static_cast<size_t>(token) * dim + 3) * sizeof(float), &inf, sizeof inf);
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  return path;
 }
 
 }  // namespace
@@ -103,7 +83,10 @@ TEST_CASE("serve failures: stop strings met at max_tokens and clients leaving on
 
 TEST_CASE("serve failures: a request whose logits are not finite fails alone, and the server and its neighbours go on", "[serve]") {
   TPCLI_REQUIRE_SHARED("data/stories260K.bin");
-  const std::string model = poisoned_copy(300, std::filesystem::temp_directory_path().string() + "/tpcli-serve-failures");
+  const std::string folder = std::filesystem::temp_directory_path().string() + "/tpcli-serve-failures";
+  std::filesystem::create_directories(folder);
+  const std::string model = folder + "/stories260K-inf.bin";
+  write_poisoned_stories260k(300, model);
   json clean_body = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
   std::string clean_alone;
   {
