@@ -437,6 +437,12 @@ TEST_CASE("serve hostile: 1,100 connections trickling their heads hold no route,
   }
 }
 
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr bool UNDER_SANITIZER = true;
+#else
+constexpr bool UNDER_SANITIZER = false;
+#endif
+
 TEST_CASE("serve hostile: 8 concurrent bodies of empty objects at the body limit cost a bounded memory", "[serve]") {
   TPCLI_REQUIRE_SHARED("data/stories260K.bin");
   LiveServer server(1);
@@ -458,7 +464,9 @@ TEST_CASE("serve hostile: 8 concurrent bodies of empty objects at the body limit
   const size_t peak = rss_kb("VmHWM");
   INFO("RSS " << before / 1024 << " MB before, peak " << peak / 1024 << " MB");
   for (const std::string& answer : answers) check_refused(answer, 400);
-  CHECK(peak - before < 200u << 10);  // ~10 MB each with the client's copies; 8 MB bodies took ~280 MB each
+  // ~10 MB each with the client's copies; 8 MB bodies took ~280 MB each. Under a sanitizer every
+  // allocation carries shadow and history, so the bound holds for the plain build only.
+  if (!UNDER_SANITIZER) CHECK(peak - before < 200u << 10);
   // A body past the limit is 413, unread.
   check_refused(round_trip(server.port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(limit + 1) + "\r\n\r\n{}"), 413);
   check_still_serves(server);
