@@ -246,15 +246,11 @@ class MpiCommunicator : public Communicator {
     std::vector<int> from_off(static_cast<size_t>(size_));
     for (int m = 0; m < size_; ++m) from_off[static_cast<size_t>(m)] = mpi_count(int64_t{m} * mine, "all_sum");
     staging_.resize(static_cast<size_t>(size_) * static_cast<size_t>(mine));  // [S, mine] every member's slice r
-    MPI_Request request;
-    check("all_sum", MPI_Ialltoallv(x.data(), n.data(), off.data(), MPI_FLOAT, staging_.data(), from_counts.data(),
-                                    from_off.data(), MPI_FLOAT, comm_, &request));
-    finish("all_sum", request);
+    exchange("all_sum", x.data(), n, off, staging_.data(), from_counts, from_off);
     std::vector<const float*> parts(static_cast<size_t>(size_));
     for (int m = 0; m < size_; ++m) parts[static_cast<size_t>(m)] = staging_.data() + from_off[static_cast<size_t>(m)];
     tree_reduce(x.data() + off[static_cast<size_t>(r_)], parts.data(), size_, 0, mine, [](float a, float b) { return a + b; });
-    check("all_sum", MPI_Iallgatherv(MPI_IN_PLACE, mine, MPI_FLOAT, x.data(), n.data(), off.data(), MPI_FLOAT, comm_, &request));
-    finish("all_sum", request);
+    gather("all_sum", x.data() + off[static_cast<size_t>(r_)], x.data(), n, off);
   }
   void all_max(std::span<float> x) override {
     MPI_Request request;
@@ -265,13 +261,7 @@ class MpiCommunicator : public Communicator {
   void all_gather_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
     const std::vector<int> n = int_counts(counts, "all_gather");
     const std::vector<int> off = displacements(n, "all_gather");
-    // Group allows `in` to be this member's chunk of out: that is MPI_IN_PLACE.
-    const bool in_place = !in.empty() && in.data() == out.data() + off[static_cast<size_t>(r_)];
-    const void* send = in_place ? MPI_IN_PLACE : static_cast<const void*>(in.data());
-    MPI_Request request;
-    check("all_gather", MPI_Iallgatherv(send, n[static_cast<size_t>(r_)], MPI_FLOAT, out.data(), n.data(), off.data(),
-                                        MPI_FLOAT, comm_, &request));
-    finish("all_gather", request);
+    gather("all_gather", in.data(), out.data(), n, off);  // Group allows `in` to be this member's chunk of out
   }
 
   void reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) override {
@@ -298,17 +288,15 @@ class MpiCommunicator : public Communicator {
     const std::vector<int> soff = displacements(sn, "all_to_all_v");
     const std::vector<int> roff = displacements(rn, "all_to_all_v");
     std::vector<float> out(static_cast<size_t>(roff.back() + rn.back()));  // [sum of recv_counts] in source order
-    check("all_to_all_v", MPI_Ialltoallv(in.data(), sn.data(), soff.data(), MPI_FLOAT, out.data(), rn.data(),
-                                         roff.data(), MPI_FLOAT, comm_, &request));
-    finish("all_to_all_v", request);
+    exchange("all_to_all_v", in.data(), sn, soff, out.data(), rn, roff);
     return out;
   }
 
   void all_to_all(std::span<const float> in, std::span<float> out) override {
     const int chunk = mpi_count(std::ssize(in) / size_, "all_to_all");
-    MPI_Request request;
-    check("all_to_all", MPI_Ialltoall(in.data(), chunk, MPI_FLOAT, out.data(), chunk, MPI_FLOAT, comm_, &request));
-    finish("all_to_all", request);
+    const std::vector<int> n(static_cast<size_t>(size_), chunk);
+    const std::vector<int> off = displacements(n, "all_to_all");
+    exchange("all_to_all", in.data(), n, off, out.data(), n, off);
   }
 
   void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override {
@@ -349,6 +337,35 @@ class MpiCommunicator : public Communicator {
 
  private:
   void finish(const char* op, MPI_Request& request) { finish(op, std::span<MPI_Request>(&request, 1)); }
+
+  // MPI_Alltoallv as point-to-point messages, all posted at once and polled by finish(): member
+  // m gets send[soff[m], +sn[m]) and this member's piece from m lands at recv + roff[m]. Not
+  // MPI_Ialltoallv: OpenMPI's non-blocking collectives (libnbc) took 1.3-1.6x its blocking ones
+  // on the small messages of a decode step; these messages are what its blocking ones send for
+  // a few processes. A pair's messages match in the order both post them (MPI's non-overtaking).
+  void exchange(const char* op, const float* send, const std::vector<int>& sn, const std::vector<int>& soff, float* recv,
+                const std::vector<int>& rn, const std::vector<int>& roff) {
+    const auto at = [](const std::vector<int>& v, int m) { return v[static_cast<size_t>(m)]; };
+    requests_.clear();
+    for (int m = 0; m < size_; ++m) {
+      if (m == r_) continue;
+      requests_.emplace_back();
+      check(op, MPI_Irecv(recv + at(roff, m), at(rn, m), MPI_FLOAT, m, EXCHANGE_TAG, comm_, &requests_.back()));
+    }
+    for (int m = 0; m < size_; ++m) {
+      if (m == r_) continue;
+      requests_.emplace_back();
+      check(op, MPI_Isend(send + at(soff, m), at(sn, m), MPI_FLOAT, m, EXCHANGE_TAG, comm_, &requests_.back()));
+    }
+    if (send + at(soff, r_) != recv + at(roff, r_)) std::copy_n(send + at(soff, r_), at(sn, r_), recv + at(roff, r_));
+    finish(op, requests_);
+  }
+
+  // MPI_Allgatherv: this member's n[r] floats at `mine` to every other, member m's to out + off[m];
+  // `mine` may be out + off[r] already (in place), else it is copied there while the messages go.
+  void gather(const char* op, const float* mine, float* out, const std::vector<int>& n, const std::vector<int>& off) {
+    exchange(op, mine, std::vector<int>(n.size(), n[static_cast<size_t>(r_)]), std::vector<int>(n.size(), 0), out, n, off);
+  }
 
   // Waits until `requests` complete. Throws CollectiveAborted when the run failed meanwhile, and
   // after the timeout an error naming the processes of this group that no longer answer.
@@ -405,6 +422,8 @@ class MpiCommunicator : public Communicator {
   int r_ = 0;
   int size_ = 1;
   std::vector<float> staging_;  // a copy where MPI needs unaliased buffers
+  std::vector<MPI_Request> requests_;  // exchange()'s, reused
+  static constexpr int EXCHANGE_TAG = 1;
 };
 
 // A group with several devices in this process and members in other processes (the world of
