@@ -29,10 +29,6 @@ ApiError bad(const std::string& param, const std::string& message, const std::st
   return ApiError(400, message, param, code);
 }
 
-}  // namespace
-
-namespace {
-
 // nlohmann's tree builder behind a count of values and a depth, fed by its SAX parser: a body
 // past either bound is refused as soon as the parser meets it, before its tree grows (an empty
 // object costs ~80 bytes built from 3 of text). Not nlohmann's parser callback: it scans the
