@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 
@@ -162,6 +164,43 @@ class JobReader {
   std::optional<ChatFormatting> chat_;
 };
 
+// The file's jobs for the devices of this process, each line read and tokenized once: every device
+// takes the same jobs in the same order (their engines schedule alike), and a job is dropped once
+// each device has taken it, so the window holds about what one engine has waiting.
+class SharedJobs {
+ public:
+  SharedJobs(JobReader& reader, const std::vector<int>& device_ranks) : reader_(reader) {
+    for (const int r : device_ranks) taken_[r] = 0;
+  }
+
+  // Device `rank`'s next job (its own copy); nullopt at the end of the file.
+  std::optional<Job> next(int rank) {
+    std::lock_guard lock(mutex_);
+    size_t& taken = taken_.at(rank);
+    while (taken >= first_ + window_.size()) {
+      std::optional<Job> job = ended_ ? std::nullopt : reader_.next();
+      if (!job) {
+        ended_ = true;
+        return std::nullopt;
+      }
+      window_.push_back(std::move(*job));
+    }
+    Job job = window_[taken - first_];
+    ++taken;
+    const auto slowest = std::ranges::min_element(taken_, {}, [](const auto& entry) { return entry.second; });
+    for (; first_ < slowest->second; ++first_) window_.pop_front();
+    return job;
+  }
+
+ private:
+  JobReader& reader_;
+  std::mutex mutex_;
+  std::map<int, size_t> taken_;  // device rank -> jobs it has taken
+  std::deque<Job> window_;       // jobs first_, first_ + 1, ...
+  size_t first_ = 0;
+  bool ended_ = false;
+};
+
 // Reads every line once before anything runs, so a bad line is refused before any generation;
 // keeps nothing but the count.
 size_t count_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context) {
@@ -227,7 +266,7 @@ class OrderedPrinter {
 // for them and forgetting each as it finishes: memory follows --parallel, not the file's length.
 // Device 0 (`reporter`) prints the results and the progress. Returns how many lines failed (their
 // logits were not finite): the others run on.
-size_t run_jobs(model::Llama& llama, JobReader& reader, size_t total, const BatchInferOptions& o,
+size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, const BatchInferOptions& o,
               const model::TokenizerInterface& tokenizer, bool reporter) {
   model::BatchEngine engine(llama, o.engine);
   std::map<int, Job> taken;    // by engine id (the line's index): added and not yet finished
@@ -244,7 +283,7 @@ size_t run_jobs(model::Llama& llama, JobReader& reader, size_t total, const Batc
   for (bool more_lines = true;;) {
     // As many lines waiting as could be admitted at once, so the engine never waits for the file.
     while (more_lines && engine.waiting() < o.engine.parallel) {
-      std::optional<Job> job = reader.next();
+      std::optional<Job> job = jobs.next(rank);
       more_lines = job.has_value();
       if (more_lines) taken.emplace(engine.add(job->request), std::move(*job));
     }
@@ -296,9 +335,13 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
     stop_ids.push_back(*eos);
   const size_t total = count_jobs(o, loaded, stop_ids, context);
   std::atomic<size_t> failed{0};
+  JobReader reader(o, loaded, stop_ids, context);
+  std::vector<int> local_ranks = run_options.local_ranks;
+  if (local_ranks.empty())  // every device in this process, as run_on_mesh
+    for (int r = 0; r < mesh.size(); ++r) local_ranks.push_back(r);
+  SharedJobs jobs(reader, local_ranks);
   run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) {
-    JobReader reader(o, loaded, stop_ids, context);  // each device its own: every engine takes the same lines
-    const size_t mine = run_jobs(llama, reader, total, o, *loaded.tokenizer, dev.rank() == 0);
+    const size_t mine = run_jobs(llama, jobs, dev.rank(), total, o, *loaded.tokenizer, dev.rank() == 0);
     if (dev.rank() == 0) failed = mine;
   });
   if (failed > 0)
