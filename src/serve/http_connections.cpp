@@ -311,7 +311,11 @@ struct HttpConnections::State : std::enable_shared_from_this<State> {
     }
     routes.answered(res.status);
     const bool close = res.close || !request.keep_alive || stopping;
-    const bool written = write_response(c, request, res, close, write_timeout);
+    bool written = false;
+    try {
+      written = write_response(c, request, res, close, write_timeout);
+    } catch (const std::exception&) {  // a streamed answer that failed midway ends its connection, never the server
+    }
     if (written && body_unread) c.finish_unread(std::chrono::seconds(1));  // only on connection threads: cheap routes have no body
     return written && !close;
   }

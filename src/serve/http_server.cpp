@@ -236,9 +236,12 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpo
   res.set_header("X-Accel-Buffering", "no");
   res.content_type = "text/event-stream";
   res.chunks = [this, reply](const ChunkWriter& write) {
-    const bool finished = reply->stream(write);
-    service.cancel(reply->request_stream());  // a client gone mid-stream frees its blocks
-    return finished;
+    struct CancelAtEnd {  // a client gone mid-stream, or a stream that threw, frees its blocks
+      EngineService& service;
+      const std::shared_ptr<RequestStream>& stream;
+      ~CancelAtEnd() { service.cancel(stream); }
+    } cancel_at_end{service, reply->request_stream()};
+    return reply->stream(write);
   };
 }
 

@@ -1,8 +1,13 @@
 // serve/: the HTTP/1.1 layer's request heads and body framing, byte by byte: heads that are not
-// complete yet, pipelined heads, keep-alive by version, and each refusal with its status.
+// complete yet, pipelined heads, keep-alive by version, and each refusal with its status; a
+// handler or a streamed answer that throws costs its request only.
 #include <catch2/catch.hpp>
 
+#include <httplib.h>
+
+#include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "serve/api_request.h"
 #include "serve/http_connections.h"
@@ -63,4 +68,38 @@ TEST_CASE("http: malformed heads are 400, long ones 431, and body framing 400, 4
   CHECK(refusal_status("POST /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n") == 400);
   CHECK(refusal_status("POST /x HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n") == 400);
   CHECK(refusal_status("GET /x HTTP/1.1\r\n\r\n") == 0);
+}
+
+TEST_CASE("http: a streamed answer or a handler that throws ends its own request, and the server goes on") {
+  HttpRoutes routes;
+  routes.handle = [](const HttpRequest& q, HttpResponse& r) {
+    if (q.path == "/throws") throw std::runtime_error("the handler failed");
+    if (q.path != "/stream-throws") return void(r.body = "fine");
+    r.chunks = [](const ChunkWriter& write) -> bool {
+      write("data: one\n\n");
+      throw std::runtime_error("the stream failed midway");
+    };
+  };
+  routes.answers_at_once = [](const HttpRequest&) { return false; };
+  routes.answered = [](int) {};
+  HttpConnections server(routes, ConnectionLimits{});
+  const int port = server.bind("127.0.0.1", 0);
+  std::thread listener([&] { server.run(); });
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(5);
+  const auto handler_threw = c.Get("/throws");
+  REQUIRE(handler_threw);
+  CHECK(handler_threw->status == 500);
+  for (int i = 0; i < 3; ++i) {
+    httplib::Client fresh("127.0.0.1", port);
+    fresh.set_read_timeout(5);
+    const auto cut = fresh.Get("/stream-throws");  // the chunked answer stops short: the connection closes
+    CHECK((!cut || cut->body.find("data: one") != std::string::npos));
+  }
+  const auto after = c.Get("/fine");
+  REQUIRE(after);
+  CHECK(after->status == 200);
+  CHECK(after->body == "fine");
+  server.stop();
+  listener.join();
 }
