@@ -1,8 +1,6 @@
 // tpcli::model — the batched engine (see batch_engine.h).
 #include "model/batch_engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -12,6 +10,7 @@
 
 #include "model/sampler.h"
 #include "model/shard_plan.h"
+#include "tensor/blas.h"
 
 namespace tpcli::model {
 
@@ -45,10 +44,6 @@ void check_request(const BatchRequest& r, int id, int context, int vocab) {
 
 namespace {
 
-double physical_memory_bytes() {
-  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-}
-
 std::string gigabytes(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
@@ -59,8 +54,8 @@ std::string gigabytes(double bytes) {
 // the model has loaded says nothing of the flag).
 void check_pool_fits(int64_t blocks, int64_t block_bytes, int devices, const std::string& flag) {
   const double bytes = static_cast<double>(blocks) * static_cast<double>(block_bytes);
-  const double memory = physical_memory_bytes();
-  if (bytes * devices <= memory) return;
+  const double memory = tensor::physical_memory_bytes();
+  if (memory <= 0 || bytes * devices <= memory) return;
   throw std::invalid_argument(flag + ": a KV pool of " + std::to_string(blocks) + " blocks takes " + gigabytes(bytes) +
                               " on each of " + std::to_string(devices) + " device(s), more than this machine's " +
                               gigabytes(memory) + " of memory");
@@ -87,7 +82,7 @@ int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, c
     return blocks;
   }
   const int64_t whole = int64_t{o.parallel} * ceil_div(config.seq_len, o.block_size);
-  const auto fits = static_cast<int64_t>(physical_memory_bytes() / 8 / devices / static_cast<double>(per_block));
+  const auto fits = static_cast<int64_t>(tensor::physical_memory_bytes() / 8 / devices / static_cast<double>(per_block));
   return static_cast<int>(std::clamp<int64_t>(std::min(whole, fits), 1, std::numeric_limits<int>::max()));
 }
 

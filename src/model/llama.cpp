@@ -1,7 +1,6 @@
 // tpcli::model — the inference model (see llama.h).
 #include "model/llama.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -106,7 +105,7 @@ const std::span<const int32_t> WHOLE_CACHE(&FIRST_BLOCK, 1);
 // kernel's OOM killer rather than an error.
 void require_memory_for_kv_cache(const LlamaConfig& c, int64_t kv_rows_local) {
   const double bytes = 2.0 * c.n_layers * static_cast<double>(c.seq_len) * static_cast<double>(kv_rows_local) * sizeof(float);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double memory = tensor::physical_memory_bytes();
   if (memory > 0 && bytes > memory)
     throw std::runtime_error("llama: the KV cache needs " + std::to_string(static_cast<int64_t>(bytes / 1e6)) +
                              " MB per device (n_layers " + std::to_string(c.n_layers) + " x seq_len " +

@@ -12,6 +12,7 @@
 #endif
 #include <omp.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -201,6 +202,11 @@ int blas_threads() { return t_blas_threads; }
 const char* blas_kernels() {
   init_blis();
   return bli_arch_string(bli_arch_query_id());
+}
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
 int available_cores() {

@@ -46,6 +46,9 @@ void set_blas_threads(int n);
 int blas_threads();
 // Cores this process may use (its CPU affinity mask, at least 1).
 int available_cores();
+// Bytes of physical memory this machine has (0 when the system does not say), for refusing an
+// allocation that cannot fit before it is made.
+double physical_memory_bytes();
 // The BLIS kernel set in use ("skx", "haswell", "zen3", ...), for benchmark reports.
 const char* blas_kernels();
 
