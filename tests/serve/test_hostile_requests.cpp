@@ -77,42 +77,42 @@ class RawConnection {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
-  // One HTTP response (headers, then Content-Length bytes of body), or what came before the peer
-  // closed or `wait` passed.
   // Every byte until the peer closes or `wait` passes.
   std::string until_closed(std::chrono::milliseconds wait) {
     std::string in;
     const auto deadline = Clock::now() + wait;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      pollfd p{fd_, POLLIN, 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return in;
-      char buf[4096];
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return in;
-      in.append(buf, static_cast<size_t>(n));
+    while (read_more(in, deadline)) {
     }
+    return in;
   }
+  // One HTTP response (headers, then Content-Length bytes of body), or what came before the peer
+  // closed or `wait` passed.
   std::string response(std::chrono::milliseconds wait = std::chrono::seconds(5)) {
     std::string in;
     const auto deadline = Clock::now() + wait;
-    for (;;) {
+    do {
       if (const size_t head = in.find("\r\n\r\n"); head != std::string::npos) {
         const size_t at = in.find("Content-Length: ");
         if (at == std::string::npos || at > head) return in;
         if (in.size() >= head + 4 + std::stoul(in.substr(at + 16))) return in;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      pollfd p{fd_, POLLIN, 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return in;
-      char buf[4096];
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return in;
-      in.append(buf, static_cast<size_t>(n));
-    }
+    } while (read_more(in, deadline));
+    return in;
   }
 
  private:
+  // Appends what arrives before `deadline`; false once the peer closed or the deadline passed.
+  bool read_more(std::string& in, Clock::time_point deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd_, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    in.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
   int fd_ = -1;
 };
 
