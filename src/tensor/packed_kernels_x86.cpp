@@ -68,6 +68,28 @@ float scale_of_e8m0(uint8_t s) {  // 2^(s - 127), times the 2^8 the f16 trick le
 constexpr int64_t X_BLOCK_BYTES = 32 * 1024;
 constexpr int64_t STATE_ROWS = 16;  // run_rows_batch's row block
 
+// A Tile may also take several rows a step (Tile::ROWS, with rows_columns<RT, V>(s, w, r, c0, c1, x)
+// over rows r..r+RT-1, s[RT][V]): a register tile of RT rows x V vectors, every weight vector loaded
+// once for V vectors and every x vector once for RT rows, as in a gemm micro-kernel; each (row,
+// vector) is still its own chain, so the bits stay the single-vector kernel's.
+template <class Tile>
+constexpr int rows_per_step() {
+  if constexpr (requires { Tile::ROWS; }) return Tile::ROWS;
+  else return 1;
+}
+
+template <class Tile, int V>
+void block_columns(typename Tile::State (*s)[V], const View& w, int64_t r, int64_t rn, int64_t c0, int64_t c1, const Vectors& x) {
+  constexpr int RT = rows_per_step<Tile>();
+  if constexpr (RT > 1) {
+    int64_t i = 0;
+    for (; i + RT <= rn; i += RT) Tile::template rows_columns<RT, V>(s + i, w, r + i, c0, c1, x);
+    for (; i < rn; ++i) Tile::template rows_columns<1, V>(s + i, w, r + i, c0, c1, x);
+  } else {
+    for (int64_t i = 0; i < rn; ++i) Tile::template columns<V>(s[i], w, r + i, c0, c1, x);
+  }
+}
+
 template <class Tile, int V>
 void tile_rows(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
   const int64_t unit = Tile::unit(w), body = Tile::body(w);
@@ -75,8 +97,7 @@ void tile_rows(float* out, int64_t ld_out, const View& w, const Vectors& x, int6
   for (int64_t rb = r0; rb < r1; rb += STATE_ROWS) {
     const int64_t rn = std::min(STATE_ROWS, r1 - rb);
     typename Tile::State s[STATE_ROWS][V] = {};
-    for (int64_t c0 = 0; c0 < body; c0 += block)
-      for (int64_t i = 0; i < rn; ++i) Tile::template columns<V>(s[i], w, rb + i, c0, std::min(body, c0 + block), x);
+    for (int64_t c0 = 0; c0 < body; c0 += block) block_columns<Tile, V>(s, w, rb, rn, c0, std::min(body, c0 + block), x);
     for (int64_t i = 0; i < rn; ++i) Tile::template finish<V>(out + rb + i - r0, ld_out, s[i], w, rb + i, x);
   }
 }
@@ -176,26 +197,32 @@ TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const 
 // GF/s without, 49-51 with).
 template <bool MaskedTail>
 struct F32Tile512 {
-  static constexpr int MAX_V = 8;
+  static constexpr int MAX_V = 6, ROWS = 4;  // 24 running sums, 4 weight vectors and an x vector: 29 of 32 registers
   struct State {
     __m512 a;
   };
   static int64_t unit(const View&) { return 16; }
   static int64_t body(const View& w) { return w.cols / 16 * 16; }
 
-  template <int V>
-  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX512 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
-    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
-    __m512 a[V];
-    for (int v = 0; v < V; ++v) a[v] = s[v].a;
-    const float* next = row + w.cols;  // the row read next: this block of the next row
-    for (int64_t p = c0; p < c1; p += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + p), _MM_HINT_T0);
-      const __m512 u = _mm512_loadu_ps(row + p);
-      for (int v = 0; v < V; ++v) a[v] = _mm512_fmadd_ps(u, _mm512_loadu_ps(in.x[v] + p), a[v]);
+    const float* row[RT];
+    __m512 a[RT][V];
+    for (int i = 0; i < RT; ++i) {
+      row[i] = reinterpret_cast<const float*>(w.data) + (r + i) * w.cols;
+      for (int v = 0; v < V; ++v) a[i][v] = s[i][v].a;
     }
-    for (int v = 0; v < V; ++v) s[v].a = a[v];
+    for (int64_t p = c0; p < c1; p += 16) {
+      __m512 u[RT];
+      for (int i = 0; i < RT; ++i) u[i] = _mm512_loadu_ps(row[i] + p);
+      for (int v = 0; v < V; ++v) {
+        const __m512 xv = _mm512_loadu_ps(in.x[v] + p);
+        for (int i = 0; i < RT; ++i) a[i][v] = _mm512_fmadd_ps(u[i], xv, a[i][v]);
+      }
+    }
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) s[i][v].a = a[i][v];
   }
 
   template <int V>
@@ -676,24 +703,32 @@ TPCLI_AVX2 void f32_rows_256(float* out, const View& w, const float* x, const fl
 // f32_rows_256 for several vectors (every row there is one 8-lane chain, its sum and a scalar
 // tail, in the 4-row passes and after them alike): a weight vector loaded once for all of them.
 struct F32Tile256 {
-  static constexpr int MAX_V = 8;
+  static constexpr int MAX_V = 4, ROWS = 3;  // 12 running sums, 3 weight vectors and an x vector: the 16 registers
   struct State {
     __m256 a;
   };
   static int64_t unit(const View&) { return 8; }
   static int64_t body(const View& w) { return w.cols / 8 * 8; }
 
-  template <int V>
-  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX2 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
-    const auto* row = reinterpret_cast<const float*>(w.data) + r * w.cols;
-    __m256 a[V];
-    for (int v = 0; v < V; ++v) a[v] = s[v].a;
-    for (int64_t p = c0; p < c1; p += 8) {
-      const __m256 u = _mm256_loadu_ps(row + p);
-      for (int v = 0; v < V; ++v) a[v] = _mm256_fmadd_ps(u, _mm256_loadu_ps(in.x[v] + p), a[v]);
+    const float* row[RT];
+    __m256 a[RT][V];
+    for (int i = 0; i < RT; ++i) {
+      row[i] = reinterpret_cast<const float*>(w.data) + (r + i) * w.cols;
+      for (int v = 0; v < V; ++v) a[i][v] = s[i][v].a;
     }
-    for (int v = 0; v < V; ++v) s[v].a = a[v];
+    for (int64_t p = c0; p < c1; p += 8) {
+      __m256 u[RT];
+      for (int i = 0; i < RT; ++i) u[i] = _mm256_loadu_ps(row[i] + p);
+      for (int v = 0; v < V; ++v) {
+        const __m256 xv = _mm256_loadu_ps(in.x[v] + p);
+        for (int i = 0; i < RT; ++i) a[i][v] = _mm256_fmadd_ps(u[i], xv, a[i][v]);
+      }
+    }
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) s[i][v].a = a[i][v];
   }
 
   template <int V>
