@@ -334,6 +334,7 @@ void Llama::blocks_forward(std::span<const int> tokens, int pos) {
 }
 
 void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment> segments) {
+  const tensor::DecodeRows row_by_row;  // every row's bits its own, however many run beside it (llama.h)
   const LlamaConfig& c = core_.config;
   const int64_t P = static_cast<int64_t>(tokens.size()), C = c.dim;
   int64_t att = 0;  // attention scratch: the largest segment's [count, pos + count]
@@ -391,7 +392,6 @@ std::span<float> Llama::step(std::span<const int> tokens, std::span<const Sequen
   }
   if (rows != static_cast<int64_t>(tokens.size()))
     throw std::invalid_argument("llama: a step of " + std::to_string(tokens.size()) + " tokens for " + std::to_string(rows) + " rows");
-  const tensor::DecodeRows row_by_row;
   blocks_forward(tokens, segments);
   if (wanted == 0) return {};  // prompt chunks only (every device has the same sequences)
   std::vector<float> last(static_cast<size_t>(wanted * C));  // [wanted, C] the last row of each sequence asking
@@ -418,6 +418,7 @@ void Llama::logits_local(float* local, std::span<const int> tokens, int pos, int
 }
 
 void Llama::head_local(float* local, float* x, int64_t rows) {
+  const tensor::DecodeRows row_by_row;
   nn::rmsnorm_forward(x, nullptr, x, norm_.data(), rows, core_.config.dim, core_.config.norm_eps);
   vocab_->classify(local, x, rows);  // this device's vocabulary rows
 }

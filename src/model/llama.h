@@ -67,8 +67,8 @@ class Llama {
 
   // Batched prefill: tokens[P] at positions pos..pos+P-1 in one pass, filling the KV cache there
   // (pos + P <= seq_len; pos > 0 continues a sequence, e.g. a chat turn). Returns the logits [V] of
-  // the last position: what feeding the tokens one by one through forward() returns last, up to
-  // float rounding (gemm sums in another order than the decode kernels).
+  // the last position: bit for bit what feeding the tokens one by one through forward() returns
+  // last (every product and attention row of every call keeps the single-token arithmetic).
   std::span<const float> prefill(std::span<const int> tokens, int pos);
   // The greedy token after the last position, as forward_argmax.
   int prefill_argmax(std::span<const int> tokens, int pos);
@@ -109,9 +109,9 @@ class Llama {
     std::span<const int32_t> blocks;
     bool logits = false;
   };
-  // One step of the batched engine over `pool`: tokens holds each sequence's rows in turn. Every
-  // product runs the decode kernels row by row (tensor/blas.h DecodeRows) and attention runs each
-  // row alone over its sequence's blocks, so a row's bits are what forward() gives that token on
+  // One step of the batched engine over `pool`: tokens holds each sequence's rows in turn. As in
+  // every call here, each product keeps every row's single-row arithmetic (tensor/blas.h
+  // DecodeRows) and attention runs each row alone over its sequence's blocks, so a row's bits are what forward() gives that token on
   // its own: they depend neither on the other sequences, nor on where the blocks lie, nor on how
   // a prompt was cut into steps (tested on 1 and 2 devices; on more, the all-sums may add in
   // another order). Returns the logits [n, V], full vocabulary on every device, of the sequences

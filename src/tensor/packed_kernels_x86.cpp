@@ -98,7 +98,8 @@ void tile_rows(float* out, int64_t ld_out, const View& w, const Vectors& x, int6
     const int64_t rn = std::min(STATE_ROWS, r1 - rb);
     typename Tile::State s[STATE_ROWS][V] = {};
     for (int64_t c0 = 0; c0 < body; c0 += block) block_columns<Tile, V>(s, w, rb, rn, c0, std::min(body, c0 + block), x);
-    for (int64_t i = 0; i < rn; ++i) Tile::template finish<V>(out + rb + i - r0, ld_out, s[i], w, rb + i, x);
+    if constexpr (requires { Tile::FINISHES_ROWS; }) Tile::template finish_rows<V>(out + rb - r0, ld_out, s, rn, w, rb, x);
+    else for (int64_t i = 0; i < rn; ++i) Tile::template finish<V>(out + rb + i - r0, ld_out, s[i], w, rb + i, x);
   }
 }
 
@@ -190,6 +191,28 @@ TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const 
   for (int64_t i = 4 * q; i < r1 - r0; ++i) out[i] = f32_dot_512(base + i * k, x, k);
 }
 
+// sums[j] = _mm512_reduce_add_ps(a[j]) for j < n (n <= 16), bit for bit, sixteen reductions in 15
+// vector additions instead of 60 scalar-sized steps: _mm512_reduce_add_ps adds lane i + 8 to lane i,
+// then j + 4 to j, then 2 to 0 and 3 to 1, then the two; here each level adds the same pairs of
+// sixteen accumulators at once (float addition commutes, so the pairs' order within an add does not
+// matter), and the last level leaves sum 4m + q in lane 4q + m.
+TPCLI_AVX512 void sums16_512(float* sums, const __m512* a, int64_t n) {
+  __m512 v[16];
+  for (int j = 0; j < 16; ++j) v[j] = j < n ? a[j] : _mm512_setzero_ps();
+  __m512 z[8], w4[4], u[2];
+  for (int m = 0; m < 8; ++m)  // [s of v[2m] (lanes 0-7), s of v[2m+1] (8-15)], s[i] = lane i + lane i + 8
+    z[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE), _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44));
+  for (int m = 0; m < 4; ++m)  // quarter q: t of v[4m + q], t[j] = s[j] + s[j + 4]
+    w4[m] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * m], z[2 * m + 1], 0xDD), _mm512_shuffle_f32x4(z[2 * m], z[2 * m + 1], 0x88));
+  for (int m = 0; m < 2; ++m)  // quarter q: [u0, u1 of w4[2m]'s, u0, u1 of w4[2m+1]'s], u0 = t0 + t2, u1 = t1 + t3
+    u[m] = _mm512_add_ps(_mm512_shuffle_ps(w4[2 * m], w4[2 * m + 1], 0xEE), _mm512_shuffle_ps(w4[2 * m], w4[2 * m + 1], 0x44));
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0xDD), _mm512_shuffle_ps(u[0], u[1], 0x88));
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  float all[16];
+  _mm512_storeu_ps(all, _mm512_permutexvar_ps(order, r));
+  std::copy_n(all, n, sums);
+}
+
 // f32_rows_512 for several vectors, one kind of its rows: the first 4 * (n / 4) (MaskedTail: the
 // 16-lane chain ends in a masked vector) or the last n % 4 (f32_dot_512: the sum, then a scalar tail).
 // It prefetches the next row's block as it goes: rows read a column block at a time are 16 short
@@ -225,23 +248,32 @@ struct F32Tile512 {
       for (int v = 0; v < V; ++v) s[i][v].a = a[i][v];
   }
 
+  // finish for rn rows at once (tile_rows calls it when FINISHES_ROWS is declared): the masked
+  // tails, then the reductions sixteen sums at a time (sums16_512), then the scalar tails.
+  static constexpr bool FINISHES_ROWS = true;
   template <int V>
-  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View& w, int64_t r, const Vectors& vs) {
+  TPCLI_AVX512 static void finish_rows(float* out, int64_t ld_out, State (*s)[V], int64_t rn, const View& w, int64_t r,
+                                       const Vectors& vs) {
     const TileInputs<V> in(vs);
     const int64_t k = w.cols, p = body(w);
-    const auto* row = reinterpret_cast<const float*>(w.data) + r * k;
-    for (int v = 0; v < V; ++v) {
-      if constexpr (MaskedTail) {
-        __m512 a = s[v].a;
-        if (p < k) {
+    const auto* rows = reinterpret_cast<const float*>(w.data) + r * k;
+    __m512 a[STATE_ROWS * V];
+    for (int64_t i = 0; i < rn; ++i)
+      for (int v = 0; v < V; ++v) {
+        a[i * V + v] = s[i][v].a;
+        if (MaskedTail && p < k) {
           const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
-          a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, row + p), _mm512_maskz_loadu_ps(mk, in.x[v] + p), a);
+          a[i * V + v] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, rows + i * k + p), _mm512_maskz_loadu_ps(mk, in.x[v] + p),
+                                         a[i * V + v]);
         }
-        out[v * ld_out] = _mm512_reduce_add_ps(a);
-      } else {
-        out[v * ld_out] = f32_tail(_mm512_reduce_add_ps(s[v].a), row, in.x[v], p, k);
       }
-    }
+    float sums[STATE_ROWS * V + 16];
+    for (int64_t j = 0; j < rn * V; j += 16) sums16_512(sums + j, a + j, std::min<int64_t>(16, rn * V - j));
+    for (int64_t i = 0; i < rn; ++i)
+      for (int v = 0; v < V; ++v) {
+        const float sum = sums[i * V + v];
+        out[v * ld_out + i] = MaskedTail ? sum : f32_tail(sum, rows + i * k, in.x[v], p, k);
+      }
   }
 };
 
