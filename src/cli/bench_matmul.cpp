@@ -30,7 +30,7 @@ struct BenchMatmulOptions {
   std::vector<int64_t> sizes{512, 1024, 2048};
   std::vector<int> threads;  // empty: 1 and all cores
   int64_t decode_n = 4096, decode_k = 4096;
-  std::vector<int64_t> batches{1, 4, 16};
+  std::vector<int64_t> batches{1, 4, 16, 64, 256};
   int64_t backward_n = 512;  // rows (tokens) of the backward product
   int reps = 5;
 };
@@ -220,7 +220,7 @@ void setup_bench_matmul(CLI::App& sub) {
   sub.add_option("--threads", o->threads, "BLIS thread counts (default: 1 and all cores)")->delimiter(',');
   sub.add_option("--decode-n", o->decode_n, "Decode shape: output features N")->capture_default_str();
   sub.add_option("--decode-k", o->decode_k, "Decode shape: input features K")->capture_default_str();
-  sub.add_option("--batches", o->batches, "Batched decode: vectors per product")->delimiter(',')->capture_default_str();
+  sub.add_option("--batches", o->batches, "Batched product: vectors per product (decode steps, prompt chunks)")->delimiter(',')->capture_default_str();
   sub.add_option("--backward-n", o->backward_n, "Backward through packed weights: rows N")->capture_default_str();
   sub.add_option("--reps", o->reps, "Timed repetitions (median reported)")->capture_default_str();
   sub.callback([o] { run_bench_matmul(*o); });

@@ -104,3 +104,24 @@ TEST_CASE("matvec_batch: the f32 BLAS-door form equals tensor::matvec per vector
     CHECK(batched[static_cast<size_t>(v * LD + N)] == -1.0f);  // the stride's gap untouched
   }
 }
+
+// Every product of several rows (a decode step's sequences, a prompt's tokens) runs through the
+// batch kernel: any count N gives each row what N = 1 gives it, through the register tiles (4 or 3
+// rows by up to 6 or 4 vectors), their partial tiles and the sixteen-at-a-time reductions.
+TEST_CASE("matvec_batch: N = 1..64 rows, each the single-vector bits, f32 with and without a column tail", "[tensor][batch]") {
+  for (int64_t K : {256, 203}) {
+    const int64_t R = 37;
+    const PackedMatrix w = PackedMatrix::from_f32(random_values(static_cast<size_t>(R * K), 31).data(), R, K, WeightFormat::f32());
+    const std::vector<float> x = random_values(static_cast<size_t>(64 * K), 32);
+    for (Isa isa : tpcli::testing::isas_here()) {
+      std::vector<float> alone(static_cast<size_t>(64 * R));
+      for (int v = 0; v < 64; ++v) w.matvec(alone.data() + v * R, x.data() + v * K, 0, R, isa);
+      for (int N = 1; N <= 64; ++N) {
+        std::vector<float> batched(static_cast<size_t>(N * R));
+        w.matvec_batch(batched.data(), 0, x.data(), N, 0, R, isa);
+        INFO("K " << K << ", N " << N << ", isa " << isa_name(isa));
+        CHECK(same_bits(batched.data(), alone.data(), static_cast<size_t>(N * R)));
+      }
+    }
+  }
+}
