@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tensor/blas.h"
+#include "tensor/kv_products.h"
 #include "tensor/vec_math.h"
 
 namespace tpcli::nn {
@@ -115,48 +116,43 @@ void for_runs(const KvBlocks& kv, int last, int64_t KVL, Visit&& visit) {
   }
 }
 
-// att[j] = q . k_j / scale_div for n keys one KVL apart. Each dot product is one chain over the
-// head's dims (llama2.c's order); eight chains run side by side, so the chains' latency overlaps
-// instead of adding up (the same operations, in the same order, per position).
-void scores(float* att, const float* q, const float* k, int n, int64_t HS, int64_t KVL, float scale_div) {
-  constexpr int LANES = 8;
-  int j = 0;
-  for (; j + LANES <= n; j += LANES) {
-    float s[LANES] = {};
-    for (int64_t i = 0; i < HS; ++i)
-      for (int r = 0; r < LANES; ++r) s[r] += q[i] * k[(j + r) * KVL + i];
-    for (int r = 0; r < LANES; ++r) att[j + r] = s[r] / scale_div;
-  }
-  for (; j < n; ++j) {
-    float score = 0.0f;
-    for (int64_t i = 0; i < HS; ++i) score += q[i] * k[j * KVL + i];
-    att[j] = score / scale_div;
-  }
-}
-
-}  // namespace
-
-void attention_decode(float* out, float* att, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
+// Rows [0, P) of one sequence, at positions pos..pos+P-1 (their keys and values already in the
+// cache): q row n at q + n * ldq, output row n at out + n * ldo. Per head and block of up to
+// ROW_BLOCK rows, the scores against every position the block reads (tensor/kv_products.h), each
+// row's softmax over its own positions (llama2.c's), then the values weighed: first the positions
+// every row of the block sees, then the block's own positions, each for the rows at or after it.
+// Each row's arithmetic is the same whatever rows run beside it (kv_products.h).
+void attention_rows(float* out, int64_t ldo, const float* q, int64_t ldq, const KvBlocks& kv, int pos, int64_t P,
+                    const AttentionShape& s) {
+  constexpr int64_t ROW_BLOCK = 64;
   const int64_t HS = s.head_size, KVL = s.kv_dim();
   const float scale_div = sqrtf(static_cast<float>(HS));
+  thread_local std::vector<float> scores;  // [rows, ctx]
+  auto cache_rows = [&](const float* base, int64_t at, int64_t n) {
+    return tensor::KvRows{base + at, tensor::KvElement::F32, n, KVL, HS};
+  };
   for (int h = 0; h < s.heads; ++h) {
-    const float* qh = q + h * HS;
     const int64_t koff = int64_t(s.kv_of[h]) * HS;
-    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) { scores(att + t, qh, kv.k + at + koff, n, HS, KVL, scale_div); });
-    softmax(att, pos + 1);
-    float* o = out + h * HS;
-    std::fill(o, o + HS, 0.0f);
-    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) {
-      for (int j = 0; j < n; ++j) {
-        const float* v = kv.v + at + j * KVL + koff;
-        const float a = att[t + j];
-        for (int64_t i = 0; i < HS; ++i) o[i] += a * v[i];
+    for (int64_t r0 = 0; r0 < P; r0 += ROW_BLOCK) {
+      const int64_t rows = std::min(ROW_BLOCK, P - r0), first = pos + r0, ctx = first + rows;  // positions 0..ctx-1
+      scores.resize(static_cast<size_t>(rows * ctx));
+      const float* qh = q + r0 * ldq + h * HS;
+      for_runs(kv, static_cast<int>(ctx - 1), KVL, [&](int t, int64_t at, int n) {
+        tensor::kv_dots(scores.data() + t, ctx, qh, ldq, rows, cache_rows(kv.k, at + koff, n), scale_div);
+      });
+      for (int64_t n = 0; n < rows; ++n) softmax(scores.data() + n * ctx, first + n + 1);
+      float* y = out + r0 * ldo + h * HS;
+      for (int64_t n = 0; n < rows; ++n) std::fill(y + n * ldo, y + n * ldo + HS, 0.0f);
+      for_runs(kv, static_cast<int>(first), KVL, [&](int t, int64_t at, int n) {
+        tensor::kv_weighted_sums(y, ldo, scores.data() + t, ctx, rows, cache_rows(kv.v, at + koff, n));
+      });
+      for (int64_t t = first + 1; t < ctx; ++t) {  // position t: the rows from t - first on
+        const int64_t n0 = t - first, at = (kv.blocks[t / kv.block_size] * kv.block_size + t % kv.block_size) * KVL;
+        tensor::kv_weighted_sums(y + n0 * ldo, ldo, scores.data() + n0 * ctx + t, ctx, rows - n0, cache_rows(kv.v, at + koff, 1));
       }
-    });
+    }
   }
 }
-
-namespace {
 
 void store_kv_rows(const float* qkv, const KvBlocks& kv, int pos, int64_t P, const AttentionShape& s) {
   const int64_t QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
@@ -168,46 +164,15 @@ void store_kv_rows(const float* qkv, const KvBlocks& kv, int pos, int64_t P, con
   }
 }
 
-// Rows go in blocks: block [r0, r0 + rows) reads cache positions 0..pos+r0+rows-1 only, so the
-// masked future a block computes is at most ROWS wide instead of P. k_cache, v_cache: [S, KVL].
-void attention_gemm(float* out, float* att, const float* qkv, const float* k_cache, const float* v_cache, int pos,
-                    int64_t P, const AttentionShape& s) {
-  const int64_t HS = s.head_size, QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
-  constexpr int64_t ROWS = 64;
-  const float scale_div = sqrtf(static_cast<float>(HS));
-  for (int h = 0; h < s.heads; ++h) {
-    const int64_t koff = int64_t(s.kv_of[h]) * HS;
-    for (int64_t r0 = 0; r0 < P; r0 += ROWS) {
-      const int64_t rows = std::min(ROWS, P - r0), ctx = pos + r0 + rows;  // cache positions read
-      // att[rows, ctx] = q_h[rows, HS] @ k_h[ctx, HS]^T (q rows strided by QKV, cache rows by KVL)
-      tensor::gemm(tensor::Trans::No, tensor::Trans::Yes, rows, ctx, HS, 1.0f, qkv + r0 * QKV + h * HS, QKV,
-                   k_cache + koff, KVL, 0.0f, att, ctx);
-      for (int64_t n = 0; n < rows; ++n) {  // scale as decode does, softmax over 0..pos+r0+n, zero the future
-        float* a = att + n * ctx;
-        const int64_t seen = pos + r0 + n + 1;
-        for (int64_t t = 0; t < seen; ++t) a[t] /= scale_div;
-        softmax(a, seen);
-        std::fill(a + seen, a + ctx, 0.0f);
-      }
-      // out_h[rows, HS] (row stride QL) = att[rows, ctx] @ v_h[ctx, HS]
-      tensor::gemm(tensor::Trans::No, tensor::Trans::No, rows, HS, ctx, 1.0f, att, ctx, v_cache + koff, KVL, 0.0f,
-                   out + r0 * QL + h * HS, QL);
-    }
-  }
-}
-
 }  // namespace
 
-void attention_cached(float* out, float* att, const float* qkv, const KvBlocks& kv, int pos, int64_t P,
-                      const AttentionShape& s) {
+void attention_decode(float* out, float*, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
+  attention_rows(out, s.q_dim(), q, s.qkv_dim(), kv, pos, 1, s);
+}
+
+void attention_cached(float* out, float*, const float* qkv, const KvBlocks& kv, int pos, int64_t P, const AttentionShape& s) {
   store_kv_rows(qkv, kv, pos, P, s);
-  if (P > 1 && kv.contiguous() && !tensor::decode_rows()) {
-    const int64_t at = kv.blocks[0] * kv.block_size * s.kv_dim();
-    attention_gemm(out, att, qkv, kv.k + at, kv.v + at, pos, P, s);
-    return;
-  }
-  for (int64_t n = 0; n < P; ++n)
-    attention_decode(out + n * s.q_dim(), att, qkv + n * s.qkv_dim(), kv, pos + static_cast<int>(n), s);
+  attention_rows(out, s.q_dim(), qkv, s.qkv_dim(), kv, pos, P, s);
 }
 
 }  // namespace tpcli::nn

@@ -42,18 +42,17 @@ struct KvBlocks {
   bool contiguous() const { return blocks.size() == 1; }
 };
 
-// Decode at position pos: q[QL]; kv with positions 0..pos filled; out[QL]; att_scratch[pos + 1].
-// llama2.c's operation order, position by position, wherever the blocks lie.
+// Decode at position pos: q[QL]; kv with positions 0..pos filled; out[QL]. Per head: the scores
+// (tensor/kv_products.h's sequence), llama2.c's softmax, the values weighed in position order,
+// wherever the blocks lie. (att_scratch: unused.)
 void attention_decode(float* out, float* att_scratch, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s);
 
 // Inference over a KV cache, P rows at positions pos..pos+P-1 (a prompt, or one decode step):
 // qkv[P, QL+2*KVL] after RoPE. Writes each row's k and v into the cache at its position, then
 // out[P, QL]: row n attends to cache positions 0..pos+n (causal; rows before pos must already be
-// filled). att_scratch[P * (pos + P)] (at least).
-// P == 1, a cache of several blocks, or a tensor::DecodeRows scope: each row is attention_decode
-// (a row's bits then do not depend on the rows beside it or on how a prompt was cut into calls).
-// Otherwise, per head and block of rows, the scores against the positions the block reads are
-// one gemm, the future masked, each row softmaxed, and the values weighed with a second gemm.
+// filled). Each row gets attention_decode's bits, whatever the other rows and however a prompt
+// is cut into calls, while the rows of a call share every key and value they read
+// (kv_products.h's tiles). (att_scratch: unused.)
 void attention_cached(float* out, float* att_scratch, const float* qkv, const KvBlocks& kv, int pos, int64_t P,
                       const AttentionShape& s);
 
