@@ -5,9 +5,27 @@
 #include <vector>
 
 #include "tensor/blas.h"
+#include "tensor/half_rows.h"
 #include "tensor/vec_math.h"
 
 namespace tpcli::nn {
+
+int kv_dtype_bytes(KvDtype dtype) { return dtype == KvDtype::F32 ? 4 : 2; }
+
+const char* kv_dtype_name(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::F32: return "f32";
+    case KvDtype::BF16: return "bf16";
+    case KvDtype::F16: return "f16";
+  }
+  return "?";
+}
+
+std::optional<KvDtype> kv_dtype_from_name(std::string_view name) {
+  for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16})
+    if (name == kv_dtype_name(d)) return d;
+  return std::nullopt;
+}
 
 namespace {
 
@@ -134,26 +152,51 @@ void scores(float* att, const float* q, const float* k, int n, int64_t HS, int64
   }
 }
 
-}  // namespace
+tensor::HalfKind half_kind(KvDtype dtype) { return dtype == KvDtype::BF16 ? tensor::HalfKind::BF16 : tensor::HalfKind::F16; }
 
-void attention_decode(float* out, float* att, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
+void decode_f32(float* out, float* att, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
   const int64_t HS = s.head_size, KVL = s.kv_dim();
   const float scale_div = sqrtf(static_cast<float>(HS));
+  const float* k = static_cast<const float*>(kv.k);
+  const float* v = static_cast<const float*>(kv.v);
   for (int h = 0; h < s.heads; ++h) {
     const float* qh = q + h * HS;
     const int64_t koff = int64_t(s.kv_of[h]) * HS;
-    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) { scores(att + t, qh, kv.k + at + koff, n, HS, KVL, scale_div); });
+    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) { scores(att + t, qh, k + at + koff, n, HS, KVL, scale_div); });
     softmax(att, pos + 1);
     float* o = out + h * HS;
     std::fill(o, o + HS, 0.0f);
     for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) {
       for (int j = 0; j < n; ++j) {
-        const float* v = kv.v + at + j * KVL + koff;
+        const float* vj = v + at + j * KVL + koff;
         const float a = att[t + j];
-        for (int64_t i = 0; i < HS; ++i) o[i] += a * v[i];
+        for (int64_t i = 0; i < HS; ++i) o[i] += a * vj[i];
       }
     });
   }
+}
+
+void decode_half(float* out, float* att, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
+  const int64_t HS = s.head_size, KVL = s.kv_dim();
+  const float scale_div = sqrtf(static_cast<float>(HS));
+  const tensor::HalfKernel& kernel = tensor::half_kernel(half_kind(kv.dtype));
+  const uint16_t* k = static_cast<const uint16_t*>(kv.k);
+  const uint16_t* v = static_cast<const uint16_t*>(kv.v);
+  for (int h = 0; h < s.heads; ++h) {
+    const int64_t koff = int64_t(s.kv_of[h]) * HS;
+    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) { kernel.dots(att + t, q + h * HS, k + at + koff, n, KVL, HS, scale_div); });
+    softmax(att, pos + 1);
+    float* o = out + h * HS;
+    std::fill(o, o + HS, 0.0f);
+    for_runs(kv, pos, KVL, [&](int t, int64_t at, int n) { kernel.weighted_sum(o, att + t, v + at + koff, n, KVL, HS); });
+  }
+}
+
+}  // namespace
+
+void attention_decode(float* out, float* att, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
+  if (kv.dtype == KvDtype::F32) decode_f32(out, att, q, kv, pos, s);
+  else decode_half(out, att, q, kv, pos, s);
 }
 
 namespace {
@@ -163,9 +206,21 @@ void store_kv_rows(const float* qkv, const KvBlocks& kv, int pos, int64_t P, con
   for (int64_t n = 0; n < P; ++n) {
     const float* row = qkv + n * QKV;
     const int64_t t = pos + n, at = (kv.blocks[t / kv.block_size] * kv.block_size + t % kv.block_size) * KVL;
-    std::copy(row + QL, row + QL + KVL, kv.k + at);
-    std::copy(row + QL + KVL, row + QL + 2 * KVL, kv.v + at);
+    if (kv.dtype == KvDtype::F32) {
+      std::copy(row + QL, row + QL + KVL, static_cast<float*>(kv.k) + at);
+      std::copy(row + QL + KVL, row + QL + 2 * KVL, static_cast<float*>(kv.v) + at);
+    } else {
+      tensor::f32_to_half(static_cast<uint16_t*>(kv.k) + at, row + QL, KVL, half_kind(kv.dtype));
+      tensor::f32_to_half(static_cast<uint16_t*>(kv.v) + at, row + QL + KVL, KVL, half_kind(kv.dtype));
+    }
   }
+}
+
+// The first `positions` rows of a 16-bit cache [S, KVL] widened to f32: out[positions, KVL].
+std::vector<float> widened(const void* cache, int64_t positions, int64_t KVL, KvDtype dtype) {
+  std::vector<float> out(static_cast<size_t>(positions * KVL));
+  tensor::half_to_f32(out.data(), static_cast<const uint16_t*>(cache), positions * KVL, half_kind(dtype));
+  return out;
 }
 
 // Rows go in blocks: block [r0, r0 + rows) reads cache positions 0..pos+r0+rows-1 only, so the
@@ -202,8 +257,15 @@ void attention_cached(float* out, float* att, const float* qkv, const KvBlocks& 
                       const AttentionShape& s) {
   store_kv_rows(qkv, kv, pos, P, s);
   if (P > 1 && kv.contiguous() && !tensor::decode_rows()) {
-    const int64_t at = kv.blocks[0] * kv.block_size * s.kv_dim();
-    attention_gemm(out, att, qkv, kv.k + at, kv.v + at, pos, P, s);
+    const int64_t KVL = s.kv_dim(), at = kv.blocks[0] * kv.block_size * KVL;
+    if (kv.dtype == KvDtype::F32) {
+      attention_gemm(out, att, qkv, static_cast<const float*>(kv.k) + at, static_cast<const float*>(kv.v) + at, pos, P, s);
+    } else {  // BLIS reads f32: the positions the rows read, widened once for all heads
+      const int64_t element = kv_dtype_bytes(kv.dtype);
+      const std::vector<float> k = widened(static_cast<const char*>(kv.k) + at * element, pos + P, KVL, kv.dtype);
+      const std::vector<float> v = widened(static_cast<const char*>(kv.v) + at * element, pos + P, KVL, kv.dtype);
+      attention_gemm(out, att, qkv, k.data(), v.data(), pos, P, s);
+    }
     return;
   }
   for (int64_t n = 0; n < P; ++n)

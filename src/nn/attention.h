@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
 
 namespace tpcli::nn {
 
@@ -31,19 +33,30 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                         const AttentionShape& s);
 
+// The element type of a KV cache: f32, or bf16 / f16 rounded to nearest even as keys and values
+// are written and widened to f32 (exactly) as attention reads them.
+enum class KvDtype { F32, BF16, F16 };
+int kv_dtype_bytes(KvDtype dtype);            // 4 or 2
+const char* kv_dtype_name(KvDtype dtype);     // "f32", "bf16", "f16"
+std::optional<KvDtype> kv_dtype_from_name(std::string_view name);
+
 // Where one sequence's keys and values lie in a KV cache of blocks: position t is row
-// t % block_size of block blocks[t / block_size], and block b's rows start at k + b * block_size *
-// KVL (v likewise). A contiguous cache [S, KVL] is one block of S positions.
+// t % block_size of block blocks[t / block_size], and block b's rows start at element
+// b * block_size * KVL of k (v likewise), elements of `dtype`. A contiguous cache [S, KVL] is one
+// block of S positions.
 struct KvBlocks {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   std::span<const int32_t> blocks;
   int64_t block_size = 0;
+  KvDtype dtype = KvDtype::F32;
   bool contiguous() const { return blocks.size() == 1; }
 };
 
 // Decode at position pos: q[QL]; kv with positions 0..pos filled; out[QL]; att_scratch[pos + 1].
-// llama2.c's operation order, position by position, wherever the blocks lie.
+// f32: llama2.c's operation order, position by position, wherever the blocks lie. bf16 / f16: the
+// same steps, each score summed in 16 lanes over the head's dims and each output element one fma
+// chain over the positions (tensor/half_rows.h: one float sequence on every instruction set).
 void attention_decode(float* out, float* att_scratch, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s);
 
 // Inference over a KV cache, P rows at positions pos..pos+P-1 (a prompt, or one decode step):
@@ -53,7 +66,8 @@ void attention_decode(float* out, float* att_scratch, const float* q, const KvBl
 // P == 1, a cache of several blocks, or a tensor::DecodeRows scope: each row is attention_decode
 // (a row's bits then do not depend on the rows beside it or on how a prompt was cut into calls).
 // Otherwise, per head and block of rows, the scores against the positions the block reads are
-// one gemm, the future masked, each row softmaxed, and the values weighed with a second gemm.
+// one gemm, the future masked, each row softmaxed, and the values weighed with a second gemm (a
+// 16-bit cache: the head's keys and values widened to f32 first).
 void attention_cached(float* out, float* att_scratch, const float* qkv, const KvBlocks& kv, int pos, int64_t P,
                       const AttentionShape& s);
 
