@@ -1,5 +1,5 @@
 // tpcli bench batch --model PATH [--devices N | --mesh model=N] [--threads T] [--formats f32,8,4]
-//                   [--group-size G] --npp 128 --ntg 64 --npl 1,2,4,8,16,32
+//                   [--group-size G] [--kv-dtype f32|bf16|f16] --npp 128 --ntg 64 --npl 1,2,4,8,16,32
 // llama.cpp's llama-batched-bench for tpcli, with its column names, so the two tools' tables sit
 // side by side: for each B of --npl, the batched engine (model/batch_engine.h) prefills B prompts of
 // --npp random tokens (one step over all B prompts) then decodes --ntg tokens of each together
@@ -41,6 +41,7 @@ struct BatchFlags {
   int group_size = 64;
   int npp = 128, ntg = 64;
   std::vector<int> npl{1, 2, 4, 8, 16, 32};
+  std::string kv_dtype = "f32";
 };
 
 struct PhaseSeconds {
@@ -71,6 +72,7 @@ PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& me
         o.parallel = static_cast<int>(std::max<int64_t>(mine.count, 1));
         o.step_tokens = o.parallel * f.npp;  // every prompt in the first step
         o.kv_blocks = o.parallel * ((f.npp + f.ntg + o.block_size - 1) / o.block_size);
+        o.kv_dtype = parse_kv_dtype(f.kv_dtype);
         model::BatchEngine engine(llama, o);
         // the first token comes from the prefill's logits, then --ntg decode steps
         for (int64_t b = mine.offset; b < mine.offset + mine.count; ++b)
@@ -113,6 +115,7 @@ void print_ceiling(const model::WeightSource& weights, const dist::Mesh& mesh, c
 }
 
 void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
+  const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
   const model::LlamaConfig& c = opened.weights->config();
@@ -122,8 +125,9 @@ void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
   for (int B : f.npl)
     if (B < 1 || B > 1024) throw UsageError("--npl " + std::to_string(B) + ": batch sizes must be in [1, 1024]");
   const int devices = mesh.size(), threads = f.threads > 0 ? f.threads : std::max(1, tensor::available_cores() / devices);
-  std::printf("model %s: dim %d, %d layers, vocab %d, %.1f M parameters; mesh %s, %d thread(s) per device\n", f.model.c_str(),
-              c.dim, c.n_layers, c.vocab_size, c.parameter_count() / 1e6, mesh.to_string().c_str(), threads);
+  std::printf("model %s: dim %d, %d layers, vocab %d, %.1f M parameters; mesh %s, %d thread(s) per device; KV cache %s\n",
+              f.model.c_str(), c.dim, c.n_layers, c.vocab_size, c.parameter_count() / 1e6, mesh.to_string().c_str(), threads,
+              nn::kv_dtype_name(kv_dtype));
   std::string list = f.formats + ",";
   for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
     const std::string name = list.substr(at, comma - at);
@@ -158,6 +162,7 @@ void setup_bench_batch(CLI::App& sub) {
   sub.add_option("--npp", f->npp, "prompt tokens per sequence")->capture_default_str();
   sub.add_option("--ntg", f->ntg, "generated tokens per sequence")->capture_default_str();
   sub.add_option("--npl", f->npl, "batch sizes (sequences at once)")->delimiter(',')->capture_default_str();
+  add_kv_dtype_flag(sub, f->kv_dtype);
   sub.callback([f, run_flags] { run_bench_batch(*f, *run_flags); });
 }
 

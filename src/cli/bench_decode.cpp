@@ -1,10 +1,12 @@
 // tpcli bench decode --model PATH [--devices N | --mesh model=N] [--threads T] [--tokens K]
-//                    [--formats f32,bf16,8,4,8i,4i,mxfp8] [--group-size G]
+//                    [--formats f32,bf16,8,4,8i,4i,mxfp8] [--group-size G] [--kv-dtype f32|bf16|f16] [--from P]
 // Decode tokens/s next to the memory-bandwidth roofline measured in the same run at the same
 // thread count: roofline tok/s = read bandwidth / (weight + KV bytes read per token). One row per
 // weight format: the f32 checkpoint as it is, then converted on load (bf16; affine 8-bit and
 // 4-bit, group size G; mxfp8), each against its own bytes per token. 8i and 4i: the same affine
-// weights with int8 activations (tensor::set_int8_activations; rows labelled "int8x").
+// weights with int8 activations (tensor::set_int8_activations; rows labelled "int8x"). --from P:
+// the decode steps start at position P (a prompt of P tokens prefilled in one batch, untimed), so
+// attention reads a long KV cache (--kv-dtype: its element type).
 //
 // Read bandwidth is measured as STREAM does: large buffers (far beyond the caches), several
 // streams read at once by every thread (SIMD loads, independent accumulators), one thread per core
@@ -56,6 +58,8 @@ struct BenchFlags {
   int bandwidth_mb = 1024;
   std::string formats = "f32,bf16,8,4";
   int group_size = 64;
+  std::string kv_dtype = "f32";
+  int from = 0;      // positions prefilled before the warmup steps
 };
 
 
@@ -68,7 +72,7 @@ struct DecodeTiming {
 // Greedy decode of f.warmup untimed then f.tokens timed steps on every device; a step's time is the
 // slowest device's (devices run in lockstep through collectives).
 DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& mesh, const BenchFlags& f, int threads,
-                         const dist::LinkSpec& links) {
+                         const dist::LinkSpec& links, nn::KvDtype kv_dtype) {
   const int devices = mesh.size();
   std::vector<std::vector<double>> step_seconds(static_cast<size_t>(devices), std::vector<double>(f.tokens));
   DecodeTiming out;
@@ -81,15 +85,16 @@ DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& m
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"));
+        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"), kv_dtype);
         int token = 1;
-        for (int pos = 0; pos < f.warmup; ++pos) token = llama.forward_argmax(token, pos);
+        if (f.from > 0) token = llama.prefill_argmax(std::vector<int>(static_cast<size_t>(f.from), 1), 0);
+        for (int pos = f.from; pos < f.from + f.warmup; ++pos) token = llama.forward_argmax(token, pos);
         dev.world().barrier();
         const uint64_t moved0 = dev.stats().bytes_sent + dev.stats().bytes_received;
         const auto d = static_cast<size_t>(dev.rank());
         for (int i = 0; i < f.tokens; ++i) {
           const auto t0 = Clock::now();
-          token = llama.forward_argmax(token, f.warmup + i);
+          token = llama.forward_argmax(token, f.from + f.warmup + i);
           step_seconds[d][static_cast<size_t>(i)] = std::chrono::duration<double>(Clock::now() - t0).count();
         }
         dev.world().barrier();
@@ -131,7 +136,7 @@ perf::Prediction predict_token(const model::WeightSource& weights, const dist::M
   const model::LlamaConfig& c = weights.config();
   const perf::PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
-  const auto work = model::plan_decode_work(c, plan, f.warmup + f.tokens / 2, model::decode_storage(weights));
+  const auto work = model::plan_decode_work(c, plan, f.from + f.warmup + f.tokens / 2, model::decode_storage(weights));
   const auto comm = model::plan_decode_collectives(c, plan, true);
   perf::WorkRates rates = perf::measure_work_rates(work, comm, pm, threads);
   for (auto& [size, rate] : rates.bytes_per_s) rate = bandwidth / mesh.size();
@@ -140,11 +145,12 @@ perf::Prediction predict_token(const model::WeightSource& weights, const dist::M
 }
 
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
+  const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
   const model::LlamaConfig& c = opened.weights->config();
-  if (f.tokens < 1 || f.warmup < 0 || f.warmup + f.tokens > c.seq_len)
-    throw UsageError("--warmup + --tokens must fit in seq_len = " + std::to_string(c.seq_len));
+  if (f.tokens < 1 || f.warmup < 0 || f.from < 0 || int64_t{f.from} + f.warmup + f.tokens > c.seq_len)
+    throw UsageError("--from + --warmup + --tokens must fit in seq_len = " + std::to_string(c.seq_len));
   const int cores = tensor::available_cores();
   const int devices = mesh.size();
   const int threads = f.threads > 0 ? f.threads : std::max(1, cores / devices);
@@ -166,7 +172,8 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
     }
   }
   double kv_bytes = 0;  // the KV cache averaged over the timed positions
-  for (int pos = f.warmup; pos < f.warmup + f.tokens; ++pos) kv_bytes += 2.0 * c.n_layers * (pos + 1) * c.kv_dim() * 4;
+  for (int pos = f.from + f.warmup; pos < f.from + f.warmup + f.tokens; ++pos)
+    kv_bytes += 2.0 * c.n_layers * (pos + 1) * c.kv_dim() * nn::kv_dtype_bytes(kv_dtype);
   kv_bytes /= f.tokens;
 
   std::fprintf(stderr, "measuring read bandwidth with %d thread(s), %d streams each...\n", roofline_threads, perf::STREAMS);
@@ -175,6 +182,8 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
               c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.parameter_count() / 1e6);
   std::printf("mesh         %s: %d device(s) x %d thread(s) on %d core(s); kernels %s\n", mesh.to_string().c_str(),
               devices, threads, cores, tensor::isa_name(tensor::detected_isa()));
+  std::printf("KV cache     %s, timed positions %d..%d\n", nn::kv_dtype_name(kv_dtype), f.from + f.warmup,
+              f.from + f.warmup + f.tokens - 1);
   std::printf("bandwidth    %.2f GB/s read with %d thread(s) x %d streams (median; best %.2f)\n", bandwidth.median / 1e9,
               roofline_threads, perf::STREAMS, bandwidth.best / 1e9);
   const dist::LinkSpec links = links_from_flags(run_flags);
@@ -186,7 +195,7 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
     if (conversion) converted = std::make_unique<model::ConvertedWeights>(*opened.weights, *conversion);
     const model::WeightSource& weights = converted ? *converted : *opened.weights;
     const double bytes = weight_bytes_per_token(weights) + kv_bytes;
-    const DecodeTiming t = time_decode(weights, mesh, f, threads, links);
+    const DecodeTiming t = time_decode(weights, mesh, f, threads, links, kv_dtype);
     const double roofline = bandwidth.median / bytes;
     std::optional<perf::Prediction> prediction;
     if (!c.is_moe()) prediction = predict_token(weights, mesh, links, f, threads, bandwidth.median);
@@ -216,6 +225,9 @@ void setup_bench_decode(CLI::App& sub) {
                  "weight formats, one row each: f32, bf16, f16, 8, 4, mxfp8; 8i, 4i: 8, 4 with int8 activations")
       ->capture_default_str();
   sub.add_option("--group-size", flags->group_size, "affine group size of the 8- and 4-bit rows")->capture_default_str();
+  add_kv_dtype_flag(sub, flags->kv_dtype);
+  sub.add_option("--from", flags->from, "decode from this position: a prompt of that many tokens prefilled first, untimed")
+      ->capture_default_str();
   sub.callback([flags, run_flags] { run_bench(*flags, *run_flags); });
 }
 

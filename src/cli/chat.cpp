@@ -45,6 +45,7 @@ struct ChatFlags {
   long long seed = 0;  // 0 = from the clock
   bool verbose = false;
   int context = 0;  // KV cache positions; 0 = the model's (capped for Hugging Face directories)
+  std::string kv_dtype = "f32";  // --kv-dtype
 };
 
 // The user's lines, read once from stdin and handed to every device thread in the same order. A
@@ -140,6 +141,7 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
 }
 
 void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
+  const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
   apply_load_flags(opened, "auto", f.context);
@@ -167,7 +169,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
       [&](const model::ModelFns& model, std::FILE* out) {
         return converse(f, *loaded.tokenizer, formatting, options, config, lines, model, out, cut_short);
       },
-      stdout);
+      stdout, {}, kv_dtype);
   std::fflush(stdout);
   if (lines.too_long_line() > 0)
     throw UsageError("stdin: line " + std::to_string(lines.too_long_line()) + " is longer than " +
@@ -195,6 +197,7 @@ void setup_chat(CLI::App& sub) {
   sub.add_option("--context", flags->context,
                  "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
                  "directories: at most 8192)");
+  add_kv_dtype_flag(sub, flags->kv_dtype);
   sub.add_option("-n,--reply-tokens", flags->reply_tokens, "tokens per reply at most")->capture_default_str();
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();

@@ -160,6 +160,18 @@ void write_trace(const dist::Trace& trace, const std::string& path, const char* 
   std::fprintf(stderr, "trace: %s (every device's %s and collectives; open in ui.perfetto.dev)\n", path.c_str(), spans);
 }
 
+void add_kv_dtype_flag(CLI::App& sub, std::string& value) {
+  sub.add_option("--kv-dtype", value,
+                 "KV cache elements: f32, or bf16 / f16 (half the bytes per position: twice the context in the same memory; "
+                 "attention reads them widened to f32)")
+      ->capture_default_str();
+}
+
+nn::KvDtype parse_kv_dtype(const std::string& text) {
+  if (auto dtype = nn::kv_dtype_from_name(text)) return *dtype;
+  throw UsageError("--kv-dtype " + text + ": not a KV cache type (f32, bf16 or f16)");
+}
+
 int64_t parse_bytes(const std::string& text, const std::string& flag) {
   const std::string what = flag.empty() ? "size '" + text + "'" : flag + " " + text;
   size_t used = 0;

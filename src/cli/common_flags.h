@@ -31,6 +31,7 @@
 #include "config/run_config.h"
 #include "distributed/links.h"
 #include "distributed/mesh.h"
+#include "nn/attention.h"
 
 namespace CLI {
 class App;
@@ -102,5 +103,10 @@ void write_trace(const dist::Trace& trace, const std::string& path, const char* 
 // A size in bytes: a number with an optional unit, B, K/KB, M/MB or G/GB (powers of 1024). A
 // UsageError names `flag` (or "size") and the text when it is none, below 4 bytes or past int64_t.
 int64_t parse_bytes(const std::string& text, const std::string& flag = "");
+
+// --kv-dtype f32|bf16|f16, the KV cache's element type (default f32): the flag, and its value
+// read (a UsageError naming the flag and the value when it is none of them).
+void add_kv_dtype_flag(CLI::App& sub, std::string& value);
+nn::KvDtype parse_kv_dtype(const std::string& text);
 
 }  // namespace tpcli::cli

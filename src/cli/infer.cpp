@@ -58,6 +58,7 @@ struct InferFlags {
   std::string template_name;  // --template: the chat format of --batch's "messages" lines
   model::EngineOptions engine;  // --parallel, --kv-blocks, --step-tokens
   std::string kv_memory;        // --kv-memory SIZE
+  std::string kv_dtype = "f32";  // --kv-dtype
   std::string tokens;  // --tokens: the prompt as token ids ("" = -i / -f text)
   bool ids = false;    // --ids: print the generated ids as a JSON array instead of text
 };
@@ -81,7 +82,7 @@ std::string prompt_source(const InferFlags& f) { return f.prompt_file.empty() ? 
 model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, const model::LlamaConfig& config,
                                                        const OpenedModel& opened, const dist::Mesh& mesh,
                                                        const model::GenerateOptions& options,
-                                                       const dist::RunOptions& run_options) {
+                                                       const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
   // -z, else the model's directory, else the tokenizer.json a training checkpoint records.
   const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(opened.tokenizer.value_or(f.model));
   const model::LoadedTokenizer loaded = open_tokenizer(path);
@@ -97,13 +98,14 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
       [&](const model::ModelFns& model, std::FILE* out) {
         return model::generate_with_tokenizer(model, tokenizer, config.vocab_size, stop_ids, options, out);
       },
-      stdout, run_options);
+      stdout, run_options, kv_dtype);
 }
 
 // A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
 // train::generate_text (no BOS, no BPE); everything else is llama2.c's generate with a tokenizer.bin.
 model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opened, const dist::Mesh& mesh,
-                                   const model::GenerateOptions& options, const dist::RunOptions& run_options) {
+                                   const model::GenerateOptions& options, const dist::RunOptions& run_options,
+                                   nn::KvDtype kv_dtype) {
   const model::LlamaConfig& config = opened.weights->config();
   auto kind = opened.metadata.find("tokenizer.kind");
   if (f.tokenizer.empty() && kind != opened.metadata.end() && kind->second != "llama2c") {
@@ -130,11 +132,11 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
           r.tokens_per_second = seconds > 0 ? r.positions / seconds : 0;
           return r;
         },
-        stdout, run_options);
+        stdout, run_options, kv_dtype);
   }
   // A tokenizer.json: -z FILE.json or a directory, else a Hugging Face model directory's own.
   if (is_tokenizer_json(tokenizer_path(f, opened)) || (f.tokenizer.empty() && opened.hf_dir))
-    return generate_with_tokenizer_json(f, config, opened, mesh, options, run_options);
+    return generate_with_tokenizer_json(f, config, opened, mesh, options, run_options, kv_dtype);
   std::unique_ptr<model::Tokenizer> tokenizer;
   try {
     tokenizer = std::make_unique<model::Tokenizer>(tokenizer_path(f, opened), config.vocab_size);
@@ -142,13 +144,14 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
     throw UsageError(e.what());
   }
   require_prompt_fits(prompt_source(f), tokenizer->encode(options.prompt, true, false).size(), config.seq_len);
-  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options);
+  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options, true, kv_dtype);
 }
 
 // --tokens with --ids: the ids fed exactly, every position up to -n run, the ids after the prompt
 // printed by device 0 as one JSON array.
 model::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const OpenedModel& opened, const dist::Mesh& mesh,
-                                       const model::GenerateOptions& options, const dist::RunOptions& run_options) {
+                                       const model::GenerateOptions& options, const dist::RunOptions& run_options,
+                                       nn::KvDtype kv_dtype) {
   const int vocab = opened.weights->config().vocab_size;
   return model::run_model_on_mesh(
       *opened.weights, mesh,
@@ -164,7 +167,7 @@ model::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const Ope
         }
         return r;
       },
-      stdout, run_options);
+      stdout, run_options, kv_dtype);
 }
 
 // Per device: memory and traffic. Under `tpcli launch` (zmq) a rank knows only its own devices,
@@ -181,6 +184,7 @@ void print_device_report(const model::MeshGenerateResult& r, const std::vector<i
 }
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
+  const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   const dist::LinkSpec links = links_from_flags(run_flags);
   for (const auto& [axis, link] : links)
@@ -229,13 +233,14 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     const std::string tokenizer = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(tokenizer_path(f, opened));
     model::EngineOptions engine = f.engine;
     if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
+    engine.kv_dtype = kv_dtype;
     run_infer_batch({f.batch, tokenizer, f.template_name, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
                      static_cast<unsigned long long>(options.seed), engine},
                     opened, mesh, run_options);
     return;
   }
-  const model::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, mesh, options, run_options)
-                                                         : generate_ids(prompt_ids, opened, mesh, options, run_options);
+  const model::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, mesh, options, run_options, kv_dtype)
+                                                         : generate_ids(prompt_ids, opened, mesh, options, run_options, kv_dtype);
   std::fflush(stdout);
   if (trace) write_trace(*trace, run_flags.trace, "forward passes");
 
@@ -289,6 +294,7 @@ void setup_infer(CLI::App& sub) {
   auto* blocks = sub.add_option("--kv-blocks", flags->engine.kv_blocks, "with --batch: KV pool blocks of 16 positions (instead of --kv-memory)")
                      ->needs(batch);
   blocks->excludes("--kv-memory");
+  add_kv_dtype_flag(sub, flags->kv_dtype);
   sub.add_option("--step-tokens", flags->engine.step_tokens,
                  "with --batch: rows per forward at most (decode tokens first, then chunks of prompts)")
       ->capture_default_str()

@@ -1,5 +1,5 @@
 // tpcli perplexity --model M --data FILE [-z TOKENIZER] [--devices N] [--quantize ...] [-c CTX] [--windows K]
-//                  [--decode [--int8-activations]]
+//                  [--decode [--int8-activations]] [--kv-dtype f32|bf16|f16]
 // M: a llama2.c .bin, a tpcli .safetensors or a Hugging Face model directory.
 // llama.cpp's llama-perplexity for this tool: the text is tokenized once and cut into
 // non-overlapping windows of seq_len (or -c) tokens; each window's tokens predict the next one (the first
@@ -41,6 +41,7 @@ struct PerplexityFlags {
   int group_size = 64;
   bool decode = false;  // token by token through the decode path instead of the batched forward
   bool int8_activations = false;  // with --decode: tensor::set_int8_activations
+  std::string kv_dtype = "f32";
 };
 
 // The text's tokens with the tokenizer the model was trained with: a chars/bytes vocabulary from
@@ -61,6 +62,7 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
 }
 
 void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
+  const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_adapter(opened, f.adapter);
@@ -85,7 +87,7 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   double nll_sum = 0;  // sum over windows of the window's mean NLL (device 0's)
   const auto start = std::chrono::steady_clock::now();
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
-    model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
+    model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"), kv_dtype);
     const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
     if (dev.rank() == 0) nll_sum = sum;
   });
@@ -112,6 +114,7 @@ void setup_perplexity(CLI::App& sub) {
       ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   sub.add_option("--quantize", f->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", f->group_size, "affine group size with --quantize")->capture_default_str();
+  add_kv_dtype_flag(sub, f->kv_dtype);
   sub.add_flag("--decode", f->decode,
                "feed each window token by token through the decode path (matrix-vector kernels) instead of the batched forward");
   sub.add_flag("--int8-activations", f->int8_activations, "8- and 4-bit affine weights: quantize activations to int8 per group in decode (integer dot products; greedy tokens may differ between device counts); with --decode");

@@ -43,7 +43,7 @@ model::EngineOptions serving_engine() {
 }
 
 struct ServeFlags {
-  std::string model, tokenizer, template_name, model_name, dtype = "auto", quantize, kv_memory;
+  std::string model, tokenizer, template_name, model_name, dtype = "auto", quantize, kv_memory, kv_dtype = "f32";
   std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   int group_size = 64, context = 0, max_queue = 256, grace = 10;
   serve::ServerOptions server;
@@ -134,6 +134,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   if (f.engine.busy_prefill_tokens < 0) throw UsageError("--prefill-chunk must be >= 0");
   serve::ServiceOptions service_options{f.engine, f.max_queue};
   if (!f.kv_memory.empty()) service_options.engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
+  service_options.engine.kv_dtype = parse_kv_dtype(f.kv_dtype);
 
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
@@ -220,6 +221,7 @@ void setup_serve(CLI::App& sub) {
   sub.add_option("--max-queue", flags->max_queue, "requests waiting beyond --parallel; more are answered 429")->capture_default_str();
   sub.add_option("--kv-memory", flags->kv_memory, "bytes of KV pool per device, e.g. 512M (default: --parallel whole contexts, within an eighth of memory)");
   sub.add_option("--kv-blocks", flags->engine.kv_blocks, "KV pool blocks of 16 positions (instead of --kv-memory)");
+  add_kv_dtype_flag(sub, flags->kv_dtype);
   sub.add_option("--step-tokens", flags->engine.step_tokens, "rows per forward at most (decode tokens first, then prompt chunks)")
       ->capture_default_str();
   sub.add_option("--prefill-chunk", flags->engine.busy_prefill_tokens,

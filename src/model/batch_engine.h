@@ -59,6 +59,7 @@ struct EngineOptions {
   int block_size = 16;      // positions per KV block
   int kv_blocks = 0;        // blocks in the pool; 0: from kv_memory
   int64_t kv_memory = 0;    // bytes of pool per device; 0: `parallel` whole contexts, within an eighth of memory
+  nn::KvDtype kv_dtype = nn::KvDtype::F32;  // the pool's elements: bf16 or f16 hold twice the positions in kv_memory
   int step_tokens = 512;    // rows per step at most (at least `parallel`): decode rows first, then prompt chunks
   // Prompt rows per step at most while some sequence decodes (0: step_tokens). A server keeps it
   // small so a prompt arriving does not stall the streams decoding (their inter-token latency);
@@ -135,7 +136,7 @@ class BatchEngine {
 };
 
 // The KV pool's blocks for these options, the weights split over `tensor_devices` of the
-// `devices` devices: kv_blocks, else kv_memory over the largest device's block (uneven kv heads:
+// `devices` devices: kv_blocks, else kv_memory over the largest device's block of kv_dtype (uneven kv heads:
 // every device gets the same blocks), else `parallel` whole contexts within an eighth of the
 // machine's memory. std::invalid_argument when kv_memory holds no block, or when kv_blocks or
 // kv_memory ask for a pool that `devices` devices cannot hold in this machine's physical memory

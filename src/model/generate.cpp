@@ -125,7 +125,7 @@ GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, co
 }
 
 MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
-                               std::FILE* out, const dist::RunOptions& run_options) {
+                               std::FILE* out, const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
   check_tensor_devices(weights.config(), mesh.axis_size("model"));  // a clear error before any thread starts
   std::vector<GenerateResult> results(static_cast<size_t>(mesh.size()));  // [devices], one slot each
   std::vector<DeviceReport> reports(static_cast<size_t>(mesh.size()));
@@ -133,7 +133,7 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        Llama model = Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"));
+        Llama model = Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"), kv_dtype);
         building.built();
         const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
         ModelFns fns;
@@ -173,7 +173,7 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
 
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
-                                    const dist::RunOptions& run_options, bool batched_prompt) {
+                                    const dist::RunOptions& run_options, bool batched_prompt, nn::KvDtype kv_dtype) {
   if (tokenizer.vocab_size() != weights.config().vocab_size)
     throw std::invalid_argument("tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                                 " tokens but the model's vocab_size is " + std::to_string(weights.config().vocab_size));
@@ -187,7 +187,7 @@ MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer
         }
         return generate(fns, tokenizer, options, device_out);
       },
-      out, run_options);
+      out, run_options, kv_dtype);
 }
 
 }  // namespace tpcli::model

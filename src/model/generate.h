@@ -24,6 +24,7 @@
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
+#include "nn/attention.h"
 
 namespace tpcli::model {
 
@@ -109,15 +110,17 @@ using DeviceLoop = std::function<GenerateResult(const ModelFns& model, std::FILE
 // Runs `loop` on every device of `mesh`, each with its shard of `weights` (tensor-parallel over the
 // mesh axis "model"). Every device must pick the same tokens (checked: std::logic_error otherwise).
 // Throws std::invalid_argument when the model axis does not fit the model (more devices than
-// heads) and dist::DeviceError for failures inside a device.
+// heads) and dist::DeviceError for failures inside a device. kv_dtype: the models' KV caches.
 MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
-                               std::FILE* out, const dist::RunOptions& run_options = {});
+                               std::FILE* out, const dist::RunOptions& run_options = {},
+                               nn::KvDtype kv_dtype = nn::KvDtype::F32);
 
 // llama2.c's generation on a mesh: run_model_on_mesh with generate(); the same sampler state on every
 // device, so the same tokens; device 0 writes to `out`. batched_prompt = false feeds the prompt
 // token by token (the reference the batched prefill is tested against).
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
-                                    const dist::RunOptions& run_options = {}, bool batched_prompt = true);
+                                    const dist::RunOptions& run_options = {}, bool batched_prompt = true,
+                                    nn::KvDtype kv_dtype = nn::KvDtype::F32);
 
 }  // namespace tpcli::model

@@ -103,8 +103,8 @@ const std::span<const int32_t> WHOLE_CACHE(&FIRST_BLOCK, 1);
 // The KV cache is sized by seq_len alone (read from a file's metadata): a seq_len within the
 // limits can still ask for more memory than the machine has, and zero-filling it would end in the
 // kernel's OOM killer rather than an error.
-void require_memory_for_kv_cache(const LlamaConfig& c, int64_t kv_rows_local) {
-  const double bytes = 2.0 * c.n_layers * static_cast<double>(c.seq_len) * static_cast<double>(kv_rows_local) * sizeof(float);
+void require_memory_for_kv_cache(const LlamaConfig& c, int64_t kv_rows_local, nn::KvDtype dtype) {
+  const double bytes = 2.0 * c.n_layers * static_cast<double>(c.seq_len) * static_cast<double>(kv_rows_local) * nn::kv_dtype_bytes(dtype);
   const double memory = tensor::physical_memory_bytes();
   if (memory > 0 && bytes > memory)
     throw std::runtime_error("llama: the KV cache needs " + std::to_string(static_cast<int64_t>(bytes / 1e6)) +
@@ -179,18 +179,20 @@ Llama::~Llama() = default;
 Llama::Llama(Llama&&) noexcept = default;
 Llama& Llama::operator=(Llama&&) noexcept = default;
 
-Llama Llama::on_huge_pages(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group) {
+Llama Llama::on_huge_pages(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group, nn::KvDtype kv_dtype) {
   const tensor::HugePageArena weights_on_huge_pages;
-  return Llama(weights, std::move(tensor_group), std::move(expert_group));
+  return Llama(weights, std::move(tensor_group), std::move(expert_group), kv_dtype);
 }
 
-Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group)
-    : core_(weights.config(), std::move(tensor_group), std::move(expert_group)), vocab_(std::make_unique<Vocab>()) {
+Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group, nn::KvDtype kv_dtype)
+    : core_(weights.config(), std::move(tensor_group), std::move(expert_group)),
+      kv_dtype_(kv_dtype),
+      vocab_(std::make_unique<Vocab>()) {
   const LlamaConfig& c = core_.config;
   const ShardPlan& plan = core_.plan;
   vocab_->tied = c.shared_classifier;
   norm_ = core_.local_slice(weights, "norm");
-  require_memory_for_kv_cache(c, plan.kv_rows().count);  // before any weight is copied (made at first use)
+  require_memory_for_kv_cache(c, plan.kv_rows().count, kv_dtype_);  // before any weight is copied (made at first use)
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
@@ -301,26 +303,27 @@ Llama::KvCache Llama::new_kv_cache(int positions) const {
   const int S = core_.config.seq_len;
   if (positions < 0 || positions > S)
     throw std::invalid_argument("llama: a KV cache of " + std::to_string(positions) + " positions: seq_len is " + std::to_string(S));
-  return new_kv_pool(1, positions ? positions : S);
+  return new_kv_pool(1, positions ? positions : S, kv_dtype_);
 }
 
-Llama::KvCache Llama::new_kv_pool(int blocks, int block_size) const {
+Llama::KvCache Llama::new_kv_pool(int blocks, int block_size, nn::KvDtype dtype) const {
   if (blocks < 1 || block_size < 1)
     throw std::invalid_argument("llama: a KV pool of " + std::to_string(blocks) + " blocks of " + std::to_string(block_size) +
                                 " positions");
   KvCache cache;
   cache.blocks_ = blocks;
   cache.block_size_ = block_size;
-  const size_t floats = static_cast<size_t>(int64_t{blocks} * block_size * core_.plan.kv_rows().count);
-  cache.k_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
-  cache.v_.assign(layers_.size(), std::vector<float>(floats, 0.0f));
+  cache.dtype_ = dtype;
+  const size_t bytes = static_cast<size_t>(int64_t{blocks} * block_size * core_.plan.kv_rows().count * nn::kv_dtype_bytes(dtype));
+  cache.k_.assign(layers_.size(), std::vector<std::byte>(bytes));
+  cache.v_.assign(layers_.size(), std::vector<std::byte>(bytes));
   return cache;
 }
 
 int64_t Llama::KvCache::bytes() const {
   int64_t n = 0;
   for (size_t l = 0; l < k_.size(); ++l) n += static_cast<int64_t>(k_[l].size() + v_[l].size());
-  return n * static_cast<int64_t>(sizeof(float));
+  return n;
 }
 
 Llama::KvCache& Llama::own_cache() {
@@ -337,7 +340,6 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
   const tensor::DecodeRows row_by_row;  // every row's bits its own, however many run beside it (llama.h)
   const LlamaConfig& c = core_.config;
   const int64_t P = static_cast<int64_t>(tokens.size()), C = c.dim;
-  int64_t att = 0;  // attention scratch: the largest segment's [count, pos + count]
   for (const Segment& s : segments) {
     const int64_t positions = static_cast<int64_t>(s.blocks.size()) * s.cache->block_size_;
     if (s.count < 1 || s.pos < 0 || s.pos + s.count > positions)
@@ -347,13 +349,12 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
     for (int32_t b : s.blocks)
       if (b < 0 || b >= s.cache->blocks_)
         throw std::out_of_range("llama: KV block " + std::to_string(b) + " outside a pool of " + std::to_string(s.cache->blocks_));
-    att = std::max(att, s.count * (s.pos + s.count));
   }
   const nn::AttentionShape shape = core_.attention_shape();
   const int64_t QKV = shape.qkv_dim(), QL = shape.q_dim();
   auto size = [](std::vector<float>& v, int64_t n) { v.resize(static_cast<size_t>(n)); };
   Run& r = run_;
-  size(r.x, P * C); size(r.xb, P * C); size(r.xb2, P * C); size(r.qkv, P * QKV); size(r.y, P * QL); size(r.att, att);
+  size(r.x, P * C); size(r.xb, P * C); size(r.xb2, P * C); size(r.qkv, P * QKV); size(r.y, P * QL);
   float* x = r.x.data();
   vocab_->embed(x, tokens);  // all_gather_v of the rows from their owners
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -367,8 +368,8 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
     for (const Segment& s : segments) {
       float* qkv = r.qkv.data() + s.first * QKV;
       core_.rope_forward(qkv, s.count, s.pos, s.count);
-      const nn::KvBlocks kv{s.cache->k_[l].data(), s.cache->v_[l].data(), s.blocks, s.cache->block_size_};
-      nn::attention_cached(r.y.data() + s.first * QL, r.att.data(), qkv, kv, s.pos, s.count, shape);
+      const nn::KvBlocks kv{s.cache->k_[l].data(), s.cache->v_[l].data(), s.blocks, s.cache->block_size_, s.cache->dtype_};
+      nn::attention_cached(r.y.data() + s.first * QL, qkv, kv, s.pos, s.count, shape);
     }
     // wo over the local heads' columns, all_sum; residual connection back into x
     L.wo.forward(r.xb2.data(), r.y.data(), P);
@@ -514,7 +515,7 @@ int64_t Llama::parameter_bytes() const {
 }
 
 int64_t Llama::kv_cache_bytes() const {
-  return 2 * core_.config.n_layers * int64_t{core_.config.seq_len} * core_.plan.kv_rows().count * static_cast<int64_t>(sizeof(float));
+  return 2 * core_.config.n_layers * int64_t{core_.config.seq_len} * core_.plan.kv_rows().count * nn::kv_dtype_bytes(kv_dtype_);
 }
 
 }  // namespace tpcli::model

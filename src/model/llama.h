@@ -19,6 +19,7 @@
 #include "distributed/group.h"
 #include "model/llama_core.h"
 #include "model/weights.h"
+#include "nn/attention.h"
 #include "nn/feed_forward.h"
 #include "nn/quantized_linear.h"
 
@@ -39,10 +40,13 @@ class Llama {
   // weights. expert_group (MoE only): the devices the experts are dealt out over (nn/moe.h); size
   // 1: every expert here. Every member of it runs the same sequence: a MoE block routes each
   // member's share of the rows to the experts' owners, then gathers every row again.
-  Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {});
+  // kv_dtype: the element type of the model's own KV caches (forward, prefill, prefill_losses).
+  Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {},
+        nn::KvDtype kv_dtype = nn::KvDtype::F32);
   // The same, built inside a tensor::HugePageArena: every weight that decode streams lies back to
   // back on 2 MB pages, however its matrices were cut.
-  static Llama on_huge_pages(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {});
+  static Llama on_huge_pages(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {},
+                             nn::KvDtype kv_dtype = nn::KvDtype::F32);
   ~Llama();
   Llama(Llama&&) noexcept;
   Llama& operator=(Llama&&) noexcept;
@@ -81,24 +85,27 @@ class Llama {
   std::vector<float> prefill_losses(std::span<const int> tokens, std::span<const int> targets, int64_t windows);
 
   // Keys and values on this device, in blocks of positions: block b holds, for every layer, the
-  // [block_size, KVL] rows of whichever sequence was given it. The model's own cache (forward,
-  // prefill) is one block of seq_len positions, made at its first use; the batched engine
-  // (model/batch_engine.h) runs many sequences over one pool of small blocks.
+  // [block_size, KVL] rows of whichever sequence was given it, as elements of dtype(). The model's
+  // own cache (forward, prefill) is one block of seq_len positions, made at its first use; the
+  // batched engine (model/batch_engine.h) runs many sequences over one pool of small blocks.
   class KvCache {
    public:
     int64_t bytes() const;
     int blocks() const { return blocks_; }
     int block_size() const { return block_size_; }
     int positions() const { return blocks_ * block_size_; }
+    nn::KvDtype dtype() const { return dtype_; }
    private:
     friend class Llama;
     int blocks_ = 0, block_size_ = 0;
-    std::vector<std::vector<float>> k_, v_;  // [L][blocks * block_size * KVL]
+    nn::KvDtype dtype_ = nn::KvDtype::F32;
+    std::vector<std::vector<std::byte>> k_, v_;  // [L][blocks * block_size * KVL elements]
   };
-  // Zero-filled. One block of `positions` positions (0: seq_len; at most seq_len).
+  // Zero-filled, of the model's kv_dtype. One block of `positions` positions (0: seq_len; at most seq_len).
   KvCache new_kv_cache(int positions = 0) const;
   // A pool of `blocks` blocks of `block_size` positions.
-  KvCache new_kv_pool(int blocks, int block_size) const;
+  KvCache new_kv_pool(int blocks, int block_size, nn::KvDtype dtype) const;
+  nn::KvDtype kv_dtype() const { return kv_dtype_; }
 
   // The rows of one sequence in a batched step: `count` tokens at positions pos..pos+count-1, whose
   // keys and values go into (and whose attention reads) the pool blocks `blocks` (position t in
@@ -151,6 +158,7 @@ class Llama {
   int argmax_over_devices(const float* local);                // greedy token from [VL] split logits
 
   LlamaCore core_;
+  nn::KvDtype kv_dtype_;
   bool split_invariant_ = false;
   KvCache own_cache_;
   std::unique_ptr<Vocab> vocab_;  // token embedding and classifier, f32 or packed
@@ -162,7 +170,6 @@ class Llama {
     std::vector<float> x, xb, xb2;  // [P, C]
     std::vector<float> qkv;         // [P, QL+2KVL]
     std::vector<float> y;           // [P, QL]
-    std::vector<float> att;         // [P, pos+P] attention scratch
   } run_;
   std::vector<float> logits_local_, logits_;  // [VL], [V]
   std::vector<float> step_local_, step_logits_;  // step(): [n, VL], [n, V]

@@ -2,13 +2,34 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "tensor/blas.h"
 #include "tensor/kv_products.h"
+#include "tensor/quant_formats.h"
 #include "tensor/vec_math.h"
 
 namespace tpcli::nn {
+
+int kv_dtype_bytes(KvDtype dtype) { return dtype == KvDtype::F32 ? 4 : 2; }
+
+const char* kv_dtype_name(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::F32: return "f32";
+    case KvDtype::BF16: return "bf16";
+    case KvDtype::F16: return "f16";
+  }
+  return "?";
+}
+
+std::optional<KvDtype> kv_dtype_from_name(std::string_view name) {
+  for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16})
+    if (name == kv_dtype_name(d)) return d;
+  return std::nullopt;
+}
 
 namespace {
 
@@ -128,8 +149,9 @@ void attention_rows(float* out, int64_t ldo, const float* q, int64_t ldq, const 
   const int64_t HS = s.head_size, KVL = s.kv_dim();
   const float scale_div = sqrtf(static_cast<float>(HS));
   thread_local std::vector<float> scores;  // [rows, ctx]
-  auto cache_rows = [&](const float* base, int64_t at, int64_t n) {
-    return tensor::KvRows{base + at, tensor::KvElement::F32, n, KVL, HS};
+  const int64_t element = kv_dtype_bytes(kv.dtype);
+  auto cache_rows = [&](const void* base, int64_t at, int64_t n) {
+    return tensor::KvRows{static_cast<const char*>(base) + at * element, kv.dtype, n, KVL, HS};
   };
   for (int h = 0; h < s.heads; ++h) {
     const int64_t koff = int64_t(s.kv_of[h]) * HS;
@@ -154,23 +176,33 @@ void attention_rows(float* out, int64_t ldo, const float* q, int64_t ldq, const 
   }
 }
 
+// dst[n] = src[n] in the cache's dtype.
+void store_row(void* dst, const float* src, int64_t n, KvDtype dtype) {
+  if (dtype == KvDtype::F32) {
+    std::copy(src, src + n, static_cast<float*>(dst));
+    return;
+  }
+  auto* half = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) half[i] = dtype == KvDtype::BF16 ? tensor::f32_to_bf16(src[i]) : tensor::f32_to_f16(src[i]);
+}
+
 void store_kv_rows(const float* qkv, const KvBlocks& kv, int pos, int64_t P, const AttentionShape& s) {
-  const int64_t QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim();
+  const int64_t QKV = s.qkv_dim(), QL = s.q_dim(), KVL = s.kv_dim(), element = kv_dtype_bytes(kv.dtype);
   for (int64_t n = 0; n < P; ++n) {
     const float* row = qkv + n * QKV;
-    const int64_t t = pos + n, at = (kv.blocks[t / kv.block_size] * kv.block_size + t % kv.block_size) * KVL;
-    std::copy(row + QL, row + QL + KVL, kv.k + at);
-    std::copy(row + QL + KVL, row + QL + 2 * KVL, kv.v + at);
+    const int64_t t = pos + n, at = (kv.blocks[t / kv.block_size] * kv.block_size + t % kv.block_size) * KVL * element;
+    store_row(static_cast<char*>(kv.k) + at, row + QL, KVL, kv.dtype);
+    store_row(static_cast<char*>(kv.v) + at, row + QL + KVL, KVL, kv.dtype);
   }
 }
 
 }  // namespace
 
-void attention_decode(float* out, float*, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
+void attention_decode(float* out, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s) {
   attention_rows(out, s.q_dim(), q, s.qkv_dim(), kv, pos, 1, s);
 }
 
-void attention_cached(float* out, float*, const float* qkv, const KvBlocks& kv, int pos, int64_t P, const AttentionShape& s) {
+void attention_cached(float* out, const float* qkv, const KvBlocks& kv, int pos, int64_t P, const AttentionShape& s) {
   store_kv_rows(qkv, kv, pos, P, s);
   attention_rows(out, s.q_dim(), qkv, s.qkv_dim(), kv, pos, P, s);
 }

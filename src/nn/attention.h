@@ -9,7 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string_view>
+
+#include "tensor/kv_products.h"
 
 namespace tpcli::nn {
 
@@ -31,29 +35,37 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T,
                         const AttentionShape& s);
 
+// The element type of a KV cache: f32, or bf16 / f16 rounded to nearest even as keys and values
+// are written and widened to f32 (exactly) as attention reads them.
+using KvDtype = tensor::KvElement;
+int kv_dtype_bytes(KvDtype dtype);         // 4 or 2
+const char* kv_dtype_name(KvDtype dtype);  // "f32", "bf16", "f16"
+std::optional<KvDtype> kv_dtype_from_name(std::string_view name);
+
 // Where one sequence's keys and values lie in a KV cache of blocks: position t is row
-// t % block_size of block blocks[t / block_size], and block b's rows start at k + b * block_size *
-// KVL (v likewise). A contiguous cache [S, KVL] is one block of S positions.
+// t % block_size of block blocks[t / block_size], and block b's rows start at element
+// b * block_size * KVL of k (v likewise), elements of `dtype`. A contiguous cache [S, KVL] is one
+// block of S positions.
 struct KvBlocks {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   std::span<const int32_t> blocks;
   int64_t block_size = 0;
+  KvDtype dtype = KvDtype::F32;
   bool contiguous() const { return blocks.size() == 1; }
 };
 
 // Decode at position pos: q[QL]; kv with positions 0..pos filled; out[QL]. Per head: the scores
 // (tensor/kv_products.h's sequence), llama2.c's softmax, the values weighed in position order,
-// wherever the blocks lie. (att_scratch: unused.)
-void attention_decode(float* out, float* att_scratch, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s);
+// wherever the blocks lie.
+void attention_decode(float* out, const float* q, const KvBlocks& kv, int pos, const AttentionShape& s);
 
 // Inference over a KV cache, P rows at positions pos..pos+P-1 (a prompt, or one decode step):
-// qkv[P, QL+2*KVL] after RoPE. Writes each row's k and v into the cache at its position, then
-// out[P, QL]: row n attends to cache positions 0..pos+n (causal; rows before pos must already be
-// filled). Each row gets attention_decode's bits, whatever the other rows and however a prompt
-// is cut into calls, while the rows of a call share every key and value they read
-// (kv_products.h's tiles). (att_scratch: unused.)
-void attention_cached(float* out, float* att_scratch, const float* qkv, const KvBlocks& kv, int pos, int64_t P,
-                      const AttentionShape& s);
+// qkv[P, QL+2*KVL] after RoPE. Writes each row's k and v into the cache at its position (rounded
+// to the cache's dtype), then out[P, QL]: row n attends to cache positions 0..pos+n (causal; rows
+// before pos must already be filled). Each row gets attention_decode's bits, whatever the other
+// rows and however a prompt is cut into calls, while the rows of a call share every key and value
+// they read (kv_products.h's tiles).
+void attention_cached(float* out, const float* qkv, const KvBlocks& kv, int pos, int64_t P, const AttentionShape& s);
 
 }  // namespace tpcli::nn

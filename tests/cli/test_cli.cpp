@@ -530,6 +530,19 @@ TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in inp
   const Result tiny = run({"infer", "--model", model, "-z", tok, "--batch", prompts, "--kv-memory", "1K"});
   CHECK(tiny.code == 2);
   CHECK(tiny.err.find("--kv-memory 1024 holds no KV block") != std::string::npos);
+  // a bf16 KV pool answers every line; a KV type that is none is one line, before the model loads
+  const Result bf16_kv = run({"infer", "--model", model, "-z", tok, "--batch", prompts, "--kv-dtype", "bf16"});
+  CHECK(bf16_kv.code == 0);
+  CHECK(line_count(bf16_kv.out) == line_count(one.out));
+  const std::vector<std::vector<std::string>> bad_kv_runs = {{"infer", "--batch", prompts}, {"infer", "-i", "hi"}, {"chat"},
+                                                             {"perplexity", "--data", prompts}};
+  for (std::vector<std::string> args : bad_kv_runs) {
+    const std::string command = args[0];
+    args.insert(args.end(), {"--model", model, "-z", tok, "--kv-dtype", "f8"});
+    const Result bad_kv = run(args);
+    CHECK(bad_kv.code == 2);
+    CHECK(bad_kv.err == "tpcli " + command + ": --kv-dtype f8: not a KV cache type (f32, bf16 or f16)\n");
+  }
   const std::string bad = dir.write("bad.jsonl", "{\"prompt\": \"hi\"}\n{\"prompt\": \"there\", \"max_tokens\": \"x\"}\n");
   const Result b = run({"infer", "--model", model, "-z", tok, "--batch", bad});
   CHECK(b.code == 2);

@@ -56,13 +56,15 @@ std::vector<model::BatchRequest> mixed_requests(int vocab, std::span<const int> 
   return requests;
 }
 
-std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests);
+std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
+                               nn::KvDtype kv_dtype = nn::KvDtype::F32);
 
 // Each request alone: forward() token by token, sampled by its own sampler.
-std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests) {
+std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests,
+                               nn::KvDtype kv_dtype = nn::KvDtype::F32) {
   std::vector<Outcome> out;
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
-    model::Llama m(w, dev.axis("model"), dev.axis("expert"));
+    model::Llama m(w, dev.axis("model"), dev.axis("expert"), kv_dtype);
     std::vector<Outcome> mine;
     for (const model::BatchRequest& r : requests) {
       Outcome o;
@@ -84,8 +86,9 @@ std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& m
   return out;
 }
 
-std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests) {
-  return run_alone(w, dist::Mesh::line(devices), requests);
+std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
+                               nn::KvDtype kv_dtype) {
+  return run_alone(w, dist::Mesh::line(devices), requests, kv_dtype);
 }
 
 struct EngineRun {
@@ -210,6 +213,58 @@ TEST_CASE("batch engine: chunked prefill, preemption and prefix sharing change n
       CHECK(shared.stats.cached_tokens >= 12 * 32);  // every request after the first four reuses the two system blocks
       require_same(shared.outcomes, plain.outcomes);
     }
+}
+
+TEST_CASE("batch engine: on a bf16 or f16 KV pool, requests together and prompts in chunks equal each alone, bit for bit",
+          "[llama][batch][kv]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights f32 = random_weights(c, 25);
+  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (nn::KvDtype kv : {nn::KvDtype::BF16, nn::KvDtype::F16})
+    for (int devices : {1, 2}) {
+      INFO(nn::kv_dtype_name(kv) << " KV on " << devices << " devices");
+      const std::vector<Outcome> alone = run_alone(f32, devices, requests, kv);  // token by token through forward()
+      model::EngineOptions together;
+      together.kv_dtype = kv;
+      together.prefix_sharing = false;
+      const EngineRun one_chunk = run_engine(f32, devices, requests, together);  // each prompt in one step
+      CHECK(one_chunk.stats.steps < 16 * 6);
+      require_same(one_chunk.outcomes, alone);
+      model::EngineOptions chunked = together;
+      chunked.step_tokens = 7;
+      chunked.parallel = 4;
+      require_same(run_engine(f32, devices, requests, chunked).outcomes, alone);
+      model::EngineOptions shared = together;
+      shared.prefix_sharing = true;
+      shared.kv_blocks = 8;  // preempted and re-prefilled
+      require_same(run_engine(f32, devices, requests, shared).outcomes, alone);
+      CHECK(alone[0].logits != run_alone(f32, devices, requests)[0].logits);  // the rounded cache acts
+    }
+}
+
+TEST_CASE("batch engine: --kv-memory holds twice the blocks in bf16 or f16 as in f32", "[llama][batch][kv]") {
+  const model::LlamaConfig c = engine_config();
+  model::EngineOptions o;
+  o.kv_memory = int64_t{3} << 20;
+  const int f32_blocks = model::kv_pool_blocks(c, 1, 1, o);
+  CHECK(f32_blocks == (int64_t{3} << 20) / (2 * c.n_layers * o.block_size * c.kv_dim() * 4));
+  for (nn::KvDtype kv : {nn::KvDtype::BF16, nn::KvDtype::F16}) {
+    o.kv_dtype = kv;
+    CHECK(model::kv_pool_blocks(c, 1, 1, o) == 2 * f32_blocks);
+    CHECK(model::kv_pool_blocks(c, 2, 2, o) == 4 * f32_blocks);  // each device holds half the kv heads
+  }
+  // and the pool is that many bytes
+  dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+    model::TensorWeights w = random_weights(c, 26);
+    model::Llama m(w, dev.axis("model"));
+    o.kv_dtype = nn::KvDtype::BF16;
+    model::BatchEngine bf16(m, o);
+    o.kv_dtype = nn::KvDtype::F32;
+    model::BatchEngine f32(m, o);
+    CHECK(bf16.kv_blocks() == 2 * f32.kv_blocks());
+    CHECK(bf16.kv_pool_bytes() == f32.kv_pool_bytes());
+    CHECK(bf16.kv_pool_bytes() <= o.kv_memory);
+  });
 }
 
 TEST_CASE("batch engine: MoE requests together equal each alone, bit for bit, tensor- and expert-parallel", "[llama][batch][moe]") {

@@ -134,12 +134,12 @@ TEST_CASE("attention (causal, grouped-query) backward matches finite differences
   // Decode, position by position with a cache, gives the batched rows of sequence 1.
   const int32_t first_block = 0;
   const std::span<const int32_t> whole_cache(&first_block, 1);
-  std::vector<float> kc(T * KVL), vc(T * KVL), o1(QL), scratch(T);
+  std::vector<float> kc(T * KVL), vc(T * KVL), o1(QL);
   for (int t = 0; t < T; ++t) {
     const float* row = qkv.data() + (T + t) * QKV;
     std::copy(row + QL, row + QL + KVL, kc.begin() + t * KVL);
     std::copy(row + QL + KVL, row + QKV, vc.begin() + t * KVL);
-    nn::attention_decode(o1.data(), scratch.data(), row, {kc.data(), vc.data(), whole_cache, T}, t, s);
+    nn::attention_decode(o1.data(), row, {kc.data(), vc.data(), whole_cache, T}, t, s);
     for (int64_t i = 0; i < QL; ++i) CHECK(o1[i] == Approx(out[(T + t) * QL + i]).epsilon(1e-5).margin(1e-6));
   }
   std::vector<float> dqkv(B * T * QKV, 0.0f);
@@ -161,19 +161,19 @@ TEST_CASE("attention over the KV cache, P rows at once, equals decode row by row
     INFO(P << " rows from position " << pos);
     const auto prefix = random_vector(pos * QKV, rng), qkv = random_vector(P * QKV, rng);  // [pos, QKV], [P, QKV]
     // Reference: decode, one row at a time, the cache filled as it goes.
-    std::vector<float> kc(S * KVL), vc(S * KVL), expected(P * QL), scratch(S);
+    std::vector<float> kc(S * KVL), vc(S * KVL), expected(P * QL);
     auto decode_row = [&](const float* row, int t, float* out) {
       std::copy(row + QL, row + QL + KVL, kc.begin() + t * KVL);
       std::copy(row + QL + KVL, row + QKV, vc.begin() + t * KVL);
-      nn::attention_decode(out, scratch.data(), row, {kc.data(), vc.data(), whole_cache, S}, t, s);
+      nn::attention_decode(out, row, {kc.data(), vc.data(), whole_cache, S}, t, s);
     };
     std::vector<float> ignored(QL);
     for (int t = 0; t < pos; ++t) decode_row(prefix.data() + t * QKV, t, ignored.data());
     const auto prefix_k = kc, prefix_v = vc;
     for (int64_t n = 0; n < P; ++n) decode_row(qkv.data() + n * QKV, pos + static_cast<int>(n), expected.data() + n * QL);
     // Batched, on a cache holding only the prefix; it must write the rows' k and v itself.
-    std::vector<float> kb = prefix_k, vb = prefix_v, out(P * QL), att(P * (pos + P));
-    nn::attention_cached(out.data(), att.data(), qkv.data(), {kb.data(), vb.data(), whole_cache, S}, pos, P, s);
+    std::vector<float> kb = prefix_k, vb = prefix_v, out(P * QL);
+    nn::attention_cached(out.data(), qkv.data(), {kb.data(), vb.data(), whole_cache, S}, pos, P, s);
     CHECK(kb == kc);
     CHECK(vb == vc);
     CHECK(out == expected);  // decode's bits exactly
@@ -187,7 +187,7 @@ TEST_CASE("attention over the KV cache, P rows at once, equals decode row by row
       std::copy_n(prefix_k.begin() + t * KVL, KVL, kp.begin() + at);
       std::copy_n(prefix_v.begin() + t * KVL, KVL, vp.begin() + at);
     }
-    nn::attention_cached(paged.data(), att.data(), qkv.data(), {kp.data(), vp.data(), table, BS}, pos, P, s);
+    nn::attention_cached(paged.data(), qkv.data(), {kp.data(), vp.data(), table, BS}, pos, P, s);
     CHECK(paged == expected);
   }
 }
