@@ -314,15 +314,16 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
   }
 }
 
-// affine_rows_512 for several rows and vectors: a register tile of ROWS rows x V vectors, each
-// chunk's 32 codes widened once for the V vectors and each x vector loaded once for the rows; per
-// (row, vector) the ga/gb chains, group sum, scale FMA, bias sum and reduction of affine_rows_512.
-// acc and the bias sum stay in State (memory), touched once a group: registers then hold only the
-// ga/gb chains, which leaves room for more vectors a tile.
+// affine_rows_512 for several rows and vectors: a register tile of ROWS rows x V vectors. A
+// group's codes are widened once for ROWS rows and stay in registers while each vector in turn
+// runs its ga/gb chains over them, so only one vector's chains are live at a time (the registers
+// hold acc per (row, vector), the widened group, and one vector's chains); each x vector is loaded
+// once for the rows. Per (row, vector) the chains, group sum, scale FMA, bias sum and reduction of
+// affine_rows_512. The bias sums, which need no weights, run after the groups (still in g order).
 // Bits and GS are compile-time (no branch per chunk, the group's chunks unrolled).
 template <int Bits, int GS>
 struct AffineTile512 {
-  static constexpr int MAX_V = 6, ROWS = 2;  // 24 ga/gb chains, 4 widened chunks, an x vector, the nibble mask
+  static constexpr int ROWS = 2, MAX_V = GS == 128 ? 3 : 6;  // acc and the widened group fill the registers
   struct State {
     __m512 acc;
     float bias;
@@ -332,44 +333,50 @@ struct AffineTile512 {
 
   template <int RT, int V>
   TPCLI_AVX512 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    constexpr int H = GS / 16;  // 16-column halves of the group's chunks: even ones feed ga, odd ones gb
     const TileInputs<V> in(vs);
     const int64_t G = w.cols / GS;
     const __m512i low4 = _mm512_set1_epi32(15);
     const uint8_t* q[RT];
-    for (int i = 0; i < RT; ++i) q[i] = w.data + (r + i) * w.row_bytes;
+    __m512 acc[RT][V];
+    for (int i = 0; i < RT; ++i) {
+      q[i] = w.data + (r + i) * w.row_bytes;
+      for (int v = 0; v < V; ++v) acc[i][v] = s[i][v].acc;
+    }
     for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
-      __m512 ga[RT][V], gb[RT][V];
-      for (int i = 0; i < RT; ++i)
-        for (int v = 0; v < V; ++v) ga[i][v] = gb[i][v] = _mm512_setzero_ps();
-      for (int64_t c = g * GS; c < (g + 1) * GS; c += 32) {
-        __m512 u0[RT], u1[RT];
-        for (int i = 0; i < RT; ++i) {
+      const int64_t c = g * GS;
+      __m512 u[RT][H], scale[RT];
+      for (int i = 0; i < RT; ++i) {
+        for (int k = 0; k < H; k += 2) {
           if constexpr (Bits == 8) {
-            _mm_prefetch(reinterpret_cast<const char*>(q[i] + c + PREFETCH_BYTES), _MM_HINT_T0);
-            u0[i] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + c))));
-            u1[i] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + c + 16))));
+            _mm_prefetch(reinterpret_cast<const char*>(q[i] + c + 16 * k + PREFETCH_BYTES), _MM_HINT_T0);
+            u[i][k] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + c + 16 * k))));
+            u[i][k + 1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + c + 16 * k + 16))));
           } else {  // 4 bits
-            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + c / 2)));
-            u0[i] = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
-            u1[i] = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + (c + 16 * k) / 2)));
+            u[i][k] = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
+            u[i][k + 1] = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
           }
         }
-        for (int v = 0; v < V; ++v) {
-          const __m512 x0 = in_register(_mm512_loadu_ps(in.x[v] + c));
-          for (int i = 0; i < RT; ++i) ga[i][v] = _mm512_fmadd_ps(u0[i], x0, ga[i][v]);
-          const __m512 x1 = in_register(_mm512_loadu_ps(in.x[v] + c + 16));
-          for (int i = 0; i < RT; ++i) gb[i][v] = _mm512_fmadd_ps(u1[i], x1, gb[i][v]);
-        }
+        scale[i] = _mm512_set1_ps(w.scales[(r + i) * G + g]);
       }
-      for (int i = 0; i < RT; ++i) {
-        const __m512 scale = _mm512_set1_ps(w.scales[(r + i) * G + g]);
-        const float bias = w.biases[(r + i) * G + g];
-        for (int v = 0; v < V; ++v) {
-          s[i][v].acc = _mm512_fmadd_ps(_mm512_add_ps(ga[i][v], gb[i][v]), scale, s[i][v].acc);
-          s[i][v].bias = std::fma(bias, in.sum[v][g], s[i][v].bias);
+      for (int v = 0; v < V; ++v) {
+        __m512 ga[RT], gb[RT];
+        for (int i = 0; i < RT; ++i) ga[i] = gb[i] = _mm512_setzero_ps();
+        for (int k = 0; k < H; k += 2) {
+          const __m512 x0 = in_register(_mm512_loadu_ps(in.x[v] + c + 16 * k));
+          for (int i = 0; i < RT; ++i) ga[i] = _mm512_fmadd_ps(u[i][k], x0, ga[i]);
+          const __m512 x1 = in_register(_mm512_loadu_ps(in.x[v] + c + 16 * k + 16));
+          for (int i = 0; i < RT; ++i) gb[i] = _mm512_fmadd_ps(u[i][k + 1], x1, gb[i]);
         }
+        for (int i = 0; i < RT; ++i) acc[i][v] = _mm512_fmadd_ps(_mm512_add_ps(ga[i], gb[i]), scale[i], acc[i][v]);
       }
     }
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) {
+        s[i][v].acc = acc[i][v];
+        for (int64_t g = c0 / GS; g < c1 / GS; ++g) s[i][v].bias = std::fma(w.biases[(r + i) * G + g], in.sum[v][g], s[i][v].bias);
+      }
   }
 
   template <int V>
