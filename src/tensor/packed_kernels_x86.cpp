@@ -676,7 +676,7 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
 // chunk's codes looked up once for the V vectors and each prepared x vector loaded once for the
 // rows. acc and the bias sum stay in State (memory), touched once a group, as AffineTile512.
 struct Affine4Bf16Tile512 {
-  static constexpr int MAX_V = 6, ROWS = 3;  // 18 group sums, 6 code vectors, an x vector and the table
+  static constexpr int MAX_V = 6, ROWS = 2;  // 12 group sums, 4 code vectors, an x vector and the table
   struct State {
     __m512 acc;
     float bias;
