@@ -928,42 +928,37 @@ TPCLI_AVX2 void mxfp8_rows_256(float* out, const View& w, const float* x, const 
   }
 }
 
-// mxfp8_rows_256 for several rows and vectors: a register tile of ROWS rows x V vectors, 16 codes
-// converted once a step for the V vectors and each x vector loaded once for the rows; acc in State
-// (memory), touched once a group, as AffineTile256.
+// mxfp8_rows_256 for several vectors: 16 codes converted once a step for all of them. One row a
+// step: a tile of two rows x two vectors (ga, gb per pair, acc in State) measured slower.
 struct Mxfp8Tile256 {
-  static constexpr int MAX_V = 2, ROWS = 2;  // 8 ga/gb chains, 4 converted quarters, an x vector
+  static constexpr int MAX_V = 4;
   struct State {
     __m256 acc;
   };
   static int64_t unit(const View&) { return 32; }
   static int64_t body(const View& w) { return w.cols; }
 
-  template <int RT, int V>
-  TPCLI_AVX2 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int V>
+  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
     const int64_t G = w.cols / 32;
-    const uint8_t* q[RT];
-    for (int i = 0; i < RT; ++i) q[i] = w.data + (r + i) * w.row_bytes;
+    const uint8_t* q = w.data + r * w.row_bytes;
+    __m256 acc[V];
+    for (int v = 0; v < V; ++v) acc[v] = s[v].acc;
     for (int64_t g = c0 / 32; g < c1 / 32; ++g) {
-      __m256 ga[RT][V], gb[RT][V];
-      for (int i = 0; i < RT; ++i)
-        for (int v = 0; v < V; ++v) ga[i][v] = gb[i][v] = _mm256_setzero_ps();
+      __m256 ga[V], gb[V];
+      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
       for (int64_t c = g * 32; c < g * 32 + 32; c += 16) {
-        __m256 e0[RT], e1[RT];
-        for (int i = 0; i < RT; ++i) e0[i] = e4m3x8_256(q[i] + c), e1[i] = e4m3x8_256(q[i] + c + 8);
+        const __m256 e0 = e4m3x8_256(q + c), e1 = e4m3x8_256(q + c + 8);
         for (int v = 0; v < V; ++v) {
-          const __m256 x0 = in_register(_mm256_loadu_ps(in.x[v] + c));
-          for (int i = 0; i < RT; ++i) ga[i][v] = _mm256_fmadd_ps(e0[i], x0, ga[i][v]);
-          const __m256 x1 = in_register(_mm256_loadu_ps(in.x[v] + c + 8));
-          for (int i = 0; i < RT; ++i) gb[i][v] = _mm256_fmadd_ps(e1[i], x1, gb[i][v]);
+          ga[v] = _mm256_fmadd_ps(e0, _mm256_loadu_ps(in.x[v] + c), ga[v]);
+          gb[v] = _mm256_fmadd_ps(e1, _mm256_loadu_ps(in.x[v] + c + 8), gb[v]);
         }
       }
-      for (int i = 0; i < RT; ++i) {
-        const __m256 scale = _mm256_set1_ps(scale_of_e8m0(w.scale_bytes[(r + i) * G + g]));
-        for (int v = 0; v < V; ++v) s[i][v].acc = _mm256_fmadd_ps(_mm256_add_ps(ga[i][v], gb[i][v]), scale, s[i][v].acc);
-      }
+      const __m256 scale = _mm256_set1_ps(scale_of_e8m0(w.scale_bytes[r * G + g]));
+      for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
     }
+    for (int v = 0; v < V; ++v) s[v].acc = acc[v];
   }
 
   template <int V>
