@@ -138,6 +138,24 @@ struct TileInputs {
   }
 };
 
+// x loaded into a register once for a register tile's rows: left alone, gcc folds the load into
+// every row's FMA as a memory operand (the same vector loaded RT times), and a tile of two or three
+// rows stays as load-bound as one row at a time.
+TPCLI_AVX2 __m256 in_register(__m256 v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+TPCLI_AVX512 __m512 in_register(__m512 v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
+TPCLI_AVX512 __m512i in_register(__m512i v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
 // ---- AVX-512 ----
 
 // Bytes ahead of the weights being read that the quantized kernels prefetch. Without it they
@@ -307,13 +325,16 @@ TPCLI_AVX512 void affine_rows_512(float* out, const View& w, const float* x, con
   }
 }
 
-// affine_rows_512 for several vectors: a chunk's 32 codes are widened once and feed every vector's
-// ga/gb chains; per vector the group sum, scale FMA, bias sum and reduction of affine_rows_512.
-// Bits and GS are compile-time (no branch per chunk, the group's chunks unrolled): ~1.05-1.08x at
-// 8 vectors, weights in L2.
+// affine_rows_512 for several rows and vectors: a register tile of ROWS rows x V vectors. A
+// group's codes are widened once for ROWS rows and stay in registers while each vector in turn
+// runs its ga/gb chains over them, so only one vector's chains are live at a time (the registers
+// hold acc per (row, vector), the widened group, and one vector's chains); each x vector is loaded
+// once for the rows. Per (row, vector) the chains, group sum, scale FMA, bias sum and reduction of
+// affine_rows_512. The bias sums, which need no weights, run after the groups (still in g order).
+// Bits and GS are compile-time (no branch per chunk, the group's chunks unrolled).
 template <int Bits, int GS>
 struct AffineTile512 {
-  static constexpr int MAX_V = 8;  // ga, gb and acc per vector: 24 of the 32 registers
+  static constexpr int ROWS = 2, MAX_V = GS == 128 ? 3 : 6;  // acc and the widened group fill the registers
   struct State {
     __m512 acc;
     float bias;
@@ -321,43 +342,52 @@ struct AffineTile512 {
   static int64_t unit(const View&) { return GS; }
   static int64_t body(const View& w) { return w.cols; }
 
-  template <int V>
-  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX512 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    constexpr int H = GS / 16;  // 16-column halves of the group's chunks: even ones feed ga, odd ones gb
     const TileInputs<V> in(vs);
     const int64_t G = w.cols / GS;
     const __m512i low4 = _mm512_set1_epi32(15);
-    const uint8_t* q = w.data + r * w.row_bytes;
-    const float* scales = w.scales + r * G;
-    const float* biases = w.biases + r * G;
-    __m512 acc[V];
-    float bias_part[V];
-    for (int v = 0; v < V; ++v) acc[v] = s[v].acc, bias_part[v] = s[v].bias;
+    const uint8_t* q[RT];
+    __m512 acc[RT][V];
+    for (int i = 0; i < RT; ++i) {
+      q[i] = w.data + (r + i) * w.row_bytes;
+      for (int v = 0; v < V; ++v) acc[i][v] = s[i][v].acc;
+    }
     for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
-      __m512 ga[V], gb[V];
-      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm512_setzero_ps();
-      for (int64_t c = g * GS; c < (g + 1) * GS; c += 32) {
-        __m512 v0, v1;
-        if constexpr (Bits == 8) {
-          _mm_prefetch(reinterpret_cast<const char*>(q + c + PREFETCH_BYTES), _MM_HINT_T0);
-          v0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
-          v1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16))));
-        } else {  // 4 bits
-          const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
-          v0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
-          v1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+      const int64_t c = g * GS;
+      __m512 u[RT][H], scale[RT];
+      for (int i = 0; i < RT; ++i) {
+        for (int k = 0; k < H; k += 2) {
+          if constexpr (Bits == 8) {
+            _mm_prefetch(reinterpret_cast<const char*>(q[i] + c + 16 * k + PREFETCH_BYTES), _MM_HINT_T0);
+            u[i][k] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + c + 16 * k))));
+            u[i][k + 1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + c + 16 * k + 16))));
+          } else {  // 4 bits
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i] + (c + 16 * k) / 2)));
+            u[i][k] = _mm512_cvtepi32_ps(_mm512_and_si512(b, low4));
+            u[i][k + 1] = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+          }
         }
-        for (int v = 0; v < V; ++v) {
-          ga[v] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(in.x[v] + c), ga[v]);
-          gb[v] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(in.x[v] + c + 16), gb[v]);
-        }
+        scale[i] = _mm512_set1_ps(w.scales[(r + i) * G + g]);
       }
-      const __m512 scale = _mm512_set1_ps(scales[g]);
       for (int v = 0; v < V; ++v) {
-        acc[v] = _mm512_fmadd_ps(_mm512_add_ps(ga[v], gb[v]), scale, acc[v]);
-        bias_part[v] = std::fma(biases[g], in.sum[v][g], bias_part[v]);
+        __m512 ga[RT], gb[RT];
+        for (int i = 0; i < RT; ++i) ga[i] = gb[i] = _mm512_setzero_ps();
+        for (int k = 0; k < H; k += 2) {
+          const __m512 x0 = in_register(_mm512_loadu_ps(in.x[v] + c + 16 * k));
+          for (int i = 0; i < RT; ++i) ga[i] = _mm512_fmadd_ps(u[i][k], x0, ga[i]);
+          const __m512 x1 = in_register(_mm512_loadu_ps(in.x[v] + c + 16 * k + 16));
+          for (int i = 0; i < RT; ++i) gb[i] = _mm512_fmadd_ps(u[i][k + 1], x1, gb[i]);
+        }
+        for (int i = 0; i < RT; ++i) acc[i][v] = _mm512_fmadd_ps(_mm512_add_ps(ga[i], gb[i]), scale[i], acc[i][v]);
       }
     }
-    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias_part[v];
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) {
+        s[i][v].acc = acc[i][v];
+        for (int64_t g = c0 / GS; g < c1 / GS; ++g) s[i][v].bias = std::fma(w.biases[(r + i) * G + g], in.sum[v][g], s[i][v].bias);
+      }
   }
 
   template <int V>
@@ -398,36 +428,46 @@ TPCLI_AVX512 void mxfp8_rows_512(float* out, const View& w, const float* x, cons
   }
 }
 
-// mxfp8_rows_512 for several vectors: a group's 32 codes converted once for all of them.
+// mxfp8_rows_512 for several rows and vectors: a register tile of ROWS rows x V vectors, a group's
+// 32 codes converted once for the V vectors and each x vector loaded once for the rows.
 struct Mxfp8Tile512 {
-  static constexpr int MAX_V = 8;
+  static constexpr int MAX_V = 6, ROWS = 3;  // 18 running sums, 6 converted halves, 3 scales, x and a group sum
   struct State {
     __m512 acc;
   };
   static int64_t unit(const View&) { return 32; }
   static int64_t body(const View& w) { return w.cols; }
 
-  template <int V>
-  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX512 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
     const int64_t G = w.cols / 32;
-    const uint8_t* q = w.data + r * w.row_bytes;
-    const uint8_t* scales = w.scale_bytes + r * G;
-    __m512 acc[V];
-    for (int v = 0; v < V; ++v) acc[v] = s[v].acc;
+    const uint8_t* q[RT];
+    const uint8_t* scales[RT];
+    __m512 acc[RT][V];
+    for (int i = 0; i < RT; ++i) {
+      q[i] = w.data + (r + i) * w.row_bytes, scales[i] = w.scale_bytes + (r + i) * G;
+      for (int v = 0; v < V; ++v) acc[i][v] = s[i][v].acc;
+    }
     for (int64_t c = c0; c < c1; c += 32) {
-      // The next row's block, as F32Tile512 (4096 x 4096 from memory, 16 vectors: 36 GF/s without,
-      // 49-54 with; the half kernel showed no clear gain).
-      _mm_prefetch(reinterpret_cast<const char*>(q + w.row_bytes + c), _MM_HINT_T0);
-      const __m512 e0 = e4m3x16_512(q + c), e1 = e4m3x16_512(q + c + 16);
-      const __m512 scale = _mm512_set1_ps(scale_of_e8m0(scales[c / 32]));
+      __m512 e0[RT], e1[RT], scale[RT];
+      for (int i = 0; i < RT; ++i) {
+        // The next tile's block, as F32Tile512 (without it the rows, read a column block at a
+        // time, are short streams the hardware prefetchers do not follow).
+        _mm_prefetch(reinterpret_cast<const char*>(q[i] + RT * w.row_bytes + c), _MM_HINT_T0);
+        e0[i] = e4m3x16_512(q[i] + c), e1[i] = e4m3x16_512(q[i] + c + 16);
+        scale[i] = _mm512_set1_ps(scale_of_e8m0(scales[i][c / 32]));
+      }
       for (int v = 0; v < V; ++v) {
-        __m512 ga = _mm512_mul_ps(e0, _mm512_loadu_ps(in.x[v] + c));
-        ga = _mm512_fmadd_ps(e1, _mm512_loadu_ps(in.x[v] + c + 16), ga);
-        acc[v] = _mm512_fmadd_ps(ga, scale, acc[v]);
+        const __m512 x0 = in_register(_mm512_loadu_ps(in.x[v] + c)), x1 = in_register(_mm512_loadu_ps(in.x[v] + c + 16));
+        for (int i = 0; i < RT; ++i) {
+          const __m512 ga = _mm512_fmadd_ps(e1[i], x1, _mm512_mul_ps(e0[i], x0));
+          acc[i][v] = _mm512_fmadd_ps(ga, scale[i], acc[i][v]);
+        }
       }
     }
-    for (int v = 0; v < V; ++v) s[v].acc = acc[v];
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) s[i][v].acc = acc[i][v];
   }
 
   template <int V>
@@ -474,10 +514,11 @@ TPCLI_AVX512 void half_rows_512(float* out, const View& w, const float* x, const
   }
 }
 
-// half_rows_512 for several vectors: 32 weights converted once a step for all of them.
+// half_rows_512 for several rows and vectors: a register tile of ROWS rows x V vectors, 32 weights
+// converted once a step for the V vectors and each x vector loaded once for the rows.
 template <bool Bf16>
 struct HalfTile512 {
-  static constexpr int MAX_V = 8;  // a0, a1 per vector
+  static constexpr int MAX_V = 6, ROWS = 2;  // a0, a1 per (row, vector): 24, 4 converted halves and an x vector
   struct State {
     __m512 a0, a1;
   };
@@ -486,20 +527,27 @@ struct HalfTile512 {
 
   static const uint16_t* row(const View& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes); }
 
-  template <int V>
-  TPCLI_AVX512 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX512 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
-    const uint16_t* h = row(w, r);
-    __m512 a0[V], a1[V];
-    for (int v = 0; v < V; ++v) a0[v] = s[v].a0, a1[v] = s[v].a1;
+    const uint16_t* h[RT];
+    __m512 a0[RT][V], a1[RT][V];
+    for (int i = 0; i < RT; ++i) {
+      h[i] = row(w, r + i);
+      for (int v = 0; v < V; ++v) a0[i][v] = s[i][v].a0, a1[i][v] = s[i][v].a1;
+    }
     for (int64_t c = c0; c < c1; c += 32) {
-      const __m512 h0 = halfx16_512<Bf16>(h + c), h1 = halfx16_512<Bf16>(h + c + 16);
+      __m512 h0[RT], h1[RT];
+      for (int i = 0; i < RT; ++i) h0[i] = halfx16_512<Bf16>(h[i] + c), h1[i] = halfx16_512<Bf16>(h[i] + c + 16);
       for (int v = 0; v < V; ++v) {
-        a0[v] = _mm512_fmadd_ps(h0, _mm512_loadu_ps(in.x[v] + c), a0[v]);
-        a1[v] = _mm512_fmadd_ps(h1, _mm512_loadu_ps(in.x[v] + c + 16), a1[v]);
+        const __m512 x0 = in_register(_mm512_loadu_ps(in.x[v] + c));
+        for (int i = 0; i < RT; ++i) a0[i][v] = _mm512_fmadd_ps(h0[i], x0, a0[i][v]);
+        const __m512 x1 = in_register(_mm512_loadu_ps(in.x[v] + c + 16));
+        for (int i = 0; i < RT; ++i) a1[i][v] = _mm512_fmadd_ps(h1[i], x1, a1[i][v]);
       }
     }
-    for (int v = 0; v < V; ++v) s[v].a0 = a0[v], s[v].a1 = a1[v];
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) s[i][v].a0 = a0[i][v], s[i][v].a1 = a1[i][v];
   }
 
   template <int V>
@@ -566,9 +614,9 @@ TPCLI_AVX512BF16 CodesBf16 chunk_codes_bf16(const uint8_t* q, __m512i table) {
           reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table))};
 }
 
-// One row's running sum over a group: `a` += the chunk's codes times prepared x. Pairs of rows,
-// single rows and the batch kernel all call this in the same order, so a row's value depends on
-// neither its neighbours nor the other vectors.
+// One row's running sum over a group: `a` += the chunk's codes times prepared x. Pairs of rows and
+// single rows call this, and the batch kernel takes its four steps in the same order, so a row's
+// value depends on neither its neighbours nor the other vectors.
 TPCLI_AVX512BF16 __m512 codes_dot_bf16(__m512 a, const CodesBf16& codes, const uint16_t* xc) {
   a = _mm512_dpbf16_ps(a, codes.even, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc)));
   a = _mm512_dpbf16_ps(a, codes.odd, reinterpret_cast<__m512bh>(_mm512_loadu_si512(xc + 32)));
@@ -635,9 +683,11 @@ TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const flo
   }
 }
 
-// affine4_bf16_rows_512 for several vectors: a chunk's codes looked up once for all of them.
+// affine4_bf16_rows_512 for several rows and vectors: a register tile of ROWS rows x V vectors, a
+// chunk's codes looked up once for the V vectors and each prepared x vector loaded once for the
+// rows. acc and the bias sum stay in State (memory), touched once a group, as AffineTile512.
 struct Affine4Bf16Tile512 {
-  static constexpr int MAX_V = 8;  // a and acc per vector
+  static constexpr int MAX_V = 6, ROWS = 2;  // 12 group sums, 4 code vectors, an x vector and the table
   struct State {
     __m512 acc;
     float bias;
@@ -645,33 +695,41 @@ struct Affine4Bf16Tile512 {
   static int64_t unit(const View& w) { return w.format.group_size; }
   static int64_t body(const View& w) { return w.cols; }
 
-  template <int V>
-  TPCLI_AVX512BF16 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX512BF16 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
     const int64_t GS = w.format.group_size, G = w.cols / GS;
     const __m512i table = code_table_bf16();
-    const uint8_t* q = w.data + r * w.row_bytes;
-    const float *scales = w.scales + r * G, *biases = w.biases + r * G;
+    const uint8_t* q[RT];
+    for (int i = 0; i < RT; ++i) q[i] = w.data + (r + i) * w.row_bytes;
     const uint16_t* xv[V];  // prepared x: bf16 words (prepare4_bf16_512)
-    __m512 acc[V];
-    float bias[V];
-    for (int v = 0; v < V; ++v)
-      xv[v] = reinterpret_cast<const uint16_t*>(in.x[v]), acc[v] = s[v].acc, bias[v] = s[v].bias;
+    for (int v = 0; v < V; ++v) xv[v] = reinterpret_cast<const uint16_t*>(in.x[v]);
     for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
-      __m512 a[V];
-      for (int v = 0; v < V; ++v) a[v] = _mm512_setzero_ps();
+      __m512 a[RT][V];
+      for (int i = 0; i < RT; ++i)
+        for (int v = 0; v < V; ++v) a[i][v] = _mm512_setzero_ps();
       for (int64_t c = g * GS; c < (g + 1) * GS; c += BF16_CHUNK) {
-        _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + PREFETCH_BYTES), _MM_HINT_T0);
-        const CodesBf16 codes = chunk_codes_bf16(q + c / 2, table);
-        for (int v = 0; v < V; ++v) a[v] = codes_dot_bf16(a[v], codes, xv[v] + 2 * c);
+        CodesBf16 codes[RT];
+        for (int i = 0; i < RT; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(q[i] + c / 2 + PREFETCH_BYTES), _MM_HINT_T0);
+          codes[i] = chunk_codes_bf16(q[i] + c / 2, table);
+        }
+        // codes_dot_bf16's four steps, each x vector shared by the rows.
+        for (int v = 0; v < V; ++v)
+          for (int k = 0; k < 4; ++k) {
+            const __m512bh xk = reinterpret_cast<__m512bh>(in_register(_mm512_loadu_si512(xv[v] + 2 * c + 32 * k)));
+            for (int i = 0; i < RT; ++i) a[i][v] = _mm512_dpbf16_ps(a[i][v], k % 2 ? codes[i].odd : codes[i].even, xk);
+          }
       }
-      const __m512 scale = _mm512_set1_ps(scales[g]);
-      for (int v = 0; v < V; ++v) {
-        acc[v] = _mm512_fmadd_ps(a[v], scale, acc[v]);
-        bias[v] = std::fma(biases[g], in.sum[v][g], bias[v]);
+      for (int i = 0; i < RT; ++i) {
+        const __m512 scale = _mm512_set1_ps(w.scales[(r + i) * G + g]);
+        const float bias = w.biases[(r + i) * G + g];
+        for (int v = 0; v < V; ++v) {
+          s[i][v].acc = _mm512_fmadd_ps(a[i][v], scale, s[i][v].acc);
+          s[i][v].bias = std::fma(bias, in.sum[v][g], s[i][v].bias);
+        }
       }
     }
-    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias[v];
   }
 
   template <int V>
@@ -794,9 +852,12 @@ TPCLI_AVX2 void affine_rows_256(float* out, const View& w, const float* x, const
   }
 }
 
-// affine_rows_256 for several vectors: 16 codes widened once a step for all of them.
+// affine_rows_256 for several rows and vectors: a register tile of ROWS rows x V vectors, 16 codes
+// widened once a step for the V vectors and each x vector loaded once for the rows. acc and the
+// bias sum stay in State (memory), touched once a group, as AffineTile512: the ga/gb chains alone
+// fill the registers.
 struct AffineTile256 {
-  static constexpr int MAX_V = 4;  // ga, gb and acc per vector: 12 of the 16 registers
+  static constexpr int MAX_V = 2, ROWS = 2;  // 8 ga/gb chains, 4 widened halves, an x vector, the nibble mask
   struct State {
     __m256 acc;
     float bias;
@@ -804,42 +865,46 @@ struct AffineTile256 {
   static int64_t unit(const View& w) { return w.format.group_size; }
   static int64_t body(const View& w) { return w.cols; }
 
-  template <int V>
-  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX2 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
     const int bits = w.format.bits, GS = w.format.group_size;
     const int64_t G = w.cols / GS;
     const __m256i low4 = _mm256_set1_epi32(15);
-    const uint8_t* q = w.data + r * w.row_bytes;
-    __m256 acc[V];
-    float bias_part[V];
-    for (int v = 0; v < V; ++v) acc[v] = s[v].acc, bias_part[v] = s[v].bias;
+    const uint8_t* q[RT];
+    for (int i = 0; i < RT; ++i) q[i] = w.data + (r + i) * w.row_bytes;
     for (int64_t g = c0 / GS; g < c1 / GS; ++g) {
-      __m256 ga[V], gb[V];
-      for (int v = 0; v < V; ++v) ga[v] = gb[v] = _mm256_setzero_ps();
+      __m256 ga[RT][V], gb[RT][V];
+      for (int i = 0; i < RT; ++i)
+        for (int v = 0; v < V; ++v) ga[i][v] = gb[i][v] = _mm256_setzero_ps();
       for (int64_t c = g * GS; c < (g + 1) * GS; c += 16) {
-        __m256 v0, v1;
-        if (bits == 8) {
-          v0 = _mm256_cvtepi32_ps(bytes8_256(q + c));
-          v1 = _mm256_cvtepi32_ps(bytes8_256(q + c + 8));
-        } else {  // 4 bits
-          const __m256i b = bytes8_256(q + c / 2);
-          v0 = _mm256_cvtepi32_ps(_mm256_and_si256(b, low4));
-          v1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+        __m256 u0[RT], u1[RT];
+        for (int i = 0; i < RT; ++i) {
+          if (bits == 8) {
+            u0[i] = _mm256_cvtepi32_ps(bytes8_256(q[i] + c));
+            u1[i] = _mm256_cvtepi32_ps(bytes8_256(q[i] + c + 8));
+          } else {  // 4 bits
+            const __m256i b = bytes8_256(q[i] + c / 2);
+            u0[i] = _mm256_cvtepi32_ps(_mm256_and_si256(b, low4));
+            u1[i] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+          }
         }
         for (int v = 0; v < V; ++v) {
-          ga[v] = _mm256_fmadd_ps(v0, _mm256_loadu_ps(in.x[v] + c), ga[v]);
-          gb[v] = _mm256_fmadd_ps(v1, _mm256_loadu_ps(in.x[v] + c + 8), gb[v]);
+          const __m256 x0 = in_register(_mm256_loadu_ps(in.x[v] + c));
+          for (int i = 0; i < RT; ++i) ga[i][v] = _mm256_fmadd_ps(u0[i], x0, ga[i][v]);
+          const __m256 x1 = in_register(_mm256_loadu_ps(in.x[v] + c + 8));
+          for (int i = 0; i < RT; ++i) gb[i][v] = _mm256_fmadd_ps(u1[i], x1, gb[i][v]);
         }
       }
-      const __m256 scale = _mm256_set1_ps(w.scales[r * G + g]);
-      const float bias = w.biases[r * G + g];
-      for (int v = 0; v < V; ++v) {
-        acc[v] = _mm256_fmadd_ps(_mm256_add_ps(ga[v], gb[v]), scale, acc[v]);
-        bias_part[v] = std::fma(bias, in.sum[v][g], bias_part[v]);
+      for (int i = 0; i < RT; ++i) {
+        const __m256 scale = _mm256_set1_ps(w.scales[(r + i) * G + g]);
+        const float bias = w.biases[(r + i) * G + g];
+        for (int v = 0; v < V; ++v) {
+          s[i][v].acc = _mm256_fmadd_ps(_mm256_add_ps(ga[i][v], gb[i][v]), scale, s[i][v].acc);
+          s[i][v].bias = std::fma(bias, in.sum[v][g], s[i][v].bias);
+        }
       }
     }
-    for (int v = 0; v < V; ++v) s[v].acc = acc[v], s[v].bias = bias_part[v];
   }
 
   template <int V>
@@ -874,7 +939,8 @@ TPCLI_AVX2 void mxfp8_rows_256(float* out, const View& w, const float* x, const 
   }
 }
 
-// mxfp8_rows_256 for several vectors: 16 codes converted once a step for all of them.
+// mxfp8_rows_256 for several vectors: 16 codes converted once a step for all of them. One row a
+// step: a tile of two rows x two vectors (ga, gb per pair, acc in State) measured slower.
 struct Mxfp8Tile256 {
   static constexpr int MAX_V = 4;
   struct State {
@@ -929,10 +995,11 @@ TPCLI_AVX2 void half_rows_256(float* out, const View& w, const float* x, const f
   }
 }
 
-// half_rows_256 for several vectors: 8 weights converted once a step for all of them.
+// half_rows_256 for several rows and vectors: a register tile of ROWS rows x V vectors, as
+// F32Tile256, 8 weights converted once a step for the V vectors.
 template <bool Bf16>
 struct HalfTile256 {
-  static constexpr int MAX_V = 8;  // one chain per vector
+  static constexpr int MAX_V = 4, ROWS = 3;  // 12 running sums, 3 converted weight vectors and an x vector: the 16 registers
   struct State {
     __m256 a0;
   };
@@ -941,20 +1008,29 @@ struct HalfTile256 {
 
   static const uint16_t* row(const View& w, int64_t r) { return reinterpret_cast<const uint16_t*>(w.data + r * w.row_bytes); }
 
-  template <int V>
-  TPCLI_AVX2 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+  template <int RT, int V>
+  TPCLI_AVX2 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
     const TileInputs<V> in(vs);
-    const uint16_t* h = row(w, r);
-    __m256 a0[V];
-    for (int v = 0; v < V; ++v) a0[v] = s[v].a0;
-    for (int64_t c = c0; c < c1; c += 8) {
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + c));
-      __m256 f;
-      if constexpr (Bf16) f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-      else f = _mm256_cvtph_ps(raw);
-      for (int v = 0; v < V; ++v) a0[v] = _mm256_fmadd_ps(f, _mm256_loadu_ps(in.x[v] + c), a0[v]);
+    const uint16_t* h[RT];
+    __m256 a0[RT][V];
+    for (int i = 0; i < RT; ++i) {
+      h[i] = row(w, r + i);
+      for (int v = 0; v < V; ++v) a0[i][v] = s[i][v].a0;
     }
-    for (int v = 0; v < V; ++v) s[v].a0 = a0[v];
+    for (int64_t c = c0; c < c1; c += 8) {
+      __m256 f[RT];
+      for (int i = 0; i < RT; ++i) {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h[i] + c));
+        if constexpr (Bf16) f[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+        else f[i] = _mm256_cvtph_ps(raw);
+      }
+      for (int v = 0; v < V; ++v) {
+        const __m256 xv = in_register(_mm256_loadu_ps(in.x[v] + c));
+        for (int i = 0; i < RT; ++i) a0[i][v] = _mm256_fmadd_ps(f[i], xv, a0[i][v]);
+      }
+    }
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) s[i][v].a0 = a0[i][v];
   }
 
   template <int V>
