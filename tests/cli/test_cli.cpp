@@ -487,6 +487,30 @@ TEST_CASE("bench train: each multi-device mesh is set against its concurrent hal
                    "runs (the ceiling); use a batch divisible by 3\n");
 }
 
+TEST_CASE("infer and infer --batch print the same sampled text for the same seeded request, on 1 and 2 devices") {
+  // A prompt long enough to be prefilled in several row blocks: infer prefills it in one call, the
+  // engine in chunks of --step-tokens beside nothing else; both keep every row's own arithmetic.
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const std::string model = tpcli::testing::shared_path("data/stories260K.bin"), tok = tpcli::testing::shared_path("data/tok512.bin");
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun with her dog, and "
+      "one day she saw a big red ball in the park";
+  tpcli::testing::TempDir dir;
+  const nlohmann::json line = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0.8}, {"top_p", 0.9}, {"seed", 11}};
+  const std::string prompts = dir.write("p.jsonl", line.dump() + "\n");
+  for (const char* devices : {"1", "2"}) {
+    INFO(devices << " devices");
+    const Result batch = run({"infer", "--model", model, "-z", tok, "--batch", prompts, "--devices", devices, "--step-tokens", "16"});
+    const Result alone = run({"infer", "--model", model, "-z", tok, "-i", prompt, "-t", "0.8", "-p", "0.9", "-s", "11", "-n", "256",
+                              "--devices", devices});
+    REQUIRE(batch.code == 0);
+    REQUIRE(alone.code == 0);
+    const std::string text = nlohmann::json::parse(batch.out)["text"].get<std::string>();
+    REQUIRE(text.size() > 20);
+    CHECK(alone.out.find(prompt + text) == 0);
+  }
+}
+
 TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in input order whatever --parallel, bad lines named") {
   tpcli::testing::require_shared("data/stories260K.bin");
   const std::string model = tpcli::testing::shared_path("data/stories260K.bin"), tok = tpcli::testing::shared_path("data/tok512.bin");
