@@ -56,10 +56,18 @@ TPCLI_AVX512 void dots_tile(float* scores, int64_t ld, const float* q, int64_t l
       for (int r = 0; r < RT; ++r) acc[r * JT + j] = _mm512_mask3_fmadd_ps(qv[r], k, acc[r * JT + j], m);
     }
   }
-  float sums[RT * JT + 16];
-  for (int at = 0; at < RT * JT; at += 16) sums16_512(sums + at, acc + at, std::min(16, RT * JT - at));
-  for (int r = 0; r < RT; ++r)
-    for (int j = 0; j < JT; ++j) scores[(r0 + r) * ld + j0 + j] = sums[r * JT + j] / divisor;
+  static_assert(RT * JT <= 16);
+  __m512 all[16];
+  for (int t = 0; t < 16; ++t) all[t] = t < RT * JT ? acc[t] : _mm512_setzero_ps();
+  const __m512 sums = _mm512_div_ps(sums16_512(all), _mm512_set1_ps(divisor));  // lane r * JT + j
+  if constexpr (JT == 16 || JT == 4) {
+    for (int r = 0; r < RT; ++r) _mm512_mask_storeu_ps(scores + (r0 + r) * ld + j0 - r * JT, __mmask16(((1u << JT) - 1) << (r * JT)), sums);
+  } else {
+    float each[16];
+    _mm512_storeu_ps(each, sums);
+    for (int r = 0; r < RT; ++r)
+      for (int j = 0; j < JT; ++j) scores[(r0 + r) * ld + j0 + j] = each[r * JT + j];
+  }
 }
 
 // Query rows [r0, r0 + RT) over every cache row: JT at a time, then one at a time.

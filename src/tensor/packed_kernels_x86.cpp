@@ -245,32 +245,35 @@ struct F32Tile512 {
       for (int v = 0; v < V; ++v) s[i][v].a = a[i][v];
   }
 
-  // finish for rn rows at once (tile_rows calls it when FINISHES_ROWS is declared): the masked
-  // tails, then the reductions sixteen sums at a time (sums16_512), then the scalar tails.
+  // finish for rn <= 16 rows at once (tile_rows calls it when FINISHES_ROWS is declared): the
+  // masked tails, then per vector the rows' sixteen reductions together (sums16_512), whose lanes
+  // are the vector's consecutive outputs, then any scalar tails.
   static constexpr bool FINISHES_ROWS = true;
   template <int V>
   TPCLI_AVX512 static void finish_rows(float* out, int64_t ld_out, State (*s)[V], int64_t rn, const View& w, int64_t r,
                                        const Vectors& vs) {
+    static_assert(STATE_ROWS == 16);
     const TileInputs<V> in(vs);
     const int64_t k = w.cols, p = body(w);
     const auto* rows = reinterpret_cast<const float*>(w.data) + r * k;
-    __m512 a[STATE_ROWS * V];
-    for (int64_t i = 0; i < rn; ++i)
-      for (int v = 0; v < V; ++v) {
-        a[i * V + v] = s[i][v].a;
-        if (MaskedTail && p < k) {
-          const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
-          a[i * V + v] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, rows + i * k + p), _mm512_maskz_loadu_ps(mk, in.x[v] + p),
-                                         a[i * V + v]);
-        }
+    const __mmask16 filled = static_cast<__mmask16>((1u << rn) - 1);
+    for (int v = 0; v < V; ++v) {
+      __m512 a[16];
+      for (int64_t i = 0; i < 16; ++i) a[i] = i < rn ? s[i][v].a : _mm512_setzero_ps();
+      if (MaskedTail && p < k) {
+        const __mmask16 mk = static_cast<__mmask16>((1u << (k - p)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(mk, in.x[v] + p);
+        for (int64_t i = 0; i < rn; ++i) a[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, rows + i * k + p), xv, a[i]);
       }
-    float sums[STATE_ROWS * V + 16];
-    for (int64_t j = 0; j < rn * V; j += 16) sums16_512(sums + j, a + j, std::min<int64_t>(16, rn * V - j));
-    for (int64_t i = 0; i < rn; ++i)
-      for (int v = 0; v < V; ++v) {
-        const float sum = sums[i * V + v];
-        out[v * ld_out + i] = MaskedTail ? sum : f32_tail(sum, rows + i * k, in.x[v], p, k);
+      const __m512 sums = sums16_512(a);
+      if (MaskedTail || p == k) {
+        _mm512_mask_storeu_ps(out + v * ld_out, filled, sums);
+        continue;
       }
+      float each[16];
+      _mm512_storeu_ps(each, sums);
+      for (int64_t i = 0; i < rn; ++i) out[v * ld_out + i] = f32_tail(each[i], rows + i * k, in.x[v], p, k);
+    }
   }
 };
 
