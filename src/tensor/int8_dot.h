@@ -13,9 +13,8 @@
 //   out[r]     = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))
 // Every instruction set computes the same integers and exactly this float sequence, so the plain
 // C++, AVX2 and AVX-512 kernels give bit-identical outputs (TPCLI_ISA changes no token). Each group
-// is quantized from its own values only, so a column shard quantizes its groups as one device
-// would; but the all-reduced partial sums round differently from the one-device sum, and the next
-// layer's int8 rounding can amplify that (why the path is opt-in: tensor/packed_matrix.h).
+// is quantized from its own values only, so a column shard (whole groups) quantizes its groups as
+// one device would.
 #pragma once
 
 #include <cstdint>
