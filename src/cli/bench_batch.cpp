@@ -1,5 +1,6 @@
 // tpcli bench batch --model PATH [--devices N | --mesh model=N] [--threads T] [--formats f32,8,4]
-//                   [--group-size G] [--kv-dtype f32|bf16|f16] --npp 128 --ntg 64 --npl 1,2,4,8,16,32
+//                   [--group-size G] [--int8-activations] [--kv-dtype f32|bf16|f16] --npp 128 --ntg 64
+//                   --npl 1,2,4,8,16,32
 // llama.cpp's llama-batched-bench for tpcli, with its column names, so the two tools' tables sit
 // side by side: for each B of --npl, the batched engine (model/batch_engine.h) prefills B prompts of
 // --npp random tokens (one step over all B prompts) then decodes --ntg tokens of each together
@@ -27,6 +28,7 @@
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "tensor/blas.h"
+#include "tensor/packed_matrix.h"
 
 namespace tpcli::cli {
 
@@ -39,6 +41,7 @@ struct BatchFlags {
   int threads = 0;  // per device; 0 = cores / devices (at least 1)
   std::string formats = "f32";
   int group_size = 64;
+  bool int8_activations = false;  // tensor::set_int8_activations: the 8- and 4-bit tables
   int npp = 128, ntg = 64;
   std::vector<int> npl{1, 2, 4, 8, 16, 32};
   std::string kv_dtype = "f32";
@@ -114,10 +117,19 @@ void print_ceiling(const model::WeightSource& weights, const dist::Mesh& mesh, c
   }
 }
 
+// "f32 (as stored)", "affine 4-bit g64", "affine 4-bit g64 int8x" (int8 activations).
+std::string table_name(const std::string& format_flag, const BatchFlags& f) {
+  if (format_flag == "f32") return "f32 (as stored)";
+  const tensor::WeightFormat format = *parse_quantize_flag(format_flag, f.group_size);
+  const bool int8x = f.int8_activations && format.kind == tensor::WeightKind::Affine && (format.bits == 8 || format.bits == 4);
+  return format.name() + (int8x ? " int8x" : "");
+}
+
 void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
   const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh);
+  tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& c = opened.weights->config();
   if (f.npp < 1 || f.ntg < 1 || f.npp + f.ntg > c.seq_len)
     throw UsageError("--npp " + std::to_string(f.npp) + " + --ntg " + std::to_string(f.ntg) + " must be >= 2 and fit seq_len = " +
@@ -137,7 +149,7 @@ void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
     const model::WeightSource& weights = converted ? *converted : *opened.weights;
     std::printf("\n%s\n|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
                 "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n",
-                name == "f32" ? "f32 (as stored)" : parse_quantize_flag(name, f.group_size)->name().c_str());
+                table_name(name, f).c_str());
     int64_t kv_bytes = 0;
     for (int B : f.npl) {
       const PhaseSeconds s = time_batch(weights, mesh, f, B, threads);
@@ -159,6 +171,7 @@ void setup_bench_batch(CLI::App& sub) {
   sub.add_option("--threads", f->threads, "compute threads per device (default: cores / devices, at least 1)");
   sub.add_option("--formats", f->formats, "weight formats, one table each: f32, bf16, f16, 8, 4, mxfp8")->capture_default_str();
   sub.add_option("--group-size", f->group_size, "group size of the quantized formats")->capture_default_str();
+  add_int8_activations_flag(sub, f->int8_activations);
   sub.add_option("--npp", f->npp, "prompt tokens per sequence")->capture_default_str();
   sub.add_option("--ntg", f->ntg, "generated tokens per sequence")->capture_default_str();
   sub.add_option("--npl", f->npl, "batch sizes (sequences at once)")->delimiter(',')->capture_default_str();

@@ -305,7 +305,7 @@ void setup_infer(CLI::App& sub) {
   sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
   sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", flags->group_size, "affine group size with --quantize: 32, 64, 128")->capture_default_str();
-  sub.add_flag("--int8-activations", flags->int8_activations, "8- and 4-bit affine weights: quantize activations to int8 per group in decode (integer dot products; greedy tokens may differ between device counts)");
+  add_int8_activations_flag(sub, flags->int8_activations);
   sub.callback([flags, run_flags] { run_infer(*flags, *run_flags); });
 }
 

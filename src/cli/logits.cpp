@@ -1,5 +1,5 @@
 // tpcli logits --model PATH --tokens 5,17,3 [--devices N | --mesh [expert=E,]model=N] [--backend threads|zmq|mpi]
-//              [--dtype auto|f32] [--context N] [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]]
+//              [--dtype auto|f32] [--context N] [--quantize 4|8|mxfp8|bf16|f16 [--group-size G]] [--int8-activations]
 // PATH: a llama2.c .bin, a tpcli .safetensors, or a Hugging Face model directory.
 // The logits of every position of a prompt given as token ids (fed exactly, no BOS added), for
 // comparing tpcli with transformers or llama.cpp on the same ids: line p of stdout holds the V
@@ -21,6 +21,7 @@
 #include "distributed/runtime.h"
 #include "distributed/select_backend.h"
 #include "model/llama.h"
+#include "tensor/packed_matrix.h"
 
 namespace tpcli::cli {
 
@@ -34,6 +35,7 @@ struct LogitsFlags {
   int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)
   std::string quantize;        // "" = as stored
   int group_size = 64;
+  bool int8_activations = false;  // tensor::set_int8_activations
 };
 
 // logits [P, V], one line per position.
@@ -56,6 +58,7 @@ void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   apply_adapter(opened, f.adapter);
+  tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   const std::vector<int> tokens = parse_token_ids("--tokens", f.tokens, config.vocab_size, config.seq_len);
 
@@ -94,6 +97,7 @@ void setup_logits(CLI::App& sub) {
                  "directories: at most 8192)");
   sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", flags->group_size, "affine group size with --quantize: 32, 64, 128")->capture_default_str();
+  add_int8_activations_flag(sub, flags->int8_activations);
   sub.callback([flags, run_flags] { run_logits(*flags, *run_flags); });
 }
 

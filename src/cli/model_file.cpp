@@ -150,6 +150,12 @@ void add_adapter_flag(CLI::App& sub, std::string& dir) {
   sub.add_option("--adapter", dir, "LoRA adapter folder in Hugging Face PEFT's format, applied unmerged");
 }
 
+void add_int8_activations_flag(CLI::App& sub, bool& on) {
+  sub.add_flag("--int8-activations", on,
+               "8- and 4-bit affine weights: quantize activations to int8 per group and multiply integers (other "
+               "formats unchanged)");
+}
+
 void apply_adapter(OpenedModel& opened, const std::string& dir) {
   if (dir.empty()) return;
   try {

@@ -69,6 +69,9 @@ void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context
 void add_adapter_flag(CLI::App& sub, std::string& dir);
 void apply_adapter(OpenedModel& opened, const std::string& dir);
 
+// --int8-activations (tensor::set_int8_activations), one wording for every command that loads weights.
+void add_int8_activations_flag(CLI::App& sub, bool& on);
+
 // `--out FILE` of a command that writes one file (export --to llama2c, quantize), checked before
 // the model loads: UsageError when FILE is a folder, when it is `input` (the same file by device and
 // inode, whatever the path: a hard link or a symlink counts; for a model folder, any file directly

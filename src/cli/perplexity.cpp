@@ -1,5 +1,5 @@
 // tpcli perplexity --model M --data FILE [-z TOKENIZER] [--devices N] [--quantize ...] [-c CTX] [--windows K]
-//                  [--decode [--int8-activations]] [--kv-dtype f32|bf16|f16]
+//                  [--decode] [--int8-activations] [--kv-dtype f32|bf16|f16]
 // M: a llama2.c .bin, a tpcli .safetensors or a Hugging Face model directory.
 // llama.cpp's llama-perplexity for this tool: the text is tokenized once and cut into
 // non-overlapping windows of seq_len (or -c) tokens; each window's tokens predict the next one (the first
@@ -40,7 +40,7 @@ struct PerplexityFlags {
   std::string quantize;
   int group_size = 64;
   bool decode = false;  // token by token through the decode path instead of the batched forward
-  bool int8_activations = false;  // with --decode: tensor::set_int8_activations
+  bool int8_activations = false;  // tensor::set_int8_activations
   std::string kv_dtype = "f32";
 };
 
@@ -66,7 +66,6 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_adapter(opened, f.adapter);
-  if (f.int8_activations && !f.decode) throw UsageError("--int8-activations: applies to --decode only (the batched forward multiplies f32 activations)");
   tensor::set_int8_activations(f.int8_activations);
   std::string text;
   try {
@@ -117,7 +116,7 @@ void setup_perplexity(CLI::App& sub) {
   add_kv_dtype_flag(sub, f->kv_dtype);
   sub.add_flag("--decode", f->decode,
                "feed each window token by token through the decode path (matrix-vector kernels) instead of the batched forward");
-  sub.add_flag("--int8-activations", f->int8_activations, "8- and 4-bit affine weights: quantize activations to int8 per group in decode (integer dot products; greedy tokens may differ between device counts); with --decode");
+  add_int8_activations_flag(sub, f->int8_activations);
   sub.callback([f, run_flags] { run_perplexity(*f, *run_flags); });
 }
 

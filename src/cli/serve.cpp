@@ -24,6 +24,7 @@
 #include "model/weights.h"
 #include "serve/api_request.h"
 #include "serve/http_server.h"
+#include "tensor/packed_matrix.h"
 
 namespace tpcli::cli {
 
@@ -46,6 +47,7 @@ struct ServeFlags {
   std::string model, tokenizer, template_name, model_name, dtype = "auto", quantize, kv_memory, kv_dtype = "f32";
   std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   int group_size = 64, context = 0, max_queue = 256, grace = 10;
+  bool int8_activations = false;  // tensor::set_int8_activations
   serve::ServerOptions server;
   model::EngineOptions engine = serving_engine();
 };
@@ -139,6 +141,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   apply_adapter(opened, f.adapter);
+  tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   try {
     model::kv_pool_blocks(config, mesh.axis_size("model"), mesh.size(), service_options.engine);
@@ -233,6 +236,7 @@ void setup_serve(CLI::App& sub) {
   sub.add_option("--context", flags->context, "positions a sequence may reach, at most the model's (0: the model's)");
   sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", flags->group_size, "affine group size with --quantize")->capture_default_str();
+  add_int8_activations_flag(sub, flags->int8_activations);
   sub.callback([flags, run_flags] { run_serve(*flags, *run_flags); });
 }
 

@@ -13,9 +13,8 @@
 //   out[r]     = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))
 // Every instruction set computes the same integers and exactly this float sequence, so the plain
 // C++, AVX2 and AVX-512 kernels give bit-identical outputs (TPCLI_ISA changes no token). Each group
-// is quantized from its own values only, so a column shard quantizes its groups as one device
-// would; but the all-reduced partial sums round differently from the one-device sum, and the next
-// layer's int8 rounding can amplify that (why the path is opt-in: tensor/packed_matrix.h).
+// is quantized from its own values only, so a column shard (whole groups) quantizes its groups as
+// one device would.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +41,11 @@ struct Int8Kernel {
   bool nibble_order = false;  // wants QuantizedInput in nibble order
   // out[i - r0] for rows [r0, r1)
   void (*rows)(float* out, const View& w, const QuantizedInput& x, int64_t r0, int64_t r1) = nullptr;
+  // Optional (nullptr: `rows` once per vector). B vectors x[B]: out[v * ld_out + i - r0] is bit for
+  // bit what `rows` gives x[v] alone (the integers are exact and each (row, vector) keeps the float
+  // sequence above), but each chunk of codes is loaded, and unpacked, once for several vectors.
+  void (*rows_batch)(float* out, int64_t ld_out, const View& w, const QuantizedInput* x, int64_t B, int64_t r0,
+                     int64_t r1) = nullptr;
 };
 
 // Affine 8-bit and 4-bit (any group size) only; `rows` is nullptr for other formats, or when the
@@ -53,6 +57,10 @@ Int8Kernel int8_kernel_for(const WeightFormat& format, Isa isa);
 
 // out[n] = rows [row0, row0 + n) of w times x, split over threads as run_rows (packed_kernels.h).
 void run_int8_rows(const Int8Kernel& k, float* out, const View& w, const QuantizedInput& x, int64_t row0, int64_t n);
+// B vectors: out[v * ld_out + i] = row row0 + i of w times x[v], in the row blocks of run_int8_rows,
+// a few rows at a time over all B vectors (each row's codes read from memory once for the batch).
+void run_int8_rows_batch(const Int8Kernel& k, float* out, int64_t ld_out, const View& w, const QuantizedInput* x,
+                         int64_t B, int64_t row0, int64_t n);
 
 // The formats the integer kernels cover.
 inline bool int8_matvec_format(const WeightFormat& f) {

@@ -244,23 +244,139 @@ TPCLI_VNNI void int8_rows_512(float* out, const View& w, const QuantizedInput& x
   }
 }
 
+// ---- AVX-512 VNNI, several vectors per row ----
+// A tile is one row and 2 * NP vectors: each chunk of codes is loaded (and unpacked) once and
+// multiplied with every vector's activations. Vectors go in pairs, [u | v] in the two halves of
+// a register where int8_rows_512 has rows [a | b], so every lane does the float work it does there.
+// The groups' integer sums are reduced as soon as a pair of groups is done, not after all 8, which
+// keeps 4 vectors' partial sums in registers (integer adds: the reduction order changes no bit).
+
+// acc[n] += codes x xq[n] over one chunk (all 64 columns, or the first 32 when `half`).
+template <int Bits, int NV>
+TPCLI_VNNI TPCLI_INLINE void chunk_dots_batch_512(__m512i* acc, const uint8_t* row, const int8_t* const* xq, int64_t chunk,
+                                                 bool half) {
+  const __m512i codes = chunk_codes_512<Bits>(row + chunk * (64 * Bits / 8), half);
+  for (int n = 0; n < NV; ++n) acc[n] = _mm512_dpbusd_epi32(acc[n], codes, chunk_input_512(xq[n] + chunk * 64, half));
+}
+
+// d[n] = the 16 lanes of unit j of the block at group g0, for vector n: a group when GS >= 64, a
+// chunk of two groups of 32 otherwise; 0 past the block's count groups.
+template <int Bits, int GS, int NV>
+TPCLI_VNNI TPCLI_INLINE void unit_dots_batch_512(__m512i* d, const uint8_t* row, const int8_t* const* xq, int64_t g0,
+                                                int count, int j) {
+  for (int n = 0; n < NV; ++n) d[n] = _mm512_setzero_si512();
+  if constexpr (GS >= 64) {
+    if (j >= count) return;
+    for (int k = 0; k < GS / 64; ++k) chunk_dots_batch_512<Bits, NV>(d, row, xq, (g0 + j) * (GS / 64) + k, false);
+  } else {
+    if (2 * j >= count) return;
+    chunk_dots_batch_512<Bits, NV>(d, row, xq, g0 / 2 + j, 2 * j + 1 >= count);
+  }
+}
+
+// Per vector n, the lanes reduce_halves8 leaves for its units of the block at group g0.
+template <int Bits, int GS, int NV>
+TPCLI_VNNI TPCLI_INLINE void group_halves_batch_512(__m512i* halves, const uint8_t* row, const int8_t* const* xq,
+                                                   int64_t g0, int count) {
+  constexpr int UNITS = GS >= 64 ? 8 : 4;  // per block of 8 groups
+  __m512i quads[UNITS / 4][NV];
+  for (int h = 0; h < UNITS / 4; ++h) {
+    __m512i pairs[2][NV];
+    for (int p = 0; p < 2; ++p) {
+      __m512i a[NV], b[NV];
+      unit_dots_batch_512<Bits, GS, NV>(a, row, xq, g0, count, 4 * h + 2 * p);
+      unit_dots_batch_512<Bits, GS, NV>(b, row, xq, g0, count, 4 * h + 2 * p + 1);
+      for (int n = 0; n < NV; ++n) pairs[p][n] = sum_pairs(a[n], b[n]);
+    }
+    for (int n = 0; n < NV; ++n) quads[h][n] = sum_quads(pairs[0][n], pairs[1][n]);
+  }
+  for (int n = 0; n < NV; ++n) {
+    if constexpr (UNITS == 8) halves[n] = sum_lane_pairs(quads[0][n], quads[1][n]);
+    else halves[n] = quads[0][n];
+  }
+}
+
+// [acc_u | acc_v] += [t[r, g0 + j] for u | for v]: add_terms_512 with one row's scales and biases
+// and two vectors' activations.
+TPCLI_VNNI TPCLI_INLINE __m512 add_terms_pair_512(__m512 acc, __m512i idot, const float* scales, const float* biases,
+                                                 const QuantizedInput& u, const QuantizedInput& v, int64_t g0, int count) {
+  const __m512 s = _mm512_broadcast_f32x8(row_floats(scales + g0, count));
+  const __m512 b = _mm512_broadcast_f32x8(row_floats(biases + g0, count));
+  const __m512 xs = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(u.xscale.data() + g0)),
+                                       _mm256_loadu_ps(v.xscale.data() + g0), 1);
+  const __m512 xsum = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(u.xsum.data() + g0)),
+                                         _mm256_loadu_ps(v.xsum.data() + g0), 1);
+  const __m512 t = _mm512_fmadd_ps(s, _mm512_mul_ps(xs, _mm512_cvtepi32_ps(idot)), _mm512_mul_ps(b, xsum));
+  return _mm512_add_ps(acc, t);
+}
+
+// Rows [r0, r1) times the 2 * NP vectors x[0 .. 2 * NP).
+template <int Bits, int GS, int NP>
+TPCLI_VNNI void int8_tile_512(float* out, int64_t ld_out, const View& w, const QuantizedInput* x, int64_t r0, int64_t r1) {
+  constexpr int NV = 2 * NP;
+  const int64_t G = w.cols / GS;
+  const int8_t* xq[NV];
+  for (int n = 0; n < NV; ++n) xq[n] = x[n].xq.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    const float *scales = w.scales + r * G, *biases = w.biases + r * G;
+    __m512 acc[NP];
+    for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < G; g0 += 8) {
+      const int count = static_cast<int>(std::min<int64_t>(8, G - g0));
+      __m512i halves[NV];
+      group_halves_batch_512<Bits, GS, NV>(halves, row, xq, g0, count);
+      for (int p = 0; p < NP; ++p) {
+        __m512i idot = sum_lane_pairs(halves[2 * p], halves[2 * p + 1]);
+        if constexpr (GS == 32) {  // groups [0 2 4 6 1 3 5 7] per vector, as in group_dots_512
+          const __m512i natural = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+          idot = _mm512_permutexvar_epi32(natural, idot);
+        }
+        acc[p] = add_terms_pair_512(acc[p], idot, scales, biases, x[2 * p], x[2 * p + 1], g0, count);
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      out[2 * p * ld_out + r - r0] = sum8(_mm512_castps512_ps256(acc[p]));
+      out[(2 * p + 1) * ld_out + r - r0] = sum8(_mm512_extractf32x8_ps(acc[p], 1));
+    }
+  }
+}
+
+// Tiles of 4 vectors, then 2, then a lone one through int8_rows_512.
+template <int Bits, int GS>
+TPCLI_VNNI void int8_rows_batch_512(float* out, int64_t ld_out, const View& w, const QuantizedInput* x, int64_t B,
+                                    int64_t r0, int64_t r1) {
+  int64_t v = 0;
+  for (; v + 4 <= B; v += 4) int8_tile_512<Bits, GS, 2>(out + v * ld_out, ld_out, w, x + v, r0, r1);
+  if (v + 2 <= B) {
+    int8_tile_512<Bits, GS, 1>(out + v * ld_out, ld_out, w, x + v, r0, r1);
+    v += 2;
+  }
+  if (v < B) int8_rows_512<Bits, GS>(out + v * ld_out, w, x[v], r0, r1);
+}
+
 template <template <int, int> class Rows>
 Int8Kernel pick(const WeightFormat& f, bool nibble_order) {
-  using Fn = void (*)(float*, const View&, const QuantizedInput&, int64_t, int64_t);
-  Fn fn = nullptr;
-  const int gs = f.group_size;
-  if (f.bits == 8) fn = gs == 32 ? Rows<8, 32>::fn : gs == 64 ? Rows<8, 64>::fn : Rows<8, 128>::fn;
-  else fn = gs == 32 ? Rows<4, 32>::fn : gs == 64 ? Rows<4, 64>::fn : Rows<4, 128>::fn;
-  return {nibble_order && f.bits == 4, fn};
+  const auto by_group = [&](auto k8_32, auto k8_64, auto k8_128, auto k4_32, auto k4_64, auto k4_128) {
+    const int gs = f.group_size;
+    if (f.bits == 8) return gs == 32 ? k8_32 : gs == 64 ? k8_64 : k8_128;
+    return gs == 32 ? k4_32 : gs == 64 ? k4_64 : k4_128;
+  };
+  return {nibble_order && f.bits == 4,
+          by_group(Rows<8, 32>::fn, Rows<8, 64>::fn, Rows<8, 128>::fn, Rows<4, 32>::fn, Rows<4, 64>::fn, Rows<4, 128>::fn),
+          by_group(Rows<8, 32>::batch, Rows<8, 64>::batch, Rows<8, 128>::batch, Rows<4, 32>::batch, Rows<4, 64>::batch,
+                   Rows<4, 128>::batch)};
 }
 
 template <int Bits, int GS>
 struct Rows256 {
   static constexpr auto fn = int8_rows_256<Bits, GS>;
+  static constexpr decltype(Int8Kernel::rows_batch) batch = nullptr;
 };
 template <int Bits, int GS>
 struct Rows512 {
   static constexpr auto fn = int8_rows_512<Bits, GS>;
+  static constexpr auto batch = int8_rows_batch_512<Bits, GS>;
 };
 
 bool cpu_has_vnni() { return __builtin_cpu_supports("avx512vnni"); }

@@ -134,6 +134,22 @@ void run_int8_rows(const Int8Kernel& k, float* out, const View& w, const Quantiz
   for_row_blocks(w, n, [&](int64_t a, int64_t b) { k.rows(out + a, w, x, row0 + a, row0 + b); });
 }
 
+void run_int8_rows_batch(const Int8Kernel& k, float* out, int64_t ld_out, const View& w, const QuantizedInput* x,
+                         int64_t B, int64_t row0, int64_t n) {
+  // 16 rows' codes stay in L1 while the batch's vectors go through them (x is a byte per column).
+  constexpr int64_t ROWS = 16;
+  for_row_blocks(w, n, [&](int64_t a, int64_t b) {
+    for (int64_t c0 = a; c0 < b; c0 += ROWS) {
+      const int64_t c1 = std::min(b, c0 + ROWS);
+      if (k.rows_batch && B > 1) {
+        k.rows_batch(out + c0, ld_out, w, x, B, row0 + c0, row0 + c1);
+        continue;
+      }
+      for (int64_t v = 0; v < B; ++v) k.rows(out + v * ld_out + c0, w, x[v], row0 + c0, row0 + c1);
+    }
+  });
+}
+
 }  // namespace kernels
 
 PackedMatrix PackedMatrix::from_f32(const float* w, int64_t rows, int64_t cols, WeightFormat format) {
@@ -302,12 +318,17 @@ void PackedMatrix::matvec_batch(float* out, int64_t ld_out, const float* x, int6
                             std::to_string(n) + ") outside " + std::to_string(rows_));
   if (n == 0 || B == 0) return;
   const int64_t ld = ld_out ? ld_out : n;
-  if (int8_activations() && kernels::int8_matvec_format(format_)) {  // each vector quantized on its own
-    for (int64_t v = 0; v < B; ++v) matvec(out + v * ld, x + v * cols_, row0, n, isa);
-    return;
-  }
   const kernels::View view{format_, cols_, row_bytes(), row_data(0), scales_.data(), biases_.data(),
                            scale_bytes_.data()};
+  if (int8_activations() && kernels::int8_matvec_format(format_)) {  // each vector quantized on its own, as matvec does
+    const kernels::Int8Kernel k = kernels::int8_kernel_for(format_, isa);
+    thread_local std::vector<kernels::QuantizedInput> xq;  // [B]
+    if (static_cast<int64_t>(xq.size()) < B) xq.resize(static_cast<size_t>(B));
+    for (int64_t v = 0; v < B; ++v)
+      kernels::quantize_input(xq[static_cast<size_t>(v)], x + v * cols_, cols_, format_.group_size, k.nibble_order);
+    kernels::run_int8_rows_batch(k, out, ld, view, xq.data(), B, row0, n);
+    return;
+  }
   const kernels::MatvecKernel k = kernels::kernel_for(format_, isa);
   thread_local std::vector<float> xp, xsum;  // [B, K] the vectors in the kernel's order, [B, G] group sums
   const float* xk = x;

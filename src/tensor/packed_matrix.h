@@ -48,14 +48,13 @@ struct Columns {
   int64_t offset = 0, count = 0;
 };
 
-// Decode of 8- and 4-bit affine weights with int8 activations (llama.cpp's q8_0 scheme; the
-// integer kernels of tensor/int8_dot.h): matvec quantizes x per group to int8 and multiplies
-// integers. Off by default: it has not measured faster than the kernels it would replace (figures
-// in BENCHMARKS.md, Kernel design notes), and it is not split-invariant: x rounded to 8 bits
-// turns a one-ulp difference in the residual stream (another device count sums the
-// sharded-to-all partials in another order) into a different code now and then, and that grows
-// into different greedy tokens on 1 and n devices. Every instruction set gives bit-identical
-// results. Process-wide; set before decoding starts.
+// 8- and 4-bit affine weights with int8 activations (llama.cpp's q8_0 scheme; the integer kernels
+// of tensor/int8_dot.h): matvec and matvec_batch quantize each x per group to int8 and multiply
+// integers, batch-invariant as the float kernels are. Split-invariant where the float path is (the
+// sharded-to-all layers' lanes are whole groups, each quantized from its own values; the lanes' sums
+// keep their fixed tree: tests/model/test_split_invariance.cpp). Every instruction set gives
+// bit-identical results. Off by default (figures in BENCHMARKS.md). Process-wide; set before
+// the model runs.
 void set_int8_activations(bool on);
 bool int8_activations();
 

@@ -1,7 +1,7 @@
 // model/: fixed-order sums across the split (issue 31). wo and w2 add their input columns in lanes
 // as a balanced tree that the all_sum continues, so a model on 1, 2, 4 or 8 devices gives the
-// same logits byte for byte, prefilled or decoded, in f32, bf16, 8-bit, 4-bit and mxfp8; a mesh
-// whose split cannot fall on the tree says so (split_invariant).
+// same logits byte for byte, prefilled or decoded, in f32, bf16, 8-bit, 4-bit (also with int8
+// activations) and mxfp8; a mesh whose split cannot fall on the tree says so (split_invariant).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -66,6 +66,31 @@ TEST_CASE("split invariance: 1, 2, 4 and 8 devices give the same logits byte for
       CHECK(same_bytes(many.decode, one.decode));
     }
     CHECK_FALSE(model::split_invariant(*w, 3));  // 8 heads do not fall on the tree over 3
+  }
+}
+
+// Each lane of wo and w2 is its own matrix of whole groups, so int8 activations quantize the same
+// groups of the same values on any device count, and the lanes' sums keep their fixed tree.
+TEST_CASE("split invariance: int8 activations give the same logits on 1, 2, 4 and 8 devices", "[llama][split]") {
+  const model::LlamaConfig c = make_config(256, 8, 8, 512, 2, 67, false);
+  const model::TensorWeights f32 = random_weights(c, 61);
+  const std::vector<int> tokens = random_tokens(11, c.vocab_size, 3);
+  struct Int8On {
+    Int8On() { tensor::set_int8_activations(true); }
+    ~Int8On() { tensor::set_int8_activations(false); }
+  } on;
+  for (const tensor::WeightFormat& f :
+       {tensor::WeightFormat::affine(8, 32), tensor::WeightFormat::affine(4, 32), tensor::WeightFormat::affine(4, 64)}) {
+    const model::ConvertedWeights w(f32, f);
+    const Logits one = logits_on(w, 1, tokens);
+    for (int devices : {2, 4, 8}) {
+      if (devices == 8 && f.group_size == 64) continue;  // wo's lanes of 32 columns: not whole groups
+      INFO(f.name() << " on " << devices << " devices");
+      const Logits many = logits_on(w, devices, tokens);
+      CHECK(many.split_invariant);
+      CHECK(same_bytes(many.prefill, one.prefill));
+      CHECK(same_bytes(many.decode, one.decode));
+    }
   }
 }
 

@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "support/isas.h"
+#include "tensor/blas.h"
 #include "tensor/int8_dot.h"
 #include "tensor/packed_matrix.h"
 
@@ -152,5 +154,54 @@ TEST_CASE("int8 matvec: the activation rounding costs at most half a step per co
         for (int64_t r = 0; r < R; ++r) CHECK(!std::isfinite(out[size_t(r)]));
       }
     }
+  }
+}
+
+// The batched integer kernel (int8_dot.h rows_batch) tiles 4 and 2 vectors over one row at a time:
+// every batch size from 1 to 17 (tiles and their tails), blocks of 8 groups and a tail block,
+// row ranges that are not multiples of 4, each vector memcmp-equal to the plain C++ matvec of it alone.
+TEST_CASE("int8 matvec_batch: every vector gets the single-vector bits, in every kernel set",
+          "[tensor][quant][kernels][batch]") {
+  const Int8ActivationsOn on;
+  std::mt19937 rng(17);
+  for (const WeightFormat& f : int8_formats())
+    for (int64_t G : {11, 3}) {
+      const int64_t R = 13, K = G * f.group_size;
+      const auto w = normal_floats(rng, size_t(R * K), 0.05f);
+      const auto x = normal_floats(rng, size_t(17 * K), 1.0f);
+      const PackedMatrix m = PackedMatrix::from_f32(w.data(), R, K, f);
+      std::vector<float> alone(size_t(17 * R));  // [17, R] each vector alone, plain C++
+      for (int64_t v = 0; v < 17; ++v) m.matvec(alone.data() + v * R, x.data() + v * K, 0, R, Isa::Scalar);
+      for (Isa isa : isas_here())
+        for (int64_t B = 1; B <= 17; ++B)
+          for (auto [row0, n] : {std::pair<int64_t, int64_t>{0, R}, std::pair<int64_t, int64_t>{5, 7}}) {
+            INFO(f.name() << ", " << G << " groups, " << isa_name(isa) << ", B " << B << ", rows " << row0 << "+" << n);
+            const int64_t ld = n + 3;  // an output stride wider than the rows
+            std::vector<float> out(size_t(B * ld), NAN);
+            m.matvec_batch(out.data(), ld, x.data(), B, row0, n, isa);
+            for (int64_t v = 0; v < B; ++v)
+              CHECK(std::memcmp(out.data() + v * ld, alone.data() + v * R + row0, size_t(n) * sizeof(float)) == 0);
+          }
+    }
+}
+
+// A matrix large enough to be split over threads: each thread's row block through the batched kernel.
+TEST_CASE("int8 matvec_batch: the same bits over 2 threads", "[tensor][quant][kernels][batch]") {
+  const Int8ActivationsOn on;
+  std::mt19937 rng(19);
+  const int64_t R = 1030, K = 1024, B = 7;
+  const auto w = normal_floats(rng, size_t(R * K), 0.05f);
+  const auto x = normal_floats(rng, size_t(B * K), 1.0f);
+  for (const WeightFormat& f : {WeightFormat::affine(8, 64), WeightFormat::affine(4, 32)}) {
+    const PackedMatrix m = PackedMatrix::from_f32(w.data(), R, K, f);
+    std::vector<float> alone(size_t(B * R)), out(size_t(B * R));
+    for (int64_t v = 0; v < B; ++v) m.matvec(alone.data() + v * R, x.data() + v * K, 0, R, Isa::Scalar);
+    set_blas_threads(2);
+    for (Isa isa : isas_here()) {
+      INFO(f.name() << ", " << isa_name(isa));
+      m.matvec_batch(out.data(), 0, x.data(), B, 0, R, isa);
+      CHECK(std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)) == 0);
+    }
+    set_blas_threads(1);
   }
 }
