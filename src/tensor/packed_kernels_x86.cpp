@@ -212,7 +212,7 @@ TPCLI_AVX512 void f32_rows_512(float* out, const View& w, const float* x, const 
 
 // f32_rows_512 for several vectors, one kind of its rows: the first 4 * (n / 4) (MaskedTail: the
 // 16-lane chain ends in a masked vector) or the last n % 4 (f32_dot_512: the sum, then a scalar tail).
-// It prefetches the next row's block as it goes: rows read a column block at a time are 16 short
+// It prefetches the next rows' block as it goes: rows read a column block at a time are 16 short
 // streams the hardware prefetchers do not follow (4096 x 4096 from memory, 4 and 16 vectors: 27-45
 // GF/s without, 49-51 with).
 template <bool MaskedTail>
@@ -233,9 +233,13 @@ struct F32Tile512 {
       row[i] = reinterpret_cast<const float*>(w.data) + (r + i) * w.cols;
       for (int v = 0; v < V; ++v) a[i][v] = s[i][v].a;
     }
+    const int64_t ahead = RT * w.cols;  // the rows read next: this block of the next RT rows
     for (int64_t p = c0; p < c1; p += 16) {
       __m512 u[RT];
-      for (int i = 0; i < RT; ++i) u[i] = _mm512_loadu_ps(row[i] + p);
+      for (int i = 0; i < RT; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(row[i] + ahead + p), _MM_HINT_T0);
+        u[i] = _mm512_loadu_ps(row[i] + p);
+      }
       for (int v = 0; v < V; ++v) {
         const __m512 xv = _mm512_loadu_ps(in.x[v] + p);
         for (int i = 0; i < RT; ++i) a[i][v] = _mm512_fmadd_ps(u[i], xv, a[i][v]);
