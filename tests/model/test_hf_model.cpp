@@ -25,6 +25,7 @@
 #include "reference_forward.h"
 #include "support/mlx_quantized_dir.h"
 #include "support/temp_dir.h"
+#include "support/normal_values.h"
 
 using namespace tpcli::model;
 using namespace tpcli::testing;
@@ -32,14 +33,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::vector<float> random_values(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
 
 // y[rows] = W[rows, cols] x[cols]
 std::vector<float> matvec(const std::vector<float>& w, const std::vector<float>& x, int rows, int cols) {
@@ -83,7 +76,7 @@ void check_one_line_naming(const std::string& msg, const std::string& file, cons
 TEST_CASE("hf: the reordered q rows under tpcli's interleaved RoPE equal Hugging Face's rotate_half", "[hf]") {
   const int heads = 3, HS = 8, cols = 5, half = HS / 2, pos = 7;
   const float theta = 10000.0f;
-  const std::vector<float> w_hf = random_values(size_t(heads * HS * cols), 1), x = random_values(size_t(cols), 2);
+  const std::vector<float> w_hf = normal_values(size_t(heads * HS * cols), 1), x = normal_values(size_t(cols), 2);
   std::vector<float> w_tp(w_hf.size()), back(w_hf.size());
   rope_rows_from_hf(reinterpret_cast<std::byte*>(w_tp.data()), reinterpret_cast<const std::byte*>(w_hf.data()), heads, HS,
                     cols * sizeof(float));

@@ -7,20 +7,15 @@
 #include <vector>
 
 #include "support/isas.h"
+#include "support/normal_values.h"
 #include "tensor/kv_products.h"
 #include "tensor/quant_formats.h"
 
 using namespace tpcli::tensor;
 
-namespace {
+using tpcli::testing::normal_values;
 
-std::vector<float> normal_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+namespace {
 
 // n cache rows of `len` elements `stride` apart, stored as `element`.
 struct Cache {

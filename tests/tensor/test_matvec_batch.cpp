@@ -8,21 +8,16 @@
 #include <vector>
 
 #include "support/isas.h"
+#include "support/normal_values.h"
 #include "tensor/blas.h"
 #include "tensor/isa.h"
 #include "tensor/packed_matrix.h"
 
 using namespace tpcli::tensor;
 
-namespace {
+using tpcli::testing::normal_values;
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+namespace {
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
@@ -34,9 +29,9 @@ TEST_CASE("matvec_batch: every vector's output is the single-vector matvec's, bi
   // 37 rows: 16-row blocks and a 4-row kernel's tail; 1024 x 1024 is large enough to be split over threads
   for (auto [R, K] : {std::pair<int64_t, int64_t>{37, 256}, std::pair<int64_t, int64_t>{1024, 1024}})
     for (const WeightFormat& f : formats) {
-      const PackedMatrix w = PackedMatrix::from_f32(random_values(static_cast<size_t>(R * K), 1).data(), R, K, f);
+      const PackedMatrix w = PackedMatrix::from_f32(normal_values(static_cast<size_t>(R * K), 1).data(), R, K, f);
       for (int B : {1, 3, 16}) {
-        const std::vector<float> x = random_values(static_cast<size_t>(B * K), 2 + static_cast<uint32_t>(B));
+        const std::vector<float> x = normal_values(static_cast<size_t>(B * K), 2 + static_cast<uint32_t>(B));
         for (Isa isa : tpcli::testing::isas_here())
           for (int threads : {1, 2}) {
             set_blas_threads(threads);
@@ -74,8 +69,8 @@ TEST_CASE("matvec_batch: the multi-vector kernels give each vector the single-ve
         f.quantized() ? std::vector<int64_t>{384, 4096} : std::vector<int64_t>{203, 4096, 4109};
     for (int64_t K : widths)
       for (int64_t R : {13, 64, 67}) {
-        const PackedMatrix w = PackedMatrix::from_f32(random_values(static_cast<size_t>(R * K), 21).data(), R, K, f);
-        const std::vector<float> x = random_values(static_cast<size_t>(17 * K), 22);
+        const PackedMatrix w = PackedMatrix::from_f32(normal_values(static_cast<size_t>(R * K), 21).data(), R, K, f);
+        const std::vector<float> x = normal_values(static_cast<size_t>(17 * K), 22);
         for (Isa isa : tpcli::testing::isas_here())
           for (int B : BATCHES)
             for (auto [row0, n] : {std::pair<int64_t, int64_t>{0, R}, std::pair<int64_t, int64_t>{3, R - 3}}) {
@@ -95,7 +90,7 @@ TEST_CASE("matvec_batch: the multi-vector kernels give each vector the single-ve
 
 TEST_CASE("matvec_batch: the f32 BLAS-door form equals tensor::matvec per vector, with a row stride", "[tensor][batch]") {
   const int64_t N = 300, K = 512, B = 5, LD = N + 7;
-  const std::vector<float> w = random_values(static_cast<size_t>(N * K), 11), x = random_values(static_cast<size_t>(B * K), 12);
+  const std::vector<float> w = normal_values(static_cast<size_t>(N * K), 11), x = normal_values(static_cast<size_t>(B * K), 12);
   std::vector<float> batched(static_cast<size_t>(B * LD), -1.0f), alone(static_cast<size_t>(N));
   matvec_batch(batched.data(), LD, w.data(), x.data(), B, N, K);
   for (int64_t v = 0; v < B; ++v) {
@@ -111,8 +106,8 @@ TEST_CASE("matvec_batch: the f32 BLAS-door form equals tensor::matvec per vector
 TEST_CASE("matvec_batch: N = 1..64 rows, each the single-vector bits, f32 with and without a column tail", "[tensor][batch]") {
   for (int64_t K : {256, 203}) {
     const int64_t R = 37;
-    const PackedMatrix w = PackedMatrix::from_f32(random_values(static_cast<size_t>(R * K), 31).data(), R, K, WeightFormat::f32());
-    const std::vector<float> x = random_values(static_cast<size_t>(64 * K), 32);
+    const PackedMatrix w = PackedMatrix::from_f32(normal_values(static_cast<size_t>(R * K), 31).data(), R, K, WeightFormat::f32());
+    const std::vector<float> x = normal_values(static_cast<size_t>(64 * K), 32);
     for (Isa isa : tpcli::testing::isas_here()) {
       std::vector<float> alone(static_cast<size_t>(64 * R));
       for (int v = 0; v < 64; ++v) w.matvec(alone.data() + v * R, x.data() + v * K, 0, R, isa);
