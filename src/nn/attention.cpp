@@ -137,43 +137,59 @@ void for_runs(const KvBlocks& kv, int last, int64_t KVL, Visit&& visit) {
   }
 }
 
+// One head's `rows` query rows at positions first.. (q row n at q + n * ldq) against cache
+// positions 0..ctx-1 (ctx = first + rows), through the cache's rows at koff within each position.
+struct HeadRows {
+  const KvBlocks& kv;
+  int64_t koff, head_size, kv_dim;
+  int64_t first, rows;
+  int64_t ctx() const { return first + rows; }
+  tensor::KvRows cache_rows(const void* base, int64_t at, int64_t n) const {
+    const int64_t bytes = kv_dtype_bytes(kv.dtype);
+    return {static_cast<const char*>(base) + (at + koff) * bytes, kv.dtype, n, kv_dim, head_size};
+  }
+};
+
+// scores[n, ctx] = row n's scores (tensor/kv_products.h), then row n's softmax over its own
+// positions 0..first+n (llama2.c's).
+void head_scores(float* scores, const float* q, int64_t ldq, const HeadRows& h, float scale_div) {
+  const int64_t ctx = h.ctx();
+  for_runs(h.kv, static_cast<int>(ctx - 1), h.kv_dim, [&](int t, int64_t at, int n) {
+    tensor::kv_dots(scores + t, ctx, q, ldq, h.rows, h.cache_rows(h.kv.k, at, n), scale_div);
+  });
+  for (int64_t n = 0; n < h.rows; ++n) softmax(scores + n * ctx, h.first + n + 1);
+}
+
+// y row n (ldy apart) = row n's weights times the values: first the positions every row sees
+// (0..first), then each later position t for the rows at or after it.
+void head_values(float* y, int64_t ldy, const float* scores, const HeadRows& h) {
+  const int64_t ctx = h.ctx();
+  for (int64_t n = 0; n < h.rows; ++n) std::fill(y + n * ldy, y + n * ldy + h.head_size, 0.0f);
+  for_runs(h.kv, static_cast<int>(h.first), h.kv_dim, [&](int t, int64_t at, int n) {
+    tensor::kv_weighted_sums(y, ldy, scores + t, ctx, h.rows, h.cache_rows(h.kv.v, at, n));
+  });
+  for (int64_t t = h.first + 1; t < ctx; ++t) {
+    const int64_t n0 = t - h.first, bs = h.kv.block_size, at = (h.kv.blocks[t / bs] * bs + t % bs) * h.kv_dim;
+    tensor::kv_weighted_sums(y + n0 * ldy, ldy, scores + n0 * ctx + t, ctx, h.rows - n0, h.cache_rows(h.kv.v, at, 1));
+  }
+}
+
 // Rows [0, P) of one sequence, at positions pos..pos+P-1 (their keys and values already in the
 // cache): q row n at q + n * ldq, output row n at out + n * ldo. Per head and block of up to
-// ROW_BLOCK rows, the scores against every position the block reads (tensor/kv_products.h), each
-// row's softmax over its own positions (llama2.c's), then the values weighed: first the positions
-// every row of the block sees, then the block's own positions, each for the rows at or after it.
-// Each row's arithmetic is the same whatever rows run beside it (kv_products.h).
+// ROW_BLOCK rows, the scores, then the values weighed; the rows of a block share every key and
+// value they read, and each row's arithmetic is the same whatever rows run beside it.
 void attention_rows(float* out, int64_t ldo, const float* q, int64_t ldq, const KvBlocks& kv, int pos, int64_t P,
                     const AttentionShape& s) {
   constexpr int64_t ROW_BLOCK = 64;
-  const int64_t HS = s.head_size, KVL = s.kv_dim();
-  const float scale_div = sqrtf(static_cast<float>(HS));
+  const float scale_div = sqrtf(static_cast<float>(s.head_size));
   thread_local std::vector<float> scores;  // [rows, ctx]
-  const int64_t element = kv_dtype_bytes(kv.dtype);
-  auto cache_rows = [&](const void* base, int64_t at, int64_t n) {
-    return tensor::KvRows{static_cast<const char*>(base) + at * element, kv.dtype, n, KVL, HS};
-  };
-  for (int h = 0; h < s.heads; ++h) {
-    const int64_t koff = int64_t(s.kv_of[h]) * HS;
+  for (int h = 0; h < s.heads; ++h)
     for (int64_t r0 = 0; r0 < P; r0 += ROW_BLOCK) {
-      const int64_t rows = std::min(ROW_BLOCK, P - r0), first = pos + r0, ctx = first + rows;  // positions 0..ctx-1
-      scores.resize(static_cast<size_t>(rows * ctx));
-      const float* qh = q + r0 * ldq + h * HS;
-      for_runs(kv, static_cast<int>(ctx - 1), KVL, [&](int t, int64_t at, int n) {
-        tensor::kv_dots(scores.data() + t, ctx, qh, ldq, rows, cache_rows(kv.k, at + koff, n), scale_div);
-      });
-      for (int64_t n = 0; n < rows; ++n) softmax(scores.data() + n * ctx, first + n + 1);
-      float* y = out + r0 * ldo + h * HS;
-      for (int64_t n = 0; n < rows; ++n) std::fill(y + n * ldo, y + n * ldo + HS, 0.0f);
-      for_runs(kv, static_cast<int>(first), KVL, [&](int t, int64_t at, int n) {
-        tensor::kv_weighted_sums(y, ldo, scores.data() + t, ctx, rows, cache_rows(kv.v, at + koff, n));
-      });
-      for (int64_t t = first + 1; t < ctx; ++t) {  // position t: the rows from t - first on
-        const int64_t n0 = t - first, at = (kv.blocks[t / kv.block_size] * kv.block_size + t % kv.block_size) * KVL;
-        tensor::kv_weighted_sums(y + n0 * ldo, ldo, scores.data() + n0 * ctx + t, ctx, rows - n0, cache_rows(kv.v, at + koff, 1));
-      }
+      const HeadRows head{kv, int64_t(s.kv_of[h]) * s.head_size, s.head_size, s.kv_dim(), pos + r0, std::min(ROW_BLOCK, P - r0)};
+      scores.resize(static_cast<size_t>(head.rows * head.ctx()));
+      head_scores(scores.data(), q + r0 * ldq + h * s.head_size, ldq, head, scale_div);
+      head_values(out + r0 * ldo + h * s.head_size, ldo, scores.data(), head);
     }
-  }
 }
 
 // dst[n] = src[n] in the cache's dtype.

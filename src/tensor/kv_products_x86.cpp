@@ -61,6 +61,8 @@ TPCLI_AVX512 void dots_tile(float* scores, int64_t ld, const float* q, int64_t l
   for (int t = 0; t < 16; ++t) all[t] = t < RT * JT ? acc[t] : _mm512_setzero_ps();
   const __m512 sums = _mm512_div_ps(sums16_512(all), _mm512_set1_ps(divisor));  // lane r * JT + j
   if constexpr (JT == 16 || JT == 4) {
+    // Query row r's JT scores are lanes [r * JT, r * JT + JT): one masked store each, from an address
+    // r * JT floats before the row's first (still inside scores: ld >= JT).
     for (int r = 0; r < RT; ++r) _mm512_mask_storeu_ps(scores + (r0 + r) * ld + j0 - r * JT, __mmask16(((1u << JT) - 1) << (r * JT)), sums);
   } else {
     float each[16];
