@@ -34,7 +34,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
-#include "cli/model_from_config.h"
+#include "config/model_config.h"
 #include "cli/train_setup.h"
 #include "config/run_config.h"
 #include "distributed/launch/launcher.h"
@@ -137,7 +137,7 @@ std::unique_ptr<model::WeightSource> load_bench_model(const std::string& path, s
                      " are both missing: name a checkpoint (e.g. one made by `tpcli init`)");
   described = std::string("random weights of ") + FALLBACK_MODEL_CONFIG + " (" + DEFAULT_MODEL + " is missing)";
   return std::make_unique<model::TensorWeights>(
-      model::random_weights(model_from_config(config::load_model_config(FALLBACK_MODEL_CONFIG)), 1));
+      model::random_weights(config::model_from_config(config::load_model_config(FALLBACK_MODEL_CONFIG)), 1));
 }
 
 // Greedy decode of `tokens` positions from BOS on this device's shards.

@@ -40,7 +40,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
-#include "cli/model_from_config.h"
+#include "config/model_config.h"
 #include "cli/plan_report.h"
 #include "cli/train_setup.h"
 #include "model/packed_weights.h"
@@ -159,7 +159,7 @@ train::TrainOptions bench_options(const BenchMesh& b, const BenchTrainOptions& o
   t.sample_tokens = 0;
   t.progress = false;
   t.run.blas_threads = threads;
-  t.run.links = to_link_spec(b.cfg.mesh);  // [mesh.links] / --link: the measured run is modelled too
+  t.run.links = b.cfg.mesh.links;  // [mesh.links] / --link: the measured run is modelled too
   return t;
 }
 

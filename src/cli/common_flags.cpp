@@ -59,19 +59,6 @@ dist::LinkSpec links_from_flags(const RunFlags& flags) {
   return spec;
 }
 
-// config/ cannot include distributed/, so [mesh.links] keeps its own copy of the link bounds.
-static_assert(config::MIN_LINK_GB_PER_S == dist::MIN_GB_PER_S && config::MAX_LINK_GB_PER_S == dist::MAX_GB_PER_S &&
-                  config::MAX_LINK_LATENCY_US == dist::MAX_LATENCY_US,
-              "[mesh.links] and --link must accept the same links");
-
-dist::LinkSpec to_link_spec(const config::MeshSection& mesh) {
-  dist::LinkSpec spec;
-  for (const auto& [axis, link] : mesh.links)
-    spec[axis] = {link.gb_per_s, link.latency_us,
-                  link.topology == config::LinkTopology::Ring ? dist::Topology::Ring : dist::Topology::Switch};
-  return spec;
-}
-
 std::optional<int> launched_devices(config::BackendKind backend) {
   if (backend == config::BackendKind::Mpi) {  // one device per process started by mpirun
     if (!dist::started_by_mpi()) return std::nullopt;
@@ -98,9 +85,7 @@ static void apply_run_flags(config::RunConfig& config, const RunFlags& flags) {
   if (!flags.mesh.empty()) config::set_mesh_axes(config, config::parse_mesh_axes(flags.mesh), "--mesh " + flags.mesh);
   if (!flags.backend.empty()) config::set_backend(config, flags.backend, "--backend " + flags.backend);
   for (const auto& [axis, link] : links_from_flags(flags))
-    config::set_link(config, axis, {link.gb_per_s, link.latency_us,
-                                    link.topology == dist::Topology::Ring ? config::LinkTopology::Ring : config::LinkTopology::Switch},
-                     "--link " + axis);
+    config::set_link(config, axis, link, "--link " + axis);
   // Neither the file nor a flag gave a mesh: a launched zmq or mpi run is the launched world.
   if (config.mesh.axes.empty())
     if (const std::optional<int> devices = launched_devices(config.mesh.backend))
@@ -138,13 +123,6 @@ dist::Mesh inference_mesh_from_flags(const RunFlags& flags) {
                      INFERENCE_TENSOR_AXIS + "=" + n + ")");
   }
   return mesh;
-}
-
-dist::Mesh to_mesh(const config::MeshSection& mesh) {
-  if (mesh.axes.empty()) return dist::Mesh::line(1, mesh.tensor_axis);
-  std::vector<dist::MeshAxis> axes;
-  for (const auto& axis : mesh.axes) axes.push_back({axis.name, axis.size});
-  return dist::Mesh(std::move(axes));
 }
 
 void check_trace_path(const std::string& path, bool process_backend) {

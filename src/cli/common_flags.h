@@ -6,7 +6,7 @@
 //     sub.add_option("config", *path, "run config (TOML)")->required();
 //     sub.callback([flags, path] {
 //       config::RunConfig config = load_config(*path, *flags);   // --set, then --devices/--mesh/--backend
-//       dist::Mesh mesh = to_mesh(config.mesh);
+//       dist::Mesh mesh = config.mesh.mesh();
 //       ...
 //     });
 //   }
@@ -86,13 +86,9 @@ constexpr const char* INFERENCE_EXPERT_AXIS = "expert";
 // work (--mesh tp=4 ran four whole replicas).
 dist::Mesh inference_mesh_from_flags(const RunFlags& flags);
 
-// The modelled links of a validated [mesh] section ([mesh.links] and --link, which load_config
-// has applied), and of --link alone (commands without a config; UsageError on a bad value).
-dist::LinkSpec to_link_spec(const config::MeshSection& mesh);
+// The modelled links of --link alone (commands without a config; UsageError on a bad value).
 dist::LinkSpec links_from_flags(const RunFlags& flags);
 
-// The dist::Mesh of a validated [mesh] section (one device on axis "model" when no axes given).
-dist::Mesh to_mesh(const config::MeshSection& mesh);
 
 // --trace FILE, checked before the run rather than after it: refused on the zmq and mpi backends (a
 // rank sees only its own devices) and when FILE's folder cannot be written. UsageError, one line.

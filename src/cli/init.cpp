@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "cli/model_from_config.h"
+#include "config/model_config.h"
 #include "config/run_config.h"
 #include "model/llama2c.h"
 #include "model/random_init.h"
@@ -25,7 +25,7 @@ void run_init(const InitFlags& f) {
   const config::ModelSection section = config::load_model_config(f.model_config);
   if (!section.vocab_size)
     throw UsageError(f.model_config + ": vocab_size is not set (init needs every dim; add vocab_size = N)");
-  const model::LlamaConfig config = model_from_config(section);
+  const model::LlamaConfig config = config::model_from_config(section);
   const bool safetensors = f.out.ends_with(".safetensors");
   if (!safetensors && config.is_moe())
     throw UsageError(f.out + ": llama2.c files cannot hold a mixture-of-experts model: write a .safetensors file");

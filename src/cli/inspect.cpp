@@ -13,7 +13,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
-#include "cli/model_from_config.h"
+#include "config/model_config.h"
 #include "cli/plan_report.h"
 #include "cli/train_setup.h"
 #include "model/llama_config.h"
@@ -79,10 +79,10 @@ void describe_model_file(const std::string& path, std::ostream& out) {
   out << path << ": model config\n";
   if (!section.vocab_size) {
     out << "  (vocab_size not set: it comes from the run's tokenizer)\n";
-    describe_model(model_from_config(section, 256), out);
+    describe_model(config::model_from_config(section, 256), out);
     out << "  (parameter count shown for vocab_size = 256)\n";
   } else {
-    describe_model(model_from_config(section), out);
+    describe_model(config::model_from_config(section), out);
   }
 }
 
@@ -151,7 +151,7 @@ void describe_training_plan(const config::RunConfig& config, const model::LlamaC
                             std::ostream& out) {
   const config::MeshSection& ms = config.mesh;
   perf::PlanMesh mesh{ms.tensor_axis, ms.data_axis, ms.axis_size(ms.tensor_axis), ms.axis_size(ms.data_axis),
-                      to_link_spec(ms)};
+                      ms.links};
   print_sharding(c, mesh, ms.experts_axis(), [](const model::ParamSpec&) { return std::string("f32"); }, out);
   if (c.is_moe()) {
     out << "  collectives: not planned for MoE models (all_to_all_v moves data-dependent amounts)\n";
@@ -186,8 +186,8 @@ void describe_run_config(const config::RunConfig& config, double gflops, std::os
   if (config.model.dim) {
     const std::optional<int> tokenizer_vocab = corpus_vocab_size(config.data);
     const bool vocab_known = config.model.vocab_size || tokenizer_vocab;
-    const model::LlamaConfig c = model_from_config(config.model, vocab_known ? tokenizer_vocab : 256);
-    check_model_fits_mesh(config, c);
+    const model::LlamaConfig c = config::model_from_config(config.model, vocab_known ? tokenizer_vocab : 256);
+    config::check_model_fits_mesh(config, c);
     describe_model(c, out);
     if (!vocab_known) out << "  (vocab_size comes from the tokenizer; parameters counted with vocab_size = 256)\n";
     describe_shards(c, m.axis_size(m.tensor_axis), out);
@@ -223,7 +223,7 @@ void describe_run_config(const config::RunConfig& config, double gflops, std::os
   if (config.model.dim) {
     const std::optional<int> tokenizer_vocab = corpus_vocab_size(config.data);
     const bool vocab_known = config.model.vocab_size || tokenizer_vocab;
-    describe_training_plan(config, model_from_config(config.model, vocab_known ? tokenizer_vocab : 256), gflops, out);
+    describe_training_plan(config, config::model_from_config(config.model, vocab_known ? tokenizer_vocab : 256), gflops, out);
   }
 }
 
@@ -306,7 +306,7 @@ void setup_inspect(CLI::App& sub) {
       describe_model_file(*path, std::cout);
     } else {
       const config::RunConfig config = load_config(*path, *flags);
-      to_mesh(config.mesh);
+      config.mesh.mesh();
       describe_run_config(config, *gflops, std::cout);
     }
   });

@@ -27,7 +27,7 @@
 
 #include "cli/commands.h"
 #include "cli/common_flags.h"
-#include "cli/model_from_config.h"
+#include "config/model_config.h"
 #include "cli/train_setup.h"
 #include "distributed/runtime.h"
 #include "distributed/trace.h"
@@ -124,7 +124,7 @@ void setup_train(CLI::App& sub) {
     Prepared prepared = prepare_training(config, *resume);
     train::TrainOptions& o = prepared.options;
     o.run.stop = &stop_requested;
-    o.run.links = to_link_spec(config.mesh);
+    o.run.links = config.mesh.links;
     const bool writer = train::is_writer_process(o);  // the other ranks of a zmq run print nothing
     std::optional<dist::Trace> trace;
     if (!flags->trace.empty()) {

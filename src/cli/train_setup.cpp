@@ -5,7 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cli/model_from_config.h"
+#include "config/model_config.h"
 #include "distributed/mpi/mpi_backend.h"
 #include "distributed/zmq/zmq_backend.h"
 #include "model/hf_model.h"
@@ -22,13 +22,6 @@
 namespace tpcli::cli {
 
 using namespace tpcli::train;
-
-static dist::Mesh to_dist_mesh(const config::MeshSection& section) {
-  std::vector<dist::MeshAxis> axes;
-  for (const auto& a : section.axes) axes.push_back({a.name, a.size});
-  if (axes.empty()) axes.push_back({section.tensor_axis, 1});
-  return dist::Mesh(axes);
-}
 
 // A Hugging Face directory is read as stored when LoRA adapts it: a 16-bit or MLX-quantized base
 // stays packed (QLoRA), as a `tpcli quantize`d checkpoint does. Full fine-tuning trains f32
@@ -268,7 +261,7 @@ static void refuse_several_thread_processes(const config::RunConfig& config) {
 
 void set_config_fields(const config::RunConfig& config, TrainOptions& o) {
   const config::TrainSection& t = config.train;
-  o.mesh = to_dist_mesh(config.mesh);
+  o.mesh = config.mesh.mesh();
   o.data_axis = config.mesh.data_axis;
   o.tensor_axis = config.mesh.tensor_axis;
   o.expert_axis = config.mesh.experts_axis();
@@ -385,7 +378,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
       o.base_name = *config.model.init_from;
       o.model = o.init->config();
     } else {
-      o.model = model_from_config(config.model, tokenizer_vocab);
+      o.model = config::model_from_config(config.model, tokenizer_vocab);
     }
   } catch (const ConfigError&) {
     throw;

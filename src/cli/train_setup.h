@@ -21,7 +21,7 @@ struct Prepared {
 // with it, and `tpcli inspect` sizes a run from it (train::memory_layout), so both read a config alike.
 void set_config_fields(const config::RunConfig& config, train::TrainOptions& o);
 
-// The model is init_from's checkpoint or the [model] section (cli/model_from_config.h, vocab_size
+// The model is init_from's checkpoint or the [model] section (config/model_config.h, vocab_size
 // defaulting to the tokenizer's). Throws config::ConfigError (one line, naming the file and key) for
 // anything that would make training fail: missing corpus, mesh that does not divide the heads or the
 // batch, a tokenizer that does not fit the model, a mesh the launched processes do not match, ...

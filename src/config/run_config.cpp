@@ -368,25 +368,25 @@ void read_links(const Reader& mesh_reader, const toml::node& node, const std::st
     Reader r(*link_node.as_table(), prefix, file, source);
     r.reject_unknown({"gb_per_s", "latency_us", "topology"});
     source.set("mesh.links." + axis, key_location(key, link_node, file));
-    LinkConfig link;
+    dist::AxisLink link;
     const auto bw = r.number("gb_per_s", [](double v) -> std::string {
       if (v <= 0) return "must be > 0";
-      if (v < MIN_LINK_GB_PER_S)
-        return "is below " + format_number(MIN_LINK_GB_PER_S) + " GB/s (1 MB/s, a slow WAN)";
-      if (v > MAX_LINK_GB_PER_S)
-        return "is beyond " + format_number(MAX_LINK_GB_PER_S) + " GB/s (10 TB/s, faster than any interconnect)";
+      if (v < dist::MIN_GB_PER_S)
+        return "is below " + format_number(dist::MIN_GB_PER_S) + " GB/s (1 MB/s, a slow WAN)";
+      if (v > dist::MAX_GB_PER_S)
+        return "is beyond " + format_number(dist::MAX_GB_PER_S) + " GB/s (10 TB/s, faster than any interconnect)";
       return "";
     });
     if (!bw) fail(key_location(key, link_node, file), "mesh.links." + axis + " needs gb_per_s (GB/s per direction per link)");
     link.gb_per_s = *bw;
     const auto latency_check = [](double v) -> std::string {
       if (v < 0) return "must be >= 0";
-      if (v > MAX_LINK_LATENCY_US)
-        return "is beyond " + format_number(MAX_LINK_LATENCY_US) + " us (1 s, more than a satellite hop)";
+      if (v > dist::MAX_LATENCY_US)
+        return "is beyond " + format_number(dist::MAX_LATENCY_US) + " us (1 s, more than a satellite hop)";
       return "";
     };
     if (auto lat = r.number("latency_us", latency_check)) link.latency_us = *lat;
-    if (auto topo = r.choice("topology", {"ring", "switch"})) link.topology = *topo == 0 ? LinkTopology::Ring : LinkTopology::Switch;
+    if (auto topo = r.choice("topology", {"ring", "switch"})) link.topology = *topo == 0 ? dist::Topology::Ring : dist::Topology::Switch;
     mesh.links[axis] = link;
   }
 }
@@ -405,7 +405,7 @@ void read_mesh(const toml::table& table, const std::string& file, const std::vec
     // toml++ keeps tables sorted by key: the file's order comes from source positions (taken
     // before --set moved any node), axes added by --set follow in the order of the flags.
     using Order = std::tuple<size_t, size_t, uint32_t, uint32_t>;  // (file index, nth --set, line, column)
-    std::vector<std::pair<Order, MeshAxisConfig>> ordered;
+    std::vector<std::pair<Order, dist::MeshAxis>> ordered;
     for (auto&& [key, node] : axes) {
       const std::string name(key.str());
       if (!valid_axis_name(name))
@@ -710,6 +710,11 @@ std::string SourceMap::where(std::string_view key) const {
   return it == where_.end() ? file_ : it->second;
 }
 
+dist::Mesh MeshSection::mesh() const {
+  if (axes.empty()) return dist::Mesh::line(1, tensor_axis);
+  return dist::Mesh(axes);
+}
+
 int MeshSection::device_count() const {
   int n = 1;
   for (const auto& axis : axes) n *= axis.size;
@@ -796,9 +801,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   return config;
 }
 
-std::vector<MeshAxisConfig> parse_mesh_axes(std::string_view text) {
+std::vector<dist::MeshAxis> parse_mesh_axes(std::string_view text) {
   const std::string origin = "--mesh " + std::string(text);
-  std::vector<MeshAxisConfig> axes;
+  std::vector<dist::MeshAxis> axes;
   if (text.empty()) fail(origin, "expected NAME=SIZE[,NAME=SIZE...], e.g. data=2,model=4");
   size_t start = 0;
   while (start <= text.size()) {
@@ -823,14 +828,14 @@ std::vector<MeshAxisConfig> parse_mesh_axes(std::string_view text) {
   return axes;
 }
 
-void set_mesh_axes(RunConfig& config, std::vector<MeshAxisConfig> axes, const std::string& origin) {
+void set_mesh_axes(RunConfig& config, std::vector<dist::MeshAxis> axes, const std::string& origin) {
   config.mesh.axes = std::move(axes);
   for (const auto& axis : config.mesh.axes) config.source.set("mesh.axes." + axis.name, origin);
   config.source.set("mesh.axes", origin);
   check_roles(config);
 }
 
-void set_link(RunConfig& config, const std::string& axis, const LinkConfig& link, const std::string& origin) {
+void set_link(RunConfig& config, const std::string& axis, const dist::AxisLink& link, const std::string& origin) {
   config.mesh.links[axis] = link;
   config.source.set("mesh.links." + axis, origin);
   check_roles(config);

@@ -45,9 +45,8 @@
 // taken as written (relative to the current directory).
 //
 // Every problem is a ConfigError whose message is "FILE:LINE:COL: message" (or "FILE: message"
-// when no position applies, "--set KEY=VALUE: message" for an override). This layer depends on
-// nothing else of tpcli: the mesh here is a plain list of axes; cli/ turns it into a dist::Mesh and
-// the model section into a model::LlamaConfig.
+// when no position applies, "--set KEY=VALUE: message" for an override). The mesh's axes and links
+// are distributed/'s own types (dist::MeshAxis, dist::AxisLink), checked against its bounds.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +58,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "distributed/links.h"
+#include "distributed/mesh.h"
 
 namespace tpcli::config {
 
@@ -84,45 +86,28 @@ class SourceMap {
   std::map<std::string, std::string, std::less<>> where_;
 };
 
-struct MeshAxisConfig {
-  std::string name;
-  int size = 1;
-  bool operator==(const MeshAxisConfig&) const = default;
-};
-
 enum class BackendKind { Threads, Zmq, Mpi };
 
-// [mesh.links] AXIS = { gb_per_s = 100, latency_us = 1, topology = "ring" }: the modelled link of
-// one axis (distributed/links.h). Collectives on that axis then take at least their modelled time.
-enum class LinkTopology { Ring, Switch };
-// The plausible range of a link: the same bounds as distributed/links.h (which this layer cannot include).
-constexpr double MIN_LINK_GB_PER_S = 1e-3;     // 1 MB/s, a slow WAN
-constexpr double MAX_LINK_GB_PER_S = 1e4;      // 10 TB/s, beyond any interconnect
-constexpr double MAX_LINK_LATENCY_US = 1e6;    // 1 s, beyond a satellite hop
-struct LinkConfig {
-  double gb_per_s = 0;     // in [MIN_LINK_GB_PER_S, MAX_LINK_GB_PER_S], per direction per link
-  double latency_us = 0;   // in [0, MAX_LINK_LATENCY_US], per hop
-  LinkTopology topology = LinkTopology::Ring;
-  bool operator==(const LinkConfig&) const = default;
-};
-
 struct MeshSection {
-  std::vector<MeshAxisConfig> axes;  // declaration order; empty = not given (one device)
+  std::vector<dist::MeshAxis> axes;  // declaration order; empty = not given (one device)
   std::string data_axis = "data";    // splits the batch
   std::string tensor_axis = "model"; // splits the weights
   std::optional<std::string> expert_axis;  // splits the experts; not given = data_axis
   BackendKind backend = BackendKind::Threads;
-  std::map<std::string, LinkConfig> links;  // [mesh.links] by axis name; empty = not modelled
+  // [mesh.links] AXIS = { gb_per_s = 100, latency_us = 1, topology = "ring" }: the modelled link of
+  // one axis (distributed/links.h), whose collectives then take at least their modelled time.
+  dist::LinkSpec links;  // empty = not modelled
   bool sequence_parallel = false;    // training: Megatron-style sequence parallelism (model/trainable_llama.h)
 
   const std::string& experts_axis() const { return expert_axis ? *expert_axis : data_axis; }
+  dist::Mesh mesh() const;                // the axes as a mesh (one device on tensor_axis when empty)
   int device_count() const;               // product of the axis sizes (1 when empty)
   int axis_size(std::string_view name) const;  // 1 when the axis is absent
   std::string axes_string() const;        // "data=2,model=4" ("" when empty)
 };
 
 // Model dims as written. Optional where "not given" matters: a dim may come from init_from's
-// checkpoint or (vocab_size) from the tokenizer; cli/model_from_config fills the rest.
+// checkpoint or (vocab_size) from the tokenizer; config/model_config fills the rest.
 struct ModelSection {
   std::optional<std::string> config;     // resolved path of the models/*.toml file, if any
   std::optional<std::string> init_from;  // resolved path of a checkpoint to start from
@@ -236,14 +221,14 @@ bool is_model_file(const std::string& path);
 
 // Parses "data=2,model=4" (the --mesh flag). Throws ConfigError("--mesh VALUE: ...") on empty
 // or duplicate names, sizes that are not integers >= 1, or a malformed list.
-std::vector<MeshAxisConfig> parse_mesh_axes(std::string_view text);
+std::vector<dist::MeshAxis> parse_mesh_axes(std::string_view text);
 
 // Replaces the mesh axes (from --devices / --mesh, which override the file) and re-checks the
 // axis roles against them; `origin` names the flag in errors and in the source map.
-void set_mesh_axes(RunConfig& config, std::vector<MeshAxisConfig> axes, const std::string& origin);
+void set_mesh_axes(RunConfig& config, std::vector<dist::MeshAxis> axes, const std::string& origin);
 
 // Sets one axis's modelled link (the --link flag) and re-checks that the axis exists.
-void set_link(RunConfig& config, const std::string& axis, const LinkConfig& link, const std::string& origin);
+void set_link(RunConfig& config, const std::string& axis, const dist::AxisLink& link, const std::string& origin);
 
 // Sets the backend from a flag value ("threads" | "zmq" | "mpi").
 void set_backend(RunConfig& config, const std::string& value, const std::string& origin);

@@ -44,6 +44,7 @@ struct AxisLink {
   double gb_per_s = 0;     // GB/s (1e9 bytes) per direction per link, in [MIN_GB_PER_S, MAX_GB_PER_S]
   double latency_us = 0;   // per hop, in [0, MAX_LATENCY_US]; 0 models bandwidth alone
   Topology topology = Topology::Ring;
+  bool operator==(const AxisLink&) const = default;
 };
 
 // What a real interconnect can be. Beyond these a modelled collective takes hours or ends at once,

@@ -14,6 +14,7 @@ namespace tpcli::dist {
 struct MeshAxis {
   std::string name;
   int size = 1;
+  bool operator==(const MeshAxis&) const = default;
 };
 
 class Mesh {

@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Layer -> the folders of src/ its files may include. config/ depends on nothing else of tpcli;
-// cli/ is the top and may include everything.
+// Layer -> the folders of src/ its files may include. config/ fills the lower layers' own types (the
+// mesh and its links, the model's config); cli/ is the top and may include everything.
 const std::map<std::string, std::set<std::string>>& allowed_includes() {
   static const std::map<std::string, std::set<std::string>> allowed = {
       {"tensor", {"tensor"}},
@@ -29,7 +29,7 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"train", {"tensor", "distributed", "nn", "model", "train"}},
       {"perf", {"tensor", "distributed", "nn", "model", "train", "perf"}},
       {"serve", {"tensor", "distributed", "nn", "model", "serve"}},
-      {"config", {"config"}},
+      {"config", {"tensor", "distributed", "nn", "model", "config"}},
       {"cli", {"tensor", "distributed", "nn", "model", "train", "perf", "serve", "config", "cli"}},
   };
   return allowed;
@@ -102,7 +102,7 @@ TEST_CASE("layering: the check names an include from above, and another backend'
                                                                "#include \"config/run_config.h\"\n");
   REQUIRE(up.size() == 1);
   CHECK(up[0] == "src/train/train_setup.cpp:3: includes config/run_config.h, a folder above layer train");
-  CHECK(layering_violations("config/run_config.cpp", "#include \"tensor/tensor.h\"\n").size() == 1);
+  CHECK(layering_violations("config/run_config.cpp", "#include \"serve/http_server.h\"\n").size() == 1);
   CHECK(layering_violations("cli/train.cpp", "#include \"config/run_config.h\"\n#include \"train/loop.h\"\n").empty());
 
   const auto sideways = layering_violations("distributed/zmq/zmq_backend.cpp", "  # include \"distributed/mpi/mpi_backend.h\"\n");

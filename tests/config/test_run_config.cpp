@@ -16,7 +16,7 @@
 using tpcli::config::ConfigError;
 using tpcli::config::load_model_config;
 using tpcli::config::load_run_config;
-using tpcli::config::MeshAxisConfig;
+using MeshAxisConfig = tpcli::dist::MeshAxis;
 using tpcli::config::parse_mesh_axes;
 using tpcli::config::RunConfig;
 using tpcli::testing::TempDir;
@@ -117,7 +117,7 @@ save_every = 5
   CHECK(c.model.qk_norm == true);
   CHECK(c.model.norm_topk_prob == false);
   CHECK(c.model.dense_layers == std::vector<int>{0, 2});
-  CHECK(c.model.hf_architecture == "Qwen3MoeForCausalLM");  // checked against the list by cli/model_from_config
+  CHECK(c.model.hf_architecture == "Qwen3MoeForCausalLM");  // checked against the list by config/model_config
   CHECK(c.data.path == (dir.path() / "corpus.txt").string());
   CHECK(c.data.tokenizer == tpcli::config::TokenizerKind::File);
   CHECK(c.data.tokenizer_path == (dir.path() / "tok.bin").string());
@@ -538,8 +538,8 @@ data = { gb_per_s = 12.5, latency_us = 25, topology = "switch" }
 )");
   const RunConfig config = load_run_config(ok);
   REQUIRE(config.mesh.links.size() == 2);
-  CHECK(config.mesh.links.at("model") == tpcli::config::LinkConfig{100, 1, tpcli::config::LinkTopology::Ring});
-  CHECK(config.mesh.links.at("data") == tpcli::config::LinkConfig{12.5, 25, tpcli::config::LinkTopology::Switch});
+  CHECK(config.mesh.links.at("model") == tpcli::dist::AxisLink{100, 1, tpcli::dist::Topology::Ring});
+  CHECK(config.mesh.links.at("data") == tpcli::dist::AxisLink{12.5, 25, tpcli::dist::Topology::Switch});
   CHECK(load_run_config(dir.write("none.toml", "[mesh]\naxes = { model = 2 }\n")).mesh.links.empty());
 
   struct Case {

@@ -1,4 +1,4 @@
-#include "cli/model_from_config.h"
+#include "config/model_config.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -7,31 +7,31 @@
 #include "model/hf_config.h"
 #include "model/shard_plan.h"
 
-namespace tpcli::cli {
+namespace tpcli::config {
 
 namespace {
 
-int required(const config::ModelSection& section, const std::optional<int>& value, const char* key) {
+int required(const ModelSection& section, const std::optional<int>& value, const char* key) {
   if (!value)
-    throw config::ConfigError(section.source.file() + ": model." + key + " is missing (set it in [model] or in the " +
+    throw ConfigError(section.source.file() + ": model." + key + " is missing (set it in [model] or in the " +
                               "file named by model.config)");
   return *value;
 }
 
 // hf_architecture must name one tpcli runs (model/hf_config.h), so that export --to hf can write it.
-std::string architecture(const config::ModelSection& section) {
+std::string architecture(const ModelSection& section) {
   if (!section.hf_architecture) return "";
   const auto& names = model::supported_architectures();
   if (std::ranges::find(names, *section.hf_architecture) != names.end()) return *section.hf_architecture;
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "\"" : ", \"") + n + "\"";
-  throw config::ConfigError(section.source.where("hf_architecture") + ": hf_architecture = \"" + *section.hf_architecture +
+  throw ConfigError(section.source.where("hf_architecture") + ": hf_architecture = \"" + *section.hf_architecture +
                             "\" must be one of " + list);
 }
 
 }  // namespace
 
-model::LlamaConfig model_from_config(const config::ModelSection& section, std::optional<int> tokenizer_vocab) {
+model::LlamaConfig model_from_config(const ModelSection& section, std::optional<int> tokenizer_vocab) {
   model::LlamaConfig c;
   c.dim = required(section, section.dim, "dim");
   c.hidden_dim = required(section, section.hidden_dim, "hidden_dim");
@@ -61,11 +61,11 @@ model::LlamaConfig model_from_config(const config::ModelSection& section, std::o
                               std::pair{"norm_topk_prob", section.norm_topk_prob.has_value()},
                               std::pair{"dense_layers", section.dense_layers.has_value()}})
       if (given)
-        throw config::ConfigError(section.source.where(key) + ": " + key +
+        throw ConfigError(section.source.where(key) + ": " + key +
                                   " applies to mixture-of-experts models only: set n_experts >= 1 too");
   }
   if (tokenizer_vocab && c.vocab_size < *tokenizer_vocab)
-    throw config::ConfigError(section.source.where("vocab_size") + ": vocab_size = " + std::to_string(c.vocab_size) +
+    throw ConfigError(section.source.where("vocab_size") + ": vocab_size = " + std::to_string(c.vocab_size) +
                               " is smaller than the tokenizer's " + std::to_string(*tokenizer_vocab) + " tokens");
   try {
     c.validate();
@@ -73,19 +73,19 @@ model::LlamaConfig model_from_config(const config::ModelSection& section, std::o
     // validate() names the field first ("n_heads = 3 does not divide dim = 64"): point at its line.
     const std::string message = e.what();
     const std::string field = message.substr(0, message.find_first_of(" =:"));
-    throw config::ConfigError(section.source.where(field) + ": " + message);
+    throw ConfigError(section.source.where(field) + ": " + message);
   }
   return c;
 }
 
-void check_model_fits_mesh(const config::RunConfig& config, const model::LlamaConfig& model) {
+void check_model_fits_mesh(const RunConfig& config, const model::LlamaConfig& model) {
   const std::string key = "mesh.axes." + config.mesh.tensor_axis;
   const int devices = config.mesh.axis_size(config.mesh.tensor_axis);
   try {
     model::check_tensor_devices(model, devices);
   } catch (const std::invalid_argument& e) {
-    throw config::ConfigError(config.where(key) + ": " + key + " = " + std::to_string(devices) + ": " + e.what());
+    throw ConfigError(config.where(key) + ": " + key + " = " + std::to_string(devices) + ": " + e.what());
   }
 }
 
-}  // namespace tpcli::cli
+}  // namespace tpcli::config
