@@ -35,7 +35,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "config/model_config.h"
-#include "cli/train_setup.h"
+#include "config/train_setup.h"
 #include "config/run_config.h"
 #include "distributed/launch/launcher.h"
 #include "distributed/runtime.h"
@@ -200,7 +200,7 @@ double train_on_threads(const std::string& config_path, const std::string& mesh,
     throw UsageError("--train-meshes " + mesh + ": expected DATAxMODEL, e.g. 8x1");
   config::RunConfig cfg = config::load_run_config(config_path, {});
   config::set_mesh_axes(cfg, {{cfg.mesh.data_axis, D}, {cfg.mesh.tensor_axis, TP}}, "--train-meshes " + mesh);
-  Prepared p = prepare_training(cfg, false);
+  config::Prepared p = config::prepare_training(cfg, false);
   train::TrainOptions& t = p.options;
   t.steps = steps;
   t.schedule.total_steps = steps;

@@ -42,7 +42,7 @@
 #include "cli/common_flags.h"
 #include "config/model_config.h"
 #include "cli/plan_report.h"
-#include "cli/train_setup.h"
+#include "config/train_setup.h"
 #include "model/packed_weights.h"
 #include "model/random_init.h"
 #include "model/trainable_llama.h"
@@ -148,7 +148,7 @@ void check_ceiling_batch(const BenchMesh& b) {
 // The mesh's training options, set for a benchmark: no files, no evaluation, `threads` BLIS threads
 // per device.
 train::TrainOptions bench_options(const BenchMesh& b, const BenchTrainOptions& o, int threads) {
-  Prepared p = prepare_training(b.cfg, false);
+  config::Prepared p = config::prepare_training(b.cfg, false);
   train::TrainOptions t = std::move(p.options);
   if (b.lora || b.packed) t.lora = model::LoraOptions{};  // on the config's (random) base: the cost is the same
   if (b.packed) t.init = packed_random_base(t.model, *b.packed);

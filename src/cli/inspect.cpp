@@ -15,7 +15,7 @@
 #include "cli/model_file.h"
 #include "config/model_config.h"
 #include "cli/plan_report.h"
-#include "cli/train_setup.h"
+#include "config/train_setup.h"
 #include "model/llama_config.h"
 #include "model/packed_weights.h"
 #include "model/shard_plan.h"
@@ -100,7 +100,7 @@ std::optional<int> corpus_vocab_size(const config::DataSection& data) {
 train::MemoryLayout memory_layout(const config::RunConfig& config, const model::LlamaConfig& c) {
   train::TrainOptions options;
   options.model = c;
-  set_config_fields(config, options);
+  config::set_config_fields(config, options);
   return train::memory_layout(options);
 }
 

@@ -28,7 +28,7 @@
 #include "cli/commands.h"
 #include "cli/common_flags.h"
 #include "config/model_config.h"
-#include "cli/train_setup.h"
+#include "config/train_setup.h"
 #include "distributed/runtime.h"
 #include "distributed/trace.h"
 #include "train/loop.h"
@@ -121,7 +121,7 @@ void setup_train(CLI::App& sub) {
   sub.add_flag("--resume", *resume, "continue from out_dir/latest.safetensors (same loss sequence as an uninterrupted run)");
   sub.callback([flags, path, resume] {
     const config::RunConfig config = load_config(*path, *flags);
-    Prepared prepared = prepare_training(config, *resume);
+    config::Prepared prepared = config::prepare_training(config, *resume);
     train::TrainOptions& o = prepared.options;
     o.run.stop = &stop_requested;
     o.run.links = config.mesh.links;

@@ -546,7 +546,7 @@ LoraSection read_lora(const toml::table& table, const std::string& file, const f
   if (const toml::node* node = r.find("layers")) {
     if (node->is_integer()) {
       const int64_t n = node->as_integer()->get();
-      if (n < 1 || n > INT_MAX)  // the model's block count bounds it further (cli/train_setup)
+      if (n < 1 || n > INT_MAX)  // the model's block count bounds it further (config/train_setup)
         fail(r.where(*node), "train.lora.layers = " + std::to_string(n) + " must be \"all\" or a count >= 1");
       lora.layers = static_cast<int>(n);
     } else if (!node->is_string() || node->as_string()->get() != "all") {

@@ -1,4 +1,4 @@
-#include "cli/train_setup.h"
+#include "config/train_setup.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -19,7 +19,7 @@
 #include "train/sft_examples.h"
 #include "train/token_shards.h"
 
-namespace tpcli::cli {
+namespace tpcli::config {
 
 using namespace tpcli::train;
 
@@ -41,8 +41,7 @@ static std::shared_ptr<const model::WeightSource> open_weights(const std::string
 }
 
 // The zmq backend: this process is one rank of `tpcli launch` and runs its share of the mesh.
-static void select_zmq(const config::RunConfig& config, Prepared& p) {
-  using config::ConfigError;
+static void select_zmq(const RunConfig& config, Prepared& p) {
   TrainOptions& o = p.options;
   dist::ZmqConfig zmq;
   try {
@@ -74,13 +73,13 @@ static void select_zmq(const config::RunConfig& config, Prepared& p) {
 
 // The tokenizer of the fine-tuning formats: data.tokenizer (a tokenizer.bin, a tokenizer.json or a
 // Hugging Face directory), else model.init_from when it is a Hugging Face directory (its own).
-static std::string sft_tokenizer_path(const config::RunConfig& config) {
-  const config::DataSection& data = config.data;
-  if (data.tokenizer == config::TokenizerKind::File) return data.tokenizer_path;
+static std::string sft_tokenizer_path(const RunConfig& config) {
+  const DataSection& data = config.data;
+  if (data.tokenizer == TokenizerKind::File) return data.tokenizer_path;
   std::error_code ec;
   if (!data.tokenizer_given && config.model.init_from && std::filesystem::is_directory(*config.model.init_from, ec))
     return *config.model.init_from;
-  throw config::ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
+  throw ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
                             ": the fine-tuning formats need data.tokenizer = a tokenizer.bin, a tokenizer.json or a "
                             "Hugging Face model directory (the model's own tokenizer; default: model.init_from's "
                             "when it is a Hugging Face directory)");
@@ -89,12 +88,11 @@ static std::string sft_tokenizer_path(const config::RunConfig& config) {
 // The corpus's tokenizer when the data alone decides it (chars, bytes); nullopt for a llama2.c
 // tokenizer.bin, which is opened once the model's vocab_size is known. A text corpus is read into
 // p.corpus_text; shards are only checked to be shards here (open_corpus maps them).
-static std::optional<TextTokenizer> open_data(const config::RunConfig& config, Prepared& p) {
-  using config::ConfigError;
-  const config::DataSection& data = config.data;
+static std::optional<TextTokenizer> open_data(const RunConfig& config, Prepared& p) {
+  const DataSection& data = config.data;
   if (!data.path) throw ConfigError(config.path + ": data.path is required to train (the corpus, a text file)");
-  if (data.format == config::DataFormat::Shards) {
-    if (!data.tokenizer_given || data.tokenizer == config::TokenizerKind::Chars)
+  if (data.format == DataFormat::Shards) {
+    if (!data.tokenizer_given || data.tokenizer == TokenizerKind::Chars)
       throw ConfigError(config.where(data.tokenizer_given ? "data.tokenizer" : "data.format") +
                         ": format = \"shards\" needs data.tokenizer = the one that wrote the shards (\"bytes\", a "
                         "tokenizer.bin or a tokenizer.json): a \"chars\" vocabulary comes from a text corpus");
@@ -105,7 +103,7 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
           std::error_code ec;  // not a file: open_corpus says so, naming it
           p.corpus_text += path + ":" + std::to_string(std::filesystem::file_size(path, ec)) + "\n";
         }
-  } else if (config::is_sft_format(data.format)) {
+  } else if (is_sft_format(data.format)) {
     const std::string tokenizer = sft_tokenizer_path(config);
     // Read whole here only for the zmq ranks to compare (sft_examples reads them again, by line).
     for (const auto& [path, key] : {std::pair{data.path, "data.path"}, std::pair{data.val_path, "data.val_path"}})
@@ -127,8 +125,8 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
       throw ConfigError(config.where("data.path") + ": " + e.what());
     }
   }
-  if (data.tokenizer == config::TokenizerKind::Chars) return TextTokenizer::chars(p.corpus_text);
-  if (data.tokenizer == config::TokenizerKind::Bytes) return TextTokenizer::bytes();
+  if (data.tokenizer == TokenizerKind::Chars) return TextTokenizer::chars(p.corpus_text);
+  if (data.tokenizer == TokenizerKind::Bytes) return TextTokenizer::bytes();
   if (TextTokenizer::is_hf_json(data.tokenizer_path)) {  // its own vocabulary: the model's
     try {
       return TextTokenizer::hf_json(data.tokenizer_path);
@@ -141,11 +139,10 @@ static std::optional<TextTokenizer> open_data(const config::RunConfig& config, P
 
 // The training and validation splits: the text tokenized and split 90/10, or the shards mapped
 // (validation: data.val_path; none = no evaluation, so train.eval_batches must be 0).
-static Corpus open_corpus(const config::RunConfig& config, const std::string& text, const TextTokenizer& tokenizer,
+static Corpus open_corpus(const RunConfig& config, const std::string& text, const TextTokenizer& tokenizer,
                           int vocab_size) {
-  using config::ConfigError;
-  const config::DataSection& data = config.data;
-  if (data.format == config::DataFormat::Text) {
+  const DataSection& data = config.data;
+  if (data.format == DataFormat::Text) {
     try {
       return split_corpus(tokenizer.encode(text));
     } catch (const std::exception& e) {
@@ -171,9 +168,8 @@ static Corpus open_corpus(const config::RunConfig& config, const std::string& te
 
 // The chat format of format = "chat": data.template by name, else the chat_template of the
 // tokenizer_config.json beside data.tokenizer (a Hugging Face directory or tokenizer.json).
-static model::ChatTemplate sft_chat_template(const config::RunConfig& config) {
-  using config::ConfigError;
-  const config::DataSection& data = config.data;
+static model::ChatTemplate sft_chat_template(const RunConfig& config) {
+  const DataSection& data = config.data;
   if (data.chat_template) {
     try {
       return model::chat_template_named(*data.chat_template);
@@ -202,12 +198,12 @@ static model::ChatTemplate sft_chat_template(const config::RunConfig& config) {
 
 // Fine-tuning formats: the examples of data.path and data.val_path, read, encoded with the run's
 // tokenizer and fitted to train.seq_len (errors name FILE:LINE).
-static std::shared_ptr<const SftData> sft_examples(const config::RunConfig& config, const TextTokenizer& tokenizer,
+static std::shared_ptr<const SftData> sft_examples(const RunConfig& config, const TextTokenizer& tokenizer,
                                                    int seq_len) {
-  const config::DataSection& data = config.data;
+  const DataSection& data = config.data;
   SftEncoding encoding;
-  encoding.format = data.format == config::DataFormat::Chat          ? SftFormat::Chat
-                    : data.format == config::DataFormat::Completions ? SftFormat::Completions
+  encoding.format = data.format == DataFormat::Chat          ? SftFormat::Chat
+                    : data.format == DataFormat::Completions ? SftFormat::Completions
                                                                      : SftFormat::Text;
   encoding.tokenizer = tokenizer.interface();
   encoding.chat_tokens = {encoding.tokenizer->bos_text(), encoding.tokenizer->eos_text()};
@@ -219,28 +215,28 @@ static std::shared_ptr<const SftData> sft_examples(const config::RunConfig& conf
     if (data.val_path)
       sft->val = std::make_shared<const std::vector<EncodedExample>>(encode_sft_file(*data.val_path, encoding, seq_len, data.truncate));
   } catch (const SftDataError& e) {
-    throw config::ConfigError(e.what());  // "FILE:LINE: ..."
+    throw ConfigError(e.what());  // "FILE:LINE: ..."
   }
   const std::string eos = encoding.tokenizer->eos_text();
   sft->pad_token = eos.empty() ? 0 : encoding.tokenizer->token_id(eos).value_or(0);
   if (!sft->val && config.train.eval_batches > 0)
-    throw config::ConfigError(config.where("data.format") + ": fine-tuning evaluates on data.val_path (a JSONL file): set it or set "
+    throw ConfigError(config.where("data.format") + ": fine-tuning evaluates on data.val_path (a JSONL file): set it or set "
                               "train.eval_batches = 0");
   return sft;
 }
 
 // The mpi backend: this process is one rank of mpirun and runs its share of the mesh.
-static void select_mpi(const config::RunConfig& config, Prepared& p) {
+static void select_mpi(const RunConfig& config, Prepared& p) {
   try {
     dist::use_mpi_backend(p.options.run, p.options.mesh.size());
   } catch (const std::exception& e) {
-    throw config::ConfigError(config.where("mesh.backend") + ": " + e.what());
+    throw ConfigError(config.where("mesh.backend") + ": " + e.what());
   }
 }
 
 // On the threads backend every process trains the whole mesh into the same out_dir: refused when a
 // launcher (`tpcli launch`, mpirun) started several.
-static void refuse_several_thread_processes(const config::RunConfig& config) {
+static void refuse_several_thread_processes(const RunConfig& config) {
   int processes = 1;
   std::string launcher = "`tpcli launch`", fix = "--backend zmq";
   if (dist::ZmqConfig::in_env()) {
@@ -254,13 +250,13 @@ static void refuse_several_thread_processes(const config::RunConfig& config) {
     fix = "--backend mpi";
   }
   if (processes > 1)
-    throw config::ConfigError(config.where("mesh.backend") + ": backend threads, but " + launcher + " started " +
+    throw ConfigError(config.where("mesh.backend") + ": backend threads, but " + launcher + " started " +
                               std::to_string(processes) + " processes: each would train the whole mesh into the same out_dir (add " +
                               fix + ")");
 }
 
-void set_config_fields(const config::RunConfig& config, TrainOptions& o) {
-  const config::TrainSection& t = config.train;
+void set_config_fields(const RunConfig& config, TrainOptions& o) {
+  const TrainSection& t = config.train;
   o.mesh = config.mesh.mesh();
   o.data_axis = config.mesh.data_axis;
   o.tensor_axis = config.mesh.tensor_axis;
@@ -272,7 +268,7 @@ void set_config_fields(const config::RunConfig& config, TrainOptions& o) {
   o.seq_len = t.seq_len.value_or(o.model.seq_len);
   o.seed = t.seed;
   o.schedule = {t.lr, t.min_lr, t.warmup_steps, t.steps,
-                t.decay == config::DecayKind::Cosine ? Decay::Cosine : Decay::Constant};
+                t.decay == DecayKind::Cosine ? Decay::Cosine : Decay::Constant};
   o.adamw = {t.beta1, t.beta2, t.eps, t.weight_decay};
   o.grad_clip = t.grad_clip;
   o.eval_every = t.eval_every;
@@ -291,12 +287,12 @@ void set_config_fields(const config::RunConfig& config, TrainOptions& o) {
 }
 
 // [train.lora] as the model takes it, checked against the model it adapts.
-static model::LoraOptions lora_options(const config::RunConfig& config, const model::LlamaConfig& model) {
-  const config::LoraSection& lora = *config.train.lora;
+static model::LoraOptions lora_options(const RunConfig& config, const model::LlamaConfig& model) {
+  const LoraSection& lora = *config.train.lora;
   if (!config.model.init_from)
-    throw config::ConfigError(config.where("train.lora") + ": train.lora needs model.init_from (the model to adapt)");
+    throw ConfigError(config.where("train.lora") + ": train.lora needs model.init_from (the model to adapt)");
   if (lora.layers > model.n_layers)
-    throw config::ConfigError(config.where("train.lora.layers") + ": train.lora.layers = " + std::to_string(lora.layers) +
+    throw ConfigError(config.where("train.lora.layers") + ": train.lora.layers = " + std::to_string(lora.layers) +
                               " but the model has " + std::to_string(model.n_layers) + " blocks");
   model::LoraOptions o;
   o.rank = lora.rank;
@@ -312,25 +308,25 @@ static model::LoraOptions lora_options(const config::RunConfig& config, const mo
 // [train.lora] init_from's PEFT folder, read against the model: its tensors (the adapters' first
 // values), and `o` given the folder's rank, alpha, targets and blocks where the config wrote none
 // (a written one that differs is an error naming the key).
-static std::shared_ptr<const model::WeightSource> initial_adapters(const config::RunConfig& config, const model::LlamaConfig& c,
+static std::shared_ptr<const model::WeightSource> initial_adapters(const RunConfig& config, const model::LlamaConfig& c,
                                                                    model::LoraOptions& o) {
-  const config::LoraSection& lora = *config.train.lora;
+  const LoraSection& lora = *config.train.lora;
   const std::string where = config.where("train.lora.init_from");
   model::LoraAdapterSet set;
   try {
     set = model::load_peft_adapter(*lora.init_from, c);
   } catch (const std::exception& e) {
-    throw config::ConfigError(where + ": " + e.what());
+    throw ConfigError(where + ": " + e.what());
   }
   const std::vector<int> blocks = model::adapted_layers(set);
   const int last = static_cast<int>(blocks.size());
   if (blocks.empty() || blocks.front() != c.n_layers - last)
-    throw config::ConfigError(where + ": the adapter's blocks are not the model's last ones (tpcli trains the last N)");
+    throw ConfigError(where + ": the adapter's blocks are not the model's last ones (tpcli trains the last N)");
   std::vector<std::string> targets;
   for (const std::string& module : set.targets) targets.push_back(*model::lora_matrix_of(module));
   auto adopt = [&](const char* key, auto& mine, const auto& theirs, const std::string& shown) {
     if (lora.written.count(key) && mine != theirs)
-      throw config::ConfigError(config.where(std::string("train.lora.") + key) + ": the adapter in " + *lora.init_from +
+      throw ConfigError(config.where(std::string("train.lora.") + key) + ": the adapter in " + *lora.init_from +
                                 " has " + key + " " + shown);
     mine = theirs;
   };
@@ -353,22 +349,21 @@ static std::shared_ptr<const model::WeightSource> initial_adapters(const config:
 
 // The tokens a llama2.c tokenizer.bin holds (its records, to the end of the file): the model's
 // vocab_size when [model] leaves it out, as for a tokenizer.json.
-static int llama2c_vocab_size(const config::RunConfig& config) {
+static int llama2c_vocab_size(const RunConfig& config) {
   try {
     return model::load_tokenizer(config.data.tokenizer_path).tokenizer->vocab_size();
   } catch (const std::exception& e) {
-    throw config::ConfigError(config.where("data.tokenizer") + ": " + e.what());
+    throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
   }
 }
 
-Prepared prepare_training(const config::RunConfig& config, bool resume) {
-  using config::ConfigError;
+Prepared prepare_training(const RunConfig& config, bool resume) {
   Prepared p;
   TrainOptions& o = p.options;
 
   std::optional<TextTokenizer> tokenizer = open_data(config, p);
   std::optional<int> tokenizer_vocab;
-  if (tokenizer && tokenizer->kind() != TokenizerKind::Llama2c) tokenizer_vocab = tokenizer->vocab_size();
+  if (tokenizer && tokenizer->kind() != train::TokenizerKind::Llama2c) tokenizer_vocab = tokenizer->vocab_size();
   else if (!tokenizer && !config.model.init_from && !config.model.vocab_size) tokenizer_vocab = llama2c_vocab_size(config);
 
   // Model: from init_from's checkpoint, or the [model] section.
@@ -378,7 +373,7 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
       o.base_name = *config.model.init_from;
       o.model = o.init->config();
     } else {
-      o.model = config::model_from_config(config.model, tokenizer_vocab);
+      o.model = model_from_config(config.model, tokenizer_vocab);
     }
   } catch (const ConfigError&) {
     throw;
@@ -395,15 +390,15 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
     }
   }
   o.tokenizer = std::make_shared<const TextTokenizer>(*tokenizer);
-  if (!config::is_sft_format(config.data.format))
+  if (!is_sft_format(config.data.format))
     o.corpus = std::make_shared<const Corpus>(open_corpus(config, p.corpus_text, *tokenizer, o.model.vocab_size));
 
   // Mesh, its roles, optimisation and output; then the transport.
   set_config_fields(config, o);
-  if (config::is_sft_format(config.data.format)) o.sft = sft_examples(config, *tokenizer, o.seq_len);
-  if (config.mesh.backend == config::BackendKind::Zmq) {
+  if (is_sft_format(config.data.format)) o.sft = sft_examples(config, *tokenizer, o.seq_len);
+  if (config.mesh.backend == BackendKind::Zmq) {
     select_zmq(config, p);
-  } else if (config.mesh.backend == config::BackendKind::Mpi) {
+  } else if (config.mesh.backend == BackendKind::Mpi) {
     select_mpi(config, p);
   } else {
     refuse_several_thread_processes(config);
@@ -420,4 +415,4 @@ Prepared prepare_training(const config::RunConfig& config, bool resume) {
   return p;
 }
 
-}  // namespace tpcli::cli
+}  // namespace tpcli::config
