@@ -59,7 +59,7 @@ struct GenerateResult {
 };
 
 // Greedy shortcut: the argmax token after feeding (token, pos), KV cache advanced (first max wins);
-// -1 when a logit is not finite (generate() then ends the run naming the position).
+// -1 when a logit is not finite (the reference loop then ends the run naming the position).
 using ArgmaxFn = std::function<int(int token, int pos)>;
 // Batched prefill: tokens at positions pos.. in one pass (KV cache filled); the last position's
 // logits [V], or its argmax token.
