@@ -121,7 +121,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
         [&](const model::ModelFns& model, std::FILE* out) {
           const auto start = std::chrono::steady_clock::now();
           train::TextSample sample =
-              train::generate_text(model.forward, *text_tokenizer, options.prompt, options.steps, config.seq_len,
+              train::generate_text(model, *text_tokenizer, options.prompt, options.steps, config.seq_len,
                                    options.temperature, options.topp, options.seed, out);
           if (out) std::fputc('\n', out);
           model::GenerateResult r;
@@ -144,7 +144,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
     throw UsageError(e.what());
   }
   require_prompt_fits(prompt_source(f), tokenizer->encode(options.prompt, true, false).size(), config.seq_len);
-  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options, true, kv_dtype);
+  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options, kv_dtype);
 }
 
 // --tokens with --ids: the ids fed exactly, every position up to -n run, the ids after the prompt

@@ -274,6 +274,7 @@ void BatchEngine::finish(Sequence& s, const char* reason) {
   s.finished = true;
   allocator_.release(s.blocks);
   s.blocks.clear();
+  s.result.sampler_state = s.sampler->state();
   s.sampler.reset();  // its vocabulary-sized scratch
   if (on_finished) on_finished(s.id);
 }

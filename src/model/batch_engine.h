@@ -52,6 +52,8 @@ struct BatchResult {
                                // "error" (its logits were not finite: `error` says where; the others go on)
   std::string error;
   int cached_tokens = 0;       // prompt tokens whose keys and values came from the pool (prefix sharing)
+  uint64_t sampler_state = 0;  // the sampler's state as the sequence finished: seeding a request with
+                               // it continues the same random stream (a chat's next turn)
 };
 
 struct EngineOptions {

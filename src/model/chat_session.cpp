@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "model/sampler.h"
+
 namespace tpcli::model {
 
 ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_template, ChatTokens tokens,
@@ -13,7 +15,8 @@ ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_
       options_(std::move(options)),
       model_vocab_(model_vocab),
       seq_len_(seq_len),
-      sampler_(model_vocab, options_.temperature, options_.topp, options_.seed) {
+      sampler_state_(options_.seed) {
+  (void)Sampler(model_vocab, options_.temperature, options_.topp, options_.seed);  // bad settings throw here, before any turn
   for (const std::string& name : end_of_turn_tokens(template_, tokens_)) {
     const auto id = tokenizer_.token_id(name);
     if (!id) throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " +
@@ -27,7 +30,27 @@ ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_
 
 bool ChatSession::is_end_of_turn(int id) const { return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end(); }
 
+namespace {
+
+// One position a block, so a turn reuses exactly the longest prefix fed before; a pool of seq_len
+// positions (the memory of the model's own KV cache).
+EngineOptions chat_engine_options(const Llama& llama) {
+  EngineOptions o;
+  o.parallel = 1;
+  o.block_size = 1;
+  o.kv_blocks = llama.config().seq_len;
+  o.kv_dtype = llama.kv_dtype();
+  o.step_tokens = llama.config().seq_len;
+  return o;
+}
+
+}  // namespace
+
 TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model, std::FILE* out) {
+  if (!model.llama) throw std::invalid_argument("chat session: no model to run the batch engine on (ModelFns::llama)");
+  if (llama_ && llama_ != model.llama) throw std::invalid_argument("chat session: a turn on another model than the first");
+  if (model.llama->config().vocab_size != model_vocab_ || model.llama->config().seq_len != seq_len_)
+    throw std::invalid_argument("chat session: the model's vocabulary or context is not the session's");
   messages_.push_back({"user", user_text});
   const std::vector<int> prompt =
       tokenizer_.encode_text(render_chat(template_, messages_, tokens_, /*add_generation_prompt=*/true), false);
@@ -35,13 +58,11 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
   if (static_cast<int>(prompt.size()) >= seq_len_)
     throw std::runtime_error("the conversation (" + std::to_string(prompt.size()) +
                              " tokens) no longer fits the model's context of " + std::to_string(seq_len_));
-  // Reuse the cache up to the common prefix; at least the last prompt token is fed, for its logits.
-  const auto mismatch = std::mismatch(prompt.begin(), prompt.end(), cached_.begin(), cached_.end());
-  const size_t reused = std::min(static_cast<size_t>(mismatch.first - prompt.begin()), prompt.size() - 1);
-
+  if (!engine_) {
+    engine_ = std::make_unique<BatchEngine>(*model.llama, chat_engine_options(*model.llama));
+    llama_ = model.llama;
+  }
   TurnReport report;
-  report.start_pos = static_cast<int>(reused);
-  report.fed.assign(prompt.begin() + static_cast<long>(reused), prompt.end());
   DecodeStream stream(tokenizer_);
   auto emit = [&](const std::string& text) {
     report.reply += text;
@@ -51,13 +72,14 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
     }
   };
   report.end = TurnEnd::ContextFull;  // unless the reply ends first
-  size_t forced_left = report.fed.size() - 1;  // picks that are the prompt's own next token
-  const TokenLoop loop{report.fed, report.start_pos, seq_len_, options_.temperature == 0.0f, model_vocab_};
-  const int end_pos = run_token_loop(model, sampler_, loop, [&](int, int next) {
-    if (forced_left > 0) {
-      --forced_left;
-      return true;
-    }
+  BatchRequest request;
+  request.prompt = prompt;
+  request.max_tokens = options_.max_reply_tokens;
+  request.temperature = options_.temperature;
+  request.topp = options_.topp;
+  request.seed = sampler_state_;
+  const int id = engine_->add(std::move(request));
+  engine_->on_token = [&](int, int next) {
     report.generated.push_back(next);
     if (is_end_of_turn(next)) {
       report.end = TurnEnd::EndOfTurn;
@@ -69,14 +91,27 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
       return false;
     }
     return true;
-  });
+  };
+  try {
+    while (engine_->step()) {
+    }
+  } catch (...) {
+    engine_->on_token = nullptr;  // it refers to this turn
+    throw;
+  }
+  engine_->on_token = nullptr;
+  const BatchResult result = engine_->result(id);
+  engine_->forget(id);
+  if (result.finish_reason == "error") throw std::runtime_error(result.error);
+  sampler_state_ = result.sampler_state;
+  report.start_pos = result.cached_tokens;
+  report.fed.assign(prompt.begin() + result.cached_tokens, prompt.end());
   emit(stream.finish());
   if (out) std::fputc('\n', out);
 
   // The cache now holds the prompt and every reply token fed (the last one picked was not).
   cached_.assign(prompt.begin(), prompt.end());
-  cached_.insert(cached_.end(), report.generated.begin(), report.generated.end());
-  cached_.resize(static_cast<size_t>(end_pos));
+  cached_.insert(cached_.end(), report.generated.begin(), report.generated.end() - 1);
   messages_.push_back({"assistant", report.reply});
   return report;
 }

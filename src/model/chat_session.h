@@ -3,20 +3,25 @@
 // feed only the tokens past the part already cached (positions continue), then sample until an
 // end-of-turn token or the reply limit, streaming the reply's text.
 //
-// The cache is reused up to the longest common prefix of the new prompt's ids and the cached ids:
-// with templates that render earlier turns the same way (all the supported ones, for replies that
-// re-tokenize to the same ids), that is everything fed before; otherwise the positions after the
-// prefix are fed again (the cache is overwritten from there, attention only reads positions <= pos).
+// A turn is a request of the session's batch engine (model/batch_engine.h), whose prefix cache
+// holds every position fed before in blocks of one position: the new prompt reuses the keys and
+// values of its longest prefix fed before (all but its last token at most), so with templates that
+// render earlier turns the same way (all the supported ones, for replies that re-tokenize to the
+// same ids) that is everything fed before; otherwise the positions after the prefix are fed again.
+// The sampler is one stream across turns: each turn's request is seeded with the state the last
+// one finished in.
 #pragma once
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <cstdint>
+#include <memory>
+
+#include "model/batch_engine.h"
 #include "model/chat_template.h"
 #include "model/generate.h"
-#include "model/generate_text.h"
-#include "model/sampler.h"
 #include "model/tokenizer_interface.h"
 
 namespace tpcli::model {
@@ -47,8 +52,9 @@ class ChatSession {
   ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_template, ChatTokens tokens,
               ChatOptions options, int model_vocab, int seq_len);
 
-  // One user turn; the reply streams to `out` (may be null) followed by a newline.
-  // Throws std::runtime_error when the conversation no longer fits the context.
+  // One user turn on model.llama (the same model every turn); the reply streams to `out` (may be
+  // null) followed by a newline. Throws std::runtime_error when the conversation no longer fits the
+  // context, or when the logits a reply token comes from are not finite.
   TurnReport turn(const std::string& user_text, const ModelFns& model, std::FILE* out);
 
   const std::vector<int>& cached() const { return cached_; }
@@ -61,7 +67,9 @@ class ChatSession {
   ChatTokens tokens_;
   ChatOptions options_;
   int model_vocab_, seq_len_;
-  Sampler sampler_;
+  uint64_t sampler_state_;            // the next turn's seed: where the last turn's sampler stopped
+  std::unique_ptr<BatchEngine> engine_;  // made at the first turn, on its model
+  Llama* llama_ = nullptr;
   std::vector<int> end_ids_;          // tokens that end the assistant's turn
   std::vector<ChatMessage> messages_;
   std::vector<int> cached_;           // [positions fed] the token at each position of the KV cache

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "distributed/trace.h"
+#include "model/batch_engine.h"
 #include "model/llama.h"
 
 namespace tpcli::model {
@@ -24,9 +25,7 @@ GenerateOptions normalized(GenerateOptions o, int seq_len) {
   return o;
 }
 
-GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const GenerateOptions& options,
-                        std::FILE* out) {
-  const std::vector<int> prompt = tokenizer.encode(options.prompt, /*bos=*/true, /*eos=*/false);
+GenerateResult llama2c_text(const IdsRun& run, const Tokenizer& tokenizer, const std::string& prompt, std::FILE* out) {
   std::string text;  // exactly what goes to `out`
   auto emit = [&](std::string_view piece) {
     text.append(piece);
@@ -35,7 +34,7 @@ GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const
       std::fflush(out);
     }
   };
-  GenerateResult result = generate_from_ids(model, prompt, tokenizer.vocab_size(), options, [&](int token, int next) {
+  GenerateResult result = run(tokenizer.encode(prompt, /*bos=*/true, /*eos=*/false), [&](int token, int next) {
     if (next == BOS_TOKEN) return false;  // BOS delimits sequences
     emit(Tokenizer::printable_piece(tokenizer.decode(token, next)));
     return true;
@@ -45,83 +44,106 @@ GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const
   return result;
 }
 
-GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> prompt, int vocab,
-                                 const GenerateOptions& options, const NextTokenFn& on_next) {
+GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const GenerateOptions& options,
+                        std::FILE* out) {
+  const IdsRun run = [&](std::span<const int> prompt, const NextTokenFn& on_next) {
+    return generate_from_ids(model, prompt, tokenizer.vocab_size(), options, on_next);
+  };
+  return llama2c_text(run, tokenizer, options.prompt, out);
+}
+
+namespace {
+
+// One sequence alone: a pool of one block of seq_len positions (the memory of the model's own KV
+// cache), the whole prompt in the first step.
+EngineOptions one_sequence(const Llama& llama) {
+  EngineOptions o;
+  o.parallel = 1;
+  o.block_size = llama.config().seq_len;
+  o.kv_blocks = 1;
+  o.kv_dtype = llama.kv_dtype();
+  o.step_tokens = llama.config().seq_len;
+  o.prefix_sharing = false;
+  return o;
+}
+
+void check_prompt(std::span<const int> prompt, int vocab) {
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt holds no token");
   for (int id : prompt)
     if (id < 0 || id >= vocab)
       throw std::invalid_argument("generate: prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
                                   std::to_string(vocab) + ")");
-  Sampler sampler(vocab, options.temperature, options.topp, options.seed);
-  std::vector<float> logits(static_cast<size_t>(vocab));  // [V] the sampler's working copy
+}
 
+}  // namespace
+
+GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> prompt, int vocab,
+                                 const GenerateOptions& options, const NextTokenFn& on_next) {
+  check_prompt(prompt, vocab);
+  if (!model.llama) throw std::invalid_argument("generate: no model to run the batch engine on (ModelFns::llama)");
+  if (model.llama->config().vocab_size != vocab)
+    throw std::runtime_error("model returned " + std::to_string(model.llama->config().vocab_size) +
+                             " logits, the vocabulary has " + std::to_string(vocab) + " tokens");
   GenerateResult result;
-  auto checked = [&](std::span<const float> full) {
-    if (static_cast<int>(full.size()) != vocab)
-      throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, the vocabulary has " +
-                               std::to_string(vocab) + " tokens");
-    return full;
+  result.tokens.push_back(prompt[0]);
+  if (options.steps < 1) return result;
+  const int P = static_cast<int>(prompt.size());
+  const int picks = options.steps - P + 1;  // tokens the sampler picks (<= 0: the run ends inside the prompt)
+  BatchRequest request;
+  request.prompt.assign(prompt.begin(), prompt.begin() + std::min(P, options.steps));
+  request.max_tokens = std::max(picks, 1);  // a pick past `steps` is not taken
+  request.temperature = options.temperature;
+  request.topp = options.topp;
+  request.seed = options.seed;
+
+  int token = prompt[0];  // the last token taken
+  bool ended = false;     // on_next said stop
+  auto take = [&](int next) {
+    result.tokens.push_back(next);
+    ended = on_next && !on_next(token, next);
+    token = next;
+    return !ended;
+  };
+  size_t forced = 1;  // the next prompt token to take: prompt[1..forced_end) are forced picks
+  const size_t forced_end = static_cast<size_t>(std::min(P, options.steps + 1));
+  auto take_forced = [&] {
+    while (!ended && forced < forced_end) take(prompt[forced++]);
+  };
+  BatchEngine engine(*model.llama, one_sequence(*model.llama));
+  const int id = engine.add(std::move(request));
+  engine.on_token = [&](int, int next) {  // the prompt's forced picks come first, once its step has run
+    take_forced();
+    return !ended && picks > 0 && take(next);
   };
 
   using Clock = std::chrono::steady_clock;
-  const bool greedy_shortcut = options.temperature == 0.0f && model.argmax;
-  std::span<const float> full;  // [V] logits of the last position run (unless greedy_shortcut)
-  int greedy = -1;              // its argmax (greedy_shortcut)
-
-  // The prompt (up to `steps` positions) in one batch: positions 0..prefilled-1 have run after it.
-  int prefilled = 0;
-  const bool can_prefill = greedy_shortcut ? static_cast<bool>(model.prefill_argmax) : static_cast<bool>(model.prefill);
-  if (can_prefill && prompt.size() > 1 && options.steps > 1) {
-    prefilled = std::min(static_cast<int>(prompt.size()), options.steps);
-    const std::span<const int> batch = prompt.first(static_cast<size_t>(prefilled));
+  Clock::time_point first_end;  // the end of the first step (the whole prompt)
+  int64_t first_rows = 0;
+  while (!engine.idle()) {
     const auto t0 = Clock::now();
-    if (greedy_shortcut) greedy = model.prefill_argmax(batch, 0);
-    else full = checked(model.prefill(batch, 0));
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    result.prefill_tokens = prefilled;
-    result.prefill_tokens_per_second = seconds > 0 ? prefilled / seconds : 0;
-  }
-  Clock::time_point start = Clock::now();  // end of the first forward call (reset below when it is a decode)
-  const int first_call = std::max(prefilled, 1);  // positions the first forward call ran
-
-  int token = prompt[0];
-  int pos = 0;
-  result.tokens.push_back(token);
-  while (pos < options.steps) {
-    if (pos >= prefilled) {  // inside a prefilled prompt every position has run already
-      if (greedy_shortcut) greedy = model.argmax(token, pos);
-      else full = checked(model.forward(token, pos));
-      if (pos == 0) start = Clock::now();
+    {
+      dist::TraceSpan span(model.trace, model.track, first_rows == 0 && P > 1 ? "prefill" : "forward");
+      engine.step();
     }
-    int next;
-    if (pos < static_cast<int>(prompt.size()) - 1) {
-      next = prompt[static_cast<size_t>(pos) + 1];  // still inside the prompt: force it
-    } else if (greedy_shortcut) {
-      if (greedy < 0)  // Llama::forward_argmax: some device's logits are not finite
-        throw std::runtime_error("the model's logits at position " + std::to_string(pos) +
-                                 " are not finite: the checkpoint holds non-finite weights or settings");
-      next = greedy;
-    } else {
-      require_finite_logits(full, pos);
-      logits.assign(full.begin(), full.end());
-      next = sampler.sample(logits);
+    if (first_rows == 0) {
+      first_end = Clock::now();
+      first_rows = engine.stats().rows;
+      if (first_rows > 1) {
+        const double seconds = std::chrono::duration<double>(first_end - t0).count();
+        result.prefill_tokens = static_cast<int>(first_rows);
+        result.prefill_tokens_per_second = seconds > 0 ? static_cast<double>(first_rows) / seconds : 0;
+      }
     }
-    ++pos;
-    result.tokens.push_back(next);
-    if (on_next && !on_next(token, next)) break;
-    token = next;
   }
-  result.positions = pos;
-  if (pos > first_call) {
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    result.tokens_per_second = seconds > 0 ? (pos - first_call) / seconds : 0;
+  take_forced();
+  const BatchResult& r = engine.result(id);
+  if (r.finish_reason == "error" && !ended && picks > 0) throw std::runtime_error(r.error);
+  result.positions = static_cast<int>(result.tokens.size()) - 1;
+  if (result.positions > first_rows) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - first_end).count();
+    result.tokens_per_second = seconds > 0 ? static_cast<double>(result.positions - first_rows) / seconds : 0;
   }
   return result;
-}
-
-GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
-                        std::FILE* out, const ArgmaxFn& argmax) {
-  return generate(ModelFns{forward, argmax, nullptr, nullptr}, tokenizer, options, out);
 }
 
 MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
@@ -137,6 +159,9 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
         building.built();
         const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
         ModelFns fns;
+        fns.llama = &model;
+        fns.trace = dev.trace();
+        fns.track = dev.rank();
         fns.forward = [&](int token, int pos) {
           dist::TraceSpan span(dev.trace(), dev.rank(), "forward");
           return model.forward(token, pos);
@@ -173,20 +198,13 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
 
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
-                                    const dist::RunOptions& run_options, bool batched_prompt, nn::KvDtype kv_dtype) {
+                                    const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
   if (tokenizer.vocab_size() != weights.config().vocab_size)
     throw std::invalid_argument("tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                                 " tokens but the model's vocab_size is " + std::to_string(weights.config().vocab_size));
   return run_model_on_mesh(
       weights, mesh,
-      [&](const ModelFns& model, std::FILE* device_out) {
-        ModelFns fns = model;
-        if (!batched_prompt) {
-          fns.prefill = nullptr;
-          fns.prefill_argmax = nullptr;
-        }
-        return generate(fns, tokenizer, options, device_out);
-      },
+      [&](const ModelFns& model, std::FILE* device_out) { return generate(model, tokenizer, options, device_out); },
       out, run_options, kv_dtype);
 }
 

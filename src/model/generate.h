@@ -1,12 +1,13 @@
-// tpcli::model — the generation loop of llama2.c's `run` (generate mode), byte for byte.
+// tpcli::model — llama2.c's `run` (generate mode), byte for byte, as one request of the batch
+// engine (model/batch_engine.h).
 //
-// encode(prompt, BOS) -> feed tokens one position at a time; while inside the prompt the next token
-// is forced, afterwards the sampler picks it; stop after `steps` positions (counting the prompt,
-// BOS included) or when BOS comes out; every token after the first is decoded (leading space
-// stripped after BOS, <0xNN> as its byte) and printed through safe_printf; a final newline.
-// With a model that can prefill, the prompt goes through it in one batch instead of token by
-// token: run.c samples nothing inside the prompt, so the tokens and the text are the same (only the
-// last prompt position's logits are used, and they agree with decode's up to float rounding).
+// encode(prompt, BOS) -> the prompt's positions, then the sampler's picks; stop after `steps`
+// positions (counting the prompt, BOS included) or when BOS comes out; every token after the first
+// is decoded (leading space stripped after BOS, <0xNN> as its byte) and printed through
+// safe_printf; a final newline. run.c feeds the prompt token by token and samples nothing inside
+// it; the engine runs it in one step, whose rows keep decode's bits (Llama::step), so the tokens
+// and the text are the same. llama2.c's own loop is kept as the tests' oracle
+// (tests/support/reference_generate.h).
 //
 // Dimension legend: V vocab_size.
 #pragma once
@@ -21,12 +22,15 @@
 
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
+#include "distributed/trace.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
 #include "nn/attention.h"
 
 namespace tpcli::model {
+
+class Llama;
 
 // Full-vocabulary logits [V] after feeding `token` at position `pos` (the KV cache advances).
 using ForwardFn = std::function<std::span<const float>(int token, int pos)>;
@@ -55,41 +59,50 @@ struct GenerateResult {
 };
 
 // Greedy shortcut: the argmax token after feeding (token, pos), KV cache advanced (first max wins);
-// -1 when a logit is not finite (generate() then ends the run naming the position).
+// -1 when a logit is not finite (the reference loop then ends the run naming the position).
 using ArgmaxFn = std::function<int(int token, int pos)>;
 // Batched prefill: tokens at positions pos.. in one pass (KV cache filled); the last position's
 // logits [V], or its argmax token.
 using PrefillFn = std::function<std::span<const float>(std::span<const int> tokens, int pos)>;
 using PrefillArgmaxFn = std::function<int(std::span<const int> tokens, int pos)>;
 
-// A model's entry points for generation: forward is required, the rest are optional shortcuts
-// (argmax: greedy without gathering the logits; prefill: the prompt in one batch).
+// A device's model for generation: `llama`, which generation runs on (a batch engine over it), with
+// its device's trace (a span per engine step, on track `track`). The functions are its entry
+// points one call at a time, for the tests' reference loop (tests/support/reference_generate.h):
+// forward; argmax, greedy without gathering the logits; prefill, the prompt in one batch.
 struct ModelFns {
   ForwardFn forward;
   ArgmaxFn argmax;
   PrefillFn prefill;
   PrefillArgmaxFn prefill_argmax;  // used only with argmax, for greedy runs
+  Llama* llama = nullptr;
+  dist::Trace* trace = nullptr;
+  int track = 0;
 };
-
-// `out` (may be null) receives the text as it is produced, flushed per token like run.c.
-// The options must be normalized already. With temperature 0 and `argmax` given, argmax replaces
-// forward + sampler (same tokens, and a sharded model need not gather the logits). With `prefill`
-// the prompt is fed in one batch.
-GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const GenerateOptions& options,
-                        std::FILE* out);
-// Token by token, as run.c.
-GenerateResult generate(const ForwardFn& forward, const Tokenizer& tokenizer, const GenerateOptions& options,
-                        std::FILE* out, const ArgmaxFn& argmax = nullptr);
 
 // Sees each token as it is appended to GenerateResult::tokens (`next`, forced inside the prompt,
 // picked after it) with the token fed before it; returns false to end the run there.
 using NextTokenFn = std::function<bool(int token, int next)>;
-// The loop generate() runs once it has encoded the prompt, from token ids: prompt[P] fed exactly
-// as given (nothing added, 0 <= id < vocab, P >= 1), the same prefill, forcing, sampling and
-// greedy shortcut, until options.steps positions have run (prompt included) or `on_next` says stop
-// (null: never). options.prompt is not read; GenerateResult::text stays empty.
+// One prompt's run from token ids, as one request of a batch engine over model.llama (required):
+// prompt[P] fed exactly as given (nothing added, 0 <= id < vocab, P >= 1; the first min(P, steps)
+// in one engine step), on_next seeing prompt[1..] as forced picks and then the sampler's picks
+// (the request's sampler: options.temperature, topp, seed), until options.steps positions have
+// run (prompt included: steps - P + 1 picks; none when steps < P), the context ends or `on_next`
+// says stop (null: never). options.prompt is not read; GenerateResult::text stays empty.
+// Throws std::runtime_error naming the position when the logits a pick comes from are not finite.
 GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> prompt, int vocab,
                                  const GenerateOptions& options, const NextTokenFn& on_next = nullptr);
+// generate_from_ids with its model and options bound: the text functions below run over any such
+// run (the tests pass llama2.c's own loop).
+using IdsRun = std::function<GenerateResult(std::span<const int> prompt, const NextTokenFn& on_next)>;
+
+// run.c's text over `run`: encode(prompt, BOS), the pieces of every token after the first until
+// BOS, a final newline. `out` (may be null) receives the text as it is produced, flushed per token
+// like run.c.
+GenerateResult llama2c_text(const IdsRun& run, const Tokenizer& tokenizer, const std::string& prompt, std::FILE* out);
+// llama2c_text over generate_from_ids. The options must be normalized already.
+GenerateResult generate(const ModelFns& model, const Tokenizer& tokenizer, const GenerateOptions& options,
+                        std::FILE* out);
 
 // What one device of a mesh run reports.
 struct DeviceReport {
@@ -116,11 +129,9 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
                                nn::KvDtype kv_dtype = nn::KvDtype::F32);
 
 // llama2.c's generation on a mesh: run_model_on_mesh with generate(); the same sampler state on every
-// device, so the same tokens; device 0 writes to `out`. batched_prompt = false feeds the prompt
-// token by token (the reference the batched prefill is tested against).
+// device, so the same tokens; device 0 writes to `out`.
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
-                                    const dist::RunOptions& run_options = {}, bool batched_prompt = true,
-                                    nn::KvDtype kv_dtype = nn::KvDtype::F32);
+                                    const dist::RunOptions& run_options = {}, nn::KvDtype kv_dtype = nn::KvDtype::F32);
 
 }  // namespace tpcli::model

@@ -500,7 +500,8 @@ void DeviceRun::sample() {
   const model::TensorWeights full = llama_.gather_weights();
   if (data_.rank() != 0) return;
   model::Llama sampler(full, tp_);
-  auto forward = [&](int token, int pos) -> std::span<const float> { return sampler.forward(token, pos); };
+  model::ModelFns fns;  // generation runs a batch engine over it
+  fns.llama = &sampler;
   const int steps = std::min(o_.sample_tokens + 1, o_.model.seq_len);
   std::string text;
   if (o_.tokenizer->kind() == TokenizerKind::Llama2c) {
@@ -510,9 +511,9 @@ void DeviceRun::sample() {
     g.temperature = 0.8f;
     g.topp = 0.9f;
     g.seed = o_.seed;
-    text = model::generate(forward, *o_.tokenizer->bpe(), model::normalized(g, o_.model.seq_len), nullptr).text;
+    text = model::generate(fns, *o_.tokenizer->bpe(), model::normalized(g, o_.model.seq_len), nullptr).text;
   } else {
-    text = generate_text(forward, *o_.tokenizer, "", steps, o_.model.seq_len, 0.8f, 0.9f, o_.seed, nullptr).text;
+    text = generate_text(fns, *o_.tokenizer, "", steps, o_.model.seq_len, 0.8f, 0.9f, o_.seed, nullptr).text;
   }
   if (writer_) s_.result.sample = text;
 }

@@ -1,9 +1,9 @@
 // tpcli::train — text generation for models trained on a chars or bytes vocabulary.
 //
-// llama2.c's generate loop (model/generate.h) assumes a BPE tokenizer with BOS = 1 and a dummy
-// leading space; a chars model has neither (token 1 is a character). This loop feeds the prompt's
-// tokens as they are (no BOS; an empty prompt starts from token 0, nanoGPT's "\n" in a chars
-// vocabulary of text), then samples; it never stops early.
+// llama2.c's generate (model/generate.h) assumes a BPE tokenizer with BOS = 1 and a dummy leading
+// space; a chars model has neither (token 1 is a character). This feeds the prompt's tokens as they
+// are (no BOS; an empty prompt starts from token 0, nanoGPT's "\n" in a chars vocabulary of text)
+// through generate_from_ids (one batch engine request), then samples; it never stops early.
 //
 // Dimension legend: V vocab_size.
 #pragma once
@@ -22,9 +22,9 @@ struct TextSample {
   std::vector<int> tokens;  // every token fed, plus the last one picked
 };
 
-// steps: positions, prompt included (capped at seq_len). temperature 0 = greedy. `out` (may be
-// null) receives the text as it is produced.
-TextSample generate_text(const model::ForwardFn& forward, const TextTokenizer& tokenizer, const std::string& prompt,
+// steps: positions, prompt included (capped at seq_len). temperature 0 = greedy; seed 0 = 1. `out`
+// (may be null) receives the text as it is produced. model.llama: the model to run (generate_from_ids).
+TextSample generate_text(const model::ModelFns& model, const TextTokenizer& tokenizer, const std::string& prompt,
                          int steps, int seq_len, float temperature, float topp, uint64_t seed, std::FILE* out);
 
 }  // namespace tpcli::train

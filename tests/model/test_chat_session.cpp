@@ -9,6 +9,7 @@
 #include "model/chat_session.h"
 #include "model/generate.h"
 #include "model/llama2c.h"
+#include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "reference_files.h"
 
@@ -23,16 +24,20 @@ struct Conversation {
 };
 
 Conversation converse(const WeightSource& weights, const Tokenizer& tokenizer, const std::vector<std::string>& lines,
-                      int reply_tokens) {
+                      int reply_tokens, float temperature = 0.0f, uint64_t seed = 1, int devices = 1) {
   Conversation c;
-  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ModelFns& model, std::FILE*) {
+  run_model_on_mesh(weights, tpcli::dist::Mesh::line(devices), [&](const ModelFns& model, std::FILE* out) {
     ChatSession session(tokenizer, chat_template_named("zephyr"), {"<s>", "</s>"},
-                        {.max_reply_tokens = reply_tokens, .temperature = 0.0f}, weights.config().vocab_size,
-                        weights.config().seq_len);
-    for (const auto& line : lines) c.turns.push_back(session.turn(line, model, nullptr));
-    c.cached = session.cached();
-    return GenerateResult{};
-  }, nullptr);
+                        {.max_reply_tokens = reply_tokens, .temperature = temperature, .topp = 0.9f, .seed = seed},
+                        weights.config().vocab_size, weights.config().seq_len);
+    Conversation mine;
+    for (const auto& line : lines) mine.turns.push_back(session.turn(line, model, nullptr));
+    mine.cached = session.cached();
+    if (out) c = mine;
+    GenerateResult r;
+    r.tokens = mine.cached;  // every device's, compared
+    return r;
+  }, stdout);
   return c;
 }
 
@@ -44,6 +49,30 @@ std::vector<int> greedy_after_each(const WeightSource& weights, const std::vecto
     return GenerateResult{};
   }, nullptr);
   return picks;
+}
+
+// Llama2.c's decode with one sampler over the whole conversation: each turn's prompt fed from
+// position 0 into the model's own cache, then `lengths[t]` picks, each fed before the next.
+std::vector<std::vector<int>> sampled_replies(const WeightSource& weights, const std::vector<std::vector<int>>& prompts,
+                                              const std::vector<size_t>& lengths, float temperature, uint64_t seed) {
+  std::vector<std::vector<int>> replies;
+  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ModelFns& model, std::FILE*) {
+    Sampler sampler(weights.config().vocab_size, temperature, 0.9f, seed);
+    for (size_t t = 0; t < prompts.size(); ++t) {
+      std::span<const float> logits;
+      int pos = 0;
+      for (int token : prompts[t]) logits = model.forward(token, pos++);
+      std::vector<int> reply;
+      while (reply.size() < lengths[t]) {
+        std::vector<float> copy(logits.begin(), logits.end());
+        reply.push_back(sampler.sample(copy));
+        if (reply.size() < lengths[t]) logits = model.forward(reply.back(), pos++);
+      }
+      replies.push_back(std::move(reply));
+    }
+    return GenerateResult{};
+  }, nullptr);
+  return replies;
 }
 
 }  // namespace
@@ -97,4 +126,32 @@ TEST_CASE("chat session: a template whose end-of-turn token the tokenizer lacks 
   Tokenizer tokenizer(shared_path("data/tok512.bin"), 512);
   CHECK_THROWS_WITH(ChatSession(tokenizer, chat_template_named("llama3"), {"<s>", "</s>"}, {}, 512, 512),
                     Catch::Contains("<|eot_id|>"));
+}
+
+TEST_CASE("chat session: a seeded conversation picks what one sampler over llama2.c's decode picks, turn after turn, on 1 and 2 devices") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  Llama2cFile weights(shared_path("data/stories260K.bin"));
+  Tokenizer tokenizer(shared_path("data/tok512.bin"), weights.config().vocab_size);
+  const std::vector<std::string> lines{"Tell me about a cat.", "What did the dog do?", "And then?"};
+  const ChatTokens tokens{"<s>", "</s>"};
+  const ChatTemplate zephyr = chat_template_named("zephyr");
+  for (int devices : {1, 2}) {
+    INFO(devices << " devices");
+    const Conversation c = converse(weights, tokenizer, lines, 20, 0.9f, 77, devices);
+    REQUIRE(c.turns.size() == 3);
+    std::vector<ChatMessage> messages;
+    std::vector<std::vector<int>> prompts;
+    std::vector<size_t> lengths;
+    for (size_t t = 0; t < lines.size(); ++t) {
+      messages.push_back({"user", lines[t]});
+      prompts.push_back(tokenizer.encode_text(render_chat(zephyr, messages, tokens, true), false));
+      lengths.push_back(c.turns[t].generated.size());
+      messages.push_back({"assistant", c.turns[t].reply});
+      CHECK(c.turns[t].start_pos + c.turns[t].fed.size() == prompts[t].size());
+    }
+    CHECK(c.turns[1].start_pos > 0);  // the earlier turns' keys and values were reused
+    CHECK(c.turns[2].start_pos > c.turns[1].start_pos);
+    const std::vector<std::vector<int>> expected = sampled_replies(weights, prompts, lengths, 0.9f, 77);
+    for (size_t t = 0; t < lines.size(); ++t) CHECK(c.turns[t].generated == expected[t]);
+  }
 }

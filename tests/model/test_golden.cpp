@@ -17,6 +17,7 @@
 #include "model/safetensors.h"
 #include "reference_files.h"
 #include "reference_forward.h"
+#include "support/reference_generate.h"
 
 using namespace tpcli::model;
 using namespace tpcli::testing;
@@ -70,7 +71,7 @@ TEST_CASE("golden: llama2.c's forward + our generate/sampler/tokenizer reproduce
   for (const auto& c : read_run_cases()) {
     INFO(c.name);
     ReferenceForward ref(weights);
-    const auto r = generate([&](int t, int p) { return ref.forward(t, p); }, tok, options_of(c, 512), nullptr);
+    const auto r = reference_generate(ModelFns{[&](int t, int p) { return ref.forward(t, p); }}, tok, options_of(c, 512), nullptr);
     CHECK(r.text == c.stdout_text);
     CHECK(r.tokens == c.token_ids);
   }

@@ -22,6 +22,7 @@
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "support/error_of.h"
+#include "support/reference_generate.h"
 #include "support/temp_dir.h"
 
 using namespace tpcli::model;
@@ -155,13 +156,14 @@ TEST_CASE("generate: non-finite logits end the run with an error naming the posi
   o.seed = 1;
   for (float temperature : {0.0f, 1.0f}) {
     o.temperature = temperature;
-    const std::string e = error_of([&] { generate(forward, tok, o, nullptr); });
+    const std::string e = error_of([&] { tpcli::testing::reference_generate(ModelFns{forward}, tok, o, nullptr); });
     CHECK(e.find("logits at position 2 are not finite") != std::string::npos);
   }
   // The greedy shortcut: argmax reports -1 for non-finite logits.
   o.temperature = 0.0f;
   ArgmaxFn argmax = [](int, int pos) { return pos == 3 ? -1 : 4; };
-  CHECK(error_of([&] { generate(forward, tok, o, nullptr, argmax); }).find("position 3") != std::string::npos);
+  CHECK(error_of([&] { tpcli::testing::reference_generate(ModelFns{forward, argmax}, tok, o, nullptr); }).find("position 3") !=
+        std::string::npos);
 }
 
 TEST_CASE("a checkpoint with one NaN weight: sharded greedy decoding reports non-finite logits on every device") {

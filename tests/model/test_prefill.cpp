@@ -1,6 +1,7 @@
 // Batched prefill against token-by-token decode (the reference: decode is tested against llama2.c
 // and a double-precision forward elsewhere), on every device count a shape allows; generation
-// with a batched prompt against generation token by token; per-device memory of the sharded model.
+// (a batch engine request, the prompt in one step) against llama2.c's loop feeding it token by
+// token; per-device memory of the sharded model.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "model/shard_plan.h"
 #include "random_model.h"
 #include "reference_files.h"
+#include "support/reference_generate.h"
 
 using namespace tpcli;
 using namespace tpcli::testing;
@@ -118,7 +120,8 @@ TEST_CASE("prefill: positions outside the context are a clear error", "[llama][p
   CHECK_NOTHROW(m.prefill(tokens, c.seq_len - 5));  // the last five positions
 }
 
-TEST_CASE("generation: a batched prompt prints what the token-by-token prompt prints, 1..8 devices", "[golden][prefill]") {
+TEST_CASE("generation: the engine's batched prompt prints what llama2.c's token-by-token loop prints, 1..8 devices",
+          "[golden][prefill]") {
   TPCLI_REQUIRE_SHARED("data/stories260K.bin");
   model::Llama2cFile weights(shared_path("data/stories260K.bin"));
   model::Tokenizer tok(shared_path("data/tok512.bin"), 512);
@@ -141,7 +144,12 @@ TEST_CASE("generation: a batched prompt prints what the token-by-token prompt pr
     o = model::normalized(o, 512);
     for (int devices = 1; devices <= 8; ++devices) {
       INFO("'" << c.prompt << "' on " << devices << " devices, temperature " << c.temperature);
-      const auto one_by_one = model::generate_on_mesh(weights, tok, dist::Mesh::line(devices), o, nullptr, {}, false);
+      const auto one_by_one = model::run_model_on_mesh(
+          weights, dist::Mesh::line(devices),
+          [&](const model::ModelFns& m, std::FILE* out) {
+            return reference_generate(model::ModelFns{m.forward, m.argmax}, tok, o, out);  // no prefill: token by token
+          },
+          nullptr);
       const auto batched = model::generate_on_mesh(weights, tok, dist::Mesh::line(devices), o, nullptr);
       CHECK(batched.result.text == one_by_one.result.text);
       CHECK(batched.result.tokens == one_by_one.result.tokens);

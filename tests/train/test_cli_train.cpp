@@ -136,20 +136,24 @@ TEST_CASE("tpcli train --trace and infer --trace: every device's spans and colle
     CHECK(all_sums > 3);
   }
 
-  // infer --trace: a forward span per token on each device (ROMEO: is 6 prompt tokens + 10 new).
+  // infer --trace: a prefill span for the prompt and a forward span per token after it on each
+  // device (ROMEO: is 6 prompt tokens; -n 16 positions: the prompt's step, then 10 decode steps).
   const fs::path infer_trace = scratch() / "infer_trace.json";
   Run g = run_tpcli("infer --model " + (scratch() / "run" / "latest.safetensors").string() +
-                    " -i \"ROMEO:\" -n 10 -t 0 --devices 2 --trace " + infer_trace.string());
+                    " -i \"ROMEO:\" -n 16 -t 0 --devices 2 --trace " + infer_trace.string());
   INFO("infer stderr: " << g.err);
   REQUIRE(g.code == 0);
   const std::string infer_json = slurp(infer_trace);
   for (int device = 0; device < 2; ++device) {
     const std::string tid = "\"tid\":" + std::to_string(device) + ",";
-    int forwards = 0;
+    int forwards = 0, prefills = 0;
     std::istringstream lines(infer_json);
-    for (std::string event; std::getline(lines, event);)
+    for (std::string event; std::getline(lines, event);) {
       forwards += event.find(tid) != std::string::npos && event.find("\"name\":\"forward\"") != std::string::npos;
-    CHECK(forwards >= 10);
+      prefills += event.find(tid) != std::string::npos && event.find("\"name\":\"prefill\"") != std::string::npos;
+    }
+    CHECK(prefills == 1);
+    CHECK(forwards == 10);
   }
 
   // An unwritable trace path is refused before training, in one line.
