@@ -237,13 +237,13 @@ void print_progress(size_t done, size_t total, int64_t tokens) {
 
 json result_line(size_t i, const Job& job, const model::BatchResult& r, const model::TokenizerInterface& tokenizer) {
   std::span<const int> generated = r.tokens;
-  const bool stop_id = r.finish_reason == "stop" && !generated.empty() &&
+  const bool stop_id = r.finish_reason == model::FinishReason::stop && !generated.empty() &&
                        std::ranges::find(job.request.stop_ids, generated.back()) != job.request.stop_ids.end();
   if (stop_id) generated = generated.first(generated.size() - 1);  // not the stop token
   std::string text = continuation(tokenizer, job.request.prompt, generated);
   if (const size_t at = first_stop(text, job.stop); at != std::string::npos) text.resize(at);  // not the stop string
-  json line = {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", r.finish_reason}};
-  if (r.finish_reason == "error") line["error"] = r.error;
+  json line = {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", model::finish_reason_name(r.finish_reason)}};
+  if (r.finish_reason == model::FinishReason::error) line["error"] = r.error;
   return line;
 }
 
@@ -291,7 +291,7 @@ size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, c
     for (const int id : finished) {
       const model::BatchResult& r = engine.result(id);
       tokens += static_cast<int64_t>(r.tokens.size());
-      failed += r.finish_reason == "error";
+      failed += r.finish_reason == model::FinishReason::error;
       if (reporter) {
         printer.add(static_cast<size_t>(id), result_line(static_cast<size_t>(id), taken.at(id), r, tokenizer));
         print_progress(++done, total, tokens);

@@ -42,6 +42,16 @@ void check_request(const BatchRequest& r, int id, int context, int vocab) {
 
 }  // namespace
 
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
 namespace {
 
 std::string gigabytes(double bytes) {
@@ -130,7 +140,7 @@ void BatchEngine::cancel(int id) {
   if (s.finished) return;
   std::erase(waiting_, id);
   std::erase(running_, id);
-  finish(s, "cancelled");
+  finish(s, FinishReason::cancelled);
 }
 
 void BatchEngine::forget(int id) {
@@ -256,7 +266,7 @@ void BatchEngine::take_token(Sequence& s, float* logits) {
   const std::span<float> row(logits, static_cast<size_t>(llama_.config().vocab_size));
   if (auto failure = non_finite_logits(row, static_cast<int>(s.computed - 1))) {  // every device sees the same row
     s.result.error = std::move(*failure);
-    finish(s, "error");
+    finish(s, FinishReason::error);
     return;
   }
   if (on_logits) on_logits(s.id, row);
@@ -264,12 +274,12 @@ void BatchEngine::take_token(Sequence& s, float* logits) {
   s.tokens.push_back(token);
   s.result.tokens.push_back(token);
   const bool go_on = !on_token || on_token(s.id, token);
-  if (!go_on || std::ranges::find(s.request.stop_ids, token) != s.request.stop_ids.end()) finish(s, "stop");
+  if (!go_on || std::ranges::find(s.request.stop_ids, token) != s.request.stop_ids.end()) finish(s, FinishReason::stop);
   else if (static_cast<int>(s.result.tokens.size()) >= s.request.max_tokens || static_cast<int64_t>(s.tokens.size()) > context_)
-    finish(s, "length");
+    finish(s, FinishReason::length);
 }
 
-void BatchEngine::finish(Sequence& s, const char* reason) {
+void BatchEngine::finish(Sequence& s, FinishReason reason) {
   s.result.finish_reason = reason;
   s.finished = true;
   allocator_.release(s.blocks);

@@ -28,6 +28,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/kv_block_allocator.h"
@@ -36,6 +37,16 @@
 namespace tpcli::model {
 
 class Sampler;
+
+// Why a sequence ended. Named as OpenAI's finish_reason only where text or JSON is written
+// (finish_reason_name).
+enum class FinishReason {
+  stop,       // a stop id, or on_token said so
+  length,     // max_tokens, or the context's end
+  cancelled,  // cancel(), or a server shutting down
+  error,      // its logits were not finite (BatchResult::error says where); the others go on
+};
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled", "error"
 
 struct BatchRequest {
   std::vector<int> prompt;     // token ids, fed as they are (at least one)
@@ -48,9 +59,8 @@ struct BatchRequest {
 
 struct BatchResult {
   std::vector<int> tokens;     // generated
-  std::string finish_reason;   // "stop" (a stop id, or on_token), "length" (max_tokens or the context's end), "cancelled",
-                               // "error" (its logits were not finite: `error` says where; the others go on)
-  std::string error;
+  FinishReason finish_reason = FinishReason::length;  // once finished
+  std::string error;           // with FinishReason::error
   int cached_tokens = 0;       // prompt tokens whose keys and values came from the pool (prefix sharing)
 };
 
@@ -85,14 +95,14 @@ class BatchEngine {
   bool step();
   bool idle() const { return running_.empty() && waiting_.empty(); }
   const BatchResult& result(int id) const;
-  // Ends a waiting or running sequence now ("cancelled"): its blocks go back to the pool (a client
+  // Ends a waiting or running sequence now (cancelled): its blocks go back to the pool (a client
   // that left). Nothing for one already finished or forgotten, or an id never given: a cancel may
   // cross the sequence's end on its way from another thread. Every device must cancel at the same point.
   void cancel(int id);
   // Frees a finished sequence's tokens and result (a server runs for ever); result(id) throws after.
   void forget(int id);
 
-  // Called on every device after each sampled token; false ends the sequence ("stop"), e.g. at a
+  // Called on every device after each sampled token; false ends the sequence (stop), e.g. at a
   // stop string. Must answer the same on every device.
   std::function<bool(int id, int token)> on_token;
   std::function<void(int id)> on_finished;
@@ -120,7 +130,7 @@ class BatchEngine {
   void run(const std::vector<Planned>& plan);
   void advance(Sequence& s, int64_t rows);
   void take_token(Sequence& s, float* logits);
-  void finish(Sequence& s, const char* reason);
+  void finish(Sequence& s, FinishReason reason);
   Sequence& sequence(int id) const;
   bool known(int id) const;
 

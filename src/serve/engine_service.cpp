@@ -167,7 +167,7 @@ void EngineService::cancel(const std::shared_ptr<RequestStream>& stream) {
     cancels_.push_back(stream->engine_id_);
     arrived_.notify_all();
   } else if (std::erase(queue_, stream)) {  // never reached the engine
-    end(*stream, {"cancelled", {}, static_cast<int>(stream->request_.prompt.size())});
+    end(*stream, {model::FinishReason::cancelled, {}, static_cast<int>(stream->request_.prompt.size())});
   }  // else on its way to the engine: cancelled once it has an id (lead)
 }
 
@@ -199,8 +199,8 @@ void EngineService::fail(const std::string& why) {
   std::lock_guard lock(mutex_);
   failed_ = why;
   closed_ = true;
-  for (auto& [id, s] : running_) end(*s, {"error", why});
-  for (auto& s : queue_) end(*s, {"error", why});
+  for (auto& [id, s] : running_) end(*s, {model::FinishReason::error, why});
+  for (auto& s : queue_) end(*s, {model::FinishReason::error, why});
   running_.clear();
   queue_.clear();
   ready_.notify_all();
@@ -265,7 +265,7 @@ void EngineService::lead(model::Llama& llama, dist::Device& device) {
       const std::shared_ptr<RequestStream>& s = c.added[k];
       std::lock_guard lock(mutex_);
       if (id < 0) {
-        end(*s, {"error", "the engine refused the request"});
+        end(*s, {model::FinishReason::error, "the engine refused the request"});
         return;
       }
       s->engine_id_ = id;
@@ -280,7 +280,7 @@ void EngineService::lead(model::Llama& llama, dist::Device& device) {
     record_step(engine);
   }
   std::lock_guard lock(mutex_);  // what still runs ends here
-  for (auto& [id, s] : running_) end(*s, {"cancelled"});
+  for (auto& [id, s] : running_) end(*s, {model::FinishReason::cancelled});
   running_.clear();
 }
 
@@ -327,7 +327,7 @@ void EngineService::report_finished(model::BatchEngine& engine, int id) {
   if (it == running_.end()) return;
   const model::BatchResult& r = engine.result(id);
   RequestStream& s = *it->second;
-  if (r.finish_reason == "error") ++stats_.failed_requests;
+  if (r.finish_reason == model::FinishReason::error) ++stats_.failed_requests;
   end(s, {r.finish_reason, r.error, static_cast<int>(s.request_.prompt.size()), r.cached_tokens, static_cast<int>(r.tokens.size())});
   running_.erase(it);
 }

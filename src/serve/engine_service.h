@@ -42,8 +42,8 @@ struct TokenEvent {
 };
 
 struct Finish {
-  std::string reason;  // "stop", "length", "cancelled", or "error" (message in `error`)
-  std::string error;
+  model::FinishReason reason = model::FinishReason::stop;
+  std::string error;  // with FinishReason::error
   int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
 };
 
@@ -110,7 +110,7 @@ class EngineService {
   int in_flight() const;
   // Refuses new requests from now on (503).
   void close();
-  // Ends every request still running ("cancelled"), then the device loops.
+  // Ends every request still running (cancelled), then the device loops.
   void shutdown();
   // The devices failed: HTTP handlers get 503 and the loops are gone.
   void fail(const std::string& why);

@@ -65,11 +65,11 @@ class Reply {
       last_write_ = Clock::now();
       return sink(s);
     };
-    if (who_.endpoint == Endpoint::chat && !write(sse_event(chunk_json(who_, "", true, "", nullptr, request_.include_usage)))) return false;
+    if (who_.endpoint == Endpoint::chat && !write(sse_event(chunk_json(who_, "", true, std::nullopt, nullptr, request_.include_usage)))) return false;
     for (;;) {
       std::optional<Finish> finish;
       const std::string delta = next(std::chrono::milliseconds(250), finish);
-      if (!delta.empty() && !write(sse_event(chunk_json(who_, delta, false, "", take_logprobs(), request_.include_usage)))) return false;
+      if (!delta.empty() && !write(sse_event(chunk_json(who_, delta, false, std::nullopt, take_logprobs(), request_.include_usage)))) return false;
       if (!finish && delta.empty() && Clock::now() - last_write_ > std::chrono::seconds(1) && !write(": waiting\n\n"))
         return false;  // a comment: finds a client that left while nothing was sent
       if (!finish) continue;
@@ -102,7 +102,7 @@ class Reply {
       stopped_ = true;
       service_.cancel(stream_);
     }
-    if (stopped_) finish = Finish{"stop", {}, static_cast<int>(request_.prompt.size()), 0, completion_tokens_};
+    if (stopped_) finish = Finish{model::FinishReason::stop, {}, static_cast<int>(request_.prompt.size()), 0, completion_tokens_};
     if (finish) out += text_.flush();
     return out;
   }
@@ -125,8 +125,8 @@ class Reply {
   }
 
   static std::optional<ApiError> failure(const Finish& f) {
-    if (f.reason == "error") return ApiError(500, "The engine failed: " + f.error.substr(0, 200), "", "engine_error", "server_error");
-    if (f.reason == "cancelled") return ApiError(503, "The server is shutting down.", "", "unavailable", "server_error");
+    if (f.reason == model::FinishReason::error) return ApiError(500, "The engine failed: " + f.error.substr(0, 200), "", "engine_error", "server_error");
+    if (f.reason == model::FinishReason::cancelled) return ApiError(503, "The server is shutting down.", "", "unavailable", "server_error");
     return std::nullopt;
   }
 

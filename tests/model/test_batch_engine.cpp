@@ -31,7 +31,7 @@ namespace {
 struct Outcome {
   std::vector<int> tokens;
   std::vector<std::vector<float>> logits;  // [V] before each sampled token
-  std::string finish_reason;
+  model::FinishReason finish_reason = model::FinishReason::length;
 };
 
 model::LlamaConfig engine_config() {
@@ -78,7 +78,7 @@ std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& m
         tokens.push_back(sampler.sample(logits));
         o.tokens.push_back(tokens.back());
       }
-      o.finish_reason = "length";
+      o.finish_reason = model::FinishReason::length;
       mine.push_back(std::move(o));
     }
     if (dev.rank() == 0) out = std::move(mine);
@@ -139,6 +139,13 @@ void require_same(const std::vector<Outcome>& got, const std::vector<Outcome>& w
 }
 
 }  // namespace
+
+TEST_CASE("finish reasons are named as OpenAI's finish_reason") {
+  CHECK(model::finish_reason_name(model::FinishReason::stop) == "stop");
+  CHECK(model::finish_reason_name(model::FinishReason::length) == "length");
+  CHECK(model::finish_reason_name(model::FinishReason::cancelled) == "cancelled");
+  CHECK(model::finish_reason_name(model::FinishReason::error) == "error");
+}
 
 TEST_CASE("batch engine: 16 requests together equal each alone through forward(), bit for bit, in f32, bf16, 8- and 4-bit",
           "[llama][batch]") {
@@ -309,10 +316,10 @@ TEST_CASE("batch engine: stop ids and on_token end a sequence early, and a promp
     while (engine.step()) {
     }
     CHECK(engine.result(5).tokens.size() == 3);
-    CHECK(engine.result(5).finish_reason == "stop");
-    CHECK(engine.result(4).finish_reason == "stop");
+    CHECK(engine.result(5).finish_reason == model::FinishReason::stop);
+    CHECK(engine.result(4).finish_reason == model::FinishReason::stop);
     CHECK(engine.result(4).tokens.size() == 1);
-    CHECK(engine.result(0).finish_reason == "length");
+    CHECK(engine.result(0).finish_reason == model::FinishReason::length);
     CHECK(engine.kv_blocks_free() == engine.kv_blocks());  // every finished sequence gave its blocks back
     model::BatchRequest too_long;
     too_long.prompt.assign(static_cast<size_t>(c.seq_len + 1), 1);
@@ -329,7 +336,7 @@ TEST_CASE("batch engine: a sequence reaching the context's end finishes with len
   model::EngineOptions o;
   o.kv_blocks = 6;  // exactly the context: 96 positions
   const EngineRun run = run_engine(w, 1, {r}, o);
-  CHECK(run.outcomes[0].finish_reason == "length");
+  CHECK(run.outcomes[0].finish_reason == model::FinishReason::length);
   CHECK(run.outcomes[0].tokens.size() == 7);  // positions 90..95 fed, the 7th token's position would be 96
 }
 
@@ -394,7 +401,7 @@ TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and 
     INFO("request " << i);
     const Outcome& o = seen.outcomes[i];
     if (i == 3 || i == 12) {
-      CHECK(o.finish_reason == "cancelled");
+      CHECK(o.finish_reason == model::FinishReason::cancelled);
       CHECK(o.tokens.size() < 8);
       continue;
     }
@@ -476,11 +483,11 @@ TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and
     for (size_t i = 0; i < requests.size(); ++i) {
       INFO("request " << i);
       if (feeds_poison(i)) {
-        CHECK(results[i].finish_reason == "error");
+        CHECK(results[i].finish_reason == model::FinishReason::error);
         CHECK_THAT(results[i].error, Catch::Contains("not finite") && Catch::Contains("position"));
         continue;
       }
-      CHECK(results[i].finish_reason == "length");
+      CHECK(results[i].finish_reason == model::FinishReason::length);
       CHECK(results[i].tokens == alone[i].tokens);
       CHECK(logits[i] == alone[i].logits);
     }
