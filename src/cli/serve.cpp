@@ -196,7 +196,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   });
   std::optional<std::string> failure;
   try {
-    run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev); });
+    run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev, *loaded.tokenizer); });
   } catch (const std::exception& e) {
     failure = e.what();
     service.fail(e.what());

@@ -8,8 +8,8 @@
 // (model/kv_block_allocator.h).
 //
 // A step: every running sequence's next row (a decode token), then chunks of prompts, up to
-// `step_tokens` rows; sequences that finish (a stop id, max_tokens, the context's end, or
-// on_token saying so) leave and waiting ones join (continuous batching). When the pool has no
+// `step_tokens` rows; sequences that finish (a stop id, a stop string, max_tokens, the context's
+// end, or on_token saying so) leave and waiting ones join (continuous batching). When the pool has no
 // block for a running sequence, the newest running sequence is preempted: its blocks go back to
 // the pool and it is prefilled again (its prompt and what it generated) when it is readmitted.
 //
@@ -20,6 +20,10 @@
 //
 // A collective over the model's groups: every device makes the same calls with the same requests
 // (scheduling is deterministic) and gets the same results.
+//
+// Text: an engine given a tokenizer detokenizes each sequence as it goes (model/text_stream.h) and
+// matches its stop strings there, on every device alike: a sequence ends at the step whose token
+// completes a stop string, and its text ends before it.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +41,7 @@
 namespace tpcli::model {
 
 class Sampler;
+class TokenizerInterface;
 
 // Why a sequence ended. Named as OpenAI's finish_reason only where text or JSON is written
 // (finish_reason_name).
@@ -54,13 +59,19 @@ struct BatchRequest {
   float temperature = 1.0f;    // 0: greedy
   float topp = 0.9f;
   uint64_t seed = 1;           // the request's sampler (>= 1)
-  std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens)
+  std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens, not in the text)
+  std::vector<std::string> stop;  // stop strings: generation ends at the token whose text completes one
+                                  // (the text is cut before it); needs the engine's tokenizer
 };
 
 struct BatchResult {
   std::vector<int> tokens;     // generated
   FinishReason finish_reason = FinishReason::length;  // once finished
   std::string error;           // with FinishReason::error
+  // With the engine's tokenizer: the generated text that is final so far (stop ids left out, cut
+  // before a stop string); an end that may still change (an unfinished UTF-8 character, the start
+  // of a stop string) is held back until the sequence finishes.
+  std::string text;
   int cached_tokens = 0;       // prompt tokens whose keys and values came from the pool (prefix sharing)
 };
 
@@ -86,7 +97,8 @@ struct EngineStats {
 
 class BatchEngine {
  public:
-  BatchEngine(Llama& llama, const EngineOptions& options);
+  // `tokenizer` (may be null: no text, no stop strings) must outlive the engine.
+  BatchEngine(Llama& llama, const EngineOptions& options, const TokenizerInterface* tokenizer = nullptr);
   ~BatchEngine();
 
   // Queues a request (checked here: a bad one throws before anything runs); returns its id, 0, 1, ...
@@ -102,8 +114,8 @@ class BatchEngine {
   // Frees a finished sequence's tokens and result (a server runs for ever); result(id) throws after.
   void forget(int id);
 
-  // Called on every device after each sampled token; false ends the sequence (stop), e.g. at a
-  // stop string. Must answer the same on every device.
+  // Called on every device after each sampled token (its text is in result(id).text); false ends
+  // the sequence (stop). Must answer the same on every device.
   std::function<bool(int id, int token)> on_token;
   std::function<void(int id)> on_finished;
   // The logits [V] a sequence's next token is sampled from, before sampling (log-probabilities, tests).
@@ -136,6 +148,7 @@ class BatchEngine {
 
   Llama& llama_;
   EngineOptions options_;
+  const TokenizerInterface* tokenizer_;
   Llama::KvCache pool_;
   KvBlockAllocator allocator_;
   int context_ = 0;
