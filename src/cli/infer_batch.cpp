@@ -18,6 +18,7 @@
 #include "cli/tokenizer_setup.h"
 #include "model/batch_engine.h"
 #include "model/chat_template.h"
+#include "model/end_of_generation.h"
 #include "model/json_file.h"
 #include "model/line_reader.h"
 #include "model/llama.h"
@@ -195,6 +196,18 @@ class SharedJobs {
   bool ended_ = false;
 };
 
+// The chat template prompts may go through (--template, else the tokenizer's): its end-of-turn
+// tokens end every line, as in serve. One that cannot be recognised is refused at the first chat
+// line (JobReader), not here.
+std::optional<ChatFormatting> model_chat(const BatchInferOptions& o, const model::LoadedTokenizer& loaded) {
+  if (o.template_name.empty() && !loaded.chat_template) return std::nullopt;
+  try {
+    return chat_formatting(loaded, o.template_name);
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+}
+
 // Reads every line once before anything runs, so a bad line is refused before any generation;
 // keeps nothing but the count.
 size_t count_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context) {
@@ -296,9 +309,10 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   }
   const int context = static_cast<int>(std::min<int64_t>(config.seq_len, pool_positions));
   const model::LoadedTokenizer loaded = open_model_tokenizer(o.tokenizer_path, config.vocab_size);
-  std::vector<int> stop_ids = opened.eos_token_ids;
-  if (auto eos = loaded.tokenizer->token_id(loaded.tokenizer->eos_text()); eos && !loaded.tokenizer->eos_text().empty())
-    stop_ids.push_back(*eos);
+  const std::optional<ChatFormatting> chat = model_chat(o, loaded);
+  const std::vector<int> stop_ids = model::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
+                                                             chat ? chat->tokens : model::ChatTokens{})
+                                        .ids;
   const size_t total = count_jobs(o, loaded, stop_ids, context);
   std::atomic<size_t> failed{0};
   JobReader reader(o, loaded, stop_ids, context);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "model/end_of_generation.h"
+
 namespace tpcli::model {
 
 ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_template, ChatTokens tokens,
@@ -14,14 +16,11 @@ ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_
       model_vocab_(model_vocab),
       seq_len_(seq_len),
       sampler_(model_vocab, options_.temperature, options_.topp, options_.seed) {
-  for (const std::string& name : end_of_turn_tokens(template_, tokens_)) {
-    const auto id = tokenizer_.token_id(name);
-    if (!id) throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " +
-                                         std::string(chat_format_name(template_.format)) +
-                                         " template is not in the tokenizer");
-    end_ids_.push_back(*id);
-  }
-  end_ids_.insert(end_ids_.end(), options_.more_end_ids.begin(), options_.more_end_ids.end());
+  for (const std::string& name : end_of_turn_tokens(template_, tokens_))
+    if (!tokenizer_.token_id(name))
+      throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " + std::string(chat_format_name(template_.format)) +
+                                  " template is not in the tokenizer");
+  end_ids_ = end_of_generation(tokenizer_, options_.more_end_ids, &template_, tokens_).ids;
   if (!options_.system.empty()) messages_.push_back({"system", options_.system});
 }
 
