@@ -29,6 +29,7 @@
 #include "model/generate.h"
 #include "model/json_file.h"
 #include "model/line_reader.h"
+#include "model/text_stream.h"
 #include "train/sft_examples.h"
 
 namespace tpcli::cli {
@@ -85,28 +86,22 @@ train::SftFormat eval_format(const EvalFlags& f) {
 using Stops = model::EndOfGeneration;
 
 // Greedy generation from `prompt` on this device's model (every device runs the same calls):
-// the answer's text, cut at the first end marker and trimmed.
+// the answer's text (decoded alone, as it goes), cut at the first end marker and trimmed.
 std::string generate_answer(const model::ModelFns& model, const model::TokenizerInterface& tokenizer, const Stops& stops,
                             std::span<const int> prompt, int max_tokens, const model::LlamaConfig& config) {
   model::GenerateOptions options;
   options.temperature = 0.0f;
   options.steps = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(prompt.size()) + max_tokens, config.seq_len));
-  auto marker_at = [&](const std::string& text) {
-    size_t at = std::string::npos;
-    for (const std::string& marker : stops.texts) at = std::min(at, text.find(marker));
-    return at;
-  };
-  std::vector<int> answer;  // the tokens picked after the prompt, the stop token excluded
-  size_t calls = 0;         // on_next sees the forced prompt tokens first (prompt.size() - 1 of them)
+  model::TextStream answer(tokenizer, {}, stops.texts);  // the tokens picked after the prompt, the stop token excluded
+  size_t calls = 0;  // on_next sees the forced prompt tokens first (prompt.size() - 1 of them)
   model::generate_from_ids(model, prompt, config.vocab_size, options, [&](int, int next) {
     if (++calls < prompt.size()) return true;
     if (std::find(stops.ids.begin(), stops.ids.end(), next) != stops.ids.end()) return false;
-    answer.push_back(next);
-    return marker_at(tokenizer.decode_ids(answer, false)) == std::string::npos;
+    answer.add(next);
+    return !answer.stopped();
   });
-  std::string text = tokenizer.decode_ids(answer, false);
-  if (const size_t at = marker_at(text); at != std::string::npos) text.resize(at);
-  return train::trim_whitespace(text);
+  answer.flush();
+  return train::trim_whitespace(answer.text());
 }
 
 void run_eval(const EvalFlags& f, const RunFlags& run_flags) {

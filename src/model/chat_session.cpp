@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "model/end_of_generation.h"
+#include "model/text_stream.h"
 
 namespace tpcli::model {
 
@@ -41,7 +42,7 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
   TurnReport report;
   report.start_pos = static_cast<int>(reused);
   report.fed.assign(prompt.begin() + static_cast<long>(reused), prompt.end());
-  DecodeStream stream(tokenizer_);
+  TextStream stream(tokenizer_, {}, {});  // the text as the tokens spell it, each piece once final
   auto emit = [&](const std::string& text) {
     report.reply += text;
     if (out && !text.empty()) {
@@ -62,14 +63,14 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
       report.end = TurnEnd::EndOfTurn;
       return false;  // not fed: the next turn's prompt writes it
     }
-    emit(stream.push(next));
+    emit(stream.add(next));
     if (static_cast<int>(report.generated.size()) >= options_.max_reply_tokens) {
       report.end = TurnEnd::ReplyLimit;
       return false;
     }
     return true;
   });
-  emit(stream.finish());
+  emit(stream.flush());
   if (out) std::fputc('\n', out);
 
   // The cache now holds the prompt and every reply token fed (the last one picked was not).

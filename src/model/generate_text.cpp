@@ -4,6 +4,8 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "model/text_stream.h"
+
 namespace tpcli::model {
 
 int run_token_loop(const ModelFns& model, Sampler& sampler, const TokenLoop& loop, const OnToken& on_token) {
@@ -59,7 +61,7 @@ GenerateResult generate_with_tokenizer(const ModelFns& model, const TokenizerInt
   Sampler sampler(vocab, options.temperature, options.topp, options.seed);
 
   GenerateResult result;
-  DecodeStream stream(tokenizer);
+  TextStream stream(tokenizer, {}, {});  // the text as the tokens spell it, each piece once final
   auto emit = [&](const std::string& text) {
     result.text += text;
     if (out && !text.empty()) {
@@ -67,7 +69,7 @@ GenerateResult generate_with_tokenizer(const ModelFns& model, const TokenizerInt
       std::fflush(out);
     }
   };
-  if (!(bos && !tokenizer.bos_text().empty() && prompt[0] == *bos)) emit(stream.push(prompt[0]));
+  if (!(bos && !tokenizer.bos_text().empty() && prompt[0] == *bos)) emit(stream.add(prompt[0]));
 
   using Clock = std::chrono::steady_clock;
   std::optional<Clock::time_point> start;
@@ -77,11 +79,11 @@ GenerateResult generate_with_tokenizer(const ModelFns& model, const TokenizerInt
     result.tokens.push_back(next);
     const bool generated = static_cast<int>(result.tokens.size()) > static_cast<int>(prompt.size());
     if (generated && std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) return false;
-    emit(stream.push(next));
+    emit(stream.add(next));
     if (!start) start = Clock::now();
     return true;
   });
-  emit(stream.finish());
+  emit(stream.flush());
   emit("\n");
   result.positions = pos;
   if (pos > 1 && start) {
