@@ -5,10 +5,11 @@
 // Exact-match evaluation on supervised fine-tuning examples (train/sft_examples.h, the same parsing
 // and tokens as `tpcli train`'s): for each example, the prompt (chat: every message but the last,
 // which must be the assistant's, rendered with the generation prompt; completions: BOS and the
-// prompt) is fed and the model generates greedily until an end-of-turn token, the tokenizer's eos
-// (a llama2.c tokenizer's BOS too, as run.c), an eos id of the model's config, an end-of-turn text
-// (a template marker the tokenizer spells with several tokens), --max-tokens tokens or the end of
-// the context. The generated text, cut at the end marker and whitespace-trimmed, is compared with
+// prompt) is fed and the model generates greedily until an end-of-generation token
+// (model/end_of_generation.h: an eos id of the model's config, the tokenizer's eos, a chat
+// template's end-of-turn token, a llama2.c tokenizer's BOS as run.c), the text of one of those
+// markers (when the tokenizer spells it with several tokens), --max-tokens tokens or the end of the
+// context. The generated text, cut at the end marker and whitespace-trimmed, is compared with
 // the reference (the last assistant message or the completion, trimmed). The last line of stdout
 // is "exact match: K/N"; --verbose first prints one JSON line per example
 // {"example", "match", "generated", "reference"}.
@@ -24,9 +25,11 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "cli/tokenizer_setup.h"
+#include "model/end_of_generation.h"
 #include "model/generate.h"
 #include "model/json_file.h"
 #include "model/line_reader.h"
+#include "model/text_stream.h"
 #include "train/sft_examples.h"
 
 namespace tpcli::cli {
@@ -78,50 +81,27 @@ train::SftFormat eval_format(const EvalFlags& f) {
   throw UsageError(where + ": neither {\"messages\": ...} (chat) nor {\"prompt\": ..., \"completion\": ...} (completions)");
 }
 
-// What ends a generated answer.
-struct Stops {
-  std::vector<int> ids;
-  std::vector<std::string> texts;  // end-of-turn markers, also when the tokenizer spells them with several tokens
-};
-
-Stops answer_stops(const model::TokenizerInterface& tokenizer, const train::SftEncoding& encoding,
-                   const OpenedModel& opened, bool llama2c) {
-  Stops s;
-  s.ids = opened.eos_token_ids;
-  if (llama2c) s.ids.push_back(1);  // run.c: BOS delimits stories
-  std::vector<std::string> texts = {tokenizer.eos_text()};
-  if (encoding.format == train::SftFormat::Chat) texts = model::end_of_turn_tokens(encoding.chat_template, encoding.chat_tokens);
-  for (const std::string& text : texts) {
-    if (text.empty()) continue;
-    s.texts.push_back(text);
-    if (std::optional<int> id = tokenizer.token_id(text)) s.ids.push_back(*id);
-  }
-  return s;
-}
+// What ends a generated answer: the end-of-generation ids, and their texts also when the tokenizer
+// spells one with several tokens.
+using Stops = model::EndOfGeneration;
 
 // Greedy generation from `prompt` on this device's model (every device runs the same calls):
-// the answer's text, cut at the first end marker and trimmed.
+// the answer's text (decoded alone, as it goes), cut at the first end marker and trimmed.
 std::string generate_answer(const model::ModelFns& model, const model::TokenizerInterface& tokenizer, const Stops& stops,
                             std::span<const int> prompt, int max_tokens, const model::LlamaConfig& config) {
   model::GenerateOptions options;
   options.temperature = 0.0f;
   options.steps = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(prompt.size()) + max_tokens, config.seq_len));
-  auto marker_at = [&](const std::string& text) {
-    size_t at = std::string::npos;
-    for (const std::string& marker : stops.texts) at = std::min(at, text.find(marker));
-    return at;
-  };
-  std::vector<int> answer;  // the tokens picked after the prompt, the stop token excluded
-  size_t calls = 0;         // on_next sees the forced prompt tokens first (prompt.size() - 1 of them)
+  model::TextStream answer(tokenizer, {}, stops.texts);  // the tokens picked after the prompt, the stop token excluded
+  size_t calls = 0;  // on_next sees the forced prompt tokens first (prompt.size() - 1 of them)
   model::generate_from_ids(model, prompt, config.vocab_size, options, [&](int, int next) {
     if (++calls < prompt.size()) return true;
     if (std::find(stops.ids.begin(), stops.ids.end(), next) != stops.ids.end()) return false;
-    answer.push_back(next);
-    return marker_at(tokenizer.decode_ids(answer, false)) == std::string::npos;
+    answer.add(next);
+    return !answer.stopped();
   });
-  std::string text = tokenizer.decode_ids(answer, false);
-  if (const size_t at = marker_at(text); at != std::string::npos) text.resize(at);
-  return train::trim_whitespace(text);
+  answer.flush();
+  return train::trim_whitespace(answer.text());
 }
 
 void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
@@ -151,7 +131,9 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
       throw UsageError(c.where + ": the prompt is " + std::to_string(c.prompt.size()) +
                        " tokens, no room left to answer in the model's context of " + std::to_string(config.seq_len) +
                        " positions");
-  const Stops stops = answer_stops(*loaded.tokenizer, encoding, opened, is_llama2c_tokenizer(path));
+  const Stops stops =
+      model::end_of_generation(*loaded.tokenizer, opened.eos_token_ids,
+                               encoding.format == train::SftFormat::Chat ? &encoding.chat_template : nullptr, encoding.chat_tokens);
 
   std::vector<std::string> answers;  // device 0's
   model::run_model_on_mesh(

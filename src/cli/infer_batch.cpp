@@ -18,6 +18,7 @@
 #include "cli/tokenizer_setup.h"
 #include "model/batch_engine.h"
 #include "model/chat_template.h"
+#include "model/end_of_generation.h"
 #include "model/json_file.h"
 #include "model/line_reader.h"
 #include "model/llama.h"
@@ -60,12 +61,6 @@ int64_t integer_or(const json& line, const char* key, int64_t fallback, int64_t 
   return v.get<int64_t>();
 }
 
-// A line's request and its stop strings.
-struct Job {
-  model::BatchRequest request;
-  std::vector<std::string> stop;
-};
-
 std::vector<std::string> stop_strings(const json& line, const std::string& where) {
   if (!line.contains("stop")) return {};
   const json& stop = line["stop"];
@@ -87,7 +82,7 @@ class JobReader {
 
   // The next non-blank line's job; nullopt at the end of the file. A bad line is a UsageError
   // naming FILE:LINE and the key.
-  std::optional<Job> next() {
+  std::optional<model::BatchRequest> next() {
     std::string text;
     try {
       while (lines_.next(text))
@@ -132,12 +127,12 @@ class JobReader {
     }
   }
 
-  Job job_of(const json& line) {
+  model::BatchRequest job_of(const json& line) {
     const std::string where = lines_.where();
     if (!line.is_object()) throw UsageError(where + ": not a JSON object");
     refuse_unknown_keys(line, where);
-    Job job{{}, stop_strings(line, where)};
-    model::BatchRequest& r = job.request;
+    model::BatchRequest r;
+    r.stop = stop_strings(line, where);
     // A chat template writes its own beginning-of-sequence text.
     r.prompt = loaded_.tokenizer->encode_text(prompt_text(line), !line.contains("messages"));
     if (r.prompt.empty() || static_cast<int>(r.prompt.size()) >= context_)
@@ -153,7 +148,7 @@ class JobReader {
       throw UsageError(where + ": \"temperature\" must be >= 0 and \"top_p\" in [0, 1]");
     if (r.seed == 0) r.seed = 1;  // the sampler's xorshift state must not be 0
     r.stop_ids = stop_ids_;
-    return job;
+    return r;
   }
 
   const BatchInferOptions& o_;
@@ -174,18 +169,18 @@ class SharedJobs {
   }
 
   // Device `rank`'s next job (its own copy); nullopt at the end of the file.
-  std::optional<Job> next(int rank) {
+  std::optional<model::BatchRequest> next(int rank) {
     std::lock_guard lock(mutex_);
     size_t& taken = taken_.at(rank);
     while (taken >= first_ + window_.size()) {
-      std::optional<Job> job = ended_ ? std::nullopt : reader_.next();
+      std::optional<model::BatchRequest> job = ended_ ? std::nullopt : reader_.next();
       if (!job) {
         ended_ = true;
         return std::nullopt;
       }
       window_.push_back(std::move(*job));
     }
-    Job job = window_[taken - first_];
+    model::BatchRequest job = window_[taken - first_];
     ++taken;
     const auto slowest = std::ranges::min_element(taken_, {}, [](const auto& entry) { return entry.second; });
     for (; first_ < slowest->second; ++first_) window_.pop_front();
@@ -196,10 +191,22 @@ class SharedJobs {
   JobReader& reader_;
   std::mutex mutex_;
   std::map<int, size_t> taken_;  // device rank -> jobs it has taken
-  std::deque<Job> window_;       // jobs first_, first_ + 1, ...
+  std::deque<model::BatchRequest> window_;  // jobs first_, first_ + 1, ...
   size_t first_ = 0;
   bool ended_ = false;
 };
+
+// The chat template prompts may go through (--template, else the tokenizer's): its end-of-turn
+// tokens end every line, as in serve. One that cannot be recognised is refused at the first chat
+// line (JobReader), not here.
+std::optional<ChatFormatting> model_chat(const BatchInferOptions& o, const model::LoadedTokenizer& loaded) {
+  if (o.template_name.empty() && !loaded.chat_template) return std::nullopt;
+  try {
+    return chat_formatting(loaded, o.template_name);
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+}
 
 // Reads every line once before anything runs, so a bad line is refused before any generation;
 // keeps nothing but the count.
@@ -211,23 +218,6 @@ size_t count_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& load
   return jobs;
 }
 
-// The text the generated ids add to the prompt's: decoded after the prompt, so a first token's
-// leading space (SentencePiece's "▁") is kept as it would be in the whole text.
-std::string continuation(const model::TokenizerInterface& tokenizer, const std::vector<int>& prompt,
-                         std::span<const int> generated) {
-  std::vector<int> all = prompt;
-  all.insert(all.end(), generated.begin(), generated.end());
-  const std::string whole = tokenizer.decode_ids(all, false), before = tokenizer.decode_ids(prompt, false);
-  return whole.starts_with(before) ? whole.substr(before.size()) : tokenizer.decode_ids(generated, false);
-}
-
-// Where the text first meets one of the stop strings (npos: nowhere).
-size_t first_stop(const std::string& text, const std::vector<std::string>& stop) {
-  size_t at = std::string::npos;
-  for (const std::string& s : stop) at = std::min(at, text.find(s));
-  return at;
-}
-
 void print_progress(size_t done, size_t total, int64_t tokens) {
   constexpr int WIDTH = 30;
   const int filled = static_cast<int>(WIDTH * done / std::max<size_t>(total, 1));
@@ -235,15 +225,10 @@ void print_progress(size_t done, size_t total, int64_t tokens) {
                std::string(static_cast<size_t>(WIDTH - filled), ' ').c_str(), done, total, static_cast<long long>(tokens));
 }
 
-json result_line(size_t i, const Job& job, const model::BatchResult& r, const model::TokenizerInterface& tokenizer) {
-  std::span<const int> generated = r.tokens;
-  const bool stop_id = r.finish_reason == "stop" && !generated.empty() &&
-                       std::ranges::find(job.request.stop_ids, generated.back()) != job.request.stop_ids.end();
-  if (stop_id) generated = generated.first(generated.size() - 1);  // not the stop token
-  std::string text = continuation(tokenizer, job.request.prompt, generated);
-  if (const size_t at = first_stop(text, job.stop); at != std::string::npos) text.resize(at);  // not the stop string
-  json line = {{"index", i}, {"text", text}, {"tokens", r.tokens.size()}, {"finish_reason", r.finish_reason}};
-  if (r.finish_reason == "error") line["error"] = r.error;
+// The engine's text: without the stop token, cut before a stop string.
+json result_line(size_t i, const model::BatchResult& r) {
+  json line = {{"index", i}, {"text", r.text}, {"tokens", r.tokens.size()}, {"finish_reason", model::finish_reason_name(r.finish_reason)}};
+  if (r.finish_reason == model::FinishReason::error) line["error"] = r.error;
   return line;
 }
 
@@ -268,13 +253,8 @@ class OrderedPrinter {
 // logits were not finite): the others run on.
 size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, const BatchInferOptions& o,
               const model::TokenizerInterface& tokenizer, bool reporter) {
-  model::BatchEngine engine(llama, o.engine);
-  std::map<int, Job> taken;    // by engine id (the line's index): added and not yet finished
+  model::BatchEngine engine(llama, o.engine, &tokenizer);  // it matches the stop strings, the same on every device
   std::vector<int> finished;  // in the last step
-  engine.on_token = [&](int id, int) {  // the same answer on every device: the same tokens
-    const Job& j = taken.at(id);
-    return j.stop.empty() || first_stop(continuation(tokenizer, j.request.prompt, engine.result(id).tokens), j.stop) == std::string::npos;
-  };
   engine.on_finished = [&](int id) { finished.push_back(id); };  // forgotten after the step, not inside it
   OrderedPrinter printer;
   size_t done = 0, failed = 0;
@@ -283,20 +263,19 @@ size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, c
   for (bool more_lines = true;;) {
     // As many lines waiting as could be admitted at once, so the engine never waits for the file.
     while (more_lines && engine.waiting() < o.engine.parallel) {
-      std::optional<Job> job = jobs.next(rank);
+      std::optional<model::BatchRequest> job = jobs.next(rank);
       more_lines = job.has_value();
-      if (more_lines) taken.emplace(engine.add(job->request), std::move(*job));
+      if (more_lines) engine.add(std::move(*job));
     }
     if (!engine.step()) break;
     for (const int id : finished) {
       const model::BatchResult& r = engine.result(id);
       tokens += static_cast<int64_t>(r.tokens.size());
-      failed += r.finish_reason == "error";
+      failed += r.finish_reason == model::FinishReason::error;
       if (reporter) {
-        printer.add(static_cast<size_t>(id), result_line(static_cast<size_t>(id), taken.at(id), r, tokenizer));
+        printer.add(static_cast<size_t>(id), result_line(static_cast<size_t>(id), r));
         print_progress(++done, total, tokens);
       }
-      taken.erase(id);
       engine.forget(id);
     }
     finished.clear();
@@ -330,9 +309,10 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   }
   const int context = static_cast<int>(std::min<int64_t>(config.seq_len, pool_positions));
   const model::LoadedTokenizer loaded = open_model_tokenizer(o.tokenizer_path, config.vocab_size);
-  std::vector<int> stop_ids = opened.eos_token_ids;
-  if (auto eos = loaded.tokenizer->token_id(loaded.tokenizer->eos_text()); eos && !loaded.tokenizer->eos_text().empty())
-    stop_ids.push_back(*eos);
+  const std::optional<ChatFormatting> chat = model_chat(o, loaded);
+  const std::vector<int> stop_ids = model::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
+                                                             chat ? chat->tokens : model::ChatTokens{})
+                                        .ids;
   const size_t total = count_jobs(o, loaded, stop_ids, context);
   std::atomic<size_t> failed{0};
   JobReader reader(o, loaded, stop_ids, context);

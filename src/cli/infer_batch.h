@@ -5,7 +5,8 @@
 // Each input line is a JSON object: {"prompt": TEXT} or {"messages": [{"role", "content"}...]} (the
 // tokenizer's chat template, with the assistant's opening), and optionally "max_tokens",
 // "temperature", "top_p", "seed" (else -n, -t, -p, -s) and "stop" (a string or a list: the text
-// ends before the first one, matched across token boundaries). Each output line: {"index", "text",
+// ends before the first one, matched across token boundaries). A line also ends at an
+// end-of-generation token (model/end_of_generation.h, as in serve). Each output line: {"index", "text",
 // "tokens", "finish_reason": "stop" | "length" | "error"}; an "error" line (its logits were not
 // finite) says why under "error", the others run on, and the run exits 1 at the end naming how many
 // failed. A bad line is a one-line error naming the file, the line and the key (an unknown key

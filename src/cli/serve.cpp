@@ -19,6 +19,7 @@
 #include "distributed/collective_watch.h"
 #include "distributed/runtime.h"
 #include "distributed/select_backend.h"
+#include "model/end_of_generation.h"
 #include "model/llama.h"
 #include "model/shard_plan.h"
 #include "model/weights.h"
@@ -71,19 +72,6 @@ std::vector<std::string> device_holds(const model::LlamaConfig& c, const dist::M
                   range(p.vocab, c.vocab_size));
   if (mesh.axis_size("expert") > 1) out.push_back("experts dealt over " + std::to_string(mesh.axis_size("expert")) + " expert groups");
   return out;
-}
-
-std::vector<int> stop_ids(const model::LoadedTokenizer& loaded, const OpenedModel& opened, const std::optional<ChatFormatting>& chat) {
-  std::vector<int> ids = opened.eos_token_ids;
-  const model::TokenizerInterface& t = *loaded.tokenizer;
-  std::vector<std::string> texts = {t.eos_text()};
-  if (chat) {
-    const std::vector<std::string> turn = model::end_of_turn_tokens(chat->chat_template, chat->tokens);
-    texts.insert(texts.end(), turn.begin(), turn.end());
-  }
-  for (const std::string& text : texts)
-    if (const auto id = text.empty() ? std::nullopt : t.token_id(text); id && !std::ranges::count(ids, *id)) ids.push_back(*id);
-  return ids;
 }
 
 // SIGINT / SIGTERM, taken by one thread (sigwait) instead of a handler: stopping the server is
@@ -161,7 +149,9 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
     served.chat_template = chat->chat_template;
     served.chat_tokens = chat->tokens;
   }
-  served.stop_ids = stop_ids(loaded, opened, chat);
+  served.stop_ids = model::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
+                                             chat ? chat->tokens : model::ChatTokens{})
+                        .ids;
   served.mesh = mesh.to_string();
   served.backend = run_flags.backend.empty() ? "threads" : run_flags.backend;
   served.devices = mesh.size();
@@ -196,7 +186,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   });
   std::optional<std::string> failure;
   try {
-    run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev); });
+    run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev, *loaded.tokenizer); });
   } catch (const std::exception& e) {
     failure = e.what();
     service.fail(e.what());

@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 
 #include "model/sampler.h"
 #include "model/shard_plan.h"
+#include "model/text_stream.h"
 #include "tensor/blas.h"
 
 namespace tpcli::model {
@@ -18,6 +20,7 @@ struct BatchEngine::Sequence {
   int id = 0;
   BatchRequest request;
   std::unique_ptr<Sampler> sampler;
+  std::optional<TextStream> text;  // with the engine's tokenizer
   std::vector<int> tokens;       // the prompt, then what was generated: every known token
   int64_t computed = 0;          // tokens whose keys and values are in `blocks`
   std::vector<int32_t> blocks;   // the pool blocks of positions 0.. in order
@@ -30,7 +33,7 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-void check_request(const BatchRequest& r, int id, int context, int vocab) {
+void check_request(const BatchRequest& r, int id, int context, int vocab, const TokenizerInterface* tokenizer) {
   const std::string which = "request " + std::to_string(id) + ": ";
   if (r.prompt.empty() || static_cast<int64_t>(r.prompt.size()) > context)
     throw std::invalid_argument(which + "a prompt of " + std::to_string(r.prompt.size()) + " tokens must hold 1 to " +
@@ -38,9 +41,22 @@ void check_request(const BatchRequest& r, int id, int context, int vocab) {
   for (int t : r.prompt)
     if (t < 0 || t >= vocab) throw std::invalid_argument(which + "token " + std::to_string(t) + " outside the vocabulary");
   if (r.max_tokens < 1) throw std::invalid_argument(which + "max_tokens must be >= 1");
+  if (!r.stop.empty() && !tokenizer) throw std::invalid_argument(which + "stop strings need the engine's tokenizer");
+  if (std::ranges::any_of(r.stop, [](const std::string& s) { return s.empty(); }))
+    throw std::invalid_argument(which + "an empty stop string");
 }
 
 }  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -86,9 +102,10 @@ int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, c
   return static_cast<int>(std::clamp<int64_t>(std::min(whole, fits), 1, std::numeric_limits<int>::max()));
 }
 
-BatchEngine::BatchEngine(Llama& llama, const EngineOptions& options)
+BatchEngine::BatchEngine(Llama& llama, const EngineOptions& options, const TokenizerInterface* tokenizer)
     : llama_(llama),
       options_(options),
+      tokenizer_(tokenizer),
       pool_(llama.new_kv_pool(kv_pool_blocks(llama.config(), llama.tensor_devices(), llama.devices(), options), options.block_size,
                               options.kv_dtype)),
       allocator_(pool_.blocks(), options.block_size),
@@ -102,11 +119,12 @@ BatchEngine::~BatchEngine() = default;
 
 int BatchEngine::add(BatchRequest request) {
   const int id = static_cast<int>(sequences_.size());
-  check_request(request, id, context_, llama_.config().vocab_size);
+  check_request(request, id, context_, llama_.config().vocab_size, tokenizer_);
   auto s = std::make_unique<Sequence>();
   s->id = id;
   s->sampler = std::make_unique<Sampler>(llama_.config().vocab_size, request.temperature, request.topp, request.seed);
   s->tokens = request.prompt;
+  if (tokenizer_) s->text.emplace(*tokenizer_, request.prompt, request.stop);
   s->request = std::move(request);
   sequences_.push_back(std::move(s));
   waiting_.push_back(id);
@@ -130,7 +148,7 @@ void BatchEngine::cancel(int id) {
   if (s.finished) return;
   std::erase(waiting_, id);
   std::erase(running_, id);
-  finish(s, "cancelled");
+  finish(s, FinishReason::cancelled);
 }
 
 void BatchEngine::forget(int id) {
@@ -256,21 +274,25 @@ void BatchEngine::take_token(Sequence& s, float* logits) {
   const std::span<float> row(logits, static_cast<size_t>(llama_.config().vocab_size));
   if (auto failure = non_finite_logits(row, static_cast<int>(s.computed - 1))) {  // every device sees the same row
     s.result.error = std::move(*failure);
-    finish(s, "error");
+    finish(s, FinishReason::error);
     return;
   }
   if (on_logits) on_logits(s.id, row);
   const int token = s.sampler->sample(row);
   s.tokens.push_back(token);
   s.result.tokens.push_back(token);
+  const bool stop_id = std::ranges::find(s.request.stop_ids, token) != s.request.stop_ids.end();
+  if (s.text && !stop_id) s.result.text += s.text->add(token);
   const bool go_on = !on_token || on_token(s.id, token);
-  if (!go_on || std::ranges::find(s.request.stop_ids, token) != s.request.stop_ids.end()) finish(s, "stop");
+  if (!go_on || stop_id || (s.text && s.text->stopped())) finish(s, FinishReason::stop);
   else if (static_cast<int>(s.result.tokens.size()) >= s.request.max_tokens || static_cast<int64_t>(s.tokens.size()) > context_)
-    finish(s, "length");
+    finish(s, FinishReason::length);
 }
 
-void BatchEngine::finish(Sequence& s, const char* reason) {
+void BatchEngine::finish(Sequence& s, FinishReason reason) {
   s.result.finish_reason = reason;
+  if (s.text) s.result.text += s.text->flush();
+  s.text.reset();
   s.finished = true;
   allocator_.release(s.blocks);
   s.blocks.clear();

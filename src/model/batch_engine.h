@@ -8,8 +8,8 @@
 // (model/kv_block_allocator.h).
 //
 // A step: every running sequence's next row (a decode token), then chunks of prompts, up to
-// `step_tokens` rows; sequences that finish (a stop id, max_tokens, the context's end, or
-// on_token saying so) leave and waiting ones join (continuous batching). When the pool has no
+// `step_tokens` rows; sequences that finish (a stop id, a stop string, max_tokens, the context's
+// end, or on_token saying so) leave and waiting ones join (continuous batching). When the pool has no
 // block for a running sequence, the newest running sequence is preempted: its blocks go back to
 // the pool and it is prefilled again (its prompt and what it generated) when it is readmitted.
 //
@@ -20,6 +20,10 @@
 //
 // A collective over the model's groups: every device makes the same calls with the same requests
 // (scheduling is deterministic) and gets the same results.
+//
+// Text: an engine given a tokenizer detokenizes each sequence as it goes (model/text_stream.h) and
+// matches its stop strings there, on every device alike: a sequence ends at the step whose token
+// completes a stop string, and its text ends before it.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/kv_block_allocator.h"
@@ -36,6 +41,17 @@
 namespace tpcli::model {
 
 class Sampler;
+class TokenizerInterface;
+
+// Why a sequence ended. Named as OpenAI's finish_reason only where text or JSON is written
+// (finish_reason_name).
+enum class FinishReason {
+  stop,       // a stop id, or on_token said so
+  length,     // max_tokens, or the context's end
+  cancelled,  // cancel(), or a server shutting down
+  error,      // its logits were not finite (BatchResult::error says where); the others go on
+};
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled", "error"
 
 struct BatchRequest {
   std::vector<int> prompt;     // token ids, fed as they are (at least one)
@@ -43,14 +59,19 @@ struct BatchRequest {
   float temperature = 1.0f;    // 0: greedy
   float topp = 0.9f;
   uint64_t seed = 1;           // the request's sampler (>= 1)
-  std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens)
+  std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens, not in the text)
+  std::vector<std::string> stop;  // stop strings: generation ends at the token whose text completes one
+                                  // (the text is cut before it); needs the engine's tokenizer
 };
 
 struct BatchResult {
   std::vector<int> tokens;     // generated
-  std::string finish_reason;   // "stop" (a stop id, or on_token), "length" (max_tokens or the context's end), "cancelled",
-                               // "error" (its logits were not finite: `error` says where; the others go on)
-  std::string error;
+  FinishReason finish_reason = FinishReason::length;  // once finished
+  std::string error;           // with FinishReason::error
+  // With the engine's tokenizer: the generated text that is final so far (stop ids left out, cut
+  // before a stop string); an end that may still change (an unfinished UTF-8 character, the start
+  // of a stop string) is held back until the sequence finishes.
+  std::string text;
   int cached_tokens = 0;       // prompt tokens whose keys and values came from the pool (prefix sharing)
   uint64_t sampler_state = 0;  // the sampler's state as the sequence finished: seeding a request with
                                // it continues the same random stream (a chat's next turn)
@@ -78,7 +99,8 @@ struct EngineStats {
 
 class BatchEngine {
  public:
-  BatchEngine(Llama& llama, const EngineOptions& options);
+  // `tokenizer` (may be null: no text, no stop strings) must outlive the engine.
+  BatchEngine(Llama& llama, const EngineOptions& options, const TokenizerInterface* tokenizer = nullptr);
   ~BatchEngine();
 
   // Queues a request (checked here: a bad one throws before anything runs); returns its id, 0, 1, ...
@@ -87,15 +109,15 @@ class BatchEngine {
   bool step();
   bool idle() const { return running_.empty() && waiting_.empty(); }
   const BatchResult& result(int id) const;
-  // Ends a waiting or running sequence now ("cancelled"): its blocks go back to the pool (a client
+  // Ends a waiting or running sequence now (cancelled): its blocks go back to the pool (a client
   // that left). Nothing for one already finished or forgotten, or an id never given: a cancel may
   // cross the sequence's end on its way from another thread. Every device must cancel at the same point.
   void cancel(int id);
   // Frees a finished sequence's tokens and result (a server runs for ever); result(id) throws after.
   void forget(int id);
 
-  // Called on every device after each sampled token; false ends the sequence ("stop"), e.g. at a
-  // stop string. Must answer the same on every device.
+  // Called on every device after each sampled token (its text is in result(id).text); false ends
+  // the sequence (stop). Must answer the same on every device.
   std::function<bool(int id, int token)> on_token;
   std::function<void(int id)> on_finished;
   // The logits [V] a sequence's next token is sampled from, before sampling (log-probabilities, tests).
@@ -122,12 +144,13 @@ class BatchEngine {
   void run(const std::vector<Planned>& plan);
   void advance(Sequence& s, int64_t rows);
   void take_token(Sequence& s, float* logits);
-  void finish(Sequence& s, const char* reason);
+  void finish(Sequence& s, FinishReason reason);
   Sequence& sequence(int id) const;
   bool known(int id) const;
 
   Llama& llama_;
   EngineOptions options_;
+  const TokenizerInterface* tokenizer_;
   Llama::KvCache pool_;
   KvBlockAllocator allocator_;
   int context_ = 0;

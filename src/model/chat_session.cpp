@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "model/end_of_generation.h"
 #include "model/sampler.h"
+#include "model/text_stream.h"
 
 namespace tpcli::model {
 
@@ -17,14 +19,11 @@ ChatSession::ChatSession(const TokenizerInterface& tokenizer, ChatTemplate chat_
       seq_len_(seq_len),
       sampler_state_(options_.seed) {
   (void)Sampler(model_vocab, options_.temperature, options_.topp, options_.seed);  // bad settings throw here, before any turn
-  for (const std::string& name : end_of_turn_tokens(template_, tokens_)) {
-    const auto id = tokenizer_.token_id(name);
-    if (!id) throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " +
-                                         std::string(chat_format_name(template_.format)) +
-                                         " template is not in the tokenizer");
-    end_ids_.push_back(*id);
-  }
-  end_ids_.insert(end_ids_.end(), options_.more_end_ids.begin(), options_.more_end_ids.end());
+  for (const std::string& name : end_of_turn_tokens(template_, tokens_))
+    if (!tokenizer_.token_id(name))
+      throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " + std::string(chat_format_name(template_.format)) +
+                                  " template is not in the tokenizer");
+  end_ids_ = end_of_generation(tokenizer_, options_.more_end_ids, &template_, tokens_).ids;
   if (!options_.system.empty()) messages_.push_back({"system", options_.system});
 }
 
@@ -63,7 +62,7 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
     llama_ = model.llama;
   }
   TurnReport report;
-  DecodeStream stream(tokenizer_);
+  TextStream stream(tokenizer_, {}, {});  // the text as the tokens spell it, each piece once final
   auto emit = [&](const std::string& text) {
     report.reply += text;
     if (out && !text.empty()) {
@@ -85,7 +84,7 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
       report.end = TurnEnd::EndOfTurn;
       return false;  // not fed: the next turn's prompt writes it
     }
-    emit(stream.push(next));
+    emit(stream.add(next));
     if (static_cast<int>(report.generated.size()) >= options_.max_reply_tokens) {
       report.end = TurnEnd::ReplyLimit;
       return false;
@@ -102,11 +101,11 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
   engine_->on_token = nullptr;
   const BatchResult result = engine_->result(id);
   engine_->forget(id);
-  if (result.finish_reason == "error") throw std::runtime_error(result.error);
+  if (result.finish_reason == FinishReason::error) throw std::runtime_error(result.error);
   sampler_state_ = result.sampler_state;
   report.start_pos = result.cached_tokens;
   report.fed.assign(prompt.begin() + result.cached_tokens, prompt.end());
-  emit(stream.finish());
+  emit(stream.flush());
   if (out) std::fputc('\n', out);
 
   // The cache now holds the prompt and every reply token fed (the last one picked was not).

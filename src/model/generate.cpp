@@ -137,7 +137,7 @@ GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> pro
   }
   take_forced();
   const BatchResult& r = engine.result(id);
-  if (r.finish_reason == "error" && !ended && picks > 0) throw std::runtime_error(r.error);
+  if (r.finish_reason == FinishReason::error && !ended && picks > 0) throw std::runtime_error(r.error);
   result.positions = static_cast<int>(result.tokens.size()) - 1;
   if (result.positions > first_rows) {
     const double seconds = std::chrono::duration<double>(Clock::now() - first_end).count();

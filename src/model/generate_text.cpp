@@ -5,6 +5,8 @@
 #include <string>
 #include <stdexcept>
 
+#include "model/text_stream.h"
+
 namespace tpcli::model {
 
 GenerateResult tokenizer_text(const IdsRun& run, const TokenizerInterface& tokenizer, const std::vector<int>& stop_ids,
@@ -13,7 +15,7 @@ GenerateResult tokenizer_text(const IdsRun& run, const TokenizerInterface& token
   if (prompt.empty()) throw std::invalid_argument("empty prompt and the tokenizer has no BOS token to start from");
   const std::optional<int> bos = tokenizer.token_id(tokenizer.bos_text());
   std::string text;
-  DecodeStream stream(tokenizer);
+  TextStream stream(tokenizer, {}, {});  // the text as the tokens spell it, each piece once final
   auto emit = [&](const std::string& piece) {
     text += piece;
     if (out && !piece.empty()) {
@@ -21,15 +23,15 @@ GenerateResult tokenizer_text(const IdsRun& run, const TokenizerInterface& token
       std::fflush(out);
     }
   };
-  if (!(bos && !tokenizer.bos_text().empty() && prompt[0] == *bos)) emit(stream.push(prompt[0]));
+  if (!(bos && !tokenizer.bos_text().empty() && prompt[0] == *bos)) emit(stream.add(prompt[0]));
   size_t taken = 1;  // tokens of the run so far (prompt[0] first)
   GenerateResult result = run(prompt, [&](int, int next) {
     const bool generated = ++taken > prompt.size();
     if (generated && std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) return false;
-    emit(stream.push(next));
+    emit(stream.add(next));
     return true;
   });
-  emit(stream.finish());
+  emit(stream.flush());
   emit("\n");
   result.text = std::move(text);
   return result;

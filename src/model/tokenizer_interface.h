@@ -33,22 +33,6 @@ class TokenizerInterface {
   virtual std::string eos_text() const = 0;
 };
 
-// Streams text as tokens arrive: push() returns the text that became final with this token. A
-// token that ends inside a UTF-8 character (byte-level or <0xNN> tokens) is held back until the
-// character completes, so every emitted byte equals the corresponding byte of
-// decode_ids(all, clean_up = false).
-class DecodeStream {
- public:
-  explicit DecodeStream(const TokenizerInterface& tokenizer) : tokenizer_(tokenizer) {}
-  std::string push(int id);
-  // What is still held back (an incomplete character at the end of the stream).
-  std::string finish();
-  const std::vector<int>& ids() const { return ids_; }
-
- private:
-  const TokenizerInterface& tokenizer_;
-  std::vector<int> ids_;
-  size_t emitted_ = 0;  // bytes of decode_ids(ids_) already returned
-};
+// Text as tokens arrive (streaming): model/text_stream.h.
 
 }  // namespace tpcli::model

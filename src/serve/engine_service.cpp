@@ -19,7 +19,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::seconds RATE_WINDOW{5};
 
 // The commands of one step, as int32 words: ADD max_tokens temperature top_p seed_lo seed_hi
-// n_prompt prompt... n_stop stop..., CANCEL id, SHUTDOWN.
+// n_prompt prompt... n_stop_ids stop_ids... n_stop (bytes words...)..., CANCEL id, SHUTDOWN. A
+// stop string is its byte count, then its bytes four to a word.
 enum Word : int32_t { ADD = 1, CANCEL = 2, SHUTDOWN = 3 };
 
 int32_t bits_of(float x) {
@@ -39,6 +40,13 @@ void encode_add(const model::BatchRequest& r, std::vector<int32_t>& words) {
   words.insert(words.end(), r.prompt.begin(), r.prompt.end());
   words.push_back(static_cast<int32_t>(r.stop_ids.size()));
   words.insert(words.end(), r.stop_ids.begin(), r.stop_ids.end());
+  words.push_back(static_cast<int32_t>(r.stop.size()));
+  for (const std::string& s : r.stop) {
+    words.push_back(static_cast<int32_t>(s.size()));
+    const size_t at = words.size();
+    words.resize(at + (s.size() + 3) / 4, 0);
+    std::memcpy(words.data() + at, s.data(), s.size());
+  }
 }
 
 model::BatchRequest decode_add(std::span<const int32_t> words, size_t& at) {
@@ -55,6 +63,12 @@ model::BatchRequest decode_add(std::span<const int32_t> words, size_t& at) {
   };
   take(r.prompt);
   take(r.stop_ids);
+  r.stop.resize(static_cast<size_t>(words[at++]));
+  for (std::string& s : r.stop) {
+    s.resize(static_cast<size_t>(words[at++]));
+    std::memcpy(s.data(), words.data() + at, s.size());
+    at += (s.size() + 3) / 4;
+  }
   return r;
 }
 
@@ -167,7 +181,7 @@ void EngineService::cancel(const std::shared_ptr<RequestStream>& stream) {
     cancels_.push_back(stream->engine_id_);
     arrived_.notify_all();
   } else if (std::erase(queue_, stream)) {  // never reached the engine
-    end(*stream, {"cancelled", {}, static_cast<int>(stream->request_.prompt.size())});
+    end(*stream, {model::FinishReason::cancelled, {}, {}, static_cast<int>(stream->request_.prompt.size())});
   }  // else on its way to the engine: cancelled once it has an id (lead)
 }
 
@@ -199,8 +213,8 @@ void EngineService::fail(const std::string& why) {
   std::lock_guard lock(mutex_);
   failed_ = why;
   closed_ = true;
-  for (auto& [id, s] : running_) end(*s, {"error", why});
-  for (auto& s : queue_) end(*s, {"error", why});
+  for (auto& [id, s] : running_) end(*s, {model::FinishReason::error, why});
+  for (auto& s : queue_) end(*s, {model::FinishReason::error, why});
   running_.clear();
   queue_.clear();
   ready_.notify_all();
@@ -224,13 +238,13 @@ EngineService::Commands EngineService::take_commands(bool idle) {
   return c;
 }
 
-void EngineService::run_device(model::Llama& llama, dist::Device& device) {
-  if (device.rank() == 0) lead(llama, device);
-  else follow(llama, device);
+void EngineService::run_device(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer) {
+  if (device.rank() == 0) lead(llama, device, tokenizer);
+  else follow(llama, device, tokenizer);
 }
 
-void EngineService::follow(model::Llama& llama, dist::Device& device) {
-  model::BatchEngine engine(llama, options_.engine);
+void EngineService::follow(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer) {
+  model::BatchEngine engine(llama, options_.engine, &tokenizer);
   std::vector<int> finished;
   engine.on_finished = [&](int id) { finished.push_back(id); };
   while (apply(engine, broadcast_words(device, {}), [](size_t, int) {})) {
@@ -240,12 +254,12 @@ void EngineService::follow(model::Llama& llama, dist::Device& device) {
   }
 }
 
-void EngineService::lead(model::Llama& llama, dist::Device& device) {
-  model::BatchEngine engine(llama, options_.engine);
+void EngineService::lead(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer) {
+  model::BatchEngine engine(llama, options_.engine, &tokenizer);
   std::vector<int> finished;
   engine.on_logits = [&](int id, std::span<const float> logits) { report_logits(id, logits); };
   engine.on_token = [&](int id, int token) {
-    report_token(id, token);
+    report_token(id, token, engine.result(id).text);
     return true;
   };
   engine.on_finished = [&](int id) {
@@ -265,7 +279,7 @@ void EngineService::lead(model::Llama& llama, dist::Device& device) {
       const std::shared_ptr<RequestStream>& s = c.added[k];
       std::lock_guard lock(mutex_);
       if (id < 0) {
-        end(*s, {"error", "the engine refused the request"});
+        end(*s, {model::FinishReason::error, "the engine refused the request"});
         return;
       }
       s->engine_id_ = id;
@@ -280,7 +294,7 @@ void EngineService::lead(model::Llama& llama, dist::Device& device) {
     record_step(engine);
   }
   std::lock_guard lock(mutex_);  // what still runs ends here
-  for (auto& [id, s] : running_) end(*s, {"cancelled"});
+  for (auto& [id, s] : running_) end(*s, {model::FinishReason::cancelled});
   running_.clear();
 }
 
@@ -290,12 +304,13 @@ void EngineService::report_logits(int id, std::span<const float> logits) {
   if (it != running_.end() && it->second->top_logprobs_ >= 0) logits_scratch_.assign(logits.begin(), logits.end());
 }
 
-void EngineService::report_token(int id, int token) {
+void EngineService::report_token(int id, int token, const std::string& text) {
   std::lock_guard lock(mutex_);
   const auto it = running_.find(id);
   if (it == running_.end()) return;
   RequestStream& s = *it->second;
-  TokenEvent e{token};
+  TokenEvent e{token, text.substr(s.text_sent_)};
+  s.text_sent_ = text.size();
   if (s.top_logprobs_ >= 0 && !logits_scratch_.empty()) {  // log-softmax of the raw logits, as OpenAI reports them
     const std::vector<float>& l = logits_scratch_;
     const float top = *std::max_element(l.begin(), l.end());
@@ -327,8 +342,9 @@ void EngineService::report_finished(model::BatchEngine& engine, int id) {
   if (it == running_.end()) return;
   const model::BatchResult& r = engine.result(id);
   RequestStream& s = *it->second;
-  if (r.finish_reason == "error") ++stats_.failed_requests;
-  end(s, {r.finish_reason, r.error, static_cast<int>(s.request_.prompt.size()), r.cached_tokens, static_cast<int>(r.tokens.size())});
+  if (r.finish_reason == model::FinishReason::error) ++stats_.failed_requests;
+  end(s, {r.finish_reason, r.error, r.text.substr(s.text_sent_), static_cast<int>(s.request_.prompt.size()), r.cached_tokens,
+          static_cast<int>(r.tokens.size())});
   running_.erase(it);
 }
 

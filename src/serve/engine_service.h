@@ -6,8 +6,10 @@
 // without device 0 serves no HTTP; its devices only follow. While nothing runs, the leader waits
 // for a request up to IDLE_WAIT and broadcasts an empty list, so followers never wait long.
 //
-// Only the leader reports: each request's tokens (with their log-probabilities when asked) go to
-// its RequestStream, which an HTTP handler reads. A request is given back (engine.forget) as soon
+// Every device's engine detokenizes and matches stop strings (model/batch_engine.h), so a stop
+// string ends its sequence at the step that produced it, on every device. Only the leader reports:
+// each request's tokens and text (with their log-probabilities when asked) go to its
+// RequestStream, which an HTTP handler reads. A request is given back (engine.forget) as soon
 // as it finishes, so a server that runs for days holds only what runs.
 #pragma once
 
@@ -37,13 +39,15 @@ struct TokenLogprob {
 
 struct TokenEvent {
   int token = 0;
+  std::string text;                        // the answer's text this token made final (often "" while held back)
   float logprob = 0;                       // when asked
   std::vector<TokenLogprob> alternatives;  // the top_logprobs most likely, when asked
 };
 
 struct Finish {
-  std::string reason;  // "stop", "length", "cancelled", or "error" (message in `error`)
-  std::string error;
+  model::FinishReason reason = model::FinishReason::stop;
+  std::string error;  // with FinishReason::error
+  std::string text;   // the answer's text held back until its end
   int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
 };
 
@@ -60,6 +64,7 @@ class RequestStream {
   int top_logprobs_ = -1;  // -1: no log-probabilities
   std::chrono::steady_clock::time_point arrived_, last_token_;
   int engine_id_ = -1;     // -1: not yet in the engine
+  size_t text_sent_ = 0;   // bytes of the engine's text already in events
   bool cancel_asked_ = false;
   std::mutex mutex_;
   std::condition_variable ready_;
@@ -104,26 +109,27 @@ class EngineService {
   int context() const { return context_; }
   // Queues a request; ApiError 429 when the queue is full, 503 while shutting down.
   std::shared_ptr<RequestStream> submit(const model::BatchRequest& request, int top_logprobs);
-  // Ends a request (a client that left, a stop string met): its blocks are freed at the next step.
+  // Ends a request (a client that left): its blocks are freed at the next step.
   void cancel(const std::shared_ptr<RequestStream>& stream);
   ServiceSnapshot snapshot() const;
   int in_flight() const;
   // Refuses new requests from now on (503).
   void close();
-  // Ends every request still running ("cancelled"), then the device loops.
+  // Ends every request still running (cancelled), then the device loops.
   void shutdown();
   // The devices failed: HTTP handlers get 503 and the loops are gone.
   void fail(const std::string& why);
 
   // ---- device side: every device of the mesh runs this until shutdown ----
-  void run_device(model::Llama& llama, dist::Device& device);
+  // `tokenizer`: the engine's, for the answers' text and stop strings (the same on every device).
+  void run_device(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer);
 
  private:
   struct Commands;
   Commands take_commands(bool idle);
-  void lead(model::Llama& llama, dist::Device& device);
-  void follow(model::Llama& llama, dist::Device& device);
-  void report_token(int id, int token);
+  void lead(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer);
+  void follow(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer);
+  void report_token(int id, int token, const std::string& text);
   void report_logits(int id, std::span<const float> logits);
   void report_finished(model::BatchEngine& engine, int id);
   void record_step(const model::BatchEngine& engine);

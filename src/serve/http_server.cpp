@@ -13,7 +13,6 @@
 #include "serve/chat_page.h"
 #include "serve/http_connections.h"
 #include "serve/openai_shapes.h"
-#include "serve/text_stream.h"
 
 namespace tpcli::serve {
 
@@ -42,14 +41,12 @@ bool same_key(const std::string& given, const std::string& want) {  // in time i
 
 }  // namespace
 
-// One request's answer: tokens from the engine as text (stop strings met here end it), with
+// One request's answer: the engine's tokens and text (it ends the answer at a stop string), with
 // log-probabilities when asked, whole or as a stream of chunks.
 class Reply {
  public:
-  Reply(EngineService& service, const ServedModel& model, const GenerationRequest& request, std::shared_ptr<RequestStream> stream,
-        CompletionIdentity who)
-      : service_(service), model_(model), request_(request), stream_(std::move(stream)), who_(std::move(who)),
-        text_(*model.tokenizer, request.prompt, request.stop) {}
+  Reply(const ServedModel& model, const GenerationRequest& request, std::shared_ptr<RequestStream> stream, CompletionIdentity who)
+      : model_(model), request_(request), stream_(std::move(stream)), who_(std::move(who)) {}
 
   void whole(HttpResponse& res) {
     std::string text;
@@ -65,11 +62,11 @@ class Reply {
       last_write_ = Clock::now();
       return sink(s);
     };
-    if (who_.endpoint == Endpoint::chat && !write(sse_event(chunk_json(who_, "", true, "", nullptr, request_.include_usage)))) return false;
+    if (who_.endpoint == Endpoint::chat && !write(sse_event(chunk_json(who_, "", true, std::nullopt, nullptr, request_.include_usage)))) return false;
     for (;;) {
       std::optional<Finish> finish;
       const std::string delta = next(std::chrono::milliseconds(250), finish);
-      if (!delta.empty() && !write(sse_event(chunk_json(who_, delta, false, "", take_logprobs(), request_.include_usage)))) return false;
+      if (!delta.empty() && !write(sse_event(chunk_json(who_, delta, false, std::nullopt, take_logprobs(), request_.include_usage)))) return false;
       if (!finish && delta.empty() && Clock::now() - last_write_ > std::chrono::seconds(1) && !write(": waiting\n\n"))
         return false;  // a comment: finds a client that left while nothing was sent
       if (!finish) continue;
@@ -92,18 +89,10 @@ class Reply {
     finish = stream_->wait(events, wait);
     std::string out;
     for (const TokenEvent& e : events) {
-      if (text_.stopped()) break;
-      ++completion_tokens_;
-      const bool stop_id = !request_.ignore_eos && std::ranges::count(model_.stop_ids, e.token);
-      if (!stop_id) out += text_.add(e.token);
+      out += e.text;
       if (request_.logprobs) logprobs_.push_back(entry(e));
     }
-    if (text_.stopped() && !stopped_) {  // a stop string: the answer ends here, the engine frees the sequence
-      stopped_ = true;
-      service_.cancel(stream_);
-    }
-    if (stopped_) finish = Finish{"stop", {}, static_cast<int>(request_.prompt.size()), 0, completion_tokens_};
-    if (finish) out += text_.flush();
+    if (finish) out += finish->text;
     return out;
   }
 
@@ -125,21 +114,17 @@ class Reply {
   }
 
   static std::optional<ApiError> failure(const Finish& f) {
-    if (f.reason == "error") return ApiError(500, "The engine failed: " + f.error.substr(0, 200), "", "engine_error", "server_error");
-    if (f.reason == "cancelled") return ApiError(503, "The server is shutting down.", "", "unavailable", "server_error");
+    if (f.reason == model::FinishReason::error) return ApiError(500, "The engine failed: " + f.error.substr(0, 200), "", "engine_error", "server_error");
+    if (f.reason == model::FinishReason::cancelled) return ApiError(503, "The server is shutting down.", "", "unavailable", "server_error");
     return std::nullopt;
   }
 
-  EngineService& service_;
   const ServedModel& model_;
   GenerationRequest request_;
   std::shared_ptr<RequestStream> stream_;
   CompletionIdentity who_;
-  TextStream text_;
   std::vector<LogprobEntry> logprobs_;  // not yet sent
   size_t sent_text_ = 0;
-  int completion_tokens_ = 0;
-  bool stopped_ = false;
   Clock::time_point last_write_ = Clock::now();
 };
 
@@ -221,6 +206,7 @@ model::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g) 
   }
   if (r.seed == 0) r.seed = 1;  // the sampler's state must not be 0 (as infer --batch)
   if (!g.ignore_eos) r.stop_ids = model.stop_ids;
+  r.stop = g.stop;
   return r;
 }
 
@@ -230,7 +216,7 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpo
   const uint64_t n = next_id++;
   char id[32];
   std::snprintf(id, sizeof id, "%s-%llx", endpoint == Endpoint::chat ? "chatcmpl" : "cmpl", static_cast<unsigned long long>(n));
-  auto reply = std::make_shared<Reply>(service, model, g, stream, CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
+  auto reply = std::make_shared<Reply>(model, g, stream, CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
   if (!g.stream) return reply->whole(res);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

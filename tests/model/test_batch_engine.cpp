@@ -3,7 +3,8 @@
 // its own sampler: in f32, bf16, 8-bit and 4-bit, on 1 and 2 devices; and so do prompts prefilled
 // in chunks of 7, sequences preempted by a small KV pool and re-prefilled, and prompts whose first
 // blocks come from the prefix cache. Greedy tokens agree on 1, 2, 3 and 4 devices. A sequence
-// whose logits overflow fails alone, and a cancel arriving after its sequence ended is nothing.
+// whose logits overflow fails alone, and a cancel arriving after its sequence ended is nothing. A
+// stop string ends its sequence at the step whose token completed it, on every device.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/sampler.h"
+#include "model/tokenizer_interface.h"
 #include "model/lora_adapter.h"
 #include "random_lora.h"
 #include "random_model.h"
@@ -31,7 +33,7 @@ namespace {
 struct Outcome {
   std::vector<int> tokens;
   std::vector<std::vector<float>> logits;  // [V] before each sampled token
-  std::string finish_reason;
+  model::FinishReason finish_reason = model::FinishReason::length;
 };
 
 model::LlamaConfig engine_config() {
@@ -78,7 +80,7 @@ std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& m
         tokens.push_back(sampler.sample(logits));
         o.tokens.push_back(tokens.back());
       }
-      o.finish_reason = "length";
+      o.finish_reason = model::FinishReason::length;
       mine.push_back(std::move(o));
     }
     if (dev.rank() == 0) out = std::move(mine);
@@ -139,6 +141,13 @@ void require_same(const std::vector<Outcome>& got, const std::vector<Outcome>& w
 }
 
 }  // namespace
+
+TEST_CASE("finish reasons are named as OpenAI's finish_reason") {
+  CHECK(model::finish_reason_name(model::FinishReason::stop) == "stop");
+  CHECK(model::finish_reason_name(model::FinishReason::length) == "length");
+  CHECK(model::finish_reason_name(model::FinishReason::cancelled) == "cancelled");
+  CHECK(model::finish_reason_name(model::FinishReason::error) == "error");
+}
 
 TEST_CASE("batch engine: 16 requests together equal each alone through forward(), bit for bit, in f32, bf16, 8- and 4-bit",
           "[llama][batch]") {
@@ -309,14 +318,106 @@ TEST_CASE("batch engine: stop ids and on_token end a sequence early, and a promp
     while (engine.step()) {
     }
     CHECK(engine.result(5).tokens.size() == 3);
-    CHECK(engine.result(5).finish_reason == "stop");
-    CHECK(engine.result(4).finish_reason == "stop");
+    CHECK(engine.result(5).finish_reason == model::FinishReason::stop);
+    CHECK(engine.result(4).finish_reason == model::FinishReason::stop);
     CHECK(engine.result(4).tokens.size() == 1);
-    CHECK(engine.result(0).finish_reason == "length");
+    CHECK(engine.result(0).finish_reason == model::FinishReason::length);
     CHECK(engine.kv_blocks_free() == engine.kv_blocks());  // every finished sequence gave its blocks back
     model::BatchRequest too_long;
     too_long.prompt.assign(static_cast<size_t>(c.seq_len + 1), 1);
     CHECK_THROWS_WITH(engine.add(too_long), Catch::Contains("request 16") && Catch::Contains("96"));
+  });
+}
+
+namespace {
+
+// One ASCII character per id ('0' + id): text for stop strings to be found in.
+class CharTokenizer : public model::TokenizerInterface {
+ public:
+  explicit CharTokenizer(int vocab) : vocab_(vocab) {}
+  int vocab_size() const override { return vocab_; }
+  std::vector<int> encode_text(std::string_view text, bool) const override {
+    std::vector<int> ids;
+    for (const char c : text) ids.push_back(c - '0');
+    return ids;
+  }
+  std::string decode_ids(std::span<const int> ids, bool) const override {
+    std::string s;
+    for (const int id : ids) s += static_cast<char>('0' + id);
+    return s;
+  }
+  std::string token_text(int id) const override { return std::string(1, static_cast<char>('0' + id)); }
+  std::optional<int> token_id(std::string_view) const override { return std::nullopt; }
+  std::string bos_text() const override { return ""; }
+  std::string eos_text() const override { return ""; }
+
+ private:
+  int vocab_;
+};
+
+struct StopRun {
+  model::BatchResult result;
+  model::EngineStats stats;
+};
+
+// One request through an engine with the tokenizer on `devices` devices; every device's result.
+std::vector<StopRun> run_with_text(const model::WeightSource& w, int devices, const model::BatchRequest& r,
+                                   const model::TokenizerInterface& tokenizer) {
+  std::vector<StopRun> out(static_cast<size_t>(devices));
+  dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    model::BatchEngine engine(m, {}, &tokenizer);
+    engine.add(r);
+    while (engine.step()) {
+    }
+    out[static_cast<size_t>(dev.rank())] = {engine.result(0), engine.stats()};
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("batch engine: a stop string ends its sequence at the step that produced it, on every device", "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 53);
+  const CharTokenizer tokenizer(c.vocab_size);
+  model::BatchRequest r;
+  r.prompt = random_tokens(9, c.vocab_size, 11);
+  r.max_tokens = 24;
+  r.temperature = 0.0f;
+  const StopRun free = run_with_text(w, 1, r, tokenizer)[0];
+  REQUIRE(free.result.tokens.size() == 24);
+  CHECK(free.result.text == tokenizer.decode_ids(free.result.tokens, false));
+  CHECK(free.stats.steps == 24);  // the prompt's step gives the first token, each step one more
+
+  // A stop string from the middle of the text: the token completing its first occurrence is the last.
+  const std::string stop = free.result.text.substr(12, 2);
+  const size_t at = free.result.text.find(stop);
+  const size_t tokens = at + stop.size();  // one character per token
+  r.stop = {stop, "not in the text"};
+  for (const int devices : {1, 2}) {
+    INFO(devices << " devices");
+    for (const StopRun& run : run_with_text(w, devices, r, tokenizer)) {
+      CHECK(run.result.finish_reason == model::FinishReason::stop);
+      CHECK(run.result.tokens == std::vector<int>(free.result.tokens.begin(), free.result.tokens.begin() + static_cast<long>(tokens)));
+      CHECK(run.result.text == free.result.text.substr(0, at));
+      CHECK(run.stats.steps == static_cast<int64_t>(tokens));  // no step after the one that produced the stop
+      CHECK(run.stats.rows == free.stats.rows - static_cast<int64_t>(24 - tokens));
+    }
+  }
+
+  // A stop id ends the text too, without its own text; an engine without a tokenizer refuses stop strings.
+  r.stop.clear();
+  r.stop_ids = {free.result.tokens[5]};
+  const size_t first = static_cast<size_t>(std::ranges::find(free.result.tokens, r.stop_ids[0]) - free.result.tokens.begin());
+  const StopRun by_id = run_with_text(w, 1, r, tokenizer)[0];
+  CHECK(by_id.result.tokens.size() == first + 1);
+  CHECK(by_id.result.text == free.result.text.substr(0, first));
+  r.stop = {stop};
+  dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    model::BatchEngine engine(m, {});
+    CHECK_THROWS_WITH(engine.add(r), Catch::Contains("stop strings need the engine's tokenizer"));
   });
 }
 
@@ -329,7 +430,7 @@ TEST_CASE("batch engine: a sequence reaching the context's end finishes with len
   model::EngineOptions o;
   o.kv_blocks = 6;  // exactly the context: 96 positions
   const EngineRun run = run_engine(w, 1, {r}, o);
-  CHECK(run.outcomes[0].finish_reason == "length");
+  CHECK(run.outcomes[0].finish_reason == model::FinishReason::length);
   CHECK(run.outcomes[0].tokens.size() == 7);  // positions 90..95 fed, the 7th token's position would be 96
 }
 
@@ -394,7 +495,7 @@ TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and 
     INFO("request " << i);
     const Outcome& o = seen.outcomes[i];
     if (i == 3 || i == 12) {
-      CHECK(o.finish_reason == "cancelled");
+      CHECK(o.finish_reason == model::FinishReason::cancelled);
       CHECK(o.tokens.size() < 8);
       continue;
     }
@@ -476,11 +577,11 @@ TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and
     for (size_t i = 0; i < requests.size(); ++i) {
       INFO("request " << i);
       if (feeds_poison(i)) {
-        CHECK(results[i].finish_reason == "error");
+        CHECK(results[i].finish_reason == model::FinishReason::error);
         CHECK_THAT(results[i].error, Catch::Contains("not finite") && Catch::Contains("position"));
         continue;
       }
-      CHECK(results[i].finish_reason == "length");
+      CHECK(results[i].finish_reason == model::FinishReason::length);
       CHECK(results[i].tokens == alone[i].tokens);
       CHECK(logits[i] == alone[i].logits);
     }

@@ -1,6 +1,6 @@
 // generate_with_tokenizer (model/generate_text.h) with a small byte-level tokenizer.json written
 // here and a scripted model: the prompt is fed forced, generation stops at EOS (not printed), a
-// character split over two byte tokens is printed once complete, and DecodeStream's pieces add up
+// character split over two byte tokens is printed once complete, and TextStream's pieces add up
 // to decode_ids of the whole.
 #include <catch2/catch.hpp>
 
@@ -9,6 +9,7 @@
 #include "model/generate_text.h"
 #include "model/hf_pipeline.h"
 #include "model/load_tokenizer.h"
+#include "model/text_stream.h"
 #include "support/reference_generate.h"
 #include "support/temp_dir.h"
 
@@ -67,30 +68,30 @@ TEST_CASE("generate_with_tokenizer: prompt forced, stops at EOS, UTF-8 completed
   CHECK(limited.text == "hi\xC3\xA9!\n");  // the last token picked is printed, not fed
 }
 
-TEST_CASE("DecodeStream: the pieces concatenate to decode_ids, never splitting a character") {
+TEST_CASE("TextStream: the pieces concatenate to decode_ids, never splitting a character") {
   tpcli::testing::TempDir dir;
   const LoadedTokenizer loaded = load_tokenizer(write_byte_tokenizer(dir));
   const std::string text = "a\xF0\x9F\xA6\x99 b\xC3\xA9";  // "a🦙 bé"
   const std::vector<int> ids = loaded.tokenizer->encode_text(text, false);
   REQUIRE(ids.size() == text.size());
-  DecodeStream stream(*loaded.tokenizer);
+  TextStream stream(*loaded.tokenizer, {}, {});
   std::string joined;
   for (int id : ids) {
-    const std::string piece = stream.push(id);
+    const std::string piece = stream.add(id);
     CHECK(piece.find("\xEF\xBF\xBD") == std::string::npos);  // no U+FFFD for a character still arriving
     joined += piece;
   }
-  joined += stream.finish();
+  joined += stream.flush();
   CHECK(joined == text);
 }
 
-TEST_CASE("DecodeStream: the clean-up of spaces before punctuation cannot take back a printed space") {
+TEST_CASE("TextStream: the clean-up of spaces before punctuation cannot take back a printed space") {
   tpcli::testing::TempDir dir;
   const LoadedTokenizer loaded = load_tokenizer(write_byte_tokenizer(dir, /*clean_up=*/true));
   const std::vector<int> ids = loaded.tokenizer->encode_text("Hi . Bye !", false);
   CHECK(loaded.tokenizer->decode_ids(ids) == "Hi. Bye!");  // transformers' clean_up_tokenization
-  DecodeStream stream(*loaded.tokenizer);
+  TextStream stream(*loaded.tokenizer, {}, {});
   std::string joined;
-  for (int id : ids) joined += stream.push(id);
-  CHECK(joined + stream.finish() == "Hi . Bye !");  // streamed: the text as the tokens spell it
+  for (int id : ids) joined += stream.add(id);
+  CHECK(joined + stream.flush() == "Hi . Bye !");  // streamed: the text as the tokens spell it
 }

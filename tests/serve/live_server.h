@@ -40,7 +40,7 @@ class LiveServer {
       try {
         dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
           model::Llama llama(weights_, dev.axis("model"));
-          service_.run_device(llama, dev);
+          service_.run_device(llama, dev, tokenizer_);
         });
       } catch (const std::exception& e) {
         service_.fail(e.what());

@@ -1,11 +1,10 @@
 // serve/: OpenAI request bodies become engine requests, and every bad one is a 400 that names its
-// field and never echoes the body; text streams hold back what a stop string may still claim.
+// field and never echoes the body.
 #include <catch2/catch.hpp>
 
 #include <string>
 
 #include "serve/api_request.h"
-#include "serve/text_stream.h"
 #include "support/byte_prompt_model.h"
 
 using namespace tpcli;
@@ -137,54 +136,4 @@ TEST_CASE("api request: a body's values are counted while it is parsed, and list
   CHECK(refusal("{\"prompt\": [" + ids + "]}", Endpoint::completion).code() == "context_length_exceeded");
   CHECK(refusal(R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", Endpoint::completion).param() == "stop");
   CHECK(refusal(R"({"prompt": "x", "logit_bias": {"1": 5}})", Endpoint::completion).param() == "logit_bias");
-}
-
-namespace {
-
-// A tokenizer of single characters (id = byte), with two ids whose bytes make one UTF-8 character.
-class ByteTokenizer : public model::TokenizerInterface {
- public:
-  int vocab_size() const override { return 256; }
-  std::vector<int> encode_text(std::string_view text, bool) const override {
-    std::vector<int> ids;
-    for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
-    return ids;
-  }
-  std::string decode_ids(std::span<const int> ids, bool) const override {
-    std::string s;
-    for (const int id : ids) s += static_cast<char>(id);
-    return s;
-  }
-  std::string token_text(int id) const override { return std::string(1, static_cast<char>(id)); }
-  std::optional<int> token_id(std::string_view) const override { return std::nullopt; }
-  std::string bos_text() const override { return ""; }
-  std::string eos_text() const override { return ""; }
-};
-
-std::vector<std::string> pieces(TextStream& s, std::string_view text) {
-  std::vector<std::string> out;
-  for (const char c : text) out.push_back(s.add(static_cast<unsigned char>(c)));
-  out.push_back(s.flush());
-  return out;
-}
-
-}  // namespace
-
-TEST_CASE("text stream: held back while a stop string may begin, cut before it, whole UTF-8 characters only") {
-  const ByteTokenizer tokenizer;
-  const std::vector<int> prompt{'>', ' '};
-  TextStream plain(tokenizer, prompt, {});
-  CHECK(pieces(plain, "ab") == std::vector<std::string>{"a", "b", ""});
-
-  TextStream stopped(tokenizer, prompt, {"END", "xy"});
-  CHECK(pieces(stopped, "abENxENDzz") == std::vector<std::string>{"a", "b", "", "", "EN", "x", "", "", "", "", ""});  // "x" may begin "xy"
-  CHECK(stopped.stopped());
-  CHECK(stopped.text() == "abENx");
-
-  TextStream held(tokenizer, prompt, {"END"});
-  CHECK(pieces(held, "aEN") == std::vector<std::string>{"a", "", "", "EN"});  // the sequence ended: what was held is sent
-  CHECK(!held.stopped());
-
-  TextStream utf8(tokenizer, prompt, {});
-  CHECK(pieces(utf8, "\xc3\xa9!") == std::vector<std::string>{"", "\xc3\xa9", "!", ""});
 }

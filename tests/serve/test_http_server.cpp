@@ -186,6 +186,42 @@ TEST_CASE("serve: a stream is OpenAI's chunks and joins to the whole answer, and
   CHECK(completion["choices"][0]["logprobs"]["tokens"].size() == 8);
 }
 
+TEST_CASE("serve: a stop string ends its sequence at the step that produced it, no step more", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(2);
+  httplib::Client c = server.client();
+  const auto settled_steps = [&] {  // once the leader has recorded the last step (nothing runs then)
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (server.service().snapshot().running > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return server.service().snapshot().steps;
+  };
+  struct Answer {
+    std::string text;
+    int tokens = 0;
+    int64_t steps = 0;  // the engine's, for this answer alone
+  };
+  const auto answer = [&](const json& body) {
+    const int64_t before = settled_steps();
+    const json a = post(c, "/v1/chat/completions", body);
+    return Answer{a["choices"][0]["message"]["content"], a["usage"]["completion_tokens"], settled_steps() - before};
+  };
+  json body = chat_body("Tell me about a cat.", 40, 0.0, 1);
+  const Answer whole = answer(body);
+  REQUIRE(whole.text.size() > 10);
+  const std::string stop = whole.text.substr(whole.text.size() / 2, 3);
+  body["stop"] = stop;
+  const Answer cut = answer(body);
+  CHECK(cut.text == whole.text.substr(0, whole.text.find(stop)));
+  REQUIRE(cut.tokens < whole.tokens);
+  CHECK(cut.steps == cut.tokens);  // the prompt in one step, then a token a step
+  body.erase("stop");
+  body["max_tokens"] = cut.tokens;  // the same tokens, ended by max_tokens
+  const Answer same = answer(body);
+  CHECK(same.tokens == cut.tokens);
+  CHECK(cut.steps == same.steps);
+}
+
 TEST_CASE("serve: 64 concurrent streaming clients, some leaving mid-stream, each get the answer they get alone", "[serve]") {
   TPCLI_REQUIRE_SHARED("data/stories260K.bin");
   serve::ServiceOptions service;

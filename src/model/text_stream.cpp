@@ -1,13 +1,15 @@
-// tpcli::serve — generated tokens as text (see text_stream.h).
-#include "serve/text_stream.h"
+// tpcli::model — generated tokens as text (see text_stream.h).
+#include "model/text_stream.h"
 
 #include <algorithm>
+#include <string_view>
 
-namespace tpcli::serve {
+namespace tpcli::model {
 
 namespace {
 
 constexpr size_t PROMPT_WINDOW = 5;  // prompt tokens decoded before the first generated one
+constexpr std::string_view REPLACEMENT_CHARACTER = "\xEF\xBF\xBD";  // U+FFFD, what lossy decoders emit
 
 // Bytes at the end of `s` that start a UTF-8 sequence not yet complete.
 size_t unfinished_utf8(const std::string& s) {
@@ -34,7 +36,7 @@ size_t partial_stop(const std::string& text, size_t from, const std::vector<std:
 
 }  // namespace
 
-TextStream::TextStream(const model::TokenizerInterface& tokenizer, std::span<const int> prompt, std::vector<std::string> stop)
+TextStream::TextStream(const TokenizerInterface& tokenizer, std::span<const int> prompt, std::vector<std::string> stop)
     : tokenizer_(tokenizer), stop_(std::move(stop)) {
   for (const std::string& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());
   const size_t tail = std::min(prompt.size(), PROMPT_WINDOW);
@@ -51,7 +53,9 @@ std::string TextStream::add(int token) {
   ids_.push_back(token);
   const std::string before = decode(prefix_, read_), after = decode(prefix_, ids_.size());
   const bool grew = after.size() > before.size() && after.compare(0, before.size(), before) == 0;
-  if (!grew || unfinished_utf8(after) > 0) return {};  // wait for the token that completes it
+  // Decoders that turn bytes into text end an unfinished character in U+FFFD (Hugging Face) or in
+  // its first bytes (llama2.c): either way the next token may still complete it.
+  if (!grew || unfinished_utf8(after) > 0 || std::string_view(after).ends_with(REPLACEMENT_CHARACTER)) return {};
   text_ += after.substr(before.size());
   prefix_ = read_;
   read_ = ids_.size();
@@ -86,4 +90,4 @@ std::string TextStream::release() {
   return out;
 }
 
-}  // namespace tpcli::serve
+}  // namespace tpcli::model

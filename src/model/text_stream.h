@@ -1,9 +1,10 @@
-// tpcli::serve — a sequence's generated tokens as text, sent as soon as it is final.
+// tpcli::model — a sequence's generated tokens as text, sent as soon as it is final.
 //
 // Each token's text is what decoding the tokens so far adds to decoding them without it, over a
 // window that starts a few tokens back (vLLM's and TGI's incremental detokenizing): a SentencePiece
 // word start or a byte-fallback sequence only makes sense with its neighbours. Text is held back
-// while it ends in an unfinished UTF-8 sequence, or in what could be the start of a stop string;
+// while it ends in an unfinished UTF-8 sequence (or the U+FFFD a lossy decoder puts for one), or in
+// what could be the start of a stop string;
 // a stop string, once met, ends the text before it (it is never sent).
 #pragma once
 
@@ -13,11 +14,11 @@
 
 #include "model/tokenizer_interface.h"
 
-namespace tpcli::serve {
+namespace tpcli::model {
 
 class TextStream {
  public:
-  TextStream(const model::TokenizerInterface& tokenizer, std::span<const int> prompt, std::vector<std::string> stop);
+  TextStream(const TokenizerInterface& tokenizer, std::span<const int> prompt, std::vector<std::string> stop);
 
   // The next generated token; returns the text now final (often empty while held back).
   std::string add(int token);
@@ -30,7 +31,7 @@ class TextStream {
   std::string decode(size_t from, size_t to) const;
   std::string release();
 
-  const model::TokenizerInterface& tokenizer_;
+  const TokenizerInterface& tokenizer_;
   std::vector<std::string> stop_;
   size_t longest_stop_ = 0;
   std::vector<int> ids_;    // the prompt's last tokens, then every generated one
@@ -41,4 +42,4 @@ class TextStream {
   bool stopped_ = false;
 };
 
-}  // namespace tpcli::serve
+}  // namespace tpcli::model
