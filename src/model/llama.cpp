@@ -196,8 +196,8 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.attention_norm = core_.block_slice(weights, l, "attention_norm");
-    L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
+    L.attention_norm = core_.block_slice(weights, {l, Matrix::AttentionNorm});
+    L.ffn_norm = core_.block_slice(weights, {l, Matrix::FfnNorm});
     L.qkv_extras = core_.load_qkv_extras(weights, l);
   }
   if (holds_packed_weights(weights)) load_packed_layers(weights);
@@ -224,7 +224,7 @@ void Llama::load_f32_layers(const WeightSource& weights) {
   for (int l = 0; l < core_.config.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     std::vector<nn::Linear> qkv;
-    for (const char* name : {"wq", "wk", "wv"}) qkv.emplace_back(core_.block_slice(weights, l, name));
+    for (Matrix m : linear_parts(Matrix::Wq)) qkv.emplace_back(core_.block_slice(weights, {l, m}));
     L.qkv = nn::AllToShardedLinear(std::move(qkv), core_.group);
     L.wo = core_.load_wo(weights, l);
     L.ffn = core_.config.is_moe_layer(l) ? core_.load_f32_feed_forward(weights, l) : core_.load_dense_ffn(weights, l);

@@ -100,14 +100,14 @@ Tensor LlamaCore::local_slice(const WeightSource& w, const std::string& name) co
   return local;
 }
 
-Tensor LlamaCore::block_slice(const WeightSource& w, int l, const std::string& name) const {
-  return local_slice(w, "layers." + std::to_string(l) + "." + name);
+Tensor LlamaCore::block_slice(const WeightSource& w, BlockKey key) const {
+  return local_slice(w, tensor_name(key));
 }
 
 F32AttentionLinears LlamaCore::load_f32_attention(const WeightSource& w, int l) const {
   std::vector<nn::Linear> parts;
-  for (const char* name : {"wq", "wk", "wv"}) parts.emplace_back(block_slice(w, l, name));
-  return {nn::AllToShardedLinear(std::move(parts), group), nn::ShardedToAllLinear(nn::Linear(block_slice(w, l, "wo")), group)};
+  for (Matrix m : linear_parts(Matrix::Wq)) parts.emplace_back(block_slice(w, {l, m}));
+  return {nn::AllToShardedLinear(std::move(parts), group), nn::ShardedToAllLinear(nn::Linear(block_slice(w, {l, Matrix::Wo})), group)};
 }
 
 std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const WeightSource& w, int l) const {
@@ -125,23 +125,23 @@ std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const
   }
   std::vector<dist::Range> ranges;
   for (const auto& q : all_plans) ranges.push_back(q.ffn);
-  return std::make_unique<nn::SwiGluFeedForward>(block_slice(w, l, "w1"), block_slice(w, l, "w3"), block_slice(w, l, "w2"),
-                                                 group, p, std::move(ranges), c.hidden_dim);
+  return std::make_unique<nn::SwiGluFeedForward>(block_slice(w, {l, Matrix::W1}), block_slice(w, {l, Matrix::W3}),
+                                                 block_slice(w, {l, Matrix::W2}), group, p, std::move(ranges), c.hidden_dim);
 }
 
 QkvExtras LlamaCore::load_qkv_extras(const WeightSource& w, int l) const {
   QkvExtras e;
   if (config.qkv_bias) {
     std::vector<float> bias;
-    for (const char* name : {"bq", "bk", "bv"}) {
-      const Tensor part = block_slice(w, l, name);
+    for (Matrix m : {Matrix::Bq, Matrix::Bk, Matrix::Bv}) {
+      const Tensor part = block_slice(w, {l, m});
       bias.insert(bias.end(), part.span().begin(), part.span().end());
     }
     e.bias = Tensor({static_cast<int64_t>(bias.size())}, bias);
   }
   if (config.qk_norm) {
-    e.q_norm = block_slice(w, l, "q_norm");
-    e.k_norm = block_slice(w, l, "k_norm");
+    e.q_norm = block_slice(w, {l, Matrix::QNorm});
+    e.k_norm = block_slice(w, {l, Matrix::KNorm});
   }
   return e;
 }

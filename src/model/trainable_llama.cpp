@@ -82,9 +82,9 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.attention_norm = core_.block_slice(weights, l, "attention_norm");
+    L.attention_norm = core_.block_slice(weights, {l, Matrix::AttentionNorm});
     L.attention_norm_grad = Tensor({c.dim});
-    L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
+    L.ffn_norm = core_.block_slice(weights, {l, Matrix::FfnNorm});
     L.ffn_norm_grad = Tensor({c.dim});
     L.qkv_extras = load_qkv_extras(weights, l);
     if (packed) {
@@ -108,18 +108,18 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
 // Block l's q/k/v biases and q/k norms (none for a Llama), with zero gradients.
 TrainableQkvExtras TrainableLlama::load_qkv_extras(const WeightSource& weights, int l) const {
   TrainableQkvExtras e;
-  auto load = [&](const char* name, Tensor& value, Tensor& grad) {
-    value = core_.block_slice(weights, l, name);
+  auto load = [&](Matrix m, Tensor& value, Tensor& grad) {
+    value = core_.block_slice(weights, {l, m});
     grad = Tensor(value.shape());
   };
   if (core_.config.qkv_bias) {
-    load("bq", e.bq, e.bq_grad);
-    load("bk", e.bk, e.bk_grad);
-    load("bv", e.bv, e.bv_grad);
+    load(Matrix::Bq, e.bq, e.bq_grad);
+    load(Matrix::Bk, e.bk, e.bk_grad);
+    load(Matrix::Bv, e.bv, e.bv_grad);
   }
   if (core_.config.qk_norm) {
-    load("q_norm", e.q_norm, e.q_norm_grad);
-    load("k_norm", e.k_norm, e.k_norm_grad);
+    load(Matrix::QNorm, e.q_norm, e.q_norm_grad);
+    load(Matrix::KNorm, e.k_norm, e.k_norm_grad);
   }
   return e;
 }
