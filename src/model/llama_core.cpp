@@ -111,22 +111,24 @@ F32AttentionLinears LlamaCore::load_f32_attention(const WeightSource& w, int l) 
 }
 
 std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const WeightSource& w, int l) const {
-  const std::string p = "layers." + std::to_string(l) + ".";
   const LlamaConfig& c = config;
   if (c.is_moe_layer(l)) {
     const nn::MoeSizes sizes = moe_sizes();
     const int64_t C = sizes.dim, FE = sizes.hidden, E = sizes.n_experts;
-    auto moe = std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, p + "router", E * C),
-                                                    checked_values(w, p + "experts.w1", E * FE * C),
-                                                    checked_values(w, p + "experts.w2", E * C * FE),
-                                                    checked_values(w, p + "experts.w3", E * FE * C), expert_group, group, p);
-    for (const char* name : {"router", "experts.w1", "experts.w2", "experts.w3"}) w.release_pages(p + name);
+    const auto name = [l](Matrix m) { return tensor_name({l, m}); };
+    auto moe = std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, name(Matrix::Router), E * C),
+                                                    checked_values(w, name(Matrix::ExpertsW1), E * FE * C),
+                                                    checked_values(w, name(Matrix::ExpertsW2), E * C * FE),
+                                                    checked_values(w, name(Matrix::ExpertsW3), E * FE * C), expert_group, group,
+                                                    block_prefix(l));
+    for (Matrix m : {Matrix::Router, Matrix::ExpertsW1, Matrix::ExpertsW2, Matrix::ExpertsW3}) w.release_pages(name(m));
     return moe;
   }
   std::vector<dist::Range> ranges;
   for (const auto& q : all_plans) ranges.push_back(q.ffn);
   return std::make_unique<nn::SwiGluFeedForward>(block_slice(w, {l, Matrix::W1}), block_slice(w, {l, Matrix::W3}),
-                                                 block_slice(w, {l, Matrix::W2}), group, p, std::move(ranges), c.hidden_dim);
+                                                 block_slice(w, {l, Matrix::W2}), group, block_prefix(l), std::move(ranges),
+                                                 c.hidden_dim);
 }
 
 QkvExtras LlamaCore::load_qkv_extras(const WeightSource& w, int l) const {
@@ -224,7 +226,7 @@ nn::QuantizedShardedToAllLinear lanes_or(const WeightSource& w, const std::strin
 
 // wo's columns are the local heads' rows, in lanes of whole heads.
 nn::QuantizedShardedToAllLinear LlamaCore::load_wo(const WeightSource& weights, int l) const {
-  const std::string name = "layers." + std::to_string(l) + ".wo";
+  const std::string name = tensor_name({l, Matrix::Wo});
   const int64_t C = config.dim, Q = config.q_dim();
   const dist::Range q_rows = plan.q_rows();
   return lanes_or(weights, name, C, Q, q_rows, config.head_size(), group,
@@ -234,23 +236,22 @@ nn::QuantizedShardedToAllLinear LlamaCore::load_wo(const WeightSource& weights, 
 // The dense SwiGLU, its matrices as stored (f32 as f32): w1, w3 by this device's FFN rows, w2 by
 // those columns, in lanes.
 std::unique_ptr<nn::QuantizedSwiGluFeedForward> LlamaCore::load_dense_ffn(const WeightSource& weights, int l) const {
-  const std::string p = "layers." + std::to_string(l) + ".";
+  const std::string w1 = tensor_name({l, Matrix::W1}), w2 = tensor_name({l, Matrix::W2}), w3 = tensor_name({l, Matrix::W3});
   const int64_t C = config.dim, F = config.hidden_dim;
   const dist::Range ffn = plan.ffn;
   return std::make_unique<nn::QuantizedSwiGluFeedForward>(
-      nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "w1", F, C, ffn), packed_rows(weights, p + "w3", F, C, ffn)},
-                                      group),
-      lanes_or(weights, p + "w2", C, F, ffn, 1, group, [&] { return packed_columns(weights, p + "w2", C, F, ffn); }));
+      nn::QuantizedAllToShardedLinear({packed_rows(weights, w1, F, C, ffn), packed_rows(weights, w3, F, C, ffn)}, group),
+      lanes_or(weights, w2, C, F, ffn, 1, group, [&] { return packed_columns(weights, w2, C, F, ffn); }));
 }
 
 // wq|wk|wv as stored, this device's rows of each.
 nn::QuantizedAllToShardedLinear LlamaCore::load_packed_qkv(const WeightSource& weights, int l) const {
-  const std::string p = "layers." + std::to_string(l) + ".";
-  const int64_t C = config.dim, Q = config.q_dim(), KV = config.kv_dim();
-  const dist::Range q_rows = plan.q_rows(), kv_rows = plan.kv_rows();
-  return nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "wq", Q, C, q_rows), packed_rows(weights, p + "wk", KV, C, kv_rows),
-                                          packed_rows(weights, p + "wv", KV, C, kv_rows)},
-                                         group);
+  std::vector<nn::QuantizedLinear> parts;
+  for (Matrix m : linear_parts(Matrix::Wq)) {
+    const tensor::Shape shape = block_shape(m, config);
+    parts.push_back(packed_rows(weights, tensor_name({l, m}), shape[0], shape[1], plan.range_of(facts(m).sharded_dim)));
+  }
+  return nn::QuantizedAllToShardedLinear(std::move(parts), group);
 }
 
 }  // namespace tpcli::model
