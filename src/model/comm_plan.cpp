@@ -21,12 +21,25 @@ PlannedCollective tensor_call(const char* name, CollectiveKind kind, int64_t flo
   return {Role::Tensor, name, kind, floats, calls, std::move(what)};
 }
 
-// 2 x MACs of one row through this device's weights: q|k|v, wo, w1|w3, w2 per layer, and the classifier.
+// This device's [out, in] of a dense block's linear m (model/block_matrices.h): its rows of an
+// AllToSharded weight, its columns of a ShardedToAll one.
+std::pair<int64_t, int64_t> local_shape(Matrix m, const LlamaConfig& c, const ShardPlan& p) {
+  const tensor::Shape full = block_shape(m, c);
+  const MatrixFacts& f = facts(m);
+  const int64_t mine = p.range_of(f.sharded_dim).count;
+  return f.columns ? std::pair{full[0], mine} : std::pair{mine, full[1]};
+}
+
+// 2 x MACs of one row through this device's weights: every linear of a block (q|k|v, wo, w1|w3,
+// w2) per layer, and the classifier.
 double weight_flops_per_row(const LlamaConfig& c, const ShardPlan& p) {
-  const double C = c.dim, QL = static_cast<double>(p.q_rows().count), KVL = static_cast<double>(p.kv_rows().count),
-               FL = static_cast<double>(p.ffn.count), VL = static_cast<double>(p.vocab.count);
-  const double per_layer = C * (QL + 2 * KVL) + QL * C + 3 * C * FL;
-  return 2 * (c.n_layers * per_layer + C * VL);
+  double per_layer = 0;
+  for (const MatrixFacts& f : block_matrices())
+    if (is_dense_linear(f)) {
+      const auto [out, in] = local_shape(f.matrix, c, p);
+      per_layer += static_cast<double>(out * in);
+    }
+  return 2 * (c.n_layers * per_layer + static_cast<double>(c.dim) * static_cast<double>(p.vocab.count));
 }
 
 }  // namespace
@@ -136,15 +149,22 @@ std::vector<PlannedWork> plan_train_work(const LlamaConfig& c, const ShardPlan& 
   // per block: attention rmsnorm, wq|wk|wv, RoPE, attention, wo, residual, ffn rmsnorm, w1|w3, SwiGLU, w2, residual
   w.memory("x_in saved", 2 * F32 * N * C, fwd);
   w.rmsnorm("rmsnorm", Op::RmsNormForward, N, C, 2 * fwd);
-  for (int64_t rows_of_part : {QL, KVL, KVL}) w.linear("wq|wk|wv", N, rows_of_part, C, fwd, L);
+  // a block's linear m: each of its parts (model/block_matrices.h) at this device's shape
+  const auto linear = [&](Matrix m) {
+    for (Matrix part : linear_parts(m)) {
+      const auto [out, in] = local_shape(part, c, p);
+      w.linear(linear_name(m), N, out, in, fwd, L);
+    }
+  };
+  linear(Matrix::Wq);
   w.rope("RoPE", Op::RopeForward, N, seq_len, p.heads.count, p.kv_heads.count, HS, fwd);
   add_attention(w, rows, seq_len, p.heads.count, p.kv_heads.count, HS, fwd, L);
-  w.linear("wo", N, C, QL, fwd, L);
+  linear(Matrix::Wo);
   w.memory("residual adds", 3 * F32 * N * C, 2 * fwd);
-  for (int part = 0; part < 2; ++part) w.linear("w1|w3", N, FL, C, fwd, L);
+  linear(Matrix::W1);
   w.memory("SwiGLU", 3 * F32 * N * FL, fwd);
   w.exps("SwiGLU sigmoids", N * FL, fwd);
-  w.linear("w2", N, C, FL, fwd, L);
+  linear(Matrix::W2);
   // final rmsnorm, classifier, vocab-split cross-entropy: max, exp-sum (read + write), normalise (read + write)
   w.rmsnorm("rmsnorm", Op::RmsNormForward, N, C, 1);
   w.linear("classifier", N, VL, C, 1, 1);
@@ -169,28 +189,27 @@ std::vector<PlannedWork> plan_train_work(const LlamaConfig& c, const ShardPlan& 
 std::vector<PlannedWork> plan_decode_work(const LlamaConfig& c, const ShardPlan& p, int64_t pos,
                                           const DecodeStorage& storage) {
   require_dense(c);
-  const int64_t L = c.n_layers, C = c.dim, QL = p.q_rows().count, KVL = p.kv_rows().count, FL = p.ffn.count;
+  const int64_t L = c.n_layers, C = c.dim, KVL = p.kv_rows().count;
   WorkList w;
   const auto matrix = [&](const std::string& what, const std::string& tensor, int64_t rows, int64_t cols, int64_t calls) {
     if (rows > 0 && cols > 0)
       w.items.push_back({Kind::Weights, what, rows, 0, cols, storage.bytes(tensor, rows, cols), 0, calls, false,
                          Gemm::NT, tensor});
   };
-  if (storage.fused) {
-    matrix("wq|wk|wv", "layers.0.wq", QL + 2 * KVL, C, L);
-  } else {
-    matrix("wq|wk|wv", "layers.0.wq", QL, C, L);
-    matrix("wq|wk|wv", "layers.0.wk", KVL, C, L);
-    matrix("wq|wk|wv", "layers.0.wv", KVL, C, L);
+  // every linear of a block once, at its first part (wq|wk|wv, wo, w1|w3, w2); the parts of a
+  // fused one as one matrix, its rows the parts' (layer 0's first part names the stored format)
+  for (const MatrixFacts& f : block_matrices()) {
+    const std::vector<Matrix> parts = linear_parts(f.matrix);
+    if (!is_dense_linear(f) || parts.front() != f.matrix) continue;
+    const std::string what = linear_name(f.matrix);
+    int64_t fused_rows = 0;
+    for (Matrix part : parts) {
+      const auto [rows, cols] = local_shape(part, c, p);
+      if (!storage.fused) matrix(what, tensor_name({0, part}), rows, cols, L);
+      fused_rows += rows;
+    }
+    if (storage.fused) matrix(what, tensor_name({0, f.matrix}), fused_rows, local_shape(f.matrix, c, p).second, L);
   }
-  matrix("wo", "layers.0.wo", C, QL, L);
-  if (storage.fused) {
-    matrix("w1|w3", "layers.0.w1", 2 * FL, C, L);
-  } else {
-    matrix("w1|w3", "layers.0.w1", FL, C, L);
-    matrix("w1|w3", "layers.0.w3", FL, C, L);
-  }
-  matrix("w2", "layers.0.w2", C, FL, L);
   matrix("classifier", c.shared_classifier ? "tok_embeddings" : "output", p.vocab.count, C, 1);
   w.memory("KV cache", 2 * F32 * L * (pos + 1) * KVL, 1);
   w.exps("attention softmax exps", p.heads.count * (pos + 1), L);

@@ -122,8 +122,11 @@ std::optional<nn::RopeScaling> rope_scaling_of(const ConfigReader& r) {
   return out;
 }
 
+// A MoE block's router module (model/block_matrices.h's name under an architecture's MoE block).
 bool is_router_module(const std::string& module) {
-  return module.ends_with(".mlp.gate") || module.ends_with(".block_sparse_moe.gate");
+  for (const HfArchitecture& a : hf_architectures())
+    if (a.is_moe() && module.ends_with("." + std::string(a.moe_block) + "." + facts(Matrix::Router).hf_module)) return true;
+  return false;
 }
 
 std::optional<Quantization> quantization_of(const ConfigReader& r) {

@@ -120,7 +120,8 @@ void HfModelDir::check_float_source(const ParamSpec& p, const Source& s) const {
     const StoredTensor t = *part.file->stored(part.hf_name);
     auto bad = [&](const std::string& what) { return std::runtime_error(part.file->path() + ": tensor '" + part.hf_name + "' " + what); };
     if (!is_float(t.dtype)) throw bad(std::string("is ") + dtype_name(t.dtype) + " (no .scales beside it): not a float weight");
-    if (c.quantization && mlx_would_quantize(p, *c.quantization) && !p.name.ends_with(".router"))  // routers vary by recipe
+    const bool router = p.block && p.block->matrix == Matrix::Router;  // routers vary by recipe
+    if (c.quantization && mlx_would_quantize(p, *c.quantization) && !router)
       throw bad(std::string("is ") + dtype_name(t.dtype) + " with no .scales beside it, but config.json's quantization (" +
                 c.quantization->mode + ", " + std::to_string(c.quantization->bits) + " bits, group_size " +
                 std::to_string(c.quantization->group_size) + ") says it is quantized: the weights do not match config.json");

@@ -44,7 +44,10 @@ struct HfTensorRef {
   std::string stacked_module;
 };
 
-// Throws std::invalid_argument for a name the architecture does not hold.
+// Where block parameter `key` lives in a directory of `architecture` (model/block_matrices.h holds
+// Llama's module names; the architecture row what differs). Throws std::invalid_argument for a
+// name the architecture does not hold.
+HfTensorRef hf_tensor_of(BlockKey key, const LlamaConfig& c, const std::string& architecture);
 HfTensorRef hf_tensor_of(const std::string& name, const LlamaConfig& c, const std::string& architecture);
 
 // Reorders the rows of a q/k projection [heads * HS, row_bytes] between the two RoPE layouts

@@ -118,17 +118,17 @@ void require_memory_for_kv_cache(const LlamaConfig& c, int64_t kv_rows_local, nn
 // shard_plan.h) in their stored format. experts.w1/w3 are [E*FE, C] matrices, experts.w2 [E*C, FE].
 std::unique_ptr<nn::FeedForward> make_packed_moe(const WeightSource& w, const LlamaCore& core, int l) {
   const LlamaConfig& c = core.config;
-  const std::string p = "layers." + std::to_string(l) + ".";
+  const auto name = [l](Matrix m) { return tensor_name({l, m}); };
   const nn::MoeSizes sizes = core.moe_sizes();
   const int64_t C = sizes.dim, FE = sizes.hidden, E = sizes.n_experts;
   const dist::Range mine = nn::local_experts(c.n_experts, core.expert_group.size(), core.expert_group.rank()),
                     h = core.plan.expert_ffn;
   std::vector<nn::PackedExpert> local;
   for (int64_t e = mine.offset; e < mine.offset + mine.count; ++e)
-    local.push_back({packed_rows(w, p + "experts.w1", E * FE, C, {e * FE + h.offset, h.count}),
-                     packed_rows(w, p + "experts.w3", E * FE, C, {e * FE + h.offset, h.count}),
-                     nn::QuantizedLinear(load_packed(w, p + "experts.w2", E * C, FE, e * C, C, {{h.offset, h.count}}))});
-  Tensor router({E, C}, checked_values(w, p + "router", E * C));
+    local.push_back({packed_rows(w, name(Matrix::ExpertsW1), E * FE, C, {e * FE + h.offset, h.count}),
+                     packed_rows(w, name(Matrix::ExpertsW3), E * FE, C, {e * FE + h.offset, h.count}),
+                     nn::QuantizedLinear(load_packed(w, name(Matrix::ExpertsW2), E * C, FE, e * C, C, {{h.offset, h.count}}))});
+  Tensor router({E, C}, checked_values(w, name(Matrix::Router), E * C));
   return std::make_unique<nn::QuantizedMoeFeedForward>(sizes, std::move(router), std::move(local), core.expert_group,
                                                        core.group);
 }
@@ -169,8 +169,8 @@ bool split_invariant(const WeightSource& weights, int tensor_devices, int expert
   if ((tensor_devices & (tensor_devices - 1)) != 0 || expert_devices > 1) return false;
   for (int l = 0; l < c.n_layers; ++l)
     if (c.is_moe_layer(l)) return false;  // the experts' sums are not in lanes
-  const int64_t wo = lane_width(c.q_dim(), lane_unit(weights, "layers.0.wo", c.head_size())),
-                w2 = lane_width(c.hidden_dim, lane_unit(weights, "layers.0.w2", 1));
+  const int64_t wo = lane_width(c.q_dim(), lane_unit(weights, tensor_name({0, Matrix::Wo}), c.head_size())),
+                w2 = lane_width(c.hidden_dim, lane_unit(weights, tensor_name({0, Matrix::W2}), 1));
   return std::ranges::all_of(plan_all_shards(c, tensor_devices),
                              [&](const ShardPlan& q) { return whole_subtree(q.q_rows(), wo) && whole_subtree(q.ffn, w2); });
 }
@@ -196,8 +196,8 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.attention_norm = core_.block_slice(weights, l, "attention_norm");
-    L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
+    L.attention_norm = core_.block_slice(weights, {l, Matrix::AttentionNorm});
+    L.ffn_norm = core_.block_slice(weights, {l, Matrix::FfnNorm});
     L.qkv_extras = core_.load_qkv_extras(weights, l);
   }
   if (holds_packed_weights(weights)) load_packed_layers(weights);
@@ -224,7 +224,7 @@ void Llama::load_f32_layers(const WeightSource& weights) {
   for (int l = 0; l < core_.config.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     std::vector<nn::Linear> qkv;
-    for (const char* name : {"wq", "wk", "wv"}) qkv.emplace_back(core_.block_slice(weights, l, name));
+    for (Matrix m : linear_parts(Matrix::Wq)) qkv.emplace_back(core_.block_slice(weights, {l, m}));
     L.qkv = nn::AllToShardedLinear(std::move(qkv), core_.group);
     L.wo = core_.load_wo(weights, l);
     L.ffn = core_.config.is_moe_layer(l) ? core_.load_f32_feed_forward(weights, l) : core_.load_dense_ffn(weights, l);
@@ -243,7 +243,6 @@ void Llama::load_packed_layers(const WeightSource& weights) {
   if (!vocab_->tied) v.output = nn::QuantizedAllToShardedLinear({packed_rows(weights, "output", V, C, plan.vocab)}, core_.group);
   vocab_->weights = std::move(v);
   for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
     Layer& L = layers_[static_cast<size_t>(l)];
     L.qkv = core_.load_packed_qkv(weights, l);
     L.wo = core_.load_wo(weights, l);
@@ -258,7 +257,7 @@ void Llama::attach_lora(const LoraAdapterSet& set) {
   const LlamaConfig& c = core_.config;
   const ShardPlan& plan = core_.plan;
   const float scale = set.scale();
-  const dist::Range q_rows = plan.q_rows(), kv_rows = plan.kv_rows(), ffn_rows = plan.ffn;
+  const dist::Range q_rows = plan.q_rows(), ffn_rows = plan.ffn;
   auto a_whole = [&](const std::string& n) { return set.tensors.at(n + ".lora_a"); };
   auto b_whole = [&](const std::string& n) { return set.tensors.at(n + ".lora_b"); };
   auto b_rows = [&](const std::string& n, dist::Range rows) {  // [rows, r] of B [OUT, r]
@@ -272,30 +271,35 @@ void Llama::attach_lora(const LoraAdapterSet& set) {
     for (int64_t k = 0; k < r; ++k) std::copy_n(a.data() + k * IN + cols.offset, cols.count, v.data() + k * cols.count);
     return Tensor({r, cols.count}, v);
   };
-  // Parts of an AllToSharded output whose columns hold (name, rows) one after another.
-  auto row_parts = [&](const std::string& p, std::initializer_list<std::pair<const char*, dist::Range>> matrices) {
+  // The parts of block l's AllToSharded linear `first` (wq|wk|wv, w1|w3), whose output columns
+  // hold each part's rows of this device one after another.
+  auto row_parts = [&](int l, Matrix first) {
     std::vector<nn::LoraAllToSharded::Part> parts;
     int64_t column = 0;
-    for (const auto& [m, rows] : matrices) {
-      if (lora_adapts(set, p + m)) parts.push_back({a_whole(p + m), b_rows(p + m, rows), column});
+    for (Matrix m : linear_parts(first)) {
+      const std::string name = tensor_name({l, m});
+      const dist::Range rows = plan.range_of(facts(m).sharded_dim);
+      if (lora_adapts(set, name)) parts.push_back({a_whole(name), b_rows(name, rows), column});
       column += rows.count;
     }
     return nn::LoraAllToSharded(std::move(parts), scale);
   };
   for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
+    const std::string wo = tensor_name({l, Matrix::Wo}), w2_name = tensor_name({l, Matrix::W2});
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.qkv_lora = row_parts(p, {{"wq", q_rows}, {"wk", kv_rows}, {"wv", kv_rows}});
-    if (lora_adapts(set, p + "wo")) {
+    L.qkv_lora = row_parts(l, Matrix::Wq);
+    if (lora_adapts(set, wo)) {
       if (L.wo.in_features() != q_rows.count) throw std::logic_error("llama: wo's local columns are not the local heads' rows");
-      L.wo_lora.emplace(a_columns(p + "wo", q_rows), b_whole(p + "wo"), L.wo.lanes(), scale, core_.group);
+      L.wo_lora.emplace(a_columns(wo, q_rows), b_whole(wo), L.wo.lanes(), scale, core_.group);
     }
-    if (!lora_adapts(set, p + "w1") && !lora_adapts(set, p + "w3") && !lora_adapts(set, p + "w2")) continue;
+    if (!lora_adapts(set, tensor_name({l, Matrix::W1})) && !lora_adapts(set, tensor_name({l, Matrix::W3})) &&
+        !lora_adapts(set, w2_name))
+      continue;
     auto* ffn = dynamic_cast<nn::QuantizedSwiGluFeedForward*>(L.ffn.get());
     if (!ffn) throw std::invalid_argument("llama: LoRA on layer " + std::to_string(l) + "'s feed-forward, a mixture of experts");
     std::optional<nn::LoraShardedToAll> w2;
-    if (lora_adapts(set, p + "w2")) w2.emplace(a_columns(p + "w2", ffn_rows), b_whole(p + "w2"), ffn->w2_lanes(), scale, core_.group);
-    ffn->set_lora(row_parts(p, {{"w1", ffn_rows}, {"w3", ffn_rows}}), std::move(w2));
+    if (lora_adapts(set, w2_name)) w2.emplace(a_columns(w2_name, ffn_rows), b_whole(w2_name), ffn->w2_lanes(), scale, core_.group);
+    ffn->set_lora(row_parts(l, Matrix::W1), std::move(w2));
   }
 }
 

@@ -74,52 +74,21 @@ std::string LlamaConfig::beyond_llama_feature() const {
 }
 
 std::vector<ParamSpec> llama_parameters(const LlamaConfig& c) {
-  const int64_t C = c.dim, F = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim(), Q = c.q_dim();
+  const int64_t C = c.dim, V = c.vocab_size;
   std::vector<ParamSpec> specs;
-  auto split_of = [](ShardedDim dim, bool columns) {
-    if (dim == ShardedDim::None) return Split::Replicated;
-    return columns ? Split::Columns : Split::Rows;
+  auto add = [&](std::string name, tensor::Shape shape, ShardedDim dim, bool decay) {
+    specs.push_back({std::move(name), std::move(shape), dim == ShardedDim::None ? Split::Replicated : Split::Rows, decay,
+                     false, false, dim});
   };
-  auto add = [&](std::string name, tensor::Shape shape, ShardedDim dim, bool decay, bool columns = false) {
-    specs.push_back({std::move(name), std::move(shape), split_of(dim, columns), decay, dim == ShardedDim::Experts,
-                     dim == ShardedDim::KvHeads, dim});
-  };
-  // Which blocks a per-layer parameter exists in: every block, the MoE blocks, the dense ones.
-  enum class Blocks { All, Moe, Dense };
-  auto per_layer = [&](const std::string& kind, tensor::Shape shape, ShardedDim dim, bool decay, bool columns = false,
-                       Blocks blocks = Blocks::All) {
-    for (int l = 0; l < c.n_layers; ++l)
-      if (blocks == Blocks::All || (blocks == Blocks::Moe) == c.is_moe_layer(l))
-        add("layers." + std::to_string(l) + "." + kind, shape, dim, decay, columns);
-  };
-  constexpr bool COLUMNS = true;
-  // llama2.c order: embedding, attention norms, wq, wk, wv, wo, ffn norms, w1, w2, w3, final norm.
+  // llama2.c order: embedding, each block parameter for every block that holds it (attention
+  // norms, wq, wk, wv, wo, ..., ffn norms, w1, w2, w3), final norm.
   add("tok_embeddings", {V, C}, ShardedDim::Vocab, true);  // by vocabulary, as the classifier
-  per_layer("attention_norm", {C}, ShardedDim::None, false);
-  per_layer("wq", {Q, C}, ShardedDim::QueryHeads, true);
-  per_layer("wk", {KV, C}, ShardedDim::KvHeads, true);
-  per_layer("wv", {KV, C}, ShardedDim::KvHeads, true);
-  per_layer("wo", {C, Q}, ShardedDim::QueryHeads, true, COLUMNS);
-  if (c.qkv_bias) {
-    per_layer("bq", {Q}, ShardedDim::QueryHeads, false);
-    per_layer("bk", {KV}, ShardedDim::KvHeads, false);
-    per_layer("bv", {KV}, ShardedDim::KvHeads, false);
-  }
-  if (c.qk_norm) {
-    per_layer("q_norm", {c.head_size()}, ShardedDim::None, false);
-    per_layer("k_norm", {c.head_size()}, ShardedDim::None, false);
-  }
-  per_layer("ffn_norm", {C}, ShardedDim::None, false);
-  if (c.is_moe()) {
-    const int64_t E = c.n_experts, FE = c.expert_hidden_dim ? c.expert_hidden_dim : F;
-    per_layer("router", {E, C}, ShardedDim::None, true, false, Blocks::Moe);
-    per_layer("experts.w1", {E, FE, C}, ShardedDim::Experts, true, false, Blocks::Moe);
-    per_layer("experts.w2", {E, C, FE}, ShardedDim::Experts, true, COLUMNS, Blocks::Moe);
-    per_layer("experts.w3", {E, FE, C}, ShardedDim::Experts, true, false, Blocks::Moe);
-  }
-  per_layer("w1", {F, C}, ShardedDim::Hidden, true, false, Blocks::Dense);
-  per_layer("w2", {C, F}, ShardedDim::Hidden, true, COLUMNS, Blocks::Dense);
-  per_layer("w3", {F, C}, ShardedDim::Hidden, true, false, Blocks::Dense);
+  for (const MatrixFacts& f : block_matrices())
+    for (int l = 0; l < c.n_layers; ++l)
+      if (holds(c, l, f.matrix))
+        specs.push_back({tensor_name({l, f.matrix}), block_shape(f.matrix, c), split_of(f), f.decay,
+                         f.sharded_dim == ShardedDim::Experts, f.sharded_dim == ShardedDim::KvHeads, f.sharded_dim,
+                         BlockKey{l, f.matrix}});
   add("norm", {C}, ShardedDim::None, false);
   if (!c.shared_classifier) add("output", {V, C}, ShardedDim::Vocab, true);
   return specs;

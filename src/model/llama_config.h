@@ -5,7 +5,8 @@
 // K top_k.
 //
 // The parameter table drives allocation, loading, saving, sharding and the optimizer: no code
-// lists parameters by hand anywhere else.
+// lists parameters by hand anywhere else. A block's parameters and their facts are one table,
+// model/block_matrices.h.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "model/block_matrices.h"
 #include "nn/rope.h"
 #include "tensor/tensor.h"
 
@@ -87,25 +89,6 @@ constexpr ConfigLimit MAX_DIM{"dim", 1 << 16}, MAX_HIDDEN_DIM{"hidden_dim", 1 <<
     MAX_VOCAB{"vocab_size", 1 << 22}, MAX_SEQ_LEN{"seq_len", 1 << 20}, MAX_EXPERTS{"n_experts", 1 << 10},
     MAX_EXPERT_HIDDEN_DIM{"expert_hidden_dim", 1 << 18};
 
-// How a parameter is split over the tensor-parallel group (see model/shard_plan.h for the counts).
-enum class Split {
-  Replicated,  // norms, MoE routers: the same on every device
-  Rows,        // output features split (AllToSharded: wq, wk, wv, w1, w3); the embedding and the
-               // classifier by vocabulary rows
-  Columns,     // input features split (ShardedToAll: wo, w2)
-};
-
-// Which dimension of the model a split parameter's rows (Split::Rows) or columns (Split::Columns)
-// follow: the shard plan (model/shard_plan.h, ShardPlan::range_of) says which part is a device's.
-enum class ShardedDim {
-  None,        // replicated
-  Vocab,       // tok_embeddings, output rows
-  QueryHeads,  // wq rows, wo columns (head_size per head)
-  KvHeads,     // wk, wv rows
-  Hidden,      // w1, w3 rows, w2 columns (F)
-  Experts,     // MoE experts: dealt out and split by nn/moe.h itself
-};
-
 struct ParamSpec {
   std::string name;      // "tok_embeddings", "layers.3.wq", ...
   tensor::Shape shape;   // full (unsharded) shape, [out, in] for matrices
@@ -116,6 +99,9 @@ struct ParamSpec {
   // wk, wv: rows are KV heads, which several tensor devices may each hold (model/shard_plan.h).
   bool kv_heads = false;
   ShardedDim sharded_dim = ShardedDim::None;
+  // A block's parameter: its key (a LoRA adapter's spec: the adapted matrix's). nullopt: outside
+  // the blocks (tok_embeddings, norm, output).
+  std::optional<BlockKey> block;
 };
 
 // In llama2.c checkpoint order (per-kind arrays across layers are listed layer by layer).

@@ -100,48 +100,50 @@ Tensor LlamaCore::local_slice(const WeightSource& w, const std::string& name) co
   return local;
 }
 
-Tensor LlamaCore::block_slice(const WeightSource& w, int l, const std::string& name) const {
-  return local_slice(w, "layers." + std::to_string(l) + "." + name);
+Tensor LlamaCore::block_slice(const WeightSource& w, BlockKey key) const {
+  return local_slice(w, tensor_name(key));
 }
 
 F32AttentionLinears LlamaCore::load_f32_attention(const WeightSource& w, int l) const {
   std::vector<nn::Linear> parts;
-  for (const char* name : {"wq", "wk", "wv"}) parts.emplace_back(block_slice(w, l, name));
-  return {nn::AllToShardedLinear(std::move(parts), group), nn::ShardedToAllLinear(nn::Linear(block_slice(w, l, "wo")), group)};
+  for (Matrix m : linear_parts(Matrix::Wq)) parts.emplace_back(block_slice(w, {l, m}));
+  return {nn::AllToShardedLinear(std::move(parts), group), nn::ShardedToAllLinear(nn::Linear(block_slice(w, {l, Matrix::Wo})), group)};
 }
 
 std::unique_ptr<nn::TrainableFeedForward> LlamaCore::load_f32_feed_forward(const WeightSource& w, int l) const {
-  const std::string p = "layers." + std::to_string(l) + ".";
   const LlamaConfig& c = config;
   if (c.is_moe_layer(l)) {
     const nn::MoeSizes sizes = moe_sizes();
     const int64_t C = sizes.dim, FE = sizes.hidden, E = sizes.n_experts;
-    auto moe = std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, p + "router", E * C),
-                                                    checked_values(w, p + "experts.w1", E * FE * C),
-                                                    checked_values(w, p + "experts.w2", E * C * FE),
-                                                    checked_values(w, p + "experts.w3", E * FE * C), expert_group, group, p);
-    for (const char* name : {"router", "experts.w1", "experts.w2", "experts.w3"}) w.release_pages(p + name);
+    const auto name = [l](Matrix m) { return tensor_name({l, m}); };
+    auto moe = std::make_unique<nn::MoeFeedForward>(sizes, checked_values(w, name(Matrix::Router), E * C),
+                                                    checked_values(w, name(Matrix::ExpertsW1), E * FE * C),
+                                                    checked_values(w, name(Matrix::ExpertsW2), E * C * FE),
+                                                    checked_values(w, name(Matrix::ExpertsW3), E * FE * C), expert_group, group,
+                                                    block_prefix(l));
+    for (Matrix m : {Matrix::Router, Matrix::ExpertsW1, Matrix::ExpertsW2, Matrix::ExpertsW3}) w.release_pages(name(m));
     return moe;
   }
   std::vector<dist::Range> ranges;
   for (const auto& q : all_plans) ranges.push_back(q.ffn);
-  return std::make_unique<nn::SwiGluFeedForward>(block_slice(w, l, "w1"), block_slice(w, l, "w3"), block_slice(w, l, "w2"),
-                                                 group, p, std::move(ranges), c.hidden_dim);
+  return std::make_unique<nn::SwiGluFeedForward>(block_slice(w, {l, Matrix::W1}), block_slice(w, {l, Matrix::W3}),
+                                                 block_slice(w, {l, Matrix::W2}), group, block_prefix(l), std::move(ranges),
+                                                 c.hidden_dim);
 }
 
 QkvExtras LlamaCore::load_qkv_extras(const WeightSource& w, int l) const {
   QkvExtras e;
   if (config.qkv_bias) {
     std::vector<float> bias;
-    for (const char* name : {"bq", "bk", "bv"}) {
-      const Tensor part = block_slice(w, l, name);
+    for (Matrix m : {Matrix::Bq, Matrix::Bk, Matrix::Bv}) {
+      const Tensor part = block_slice(w, {l, m});
       bias.insert(bias.end(), part.span().begin(), part.span().end());
     }
     e.bias = Tensor({static_cast<int64_t>(bias.size())}, bias);
   }
   if (config.qk_norm) {
-    e.q_norm = block_slice(w, l, "q_norm");
-    e.k_norm = block_slice(w, l, "k_norm");
+    e.q_norm = block_slice(w, {l, Matrix::QNorm});
+    e.k_norm = block_slice(w, {l, Matrix::KNorm});
   }
   return e;
 }
@@ -224,7 +226,7 @@ nn::QuantizedShardedToAllLinear lanes_or(const WeightSource& w, const std::strin
 
 // wo's columns are the local heads' rows, in lanes of whole heads.
 nn::QuantizedShardedToAllLinear LlamaCore::load_wo(const WeightSource& weights, int l) const {
-  const std::string name = "layers." + std::to_string(l) + ".wo";
+  const std::string name = tensor_name({l, Matrix::Wo});
   const int64_t C = config.dim, Q = config.q_dim();
   const dist::Range q_rows = plan.q_rows();
   return lanes_or(weights, name, C, Q, q_rows, config.head_size(), group,
@@ -234,23 +236,22 @@ nn::QuantizedShardedToAllLinear LlamaCore::load_wo(const WeightSource& weights, 
 // The dense SwiGLU, its matrices as stored (f32 as f32): w1, w3 by this device's FFN rows, w2 by
 // those columns, in lanes.
 std::unique_ptr<nn::QuantizedSwiGluFeedForward> LlamaCore::load_dense_ffn(const WeightSource& weights, int l) const {
-  const std::string p = "layers." + std::to_string(l) + ".";
+  const std::string w1 = tensor_name({l, Matrix::W1}), w2 = tensor_name({l, Matrix::W2}), w3 = tensor_name({l, Matrix::W3});
   const int64_t C = config.dim, F = config.hidden_dim;
   const dist::Range ffn = plan.ffn;
   return std::make_unique<nn::QuantizedSwiGluFeedForward>(
-      nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "w1", F, C, ffn), packed_rows(weights, p + "w3", F, C, ffn)},
-                                      group),
-      lanes_or(weights, p + "w2", C, F, ffn, 1, group, [&] { return packed_columns(weights, p + "w2", C, F, ffn); }));
+      nn::QuantizedAllToShardedLinear({packed_rows(weights, w1, F, C, ffn), packed_rows(weights, w3, F, C, ffn)}, group),
+      lanes_or(weights, w2, C, F, ffn, 1, group, [&] { return packed_columns(weights, w2, C, F, ffn); }));
 }
 
 // wq|wk|wv as stored, this device's rows of each.
 nn::QuantizedAllToShardedLinear LlamaCore::load_packed_qkv(const WeightSource& weights, int l) const {
-  const std::string p = "layers." + std::to_string(l) + ".";
-  const int64_t C = config.dim, Q = config.q_dim(), KV = config.kv_dim();
-  const dist::Range q_rows = plan.q_rows(), kv_rows = plan.kv_rows();
-  return nn::QuantizedAllToShardedLinear({packed_rows(weights, p + "wq", Q, C, q_rows), packed_rows(weights, p + "wk", KV, C, kv_rows),
-                                          packed_rows(weights, p + "wv", KV, C, kv_rows)},
-                                         group);
+  std::vector<nn::QuantizedLinear> parts;
+  for (Matrix m : linear_parts(Matrix::Wq)) {
+    const tensor::Shape shape = block_shape(m, config);
+    parts.push_back(packed_rows(weights, tensor_name({l, m}), shape[0], shape[1], plan.range_of(facts(m).sharded_dim)));
+  }
+  return nn::QuantizedAllToShardedLinear(std::move(parts), group);
 }
 
 }  // namespace tpcli::model

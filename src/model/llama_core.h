@@ -79,8 +79,8 @@ struct LlamaCore {
   // This device's part of parameter `name` (rows or columns by its spec's sharded dimension, the
   // whole of a replicated one), copied from the full tensor in `w`.
   tensor::Tensor local_slice(const WeightSource& w, const std::string& name) const;
-  // The same for block l's parameter `name` ("wq", "ffn_norm", ...).
-  tensor::Tensor block_slice(const WeightSource& w, int l, const std::string& name) const;
+  // The same for block parameter `key` ({3, Matrix::Wq}).
+  tensor::Tensor block_slice(const WeightSource& w, BlockKey key) const;
   // Block l's f32 layers, this device's parts: both roles load f32 weights alike. The feed-forward
   // is the dense SwiGLU or, for a MoE config, the MoE layer (its experts over expert_group).
   F32AttentionLinears load_f32_attention(const WeightSource& w, int l) const;

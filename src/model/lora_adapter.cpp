@@ -29,56 +29,43 @@ constexpr const char* CONFIG_FILE = "adapter_config.json";
 constexpr const char* WEIGHTS_FILE = "adapter_model.safetensors";
 constexpr const char* PEFT_PREFIX = "base_model.model.";
 
-struct MatrixName {
-  const char* tpcli;
-  const char* hf;
-};
-constexpr MatrixName MATRICES[] = {{"wq", "q_proj"},    {"wk", "k_proj"}, {"wv", "v_proj"},   {"wo", "o_proj"},
-                                   {"w1", "gate_proj"}, {"w3", "up_proj"}, {"w2", "down_proj"}};
-
 // W's shape [OUT, IN] of matrix m.
-std::pair<int64_t, int64_t> matrix_shape(const std::string& m, const LlamaConfig& c) {
-  const int64_t C = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.hidden_dim;
-  if (m == "wq") return {Q, C};
-  if (m == "wk" || m == "wv") return {KV, C};
-  if (m == "wo") return {C, Q};
-  if (m == "w1" || m == "w3") return {F, C};
-  return {C, F};  // w2
+std::pair<int64_t, int64_t> matrix_shape(Matrix m, const LlamaConfig& c) {
+  const tensor::Shape s = block_shape(m, c);
+  return {s[0], s[1]};
 }
 
-bool is_ffn(const std::string& m) { return m == "w1" || m == "w2" || m == "w3"; }
+bool is_ffn(Matrix m) { return facts(m).blocks == Blocks::Dense; }
+const char* peft_name(Matrix m) { return facts(m).peft; }
 
 std::string architecture_of(const LlamaConfig& c) { return c.hf_architecture.empty() ? "LlamaForCausalLM" : c.hf_architecture; }
 
 // Where block l's matrix m lives in a Hugging Face directory, for PEFT's names: one module, not a
 // fused segment (Phi-3's qkv_proj would need an adapter over the fused rows).
-HfTensorRef peft_module(int l, const std::string& m, const LlamaConfig& c) {
-  const std::string name = "layers." + std::to_string(l) + "." + m;
-  HfTensorRef ref = hf_tensor_of(name, c, architecture_of(c));
+HfTensorRef peft_module(int l, Matrix m, const LlamaConfig& c) {
+  HfTensorRef ref = hf_tensor_of(BlockKey{l, m}, c, architecture_of(c));
   if (ref.modules.size() != 1 || ref.fused_rows != 0)
-    throw std::invalid_argument(architecture_of(c) + " stores " + m + " in a fused module (" + ref.modules.at(0) +
+    throw std::invalid_argument(architecture_of(c) + " stores " + facts(m).name + " in a fused module (" + ref.modules.at(0) +
                                 "): PEFT adapters on it are not supported");
   return ref;
 }
 
 std::string shape_text(int64_t a, int64_t b) { return tensor::to_string(tensor::Shape{a, b}); }
 
-// "layers.{l}.{m}.lora_{a,b}" -> (l, m, 'a' | 'b'); nullopt otherwise.
+// "layers.{l}.{m}.lora_{a,b}" -> ({l, m}, 'a' | 'b') for a matrix LoRA adapts; nullopt otherwise.
 struct LoraKey {
-  int layer = 0;
-  std::string matrix;
+  BlockKey key;
   char side = 'a';
+  int layer() const { return key.layer; }
+  Matrix matrix() const { return key.matrix; }
 };
 std::optional<LoraKey> parse_key(const std::string& name) {
-  static const std::regex re(R"(layers\.(\d{1,6})\.(wq|wk|wv|wo|w1|w3|w2)\.lora_(a|b))");
-  std::smatch m;
-  if (!std::regex_match(name, m, re)) return std::nullopt;
-  return LoraKey{std::stoi(m[1].str()), m[2].str(), m[3].str()[0]};
+  const auto parsed = parse_tensor_name(name);
+  if (!parsed || !peft_name(parsed->key.matrix) || (parsed->rest != "lora_a" && parsed->rest != "lora_b")) return std::nullopt;
+  return LoraKey{parsed->key, parsed->rest.back()};
 }
 
-std::string key_name(int l, const std::string& m, char side) {
-  return "layers." + std::to_string(l) + "." + m + ".lora_" + side;
-}
+std::string key_name(BlockKey key, char side) { return tensor_name(key) + ".lora_" + side; }
 
 // B [OUT, r] rows reordered between the RoPE layouts (rope_heads 0: copied).
 std::vector<float> rope_rows(std::span<const float> b, int rope_heads, int head_size, int64_t r, bool to_hf) {
@@ -188,33 +175,34 @@ std::optional<LoraKey> parse_peft_name(std::string name) {
   static const std::regex re(R"(model\.layers\.(\d{1,6})\.(self_attn|mlp)\.(\w+)\.lora_(A|B)\.weight)");
   std::smatch m;
   if (!std::regex_match(name, m, re)) return std::nullopt;
-  const auto matrix = lora_matrix_of(m[3].str());
-  if (!matrix || (m[2].str() == "mlp") != is_ffn(*matrix)) return std::nullopt;
-  return LoraKey{std::stoi(m[1].str()), *matrix, m[4].str() == "A" ? 'a' : 'b'};
+  const std::string module = m[2].str() + "." + m[3].str();
+  for (Matrix matrix : lora_matrix_order())
+    if (module == facts(matrix).hf_module) return LoraKey{{std::stoi(m[1].str()), matrix}, m[4].str() == "A" ? 'a' : 'b'};
+  return std::nullopt;
 }
 
 // One tensor of PEFT's file, checked against the model and the config (one-line errors naming the
 // file and the tensor): its tpcli name and value, lora_B's rows in tpcli's RoPE order.
 std::pair<std::string, Tensor> read_peft_tensor(const SafetensorsFile& file, const std::string& name, int64_t r,
-                                                const std::set<std::string>& targets,
+                                                const std::set<Matrix>& targets,
                                                 const std::optional<std::set<int>>& layers_to_transform, const LlamaConfig& c) {
   auto fail = [&](const std::string& what) { throw std::runtime_error(file.path() + ": tensor " + name + ": " + what); };
   const auto k = parse_peft_name(name);
   if (!k) fail("not a LoRA lora_A / lora_B weight of a Llama block's q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
-  const std::string hf = *lora_hf_module_of(k->matrix), layer = std::to_string(k->layer);
-  if (!targets.count(k->matrix)) fail(hf + " is not in target_modules");
-  if (k->layer >= c.n_layers) fail("layer " + layer + " beyond the model's " + std::to_string(c.n_layers));
-  if (layers_to_transform && !layers_to_transform->count(k->layer)) fail("layer " + layer + " is not in layers_to_transform");
-  if (is_ffn(k->matrix) && c.is_moe_layer(k->layer)) fail("layer " + layer + " is a mixture of experts, with no dense " + hf);
+  const std::string hf = peft_name(k->matrix()), layer = std::to_string(k->layer());
+  if (!targets.count(k->matrix())) fail(hf + " is not in target_modules");
+  if (k->layer() >= c.n_layers) fail("layer " + layer + " beyond the model's " + std::to_string(c.n_layers));
+  if (layers_to_transform && !layers_to_transform->count(k->layer())) fail("layer " + layer + " is not in layers_to_transform");
+  if (is_ffn(k->matrix()) && c.is_moe_layer(k->layer())) fail("layer " + layer + " is a mixture of experts, with no dense " + hf);
   HfTensorRef ref;
   try {
-    ref = peft_module(k->layer, k->matrix, c);
+    ref = peft_module(k->layer(), k->matrix(), c);
   } catch (const std::invalid_argument& e) {
     fail(e.what());
   }
   const StoredTensor st = *file.stored(name);
   if (!is_float(st.dtype)) fail("dtype is not F32, F16 or BF16");
-  const auto [OUT, IN] = matrix_shape(k->matrix, c);
+  const auto [OUT, IN] = matrix_shape(k->matrix(), c);
   const bool a = k->side == 'a';
   const tensor::Shape want = a ? tensor::Shape{r, IN} : tensor::Shape{OUT, r};
   const size_t rank_axis = a ? 0 : 1, feature_axis = 1 - rank_axis;
@@ -227,7 +215,7 @@ std::pair<std::string, Tensor> read_peft_tensor(const SafetensorsFile& file, con
   for (size_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i])) fail("non-finite value at element " + std::to_string(i));
   const std::vector<float> values = a ? std::vector<float>(v.begin(), v.end()) : rope_rows(v, ref.rope_heads, c.head_size(), r, false);
-  return {key_name(k->layer, k->matrix, k->side), Tensor(want, values)};
+  return {key_name(k->key, k->side), Tensor(want, values)};
 }
 
 }  // namespace
@@ -235,7 +223,7 @@ std::pair<std::string, Tensor> read_peft_tensor(const SafetensorsFile& file, con
 std::vector<int> adapted_layers(const LoraAdapterSet& set) {
   std::set<int> layers;
   for (const auto& [name, t] : set.tensors)
-    if (auto k = parse_key(name)) layers.insert(k->layer);
+    if (auto k = parse_key(name)) layers.insert(k->layer());
   return {layers.begin(), layers.end()};
 }
 
@@ -243,21 +231,19 @@ std::vector<int> adapted_layers(const LoraAdapterSet& set) {
 const std::vector<std::string>& lora_matrices() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const auto& m : MATRICES) v.emplace_back(m.tpcli);
+    for (Matrix m : lora_matrix_order()) v.emplace_back(facts(m).name);
     return v;
   }();
   return names;
 }
 
 std::optional<std::string> lora_matrix_of(const std::string& hf_module) {
-  for (const auto& m : MATRICES)
-    if (hf_module == m.hf) return std::string(m.tpcli);
+  if (const auto m = matrix_of_peft(hf_module)) return std::string(facts(*m).name);
   return std::nullopt;
 }
 
 std::optional<std::string> lora_hf_module_of(const std::string& matrix) {
-  for (const auto& m : MATRICES)
-    if (matrix == m.tpcli) return std::string(m.hf);
+  if (const auto m = matrix_named(matrix); m && peft_name(*m)) return std::string(peft_name(*m));
   return std::nullopt;
 }
 
@@ -266,9 +252,9 @@ void validate_lora(const LoraAdapterSet& set, const LlamaConfig& c, const std::s
   if (set.rank < 1) fail("LoRA rank " + std::to_string(set.rank) + " must be >= 1");
   if (!std::isfinite(set.alpha) || set.alpha == 0) fail("lora_alpha " + std::to_string(set.alpha) + " must be finite and nonzero");
   if (set.targets.empty()) fail("no target modules");
-  std::set<std::string> targets;
+  std::set<Matrix> targets;
   for (const auto& t : set.targets) {
-    const auto m = lora_matrix_of(t);
+    const auto m = matrix_of_peft(t);
     if (!m) fail("target module " + quoted_value(t) + " is not one of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
     if (!targets.insert(*m).second) fail("target module " + t + " listed twice");
   }
@@ -276,18 +262,19 @@ void validate_lora(const LoraAdapterSet& set, const LlamaConfig& c, const std::s
   for (const auto& [name, t] : set.tensors) {
     const auto k = parse_key(name);
     if (!k) fail("tensor " + quoted_value(name) + " is not named layers.L.{wq,wk,wv,wo,w1,w3,w2}.lora_{a,b}");
-    if (!targets.count(k->matrix)) fail("tensor " + name + ": " + *lora_hf_module_of(k->matrix) + " is not a target module");
-    if (k->layer >= c.n_layers) fail("tensor " + name + ": the model has " + std::to_string(c.n_layers) + " layers");
-    if (is_ffn(k->matrix) && c.is_moe_layer(k->layer))
-      fail("tensor " + name + ": layer " + std::to_string(k->layer) + " is a mixture of experts, with no dense " + k->matrix);
-    const auto [OUT, IN] = matrix_shape(k->matrix, c);
+    if (!targets.count(k->matrix())) fail("tensor " + name + ": " + peft_name(k->matrix()) + " is not a target module");
+    if (k->layer() >= c.n_layers) fail("tensor " + name + ": the model has " + std::to_string(c.n_layers) + " layers");
+    if (is_ffn(k->matrix()) && c.is_moe_layer(k->layer()))
+      fail("tensor " + name + ": layer " + std::to_string(k->layer()) + " is a mixture of experts, with no dense " +
+           facts(k->matrix()).name);
+    const auto [OUT, IN] = matrix_shape(k->matrix(), c);
     const tensor::Shape want = k->side == 'a' ? tensor::Shape{r, IN} : tensor::Shape{OUT, r};
     if (t.shape() != want)
       fail("tensor " + name + " has shape " + tensor::to_string(t.shape()) + ", expected " + tensor::to_string(want) +
            " (rank " + std::to_string(r) + ")");
     for (int64_t i = 0; i < t.numel(); ++i)
       if (!std::isfinite(t[i])) fail("tensor " + name + " holds a non-finite value at element " + std::to_string(i));
-    if (!set.tensors.count(key_name(k->layer, k->matrix, k->side == 'a' ? 'b' : 'a')))
+    if (!set.tensors.count(key_name(k->key, k->side == 'a' ? 'b' : 'a')))
       fail("tensor " + name + " has no " + (k->side == 'a' ? "lora_b" : "lora_a") + " beside it");
   }
 }
@@ -321,17 +308,17 @@ void save_peft_adapter(const std::string& dir, const LoraAdapterSet& set, const 
   const std::vector<int> layers = adapted_layers(set);
   if (layers.empty()) throw std::invalid_argument(dir + ": the adapter holds no tensors");
   std::vector<std::string> targets;  // tpcli's order, HF names
-  for (const auto& m : lora_matrices())
+  for (Matrix m : lora_matrix_order())
     for (const auto& t : set.targets)
-      if (lora_matrix_of(t) == m) targets.push_back(t);
+      if (matrix_of_peft(t) == m) targets.push_back(t);
   const int64_t r = set.rank;
   std::vector<std::vector<float>> values;  // kept alive until written
   std::vector<TensorView> views;
   values.reserve(layers.size() * targets.size() * 2);
   for (int l : layers)
     for (const auto& t : targets) {
-      const std::string m = *lora_matrix_of(t);
-      const std::string base = "layers." + std::to_string(l) + "." + m;
+      const Matrix m = *matrix_of_peft(t);
+      const std::string base = tensor_name({l, m});
       if (is_ffn(m) && c.is_moe_layer(l)) continue;  // a MoE block has no dense feed-forward to adapt
       if (!lora_adapts(set, base))
         throw std::invalid_argument(dir + ": layer " + std::to_string(l) + " has adapters but none on " + t +
@@ -389,31 +376,31 @@ LoraAdapterSet load_peft_adapter(const std::string& dir, const LlamaConfig& c) {
   LoraAdapterSet set;
   std::optional<std::set<int>> layers_to_transform;
   read_adapter_config(set, layers_to_transform, config_path);
-  std::set<std::string> targets;
+  std::set<Matrix> targets;
   for (const auto& t : set.targets) {
-    const auto m = lora_matrix_of(t);
+    const auto m = matrix_of_peft(t);
     if (!m)
       throw std::runtime_error(config_path + ": target_modules: " + quoted_value(t) +
                                " is not one of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
     targets.insert(*m);
   }
   const SafetensorsFile file(weights_path);
-  std::set<std::string> seen_matrices;
+  std::set<Matrix> seen_matrices;
   for (const std::string& name : file.names()) {
     const auto [key, tensor] = read_peft_tensor(file, name, set.rank, targets, layers_to_transform, c);
     if (!set.tensors.emplace(key, tensor).second)
       throw std::runtime_error(weights_path + ": tensor " + name + ": a second " + key + " (with and without base_model.model.?)");
-    seen_matrices.insert(parse_key(key)->matrix);
+    seen_matrices.insert(parse_key(key)->matrix());
   }
   for (const auto& [name, t] : set.tensors) {
     const auto k = parse_key(name);
-    if (!set.tensors.count(key_name(k->layer, k->matrix, k->side == 'a' ? 'b' : 'a')))
-      throw std::runtime_error(weights_path + ": " + *lora_hf_module_of(k->matrix) + " of layer " + std::to_string(k->layer) +
+    if (!set.tensors.count(key_name(k->key, k->side == 'a' ? 'b' : 'a')))
+      throw std::runtime_error(weights_path + ": " + peft_name(k->matrix()) + " of layer " + std::to_string(k->layer()) +
                                " has lora_" + (k->side == 'a' ? "A" : "B") + " but no lora_" + (k->side == 'a' ? "B" : "A"));
   }
   for (const auto& m : targets)
     if (!seen_matrices.count(m))
-      throw std::runtime_error(weights_path + ": target module " + *lora_hf_module_of(m) + " (adapter_config.json) has no tensors");
+      throw std::runtime_error(weights_path + ": target module " + peft_name(m) + " (adapter_config.json) has no tensors");
   try {
     validate_lora(set, c, dir);
   } catch (const std::invalid_argument& e) {
@@ -443,7 +430,7 @@ std::span<const float> LoraMergedWeights::get(const std::string& name) const {
   auto it = merged_.find(name);
   if (it == merged_.end()) {
     const auto k = parse_key(name + ".lora_a");
-    const auto [OUT, IN] = matrix_shape(k->matrix, config_);
+    const auto [OUT, IN] = matrix_shape(k->matrix(), config_);
     it = merged_.emplace(name, lora_merged(set_, name, base_.get(name), OUT, IN)).first;
   }
   return it->second;

@@ -38,8 +38,9 @@ std::pair<int64_t, int64_t> matrix_dims(const tensor::Shape& shape) {
   return {rows, shape.empty() ? 1 : shape.back()};
 }
 
+// A matrix a checkpoint may store packed: every 2-D (or expert) parameter but the MoE router.
 bool is_matrix(const ParamSpec& spec) {
-  const bool router = spec.name.size() >= 6 && spec.name.compare(spec.name.size() - 6, 6, "router") == 0;
+  const bool router = spec.block && spec.block->matrix == Matrix::Router;
   return spec.shape.size() >= 2 && !router;
 }
 
@@ -183,24 +184,19 @@ DecodeStorage decode_storage(const WeightSource& weights) {
 
 int64_t shard_bytes(const WeightSource& weights, const ShardPlan& plan) {
   const LlamaConfig& c = weights.config();
-  auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   const int64_t FE = c.expert_hidden_dim ? c.expert_hidden_dim : c.hidden_dim;
   int64_t total = 0;
   for (const auto& spec : llama_parameters(c)) {
     const auto [rows, cols] = matrix_dims(spec.shape);
     const WeightFormat f = is_matrix(spec) ? stored_format(weights, spec.name) : WeightFormat::f32();
     const int64_t full = stored_bytes(f, rows, cols);
-    // The fraction held: local rows (or columns) over all of them.
+    // The fraction held: local rows (or columns) over all of them, along the dimension it is split by.
     int64_t part = 1, of = 1;
-    if (ends_with(spec.name, "experts.w1") || ends_with(spec.name, "experts.w2") || ends_with(spec.name, "experts.w3"))
-      part = plan.expert_ffn.count, of = FE;
-    else if (ends_with(spec.name, ".wq") || ends_with(spec.name, ".wo")) part = plan.q_rows().count, of = c.dim;
-    else if (ends_with(spec.name, ".wk") || ends_with(spec.name, ".wv")) part = plan.kv_rows().count, of = c.kv_dim();
-    else if (ends_with(spec.name, ".w1") || ends_with(spec.name, ".w2") || ends_with(spec.name, ".w3"))
-      part = plan.ffn.count, of = c.hidden_dim;
-    else if (spec.name == "output" || spec.name == "tok_embeddings") part = plan.vocab.count, of = c.vocab_size;
+    if (spec.sharded_dim == ShardedDim::Experts) part = plan.expert_ffn.count, of = FE;
+    else if (spec.split != Split::Replicated) {
+      part = plan.range_of(spec.sharded_dim).count;
+      of = spec.split == Split::Rows ? spec.shape[0] : spec.shape[1];
+    }
     total += full * part / of;
   }
   return total;

@@ -82,9 +82,9 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    L.attention_norm = core_.block_slice(weights, l, "attention_norm");
+    L.attention_norm = core_.block_slice(weights, {l, Matrix::AttentionNorm});
     L.attention_norm_grad = Tensor({c.dim});
-    L.ffn_norm = core_.block_slice(weights, l, "ffn_norm");
+    L.ffn_norm = core_.block_slice(weights, {l, Matrix::FfnNorm});
     L.ffn_norm_grad = Tensor({c.dim});
     L.qkv_extras = load_qkv_extras(weights, l);
     if (packed) {
@@ -108,18 +108,18 @@ TrainableLlama::TrainableLlama(const WeightSource& weights, dist::Group tensor_g
 // Block l's q/k/v biases and q/k norms (none for a Llama), with zero gradients.
 TrainableQkvExtras TrainableLlama::load_qkv_extras(const WeightSource& weights, int l) const {
   TrainableQkvExtras e;
-  auto load = [&](const char* name, Tensor& value, Tensor& grad) {
-    value = core_.block_slice(weights, l, name);
+  auto load = [&](Matrix m, Tensor& value, Tensor& grad) {
+    value = core_.block_slice(weights, {l, m});
     grad = Tensor(value.shape());
   };
   if (core_.config.qkv_bias) {
-    load("bq", e.bq, e.bq_grad);
-    load("bk", e.bk, e.bk_grad);
-    load("bv", e.bv, e.bv_grad);
+    load(Matrix::Bq, e.bq, e.bq_grad);
+    load(Matrix::Bk, e.bk, e.bk_grad);
+    load(Matrix::Bv, e.bv, e.bv_grad);
   }
   if (core_.config.qk_norm) {
-    load("q_norm", e.q_norm, e.q_norm_grad);
-    load("k_norm", e.k_norm, e.k_norm_grad);
+    load(Matrix::QNorm, e.q_norm, e.q_norm_grad);
+    load(Matrix::KNorm, e.k_norm, e.k_norm_grad);
   }
   return e;
 }
@@ -147,25 +147,27 @@ void TrainableLlama::bind_parameters() {
   for (int l = L - 1; l >= 0; --l) {
     Layer& layer = layers_[static_cast<size_t>(l)];
     const int stage = L - l;
-    const std::string p = "layers." + std::to_string(l) + ".";
+    const auto name = [l](Matrix m) { return tensor_name({l, m}); };
     for (const nn::ParamRef& r : layer.ffn->parameters()) bind(stage, r.name, *r.value, *r.grad);
-    bind(stage, p + "ffn_norm", layer.ffn_norm, layer.ffn_norm_grad);
+    bind(stage, name(Matrix::FfnNorm), layer.ffn_norm, layer.ffn_norm_grad);
     F32AttentionLinears& linears = layer.f32();
     nn::Linear& wo = linears.wo.local();
-    bind(stage, p + "wo", wo.weight(), wo.grad());
-    const char* qkv[] = {"wq", "wk", "wv"};
-    for (int i = 0; i < 3; ++i) bind(stage, p + qkv[i], linears.qkv.part(i).weight(), linears.qkv.part(i).grad());
+    bind(stage, name(Matrix::Wo), wo.weight(), wo.grad());
+    for (Matrix m : linear_parts(Matrix::Wq)) {
+      nn::Linear& part = linears.qkv.part(facts(m).part);
+      bind(stage, name(m), part.weight(), part.grad());
+    }
     TrainableQkvExtras& e = layer.qkv_extras;
     if (e.has_bias()) {
-      bind(stage, p + "bq", e.bq, e.bq_grad);
-      bind(stage, p + "bk", e.bk, e.bk_grad);
-      bind(stage, p + "bv", e.bv, e.bv_grad);
+      bind(stage, name(Matrix::Bq), e.bq, e.bq_grad);
+      bind(stage, name(Matrix::Bk), e.bk, e.bk_grad);
+      bind(stage, name(Matrix::Bv), e.bv, e.bv_grad);
     }
     if (e.has_norms()) {
-      bind(stage, p + "q_norm", e.q_norm, e.q_norm_grad);
-      bind(stage, p + "k_norm", e.k_norm, e.k_norm_grad);
+      bind(stage, name(Matrix::QNorm), e.q_norm, e.q_norm_grad);
+      bind(stage, name(Matrix::KNorm), e.k_norm, e.k_norm_grad);
     }
-    bind(stage, p + "attention_norm", layer.attention_norm, layer.attention_norm_grad);
+    bind(stage, name(Matrix::AttentionNorm), layer.attention_norm, layer.attention_norm_grad);
   }
   bind(L + 1, "tok_embeddings", h.embedding.rows().weight(), h.embedding.rows().grad());
   binding_.lay_out(core_.specs);

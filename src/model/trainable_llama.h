@@ -152,8 +152,8 @@ class TrainableLlama {
   // LoRA (model/trainable_lora.cpp): the adapters' specs and tensors, the base frozen.
   void add_adapters(const LoraOptions& options);
   void bind_adapters();
-  // The adapter of `target` ("wq", ..., "w2") in layer l, or null.
-  nn::LoraAdapter* adapter(size_t l, const std::string& target);
+  // The adapter of `target` (Matrix::Wq, ..., Matrix::W2) in layer l, or null.
+  nn::LoraAdapter* adapter(size_t l, Matrix target);
   // Sets every adapter's pass (nn::LoraAdapter pass_seed, row_offset).
   void set_adapter_pass(uint64_t seed, int64_t row_offset);
   float train_forward(std::span<const int> tokens, std::span<const int> targets, int B, int T);

@@ -14,27 +14,15 @@ using tensor::Tensor;
 
 namespace {
 
-// A linear LoRA can adapt (model/lora_adapter.h names them): its tpcli name and how the base is split.
-struct AdapterSite {
-  const char* target;      // "wq"
-  bool columns;            // ShardedToAll (input columns split) rather than AllToSharded
-  ShardedDim dim;          // what the split follows
-  int part;                // AllToSharded: the part of the fused linear (wq|wk|wv, w1|w3)
-};
+// The linears LoRA adapts (model/block_matrices.h: those with a PEFT name) in the order the
+// backward finishes them: the feed-forward (w2, then w1|w3), then attention (wo, then wq|wk|wv).
+// How each is split, and its part of an AllToSharded linear, are the table's.
+constexpr Matrix SITES[] = {Matrix::W2, Matrix::W1, Matrix::W3, Matrix::Wo, Matrix::Wq, Matrix::Wk, Matrix::Wv};
 
-// In the order the backward finishes them: the feed-forward (w2, then w1|w3), then attention
-// (wo, then wq|wk|wv).
-constexpr AdapterSite SITES[] = {
-    {"w2", true, ShardedDim::Hidden, 0},      {"w1", false, ShardedDim::Hidden, 0},
-    {"w3", false, ShardedDim::Hidden, 1},     {"wo", true, ShardedDim::QueryHeads, 0},
-    {"wq", false, ShardedDim::QueryHeads, 0}, {"wk", false, ShardedDim::KvHeads, 1},
-    {"wv", false, ShardedDim::KvHeads, 2},
-};
-
-const AdapterSite* site_of(const std::string& target) {
-  for (const AdapterSite& s : SITES)
-    if (target == s.target) return &s;
-  return nullptr;
+std::optional<Matrix> site_of(const std::string& target) {
+  const auto m = matrix_named(target);
+  if (!m || !facts(*m).peft) return std::nullopt;
+  return m;
 }
 
 // PEFT's initialisation of A, kaiming_uniform(a = sqrt(5)) = U(-1/sqrt(IN), 1/sqrt(IN)), drawn for
@@ -62,12 +50,6 @@ Tensor columns(const Tensor& m, dist::Range r) {
   return nn::slice_columns(m.data(), m.dim(0), m.dim(1), {r});
 }
 
-// "layers.3.wq.lora_a" -> {3, "wq"}
-std::pair<int, std::string> layer_and_target(const std::string& name) {
-  const size_t dot1 = name.find('.'), dot2 = name.find('.', dot1 + 1), dot3 = name.find('.', dot2 + 1);
-  return {std::stoi(name.substr(dot1 + 1, dot2 - dot1 - 1)), name.substr(dot2 + 1, dot3 - dot2 - 1)};
-}
-
 }  // namespace
 
 std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& o) {
@@ -77,25 +59,24 @@ std::vector<ParamSpec> lora_parameters(const LlamaConfig& c, const LoraOptions& 
                                 std::to_string(c.n_layers));
   for (const std::string& t : o.targets)
     if (!site_of(t)) throw std::invalid_argument("llama: '" + t + "' is not a linear LoRA can adapt");
-  const std::vector<ParamSpec> base = llama_parameters(c);
-  const auto shape_of = [&](const std::string& name) {
-    return std::ranges::find(base, name, &ParamSpec::name)->shape;
-  };
   const int first = o.last_layers == 0 ? 0 : c.n_layers - o.last_layers;
   const int64_t r = o.rank;
   std::vector<ParamSpec> specs;
   for (int l = c.n_layers - 1; l >= first; --l)
-    for (const AdapterSite& site : SITES) {
-      if (std::ranges::find(o.targets, std::string(site.target)) == o.targets.end()) continue;
-      if (site.dim == ShardedDim::Hidden && c.is_moe_layer(l)) continue;  // experts take no adapters
-      const std::string name = "layers." + std::to_string(l) + "." + site.target;
-      const tensor::Shape shape = shape_of(name);
+    for (Matrix m : SITES) {
+      const MatrixFacts& site = facts(m);
+      if (std::ranges::find(o.targets, std::string(site.name)) == o.targets.end()) continue;
+      if (!holds(c, l, m)) continue;  // a MoE block's experts take no adapters
+      const BlockKey key{l, m};
+      const std::string name = tensor_name(key);
+      const tensor::Shape shape = block_shape(m, c);
       const int64_t OUT = shape[0], IN = shape[1];
-      const bool kv = !site.columns && site.dim == ShardedDim::KvHeads;
+      const ShardedDim dim = site.sharded_dim;
+      const bool kv = !site.columns && dim == ShardedDim::KvHeads;
       specs.push_back({name + ".lora_a", {r, IN}, site.columns ? Split::Columns : Split::Replicated, true, false, false,
-                       site.columns ? site.dim : ShardedDim::None});
+                       site.columns ? dim : ShardedDim::None, key});
       specs.push_back({name + ".lora_b", {OUT, r}, site.columns ? Split::Replicated : Split::Rows, true, false, kv,
-                       site.columns ? ShardedDim::None : site.dim});
+                       site.columns ? ShardedDim::None : dim, key});
     }
   if (specs.empty())
     throw std::invalid_argument("llama: the LoRA targets adapt nothing in the last " +
@@ -117,8 +98,8 @@ decltype(auto) with_swiglu(nn::TrainableFeedForward& ffn, F&& f) {
 // Sets `ad` on the site's linear of block L: ShardedToAll ones (wo, w2) take one adapter,
 // AllToSharded ones (wq|wk|wv, w1|w3) one per part.
 template <class Layer>
-void set_on(const AdapterSite& site, Layer& L, nn::LoraAdapter ad) {
-  if (site.dim != ShardedDim::Hidden)
+void set_on(const MatrixFacts& site, Layer& L, nn::LoraAdapter ad) {
+  if (site.sharded_dim != ShardedDim::Hidden)
     return L.visit([&](auto& attention) {
       if (site.columns) attention.wo.set_adapter(std::move(ad));
       else attention.qkv.set_adapter(site.part, std::move(ad));
@@ -146,12 +127,12 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
   if (!head_->packed_embedding) head_->classifier().set_frozen(true);
   for (size_t i = 0; i < lora_specs_.size(); i += 2) {  // A, then B
     const ParamSpec& a_spec = lora_specs_[i];
-    const auto [l, target] = layer_and_target(a_spec.name);
-    const AdapterSite& site = *site_of(target);
-    Layer& L = layers_[static_cast<size_t>(l)];
+    const BlockKey key = *a_spec.block;
+    const MatrixFacts& site = facts(key.matrix);
+    Layer& L = layers_[static_cast<size_t>(key.layer)];
     const int64_t r = o.rank, OUT = lora_specs_[i + 1].shape[0];
-    const dist::Range mine = core_.plan.range_of(site.dim);
-    const std::string name = "layers." + std::to_string(l) + "." + target;
+    const dist::Range mine = core_.plan.range_of(site.sharded_dim);
+    const std::string name = tensor_name(key);  // names A's and the dropout's random streams
     Tensor a = initial_lora_a(o.seed, name, r, a_spec.shape[1]);
     nn::LoraAdapter ad = site.columns ? nn::make_lora_adapter(columns(a, mine), Tensor({OUT, r}), o.alpha)
                                       : nn::make_lora_adapter(std::move(a), Tensor({mine.count, r}), o.alpha);
@@ -162,10 +143,10 @@ void TrainableLlama::add_adapters(const LoraOptions& o) {
   }
 }
 
-nn::LoraAdapter* TrainableLlama::adapter(size_t l, const std::string& target) {
-  const AdapterSite* site = site_of(target);
+nn::LoraAdapter* TrainableLlama::adapter(size_t l, Matrix target) {
+  const MatrixFacts* site = &facts(target);
   Layer& L = layers_.at(l);
-  if (site->dim != ShardedDim::Hidden)
+  if (site->sharded_dim != ShardedDim::Hidden)
     return L.visit([&](auto& linears) { return site->columns ? linears.wo.adapter() : linears.qkv.adapter(site->part); });
   return with_swiglu(*L.ffn, [&](auto& gate_up, auto& down) {
     return site->columns ? down.adapter() : gate_up.adapter(site->part);
@@ -209,7 +190,7 @@ void TrainableLlama::set_adapter_pass(uint64_t seed, int64_t row_offset) {
 void TrainableLlama::bind_adapters() {
   const int L = static_cast<int>(layers_.size());
   for (size_t i = 0; i < lora_specs_.size(); i += 2) {  // A, then B
-    const auto [l, target] = layer_and_target(lora_specs_[i].name);
+    const auto [l, target] = *lora_specs_[i].block;
     nn::LoraAdapter* ad = adapter(static_cast<size_t>(l), target);
     adapters_.push_back(ad);
     binding_.bind(L - l, lora_specs_[i], ad->a, ad->a_grad);

@@ -119,6 +119,30 @@ TEST_CASE("quantized model: same greedy tokens and logits on 1..n_heads devices 
   }
 }
 
+// shard_bytes takes each parameter's fraction along the dimension the table splits it by: wq's
+// rows and wo's columns are Q = NH * head_dim (not C), the q/k/v biases are split with their rows.
+TEST_CASE("quantized and 16-bit models: shard_bytes is what a device holds, with head_dim, q/k/v biases and q/k norms",
+          "[llama][quantized]") {
+  LlamaConfig c{.dim = 64, .hidden_dim = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+                .vocab_size = 64, .seq_len = 8};
+  c.qkv_bias = c.qk_norm = true;  // Q = 128, KV = 64
+  const TensorWeights f32 = random_weights(c, 9);
+  for (const auto& format : {WeightFormat::affine(4, 32), WeightFormat::bf16()}) {
+    const model::ConvertedWeights w(f32, format);
+    for (int T = 1; T <= 4; ++T) {
+      std::vector<int64_t> bytes(T);
+      dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
+        bytes[dev.rank()] = model::Llama(w, dev.axis("model")).parameter_bytes();
+      });
+      const auto plans = model::plan_all_shards(w.config(), T);
+      for (int r = 0; r < T; ++r) {
+        INFO(format.name() << ", " << T << " devices, device " << r);
+        CHECK(bytes[r] == model::shard_bytes(w, plans[r]));
+      }
+    }
+  }
+}
+
 TEST_CASE("quantized and 16-bit models: the embedding is split by vocabulary rows, per-device bytes add up to the model",
           "[llama][quantized][embedding]") {
   for (bool shared : {true, false}) {
