@@ -38,10 +38,10 @@ using Options = ZmqBenchOptions;
 // times slower, whatever their own warm-up.
 void settle(dist::Group& world) {
   const auto until = Clock::now() + std::chrono::milliseconds(250);
-  for (float more = 1; more > 0;) {
+  for (int32_t more = 1; more > 0;) {
     for (int i = 0; i < 100; ++i) world.barrier();
-    more = world.rank() == 0 && Clock::now() < until ? 1.0f : 0.0f;
-    world.broadcast(std::span<float>(&more, 1), 0);
+    more = world.rank() == 0 && Clock::now() < until ? 1 : 0;
+    world.broadcast(std::as_writable_bytes(std::span<int32_t>(&more, 1)), 0);
   }
 }
 

@@ -135,8 +135,8 @@ Measured measure(const BenchMoeOptions& o, float skew) {
     for (size_t m = 0; m < counts.size(); ++m) counts[m] = acts.send_counts[m] * C;
     std::vector<float> rows(static_cast<size_t>(acts.stats.rows_sent * C), 1.0f);  // [A, C]
     const double ragged = time_ms(g, o.reps, times, [&] { g.all_to_all_v(rows, counts, recv); });
-    float largest = static_cast<float>(*std::max_element(acts.send_counts.begin(), acts.send_counts.end()));
-    g.all_max(std::span<float>(&largest, 1));
+    int32_t largest = static_cast<int32_t>(*std::max_element(acts.send_counts.begin(), acts.send_counts.end()));
+    g.all_max(std::span<int32_t>(&largest, 1));
     const int64_t chunk = static_cast<int64_t>(largest) * C;
     std::vector<float> padded_in(static_cast<size_t>(chunk * D)), padded_out(padded_in.size());  // [D, chunk]
     const double padded = time_ms(g, o.reps, times, [&] { g.all_to_all(padded_in, padded_out); });

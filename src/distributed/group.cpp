@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "distributed/trace.h"
+#include "distributed/tree_reduce.h"
+#include "tensor/quant_formats.h"
 
 namespace tpcli::dist {
 
@@ -21,9 +25,19 @@ constexpr uint64_t F = sizeof(float);
   throw std::invalid_argument(std::string("group.") + op + ": " + what);
 }
 
-bool overlap(const float* a, size_t na, const float* b, size_t nb) {
+template <class T>
+bool overlap(const T* a, size_t na, const T* b, size_t nb) {
   if (na == 0 || nb == 0) return false;
   return a < b + nb && b < a + na;
+}
+
+// The element's name in error messages.
+template <class T>
+const char* units() {
+  if constexpr (std::is_same_v<T, float>) return "floats";
+  if constexpr (std::is_same_v<T, int32_t>) return "int32s";
+  if constexpr (std::is_same_v<T, Bf16>) return "bf16s";
+  return "bytes";
 }
 
 int64_t sum_counts(const char* op, std::span<const int64_t> counts) {
@@ -159,10 +173,11 @@ void Group::mean(std::span<float> x) {
 }
 
 // all_gather's counts (in.size() from every member), once out is checked to hold them all.
-std::vector<int64_t> Group::equal_gather_counts(std::span<const float> in, std::span<float> out) const {
+template <class T>
+std::vector<int64_t> Group::equal_gather_counts(std::span<const T> in, std::span<T> out) const {
   if (out.size() != in.size() * static_cast<size_t>(size()))
-    fail("all_gather", "out has " + std::to_string(out.size()) + " floats, expected size " + std::to_string(size()) +
-                           " x in " + std::to_string(in.size()));
+    fail("all_gather", "out has " + std::to_string(out.size()) + " " + units<T>() + ", expected size " +
+                           std::to_string(size()) + " x in " + std::to_string(in.size()));
   return std::vector<int64_t>(static_cast<size_t>(size()), static_cast<int64_t>(in.size()));
 }
 
@@ -171,16 +186,18 @@ void Group::all_gather(std::span<const float> in, std::span<float> out) {
   all_gather_v(in, out, counts);
 }
 
-void Group::check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const {
+template <class T>
+void Group::check_all_gather(std::span<const T> in, std::span<T> out, std::span<const int64_t> counts) const {
   const int S = size(), r = rank();
   if (counts.size() != static_cast<size_t>(S))
     fail("all_gather", std::to_string(counts.size()) + " counts for a group of " + std::to_string(S));
   const int64_t total = sum_counts("all_gather", counts);
   if (static_cast<int64_t>(in.size()) != counts[static_cast<size_t>(r)])
-    fail("all_gather", "member " + std::to_string(r) + " passes " + std::to_string(in.size()) +
-                           " floats but counts say " + std::to_string(counts[static_cast<size_t>(r)]));
+    fail("all_gather", "member " + std::to_string(r) + " passes " + std::to_string(in.size()) + " " + units<T>() +
+                           " but counts say " + std::to_string(counts[static_cast<size_t>(r)]));
   if (static_cast<int64_t>(out.size()) != total)
-    fail("all_gather", "out has " + std::to_string(out.size()) + " floats, counts sum to " + std::to_string(total));
+    fail("all_gather", "out has " + std::to_string(out.size()) + " " + units<T>() + ", counts sum to " +
+                           std::to_string(total));
   const int64_t own_offset = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
   // In place is allowed only when in is exactly this member's chunk of out.
   if (overlap(in.data(), in.size(), out.data(), out.size()) && in.data() != out.data() + own_offset)
@@ -422,6 +439,138 @@ Pending Group::start_broadcast(std::span<float> x, int root) {
 void Group::barrier() {
   CallScope scope(*this, {"barrier", 0, 0, 0});
   if (size() > 1) comm_->barrier();
+}
+
+// ---- typed forms: the members' bytes through the backend, the arithmetic here ----
+
+namespace {
+
+// x = the elementwise sum of the S members' rows of all ([S, n]), exact: added in int64, and a sum
+// outside int32 fails (every member holds the same rows, so every member throws).
+void sum_int32(std::span<int32_t> x, const std::vector<int32_t>& all, int S) {
+  const size_t n = x.size();
+  for (size_t i = 0; i < n; ++i) {
+    int64_t sum = 0;
+    for (int m = 0; m < S; ++m) sum += all[static_cast<size_t>(m) * n + i];
+    if (sum < std::numeric_limits<int32_t>::min() || sum > std::numeric_limits<int32_t>::max())
+      throw std::overflow_error("group.all_sum: element " + std::to_string(i) + " sums to " + std::to_string(sum) +
+                                ", outside int32");
+    x[i] = static_cast<int32_t>(sum);
+  }
+}
+
+void max_int32(std::span<int32_t> x, const std::vector<int32_t>& all, int S) {
+  const size_t n = x.size();
+  for (size_t i = 0; i < n; ++i) {
+    int32_t most = all[i];
+    for (int m = 1; m < S; ++m) most = std::max(most, all[static_cast<size_t>(m) * n + i]);
+    x[i] = most;
+  }
+}
+
+// x = the members' rows of all ([S, n]) widened to f32, combined in tree_reduce's order (an f32
+// all_sum's on every backend), rounded once to nearest even.
+template <class Op>
+void reduce_bf16(std::span<Bf16> x, const std::vector<Bf16>& all, int S, Op op) {
+  const size_t n = x.size();
+  std::vector<float> wide(all.size());  // [S, n]
+  for (size_t i = 0; i < all.size(); ++i) wide[i] = tensor::bf16_to_f32(all[i].bits);
+  std::vector<const float*> parts(static_cast<size_t>(S));  // [S]
+  for (int m = 0; m < S; ++m) parts[static_cast<size_t>(m)] = wide.data() + static_cast<size_t>(m) * n;
+  std::vector<float> acc(n);  // [n]
+  tree_reduce(acc.data(), parts.data(), S, 0, static_cast<int64_t>(n), op);
+  for (size_t i = 0; i < n; ++i) x[i].bits = tensor::f32_to_bf16(acc[i]);
+}
+
+struct WideSum {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct WideMax {
+  float operator()(float a, float b) const { return a < b ? b : a; }  // the backends' max
+};
+
+}  // namespace
+
+// Every member's x, in member order ([S, n]); counted as the direct algorithm moves it. Empty for
+// a size-1 group (nothing to combine).
+template <class T>
+std::vector<T> Group::gather_all(const char* name, std::span<const T> x) {
+  const int S = size();
+  const uint64_t b = x.size_bytes(), others = static_cast<uint64_t>(S - 1);
+  CallScope scope(*this, {name, b * others, b * others, b});
+  if (S == 1) return {};
+  std::vector<T> all(x.size() * static_cast<size_t>(S));
+  const std::vector<int64_t> counts(static_cast<size_t>(S), static_cast<int64_t>(b));
+  comm_->all_gather_bytes(std::as_bytes(x), std::as_writable_bytes(std::span<T>(all)), counts);
+  return all;
+}
+
+void Group::all_sum(std::span<int32_t> x) {
+  const std::vector<int32_t> all = gather_all<int32_t>("all_sum", x);
+  if (!all.empty()) sum_int32(x, all, size());
+}
+
+void Group::all_sum(std::span<Bf16> x) {
+  const std::vector<Bf16> all = gather_all<Bf16>("all_sum", x);
+  if (!all.empty()) reduce_bf16(x, all, size(), WideSum{});
+}
+
+void Group::all_max(std::span<int32_t> x) {
+  const std::vector<int32_t> all = gather_all<int32_t>("all_max", x);
+  if (!all.empty()) max_int32(x, all, size());
+}
+
+void Group::all_max(std::span<Bf16> x) {
+  const std::vector<Bf16> all = gather_all<Bf16>("all_max", x);
+  if (!all.empty()) reduce_bf16(x, all, size(), WideMax{});
+}
+
+template <class T>
+void Group::gather_typed(std::span<const T> in, std::span<T> out, std::span<const int64_t> counts) {
+  check_all_gather(in, out, counts);
+  const int S = size();
+  const uint64_t own = in.size_bytes(), total = out.size_bytes();
+  CallScope scope(*this, {"all_gather", own * static_cast<uint64_t>(S - 1), total - own, total});
+  if (S == 1) {
+    if (!in.empty() && in.data() != out.data()) std::memcpy(out.data(), in.data(), own);
+    return;
+  }
+  std::vector<int64_t> bytes(counts.begin(), counts.end());
+  for (int64_t& c : bytes) c *= static_cast<int64_t>(sizeof(T));
+  // In place (in is this member's chunk of out) the byte gather, which takes disjoint buffers,
+  // reads a copy.
+  std::vector<T> copy;
+  if (overlap(in.data(), in.size(), out.data(), out.size())) in = copy = std::vector<T>(in.begin(), in.end());
+  comm_->all_gather_bytes(std::as_bytes(in), std::as_writable_bytes(out), bytes);
+}
+
+void Group::all_gather_v(std::span<const int32_t> in, std::span<int32_t> out, std::span<const int64_t> counts) {
+  gather_typed(in, out, counts);
+}
+
+void Group::all_gather_v(std::span<const Bf16> in, std::span<Bf16> out, std::span<const int64_t> counts) {
+  gather_typed(in, out, counts);
+}
+
+void Group::all_gather(std::span<const int32_t> in, std::span<int32_t> out) {
+  gather_typed(in, out, std::span<const int64_t>(equal_gather_counts(in, out)));
+}
+
+void Group::all_gather(std::span<const Bf16> in, std::span<Bf16> out) {
+  gather_typed(in, out, std::span<const int64_t>(equal_gather_counts(in, out)));
+}
+
+void Group::all_gather(std::span<const std::byte> in, std::span<std::byte> out) {
+  gather_typed(in, out, std::span<const int64_t>(equal_gather_counts(in, out)));
+}
+
+void Group::broadcast(std::span<std::byte> x, int root) {
+  const int S = size();
+  check_broadcast(root);
+  const uint64_t b = x.size();
+  const bool is_root = rank() == root;
+  CallScope scope(*this, {"broadcast", is_root ? b * static_cast<uint64_t>(S - 1) : 0, is_root ? 0 : b, b});
+  if (S > 1) comm_->broadcast_bytes(x, root);
 }
 
 Range even_split(int64_t n, int parts, int index) {

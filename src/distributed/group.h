@@ -11,9 +11,23 @@
 // Shard states (ggml's vocabulary): *split* along an axis, *mirrored* (same on every member),
 // *partial* (each member holds a term of a sum). all_sum: partial -> mirrored; reduce_scatter:
 // partial -> split; all_gather: split -> mirrored.
+//
+// Element types: f32 everywhere (the backends' own algorithms: the fast path); int32 and bf16 for
+// all_sum, all_max and all_gather(_v); raw bytes for broadcast and all_gather. The backends move the typed data
+// as bytes (Communicator::all_gather_bytes / broadcast_bytes) and Group does their arithmetic, so a
+// typed result is the same bits on every backend:
+//   int32  sums are exact integer sums (a sum outside int32 throws std::overflow_error on every
+//          member); max is exact.
+//   bf16   every member's values are widened to f32 and combined in distributed/tree_reduce.h's
+//          order, the order of an f32 all_sum on every backend, then rounded once to nearest even:
+//          bf16 all_sum(x) == round(f32 all_sum(widen(x))).
+// A typed reduction moves each member's n elements to every other (n (S-1) elements sent and
+// received): meant for the small integer payloads (counts, ids, commands) and for bf16 payloads
+// that are not the bandwidth-bound activations.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +54,13 @@ struct CommStats {
 };
 
 using Perm = std::vector<std::pair<int, int>>;  // (source, destination) pairs, ranks in the group
+
+// A bfloat16 as stored: the upper 16 bits of an f32 (tensor::bf16_to_f32 / f32_to_bf16 convert).
+// Its own type so a span of it is a bf16 payload, not any 16-bit integer.
+struct Bf16 {
+  uint16_t bits = 0;
+  friend bool operator==(Bf16, Bf16) = default;
+};
 
 class Communicator;
 
@@ -76,6 +97,12 @@ class Communicator {
   virtual void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) = 0;
   virtual void broadcast(std::span<float> x, int root) = 0;
   virtual void barrier() = 0;
+  // Raw bytes, what the typed collectives travel as (Group's int32, bf16 and byte forms): out =
+  // concat over members m of in_m, counts[m] = in_m's bytes (known to every member; in does not
+  // overlap out); broadcast_bytes: the root's x to every member.
+  virtual void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out,
+                                std::span<const int64_t> counts) = 0;
+  virtual void broadcast_bytes(std::span<std::byte> x, int root) = 0;
   // Equal chunks (in.size() == out.size() == size() * chunk). Default: through all_to_all_v and a
   // copy; backends override it when they can write into out directly.
   virtual void all_to_all(std::span<const float> in, std::span<float> out);
@@ -151,6 +178,20 @@ class Group {
   void broadcast(std::span<float> x, int root);
   void barrier();
 
+  // Typed forms (see the file comment for their arithmetic); same checks and meaning as above.
+  void all_sum(std::span<int32_t> x);
+  void all_sum(std::span<Bf16> x);
+  void all_max(std::span<int32_t> x);
+  void all_max(std::span<Bf16> x);
+  void all_gather(std::span<const int32_t> in, std::span<int32_t> out);
+  void all_gather(std::span<const Bf16> in, std::span<Bf16> out);
+  void all_gather_v(std::span<const int32_t> in, std::span<int32_t> out, std::span<const int64_t> counts);
+  void all_gather_v(std::span<const Bf16> in, std::span<Bf16> out, std::span<const int64_t> counts);
+  // Raw bytes: records of a declared layout (every member passes the same number of bytes).
+  void all_gather(std::span<const std::byte> in, std::span<std::byte> out);
+  // The root's bytes to every member (x.size() equal on every member).
+  void broadcast(std::span<std::byte> x, int root);
+
   // Asynchronous forms (start now, wait() on the handle): the same checks, results and byte counts
   // as the blocking calls above. With a trace, the transfer shows on a track of its own.
   [[nodiscard]] Pending start_all_sum(std::span<float> x);
@@ -166,8 +207,14 @@ class Group {
   struct Cost;      // group.cpp: one call's counted bytes and trace payload
   class CallScope;  // group.cpp: counts a blocking call and records its span
   Pending start(const Cost& cost, CollectiveCall call);
-  std::vector<int64_t> equal_gather_counts(std::span<const float> in, std::span<float> out) const;
-  void check_all_gather(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
+  template <class T>
+  std::vector<int64_t> equal_gather_counts(std::span<const T> in, std::span<T> out) const;
+  template <class T>
+  void check_all_gather(std::span<const T> in, std::span<T> out, std::span<const int64_t> counts) const;
+  template <class T>
+  void gather_typed(std::span<const T> in, std::span<T> out, std::span<const int64_t> counts);
+  template <class T>
+  std::vector<T> gather_all(const char* name, std::span<const T> x);
   std::vector<int64_t> check_reduce_scatter(std::span<const float> in, std::span<float> out) const;
   void check_reduce_scatter_v(std::span<const float> in, std::span<float> out, std::span<const int64_t> counts) const;
   uint64_t check_all_to_all(std::span<const float> in, std::span<float> out) const;

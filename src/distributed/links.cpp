@@ -190,6 +190,15 @@ void ForwardingCommunicator::broadcast(std::span<float> x, int root) {
   run({CollectiveKind::Broadcast, x.size() * F}, [&](Communicator& c) { c.broadcast(x, root); });
 }
 
+void ForwardingCommunicator::all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out,
+                                              std::span<const int64_t> counts) {
+  run({CollectiveKind::AllGather, out.size()}, [&](Communicator& c) { c.all_gather_bytes(in, out, counts); });
+}
+
+void ForwardingCommunicator::broadcast_bytes(std::span<std::byte> x, int root) {
+  run({CollectiveKind::Broadcast, x.size()}, [&](Communicator& c) { c.broadcast_bytes(x, root); });
+}
+
 void ForwardingCommunicator::barrier() {
   run({CollectiveKind::Barrier, 0}, [](Communicator& c) { c.barrier(); });
 }

@@ -118,6 +118,8 @@ class ForwardingCommunicator : public Communicator {
   void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override;
   void broadcast(std::span<float> x, int root) override;
   void barrier() override;
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out, std::span<const int64_t> counts) override;
+  void broadcast_bytes(std::span<std::byte> x, int root) override;
   void all_to_all(std::span<const float> in, std::span<float> out) override;
   std::unique_ptr<PendingCollective> start(CollectiveCall call) override { return inner_.start(std::move(call)); }
   int64_t last_modelled_ns() const override { return inner_.last_modelled_ns(); }

@@ -51,7 +51,7 @@ std::vector<PlannedCollective> plan_decode_collectives(const LlamaConfig& c, con
   return {tensor_call("all_gather", CollectiveKind::AllGather, C, 1, "embedding row"),
           tensor_call("all_sum", CollectiveKind::AllSum, C, L, "wo outputs"),
           tensor_call("all_sum", CollectiveKind::AllSum, C, L, "w2 outputs"),
-          greedy ? tensor_call("all_gather", CollectiveKind::AllGather, 2 * int64_t{p.devices}, 1, "argmax (value, token) pairs")
+          greedy ? tensor_call("all_gather", CollectiveKind::AllGather, 2 * int64_t{p.devices}, 1, "argmax (logit, token) records")
                  : tensor_call("all_gather", CollectiveKind::AllGather, c.vocab_size, 1, "logits")};
 }
 

@@ -446,17 +446,21 @@ int Llama::argmax_over_devices(const float* local) {
   const int64_t best = std::max_element(local, local + VL) - local;  // first maximum, as llama2.c
   const bool finite = std::all_of(local, local + VL, [](float v) { return std::isfinite(v); });
   if (group.size() == 1) return finite ? static_cast<int>(best) : -1;
-  // Reduce (value, token) pairs instead of gathering the logits: 2 floats per device; a device
-  // with a non-finite logit sends NaN, so every device returns -1.
-  const float mine[2] = {finite ? local[best] : NAN, static_cast<float>(core_.plan.vocab.offset + best)};
-  std::vector<float> all(static_cast<size_t>(2 * group.size()));  // [TP, 2]
-  group.all_gather(mine, all);
+  // Gather (logit, token) records instead of the logits: 8 bytes per device; a device with a
+  // non-finite logit sends NaN, so every device returns -1.
+  struct Candidate {
+    float logit;
+    int32_t token;
+  };
+  const Candidate mine{finite ? local[best] : NAN, static_cast<int32_t>(core_.plan.vocab.offset + best)};
+  std::vector<Candidate> all(static_cast<size_t>(group.size()));  // [TP]
+  group.all_gather(std::as_bytes(std::span<const Candidate>(&mine, 1)), std::as_writable_bytes(std::span<Candidate>(all)));
   size_t winner = 0;  // devices hold ascending vocabulary ranges: strict > keeps the lowest token on ties
-  for (size_t d = 0; d < static_cast<size_t>(group.size()); ++d) {
-    if (std::isnan(all[2 * d])) return -1;
-    if (all[2 * d] > all[2 * winner]) winner = d;
+  for (size_t d = 0; d < all.size(); ++d) {
+    if (std::isnan(all[d].logit)) return -1;
+    if (all[d].logit > all[winner].logit) winner = d;
   }
-  return static_cast<int>(all[2 * winner + 1]);
+  return all[winner].token;
 }
 
 std::span<const float> Llama::forward(int token, int pos) {

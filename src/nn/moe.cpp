@@ -142,16 +142,16 @@ std::vector<int64_t> plan_rows(MoeActivations& a, const MoeSizes& s) {
 // Group-wide assignment counts -> f_e, and the aux loss with this device's P_e.
 void balance_loss(MoeActivations& a, const MoeSizes& s, dist::Group& experts) {
   const int E = s.n_experts;
-  std::vector<float> counts(static_cast<size_t>(E) + 1);  // [E + 1]: counts, then N
-  for (int e = 0; e < E; ++e) counts[static_cast<size_t>(e)] = static_cast<float>(a.stats.tokens_per_expert[static_cast<size_t>(e)]);
-  counts[static_cast<size_t>(E)] = static_cast<float>(a.n_tokens);
-  experts.all_sum(counts);
-  const float total = counts[static_cast<size_t>(E)] * static_cast<float>(s.top_k);
+  std::vector<int32_t> counts(static_cast<size_t>(E) + 1);  // [E + 1]: counts, then N (exact integer sums)
+  for (int e = 0; e < E; ++e) counts[static_cast<size_t>(e)] = static_cast<int32_t>(a.stats.tokens_per_expert[static_cast<size_t>(e)]);
+  counts[static_cast<size_t>(E)] = static_cast<int32_t>(a.n_tokens);
+  experts.all_sum(std::span<int32_t>(counts));
+  const float total = static_cast<float>(counts[static_cast<size_t>(E)]) * static_cast<float>(s.top_k);
   a.fraction.assign(static_cast<size_t>(E), 0.0f);  // [E]
   float aux = 0.0f;
   for (int e = 0; e < E; ++e) {
-    a.stats.tokens_per_expert[static_cast<size_t>(e)] = static_cast<int64_t>(counts[static_cast<size_t>(e)]);
-    a.fraction[static_cast<size_t>(e)] = total > 0 ? counts[static_cast<size_t>(e)] / total : 0.0f;
+    a.stats.tokens_per_expert[static_cast<size_t>(e)] = counts[static_cast<size_t>(e)];
+    a.fraction[static_cast<size_t>(e)] = total > 0 ? static_cast<float>(counts[static_cast<size_t>(e)]) / total : 0.0f;
     if (a.batch_fraction.size() == static_cast<size_t>(E)) a.fraction[static_cast<size_t>(e)] = a.batch_fraction[static_cast<size_t>(e)];
     float mean_p = 0.0f;
     for (int64_t t = 0; t < a.n_tokens; ++t) mean_p += a.probs[static_cast<size_t>(t * E + e)];

@@ -88,8 +88,8 @@ std::map<std::string, double> measure_collectives(const std::vector<model::Plann
       const auto t0 = Clock::now();
       run_collective(p, g, whole, share);
       // the same count of calls on every device (each deciding by its own clock would not match)
-      float reps = static_cast<float>(std::clamp(seconds / std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-7), 2.0, 200.0));
-      dev.world().all_max(std::span<float>(&reps, 1));
+      auto reps = static_cast<int32_t>(std::clamp(seconds / std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-7), 2.0, 200.0));
+      dev.world().all_max(std::span<int32_t>(&reps, 1));
       dev.world().barrier();
       const auto t1 = Clock::now();
       for (int r = 0; r < static_cast<int>(reps); ++r) run_collective(p, g, whole, share);

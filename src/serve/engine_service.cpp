@@ -18,92 +18,123 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::chrono::seconds RATE_WINDOW{5};
 
-// The commands of one step, as int32 words: ADD max_tokens temperature top_p seed_lo seed_hi
-// n_prompt prompt... n_stop_ids stop_ids... n_stop (bytes words...)..., CANCEL id, SHUTDOWN. A
-// stop string is its byte count, then its bytes four to a word.
-enum Word : int32_t { ADD = 1, CANCEL = 2, SHUTDOWN = 3 };
+// The commands of one step, as bytes: a tag, then the command's fields in their own types (host
+// byte order: every device runs the same binary):
+//   ADD max_tokens:i32 temperature:f32 top_p:f32 seed:u64 n_prompt:i32 prompt:i32... n_stop_ids:i32 stop_ids:i32...
+//       n_stop:i32 (length:i32 bytes...)...   (the stop strings)
+//   CANCEL id:i32
+//   SHUTDOWN
+enum class Command : uint8_t { ADD = 1, CANCEL = 2, SHUTDOWN = 3 };
+static_assert(sizeof(int) == sizeof(int32_t), "token ids travel as int32");
 
-int32_t bits_of(float x) {
-  int32_t w;
-  std::memcpy(&w, &x, sizeof w);
-  return w;
-}
-float float_of(int32_t w) {
-  float x;
-  std::memcpy(&x, &w, sizeof x);
-  return x;
+void put_raw(std::vector<std::byte>& bytes, const void* data, size_t n) {
+  const size_t at = bytes.size();
+  bytes.resize(at + n);
+  if (n > 0) std::memcpy(bytes.data() + at, data, n);
 }
 
-void encode_add(const model::BatchRequest& r, std::vector<int32_t>& words) {
-  words.insert(words.end(), {ADD, r.max_tokens, bits_of(r.temperature), bits_of(r.topp), static_cast<int32_t>(r.seed & 0xffffffffu),
-                             static_cast<int32_t>(r.seed >> 32), static_cast<int32_t>(r.prompt.size())});
-  words.insert(words.end(), r.prompt.begin(), r.prompt.end());
-  words.push_back(static_cast<int32_t>(r.stop_ids.size()));
-  words.insert(words.end(), r.stop_ids.begin(), r.stop_ids.end());
-  words.push_back(static_cast<int32_t>(r.stop.size()));
-  for (const std::string& s : r.stop) {
-    words.push_back(static_cast<int32_t>(s.size()));
-    const size_t at = words.size();
-    words.resize(at + (s.size() + 3) / 4, 0);
-    std::memcpy(words.data() + at, s.data(), s.size());
+template <class T>
+void put(std::vector<std::byte>& bytes, const T& value) {
+  put_raw(bytes, &value, sizeof value);
+}
+
+void put_ids(std::vector<std::byte>& bytes, const std::vector<int>& ids) {
+  put(bytes, static_cast<int32_t>(ids.size()));
+  put_raw(bytes, ids.data(), ids.size() * sizeof(int));
+}
+
+void put_strings(std::vector<std::byte>& bytes, const std::vector<std::string>& strings) {
+  put(bytes, static_cast<int32_t>(strings.size()));
+  for (const std::string& s : strings) {
+    put(bytes, static_cast<int32_t>(s.size()));
+    put_raw(bytes, s.data(), s.size());
   }
 }
 
-model::BatchRequest decode_add(std::span<const int32_t> words, size_t& at) {
+// Reads the fields put() wrote, in order.
+class CommandReader {
+ public:
+  explicit CommandReader(std::span<const std::byte> bytes) : bytes_(bytes) {}
+  bool done() const { return at_ >= bytes_.size(); }
+  template <class T>
+  T take() {
+    T value;
+    std::memcpy(&value, bytes_.data() + at_, sizeof value);
+    at_ += sizeof value;
+    return value;
+  }
+  std::vector<int> take_ids() {
+    std::vector<int> ids(static_cast<size_t>(take<int32_t>()));
+    if (!ids.empty()) std::memcpy(ids.data(), bytes_.data() + at_, ids.size() * sizeof(int));
+    at_ += ids.size() * sizeof(int);
+    return ids;
+  }
+  std::vector<std::string> take_strings() {
+    std::vector<std::string> strings(static_cast<size_t>(take<int32_t>()));
+    for (std::string& s : strings) {
+      s.resize(static_cast<size_t>(take<int32_t>()));
+      if (!s.empty()) std::memcpy(s.data(), bytes_.data() + at_, s.size());
+      at_ += s.size();
+    }
+    return strings;
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+  size_t at_ = 0;
+};
+
+void encode_add(const model::BatchRequest& r, std::vector<std::byte>& bytes) {
+  put(bytes, Command::ADD);
+  put(bytes, static_cast<int32_t>(r.max_tokens));
+  put(bytes, r.temperature);
+  put(bytes, r.topp);
+  put(bytes, r.seed);
+  put_ids(bytes, r.prompt);
+  put_ids(bytes, r.stop_ids);
+  put_strings(bytes, r.stop);
+}
+
+model::BatchRequest decode_add(CommandReader& in) {
   model::BatchRequest r;
-  r.max_tokens = words[at++];
-  r.temperature = float_of(words[at++]);
-  r.topp = float_of(words[at++]);
-  r.seed = static_cast<uint32_t>(words[at]) | static_cast<uint64_t>(static_cast<uint32_t>(words[at + 1])) << 32;
-  at += 2;
-  const auto take = [&](std::vector<int>& out) {
-    const auto n = static_cast<size_t>(words[at++]);
-    out.assign(words.begin() + static_cast<std::ptrdiff_t>(at), words.begin() + static_cast<std::ptrdiff_t>(at + n));
-    at += n;
-  };
-  take(r.prompt);
-  take(r.stop_ids);
-  r.stop.resize(static_cast<size_t>(words[at++]));
-  for (std::string& s : r.stop) {
-    s.resize(static_cast<size_t>(words[at++]));
-    std::memcpy(s.data(), words.data() + at, s.size());
-    at += (s.size() + 3) / 4;
-  }
+  r.max_tokens = in.take<int32_t>();
+  r.temperature = in.take<float>();
+  r.topp = in.take<float>();
+  r.seed = in.take<decltype(r.seed)>();
+  r.prompt = in.take_ids();
+  r.stop_ids = in.take_ids();
+  r.stop = in.take_strings();
   return r;
 }
 
-// Device 0's words to every device, carried as float bit patterns: one broadcast of their count
-// and the first INLINE_WORDS (a step without arrivals sends nothing more: one collective per
-// step), a second for the rest.
-constexpr size_t INLINE_WORDS = 31;
+// Device 0's command bytes to every device: one broadcast of their count and the first
+// INLINE_BYTES (a step without arrivals sends nothing more: one collective per step), a second
+// for the rest.
+constexpr size_t INLINE_BYTES = 124;
 
-std::vector<int32_t> broadcast_words(dist::Device& device, std::vector<int32_t> words) {
+std::vector<std::byte> broadcast_commands(dist::Device& device, std::vector<std::byte> bytes) {
   dist::Group& world = device.world();
-  std::array<float, INLINE_WORDS + 1> head{};
-  head[0] = float_of(static_cast<int32_t>(words.size()));
-  std::memcpy(head.data() + 1, words.data(), std::min(words.size(), INLINE_WORDS) * sizeof(int32_t));
-  world.broadcast(head, 0);
-  const auto count = static_cast<size_t>(bits_of(head[0]));
-  words.resize(count);
-  std::memcpy(words.data(), head.data() + 1, std::min(count, INLINE_WORDS) * sizeof(int32_t));
-  if (count > INLINE_WORDS) {
-    std::vector<float> rest(count - INLINE_WORDS);
-    std::memcpy(rest.data(), words.data() + INLINE_WORDS, rest.size() * sizeof(float));
-    world.broadcast(rest, 0);
-    std::memcpy(words.data() + INLINE_WORDS, rest.data(), rest.size() * sizeof(float));
-  }
-  return words;
+  std::array<std::byte, sizeof(uint32_t) + INLINE_BYTES> head{};
+  uint32_t count = static_cast<uint32_t>(bytes.size());
+  std::memcpy(head.data(), &count, sizeof count);
+  if (!bytes.empty()) std::memcpy(head.data() + sizeof count, bytes.data(), std::min(bytes.size(), INLINE_BYTES));
+  world.broadcast(std::span<std::byte>(head), 0);
+  std::memcpy(&count, head.data(), sizeof count);
+  bytes.resize(count);
+  if (count > 0) std::memcpy(bytes.data(), head.data() + sizeof count, std::min<size_t>(count, INLINE_BYTES));
+  if (count > INLINE_BYTES) world.broadcast(std::span<std::byte>(bytes).subspan(INLINE_BYTES), 0);
+  return bytes;
 }
 
 // Applies one step's commands on a device's engine; `added(k, id)` for the k-th ADD (id -1: the
 // engine refused it, as every device does). False at SHUTDOWN.
 template <class Added>
-bool apply(model::BatchEngine& engine, std::span<const int32_t> words, Added&& added) {
+bool apply(model::BatchEngine& engine, std::span<const std::byte> bytes, Added&& added) {
   size_t k = 0;
-  for (size_t at = 0; at < words.size();) {
-    switch (words[at++]) {
-      case ADD: {
-        model::BatchRequest r = decode_add(words, at);
+  for (CommandReader in(bytes); !in.done();) {
+    switch (in.take<Command>()) {
+      case Command::ADD: {
+        model::BatchRequest r = decode_add(in);
         int id = -1;
         try {
           id = engine.add(std::move(r));
@@ -112,7 +143,7 @@ bool apply(model::BatchEngine& engine, std::span<const int32_t> words, Added&& a
         added(k++, id);
         break;
       }
-      case CANCEL: engine.cancel(words[at++]); break;
+      case Command::CANCEL: engine.cancel(in.take<int32_t>()); break;
       default: return false;
     }
   }
@@ -135,7 +166,7 @@ void EngineService::end(RequestStream& s, Finish f) {
 }
 
 struct EngineService::Commands {
-  std::vector<int32_t> words;
+  std::vector<std::byte> bytes;  // the step's commands (see Command)
   std::vector<std::shared_ptr<RequestStream>> added;  // the ADDs' streams, in order
 };
 
@@ -225,14 +256,17 @@ EngineService::Commands EngineService::take_commands(bool idle) {
   if (idle) arrived_.wait_for(lock, IDLE_WAIT, [&] { return !queue_.empty() || !cancels_.empty() || shutdown_; });
   Commands c;
   if (shutdown_) {
-    c.words.push_back(SHUTDOWN);
+    put(c.bytes, Command::SHUTDOWN);
     return c;
   }
   for (const int id : cancels_)  // one that finished since it was asked is gone from running_ (and from the engine)
-    if (running_.contains(id)) c.words.insert(c.words.end(), {CANCEL, id});
+    if (running_.contains(id)) {
+      put(c.bytes, Command::CANCEL);
+      put(c.bytes, static_cast<int32_t>(id));
+    }
   cancels_.clear();
   for (; !queue_.empty(); queue_.pop_front()) {
-    encode_add(queue_.front()->request_, c.words);
+    encode_add(queue_.front()->request_, c.bytes);
     c.added.push_back(queue_.front());
   }
   return c;
@@ -247,7 +281,7 @@ void EngineService::follow(model::Llama& llama, dist::Device& device, const mode
   model::BatchEngine engine(llama, options_.engine, &tokenizer);
   std::vector<int> finished;
   engine.on_finished = [&](int id) { finished.push_back(id); };
-  while (apply(engine, broadcast_words(device, {}), [](size_t, int) {})) {
+  while (apply(engine, broadcast_commands(device, {}), [](size_t, int) {})) {
     if (!engine.idle()) engine.step();
     for (const int id : finished) engine.forget(id);
     finished.clear();
@@ -274,8 +308,8 @@ void EngineService::lead(model::Llama& llama, dist::Device& device, const model:
   }
   for (;;) {
     Commands c = take_commands(engine.idle());
-    broadcast_words(device, c.words);
-    const bool go_on = apply(engine, c.words, [&](size_t k, int id) {
+    broadcast_commands(device, c.bytes);
+    const bool go_on = apply(engine, c.bytes, [&](size_t k, int id) {
       const std::shared_ptr<RequestStream>& s = c.added[k];
       std::lock_guard lock(mutex_);
       if (id < 0) {

@@ -303,9 +303,9 @@ DeviceRun::DeviceRun(RunShared& shared, dist::Device& dev)
 // Over ZeroMQ every process read the checkpoint on its own: they must resume the same step.
 void DeviceRun::check_same_resume_step() {
   if (o_.run.local_ranks.empty()) return;
-  const auto start = static_cast<float>(s_.start_step);
-  float steps[2] = {start, -start};  // max, -min
-  dev_.world().all_max(std::span<float>(steps, 2));
+  const auto start = static_cast<int32_t>(s_.start_step);
+  int32_t steps[2] = {start, -start};  // max, -min
+  dev_.world().all_max(std::span<int32_t>(steps, 2));
   if (steps[0] != -steps[1])
     throw std::runtime_error(latest_checkpoint(o_.out_dir) + ": the processes resume from different steps (" +
                              std::to_string(static_cast<int64_t>(-steps[1])) + " to " +
@@ -351,8 +351,8 @@ StepRecord DeviceRun::optimizer_step(int64_t step) {
 // saves, or skips, the same checkpoint.
 std::string DeviceRun::agreed_unsound(const StepGradients& next) {
   std::string why = loss_guard_.unsound(next.loss, next.norm);
-  float unsound = why.empty() ? 0.0f : 1.0f;
-  dev_.world().all_max(std::span<float>(&unsound, 1));
+  int32_t unsound = why.empty() ? 0 : 1;
+  dev_.world().all_max(std::span<int32_t>(&unsound, 1));
   if (unsound > 0 && why.empty()) why = "another device found them unsound";
   return why;
 }
@@ -463,8 +463,8 @@ void DeviceRun::run() {
   auto last = run_start;
   int64_t step = s_.start_step;
   for (; step < o_.steps; ++step) {
-    float stop = o_.run.stop && o_.run.stop->load() ? 1.0f : 0.0f;
-    dev_.world().all_max(std::span<float>(&stop, 1));  // every device stops at the same step
+    int32_t stop = o_.run.stop && o_.run.stop->load() ? 1 : 0;
+    dev_.world().all_max(std::span<int32_t>(&stop, 1));  // every device stops at the same step
     if (stop > 0) {
       s_.result.interrupted = true;
       break;

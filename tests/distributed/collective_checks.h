@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "distributed/group.h"
+#include "tensor/quant_formats.h"
 
 namespace tpcli::testing {
 
@@ -236,6 +237,174 @@ inline void check_broadcast(Group& g, int64_t n, int root, uint64_t seed) {
   expect_close(label("broadcast", g, n), x, member_input(seed, root, n), 0.0f, g.rank());
 }
 
+// ---- typed collectives: int32, bf16, bytes ----
+
+// Member m's int32 input: uniform in [-2^27, 2^27], beyond f32's exact integers (2^24), so an f32
+// sum would round them; a sum over 8 members stays inside int32.
+inline std::vector<int32_t> member_ints(uint64_t seed, int member, int64_t n) {
+  std::mt19937 rng(static_cast<uint32_t>(seed * 1000003u + static_cast<uint64_t>(member) * 7919u + 29u));
+  std::uniform_int_distribution<int32_t> dist(-(1 << 27), 1 << 27);
+  std::vector<int32_t> x(static_cast<size_t>(n));
+  for (int32_t& v : x) v = dist(rng);
+  return x;
+}
+
+// Member m's bf16 input: member_input rounded to bf16 (scaled so the members' magnitudes differ).
+inline std::vector<dist::Bf16> member_bf16(uint64_t seed, int member, int64_t n) {
+  std::vector<dist::Bf16> x;
+  for (float v : member_input(seed, member, n)) x.push_back({tensor::f32_to_bf16(v * static_cast<float>(1 + member))});
+  return x;
+}
+
+inline std::vector<float> widen(std::span<const dist::Bf16> x) {
+  std::vector<float> out;
+  for (dist::Bf16 v : x) out.push_back(tensor::bf16_to_f32(v.bits));
+  return out;
+}
+
+template <class T>
+void expect_equal(const std::string& what, std::span<const T> got, std::span<const T> want, int rank) {
+  std::ostringstream os;
+  if (got.size() != want.size()) {
+    os << what << ": member " << rank << " got " << got.size() << " elements, expected " << want.size();
+    throw std::runtime_error(os.str());
+  }
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == want[i])) {
+      os << what << ": member " << rank << " element " << i << " differs, expected the reference's bits";
+      throw std::runtime_error(os.str());
+    }
+}
+
+// Members lo..hi-1's widened bf16 inputs summed as tree_sum does (the f32 all_sum's order).
+inline std::vector<float> tree_sum_bf16(uint64_t seed, int lo, int hi, int64_t n) {
+  if (hi - lo == 1) return widen(member_bf16(seed, lo, n));
+  const int mid = lo + (hi - lo) / 2;
+  std::vector<float> sum = tree_sum_bf16(seed, lo, mid, n);
+  const std::vector<float> right = tree_sum_bf16(seed, mid, hi, n);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += right[i];
+  return sum;
+}
+
+// int32 all_sum and all_max: exact, against int64 sums and maxima in member order.
+inline void check_int_reductions(Group& g, int64_t n, uint64_t seed) {
+  const int S = g.size();
+  std::vector<int32_t> sum = member_ints(seed, g.rank(), n), most = sum;
+  g.all_sum(std::span<int32_t>(sum));
+  g.all_max(std::span<int32_t>(most));
+  std::vector<int64_t> ref_sum(static_cast<size_t>(n), 0);
+  std::vector<int32_t> ref_max(static_cast<size_t>(n), std::numeric_limits<int32_t>::min()), want_sum;
+  for (int m = 0; m < S; ++m) {
+    const std::vector<int32_t> y = member_ints(seed, m, n);
+    for (size_t i = 0; i < y.size(); ++i) {
+      ref_sum[i] += y[i];
+      ref_max[i] = std::max(ref_max[i], y[i]);
+    }
+  }
+  for (int64_t v : ref_sum) want_sum.push_back(static_cast<int32_t>(v));
+  expect_equal<int32_t>(label("all_sum int32", g, n), sum, want_sum, g.rank());
+  expect_equal<int32_t>(label("all_max int32", g, n), most, ref_max, g.rank());
+}
+
+// bf16 all_sum: the serial tree sum of the widened values rounded once, and bit for bit what the
+// f32 all_sum of the widened values rounds to; all_max: the largest value, exact.
+inline void check_bf16_reductions(Group& g, int64_t n, uint64_t seed) {
+  const int S = g.size();
+  std::vector<dist::Bf16> sum = member_bf16(seed, g.rank(), n), most = sum;
+  std::vector<float> wide = widen(sum);
+  g.all_sum(std::span<dist::Bf16>(sum));
+  g.all_sum(std::span<float>(wide));
+  g.all_max(std::span<dist::Bf16>(most));
+  std::vector<dist::Bf16> want_sum, via_f32, want_max(static_cast<size_t>(n), dist::Bf16{0xff80});  // -inf
+  for (float v : tree_sum_bf16(seed, 0, S, n)) want_sum.push_back({tensor::f32_to_bf16(v)});
+  for (float v : wide) via_f32.push_back({tensor::f32_to_bf16(v)});
+  for (int m = 0; m < S; ++m) {
+    const std::vector<dist::Bf16> y = member_bf16(seed, m, n);
+    for (size_t i = 0; i < y.size(); ++i)
+      if (tensor::bf16_to_f32(want_max[i].bits) < tensor::bf16_to_f32(y[i].bits)) want_max[i] = y[i];
+  }
+  expect_equal<dist::Bf16>(label("all_sum bf16", g, n), sum, want_sum, g.rank());
+  expect_equal<dist::Bf16>(label("all_sum bf16 vs f32", g, n), sum, via_f32, g.rank());
+  expect_equal<dist::Bf16>(label("all_max bf16", g, n), most, want_max, g.rank());
+}
+
+// int32 and bf16 all_gather_v (uneven counts, some zero) and all_gather, exact; out starts as a
+// pattern no input has at the same place.
+inline void check_typed_gathers(Group& g, int64_t max_count, uint64_t seed) {
+  const int S = g.size(), r = g.rank();
+  const std::vector<int64_t> counts = shared_counts(seed, S, max_count);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const std::vector<int32_t> ints = member_ints(seed, r, counts[static_cast<size_t>(r)]);
+  const std::vector<dist::Bf16> halves = member_bf16(seed, r, counts[static_cast<size_t>(r)]);
+  std::vector<int32_t> ints_out(static_cast<size_t>(total), -7), ints_ref;
+  std::vector<dist::Bf16> halves_out(static_cast<size_t>(total), dist::Bf16{0x7fc1}), halves_ref;
+  g.all_gather_v(std::span<const int32_t>(ints), std::span<int32_t>(ints_out), counts);
+  g.all_gather_v(std::span<const dist::Bf16>(halves), std::span<dist::Bf16>(halves_out), counts);
+  for (int m = 0; m < S; ++m) {
+    const std::vector<int32_t> y = member_ints(seed, m, counts[static_cast<size_t>(m)]);
+    const std::vector<dist::Bf16> h = member_bf16(seed, m, counts[static_cast<size_t>(m)]);
+    ints_ref.insert(ints_ref.end(), y.begin(), y.end());
+    halves_ref.insert(halves_ref.end(), h.begin(), h.end());
+  }
+  expect_equal<int32_t>(label("all_gather_v int32", g, total), ints_out, ints_ref, r);
+  expect_equal<dist::Bf16>(label("all_gather_v bf16", g, total), halves_out, halves_ref, r);
+  // Equal chunks, in place (this member's chunk of out is its input).
+  const int64_t n = max_count;
+  std::vector<int32_t> whole(static_cast<size_t>(n * S), -7), whole_ref;
+  const std::vector<int32_t> own = member_ints(seed + 1, r, n);
+  std::copy(own.begin(), own.end(), whole.begin() + r * n);
+  g.all_gather(std::span<const int32_t>(whole.data() + r * n, static_cast<size_t>(n)), std::span<int32_t>(whole));
+  for (int m = 0; m < S; ++m) {
+    const std::vector<int32_t> y = member_ints(seed + 1, m, n);
+    whole_ref.insert(whole_ref.end(), y.begin(), y.end());
+  }
+  expect_equal<int32_t>(label("all_gather int32 in place", g, n), whole, whole_ref, r);
+  // Records of 6 bytes (no whole number of words).
+  struct Record {
+    int32_t id;
+    uint16_t tag;
+  };
+  const auto records_of = [&](int member) {
+    std::vector<std::byte> b;
+    for (int32_t id : member_ints(seed + 2, member, n)) {
+      const Record rec{id, static_cast<uint16_t>(id ^ member)};
+      const auto* p = reinterpret_cast<const std::byte*>(&rec);
+      b.insert(b.end(), p, p + 6);
+    }
+    return b;
+  };
+  const std::vector<std::byte> mine = records_of(r);
+  std::vector<std::byte> records(mine.size() * static_cast<size_t>(S), std::byte{0x5a}), records_ref;
+  g.all_gather(std::span<const std::byte>(mine), std::span<std::byte>(records));
+  for (int m = 0; m < S; ++m) {
+    const std::vector<std::byte> y = records_of(m);
+    records_ref.insert(records_ref.end(), y.begin(), y.end());
+  }
+  expect_equal<std::byte>(label("all_gather bytes", g, 6 * n), records, records_ref, r);
+}
+
+// Raw bytes from `root` (a length that is no whole number of words), exact.
+inline void check_byte_broadcast(Group& g, int64_t n, int root, uint64_t seed) {
+  const auto bytes_of = [&](int member) {
+    std::mt19937 rng(static_cast<uint32_t>(seed * 31u + static_cast<uint64_t>(member)));
+    std::vector<std::byte> b(static_cast<size_t>(4 * n + 3));
+    for (std::byte& v : b) v = static_cast<std::byte>(rng());
+    return b;
+  };
+  std::vector<std::byte> x = bytes_of(g.rank());
+  g.broadcast(std::span<std::byte>(x), root);
+  const std::vector<std::byte> want = bytes_of(root);
+  expect_equal<std::byte>(label("broadcast bytes", g, 4 * n + 3), x, want, g.rank());
+}
+
+inline void check_typed_collectives(Group& g, int64_t n, uint64_t seed) {
+  check_int_reductions(g, n, seed + 1);
+  check_bf16_reductions(g, n, seed + 2);
+  check_typed_gathers(g, n, seed + 3);
+  check_byte_broadcast(g, n, g.size() - 1, seed + 4);
+  check_byte_broadcast(g, n, 0, seed + 5);
+}
+
 // Every collective once at length n (chunk-based ones with n per chunk or as the max count).
 inline void check_every_collective(Group& g, int64_t n, uint64_t seed) {
   check_all_sum(g, n, seed + 1);
@@ -250,6 +419,7 @@ inline void check_every_collective(Group& g, int64_t n, uint64_t seed) {
   check_ppermute(g, n, seed + 9, false);
   check_ppermute(g, n, seed + 10, true);
   check_broadcast(g, n, g.size() - 1, seed + 11);
+  check_typed_collectives(g, n, seed + 20);
   g.barrier();
 }
 

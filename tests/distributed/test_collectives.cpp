@@ -159,3 +159,49 @@ TEST_CASE("collectives: clear errors where a shape is not allowed") {
     g.all_gather(std::span<const float>(o).subspan(1, 4), o);
   }, "in overlaps out");
 }
+
+TEST_CASE("collectives: typed forms through the large (unstaged) byte paths, and every member's CommStats") {
+  // 1<<15 int32 per member: the byte gather's 128 KB contributions go past the staging buffers.
+  CHECK_NOTHROW(run_line(3, [&](Group& g) { check_typed_collectives(g, int64_t{1} << 15, 9); }));
+  CommStats stats[3];
+  run_on_mesh(Mesh::line(3), [&](Device& dev) {
+    std::vector<int32_t> x(10, 1);
+    const CommStats before = dev.stats();
+    dev.world().all_sum(std::span<int32_t>(x));
+    CHECK(x == std::vector<int32_t>(10, 3));
+    const CommStats after = dev.stats();
+    stats[dev.rank()] = {after.bytes_sent - before.bytes_sent, after.bytes_received - before.bytes_received,
+                         after.calls - before.calls};
+  });
+  for (const CommStats& s : stats) {  // 40 bytes to each of the 2 others, 40 from each
+    CHECK(s.bytes_sent == 80);
+    CHECK(s.bytes_received == 80);
+    CHECK(s.calls == 1);
+  }
+}
+
+TEST_CASE("collectives: an int32 sum outside int32 fails on every member, never wraps") {
+  expect_usage_error(2, [&](Group& g) {
+    std::vector<int32_t> x{1, std::numeric_limits<int32_t>::max()};
+    g.all_sum(std::span<int32_t>(x));
+  }, "element 1 sums to 4294967294, outside int32");
+  expect_usage_error(2, [&](Group& g) {
+    std::vector<int32_t> i(3), o(5);
+    g.all_gather(std::span<const int32_t>(i), std::span<int32_t>(o));
+  }, "out has 5 int32s, expected size 2 x in 3");
+  expect_usage_error(2, [&](Group& g) {
+    std::vector<std::byte> x(3);
+    g.broadcast(std::span<std::byte>(x), 2);
+  }, "root 2 outside group of 2");
+}
+
+TEST_CASE("collectives: bf16 sums round once, where rounding each partial sum would differ") {
+  // (1 + 2^-8) + (2^-8 + 0), the tree of 4 members: in bf16 (8 significant bits) 1 + 2^-8 rounds
+  // to 1 (ties to even) and so does the total; widened and rounded once, 1 + 2^-7.
+  run_line(4, [&](Group& g) {
+    const float mine[4] = {1.0f, 0.00390625f, 0.00390625f, 0.0f};
+    std::vector<Bf16> x{{tpcli::tensor::f32_to_bf16(mine[g.rank()])}};
+    g.all_sum(std::span<Bf16>(x));
+    CHECK(tpcli::tensor::bf16_to_f32(x[0].bits) == 1.0078125f);
+  });
+}

@@ -146,6 +146,7 @@ void every_size(Group& g, uint64_t seed) {
   check_broadcast(g, 300000, 1 % g.size(), seed + 3);
   check_all_to_all_v(g, 300000, seed + 4);
   check_random_sequence(g, 150, 100000, seed + 5);
+  check_typed_collectives(g, 300001, seed + 6);  // byte messages over 1 MB: chunked, odd lengths
 }
 
 // Messages larger than a shared-memory ring (4 MB): sends wait for room while receivers drain, and

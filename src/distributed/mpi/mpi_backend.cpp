@@ -20,6 +20,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 #include "distributed/backend.h"
 #include "distributed/threads/thread_backend.h"
@@ -329,6 +330,18 @@ class MpiCommunicator : public Communicator {
     finish("broadcast", request);
   }
 
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out, std::span<const int64_t> counts) override {
+    const std::vector<int> n = int_counts(counts, "all_gather");
+    const std::vector<int> off = displacements(n, "all_gather");
+    gather("all_gather", in.data(), out.data(), n, off);
+  }
+
+  void broadcast_bytes(std::span<std::byte> x, int root) override {
+    MPI_Request request;
+    check("broadcast", MPI_Ibcast(x.data(), mpi_count(std::ssize(x), "broadcast"), MPI_BYTE, root, comm_, &request));
+    finish("broadcast", request);
+  }
+
   void barrier() override {
     MPI_Request request;
     check("barrier", MPI_Ibarrier(comm_, &request));
@@ -343,27 +356,30 @@ class MpiCommunicator : public Communicator {
   // MPI_Ialltoallv: OpenMPI's non-blocking collectives (libnbc) took 1.3-1.6x its blocking ones
   // on the small messages of a decode step; these messages are what its blocking ones send for
   // a few processes. A pair's messages match in the order both post them (MPI's non-overtaking).
-  void exchange(const char* op, const float* send, const std::vector<int>& sn, const std::vector<int>& soff, float* recv,
+  template <class T>
+  void exchange(const char* op, const T* send, const std::vector<int>& sn, const std::vector<int>& soff, T* recv,
                 const std::vector<int>& rn, const std::vector<int>& roff) {
+    const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_BYTE;
     const auto at = [](const std::vector<int>& v, int m) { return v[static_cast<size_t>(m)]; };
     requests_.clear();
     for (int m = 0; m < size_; ++m) {
       if (m == r_) continue;
       requests_.emplace_back();
-      check(op, MPI_Irecv(recv + at(roff, m), at(rn, m), MPI_FLOAT, m, EXCHANGE_TAG, comm_, &requests_.back()));
+      check(op, MPI_Irecv(recv + at(roff, m), at(rn, m), type, m, EXCHANGE_TAG, comm_, &requests_.back()));
     }
     for (int m = 0; m < size_; ++m) {
       if (m == r_) continue;
       requests_.emplace_back();
-      check(op, MPI_Isend(send + at(soff, m), at(sn, m), MPI_FLOAT, m, EXCHANGE_TAG, comm_, &requests_.back()));
+      check(op, MPI_Isend(send + at(soff, m), at(sn, m), type, m, EXCHANGE_TAG, comm_, &requests_.back()));
     }
     if (send + at(soff, r_) != recv + at(roff, r_)) std::copy_n(send + at(soff, r_), at(sn, r_), recv + at(roff, r_));
     finish(op, requests_);
   }
 
-  // MPI_Allgatherv: this member's n[r] floats at `mine` to every other, member m's to out + off[m];
+  // MPI_Allgatherv: this member's n[r] elements (floats or bytes) at `mine` to every other, member m's to out + off[m];
   // `mine` may be out + off[r] already (in place), else it is copied there while the messages go.
-  void gather(const char* op, const float* mine, float* out, const std::vector<int>& n, const std::vector<int>& off) {
+  template <class T>
+  void gather(const char* op, const T* mine, T* out, const std::vector<int>& n, const std::vector<int>& off) {
     exchange(op, mine, std::vector<int>(n.size(), n[static_cast<size_t>(r_)]), std::vector<int>(n.size(), 0), out, n, off);
   }
 
@@ -459,6 +475,37 @@ class MixedCommunicator : public Communicator {
     if (leaders_) leaders_->broadcast(x, root_process);
     if (local_) local_->broadcast(x, leader_);
   }
+  void broadcast_bytes(std::span<std::byte> x, int root) override {
+    const int root_process = process_of_member_[static_cast<size_t>(root)];
+    if (local_ && root_process == here_process()) local_->broadcast_bytes(x, local_index_of(root));
+    if (leaders_) leaders_->broadcast_bytes(x, root_process);
+    if (local_) local_->broadcast_bytes(x, leader_);
+  }
+  // Bytes in three steps, as the reductions: each process's members (consecutive in member order)
+  // gather theirs, the leaders gather the processes' blocks, the leader gives every local member
+  // the whole.
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out, std::span<const int64_t> counts) override {
+    std::vector<int64_t> local_counts, process_bytes;  // this process's members; every process's block
+    int64_t local_at = 0;
+    for (int m = 0; m < size_; ++m) {
+      const int p = process_of_member_[static_cast<size_t>(m)];
+      if (m == 0 || p != process_of_member_[static_cast<size_t>(m - 1)]) process_bytes.push_back(0);
+      process_bytes.back() += counts[static_cast<size_t>(m)];
+      if (p == here_process()) local_counts.push_back(counts[static_cast<size_t>(m)]);
+      else if (local_counts.empty()) local_at += counts[static_cast<size_t>(m)];
+    }
+    const std::span<std::byte> block = out.subspan(static_cast<size_t>(local_at), static_cast<size_t>(process_bytes[static_cast<size_t>(here_process())]));
+    if (local_) {
+      local_->all_gather_bytes(in, block, local_counts);
+    } else if (!in.empty()) {
+      std::memcpy(block.data(), in.data(), in.size());
+    }
+    if (leaders_) {
+      const std::vector<std::byte> mine(block.begin(), block.end());  // the byte gather takes disjoint buffers
+      leaders_->all_gather_bytes(mine, out, process_bytes);
+    }
+    if (local_) local_->broadcast_bytes(out, leader_);
+  }
   void barrier() override {
     if (local_) local_->barrier();
     if (leaders_) leaders_->barrier();
@@ -483,14 +530,14 @@ class MixedCommunicator : public Communicator {
   std::vector<float> all_to_all_v(std::span<const float> in, std::span<const int64_t> send_counts,
                                   std::vector<int64_t>& recv_counts) override {
     const size_t S = static_cast<size_t>(size_);
-    // counts[i * S + j]: floats member i sends member j (exact in float up to 2^24 per pair).
-    std::vector<float> counts(S * S, 0.0f);
-    for (size_t j = 0; j < S; ++j) counts[static_cast<size_t>(r_) * S + j] = static_cast<float>(send_counts[j]);
-    all_sum(counts);
+    // counts[i * S + j]: floats member i sends member j (every member's row, gathered as int64).
+    std::vector<int64_t> counts(S * S, 0);
+    all_gather_bytes(std::as_bytes(send_counts), std::as_writable_bytes(std::span<int64_t>(counts)),
+                     std::vector<int64_t>(S, static_cast<int64_t>(send_counts.size_bytes())));
     // The buffer holds, for each destination j in turn, what every source i sends it, i ascending.
     std::vector<int64_t> start(S * S + 1, 0);
     for (size_t j = 0, k = 0; j < S; ++j)
-      for (size_t i = 0; i < S; ++i, ++k) start[k + 1] = start[k] + static_cast<int64_t>(counts[i * S + j]);
+      for (size_t i = 0; i < S; ++i, ++k) start[k + 1] = start[k] + counts[i * S + j];
     std::vector<float> buffer(static_cast<size_t>(start.back()), 0.0f);
     int64_t read = 0;
     for (size_t j = 0; j < S; ++j) {
@@ -500,7 +547,7 @@ class MixedCommunicator : public Communicator {
     all_sum(buffer);
     const size_t me = static_cast<size_t>(r_);
     recv_counts.assign(S, 0);
-    for (size_t i = 0; i < S; ++i) recv_counts[i] = static_cast<int64_t>(counts[i * S + me]);
+    for (size_t i = 0; i < S; ++i) recv_counts[i] = counts[i * S + me];
     return {buffer.begin() + start[me * S], buffer.begin() + start[(me + 1) * S]};
   }
   void ppermute(std::span<const float> in, std::span<float> out, const Perm& perm) override {

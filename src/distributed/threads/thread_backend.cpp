@@ -26,8 +26,12 @@ namespace {
 
 constexpr int64_t STAGED_MAX = 4096;  // floats (16 KB): contributions up to this are copied to staging
 constexpr int64_t BLOCK = 2048;       // floats per reduction block (8 KB, stays in L1)
+constexpr int64_t STAGED_BYTES = STAGED_MAX * static_cast<int64_t>(sizeof(float));  // the same staging, for bytes
 
-enum class Op { AllSum, AllMax, AllGather, ReduceScatter, AllToAll, AllToAllV, Ppermute, Broadcast, Barrier };
+enum class Op {
+  AllSum, AllMax, AllGather, ReduceScatter, AllToAll, AllToAllV, Ppermute, Broadcast, Barrier, AllGatherBytes,
+  BroadcastBytes
+};
 
 const char* op_name(Op op) {
   switch (op) {
@@ -40,6 +44,8 @@ const char* op_name(Op op) {
     case Op::Ppermute: return "ppermute";
     case Op::Broadcast: return "broadcast";
     case Op::Barrier: return "barrier";
+    case Op::AllGatherBytes: return "all_gather (bytes)";
+    case Op::BroadcastBytes: return "broadcast (bytes)";
   }
   return "?";
 }
@@ -63,6 +69,10 @@ inline void copy_floats(float* dst, const float* src, int64_t n) {
   if (n > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+inline void copy_bytes(std::byte* dst, const std::byte* src, int64_t n) {
+  if (n > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(n));
+}
+
 struct SumOp {
   float operator()(float a, float b) const { return a + b; }
 };
@@ -76,11 +86,13 @@ struct MaxOp {
 
 struct Descriptor {
   Op op = Op::Barrier;
-  int64_t n = 0;                    // floats this member passes
+  int64_t n = 0;                    // floats (bytes for the byte ops) this member passes
   int root = 0;                     // broadcast
   const float* src = nullptr;       // this member's contribution (own buffer or staging copy)
   float* inout = nullptr;           // all_sum/all_max big path: the member's buffer
   const int64_t* counts = nullptr;  // all_to_all_v send counts, all_gather_v counts
+  const std::byte* bytes = nullptr;  // the byte ops: this member's contribution (own buffer or staging)
+  std::byte* bytes_out = nullptr;    // all_gather_bytes big path: the member's out
   uint64_t key = 0;                 // must agree on every member: perm / counts hash, broadcast root
 };
 
@@ -294,6 +306,42 @@ class ThreadCommunicator : public Communicator {
     if (!staged) sync_again();
   }
 
+  // all_gather_v's algorithm over bytes (counts in bytes).
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out, std::span<const int64_t> counts) override {
+    const int64_t most = *std::max_element(counts.begin(), counts.end());
+    const bool staged = most <= STAGED_BYTES;  // counts are the same on every member: same decision
+    Descriptor& d = begin(Op::AllGatherBytes, static_cast<int64_t>(in.size()));
+    d.key = hash(counts);
+    d.bytes_out = out.data();
+    publish_bytes(d, in, staged);
+    sync();
+    check_same_key("counts differ between members");
+    int64_t own = 0;
+    if (staged) {
+      for (int m = 0; m < size(); ++m) {
+        copy_bytes(out.data() + own, m == r_ ? in.data() : peer(m).bytes, counts[static_cast<size_t>(m)]);
+        own += counts[static_cast<size_t>(m)];
+      }
+      return;
+    }
+    for (int m = 0; m < r_; ++m) own += counts[static_cast<size_t>(m)];
+    for (int m = 0; m < size(); ++m) copy_bytes(peer(m).bytes_out + own, in.data(), static_cast<int64_t>(in.size()));
+    sync_again();
+  }
+
+  void broadcast_bytes(std::span<std::byte> x, int root) override {
+    const bool staged = static_cast<int64_t>(x.size()) <= STAGED_BYTES;
+    Descriptor& d = begin(Op::BroadcastBytes, static_cast<int64_t>(x.size()));
+    d.root = root;
+    d.key = static_cast<uint64_t>(root);
+    if (r_ == root) publish_bytes(d, x, staged);
+    sync();
+    check_same_n();
+    check_same_key("roots differ between members");
+    if (r_ != root) copy_bytes(x.data(), peer(root).bytes, static_cast<int64_t>(x.size()));
+    if (!staged) sync_again();
+  }
+
   void barrier() override {
     begin(Op::Barrier, 0);
     sync();
@@ -335,6 +383,17 @@ class ThreadCommunicator : public Communicator {
       d.src = st.data();
     } else {
       d.src = data.data();
+    }
+  }
+
+  // The staging buffer holds either kind: its floats' storage, as bytes.
+  void publish_bytes(Descriptor& d, std::span<const std::byte> data, bool staged) {
+    if (staged) {
+      std::byte* st = std::as_writable_bytes(std::span<float>(slot(r_).stage[parity_])).data();
+      copy_bytes(st, data.data(), static_cast<int64_t>(data.size()));
+      d.bytes = st;
+    } else {
+      d.bytes = data.data();
     }
   }
 

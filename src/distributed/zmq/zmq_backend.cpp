@@ -157,6 +157,32 @@ class ZmqCommunicator : public Communicator {
     flush("broadcast");
   }
 
+  // The byte collectives: direct sends, as all_gather_v and the small broadcast.
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out, std::span<const int64_t> counts) override {
+    const uint64_t call = calls_++;
+    const std::vector<int64_t> off = offsets_of(counts);
+    const std::vector<float> words = to_words(in);
+    for (int m = 0; m < size(); ++m)
+      if (m != r_) send(m, call, 0, words);
+    if (!in.empty()) std::memcpy(out.data() + off[r_], in.data(), in.size());
+    for (int m = 0; m < size(); ++m)
+      if (m != r_) receive_bytes(m, call, 0, "all_gather", out.subspan(off[m], counts[m]));
+    flush("all_gather");
+  }
+
+  void broadcast_bytes(std::span<std::byte> x, int root) override {
+    const uint64_t call = calls_++;
+    if (r_ == root) {
+      const std::vector<float> words = to_words(x);
+      for (int m = 0; m < size(); ++m)
+        if (m != r_) send(m, call, 0, words);
+      flush("broadcast");
+    } else {
+      receive_bytes(root, call, 0, "broadcast", x);
+      flush("broadcast");
+    }
+  }
+
   void barrier() override {
     const uint64_t call = calls_++;
     for (int m = 0; m < size(); ++m)
@@ -200,6 +226,24 @@ class ZmqCommunicator : public Communicator {
       std::copy(c.begin(), c.end(), out.begin() + at);
     });
     (void)total;
+  }
+
+  // Bytes travel as the transport's 4-byte words (float spans there are storage: nothing adds
+  // them), the last word zero-padded. The copy is what the send reads until the flush.
+  static size_t words_of(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); }
+  static std::vector<float> to_words(std::span<const std::byte> bytes) {
+    std::vector<float> words(words_of(bytes.size()), 0.0f);
+    if (!bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
+    return words;
+  }
+
+  // The byte message from member m must fill `out` exactly (in whole words).
+  void receive_bytes(int m, uint64_t call, int phase, const char* what, std::span<std::byte> out) {
+    t_->receive(key_from(m, call, phase), what, [&](int64_t n, int64_t at, std::span<const float> c) {
+      if (n != static_cast<int64_t>(words_of(out.size()))) length_error(what, m, n, words_of(out.size()));
+      const size_t from = static_cast<size_t>(at) * sizeof(float);
+      if (from < out.size()) std::memcpy(out.data() + from, c.data(), std::min(c.size_bytes(), out.size() - from));
+    });
   }
 
   [[noreturn]] void length_error(const char* what, int m, int64_t got, size_t expected) const {
