@@ -12,7 +12,6 @@
 #include "model/llama2c.h"
 #include "model/lora_adapter.h"
 #include "model/packed_weights.h"
-#include "model/regular_file.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
 #include "model/weights_view.h"
@@ -20,14 +19,6 @@
 namespace tpcli::cli {
 
 namespace {
-
-bool looks_like_safetensors(const std::string& path) {
-  if (path.ends_with(".safetensors")) return true;
-  model::require_regular_file(path, "a model file");  // a FIFO would block the peek below
-  std::ifstream in(path, std::ios::binary);
-  char head[9] = {};
-  return in.read(head, 9) && head[8] == '{';
-}
 
 void describe_config(const model::LlamaConfig& c, std::ostream& out) {
   out << "  model      dim " << c.dim << ", hidden_dim " << c.hidden_dim << ", " << c.n_layers << " layers, "
@@ -80,7 +71,7 @@ const bool inspector_registered = register_inspector(
     {"model checkpoint",
      [](const std::string& path) { return path.ends_with(".bin") || path.ends_with(".safetensors"); },
      [](const std::string& path, std::ostream& out) {
-       if (looks_like_safetensors(path)) {
+       if (model::looks_like_safetensors(path)) {
          try {
            model::SafetensorsFile f(path);
            out << path << ": safetensors checkpoint, " << f.names().size() << " tensors\n";
@@ -108,31 +99,11 @@ const bool inspector_registered = register_inspector(
 }  // namespace
 
 OpenedModel open_model(const std::string& path) {
-  OpenedModel opened;
   try {
-    if (std::filesystem::is_directory(path)) {
-      auto dir = std::make_unique<model::HfModelDir>(path);
-      opened.hf_dir = path;
-      opened.bos_token_id = dir->hf_config().bos_token_id;
-      opened.eos_token_ids = dir->hf_config().eos_token_ids;
-      opened.weights = std::move(dir);
-    } else if (looks_like_safetensors(path)) {
-      auto file = std::make_unique<model::SafetensorsFile>(path);
-      file->config();  // a checkpoint without a model config is an input error here
-      if (auto it = file->metadata().find("tokenizer"); it != file->metadata().end()) {
-        std::filesystem::path tok(it->second);
-        if (tok.is_relative()) tok = std::filesystem::path(path).parent_path() / tok;
-        opened.tokenizer = tok.string();
-      }
-      opened.metadata = file->metadata();
-      opened.weights = std::move(file);
-    } else {
-      opened.weights = std::make_unique<model::Llama2cFile>(path);
-    }
+    return model::open(path);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
-  return opened;
 }
 
 void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context) {

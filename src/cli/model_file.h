@@ -11,6 +11,7 @@
 
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
+#include "model/open_model.h"
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
 
@@ -23,23 +24,9 @@ class Llama;
 
 namespace tpcli::cli {
 
-struct OpenedModel {
-  std::unique_ptr<model::WeightSource> weights;
-  std::unique_ptr<model::WeightSource> original;  // the file, when `weights` converts it on load
-  // The tokenizer recorded in a safetensors checkpoint's "tokenizer" metadata, resolved against
-  // the checkpoint's folder (nullopt for llama2.c files, which record none).
-  std::optional<std::string> tokenizer;
-  std::map<std::string, std::string> metadata;  // a safetensors checkpoint's; empty for llama2.c
-  // A Hugging Face model directory: its path (its tokenizer is DIR/tokenizer.json) and the token
-  // ids of its config.json / generation_config.json. nullopt for the other formats.
-  std::optional<std::string> hf_dir;
-  std::optional<int> bos_token_id;
-  std::vector<int> eos_token_ids;
-};
+using model::OpenedModel;  // model/open_model.h
 
-// A directory with a config.json as a Hugging Face model, ".safetensors" files (or files whose 9th
-// byte starts a JSON header) as safetensors, anything else as llama2.c. Throws UsageError with the
-// loader's one-line message.
+// model::open, its errors as UsageError.
 OpenedModel open_model(const std::string& path);
 // The same, for a run on `mesh`: also a UsageError when the model cannot be split over its tensor
 // axis "model" (model::check_tensor_devices).
