@@ -115,29 +115,30 @@ config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
   return config::load_run_config(path, flags.set, [&](config::RunConfig& config) { apply_run_flags(config, flags); });
 }
 
-dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback) {
-  if (flags.devices) return dist::Mesh::line(*flags.devices, "model");
+dist::Mesh mesh_from_flags(const RunFlags& flags, const std::string& tensor_axis) {
+  if (flags.devices) return dist::Mesh::line(*flags.devices, tensor_axis);
   if (flags.mesh.empty() && (flags.backend == "zmq" || flags.backend == "mpi"))
     if (const std::optional<int> devices =
             launched_devices(flags.backend == "mpi" ? config::BackendKind::Mpi : config::BackendKind::Zmq))
-      return dist::Mesh::line(*devices, "model");
-  if (flags.mesh.empty()) return fallback;
+      return dist::Mesh::line(*devices, tensor_axis);
+  if (flags.mesh.empty()) return dist::Mesh::line(1, tensor_axis);
   std::vector<dist::MeshAxis> axes;
   for (const auto& axis : config::parse_mesh_axes(flags.mesh)) axes.push_back({axis.name, axis.size});
   return dist::Mesh(std::move(axes));
 }
 
-dist::Mesh inference_mesh_from_flags(const RunFlags& flags) {
-  dist::Mesh mesh = mesh_from_flags(flags);
-  for (const dist::MeshAxis& axis : mesh.axes()) {
-    if (axis.size == 1 || axis.name == INFERENCE_TENSOR_AXIS || axis.name == INFERENCE_EXPERT_AXIS) continue;
-    const std::string n = std::to_string(axis.size);
-    throw UsageError("--mesh " + mesh.to_string() + ": axis '" + axis.name + "' (size " + n +
-                     ") has no role in inference, so its " + n + " devices would each run the whole model: the weights split over '" +
-                     INFERENCE_TENSOR_AXIS + "' and the experts over '" + INFERENCE_EXPERT_AXIS + "' (e.g. --mesh " +
-                     INFERENCE_TENSOR_AXIS + "=" + n + ")");
+InferenceAxes inference_mesh_from_flags(const RunFlags& flags) {
+  InferenceAxes where{mesh_from_flags(flags), model::AxisRoles{}};
+  try {
+    model::check_axis_roles(where.mesh, where.roles);
+  } catch (const std::invalid_argument& e) {
+    std::string fix;  // the unused axis as the tensor axis
+    for (const dist::MeshAxis& axis : where.mesh.axes())
+      if (axis.size > 1 && axis.name != where.roles.tensor && axis.name != where.roles.expert && fix.empty())
+        fix = " (e.g. --mesh " + where.roles.tensor + "=" + std::to_string(axis.size) + ")";
+    throw UsageError("--mesh " + where.mesh.to_string() + ": " + e.what() + fix);
   }
-  return mesh;
+  return where;
 }
 
 dist::Mesh to_mesh(const config::MeshSection& mesh) {

@@ -126,10 +126,11 @@ std::string generate_answer(const model::ModelFns& model, const model::Tokenizer
 
 void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   if (f.max_tokens < 1) throw UsageError("--max-tokens = " + std::to_string(f.max_tokens) + " must be >= 1");
-  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh);
+  const InferenceAxes where = inference_mesh_from_flags(run_flags);
+  OpenedModel opened = open_model(f.model);
   apply_load_flags(opened, "auto", 0);
   apply_adapter(opened, f.adapter);
+  const model::Placement placement = place_model(opened, f.model, where.mesh, where.roles);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
   const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
@@ -155,7 +156,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
 
   std::vector<std::string> answers;  // device 0's
   model::run_model_on_mesh(
-      *opened.weights, mesh,
+      *opened.weights, placement,
       [&](const model::ModelFns& model, std::FILE* out) {
         model::GenerateResult all;  // every device's answers, compared by run_model_on_mesh
         for (const train::EvalCase& c : cases) {

@@ -139,19 +139,25 @@ void apply_adapter(OpenedModel& opened, const std::string& dir) {
   }
 }
 
-OpenedModel open_model(const std::string& path, const dist::Mesh& mesh,
-                       const std::optional<tensor::WeightFormat>& convert) {
+OpenedModel open_model(const std::string& path, const std::optional<tensor::WeightFormat>& convert) {
   OpenedModel opened = open_model(path);
+  if (!convert) return opened;
   try {
-    if (convert) {
-      opened.original = std::move(opened.weights);
-      opened.weights = std::make_unique<model::ConvertedWeights>(*opened.original, *convert);
-    }
-    model::plan_all_shards(opened.weights->config(), mesh.axis_size("model"));  // also checks the split
+    opened.original = std::move(opened.weights);
+    opened.weights = std::make_unique<model::ConvertedWeights>(*opened.original, *convert);
   } catch (const std::invalid_argument& e) {
     throw UsageError(path + ": " + e.what());
   }
   return opened;
+}
+
+model::Placement place_model(const OpenedModel& opened, const std::string& path, const dist::Mesh& mesh,
+                             const model::AxisRoles& roles) {
+  try {
+    return model::Placement(*opened.weights, mesh, roles);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(path + ": " + e.what());
+  }
 }
 
 std::optional<tensor::WeightFormat> parse_quantize_flag(const std::string& quantize, int group_size) {
@@ -198,14 +204,15 @@ void check_output_file(const std::string& out, const std::string& input, bool fo
     throw UsageError("--out " + out + ": already exists; choose a new file or pass --force to replace it");
 }
 
-void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,
+void run_inference_model(const OpenedModel& opened, const model::Placement& placement, const dist::RunOptions& run_options,
                          const std::function<void(model::Llama& llama, dist::Device& device)>& work) {
+  const dist::Mesh& mesh = placement.mesh();
   model::DevicesBuilding building(*opened.weights,
                                  run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
+        model::Llama llama = model::Llama::on_huge_pages(*opened.weights, placement, dev);
         building.built();
         work(llama, dev);
       },

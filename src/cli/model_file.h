@@ -12,6 +12,7 @@
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
 #include "model/open_model.h"
+#include "model/placement.h"
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
 
@@ -28,11 +29,15 @@ using model::OpenedModel;  // model/open_model.h
 
 // model::open, its errors as UsageError.
 OpenedModel open_model(const std::string& path);
-// The same, for a run on `mesh`: also a UsageError when the model cannot be split over its tensor
-// axis "model" (model::check_tensor_devices).
-// With `convert`, an f32 checkpoint is quantized (or stored 16-bit) on load (model::ConvertedWeights).
-OpenedModel open_model(const std::string& path, const dist::Mesh& mesh,
-                       const std::optional<tensor::WeightFormat>& convert = std::nullopt);
+// The same; with `convert`, an f32 checkpoint is quantized (or stored 16-bit) on load
+// (model::ConvertedWeights).
+OpenedModel open_model(const std::string& path, const std::optional<tensor::WeightFormat>& convert);
+
+// Where the model `path` opened as `opened` sits on `mesh` (after apply_load_flags and
+// apply_adapter: the plans are those of the weights as built), the run's one model::Placement. A
+// UsageError "PATH: cannot split ..." when the model does not split over the tensor axis.
+model::Placement place_model(const OpenedModel& opened, const std::string& path, const dist::Mesh& mesh,
+                             const model::AxisRoles& roles = {});
 
 // `--quantize 4|8|mxfp8|bf16|f16` with `--group-size 32|64|128` (affine only) as a format;
 // "" = nullopt. UsageError naming the flag for anything else.
@@ -67,7 +72,7 @@ void check_output_file(const std::string& out, const std::string& input, bool fo
 
 // Runs `work` on every device of this process with its inference model (on huge pages), freeing
 // the checkpoint's pages once every local device has built its own (model::DevicesBuilding).
-void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,
+void run_inference_model(const OpenedModel& opened, const model::Placement& placement, const dist::RunOptions& run_options,
                          const std::function<void(model::Llama& llama, dist::Device& device)>& work);
 
 }  // namespace tpcli::cli
