@@ -341,7 +341,7 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   if (local_ranks.empty())  // every device in this process, as run_on_mesh
     for (int r = 0; r < mesh.size(); ++r) local_ranks.push_back(r);
   SharedJobs jobs(reader, local_ranks);
-  run_inference_model(opened, placement, run_options, [&](model::Llama& llama, dist::Device& dev) {
+  model::run_placed(*opened.weights, placement, run_options, [&](model::Llama& llama, dist::Device& dev) {
     const size_t mine = run_jobs(llama, jobs, dev.rank(), total, o, *loaded.tokenizer, dev.rank() == 0);
     if (dev.rank() == 0) failed = mine;
   });

@@ -71,14 +71,12 @@ void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
     throw UsageError(e.what());
   }
   std::vector<float> logits;  // [P, V] device 0's (empty in a process without device 0)
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        model::Llama llama(*opened.weights, placement, dev);
+  model::run_placed(
+      *opened.weights, placement, run_options,
+      [&](model::Llama& llama, dist::Device& dev) {
         std::vector<float> all = llama.prefill_logits(tokens, 0);  // a collective: every device calls it
         if (dev.rank() == 0) logits = std::move(all);
-      },
-      run_options);
+      });
   if (!logits.empty()) print_logits(stdout, logits, static_cast<int64_t>(tokens.size()), config.vocab_size);
   std::fflush(stdout);
 }

@@ -204,19 +204,4 @@ void check_output_file(const std::string& out, const std::string& input, bool fo
     throw UsageError("--out " + out + ": already exists; choose a new file or pass --force to replace it");
 }
 
-void run_inference_model(const OpenedModel& opened, const model::Placement& placement, const dist::RunOptions& run_options,
-                         const std::function<void(model::Llama& llama, dist::Device& device)>& work) {
-  const dist::Mesh& mesh = placement.mesh();
-  model::DevicesBuilding building(*opened.weights,
-                                 run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(*opened.weights, placement, dev);
-        building.built();
-        work(llama, dev);
-      },
-      run_options);
-}
-
 }  // namespace tpcli::cli

@@ -70,9 +70,4 @@ void add_int8_activations_flag(CLI::App& sub, bool& on);
 // in it), or when it exists and `force` is false.
 void check_output_file(const std::string& out, const std::string& input, bool force);
 
-// Runs `work` on every device of this process with its inference model (on huge pages), freeing
-// the checkpoint's pages once every local device has built its own (model::DevicesBuilding).
-void run_inference_model(const OpenedModel& opened, const model::Placement& placement, const dist::RunOptions& run_options,
-                         const std::function<void(model::Llama& llama, dist::Device& device)>& work);
-
 }  // namespace tpcli::cli

@@ -87,11 +87,13 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
                      std::to_string(S) + " + 1");
   double nll_sum = 0;  // sum over windows of the window's mean NLL (device 0's)
   const auto start = std::chrono::steady_clock::now();
-  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
-    model::Llama llama = model::Llama::on_huge_pages(*opened.weights, placement, dev, kv_dtype);
-    const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
-    if (dev.rank() == 0) nll_sum = sum;
-  });
+  model::run_placed(
+      *opened.weights, placement, {},
+      [&](model::Llama& llama, dist::Device& dev) {
+        const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
+        if (dev.rank() == 0) nll_sum = sum;
+      },
+      kv_dtype);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double mean = nll_sum / static_cast<double>(W);
   std::printf("%s: %lld windows x %d tokens, mean NLL %.6f, perplexity %.4f\n", f.model.c_str(),

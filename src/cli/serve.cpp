@@ -199,7 +199,8 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   });
   std::optional<std::string> failure;
   try {
-    run_inference_model(opened, placement, run_options, [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev); });
+    model::run_placed(*opened.weights, placement, run_options,
+                      [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev); });
   } catch (const std::exception& e) {
     failure = e.what();
     service.fail(e.what());

@@ -134,12 +134,9 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const Placemen
   const dist::Mesh& mesh = placement.mesh();
   std::vector<GenerateResult> results(static_cast<size_t>(mesh.size()));  // [devices], one slot each
   std::vector<DeviceReport> reports(static_cast<size_t>(mesh.size()));
-  DevicesBuilding building(weights, run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        Llama model = Llama::on_huge_pages(weights, placement, dev, kv_dtype);
-        building.built();
+  run_placed(
+      weights, placement, run_options,
+      [&](Llama& model, dist::Device& dev) {
         const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
         ModelFns fns;
         fns.forward = [&](int token, int pos) {
@@ -164,7 +161,7 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const Placemen
         r.kv_cache_bytes = model.kv_cache_bytes();
         r.bytes_moved = dev.stats().bytes_sent + dev.stats().bytes_received - moved_before;
       },
-      run_options);
+      kv_dtype);
   // Devices that ran in this process (all of them with the thread backend) must agree.
   size_t first = 0;
   while (first < results.size() && results[first].tokens.empty()) ++first;
