@@ -186,7 +186,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
 
 void setup_chat(CLI::App& sub) {
   auto flags = std::make_shared<ChatFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
       ->required();
   add_adapter_flag(sub, flags->adapter);

@@ -61,6 +61,8 @@ enum RunFlagBits : unsigned {
   FLAG_BACKEND = 1u << 4,
   FLAG_LINK = 1u << 5,
   FLAG_ALL = 0x3fu,
+  // Commands that run a model without a config: --set names only the roles' axes (inference_mesh_from_flags).
+  FLAG_ROLES = 1u << 6,
 };
 
 std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which = FLAG_ALL);
@@ -86,9 +88,11 @@ struct InferenceAxes {
   dist::Mesh mesh;
   model::AxisRoles roles;
 };
-// mesh_from_flags with the inference roles: an axis longer than 1 with no role is a UsageError
-// naming it (model::check_axis_roles), not N copies of the same work (--mesh tp=4 ran four whole
-// replicas).
+// The roles --set gives (FLAG_ROLES: mesh.tensor_axis=NAME, mesh.expert_axis=NAME, the keys of a
+// run config's [mesh], config/run_config.h; the others are "model" and "expert"), and
+// mesh_from_flags with --devices N and the launched world named after the tensor role. UsageError,
+// one line: a --set key that is not a role, an axis longer than 1 with no role, naming it
+// (model::check_axis_roles), not N copies of the same work (--mesh tp=4 ran four whole replicas).
 InferenceAxes inference_mesh_from_flags(const RunFlags& flags);
 
 // The modelled links of a validated [mesh] section ([mesh.links] and --link, which load_config

@@ -255,7 +255,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
 void setup_infer(CLI::App& sub) {
   auto flags = std::make_shared<InferFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE | FLAG_LINK);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE | FLAG_LINK | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   add_adapter_flag(sub, flags->adapter);

@@ -83,7 +83,7 @@ void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
 
 void setup_logits(CLI::App& sub) {
   auto flags = std::make_shared<LogitsFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   add_adapter_flag(sub, flags->adapter);

@@ -103,7 +103,7 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
 
 void setup_perplexity(CLI::App& sub) {
   auto f = std::make_shared<PerplexityFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_ROLES);
   sub.add_option("--model", f->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   add_adapter_flag(sub, f->adapter);

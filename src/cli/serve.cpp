@@ -214,7 +214,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
 
 void setup_serve(CLI::App& sub) {
   auto flags = std::make_shared<ServeFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")->required();
   add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");
