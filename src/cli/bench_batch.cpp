@@ -63,13 +63,14 @@ PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& me
   for (auto& p : prompts)
     for (int& t : p) t = pick(rng);
   std::vector<PhaseSeconds> per_device(static_cast<size_t>(mesh.size()));
+  const model::Placement placement(weights, mesh);
   dist::RunOptions options;
   options.blas_threads = threads;
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
         model::Llama llama = independent ? model::Llama(weights, dist::Group{})
-                                         : model::Llama(weights, dev.axis("model"), dev.axis("expert"));
+                                         : model::Llama(weights, placement, dev);
         const dist::Range mine = independent ? dist::even_split(B, mesh.size(), dev.rank()) : dist::Range{0, B};
         model::EngineOptions o;
         o.parallel = static_cast<int>(std::max<int64_t>(mine.count, 1));
@@ -128,7 +129,8 @@ std::string table_name(const std::string& format_flag, const BatchFlags& f) {
 void run_bench_batch(const BatchFlags& f, const RunFlags& run_flags) {
   const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh);
+  OpenedModel opened = open_model(f.model);
+  place_model(opened, f.model, mesh);  // a model the tensor axis cannot split is an error before any table
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& c = opened.weights->config();
   if (f.npp < 1 || f.ntg < 1 || f.npp + f.ntg > c.seq_len)

@@ -141,15 +141,16 @@ std::unique_ptr<model::WeightSource> load_bench_model(const std::string& path, s
 }
 
 // Greedy decode of `tokens` positions from BOS on this device's shards.
-void decode(const model::WeightSource& weights, dist::Device& dev, int tokens) {
-  model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"));
+void decode(const model::WeightSource& weights, const model::Placement& placement, dist::Device& dev, int tokens) {
+  model::Llama llama = model::Llama::on_huge_pages(weights, placement, dev);
   int token = 1;  // BOS
   for (int pos = 0; pos < tokens; ++pos) token = model::sample_argmax(llama.forward(token, pos));
 }
 
 double decode_on_threads(const model::WeightSource& weights, int devices, int tokens) {
   return seconds_of([&] {
-    dist::run_on_mesh(dist::Mesh::line(devices, "model"), [&](dist::Device& dev) { decode(weights, dev, tokens); });
+    const model::Placement placement(weights, dist::Mesh::line(devices, model::AxisRoles{}.tensor));
+    dist::run_on_mesh(placement.mesh(), [&](dist::Device& dev) { decode(weights, placement, dev, tokens); });
   });
 }
 
@@ -160,13 +161,14 @@ void run_worker(const BusyFlags& f) {
   const dist::ZmqConfig config = dist::ZmqConfig::from_env();
   dist::RunOptions options;
   dist::use_zmq_backend(options, config);
-  const dist::Mesh mesh = dist::Mesh::line(config.world_size * config.devices_per_process, "model");
+  const model::Placement placement(*weights, dist::Mesh::line(config.world_size * config.devices_per_process, model::AxisRoles{}.tensor));
+  const dist::Mesh& mesh = placement.mesh();
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
         dev.world().barrier();
         const auto t0 = Clock::now();
-        decode(*weights, dev, f.tokens);
+        decode(*weights, placement, dev, f.tokens);
         dev.world().barrier();
         if (dev.rank() == 0) std::printf("%.9g\n", std::chrono::duration<double>(Clock::now() - t0).count());
       },

@@ -79,13 +79,14 @@ DecodeTiming time_decode(const model::WeightSource& weights, const dist::Mesh& m
   out.param_bytes.resize(static_cast<size_t>(devices));
   out.kv_cache_bytes.resize(static_cast<size_t>(devices));
   out.moved.resize(static_cast<size_t>(devices));
+  const model::Placement placement(weights, mesh);
   dist::RunOptions options;
   options.blas_threads = threads;
   options.links = links;
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"), kv_dtype);
+        model::Llama llama = model::Llama::on_huge_pages(weights, placement, dev, kv_dtype);
         int token = 1;
         if (f.from > 0) token = llama.prefill_argmax(std::vector<int>(static_cast<size_t>(f.from), 1), 0);
         for (int pos = f.from; pos < f.from + f.warmup; ++pos) token = llama.forward_argmax(token, pos);
@@ -134,7 +135,8 @@ double weight_bytes_per_token(const model::WeightSource& weights) {
 perf::Prediction predict_token(const model::WeightSource& weights, const dist::Mesh& mesh, const dist::LinkSpec& links,
                                const BenchFlags& f, int threads, double bandwidth) {
   const model::LlamaConfig& c = weights.config();
-  const perf::PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links};
+  const std::string tensor_axis = model::AxisRoles{}.tensor;
+  const perf::PlanMesh pm{tensor_axis, "data", mesh.axis_size(tensor_axis), mesh.axis_size("data"), links};
   const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
   const auto work = model::plan_decode_work(c, plan, f.from + f.warmup + f.tokens / 2, model::decode_storage(weights));
   const auto comm = model::plan_decode_collectives(c, plan, true);
@@ -147,7 +149,8 @@ perf::Prediction predict_token(const model::WeightSource& weights, const dist::M
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const dist::Mesh mesh = mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh);
+  OpenedModel opened = open_model(f.model);
+  place_model(opened, f.model, mesh);  // a model the tensor axis cannot split is an error before measuring
   const model::LlamaConfig& c = opened.weights->config();
   if (f.tokens < 1 || f.warmup < 0 || f.from < 0 || int64_t{f.from} + f.warmup + f.tokens > c.seq_len)
     throw UsageError("--from + --warmup + --tokens must fit in seq_len = " + std::to_string(c.seq_len));

@@ -225,10 +225,11 @@ InferenceRow measure_inference(const model::WeightSource& weights, const dist::M
   InferenceRow row;
   dist::RunOptions options;
   options.blas_threads = std::max(1, tensor::available_cores() / mesh.size());
+  const model::Placement placement(weights, mesh);
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama(weights, dev.axis("model"), dev.axis("expert"));
+        model::Llama llama(weights, placement, dev);
         dist::Group& world = dev.world();
         std::vector<double> times;
         const double prefill_ms = time_ms(world, o.reps, times, [&] { llama.prefill(prompt, 0); });
@@ -268,13 +269,16 @@ std::vector<InferenceMesh> inference_meshes(const model::LlamaConfig& c, int D) 
     }
     return InferenceMesh{std::move(label), dist::Mesh(std::move(axes)), ""};
   };
+  const model::AxisRoles roles;  // inference's axis names
+  const std::string& tp = roles.tensor;
+  const std::string& ep = roles.expert;
   std::vector<InferenceMesh> meshes;
-  meshes.push_back(fit("model=" + std::to_string(D), {{"model", D}}, D));
-  meshes.push_back(fit("expert=" + std::to_string(D), {{"expert", D}}, 1));
+  meshes.push_back(fit(tp + "=" + std::to_string(D), {{tp, D}}, D));
+  meshes.push_back(fit(ep + "=" + std::to_string(D), {{ep, D}}, 1));
   if (D >= 4 && D % 2 == 0)
-    meshes.push_back(fit("expert=" + std::to_string(D / 2) + ",model=2", {{"expert", D / 2}, {"model", 2}}, 2));
+    meshes.push_back(fit(ep + "=" + std::to_string(D / 2) + "," + tp + "=2", {{ep, D / 2}, {tp, 2}}, 2));
   else
-    meshes.push_back({"expert=D/2,model=2", std::nullopt, "needs an even --devices >= 4"});
+    meshes.push_back({ep + "=D/2," + tp + "=2", std::nullopt, "needs an even --devices >= 4"});
   return meshes;
 }
 

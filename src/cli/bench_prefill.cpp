@@ -71,12 +71,13 @@ Timings time_prefill(const model::WeightSource& weights, const dist::Mesh& mesh,
   std::vector<std::vector<double>> one(static_cast<size_t>(devices)), batch(static_cast<size_t>(devices));
   t.parameter_bytes.resize(static_cast<size_t>(devices));
   t.kv_cache_bytes.resize(static_cast<size_t>(devices));
+  const model::Placement placement(weights, mesh);
   dist::RunOptions options;
   options.blas_threads = threads;
   dist::run_on_mesh(
       mesh,
       [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"));
+        model::Llama llama = model::Llama::on_huge_pages(weights, placement, dev);
         const auto d = static_cast<size_t>(dev.rank());
         std::vector<float> last;  // [V] token-by-token logits at P-1
         for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
@@ -123,7 +124,8 @@ Timings time_prefill(const model::WeightSource& weights, const dist::Mesh& mesh,
 
 void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   const dist::Mesh mesh = mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh);
+  OpenedModel opened = open_model(f.model);
+  place_model(opened, f.model, mesh);  // a model the tensor axis cannot split is an error before measuring
   const model::LlamaConfig& c = opened.weights->config();
   if (f.tokens < 2 || f.tokens > c.seq_len)
     throw UsageError("--tokens " + std::to_string(f.tokens) + " must be in [2, seq_len = " + std::to_string(c.seq_len) +

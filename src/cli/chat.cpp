@@ -142,10 +142,11 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
 
 void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
-  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh);
+  const InferenceAxes where = inference_mesh_from_flags(run_flags);
+  OpenedModel opened = open_model(f.model);
   apply_load_flags(opened, "auto", f.context);
   apply_adapter(opened, f.adapter);
+  const model::Placement placement = place_model(opened, f.model, where.mesh, where.roles);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
   const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
@@ -165,7 +166,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   SharedLines lines(max_text_bytes(config.seq_len));
   std::string cut_short;  // written by device 0 only
   model::run_model_on_mesh(
-      *opened.weights, mesh,
+      *opened.weights, placement,
       [&](const model::ModelFns& model, std::FILE* out) {
         return converse(f, *loaded.tokenizer, formatting, options, config, lines, model, out, cut_short);
       },
@@ -185,7 +186,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
 
 void setup_chat(CLI::App& sub) {
   auto flags = std::make_shared<ChatFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
       ->required();
   add_adapter_flag(sub, flags->adapter);

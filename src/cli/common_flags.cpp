@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -26,8 +28,11 @@ std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which) {
                      ->type_name("AXES");
     if (devices) mesh->excludes(devices);
   }
-  if (which & FLAG_SET)
-    sub.add_option("--set", flags->set, "override a config key, e.g. --set train.steps=10 (repeatable)")
+  if (which & (FLAG_SET | FLAG_ROLES))
+    sub.add_option("--set", flags->set,
+                   which & FLAG_SET ? "override a config key, e.g. --set train.steps=10 (repeatable)"
+                                    : "name a role's mesh axis: mesh.tensor_axis=NAME splits the weights (default model), "
+                                      "mesh.expert_axis=NAME deals a MoE's experts out (default expert); repeatable")
         ->type_name("KEY=VALUE")
         ->allow_extra_args(false);  // one value per --set, so a following positional stays positional
   if (which & FLAG_TRACE)
@@ -100,29 +105,55 @@ config::RunConfig load_config(const std::string& path, const RunFlags& flags) {
   return config::load_run_config(path, flags.set, [&](config::RunConfig& config) { apply_run_flags(config, flags); });
 }
 
-dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback) {
-  if (flags.devices) return dist::Mesh::line(*flags.devices, "model");
+dist::Mesh mesh_from_flags(const RunFlags& flags, const std::string& tensor_axis) {
+  if (flags.devices) return dist::Mesh::line(*flags.devices, tensor_axis);
   if (flags.mesh.empty() && (flags.backend == "zmq" || flags.backend == "mpi"))
     if (const std::optional<int> devices =
             launched_devices(flags.backend == "mpi" ? config::BackendKind::Mpi : config::BackendKind::Zmq))
-      return dist::Mesh::line(*devices, "model");
-  if (flags.mesh.empty()) return fallback;
+      return dist::Mesh::line(*devices, tensor_axis);
+  if (flags.mesh.empty()) return dist::Mesh::line(1, tensor_axis);
   std::vector<dist::MeshAxis> axes;
   for (const auto& axis : config::parse_mesh_axes(flags.mesh)) axes.push_back({axis.name, axis.size});
   return dist::Mesh(std::move(axes));
 }
 
-dist::Mesh inference_mesh_from_flags(const RunFlags& flags) {
-  dist::Mesh mesh = mesh_from_flags(flags);
-  for (const dist::MeshAxis& axis : mesh.axes()) {
-    if (axis.size == 1 || axis.name == INFERENCE_TENSOR_AXIS || axis.name == INFERENCE_EXPERT_AXIS) continue;
-    const std::string n = std::to_string(axis.size);
-    throw UsageError("--mesh " + mesh.to_string() + ": axis '" + axis.name + "' (size " + n +
-                     ") has no role in inference, so its " + n + " devices would each run the whole model: the weights split over '" +
-                     INFERENCE_TENSOR_AXIS + "' and the experts over '" + INFERENCE_EXPERT_AXIS + "' (e.g. --mesh " +
-                     INFERENCE_TENSOR_AXIS + "=" + n + ")");
+namespace {
+
+// --set mesh.tensor_axis=NAME / mesh.expert_axis=NAME (NAME as written, or quoted as in TOML).
+model::AxisRoles roles_from_flags(const RunFlags& flags) {
+  model::AxisRoles roles;
+  for (const std::string& text : flags.set) {
+    const size_t eq = text.find('=');
+    const std::string key = text.substr(0, eq);
+    std::string name = eq == std::string::npos ? "" : text.substr(eq + 1);
+    if (name.size() >= 2 && name.front() == '"' && name.back() == '"') name = name.substr(1, name.size() - 2);
+    std::string* role = key == "mesh.tensor_axis" ? &roles.tensor : key == "mesh.expert_axis" ? &roles.expert : nullptr;
+    if (!role) throw UsageError("--set " + text + ": inference names only mesh.tensor_axis and mesh.expert_axis");
+    const bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (!valid) throw UsageError("--set " + text + ": an axis name is letters, digits, '_' or '-'");
+    *role = name;
   }
-  return mesh;
+  return roles;
+}
+
+}  // namespace
+
+InferenceAxes inference_mesh_from_flags(const RunFlags& flags) {
+  const model::AxisRoles roles = roles_from_flags(flags);
+  InferenceAxes where{mesh_from_flags(flags, roles.tensor), roles};
+  try {
+    model::check_axis_roles(where.mesh, where.roles);
+  } catch (const std::invalid_argument& e) {
+    std::string fix;  // the unused axis as the tensor axis
+    for (const dist::MeshAxis& axis : where.mesh.axes())
+      if (axis.size > 1 && axis.name != where.roles.tensor && axis.name != where.roles.expert && fix.empty())
+        fix = " (e.g. --mesh " + where.roles.tensor + "=" + std::to_string(axis.size) + ", or --set mesh.tensor_axis=" +
+              axis.name + ")";
+    throw UsageError("--mesh " + where.mesh.to_string() + ": " + e.what() + fix);
+  }
+  return where;
 }
 
 void check_trace_path(const std::string& path, bool process_backend) {

@@ -31,6 +31,7 @@
 #include "config/run_config.h"
 #include "distributed/links.h"
 #include "distributed/mesh.h"
+#include "model/placement.h"
 #include "nn/attention.h"
 
 namespace CLI {
@@ -60,6 +61,8 @@ enum RunFlagBits : unsigned {
   FLAG_BACKEND = 1u << 4,
   FLAG_LINK = 1u << 5,
   FLAG_ALL = 0x3fu,
+  // Commands that run a model without a config: --set names only the roles' axes (inference_mesh_from_flags).
+  FLAG_ROLES = 1u << 6,
 };
 
 std::shared_ptr<RunFlags> add_run_flags(CLI::App& sub, unsigned which = FLAG_ALL);
@@ -75,16 +78,22 @@ config::RunConfig load_config(const std::string& path, const RunFlags& flags);
 std::optional<int> launched_devices(config::BackendKind backend);
 
 // The mesh of --devices / --mesh alone (no config). Neither given: the launched world with
-// --backend zmq under `tpcli launch` or --backend mpi under mpirun, else `fallback`.
-dist::Mesh mesh_from_flags(const RunFlags& flags, const dist::Mesh& fallback = dist::Mesh::line(1));
+// --backend zmq under `tpcli launch` or --backend mpi under mpirun, else one device. --devices and
+// the launched world are one axis named `tensor_axis`.
+dist::Mesh mesh_from_flags(const RunFlags& flags, const std::string& tensor_axis = model::AxisRoles{}.tensor);
 
-// The axes inference gives a role: the weights split over "model", a MoE's experts dealt over "expert".
-constexpr const char* INFERENCE_TENSOR_AXIS = "model";
-constexpr const char* INFERENCE_EXPERT_AXIS = "expert";
-// mesh_from_flags for a command that runs a model (infer, serve, chat, eval, perplexity, logits):
-// an axis longer than 1 with no inference role is a UsageError naming it, not N copies of the same
-// work (--mesh tp=4 ran four whole replicas).
-dist::Mesh inference_mesh_from_flags(const RunFlags& flags);
+// A command that runs a model (infer, serve, chat, eval, perplexity, logits): the mesh of the flags
+// and the roles of its axes (model/placement.h).
+struct InferenceAxes {
+  dist::Mesh mesh;
+  model::AxisRoles roles;
+};
+// The roles --set gives (FLAG_ROLES: mesh.tensor_axis=NAME, mesh.expert_axis=NAME, the keys of a
+// run config's [mesh], config/run_config.h; the others are "model" and "expert"), and
+// mesh_from_flags with --devices N and the launched world named after the tensor role. UsageError,
+// one line: a --set key that is not a role, an axis longer than 1 with no role, naming it
+// (model::check_axis_roles), not N copies of the same work (--mesh tp=4 ran four whole replicas).
+InferenceAxes inference_mesh_from_flags(const RunFlags& flags);
 
 // The modelled links of --link alone (commands without a config; UsageError on a bad value).
 dist::LinkSpec links_from_flags(const RunFlags& flags);

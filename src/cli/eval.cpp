@@ -106,10 +106,11 @@ std::string generate_answer(const model::ModelFns& model, const model::Tokenizer
 
 void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   if (f.max_tokens < 1) throw UsageError("--max-tokens = " + std::to_string(f.max_tokens) + " must be >= 1");
-  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh);
+  const InferenceAxes where = inference_mesh_from_flags(run_flags);
+  OpenedModel opened = open_model(f.model);
   apply_load_flags(opened, "auto", 0);
   apply_adapter(opened, f.adapter);
+  const model::Placement placement = place_model(opened, f.model, where.mesh, where.roles);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
   const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
@@ -137,7 +138,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
 
   std::vector<std::string> answers;  // device 0's
   model::run_model_on_mesh(
-      *opened.weights, mesh,
+      *opened.weights, placement,
       [&](const model::ModelFns& model, std::FILE* out) {
         model::GenerateResult all;  // every device's answers, compared by run_model_on_mesh
         for (const train::EvalCase& c : cases) {
@@ -163,7 +164,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
 
 void setup_eval(CLI::App& sub) {
   auto flags = std::make_shared<EvalFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors (or a model directory)")
       ->required();
   add_adapter_flag(sub, flags->adapter);

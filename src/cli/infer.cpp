@@ -80,7 +80,7 @@ std::string prompt_source(const InferFlags& f) { return f.prompt_file.empty() ? 
 // checkpoint's recorded tokenizer.json): stop at
 // its end-of-sequence token.
 model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, const model::LlamaConfig& config,
-                                                       const OpenedModel& opened, const dist::Mesh& mesh,
+                                                       const OpenedModel& opened, const model::Placement& placement,
                                                        const model::GenerateOptions& options,
                                                        const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
   // -z, else the model's directory, else the tokenizer.json a training checkpoint records.
@@ -94,7 +94,7 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
   std::vector<int> stop_ids = opened.eos_token_ids;  // config.json / generation_config.json's
   if (auto eos = tokenizer.token_id(tokenizer.eos_text()); eos && !tokenizer.eos_text().empty()) stop_ids.push_back(*eos);
   return model::run_model_on_mesh(
-      *opened.weights, mesh,
+      *opened.weights, placement,
       [&](const model::ModelFns& model, std::FILE* out) {
         return model::generate_with_tokenizer(model, tokenizer, config.vocab_size, stop_ids, options, out);
       },
@@ -103,7 +103,7 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
 
 // A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
 // train::generate_text (no BOS, no BPE); everything else is llama2.c's generate with a tokenizer.bin.
-model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opened, const dist::Mesh& mesh,
+model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opened, const model::Placement& placement,
                                    const model::GenerateOptions& options, const dist::RunOptions& run_options,
                                    nn::KvDtype kv_dtype) {
   const model::LlamaConfig& config = opened.weights->config();
@@ -117,7 +117,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
     }
     require_prompt_fits(prompt_source(f), text_tokenizer->encode(options.prompt).size(), config.seq_len);
     return model::run_model_on_mesh(
-        *opened.weights, mesh,
+        *opened.weights, placement,
         [&](const model::ModelFns& model, std::FILE* out) {
           const auto start = std::chrono::steady_clock::now();
           train::TextSample sample =
@@ -136,7 +136,7 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
   }
   // A tokenizer.json: -z FILE.json or a directory, else a Hugging Face model directory's own.
   if (is_tokenizer_json(tokenizer_path(f, opened)) || (f.tokenizer.empty() && opened.hf_dir))
-    return generate_with_tokenizer_json(f, config, opened, mesh, options, run_options, kv_dtype);
+    return generate_with_tokenizer_json(f, config, opened, placement, options, run_options, kv_dtype);
   std::unique_ptr<model::Tokenizer> tokenizer;
   try {
     tokenizer = std::make_unique<model::Tokenizer>(tokenizer_path(f, opened), config.vocab_size);
@@ -144,17 +144,17 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
     throw UsageError(e.what());
   }
   require_prompt_fits(prompt_source(f), tokenizer->encode(options.prompt, true, false).size(), config.seq_len);
-  return model::generate_on_mesh(*opened.weights, *tokenizer, mesh, options, stdout, run_options, kv_dtype);
+  return model::generate_on_mesh(*opened.weights, *tokenizer, placement, options, stdout, run_options, kv_dtype);
 }
 
 // --tokens with --ids: the ids fed exactly, every position up to -n run, the ids after the prompt
 // printed by device 0 as one JSON array.
-model::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const OpenedModel& opened, const dist::Mesh& mesh,
+model::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const OpenedModel& opened, const model::Placement& placement,
                                        const model::GenerateOptions& options, const dist::RunOptions& run_options,
                                        nn::KvDtype kv_dtype) {
   const int vocab = opened.weights->config().vocab_size;
   return model::run_model_on_mesh(
-      *opened.weights, mesh,
+      *opened.weights, placement,
       [&](const model::ModelFns& model, std::FILE* out) {
         model::GenerateResult r = model::generate_from_ids(model, prompt, vocab, options);
         if (out) {
@@ -185,14 +185,16 @@ void print_device_report(const model::MeshGenerateResult& r, const std::vector<i
 
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
-  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
+  const InferenceAxes where = inference_mesh_from_flags(run_flags);
+  const dist::Mesh& mesh = where.mesh;
   const dist::LinkSpec links = links_from_flags(run_flags);
   for (const auto& [axis, link] : links)
     if (!mesh.has_axis(axis))
       throw UsageError("--link " + axis + ": the mesh " + mesh.to_string() + " has no axis '" + axis + "'");
-  OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  OpenedModel opened = open_model(f.model, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   apply_adapter(opened, f.adapter);
+  const model::Placement placement = place_model(opened, f.model, mesh, where.roles);
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   std::vector<int> prompt_ids;  // --tokens
@@ -219,7 +221,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   run_options.links = links;
   const bool hosts_rank_0 = run_options.local_ranks.empty() || run_options.local_ranks.front() == 0;
   const bool sampling = !f.batch.empty() || options.temperature > 0;
-  if (sampling && hosts_rank_0 && !model::split_invariant(*opened.weights, mesh.axis_size("model"), mesh.axis_size("expert")))
+  if (sampling && hosts_rank_0 && !placement.split_invariant())
     std::fprintf(stderr,
                  "note: on this mesh (%s) the logits may differ from 1 device's in their last bits, so sampled text may "
                  "too (the same bits: 1, 2, 4 or 8 devices that each hold whole lanes of wo and w2, no MoE; README)\n",
@@ -236,11 +238,11 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     engine.kv_dtype = kv_dtype;
     run_infer_batch({f.batch, tokenizer, f.template_name, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
                      static_cast<unsigned long long>(options.seed), engine},
-                    opened, mesh, run_options);
+                    opened, placement, run_options);
     return;
   }
-  const model::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, mesh, options, run_options, kv_dtype)
-                                                         : generate_ids(prompt_ids, opened, mesh, options, run_options, kv_dtype);
+  const model::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, placement, options, run_options, kv_dtype)
+                                                         : generate_ids(prompt_ids, opened, placement, options, run_options, kv_dtype);
   std::fflush(stdout);
   if (trace) write_trace(*trace, run_flags.trace, "forward passes");
 
@@ -253,7 +255,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
 
 void setup_infer(CLI::App& sub) {
   auto flags = std::make_shared<InferFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE | FLAG_LINK);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_TRACE | FLAG_LINK | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   add_adapter_flag(sub, flags->adapter);

@@ -295,15 +295,16 @@ size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, c
 
 }  // namespace
 
-void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, const dist::Mesh& mesh,
+void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, const model::Placement& placement,
                      const dist::RunOptions& run_options) {
+  const dist::Mesh& mesh = placement.mesh();
   if (o.engine.parallel < 1) throw UsageError("--parallel " + std::to_string(o.engine.parallel) + " must be >= 1");
   if (o.engine.step_tokens < 1) throw UsageError("--step-tokens " + std::to_string(o.engine.step_tokens) + " must be >= 1");
   if (o.engine.kv_blocks < 0) throw UsageError("--kv-blocks " + std::to_string(o.engine.kv_blocks) + " must be >= 1");
   const model::LlamaConfig& config = opened.weights->config();
   int64_t pool_positions = 0;
   try {
-    pool_positions = int64_t{model::kv_pool_blocks(config, mesh.axis_size("model"), mesh.size(), o.engine)} * o.engine.block_size;
+    pool_positions = int64_t{model::kv_pool_blocks(config, placement.plans(), mesh.size(), o.engine)} * o.engine.block_size;
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -320,7 +321,7 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   if (local_ranks.empty())  // every device in this process, as run_on_mesh
     for (int r = 0; r < mesh.size(); ++r) local_ranks.push_back(r);
   SharedJobs jobs(reader, local_ranks);
-  run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) {
+  model::run_placed(*opened.weights, placement, run_options, [&](model::Llama& llama, dist::Device& dev) {
     const size_t mine = run_jobs(llama, jobs, dev.rank(), total, o, *loaded.tokenizer, dev.rank() == 0);
     if (dev.rank() == 0) failed = mine;
   });

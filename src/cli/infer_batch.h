@@ -36,7 +36,7 @@ struct BatchInferOptions {
   model::EngineOptions engine;  // --parallel, --kv-memory, --kv-blocks, --step-tokens
 };
 
-void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, const dist::Mesh& mesh,
+void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, const model::Placement& placement,
                      const dist::RunOptions& run_options);
 
 }  // namespace tpcli::cli

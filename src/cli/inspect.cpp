@@ -250,24 +250,26 @@ std::string stored_dtype(const model::WeightSource& w, const model::ParamSpec& s
 // collectives of one decoded token and the predicted time per token.
 void describe_decode_plan(const std::string& path, const RunFlags& flags, double gflops, std::ostream& out) {
   const dist::Mesh mesh = mesh_from_flags(flags);
-  OpenedModel opened = open_model(path, mesh);
+  const OpenedModel opened = open_model(path);
+  const model::Placement placement = place_model(opened, path, mesh);
   const model::WeightSource& w = *opened.weights;
   const model::LlamaConfig& c = w.config();
-  perf::PlanMesh pm{"model", "data", mesh.axis_size("model"), mesh.axis_size("data"), links_from_flags(flags)};
-  out << "plan on " << mesh.to_string() << " (decode: the tensor axis 'model' splits the model";
+  const model::AxisRoles& roles = placement.roles();
+  perf::PlanMesh pm{roles.tensor, "data", placement.tensor_devices(), mesh.axis_size("data"), links_from_flags(flags)};
+  out << "plan on " << mesh.to_string() << " (decode: the tensor axis '" << roles.tensor << "' splits the model";
   out << (pm.data > 1 ? "; each 'data' replica decodes its own sequences)\n" : ")\n");
-  const std::string expert_axis = mesh.has_axis("expert") ? "expert" : "";  // as infer deals a MoE's experts
+  const std::string expert_axis = mesh.has_axis(roles.expert) ? roles.expert : "";  // as infer deals a MoE's experts
   print_sharding(c, pm, expert_axis, [&](const model::ParamSpec& spec) { return stored_dtype(w, spec); }, out);
   out << "  (quantized tensors show their logical shape: q4g64 = MLX affine 4-bit in groups of 64, stored as u32 words"
          " with per-group scales and biases; mxfp8 = 8-bit floats with a shared exponent per 32)\n";
-  const model::ShardPlan plan = model::plan_shards(c, pm.tensor, 0);
+  const model::ShardPlan& plan = placement.plans().front();
   const int64_t kv = 2 * int64_t{c.n_layers} * c.seq_len * plan.kv_rows().count * static_cast<int64_t>(sizeof(float));
   char line[160];
   std::snprintf(line, sizeof line, "  bytes per device (device 0): weights %.2f MB, KV cache %.2f MB (f32, %d positions)\n",
                 static_cast<double>(model::shard_bytes(w, plan)) / 1e6, static_cast<double>(kv) / 1e6, c.seq_len);
   out << line;
   if (c.is_moe()) {
-    describe_moe_decode_traffic(c, mesh.axis_size("expert"), out);
+    describe_moe_decode_traffic(c, placement.expert_devices(), out);
     return;
   }
   const auto calls = model::plan_decode_collectives(c, plan);

@@ -4,8 +4,8 @@
 // The logits of every position of a prompt given as token ids (fed exactly, no BOS added), for
 // comparing tpcli with transformers or llama.cpp on the same ids: line p of stdout holds the V
 // logits after tokens 0..p, space-separated, with 9 significant digits (a float32 round trip).
-// No tokenizer is read. The model runs tensor-parallel over the mesh's "model" axis, a MoE's
-// experts dealt over its "expert" axis (one batched prefill, Llama::prefill_logits); device 0 prints.
+// No tokenizer is read. The model runs tensor-parallel over the mesh's tensor axis, a MoE's
+// experts dealt over its expert axis (model/placement.h) (one batched prefill, Llama::prefill_logits); device 0 prints.
 //
 // Dimension legend: P prompt positions, V vocab_size.
 #include <CLI/CLI.hpp>
@@ -54,10 +54,12 @@ void print_logits(std::FILE* out, const std::vector<float>& logits, int64_t P, i
 }
 
 void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
-  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  const InferenceAxes where = inference_mesh_from_flags(run_flags);
+  const dist::Mesh& mesh = where.mesh;
+  OpenedModel opened = open_model(f.model, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   apply_adapter(opened, f.adapter);
+  const model::Placement placement = place_model(opened, f.model, mesh, where.roles);
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   const std::vector<int> tokens = parse_token_ids("--tokens", f.tokens, config.vocab_size, config.seq_len);
@@ -69,21 +71,19 @@ void run_logits(const LogitsFlags& f, const RunFlags& run_flags) {
     throw UsageError(e.what());
   }
   std::vector<float> logits;  // [P, V] device 0's (empty in a process without device 0)
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        model::Llama llama(*opened.weights, dev.axis("model"), dev.axis("expert"));
+  model::run_placed(
+      *opened.weights, placement, run_options,
+      [&](model::Llama& llama, dist::Device& dev) {
         std::vector<float> all = llama.prefill_logits(tokens, 0);  // a collective: every device calls it
         if (dev.rank() == 0) logits = std::move(all);
-      },
-      run_options);
+      });
   if (!logits.empty()) print_logits(stdout, logits, static_cast<int64_t>(tokens.size()), config.vocab_size);
   std::fflush(stdout);
 }
 
 void setup_logits(CLI::App& sub) {
   auto flags = std::make_shared<LogitsFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   add_adapter_flag(sub, flags->adapter);

@@ -12,7 +12,6 @@
 #include "model/llama2c.h"
 #include "model/lora_adapter.h"
 #include "model/packed_weights.h"
-#include "model/regular_file.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
 #include "model/weights_view.h"
@@ -20,14 +19,6 @@
 namespace tpcli::cli {
 
 namespace {
-
-bool looks_like_safetensors(const std::string& path) {
-  if (path.ends_with(".safetensors")) return true;
-  model::require_regular_file(path, "a model file");  // a FIFO would block the peek below
-  std::ifstream in(path, std::ios::binary);
-  char head[9] = {};
-  return in.read(head, 9) && head[8] == '{';
-}
 
 void describe_config(const model::LlamaConfig& c, std::ostream& out) {
   out << "  model      dim " << c.dim << ", hidden_dim " << c.hidden_dim << ", " << c.n_layers << " layers, "
@@ -80,7 +71,7 @@ const bool inspector_registered = register_inspector(
     {"model checkpoint",
      [](const std::string& path) { return path.ends_with(".bin") || path.ends_with(".safetensors"); },
      [](const std::string& path, std::ostream& out) {
-       if (looks_like_safetensors(path)) {
+       if (model::looks_like_safetensors(path)) {
          try {
            model::SafetensorsFile f(path);
            out << path << ": safetensors checkpoint, " << f.names().size() << " tensors\n";
@@ -108,31 +99,11 @@ const bool inspector_registered = register_inspector(
 }  // namespace
 
 OpenedModel open_model(const std::string& path) {
-  OpenedModel opened;
   try {
-    if (std::filesystem::is_directory(path)) {
-      auto dir = std::make_unique<model::HfModelDir>(path);
-      opened.hf_dir = path;
-      opened.bos_token_id = dir->hf_config().bos_token_id;
-      opened.eos_token_ids = dir->hf_config().eos_token_ids;
-      opened.weights = std::move(dir);
-    } else if (looks_like_safetensors(path)) {
-      auto file = std::make_unique<model::SafetensorsFile>(path);
-      file->config();  // a checkpoint without a model config is an input error here
-      if (auto it = file->metadata().find("tokenizer"); it != file->metadata().end()) {
-        std::filesystem::path tok(it->second);
-        if (tok.is_relative()) tok = std::filesystem::path(path).parent_path() / tok;
-        opened.tokenizer = tok.string();
-      }
-      opened.metadata = file->metadata();
-      opened.weights = std::move(file);
-    } else {
-      opened.weights = std::make_unique<model::Llama2cFile>(path);
-    }
+    return model::open(path);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
-  return opened;
 }
 
 void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context) {
@@ -168,19 +139,25 @@ void apply_adapter(OpenedModel& opened, const std::string& dir) {
   }
 }
 
-OpenedModel open_model(const std::string& path, const dist::Mesh& mesh,
-                       const std::optional<tensor::WeightFormat>& convert) {
+OpenedModel open_model(const std::string& path, const std::optional<tensor::WeightFormat>& convert) {
   OpenedModel opened = open_model(path);
+  if (!convert) return opened;
   try {
-    if (convert) {
-      opened.original = std::move(opened.weights);
-      opened.weights = std::make_unique<model::ConvertedWeights>(*opened.original, *convert);
-    }
-    model::plan_all_shards(opened.weights->config(), mesh.axis_size("model"));  // also checks the split
+    opened.original = std::move(opened.weights);
+    opened.weights = std::make_unique<model::ConvertedWeights>(*opened.original, *convert);
   } catch (const std::invalid_argument& e) {
     throw UsageError(path + ": " + e.what());
   }
   return opened;
+}
+
+model::Placement place_model(const OpenedModel& opened, const std::string& path, const dist::Mesh& mesh,
+                             const model::AxisRoles& roles) {
+  try {
+    return model::Placement(*opened.weights, mesh, roles);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(path + ": " + e.what());
+  }
 }
 
 std::optional<tensor::WeightFormat> parse_quantize_flag(const std::string& quantize, int group_size) {
@@ -225,20 +202,6 @@ void check_output_file(const std::string& out, const std::string& input, bool fo
   if (is_input) throw UsageError("--out " + out + ": is the input model " + input + "; write to another file");
   if (!force && fs::exists(fs::symlink_status(out, ec)))
     throw UsageError("--out " + out + ": already exists; choose a new file or pass --force to replace it");
-}
-
-void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,
-                         const std::function<void(model::Llama& llama, dist::Device& device)>& work) {
-  model::DevicesBuilding building(*opened.weights,
-                                 run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"));
-        building.built();
-        work(llama, dev);
-      },
-      run_options);
 }
 
 }  // namespace tpcli::cli

@@ -11,6 +11,8 @@
 
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
+#include "model/open_model.h"
+#include "model/placement.h"
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
 
@@ -23,29 +25,19 @@ class Llama;
 
 namespace tpcli::cli {
 
-struct OpenedModel {
-  std::unique_ptr<model::WeightSource> weights;
-  std::unique_ptr<model::WeightSource> original;  // the file, when `weights` converts it on load
-  // The tokenizer recorded in a safetensors checkpoint's "tokenizer" metadata, resolved against
-  // the checkpoint's folder (nullopt for llama2.c files, which record none).
-  std::optional<std::string> tokenizer;
-  std::map<std::string, std::string> metadata;  // a safetensors checkpoint's; empty for llama2.c
-  // A Hugging Face model directory: its path (its tokenizer is DIR/tokenizer.json) and the token
-  // ids of its config.json / generation_config.json. nullopt for the other formats.
-  std::optional<std::string> hf_dir;
-  std::optional<int> bos_token_id;
-  std::vector<int> eos_token_ids;
-};
+using model::OpenedModel;  // model/open_model.h
 
-// A directory with a config.json as a Hugging Face model, ".safetensors" files (or files whose 9th
-// byte starts a JSON header) as safetensors, anything else as llama2.c. Throws UsageError with the
-// loader's one-line message.
+// model::open, its errors as UsageError.
 OpenedModel open_model(const std::string& path);
-// The same, for a run on `mesh`: also a UsageError when the model cannot be split over its tensor
-// axis "model" (model::check_tensor_devices).
-// With `convert`, an f32 checkpoint is quantized (or stored 16-bit) on load (model::ConvertedWeights).
-OpenedModel open_model(const std::string& path, const dist::Mesh& mesh,
-                       const std::optional<tensor::WeightFormat>& convert = std::nullopt);
+// The same; with `convert`, an f32 checkpoint is quantized (or stored 16-bit) on load
+// (model::ConvertedWeights).
+OpenedModel open_model(const std::string& path, const std::optional<tensor::WeightFormat>& convert);
+
+// Where the model `path` opened as `opened` sits on `mesh` (after apply_load_flags and
+// apply_adapter: the plans are those of the weights as built), the run's one model::Placement. A
+// UsageError "PATH: cannot split ..." when the model does not split over the tensor axis.
+model::Placement place_model(const OpenedModel& opened, const std::string& path, const dist::Mesh& mesh,
+                             const model::AxisRoles& roles = {});
 
 // `--quantize 4|8|mxfp8|bf16|f16` with `--group-size 32|64|128` (affine only) as a format;
 // "" = nullopt. UsageError naming the flag for anything else.
@@ -77,10 +69,5 @@ void add_int8_activations_flag(CLI::App& sub, bool& on);
 // inode, whatever the path: a hard link or a symlink counts; for a model folder, any file directly
 // in it), or when it exists and `force` is false.
 void check_output_file(const std::string& out, const std::string& input, bool force);
-
-// Runs `work` on every device of this process with its inference model (on huge pages), freeing
-// the checkpoint's pages once every local device has built its own (model::DevicesBuilding).
-void run_inference_model(const OpenedModel& opened, const dist::Mesh& mesh, const dist::RunOptions& run_options,
-                         const std::function<void(model::Llama& llama, dist::Device& device)>& work);
 
 }  // namespace tpcli::cli

@@ -63,9 +63,11 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
 
 void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
-  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
-  OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  const InferenceAxes where = inference_mesh_from_flags(run_flags);
+  const dist::Mesh& mesh = where.mesh;
+  OpenedModel opened = open_model(f.model, parse_quantize_flag(f.quantize, f.group_size));
   apply_adapter(opened, f.adapter);
+  const model::Placement placement = place_model(opened, f.model, mesh, where.roles);
   tensor::set_int8_activations(f.int8_activations);
   std::string text;
   try {
@@ -85,11 +87,13 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
                      std::to_string(S) + " + 1");
   double nll_sum = 0;  // sum over windows of the window's mean NLL (device 0's)
   const auto start = std::chrono::steady_clock::now();
-  dist::run_on_mesh(mesh, [&](dist::Device& dev) {
-    model::Llama llama = model::Llama::on_huge_pages(*opened.weights, dev.axis("model"), dev.axis("expert"), kv_dtype);
-    const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
-    if (dev.rank() == 0) nll_sum = sum;
-  });
+  model::run_placed(
+      *opened.weights, placement, {},
+      [&](model::Llama& llama, dist::Device& dev) {
+        const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
+        if (dev.rank() == 0) nll_sum = sum;
+      },
+      kv_dtype);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double mean = nll_sum / static_cast<double>(W);
   std::printf("%s: %lld windows x %d tokens, mean NLL %.6f, perplexity %.4f\n", f.model.c_str(),
@@ -99,7 +103,7 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
 
 void setup_perplexity(CLI::App& sub) {
   auto f = std::make_shared<PerplexityFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_ROLES);
   sub.add_option("--model", f->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")
       ->required();
   add_adapter_flag(sub, f->adapter);

@@ -61,16 +61,17 @@ std::string tokenizer_path(const ServeFlags& f, const OpenedModel& opened) {
 }
 
 // What each device of the tensor axis holds, a line each (the chat page's status line).
-std::vector<std::string> device_holds(const model::LlamaConfig& c, const dist::Mesh& mesh) {
+std::vector<std::string> device_holds(const model::LlamaConfig& c, const model::Placement& placement) {
   std::vector<std::string> out;
   const auto range = [](const dist::Range& r, int of) {
     return std::to_string(r.offset) + "-" + std::to_string(r.offset + r.count - 1) + " of " + std::to_string(of);
   };
-  for (const model::ShardPlan& p : model::plan_all_shards(c, mesh.axis_size("model")))
+  for (const model::ShardPlan& p : placement.plans())
     out.push_back("device " + std::to_string(p.rank) + ": query heads " + range(p.heads, c.n_heads) + ", KV heads " +
                   range(p.kv_heads, c.n_kv_heads) + ", FFN rows " + range(p.ffn, c.hidden_dim) + ", vocabulary rows " +
                   range(p.vocab, c.vocab_size));
-  if (mesh.axis_size("expert") > 1) out.push_back("experts dealt over " + std::to_string(mesh.axis_size("expert")) + " expert groups");
+  if (placement.expert_devices() > 1)
+    out.push_back("experts dealt over " + std::to_string(placement.expert_devices()) + " expert groups");
   return out;
 }
 
@@ -110,7 +111,8 @@ void drain(serve::HttpServer* http, serve::EngineService& service, int grace) {
 
 void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   const ShutdownSignals signals;
-  const dist::Mesh mesh = inference_mesh_from_flags(run_flags);
+  const InferenceAxes where = inference_mesh_from_flags(run_flags);
+  const dist::Mesh& mesh = where.mesh;
   dist::RunOptions run_options;
   try {
     dist::select_backend(run_options, run_flags.backend, mesh.size());
@@ -126,13 +128,14 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   if (!f.kv_memory.empty()) service_options.engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
   service_options.engine.kv_dtype = parse_kv_dtype(f.kv_dtype);
 
-  OpenedModel opened = open_model(f.model, mesh, parse_quantize_flag(f.quantize, f.group_size));
+  OpenedModel opened = open_model(f.model, parse_quantize_flag(f.quantize, f.group_size));
   apply_load_flags(opened, f.dtype, f.context);
   apply_adapter(opened, f.adapter);
+  const model::Placement placement = place_model(opened, f.model, mesh, where.roles);
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   try {
-    model::kv_pool_blocks(config, mesh.axis_size("model"), mesh.size(), service_options.engine);
+    model::kv_pool_blocks(config, placement.plans(), mesh.size(), service_options.engine);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -155,7 +158,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   served.mesh = mesh.to_string();
   served.backend = run_flags.backend.empty() ? "threads" : run_flags.backend;
   served.devices = mesh.size();
-  served.holds = device_holds(config, mesh);
+  served.holds = device_holds(config, placement);
 
   dist::CollectiveWatch watch(mesh.size());
   run_options.watch = &watch;
@@ -186,7 +189,8 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   });
   std::optional<std::string> failure;
   try {
-    run_inference_model(opened, mesh, run_options, [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev, *loaded.tokenizer); });
+    model::run_placed(*opened.weights, placement, run_options,
+                      [&](model::Llama& llama, dist::Device& dev) { service.run_device(llama, dev, *loaded.tokenizer); });
   } catch (const std::exception& e) {
     failure = e.what();
     service.fail(e.what());
@@ -200,7 +204,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
 
 void setup_serve(CLI::App& sub) {
   auto flags = std::make_shared<ServeFlags>();
-  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND);
+  auto run_flags = add_run_flags(sub, FLAG_DEVICES | FLAG_MESH | FLAG_BACKEND | FLAG_ROLES);
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")->required();
   add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");

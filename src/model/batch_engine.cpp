@@ -79,10 +79,10 @@ void check_pool_fits(int64_t blocks, int64_t block_bytes, int devices, const std
 
 }  // namespace
 
-int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, const EngineOptions& o) {
+int kv_pool_blocks(const LlamaConfig& config, const std::vector<ShardPlan>& plans, int devices, const EngineOptions& o) {
   if (o.block_size < 1) throw std::invalid_argument("batch engine: a KV block of " + std::to_string(o.block_size) + " positions");
   int64_t rows = 0;
-  for (const ShardPlan& p : plan_all_shards(config, tensor_devices)) rows = std::max(rows, p.kv_rows().count);
+  for (const ShardPlan& p : plans) rows = std::max(rows, p.kv_rows().count);
   const int64_t per_block = 2 * int64_t{config.n_layers} * o.block_size * rows * nn::kv_dtype_bytes(o.kv_dtype);
   if (o.kv_blocks > 0) {
     check_pool_fits(o.kv_blocks, per_block, devices, "--kv-blocks " + std::to_string(o.kv_blocks));
@@ -106,7 +106,7 @@ BatchEngine::BatchEngine(Llama& llama, const EngineOptions& options, const Token
     : llama_(llama),
       options_(options),
       tokenizer_(tokenizer),
-      pool_(llama.new_kv_pool(kv_pool_blocks(llama.config(), llama.tensor_devices(), llama.devices(), options), options.block_size,
+      pool_(llama.new_kv_pool(kv_pool_blocks(llama.config(), llama.plans(), llama.devices(), options), options.block_size,
                               options.kv_dtype)),
       allocator_(pool_.blocks(), options.block_size),
       context_(static_cast<int>(std::min<int64_t>(llama.config().seq_len, int64_t{pool_.blocks()} * options.block_size))) {

@@ -160,13 +160,13 @@ class BatchEngine {
   EngineStats stats_;
 };
 
-// The KV pool's blocks for these options, the weights split over `tensor_devices` of the
-// `devices` devices: kv_blocks, else kv_memory over the largest device's block of kv_dtype (uneven kv heads:
+// The KV pool's blocks for these options, the weights split by `plans` (every tensor device's) over
+// `devices` devices in all: kv_blocks, else kv_memory over the largest device's block of kv_dtype (uneven kv heads:
 // every device gets the same blocks), else `parallel` whole contexts within an eighth of the
 // machine's memory. std::invalid_argument when kv_memory holds no block, or when kv_blocks or
 // kv_memory ask for a pool that `devices` devices cannot hold in this machine's physical memory
 // (naming the flag: --kv-blocks, --kv-memory).
-int kv_pool_blocks(const LlamaConfig& config, int tensor_devices, int devices, const EngineOptions& options);
+int kv_pool_blocks(const LlamaConfig& config, const std::vector<ShardPlan>& plans, int devices, const EngineOptions& options);
 
 // Every request through a BatchEngine to the end; results in request order. on_finished(i) is
 // called as request i finishes.

@@ -148,15 +148,17 @@ GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> pro
 
 MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
                                std::FILE* out, const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
-  check_tensor_devices(weights.config(), mesh.axis_size("model"));  // a clear error before any thread starts
+  return run_model_on_mesh(weights, Placement(weights, mesh), loop, out, run_options, kv_dtype);
+}
+
+MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const Placement& placement, const DeviceLoop& loop,
+                                     std::FILE* out, const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
+  const dist::Mesh& mesh = placement.mesh();
   std::vector<GenerateResult> results(static_cast<size_t>(mesh.size()));  // [devices], one slot each
   std::vector<DeviceReport> reports(static_cast<size_t>(mesh.size()));
-  DevicesBuilding building(weights, run_options.local_ranks.empty() ? mesh.size() : static_cast<int>(run_options.local_ranks.size()));
-  dist::run_on_mesh(
-      mesh,
-      [&](dist::Device& dev) {
-        Llama model = Llama::on_huge_pages(weights, dev.axis("model"), dev.axis("expert"), kv_dtype);
-        building.built();
+  run_placed(
+      weights, placement, run_options,
+      [&](Llama& model, dist::Device& dev) {
         const uint64_t moved_before = dev.stats().bytes_sent + dev.stats().bytes_received;
         ModelFns fns;
         fns.llama = &model;
@@ -184,7 +186,7 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
         r.kv_cache_bytes = model.kv_cache_bytes();
         r.bytes_moved = dev.stats().bytes_sent + dev.stats().bytes_received - moved_before;
       },
-      run_options);
+      kv_dtype);
   // Devices that ran in this process (all of them with the thread backend) must agree.
   size_t first = 0;
   while (first < results.size() && results[first].tokens.empty()) ++first;
@@ -199,11 +201,17 @@ MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Me
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
                                     const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
+  return generate_on_mesh(weights, tokenizer, Placement(weights, mesh), options, out, run_options, kv_dtype);
+}
+
+MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const Placement& placement,
+                                    const GenerateOptions& options, std::FILE* out,
+                                    const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
   if (tokenizer.vocab_size() != weights.config().vocab_size)
     throw std::invalid_argument("tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                                 " tokens but the model's vocab_size is " + std::to_string(weights.config().vocab_size));
   return run_model_on_mesh(
-      weights, mesh,
+      weights, placement,
       [&](const ModelFns& model, std::FILE* device_out) { return generate(model, tokenizer, options, device_out); },
       out, run_options, kv_dtype);
 }

@@ -23,6 +23,7 @@
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
 #include "distributed/trace.h"
+#include "model/placement.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
@@ -120,16 +121,23 @@ struct MeshGenerateResult {
 // `out` is the stream for device 0 and null for the others.
 using DeviceLoop = std::function<GenerateResult(const ModelFns& model, std::FILE* out)>;
 
-// Runs `loop` on every device of `mesh`, each with its shard of `weights` (tensor-parallel over the
-// mesh axis "model"). Every device must pick the same tokens (checked: std::logic_error otherwise).
-// Throws std::invalid_argument when the model axis does not fit the model (more devices than
-// heads) and dist::DeviceError for failures inside a device. kv_dtype: the models' KV caches.
+// Runs `loop` on every device of `placement`'s mesh, each with its shard of `weights` where the
+// placement puts it. Every device must pick the same tokens (checked: std::logic_error otherwise).
+// Throws dist::DeviceError for failures inside a device. kv_dtype: the models' KV caches.
+MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const Placement& placement, const DeviceLoop& loop,
+                                     std::FILE* out, const dist::RunOptions& run_options = {},
+                                     nn::KvDtype kv_dtype = nn::KvDtype::F32);
+// The same on `mesh` with the default roles (Placement(weights, mesh)): std::invalid_argument when
+// the tensor axis does not fit the model (more devices than heads).
 MeshGenerateResult run_model_on_mesh(const WeightSource& weights, const dist::Mesh& mesh, const DeviceLoop& loop,
                                std::FILE* out, const dist::RunOptions& run_options = {},
                                nn::KvDtype kv_dtype = nn::KvDtype::F32);
 
 // llama2.c's generation on a mesh: run_model_on_mesh with generate(); the same sampler state on every
 // device, so the same tokens; device 0 writes to `out`.
+MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const Placement& placement,
+                                    const GenerateOptions& options, std::FILE* out,
+                                    const dist::RunOptions& run_options = {}, nn::KvDtype kv_dtype = nn::KvDtype::F32);
 MeshGenerateResult generate_on_mesh(const WeightSource& weights, const Tokenizer& tokenizer, const dist::Mesh& mesh,
                                     const GenerateOptions& options, std::FILE* out,
                                     const dist::RunOptions& run_options = {}, nn::KvDtype kv_dtype = nn::KvDtype::F32);

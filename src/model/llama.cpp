@@ -164,14 +164,19 @@ class ExpertParallelRows : public nn::FeedForward {
 }  // namespace
 
 bool split_invariant(const WeightSource& weights, int tensor_devices, int expert_devices) {
+  return split_invariant(weights, plan_all_shards(weights.config(), tensor_devices), expert_devices);
+}
+
+bool split_invariant(const WeightSource& weights, const std::vector<ShardPlan>& plans, int expert_devices) {
   const LlamaConfig& c = weights.config();
+  const int tensor_devices = static_cast<int>(plans.size());
   if (tensor_devices == 1 && expert_devices == 1) return true;
   if ((tensor_devices & (tensor_devices - 1)) != 0 || expert_devices > 1) return false;
   for (int l = 0; l < c.n_layers; ++l)
     if (c.is_moe_layer(l)) return false;  // the experts' sums are not in lanes
   const int64_t wo = lane_width(c.q_dim(), lane_unit(weights, tensor_name({0, Matrix::Wo}), c.head_size())),
                 w2 = lane_width(c.hidden_dim, lane_unit(weights, tensor_name({0, Matrix::W2}), 1));
-  return std::ranges::all_of(plan_all_shards(c, tensor_devices),
+  return std::ranges::all_of(plans,
                              [&](const ShardPlan& q) { return whole_subtree(q.q_rows(), wo) && whole_subtree(q.ffn, w2); });
 }
 
@@ -184,8 +189,21 @@ Llama Llama::on_huge_pages(const WeightSource& weights, dist::Group tensor_group
   return Llama(weights, std::move(tensor_group), std::move(expert_group), kv_dtype);
 }
 
+Llama Llama::on_huge_pages(const WeightSource& weights, const Placement& placement, dist::Device& dev, nn::KvDtype kv_dtype) {
+  const tensor::HugePageArena weights_on_huge_pages;
+  return Llama(weights, placement, dev, kv_dtype);
+}
+
 Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group, nn::KvDtype kv_dtype)
-    : core_(weights.config(), std::move(tensor_group), std::move(expert_group)),
+    : Llama(weights, std::move(tensor_group), std::move(expert_group), kv_dtype, nullptr) {}
+
+Llama::Llama(const WeightSource& weights, const Placement& placement, dist::Device& dev, nn::KvDtype kv_dtype)
+    : Llama(weights, placement.tensor_group(dev), placement.expert_group(dev), kv_dtype, &placement) {}
+
+Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group, nn::KvDtype kv_dtype,
+             const Placement* placement)
+    : core_(weights.config(), std::move(tensor_group), std::move(expert_group),
+            placement ? placement->plans() : std::vector<ShardPlan>{}),
       kv_dtype_(kv_dtype),
       vocab_(std::make_unique<Vocab>()) {
   const LlamaConfig& c = core_.config;
@@ -203,7 +221,8 @@ Llama::Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group 
   if (holds_packed_weights(weights)) load_packed_layers(weights);
   else load_f32_layers(weights);
   if (const LoraAdapterSet* set = weights.adapter()) attach_lora(*set);
-  split_invariant_ = model::split_invariant(weights, core_.group.size(), core_.expert_group.size());
+  split_invariant_ = placement ? placement->split_invariant()
+                               : model::split_invariant(weights, core_.all_plans, core_.expert_group.size());
   if (core_.expert_group.size() > 1)
     for (int l = 0; l < c.n_layers; ++l)
       if (c.is_moe_layer(l)) {

@@ -18,6 +18,7 @@
 
 #include "distributed/group.h"
 #include "model/llama_core.h"
+#include "model/placement.h"
 #include "model/weights.h"
 #include "nn/attention.h"
 #include "nn/feed_forward.h"
@@ -30,6 +31,8 @@ namespace tpcli::model {
 // (nn/quantized_linear.h), on a power-of-two count of devices, and no block is MoE. Otherwise
 // seeded sampling may part from 1 device's text (greedy tokens rarely).
 bool split_invariant(const WeightSource& weights, int tensor_devices, int expert_devices = 1);
+// The same, given every tensor device's shard plan (plan_all_shards(weights.config(), T)).
+bool split_invariant(const WeightSource& weights, const std::vector<ShardPlan>& plans, int expert_devices);
 
 class Llama {
  public:
@@ -47,12 +50,19 @@ class Llama {
   // back on 2 MB pages, however its matrices were cut.
   static Llama on_huge_pages(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group = {},
                              nn::KvDtype kv_dtype = nn::KvDtype::F32);
+  // Device `dev`'s model where `placement` puts it: its groups along the placement's tensor and
+  // expert axes, the run's shard plans (not planned again), on huge pages.
+  static Llama on_huge_pages(const WeightSource& weights, const Placement& placement, dist::Device& dev,
+                             nn::KvDtype kv_dtype = nn::KvDtype::F32);
+  // The same, not on huge pages.
+  Llama(const WeightSource& weights, const Placement& placement, dist::Device& dev, nn::KvDtype kv_dtype = nn::KvDtype::F32);
   ~Llama();
   Llama(Llama&&) noexcept;
   Llama& operator=(Llama&&) noexcept;
 
   const LlamaConfig& config() const { return core_.config; }
   const ShardPlan& plan() const { return core_.plan; }
+  const std::vector<ShardPlan>& plans() const { return core_.all_plans; }  // [T] every tensor device's
   // Devices that split the weights (the tensor group), and all the model is split over (x experts).
   int tensor_devices() const { return core_.group.size(); }
   int devices() const { return core_.group.size() * core_.expert_group.size(); }
@@ -132,6 +142,9 @@ class Llama {
  private:
   struct Layer;
   struct Vocab;
+  // placement: the run's plans and split invariance (null: derived from the groups here).
+  Llama(const WeightSource& weights, dist::Group tensor_group, dist::Group expert_group, nn::KvDtype kv_dtype,
+        const Placement* placement);
   void load_f32_layers(const WeightSource& weights);
   void attach_lora(const LoraAdapterSet& set);  // weights.adapter(), unmerged (nn/quantized_lora.h)
   void load_packed_layers(const WeightSource& weights);

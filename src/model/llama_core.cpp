@@ -15,11 +15,14 @@ namespace tpcli::model {
 
 using tensor::Tensor;
 
-LlamaCore::LlamaCore(LlamaConfig c, dist::Group tensor_group, dist::Group experts)
-    : config(std::move(c)), group(std::move(tensor_group)), expert_group(std::move(experts)) {
+LlamaCore::LlamaCore(LlamaConfig c, dist::Group tensor_group, dist::Group experts, std::vector<ShardPlan> plans)
+    : config(std::move(c)), group(std::move(tensor_group)), expert_group(std::move(experts)), all_plans(std::move(plans)) {
   config.validate();
   specs = llama_parameters(config);
-  all_plans = plan_all_shards(config, group.size());
+  if (all_plans.empty()) all_plans = plan_all_shards(config, group.size());
+  if (static_cast<int>(all_plans.size()) != group.size())
+    throw std::logic_error("llama: " + std::to_string(all_plans.size()) + " shard plans for a tensor group of " +
+                           std::to_string(group.size()) + " devices");
   plan = all_plans[static_cast<size_t>(group.rank())];
   const int kv_mul = config.n_heads / config.n_kv_heads;
   for (int h = 0; h < plan.heads.count; ++h) kv_of.push_back(plan.kv_head_of(h, kv_mul));

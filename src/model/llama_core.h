@@ -54,8 +54,9 @@ struct QkvExtras {
 struct LlamaCore {
   LlamaCore() = default;
   // tensor_group: the devices that split the weights; expert_group (MoE only): the devices the
-  // experts are dealt out over (nn/moe.h). Validates the config.
-  LlamaCore(LlamaConfig config, dist::Group tensor_group, dist::Group expert_group);
+  // experts are dealt out over (nn/moe.h). Validates the config. all_plans: every tensor device's
+  // shard plan as a Placement made them for this config (model/placement.h); empty: planned here.
+  LlamaCore(LlamaConfig config, dist::Group tensor_group, dist::Group expert_group, std::vector<ShardPlan> all_plans = {});
 
   LlamaConfig config;
   std::vector<ParamSpec> specs;  // llama_parameters(config)

@@ -427,7 +427,50 @@ TEST_CASE("cli faults: an inference mesh axis with no role is a one-line error n
     const Run r = run_tpcli(command + " --mesh tp=4");  // was: four whole replicas
     check_one_line_error(r, "--mesh tp=4: axis 'tp' (size 4) has no role in inference");
     CHECK(r.err.find("e.g. --mesh model=4") != std::string::npos);
+    CHECK(r.err.find("or --set mesh.tensor_axis=tp") != std::string::npos);
   }
+  // Only the role keys are taken, and an axis name is letters, digits, '_' or '-'.
+  check_one_line_error(run_tpcli("infer --model " + model_file() + " --tokens 1,2 --ids --set train.steps=3"),
+                       "--set train.steps=3: inference names only mesh.tensor_axis and mesh.expert_axis");
+  check_one_line_error(run_tpcli("infer --model " + model_file() + " --tokens 1,2 --ids --set mesh.tensor_axis=a.b"),
+                       "--set mesh.tensor_axis=a.b: an axis name is letters, digits, '_' or '-'");
+  // Naming the expert axis as the tensor axis leaves nothing to split the experts over.
+  check_one_line_error(run_tpcli("infer --model " + model_file() + " --tokens 1,2 --ids --mesh tp=2 --set mesh.tensor_axis=tp "
+                                 "--set mesh.expert_axis=tp"),
+                       "the tensor and expert roles name one axis 'tp'");
+}
+
+namespace {
+
+// "device 0: parameters 0.27 MB, KV cache 0.13 MB" of an infer run's report (moved bytes left out).
+std::string device0_memory(const Run& r) {
+  const size_t at = r.err.find("device 0: parameters");
+  if (at == std::string::npos) return "";
+  return r.err.substr(at, r.err.find(", moved", at) - at);
+}
+
+}  // namespace
+
+TEST_CASE("cli: --set mesh.tensor_axis=tp splits the model over the axis the user named, as --devices does over 'model'") {
+  const std::string base = "infer --model " + model_file() + " --tokens 1,2,3 --ids -n 12 -t 0";
+  const Run named = run_tpcli(base + " --mesh tp=4 --set mesh.tensor_axis=tp");
+  const Run model4 = run_tpcli(base + " --devices 4");
+  const Run one = run_tpcli(base);
+  INFO("named: " << named.err << "\nmodel=4: " << model4.err << "\none: " << one.err);
+  REQUIRE(named.code == 0);
+  REQUIRE(model4.code == 0);
+  REQUIRE(one.code == 0);
+  CHECK(named.out == model4.out);  // the same greedy ids
+  CHECK(named.out == one.out);
+  // Each of the four devices holds a quarter of the heads: not four replicas of the whole model.
+  CHECK(!device0_memory(named).empty());
+  CHECK(device0_memory(named) == device0_memory(model4));
+  CHECK(device0_memory(named) != device0_memory(one));
+  CHECK(named.err.find("device 3: parameters") != std::string::npos);
+  // --devices names its one axis after the tensor role.
+  const Run devices = run_tpcli(base + " --devices 4 --set mesh.tensor_axis=tp");
+  CHECK(devices.code == 0);
+  CHECK(device0_memory(devices) == device0_memory(model4));
 }
 
 TEST_CASE("cli faults: quantize --mode mxfp8 implies 8 bits, and perplexity --help names Hugging Face directories") {

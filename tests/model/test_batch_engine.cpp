@@ -255,12 +255,12 @@ TEST_CASE("batch engine: --kv-memory holds twice the blocks in bf16 or f16 as in
   const model::LlamaConfig c = engine_config();
   model::EngineOptions o;
   o.kv_memory = int64_t{3} << 20;
-  const int f32_blocks = model::kv_pool_blocks(c, 1, 1, o);
+  const int f32_blocks = model::kv_pool_blocks(c, model::plan_all_shards(c, 1), 1, o);
   CHECK(f32_blocks == (int64_t{3} << 20) / (2 * c.n_layers * o.block_size * c.kv_dim() * 4));
   for (nn::KvDtype kv : {nn::KvDtype::BF16, nn::KvDtype::F16}) {
     o.kv_dtype = kv;
-    CHECK(model::kv_pool_blocks(c, 1, 1, o) == 2 * f32_blocks);
-    CHECK(model::kv_pool_blocks(c, 2, 2, o) == 4 * f32_blocks);  // each device holds half the kv heads
+    CHECK(model::kv_pool_blocks(c, model::plan_all_shards(c, 1), 1, o) == 2 * f32_blocks);
+    CHECK(model::kv_pool_blocks(c, model::plan_all_shards(c, 2), 2, o) == 4 * f32_blocks);  // each device holds half the kv heads
   }
   // and the pool is that many bytes
   dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
