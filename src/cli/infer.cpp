@@ -27,6 +27,7 @@
 #include "distributed/trace.h"
 #include "distributed/select_backend.h"
 #include "cli/tokenizer_setup.h"
+#include "model/end_of_generation.h"
 #include "model/generate.h"
 #include "model/generate_text.h"
 #include "model/llama.h"
@@ -77,8 +78,8 @@ bool is_tokenizer_json(const std::string& path) {
 std::string prompt_source(const InferFlags& f) { return f.prompt_file.empty() ? "-i/--prompt" : f.prompt_file; }
 
 // A Hugging Face tokenizer (-z tokenizer.json or a directory, else the model's directory or the
-// checkpoint's recorded tokenizer.json): stop at
-// its end-of-sequence token.
+// checkpoint's recorded tokenizer.json): stop where every engine command stops
+// (model/end_of_generation.h).
 model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, const model::LlamaConfig& config,
                                                        const OpenedModel& opened, const model::Placement& placement,
                                                        const model::GenerateOptions& options,
@@ -91,8 +92,7 @@ model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, cons
     throw UsageError(loaded.path + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
   require_prompt_fits(prompt_source(f), tokenizer.encode_text(options.prompt, true).size(), config.seq_len);
-  std::vector<int> stop_ids = opened.eos_token_ids;  // config.json / generation_config.json's
-  if (auto eos = tokenizer.token_id(tokenizer.eos_text()); eos && !tokenizer.eos_text().empty()) stop_ids.push_back(*eos);
+  const std::vector<int> stop_ids = model::end_of_generation(tokenizer, opened.eos_token_ids).ids;
   return model::run_model_on_mesh(
       *opened.weights, placement,
       [&](const model::ModelFns& model, std::FILE* out) {
