@@ -10,6 +10,10 @@ namespace {
 
 constexpr size_t PROMPT_WINDOW = 5;  // prompt tokens decoded before the first generated one
 constexpr std::string_view REPLACEMENT_CHARACTER = "\xEF\xBF\xBD";  // U+FFFD, what lossy decoders emit
+// Tokens held back for an unfinished character at most. A character is at most 4 bytes (4 byte
+// tokens); past this the bytes will never make one, and holding on would make every token's
+// decode longer than the last (inside the engine's step, for every sequence beside it).
+constexpr size_t MAX_HELD_TOKENS = 8;
 
 // Bytes at the end of `s` that start a UTF-8 sequence not yet complete.
 size_t unfinished_utf8(const std::string& s) {
@@ -55,7 +59,8 @@ std::string TextStream::add(int token) {
   const bool grew = after.size() > before.size() && after.compare(0, before.size(), before) == 0;
   // Decoders that turn bytes into text end an unfinished character in U+FFFD (Hugging Face) or in
   // its first bytes (llama2.c): either way the next token may still complete it.
-  if (!grew || unfinished_utf8(after) > 0 || std::string_view(after).ends_with(REPLACEMENT_CHARACTER)) return {};
+  const bool unfinished = unfinished_utf8(after) > 0 || std::string_view(after).ends_with(REPLACEMENT_CHARACTER);
+  if (!grew || (unfinished && ids_.size() - read_ <= MAX_HELD_TOKENS)) return {};
   text_ += after.substr(before.size());
   prefix_ = read_;
   read_ = ids_.size();

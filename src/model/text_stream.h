@@ -3,8 +3,9 @@
 // Each token's text is what decoding the tokens so far adds to decoding them without it, over a
 // window that starts a few tokens back (vLLM's and TGI's incremental detokenizing): a SentencePiece
 // word start or a byte-fallback sequence only makes sense with its neighbours. Text is held back
-// while it ends in an unfinished UTF-8 sequence (or the U+FFFD a lossy decoder puts for one), or in
-// what could be the start of a stop string;
+// while it ends in an unfinished UTF-8 sequence (or the U+FFFD a lossy decoder puts for one), for a
+// few tokens at most (bytes that never make a character are sent as decoded), or in what could be
+// the start of a stop string;
 // a stop string, once met, ends the text before it (it is never sent).
 #pragma once
 

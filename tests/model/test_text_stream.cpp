@@ -82,3 +82,14 @@ TEST_CASE("text stream: a lossy decoder's U+FFFD for an unfinished character is 
   TextStream at_end(tokenizer, prompt, {});
   CHECK(pieces(at_end, "a\xc3") == std::vector<std::string>{"a", "", "\xEF\xBF\xBD"});
 }
+
+TEST_CASE("text stream: bytes that never make a character are held a few tokens, not to the end") {
+  const LossyByteTokenizer tokenizer;
+  TextStream stream(tokenizer, std::vector<int>{'>'}, {});
+  const std::vector<std::string> out = pieces(stream, std::string(20, '\xff'));
+  const std::string fffd = "\xEF\xBF\xBD";
+  std::string nine;
+  for (int i = 0; i < 9; ++i) nine += fffd;
+  for (size_t i = 0; i < 20; ++i) CHECK(out[i] == (i == 8 || i == 17 ? nine : ""));
+  CHECK(out[20] == fffd + fffd);  // flush: the last two
+}
