@@ -242,12 +242,17 @@ void BatchEngine::preempt_newest(std::vector<Planned>& plan) {
 void BatchEngine::run(const std::vector<Planned>& plan) {
   std::vector<int> tokens;
   std::vector<Llama::SequenceRows> rows;
+  bool greedy = true;  // every sequence asking picks greedily, none wants its logits: the model moves tokens, not logits
   for (const Planned& p : plan) {
     const Sequence& s = *sequences_[static_cast<size_t>(p.id)];
     tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + p.rows);
     rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, s.computed + p.rows == static_cast<int64_t>(s.tokens.size())});
+    if (rows.back().logits && (s.request.temperature != 0.0f || s.request.logits)) greedy = false;
   }
-  const std::span<float> logits = llama_.step(tokens, rows, pool_);  // [sequences asking, V]
+  std::span<float> logits;              // [sequences asking, V]
+  std::span<const int> greedy_tokens;  // [sequences asking]: argmax, -1 where not finite
+  if (greedy) greedy_tokens = llama_.step_greedy(tokens, rows, pool_);
+  else logits = llama_.step(tokens, rows, pool_);
   ++stats_.steps;
   stats_.rows += static_cast<int64_t>(tokens.size());
   const size_t V = static_cast<size_t>(llama_.config().vocab_size);
@@ -255,7 +260,18 @@ void BatchEngine::run(const std::vector<Planned>& plan) {
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *sequences_[static_cast<size_t>(plan[i].id)];
     advance(s, plan[i].rows);
-    if (rows[i].logits) take_token(s, logits.data() + V * next++);
+    if (!rows[i].logits) continue;
+    const size_t k = next++;
+    if (!greedy) {
+      take_token(s, logits.data() + V * k);
+      continue;
+    }
+    if (greedy_tokens[k] >= 0) {
+      accept_token(s, greedy_tokens[k]);
+      continue;
+    }
+    if (logits.empty()) logits = llama_.step_logits();  // every device has the same -1: the error names the logit
+    take_token(s, logits.data() + V * k);
   }
   std::erase_if(running_, [&](int id) { return sequences_[static_cast<size_t>(id)]->finished; });
 }
@@ -277,8 +293,11 @@ void BatchEngine::take_token(Sequence& s, float* logits) {
     finish(s, FinishReason::error);
     return;
   }
-  if (on_logits) on_logits(s.id, row);
-  const int token = s.sampler->sample(row);
+  if (on_logits && s.request.logits) on_logits(s.id, row);
+  accept_token(s, s.sampler->sample(row));
+}
+
+void BatchEngine::accept_token(Sequence& s, int token) {
   s.tokens.push_back(token);
   s.result.tokens.push_back(token);
   const bool stop_id = std::ranges::find(s.request.stop_ids, token) != s.request.stop_ids.end();

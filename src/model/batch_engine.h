@@ -62,6 +62,8 @@ struct BatchRequest {
   std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens, not in the text)
   std::vector<std::string> stop;  // stop strings: generation ends at the token whose text completes one
                                   // (the text is cut before it); needs the engine's tokenizer
+  bool logits = false;         // on_logits sees this sequence's logits (log-probabilities); without, a
+                               // greedy sequence's logits stay split (only each device's best moves)
 };
 
 struct BatchResult {
@@ -120,7 +122,8 @@ class BatchEngine {
   // the sequence (stop). Must answer the same on every device.
   std::function<bool(int id, int token)> on_token;
   std::function<void(int id)> on_finished;
-  // The logits [V] a sequence's next token is sampled from, before sampling (log-probabilities, tests).
+  // The logits [V] a sequence's next token is sampled from, before sampling (log-probabilities,
+  // tests), for the sequences whose request asks (BatchRequest::logits: the same on every device).
   std::function<void(int id, std::span<const float> logits)> on_logits;
 
   const EngineStats& stats() const { return stats_; }
@@ -143,7 +146,8 @@ class BatchEngine {
   void preempt_newest(std::vector<Planned>& plan);
   void run(const std::vector<Planned>& plan);
   void advance(Sequence& s, int64_t rows);
-  void take_token(Sequence& s, float* logits);
+  void take_token(Sequence& s, float* logits);  // checks and samples the sequence's next token
+  void accept_token(Sequence& s, int token);    // the sequence's next token: its text, its end
   void finish(Sequence& s, FinishReason reason);
   Sequence& sequence(int id) const;
   bool known(int id) const;

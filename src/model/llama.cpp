@@ -405,7 +405,7 @@ void Llama::blocks_forward(std::span<const int> tokens, std::span<const Segment>
   }
 }
 
-std::span<float> Llama::step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool) {
+int64_t Llama::step_local(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool) {
   const int64_t C = core_.config.dim, V = core_.config.vocab_size;
   std::vector<Segment> segments;
   int64_t rows = 0, wanted = 0;
@@ -417,7 +417,7 @@ std::span<float> Llama::step(std::span<const int> tokens, std::span<const Sequen
   if (rows != static_cast<int64_t>(tokens.size()))
     throw std::invalid_argument("llama: a step of " + std::to_string(tokens.size()) + " tokens for " + std::to_string(rows) + " rows");
   blocks_forward(tokens, segments);
-  if (wanted == 0) return {};  // prompt chunks only (every device has the same sequences)
+  if (wanted == 0) return 0;  // prompt chunks only (every device has the same sequences)
   std::vector<float> last(static_cast<size_t>(wanted * C));  // [wanted, C] the last row of each sequence asking
   int64_t n = 0;
   for (size_t i = 0; i < sequences.size(); ++i)
@@ -429,10 +429,30 @@ std::span<float> Llama::step(std::span<const int> tokens, std::span<const Sequen
   } else {
     step_local_.resize(static_cast<size_t>(wanted * core_.plan.vocab.count));  // [wanted, VL]
     head_local(step_local_.data(), last.data(), wanted);
+  }
+  return wanted;
+}
+
+std::span<float> Llama::step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool) {
+  if (step_local(tokens, sequences, pool) == 0) return {};
+  return step_logits();
+}
+
+std::span<float> Llama::step_logits() {
+  if (core_.group.size() > 1) {
+    const int64_t wanted = static_cast<int64_t>(step_local_.size()) / core_.plan.vocab.count;
     const std::vector<float> full = core_.gather_vocab_columns(step_local_.data(), wanted);
     std::copy(full.begin(), full.end(), step_logits_.begin());
   }
   return step_logits_;
+}
+
+std::span<const int> Llama::step_greedy(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool) {
+  const int64_t wanted = step_local(tokens, sequences, pool);
+  step_tokens_.resize(static_cast<size_t>(wanted));
+  if (wanted == 0) return {};  // prompt chunks only: nothing to gather
+  argmax_rows(core_.group.size() == 1 ? step_logits_.data() : step_local_.data(), wanted, step_tokens_.data());
+  return step_tokens_;
 }
 
 void Llama::logits_local(float* local, std::span<const int> tokens, int pos, int64_t rows) {
@@ -460,26 +480,43 @@ std::span<const float> Llama::gather_logits(const float* local) {
 }
 
 int Llama::argmax_over_devices(const float* local) {
+  int token = -1;
+  argmax_rows(local, 1, &token);
+  return token;
+}
+
+void Llama::argmax_rows(const float* local, int64_t rows, int* tokens) {
   dist::Group& group = core_.group;
-  const int64_t VL = core_.plan.vocab.count;
-  const int64_t best = std::max_element(local, local + VL) - local;  // first maximum, as llama2.c
-  const bool finite = std::all_of(local, local + VL, [](float v) { return std::isfinite(v); });
-  if (group.size() == 1) return finite ? static_cast<int>(best) : -1;
-  // Gather (logit, token) records instead of the logits: 8 bytes per device; a device with a
-  // non-finite logit sends NaN, so every device returns -1.
+  const int64_t VL = core_.plan.vocab.count, TP = group.size();
+  // Gather (logit, token) records instead of the logits: 8 bytes per row and device; a device with
+  // a non-finite logit in a row sends NaN for it, so every device returns -1 there.
   struct Candidate {
     float logit;
     int32_t token;
   };
-  const Candidate mine{finite ? local[best] : NAN, static_cast<int32_t>(core_.plan.vocab.offset + best)};
-  std::vector<Candidate> all(static_cast<size_t>(group.size()));  // [TP]
-  group.all_gather(std::as_bytes(std::span<const Candidate>(&mine, 1)), std::as_writable_bytes(std::span<Candidate>(all)));
-  size_t winner = 0;  // devices hold ascending vocabulary ranges: strict > keeps the lowest token on ties
-  for (size_t d = 0; d < all.size(); ++d) {
-    if (std::isnan(all[d].logit)) return -1;
-    if (all[d].logit > all[winner].logit) winner = d;
+  std::vector<Candidate> mine(static_cast<size_t>(rows));  // [rows]
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = local + r * VL;
+    const int64_t best = std::max_element(row, row + VL) - row;  // first maximum, as llama2.c
+    const bool finite = std::all_of(row, row + VL, [](float v) { return std::isfinite(v); });
+    mine[static_cast<size_t>(r)] = {finite ? row[best] : NAN, static_cast<int32_t>(core_.plan.vocab.offset + best)};
   }
-  return all[winner].token;
+  std::vector<Candidate> all = mine;  // [TP, rows]
+  if (TP > 1) {
+    all.resize(static_cast<size_t>(TP * rows));
+    group.all_gather(std::as_bytes(std::span<const Candidate>(mine)), std::as_writable_bytes(std::span<Candidate>(all)));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t winner = r;  // devices hold ascending vocabulary ranges: strict > keeps the lowest token on ties
+    tokens[r] = -1;
+    bool finite = true;
+    for (int64_t d = 0; d < TP && finite; ++d) {
+      const Candidate& c = all[static_cast<size_t>(d * rows + r)];
+      finite = !std::isnan(c.logit);
+      if (finite && c.logit > all[static_cast<size_t>(winner)].logit) winner = d * rows + r;
+    }
+    if (finite) tokens[r] = all[static_cast<size_t>(winner)].token;
+  }
 }
 
 std::span<const float> Llama::forward(int token, int pos) {

@@ -135,6 +135,13 @@ class Llama {
   // asking for them, in order (valid until the next step; the caller may overwrite them). MoE
   // blocks too: the router and every expert run row by row.
   std::span<float> step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
+  // The same step when only the greedy token of each sequence asking is wanted: argmax of its
+  // logits, ties to the lowest token id, -1 (on every device) when they are not finite. Moves one
+  // (logit, token) record per sequence and device instead of the logits, as forward_argmax.
+  std::span<const int> step_greedy(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
+  // The logits [n, V] of the last step_greedy's sequences, gathered now (every device calls it,
+  // e.g. to name a non-finite logit).
+  std::span<float> step_logits();
 
   int64_t parameter_bytes() const;  // this device's weights as held
   int64_t kv_cache_bytes() const;   // this device's own KV cache (made at the first forward or prefill)
@@ -169,6 +176,11 @@ class Llama {
   float* last_logits_local(std::span<const int> tokens, int pos);
   std::span<const float> gather_logits(const float* local);  // [VL] split -> [V] mirrored
   int argmax_over_devices(const float* local);                // greedy token from [VL] split logits
+  // argmax_over_devices of `rows` rows of local[rows, VL] into tokens[rows], one gather for all.
+  void argmax_rows(const float* local, int64_t rows, int* tokens);
+  // step()'s forward and this device's logits of the sequences asking, into step_local_ (alone:
+  // step_logits_, the whole vocabulary); returns how many sequences asked.
+  int64_t step_local(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
 
   LlamaCore core_;
   nn::KvDtype kv_dtype_;
@@ -186,6 +198,7 @@ class Llama {
   } run_;
   std::vector<float> logits_local_, logits_;  // [VL], [V]
   std::vector<float> step_local_, step_logits_;  // step(): [n, VL], [n, V]
+  std::vector<int> step_tokens_;                 // step_greedy(): [n]
   std::vector<int64_t> vocab_counts_;         // [TP] vocab rows of each device
 };
 

@@ -21,7 +21,7 @@ constexpr std::chrono::seconds RATE_WINDOW{5};
 // The commands of one step, as bytes: a tag, then the command's fields in their own types (host
 // byte order: every device runs the same binary):
 //   ADD max_tokens:i32 temperature:f32 top_p:f32 seed:u64 n_prompt:i32 prompt:i32... n_stop_ids:i32 stop_ids:i32...
-//       n_stop:i32 (length:i32 bytes...)...   (the stop strings)
+//       n_stop:i32 (length:i32 bytes...)...   (the stop strings)   logits:u8 (log-probabilities wanted)
 //   CANCEL id:i32
 //   SHUTDOWN
 enum class Command : uint8_t { ADD = 1, CANCEL = 2, SHUTDOWN = 3 };
@@ -93,6 +93,7 @@ void encode_add(const model::BatchRequest& r, std::vector<std::byte>& bytes) {
   put_ids(bytes, r.prompt);
   put_ids(bytes, r.stop_ids);
   put_strings(bytes, r.stop);
+  put(bytes, static_cast<uint8_t>(r.logits));
 }
 
 model::BatchRequest decode_add(CommandReader& in) {
@@ -104,6 +105,7 @@ model::BatchRequest decode_add(CommandReader& in) {
   r.prompt = in.take_ids();
   r.stop_ids = in.take_ids();
   r.stop = in.take_strings();
+  r.logits = in.take<uint8_t>() != 0;
   return r;
 }
 
@@ -189,6 +191,7 @@ bool EngineService::wait_ready() {
 std::shared_ptr<RequestStream> EngineService::submit(const model::BatchRequest& request, int top_logprobs) {
   auto s = std::make_shared<RequestStream>();
   s->request_ = request;
+  s->request_.logits = top_logprobs >= 0;  // the engine hands over its logits only then (report_logits)
   s->top_logprobs_ = top_logprobs;
   s->arrived_ = Clock::now();
   std::lock_guard lock(mutex_);

@@ -53,6 +53,7 @@ std::vector<model::BatchRequest> mixed_requests(int vocab, std::span<const int> 
     r.max_tokens = 2 + i % 5;
     r.temperature = i % 3 == 0 ? 0.0f : 0.9f;
     r.seed = 100 + static_cast<uint64_t>(i);
+    r.logits = true;  // the tests compare them
     requests.push_back(r);
   }
   return requests;
@@ -300,6 +301,47 @@ TEST_CASE("batch engine: greedy tokens agree on 1, 2, 3 and 4 devices", "[llama]
     INFO(devices << " devices");
     const EngineRun many = run_engine(w, devices, requests, {});
     for (size_t i = 0; i < requests.size(); ++i) CHECK(many.outcomes[i].tokens == one.outcomes[i].tokens);
+  }
+}
+
+TEST_CASE("batch engine: greedy steps move each device's best (logit, token), not the logits, and pick the same tokens",
+          "[llama][batch]") {
+  model::LlamaConfig c = make_config(48, 12, 6, 72, 2, 61, true);
+  c.seq_len = 64;
+  const model::TensorWeights w = random_weights(c, 31);
+  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (model::BatchRequest& r : requests) r.temperature = 0.0f;
+  for (const int devices : {2, 3}) {
+    INFO(devices << " devices");
+    // Requests that want their logits (for on_logits) have them gathered; without, greedy rows' tokens only.
+    std::vector<std::vector<int>> tokens[2];
+    uint64_t received[2] = {0, 0};
+    int64_t most_local_vocab = 0;
+    for (const bool hook : {true, false}) {
+      dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
+        model::Llama m(w, dev.axis("model"));
+        model::BatchEngine engine(m, {});
+        engine.on_logits = [](int, std::span<const float>) {};
+        for (model::BatchRequest r : requests) {
+          r.logits = hook;
+          engine.add(r);
+        }
+        const uint64_t before = dev.stats().bytes_received;
+        while (engine.step()) {
+        }
+        if (dev.rank() != 0) return;
+        received[hook ? 0 : 1] = dev.stats().bytes_received - before;
+        for (size_t i = 0; i < requests.size(); ++i) tokens[hook ? 0 : 1].push_back(engine.result(static_cast<int>(i)).tokens);
+        for (const model::ShardPlan& p : m.plans()) most_local_vocab = std::max(most_local_vocab, p.vocab.count);
+      });
+    }
+    CHECK(tokens[1] == tokens[0]);
+    int64_t picked = 0;
+    for (const std::vector<int>& t : tokens[0]) picked += static_cast<int64_t>(t.size());
+    // Per picked token device 0 receives the other devices' logits ((V - its own) floats) with the
+    // hook, 8 bytes a device without.
+    const int64_t saved_per_token = (c.vocab_size - most_local_vocab) * 4 - 8 * (devices - 1);
+    CHECK(static_cast<int64_t>(received[0] - received[1]) >= picked * saved_per_token);
   }
 }
 
