@@ -29,6 +29,7 @@
 #include "model/llama2c.h"
 #include "model/llama_config.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "model/safetensors.h"
 #include "train/checkpoint_io.h"
 

@@ -11,6 +11,7 @@
 #include "model/llama.h"
 #include "model/llama2c.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "model/packed_weights.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"

@@ -11,6 +11,7 @@
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "model/load_tokenizer.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"

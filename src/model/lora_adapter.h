@@ -1,5 +1,5 @@
 // tpcli::model — LoRA adapters (issue 30): the in-memory set the trainer fills and the inference
-// model applies unmerged, Hugging Face PEFT's adapter folder, and the merge (`export --fuse`).
+// model applies unmerged, and the merge (`export --fuse`). PEFT's folder: formats/peft_adapter.h.
 //
 // Dimension legend: r rank, IN input features, OUT output features of the adapted matrix W [OUT, IN];
 // C dim, Q q_dim, KV kv_dim, F hidden_dim.
@@ -10,15 +10,6 @@
 // full (unsharded) f32, rows and columns in tpcli's layout of W: B's rows of wq / wk are in
 // llama2.c's interleaved RoPE order, as W's (model/hf_names.h).
 //
-// PEFT's folder (what peft.PeftModel.from_pretrained reads):
-//   adapter_config.json        peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha, lora_dropout,
-//                              target_modules (HF names), base_model_name_or_path, bias "none",
-//                              fan_in_fan_out false, use_rslora false, use_dora false,
-//                              layers_to_transform (only when some blocks carry no adapter)
-//   adapter_model.safetensors  base_model.model.model.layers.{l}.self_attn.q_proj.lora_A.weight [r, IN]
-//                              ... .lora_B.weight [OUT, r]; mlp.gate_proj etc.; metadata format "pt"
-// q_proj / k_proj lora_B rows are in Hugging Face's rotate-half order there (permuted on the way
-// out and in, exactly as the base's rows); lora_A needs none (its columns are the input features).
 #pragma once
 
 #include <map>
@@ -45,6 +36,16 @@ struct LoraAdapterSet {
   float scale() const { return static_cast<float>(alpha / rank); }
 };
 
+// "layers.{l}.{m}.lora_{a,b}" -> ({l, m}, 'a' | 'b') for a matrix LoRA adapts; nullopt otherwise.
+struct LoraKey {
+  BlockKey key;
+  char side = 'a';
+  int layer() const { return key.layer; }
+  Matrix matrix() const { return key.matrix; }
+};
+std::optional<LoraKey> parse_lora_key(const std::string& name);
+std::string lora_tensor_name(BlockKey key, char side);
+
 // The tpcli matrices an adapter may target, in tpcli's order (wq wk wv wo w1 w3 w2), and the
 // names between them: "q_proj" <-> "wq", ... nullopt for a name outside the seven.
 const std::vector<std::string>& lora_matrices();
@@ -65,16 +66,6 @@ bool lora_adapts(const LoraAdapterSet& set, const std::string& name);
 std::vector<int> adapted_layers(const LoraAdapterSet& set);
 std::vector<float> lora_merged(const LoraAdapterSet& set, const std::string& name, std::span<const float> w, int64_t OUT,
                                int64_t IN);
-
-// Writes `dir`/adapter_config.json and `dir`/adapter_model.safetensors (each atomically; `dir`
-// created when missing). Validates first (std::invalid_argument); std::runtime_error for I/O.
-void save_peft_adapter(const std::string& dir, const LoraAdapterSet& set, const LlamaConfig& config);
-// Reads a PEFT LoRA folder for a model of `config`: F32, F16 or BF16 tensors, with or without the
-// "base_model.model." prefix. Every error is one std::runtime_error line naming the file and the
-// key or tensor: a missing file, a PEFT feature tpcli does not apply (DoRA, rsLoRA, rank_pattern,
-// bias, modules_to_save...), an unknown module, a rank or shape that does not fit the model,
-// non-finite values.
-LoraAdapterSet load_peft_adapter(const std::string& dir, const LlamaConfig& config);
 
 // A model with an adapter: the base's tensors unchanged (served by `base`), and adapter() for the
 // inference model to apply unmerged (model/llama.h). `infer|chat|serve --adapter`.

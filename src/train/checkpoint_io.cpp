@@ -9,6 +9,7 @@
 #include "model/trainable_llama.h"
 #include "model/atomic_file.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel_optimizer.h"

@@ -23,6 +23,7 @@
 #include "model/hf_model.h"
 #include "model/llama2c.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "support/cli_checks.h"
 #include "support/raw_safetensors.h"
 #include "support/run_tpcli.h"

@@ -23,6 +23,7 @@
 #include "model/hf_model.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "model/packed_weights.h"
 #include "model/safetensors.h"
 #include "model/weights_view.h"

@@ -18,6 +18,7 @@
 #include "distributed/mpi/mpi_backend.h"
 #include "model/llama2c.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "model/random_lora.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"

@@ -16,6 +16,7 @@
 #include "support/rel_diff.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
+#include "model/peft_adapter.h"
 #include "model/random_init.h"
 #include "model/safetensors.h"
 #include "model/trainable_llama.h"
