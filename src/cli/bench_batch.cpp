@@ -2,7 +2,7 @@
 //                   [--group-size G] [--int8-activations] [--kv-dtype f32|bf16|f16] --npp 128 --ntg 64
 //                   --npl 1,2,4,8,16,32
 // llama.cpp's llama-batched-bench for tpcli, with its column names, so the two tools' tables sit
-// side by side: for each B of --npl, the batched engine (model/batch_engine.h) prefills B prompts of
+// side by side: for each B of --npl, the batched engine (engine/batch_engine.h) prefills B prompts of
 // --npp random tokens (one step over all B prompts) then decodes --ntg tokens of each together
 // (one step per token: B rows per weight pass, each row bit for bit what it gives alone), greedy.
 // PP, TG: tokens per
@@ -24,7 +24,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "distributed/runtime.h"
-#include "model/batch_engine.h"
+#include "engine/batch_engine.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "tensor/blas.h"
@@ -72,12 +72,12 @@ PhaseSeconds time_batch(const model::WeightSource& weights, const dist::Mesh& me
         model::Llama llama = independent ? model::Llama(weights, dist::Group{})
                                          : model::Llama(weights, placement, dev);
         const dist::Range mine = independent ? dist::even_split(B, mesh.size(), dev.rank()) : dist::Range{0, B};
-        model::EngineOptions o;
+        engine::EngineOptions o;
         o.parallel = static_cast<int>(std::max<int64_t>(mine.count, 1));
         o.step_tokens = o.parallel * f.npp;  // every prompt in the first step
         o.kv_blocks = o.parallel * ((f.npp + f.ntg + o.block_size - 1) / o.block_size);
         o.kv_dtype = parse_kv_dtype(f.kv_dtype);
-        model::BatchEngine engine(llama, o);
+        engine::BatchEngine engine(llama, o);
         // the first token comes from the prefill's logits, then --ntg decode steps
         for (int64_t b = mine.offset; b < mine.offset + mine.count; ++b)
           engine.add({prompts[static_cast<size_t>(b)], f.ntg + 1, 0.0f, 0.9f, 1, {}});

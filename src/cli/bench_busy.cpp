@@ -35,14 +35,14 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "config/model_config.h"
-#include "config/train_setup.h"
 #include "config/run_config.h"
+#include "config/train_setup.h"
 #include "distributed/launch/launcher.h"
 #include "distributed/runtime.h"
 #include "distributed/zmq/zmq_backend.h"
+#include "engine/sampler.h"
 #include "model/llama.h"
 #include "model/random_init.h"
-#include "model/sampler.h"
 #include "model/shard_plan.h"
 #include "tensor/blas.h"
 #include "train/loop.h"
@@ -144,7 +144,7 @@ std::unique_ptr<model::WeightSource> load_bench_model(const std::string& path, s
 void decode(const model::WeightSource& weights, const model::Placement& placement, dist::Device& dev, int tokens) {
   model::Llama llama = model::Llama::on_huge_pages(weights, placement, dev);
   int token = 1;  // BOS
-  for (int pos = 0; pos < tokens; ++pos) token = model::sample_argmax(llama.forward(token, pos));
+  for (int pos = 0; pos < tokens; ++pos) token = engine::sample_argmax(llama.forward(token, pos));
 }
 
 double decode_on_threads(const model::WeightSource& weights, int devices, int tokens) {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "model/load_tokenizer.h"
-#include "model/regular_file.h"
+#include "files/regular_file.h"
+#include "text/load_tokenizer.h"
 
 namespace tpcli::cli {
 
@@ -48,7 +48,7 @@ double best_seconds(int repeats, const std::function<void()>& fn) {
 
 std::string read_corpus(const std::string& path) {
   try {
-    model::require_regular_file(path, "a text file");  // /dev/zero would be read until memory runs out
+    files::require_regular_file(path, "a text file");  // /dev/zero would be read until memory runs out
   } catch (const std::runtime_error& e) {
     throw UsageError(std::string("--corpus ") + e.what());
   }
@@ -74,8 +74,8 @@ void run_bench(const BenchTokenizerFlags& f) {
       std::printf("%-40s absent\n", path.c_str());
       continue;
     }
-    model::LoadedTokenizer loaded;
-    const double load = best_seconds(1, [&] { loaded = model::load_tokenizer(path); });
+    text::LoadedTokenizer loaded;
+    const double load = best_seconds(1, [&] { loaded = text::load_tokenizer(path); });
     std::vector<int> ids;
     const double seconds = best_seconds(f.repeats, [&] { ids = loaded.tokenizer->encode_text(text, false); });
     const bool same = loaded.tokenizer->decode_ids(ids, false) == text;

@@ -6,7 +6,7 @@
 // template's end-of-turn token, the tokenizer's eos, or an eos id of the model's config.
 // An interactive conversation: each line of stdin is a user turn (a pipe works too); the reply
 // streams to stdout as it is generated, then a newline. The KV cache is kept across turns: only the
-// tokens past what is already cached are fed (model/chat_session.h). --verbose writes one JSON
+// tokens past what is already cached are fed (engine/chat_session.h). --verbose writes one JSON
 // line per turn on stderr: {"turn", "start", "fed", "generated", "end"}.
 // A conversation that outgrows the context ends there with one line on stderr and exit code 1 (a
 // reply was cut, or a turn went unanswered); a stdin line too long for the context is exit 2.
@@ -26,8 +26,8 @@
 #include "cli/model_file.h"
 #include "cli/prompt_text.h"
 #include "cli/tokenizer_setup.h"
-#include "model/chat_session.h"
-#include "model/generate.h"
+#include "engine/chat_session.h"
+#include "engine/generate.h"
 
 namespace tpcli::cli {
 
@@ -100,26 +100,26 @@ std::string tokenizer_path(const ChatFlags& f, const OpenedModel& opened) {
   throw UsageError(f.model + ": no tokenizer recorded with the model; pass --tokenizer PATH");
 }
 
-void print_turn(size_t turn, const model::TurnReport& r) {
+void print_turn(size_t turn, const engine::TurnReport& r) {
   const nlohmann::json line = {{"turn", turn},         {"start", r.start_pos},
                                {"fed", r.fed},         {"generated", r.generated},
-                               {"end", std::string(model::turn_end_name(r.end))}};
+                               {"end", std::string(engine::turn_end_name(r.end))}};
   std::fprintf(stderr, "%s\n", line.dump().c_str());
 }
 
 // One device's whole conversation; device 0 (out != null) streams and reports, and sets
 // `cut_short` to why the conversation ended before stdin did (the context is full).
-model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterface& tokenizer,
-                               const ChatFormatting& formatting, const model::ChatOptions& options,
-                               const model::LlamaConfig& config, SharedLines& lines, const model::ModelFns& model,
+engine::GenerateResult converse(const ChatFlags& f, const text::TokenizerInterface& tokenizer,
+                               const ChatFormatting& formatting, const engine::ChatOptions& options,
+                               const model::LlamaConfig& config, SharedLines& lines, const engine::ModelFns& model,
                                std::FILE* out, std::string& cut_short) {
-  model::ChatSession session(tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
+  engine::ChatSession session(tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
                              config.seq_len);
-  model::GenerateResult result;
+  engine::GenerateResult result;
   for (size_t turn = 0;; ++turn) {
     const std::optional<std::string> line = lines.line(turn);
     if (!line) break;
-    model::TurnReport report;
+    engine::TurnReport report;
     try {
       report = session.turn(*line, model, out);
     } catch (const std::runtime_error& e) {  // the context is full: the conversation ends here
@@ -130,7 +130,7 @@ model::GenerateResult converse(const ChatFlags& f, const model::TokenizerInterfa
     result.tokens.insert(result.tokens.end(), report.fed.begin(), report.fed.end());
     result.tokens.insert(result.tokens.end(), report.generated.begin(), report.generated.end());
     if (out && f.verbose) print_turn(turn + 1, report);
-    if (report.end == model::TurnEnd::ContextFull) {
+    if (report.end == engine::TurnEnd::ContextFull) {
       if (out) cut_short = "the model's context of " + std::to_string(config.seq_len) + " positions is full: reply " +
                            std::to_string(turn + 1) + " was cut short";
       break;
@@ -149,25 +149,25 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   const model::Placement placement = place_model(opened, f.model, where.mesh, where.roles);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
-  const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
+  const text::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
   const ChatFormatting formatting = chat_formatting(loaded, f.template_name);
   if (f.reply_tokens < 1) throw UsageError("-n/--reply-tokens = " + std::to_string(f.reply_tokens) + " must be >= 1");
 
-  model::GenerateOptions sampling{.temperature = f.temperature, .topp = f.topp, .seed = static_cast<uint64_t>(f.seed)};
-  sampling = model::normalized(sampling, config.seq_len);  // llama2.c's rules for seed, temperature, top-p
-  const model::ChatOptions options{f.system,      f.reply_tokens, sampling.temperature,
+  engine::GenerateOptions sampling{.temperature = f.temperature, .topp = f.topp, .seed = static_cast<uint64_t>(f.seed)};
+  sampling = engine::normalized(sampling, config.seq_len);  // llama2.c's rules for seed, temperature, top-p
+  const engine::ChatOptions options{f.system,      f.reply_tokens, sampling.temperature,
                                    sampling.topp, sampling.seed,  opened.eos_token_ids};
   try {  // a template whose end-of-turn token the tokenizer lacks: before any device starts
-    model::ChatSession(*loaded.tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
+    engine::ChatSession(*loaded.tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
                        config.seq_len);
   } catch (const std::invalid_argument& e) {
     throw UsageError(loaded.path + ": " + e.what());
   }
   SharedLines lines(max_text_bytes(config.seq_len));
   std::string cut_short;  // written by device 0 only
-  model::run_model_on_mesh(
+  engine::run_model_on_mesh(
       *opened.weights, placement,
-      [&](const model::ModelFns& model, std::FILE* out) {
+      [&](const engine::ModelFns& model, std::FILE* out) {
         return converse(f, *loaded.tokenizer, formatting, options, config, lines, model, out, cut_short);
       },
       stdout, {}, kv_dtype);
@@ -194,7 +194,7 @@ void setup_chat(CLI::App& sub) {
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
   sub.add_option("--system", flags->system, "a system message before the conversation");
   sub.add_option("--template", flags->template_name,
-                 "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+                 "chat format instead of tokenizer_config.json's: " + text::chat_format_names());
   sub.add_option("--context", flags->context,
                  "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
                  "directories: at most 8192)");

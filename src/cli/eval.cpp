@@ -6,7 +6,7 @@
 // and tokens as `tpcli train`'s): for each example, the prompt (chat: every message but the last,
 // which must be the assistant's, rendered with the generation prompt; completions: BOS and the
 // prompt) is fed and the model generates greedily until an end-of-generation token
-// (model/end_of_generation.h: an eos id of the model's config, the tokenizer's eos, a chat
+// (engine/end_of_generation.h: an eos id of the model's config, the tokenizer's eos, a chat
 // template's end-of-turn token, a llama2.c tokenizer's BOS as run.c), the text of one of those
 // markers (when the tokenizer spells it with several tokens), --max-tokens tokens or the end of the
 // context. The generated text, cut at the end marker and whitespace-trimmed, is compared with
@@ -25,11 +25,11 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "cli/tokenizer_setup.h"
-#include "model/end_of_generation.h"
-#include "model/generate.h"
-#include "model/json_file.h"
-#include "model/line_reader.h"
-#include "model/text_stream.h"
+#include "engine/end_of_generation.h"
+#include "engine/generate.h"
+#include "files/json_file.h"
+#include "files/line_reader.h"
+#include "text/text_stream.h"
 #include "train/sft_examples.h"
 
 namespace tpcli::cli {
@@ -62,7 +62,7 @@ train::SftFormat eval_format(const EvalFlags& f) {
   std::string line;
   std::string where = f.data;
   try {
-    model::LineReader lines(f.data, "a JSONL file");  // /dev/zero: refused, not read for ever
+    files::LineReader lines(f.data, "a JSONL file");  // /dev/zero: refused, not read for ever
     while (lines.next(line) && line.find_first_not_of(" \t\r") == std::string::npos) {
     }
     where = lines.where();
@@ -72,7 +72,7 @@ train::SftFormat eval_format(const EvalFlags& f) {
   if (line.find_first_not_of(" \t\r") == std::string::npos) throw UsageError(f.data + ": no example (an empty file)");
   nlohmann::json first;
   try {
-    first = model::parse_json_text(line, where);
+    first = files::parse_json_text(line, where);
   } catch (const std::exception& e) {
     throw UsageError(e.what());
   }
@@ -83,18 +83,18 @@ train::SftFormat eval_format(const EvalFlags& f) {
 
 // What ends a generated answer: the end-of-generation ids, and their texts also when the tokenizer
 // spells one with several tokens.
-using Stops = model::EndOfGeneration;
+using Stops = engine::EndOfGeneration;
 
 // Greedy generation from `prompt` on this device's model (every device runs the same calls):
 // the answer's text (decoded alone, as it goes), cut at the first end marker and trimmed.
-std::string generate_answer(const model::ModelFns& model, const model::TokenizerInterface& tokenizer, const Stops& stops,
+std::string generate_answer(const engine::ModelFns& model, const text::TokenizerInterface& tokenizer, const Stops& stops,
                             std::span<const int> prompt, int max_tokens, const model::LlamaConfig& config) {
-  model::GenerateOptions options;
+  engine::GenerateOptions options;
   options.temperature = 0.0f;
   options.steps = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(prompt.size()) + max_tokens, config.seq_len));
-  model::TextStream answer(tokenizer, {}, stops.texts);  // the tokens picked after the prompt, the stop token excluded
+  text::TextStream answer(tokenizer, {}, stops.texts);  // the tokens picked after the prompt, the stop token excluded
   size_t calls = 0;  // on_next sees the forced prompt tokens first (prompt.size() - 1 of them)
-  model::generate_from_ids(model, prompt, config.vocab_size, options, [&](int, int next) {
+  engine::generate_from_ids(model, prompt, config.vocab_size, options, [&](int, int next) {
     if (++calls < prompt.size()) return true;
     if (std::find(stops.ids.begin(), stops.ids.end(), next) != stops.ids.end()) return false;
     answer.add(next);
@@ -113,7 +113,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   const model::Placement placement = place_model(opened, f.model, where.mesh, where.roles);
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
-  const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
+  const text::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
 
   train::SftEncoding encoding;
   encoding.format = eval_format(f);
@@ -133,14 +133,14 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
                        " tokens, no room left to answer in the model's context of " + std::to_string(config.seq_len) +
                        " positions");
   const Stops stops =
-      model::end_of_generation(*loaded.tokenizer, opened.eos_token_ids,
+      engine::end_of_generation(*loaded.tokenizer, opened.eos_token_ids,
                                encoding.format == train::SftFormat::Chat ? &encoding.chat_template : nullptr, encoding.chat_tokens);
 
   std::vector<std::string> answers;  // device 0's
-  model::run_model_on_mesh(
+  engine::run_model_on_mesh(
       *opened.weights, placement,
-      [&](const model::ModelFns& model, std::FILE* out) {
-        model::GenerateResult all;  // every device's answers, compared by run_model_on_mesh
+      [&](const engine::ModelFns& model, std::FILE* out) {
+        engine::GenerateResult all;  // every device's answers, compared by run_model_on_mesh
         for (const train::EvalCase& c : cases) {
           std::string answer = generate_answer(model, *loaded.tokenizer, stops, c.prompt, f.max_tokens, config);
           all.text += answer + "\n";
@@ -173,7 +173,7 @@ void setup_eval(CLI::App& sub) {
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
   sub.add_option("--template", flags->template_name,
-                 "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+                 "chat format instead of tokenizer_config.json's: " + text::chat_format_names());
   sub.add_option("--format", flags->format, "auto (from the first example's keys), chat or completions")
       ->capture_default_str();
   sub.add_option("--max-tokens", flags->max_tokens, "tokens generated per answer at most")->capture_default_str();

@@ -10,7 +10,7 @@
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
 // Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
 // with model.safetensors.index.json) that transformers and llama.cpp's convert_hf_to_gguf.py read,
-// in the architecture the model was read as (model/hf_names.h; LlamaForCausalLM for a Llama). DIR must be absent or empty; it is written as a sibling temporary
+// in the architecture the model was read as (formats/hf_names.h; LlamaForCausalLM for a Llama). DIR must be absent or empty; it is written as a sibling temporary
 // folder renamed into place when complete, so a failure (a full disk) leaves no DIR at all.
 // Only the weights travel: the optimizer state stays behind, and the tokenizer must be given
 // separately (a chars or bytes vocabulary has no llama2.c tokenizer.bin; a model trained with a
@@ -24,13 +24,13 @@
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
-#include "model/atomic_file.h"
-#include "model/hf_model.h"
-#include "model/llama2c.h"
+#include "files/atomic_file.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
+#include "formats/peft_adapter.h"
+#include "formats/safetensors.h"
 #include "model/llama_config.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
-#include "model/safetensors.h"
 #include "train/checkpoint_io.h"
 
 namespace tpcli::cli {
@@ -74,7 +74,7 @@ int safetensors_files(const std::string& dir) {
 // --out must be absent or an empty folder; one holding a model is named as such.
 void require_new_out(const std::string& out) {
   try {
-    model::require_new_folder(out);
+    files::require_new_folder(out);
   } catch (const std::runtime_error& e) {
     const std::filesystem::path dir(out);
     if (std::filesystem::exists(dir / "config.json") || std::filesystem::exists(dir / "model.safetensors") ||
@@ -84,12 +84,12 @@ void require_new_out(const std::string& out) {
   }
 }
 
-// The folder appears whole or not at all (model/atomic_file.h): a full disk or an error half way
+// The folder appears whole or not at all (files/atomic_file.h): a full disk or an error half way
 // leaves no folder with some shards and no config.json.
 void export_hf(const ExportFlags& f, const OpenedModel& opened) {
   check_shards(f, opened.weights->config());
   require_new_out(f.out);
-  model::HfExportOptions options;
+  formats::HfExportOptions options;
   options.dtype = export_dtype(f.dtype);
   options.shards = f.shards;
   if (opened.hf_dir) {  // a Hugging Face model keeps its own token ids
@@ -98,8 +98,8 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
   }
   int files = 0;
   try {
-    model::write_directory_atomically(f.out, [&](const std::string& tmp) {
-      model::write_hf_model(tmp, *opened.weights, options);
+    files::write_directory_atomically(f.out, [&](const std::string& tmp) {
+      formats::write_hf_model(tmp, *opened.weights, options);
       files = safetensors_files(tmp);
     });
   } catch (const std::invalid_argument& e) {
@@ -119,7 +119,7 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
 void fuse_adapter(const ExportFlags& f, OpenedModel& opened, std::optional<model::LoraAdapterSet>& set) {
   if (f.adapter.empty()) throw UsageError("--fuse needs --adapter DIR (a PEFT LoRA folder)");
   try {
-    set = model::load_peft_adapter(f.adapter, opened.weights->config());
+    set = formats::load_peft_adapter(f.adapter, opened.weights->config());
     opened.original = std::move(opened.weights);
     opened.weights = std::make_unique<model::LoraMergedWeights>(*opened.original, *set, f.adapter);
   } catch (const std::runtime_error& e) {
@@ -134,18 +134,18 @@ void fuse_adapter(const ExportFlags& f, OpenedModel& opened, std::optional<model
 
 // A LoRA training checkpoint (format tpcli-lora: the adapters "layers.L.wq.lora_a" ... beside their
 // AdamW moments, lora.rank and lora.alpha, the base's config under "base.") as the adapter it holds.
-model::LoraAdapterSet adapter_of_checkpoint(const model::SafetensorsFile& file, model::LlamaConfig& base) {
-  const model::Metadata& meta = file.metadata();
+model::LoraAdapterSet adapter_of_checkpoint(const formats::SafetensorsFile& file, model::LlamaConfig& base) {
+  const formats::Metadata& meta = file.metadata();
   auto format = meta.find("format");
   if (format == meta.end() || format->second != train::LORA_FORMAT)
     throw UsageError(file.path() + ": not a LoRA training checkpoint (metadata format " + train::LORA_FORMAT +
                      "): --to peft exports the adapters a [train.lora] run saved");
-  model::Metadata config;
+  formats::Metadata config;
   for (const auto& [key, value] : meta)
     if (key.starts_with("base.")) config[key.substr(5)] = value;
   model::LoraAdapterSet set;
   try {
-    base = model::config_from_metadata(config, file.path());
+    base = formats::config_from_metadata(config, file.path());
     set.rank = std::stoi(meta.at("lora.rank"));
     set.alpha = std::stod(meta.at("lora.alpha"));
   } catch (const std::runtime_error& e) {
@@ -172,16 +172,16 @@ void export_peft(const ExportFlags& f) {
   if (!f.model.ends_with(".safetensors"))
     throw UsageError(f.model + ": not a LoRA training checkpoint (the .safetensors a [train.lora] run saves)");
   require_new_out(f.out);
-  std::unique_ptr<model::SafetensorsFile> file;
+  std::unique_ptr<formats::SafetensorsFile> file;
   try {
-    file = std::make_unique<model::SafetensorsFile>(f.model);
+    file = std::make_unique<formats::SafetensorsFile>(f.model);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
   model::LlamaConfig base;
   const model::LoraAdapterSet set = adapter_of_checkpoint(*file, base);
   try {
-    model::write_directory_atomically(f.out, [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, base); });
+    files::write_directory_atomically(f.out, [&](const std::string& tmp) { formats::save_peft_adapter(tmp, set, base); });
   } catch (const std::invalid_argument& e) {
     throw UsageError(f.model + ": " + e.what());
   } catch (const std::runtime_error& e) {
@@ -207,7 +207,7 @@ void run_export(const ExportFlags& f) {
   if (f.fuse) fuse_adapter(f, opened, set);
   if (f.to == "hf") return export_hf(f, opened);
   try {
-    model::write_llama2c(f.out, *opened.weights);
+    formats::write_llama2c(f.out, *opened.weights);
   } catch (const std::invalid_argument& e) {
     throw UsageError(f.model + ": " + e.what());
   }

@@ -6,7 +6,7 @@
 // llama2.c's `run` (generate mode), tensor-parallel: stdout carries exactly what run prints; stderr
 // the speed, per-device memory and the bytes collectives moved per token. With a tokenizer.json
 // (-z FILE.json or a directory holding one) generation stops at the tokenizer's end-of-sequence
-// token and prints the text as that tokenizer decodes it (model/generate_text.h).
+// token and prints the text as that tokenizer decodes it (engine/generate_text.h).
 // --tokens IDS --ids: the prompt as token ids, fed exactly (no BOS added), and the generated ids
 // (after the prompt) printed as one JSON array, e.g. [509,187,123]; no tokenizer is read and
 // nothing stops the run before -n positions (prompt included), so transformers' or llama.cpp's
@@ -24,15 +24,15 @@
 #include "cli/infer_batch.h"
 #include "cli/model_file.h"
 #include "cli/prompt_text.h"
-#include "distributed/trace.h"
-#include "distributed/select_backend.h"
 #include "cli/tokenizer_setup.h"
-#include "model/end_of_generation.h"
-#include "model/generate.h"
-#include "model/generate_text.h"
+#include "distributed/select_backend.h"
+#include "distributed/trace.h"
+#include "engine/end_of_generation.h"
+#include "engine/generate.h"
+#include "engine/generate_text.h"
 #include "model/llama.h"
-#include "model/tokenizer.h"
 #include "tensor/packed_matrix.h"
+#include "text/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sample.h"
 
@@ -57,7 +57,7 @@ struct InferFlags {
   bool int8_activations = false;  // tensor::set_int8_activations
   std::string batch;   // --batch prompts.jsonl (cli/infer_batch.h)
   std::string template_name;  // --template: the chat format of --batch's "messages" lines
-  model::EngineOptions engine;  // --parallel, --kv-blocks, --step-tokens
+  engine::EngineOptions engine;  // --parallel, --kv-blocks, --step-tokens
   std::string kv_memory;        // --kv-memory SIZE
   std::string kv_dtype = "f32";  // --kv-dtype
   std::string tokens;  // --tokens: the prompt as token ids ("" = -i / -f text)
@@ -79,32 +79,32 @@ std::string prompt_source(const InferFlags& f) { return f.prompt_file.empty() ? 
 
 // A Hugging Face tokenizer (-z tokenizer.json or a directory, else the model's directory or the
 // checkpoint's recorded tokenizer.json): stop where every engine command stops
-// (model/end_of_generation.h).
-model::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, const model::LlamaConfig& config,
+// (engine/end_of_generation.h).
+engine::MeshGenerateResult generate_with_tokenizer_json(const InferFlags& f, const model::LlamaConfig& config,
                                                        const OpenedModel& opened, const model::Placement& placement,
-                                                       const model::GenerateOptions& options,
+                                                       const engine::GenerateOptions& options,
                                                        const dist::RunOptions& run_options, nn::KvDtype kv_dtype) {
   // -z, else the model's directory, else the tokenizer.json a training checkpoint records.
   const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(opened.tokenizer.value_or(f.model));
-  const model::LoadedTokenizer loaded = open_tokenizer(path);
-  const model::TokenizerInterface& tokenizer = *loaded.tokenizer;
+  const text::LoadedTokenizer loaded = open_tokenizer(path);
+  const text::TokenizerInterface& tokenizer = *loaded.tokenizer;
   if (tokenizer.vocab_size() > config.vocab_size)
     throw UsageError(loaded.path + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
   require_prompt_fits(prompt_source(f), tokenizer.encode_text(options.prompt, true).size(), config.seq_len);
-  const std::vector<int> stop_ids = model::end_of_generation(tokenizer, opened.eos_token_ids).ids;
-  return model::run_model_on_mesh(
+  const std::vector<int> stop_ids = engine::end_of_generation(tokenizer, opened.eos_token_ids).ids;
+  return engine::run_model_on_mesh(
       *opened.weights, placement,
-      [&](const model::ModelFns& model, std::FILE* out) {
-        return model::generate_with_tokenizer(model, tokenizer, config.vocab_size, stop_ids, options, out);
+      [&](const engine::ModelFns& model, std::FILE* out) {
+        return engine::generate_with_tokenizer(model, tokenizer, config.vocab_size, stop_ids, options, out);
       },
       stdout, run_options, kv_dtype);
 }
 
 // A checkpoint trained on a chars/bytes vocabulary (train/checkpoint.h) generates through
 // train::generate_text (no BOS, no BPE); everything else is llama2.c's generate with a tokenizer.bin.
-model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opened, const model::Placement& placement,
-                                   const model::GenerateOptions& options, const dist::RunOptions& run_options,
+engine::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opened, const model::Placement& placement,
+                                   const engine::GenerateOptions& options, const dist::RunOptions& run_options,
                                    nn::KvDtype kv_dtype) {
   const model::LlamaConfig& config = opened.weights->config();
   auto kind = opened.metadata.find("tokenizer.kind");
@@ -116,15 +116,15 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
       throw UsageError(e.what());
     }
     require_prompt_fits(prompt_source(f), text_tokenizer->encode(options.prompt).size(), config.seq_len);
-    return model::run_model_on_mesh(
+    return engine::run_model_on_mesh(
         *opened.weights, placement,
-        [&](const model::ModelFns& model, std::FILE* out) {
+        [&](const engine::ModelFns& model, std::FILE* out) {
           const auto start = std::chrono::steady_clock::now();
           train::TextSample sample =
               train::generate_text(model, *text_tokenizer, options.prompt, options.steps, config.seq_len,
                                    options.temperature, options.topp, options.seed, out);
           if (out) std::fputc('\n', out);
-          model::GenerateResult r;
+          engine::GenerateResult r;
           r.text = sample.text + "\n";
           r.tokens = std::move(sample.tokens);
           r.positions = static_cast<int>(r.tokens.size()) - 1;
@@ -137,26 +137,26 @@ model::MeshGenerateResult generate(const InferFlags& f, const OpenedModel& opene
   // A tokenizer.json: -z FILE.json or a directory, else a Hugging Face model directory's own.
   if (is_tokenizer_json(tokenizer_path(f, opened)) || (f.tokenizer.empty() && opened.hf_dir))
     return generate_with_tokenizer_json(f, config, opened, placement, options, run_options, kv_dtype);
-  std::unique_ptr<model::Tokenizer> tokenizer;
+  std::unique_ptr<text::Tokenizer> tokenizer;
   try {
-    tokenizer = std::make_unique<model::Tokenizer>(tokenizer_path(f, opened), config.vocab_size);
+    tokenizer = std::make_unique<text::Tokenizer>(tokenizer_path(f, opened), config.vocab_size);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
   require_prompt_fits(prompt_source(f), tokenizer->encode(options.prompt, true, false).size(), config.seq_len);
-  return model::generate_on_mesh(*opened.weights, *tokenizer, placement, options, stdout, run_options, kv_dtype);
+  return engine::generate_on_mesh(*opened.weights, *tokenizer, placement, options, stdout, run_options, kv_dtype);
 }
 
 // --tokens with --ids: the ids fed exactly, every position up to -n run, the ids after the prompt
 // printed by device 0 as one JSON array.
-model::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const OpenedModel& opened, const model::Placement& placement,
-                                       const model::GenerateOptions& options, const dist::RunOptions& run_options,
+engine::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const OpenedModel& opened, const model::Placement& placement,
+                                       const engine::GenerateOptions& options, const dist::RunOptions& run_options,
                                        nn::KvDtype kv_dtype) {
   const int vocab = opened.weights->config().vocab_size;
-  return model::run_model_on_mesh(
+  return engine::run_model_on_mesh(
       *opened.weights, placement,
-      [&](const model::ModelFns& model, std::FILE* out) {
-        model::GenerateResult r = model::generate_from_ids(model, prompt, vocab, options);
+      [&](const engine::ModelFns& model, std::FILE* out) {
+        engine::GenerateResult r = engine::generate_from_ids(model, prompt, vocab, options);
         if (out) {
           std::string json = "[";
           for (size_t i = prompt.size(); i < r.tokens.size(); ++i)
@@ -172,12 +172,12 @@ model::MeshGenerateResult generate_ids(const std::vector<int>& prompt, const Ope
 
 // Per device: memory and traffic. Under `tpcli launch` (zmq) a rank knows only its own devices,
 // so it reports those (the launcher prefixes the lines of ranks > 0 with "[rank] ").
-void print_device_report(const model::MeshGenerateResult& r, const std::vector<int>& local_ranks) {
+void print_device_report(const engine::MeshGenerateResult& r, const std::vector<int>& local_ranks) {
   const double per_token = r.result.positions > 0 ? 1.0 / r.result.positions : 0.0;
   for (size_t d = 0; d < r.devices.size(); ++d) {
     if (!local_ranks.empty() && std::find(local_ranks.begin(), local_ranks.end(), static_cast<int>(d)) == local_ranks.end())
       continue;
-    const model::DeviceReport& dev = r.devices[d];
+    const engine::DeviceReport& dev = r.devices[d];
     std::fprintf(stderr, "device %zu: parameters %.2f MB, KV cache %.2f MB, moved %.1f KB/token\n", d,
                  dev.parameter_bytes / 1e6, dev.kv_cache_bytes / 1e6, dev.bytes_moved * per_token / 1e3);
   }
@@ -199,7 +199,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const model::LlamaConfig& config = opened.weights->config();
   std::vector<int> prompt_ids;  // --tokens
   if (!f.tokens.empty() || f.ids) prompt_ids = parse_token_ids("--tokens", f.tokens, config.vocab_size, config.seq_len);
-  model::GenerateOptions options;
+  engine::GenerateOptions options;
   if (prompt_ids.empty())
     options.prompt = f.prompt_file.empty() ? f.prompt : read_prompt_file(f.prompt_file, config.seq_len);
   options.steps = f.steps;
@@ -207,7 +207,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   options.topp = f.topp;
   options.seed = static_cast<uint64_t>(f.seed);  // as run.c: a negative int wraps around
   try {
-    options = model::normalized(options, config.seq_len);  // rejects a NaN -t / -p
+    options = engine::normalized(options, config.seq_len);  // rejects a NaN -t / -p
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -233,7 +233,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   }
   if (!f.batch.empty()) {
     const std::string tokenizer = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(tokenizer_path(f, opened));
-    model::EngineOptions engine = f.engine;
+    engine::EngineOptions engine = f.engine;
     if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
     engine.kv_dtype = kv_dtype;
     run_infer_batch({f.batch, tokenizer, f.template_name, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
@@ -241,7 +241,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
                     opened, placement, run_options);
     return;
   }
-  const model::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, placement, options, run_options, kv_dtype)
+  const engine::MeshGenerateResult r = prompt_ids.empty() ? generate(f, opened, placement, options, run_options, kv_dtype)
                                                          : generate_ids(prompt_ids, opened, placement, options, run_options, kv_dtype);
   std::fflush(stdout);
   if (trace) write_trace(*trace, run_flags.trace, "forward passes");
@@ -286,7 +286,7 @@ void setup_infer(CLI::App& sub) {
                     ->excludes(tokens);
   sub.add_option("--template", flags->template_name,
                  "with --batch: the chat format of \"messages\" lines instead of tokenizer_config.json's: " +
-                     model::chat_format_names())
+                     text::chat_format_names())
       ->needs(batch);
   sub.add_option("--parallel", flags->engine.parallel, "with --batch: sequences decoding at once")->capture_default_str()->needs(batch);
   sub.add_option("--kv-memory", flags->kv_memory,

@@ -16,12 +16,12 @@
 
 #include "cli/commands.h"
 #include "cli/tokenizer_setup.h"
-#include "model/batch_engine.h"
-#include "model/chat_template.h"
-#include "model/end_of_generation.h"
-#include "model/json_file.h"
-#include "model/line_reader.h"
+#include "engine/batch_engine.h"
+#include "engine/end_of_generation.h"
+#include "files/json_file.h"
+#include "files/line_reader.h"
 #include "model/llama.h"
+#include "text/chat_template.h"
 
 namespace tpcli::cli {
 
@@ -37,7 +37,7 @@ void refuse_unknown_keys(const json& line, const std::string& where) {
     if (std::ranges::count(LINE_KEYS, key)) continue;
     std::string known;
     for (const char* k : LINE_KEYS) known += (known.empty() ? "" : ", ") + std::string(k);
-    throw UsageError(where + ": unknown key " + model::quoted_value(key) + " (a line holds " + known + ")");
+    throw UsageError(where + ": unknown key " + files::quoted_value(key) + " (a line holds " + known + ")");
   }
 }
 
@@ -77,12 +77,12 @@ std::vector<std::string> stop_strings(const json& line, const std::string& where
 // being read (a 100,000-line file costs what its running lines cost).
 class JobReader {
  public:
-  JobReader(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context)
+  JobReader(const BatchInferOptions& o, const text::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context)
       : o_(o), loaded_(loaded), stop_ids_(stop_ids), context_(context), lines_(open(o.jsonl)) {}
 
   // The next non-blank line's job; nullopt at the end of the file. A bad line is a UsageError
   // naming FILE:LINE and the key.
-  std::optional<model::BatchRequest> next() {
+  std::optional<engine::BatchRequest> next() {
     std::string text;
     try {
       while (lines_.next(text))
@@ -94,9 +94,9 @@ class JobReader {
   }
 
  private:
-  static model::LineReader open(const std::string& path) {
+  static files::LineReader open(const std::string& path) {
     try {
-      return model::LineReader(path, "a JSONL file of prompts (--batch)");
+      return files::LineReader(path, "a JSONL file of prompts (--batch)");
     } catch (const std::runtime_error& e) {
       throw UsageError(e.what());
     }
@@ -104,7 +104,7 @@ class JobReader {
 
   json parse(const std::string& text) const {
     try {
-      return model::parse_json_text(text, lines_.where());  // depth-bounded: a line may be hostile
+      return files::parse_json_text(text, lines_.where());  // depth-bounded: a line may be hostile
     } catch (const std::exception& e) {
       throw UsageError(std::string(e.what()).substr(0, 300));
     }
@@ -118,20 +118,20 @@ class JobReader {
       return line["prompt"].get<std::string>();
     }
     if (!line.contains("messages")) throw UsageError(where + ": needs \"prompt\" or \"messages\"");
-    const std::vector<model::ChatMessage> messages = parse_messages(line["messages"].dump(), where + ": \"messages\"");
+    const std::vector<text::ChatMessage> messages = parse_messages(line["messages"].dump(), where + ": \"messages\"");
     if (!chat_) chat_ = chat_formatting(loaded_, o_.template_name);  // recognised once, at the first chat line
     try {
-      return model::render_chat(chat_->chat_template, messages, chat_->tokens, true);
+      return text::render_chat(chat_->chat_template, messages, chat_->tokens, true);
     } catch (const std::invalid_argument& e) {
       throw UsageError(where + ": \"messages\": " + e.what());
     }
   }
 
-  model::BatchRequest job_of(const json& line) {
+  engine::BatchRequest job_of(const json& line) {
     const std::string where = lines_.where();
     if (!line.is_object()) throw UsageError(where + ": not a JSON object");
     refuse_unknown_keys(line, where);
-    model::BatchRequest r;
+    engine::BatchRequest r;
     r.stop = stop_strings(line, where);
     // A chat template writes its own beginning-of-sequence text.
     r.prompt = loaded_.tokenizer->encode_text(prompt_text(line), !line.contains("messages"));
@@ -152,10 +152,10 @@ class JobReader {
   }
 
   const BatchInferOptions& o_;
-  const model::LoadedTokenizer& loaded_;
+  const text::LoadedTokenizer& loaded_;
   const std::vector<int>& stop_ids_;
   int context_;
-  model::LineReader lines_;
+  files::LineReader lines_;
   std::optional<ChatFormatting> chat_;
 };
 
@@ -169,18 +169,18 @@ class SharedJobs {
   }
 
   // Device `rank`'s next job (its own copy); nullopt at the end of the file.
-  std::optional<model::BatchRequest> next(int rank) {
+  std::optional<engine::BatchRequest> next(int rank) {
     std::lock_guard lock(mutex_);
     size_t& taken = taken_.at(rank);
     while (taken >= first_ + window_.size()) {
-      std::optional<model::BatchRequest> job = ended_ ? std::nullopt : reader_.next();
+      std::optional<engine::BatchRequest> job = ended_ ? std::nullopt : reader_.next();
       if (!job) {
         ended_ = true;
         return std::nullopt;
       }
       window_.push_back(std::move(*job));
     }
-    model::BatchRequest job = window_[taken - first_];
+    engine::BatchRequest job = window_[taken - first_];
     ++taken;
     const auto slowest = std::ranges::min_element(taken_, {}, [](const auto& entry) { return entry.second; });
     for (; first_ < slowest->second; ++first_) window_.pop_front();
@@ -191,7 +191,7 @@ class SharedJobs {
   JobReader& reader_;
   std::mutex mutex_;
   std::map<int, size_t> taken_;  // device rank -> jobs it has taken
-  std::deque<model::BatchRequest> window_;  // jobs first_, first_ + 1, ...
+  std::deque<engine::BatchRequest> window_;  // jobs first_, first_ + 1, ...
   size_t first_ = 0;
   bool ended_ = false;
 };
@@ -199,7 +199,7 @@ class SharedJobs {
 // The chat template prompts may go through (--template, else the tokenizer's): its end-of-turn
 // tokens end every line, as in serve. One that cannot be recognised is refused at the first chat
 // line (JobReader), not here.
-std::optional<ChatFormatting> model_chat(const BatchInferOptions& o, const model::LoadedTokenizer& loaded) {
+std::optional<ChatFormatting> model_chat(const BatchInferOptions& o, const text::LoadedTokenizer& loaded) {
   if (o.template_name.empty() && !loaded.chat_template) return std::nullopt;
   try {
     return chat_formatting(loaded, o.template_name);
@@ -210,7 +210,7 @@ std::optional<ChatFormatting> model_chat(const BatchInferOptions& o, const model
 
 // Reads every line once before anything runs, so a bad line is refused before any generation;
 // keeps nothing but the count.
-size_t count_jobs(const BatchInferOptions& o, const model::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context) {
+size_t count_jobs(const BatchInferOptions& o, const text::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context) {
   JobReader reader(o, loaded, stop_ids, context);
   size_t jobs = 0;
   while (reader.next()) ++jobs;
@@ -226,9 +226,9 @@ void print_progress(size_t done, size_t total, int64_t tokens) {
 }
 
 // The engine's text: without the stop token, cut before a stop string.
-json result_line(size_t i, const model::BatchResult& r) {
-  json line = {{"index", i}, {"text", r.text}, {"tokens", r.tokens.size()}, {"finish_reason", model::finish_reason_name(r.finish_reason)}};
-  if (r.finish_reason == model::FinishReason::error) line["error"] = r.error;
+json result_line(size_t i, const engine::BatchResult& r) {
+  json line = {{"index", i}, {"text", r.text}, {"tokens", r.tokens.size()}, {"finish_reason", engine::finish_reason_name(r.finish_reason)}};
+  if (r.finish_reason == engine::FinishReason::error) line["error"] = r.error;
   return line;
 }
 
@@ -252,8 +252,8 @@ class OrderedPrinter {
 // Device 0 (`reporter`) prints the results and the progress. Returns how many lines failed (their
 // logits were not finite): the others run on.
 size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, const BatchInferOptions& o,
-              const model::TokenizerInterface& tokenizer, bool reporter) {
-  model::BatchEngine engine(llama, o.engine, &tokenizer);  // it matches the stop strings, the same on every device
+              const text::TokenizerInterface& tokenizer, bool reporter) {
+  engine::BatchEngine engine(llama, o.engine, &tokenizer);  // it matches the stop strings, the same on every device
   std::vector<int> finished;  // in the last step
   engine.on_finished = [&](int id) { finished.push_back(id); };  // forgotten after the step, not inside it
   OrderedPrinter printer;
@@ -263,15 +263,15 @@ size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, c
   for (bool more_lines = true;;) {
     // As many lines waiting as could be admitted at once, so the engine never waits for the file.
     while (more_lines && engine.waiting() < o.engine.parallel) {
-      std::optional<model::BatchRequest> job = jobs.next(rank);
+      std::optional<engine::BatchRequest> job = jobs.next(rank);
       more_lines = job.has_value();
       if (more_lines) engine.add(std::move(*job));
     }
     if (!engine.step()) break;
     for (const int id : finished) {
-      const model::BatchResult& r = engine.result(id);
+      const engine::BatchResult& r = engine.result(id);
       tokens += static_cast<int64_t>(r.tokens.size());
-      failed += r.finish_reason == model::FinishReason::error;
+      failed += r.finish_reason == engine::FinishReason::error;
       if (reporter) {
         printer.add(static_cast<size_t>(id), result_line(static_cast<size_t>(id), r));
         print_progress(++done, total, tokens);
@@ -282,7 +282,7 @@ size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, c
   }
   std::fflush(stdout);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const model::EngineStats& st = engine.stats();
+  const engine::EngineStats& st = engine.stats();
   if (reporter)
     std::fprintf(stderr,
                  "\n%lld tokens generated in %.2f s (%.1f tok/s), %lld rows in %lld steps; %lld prompt tokens from the "
@@ -304,15 +304,15 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   const model::LlamaConfig& config = opened.weights->config();
   int64_t pool_positions = 0;
   try {
-    pool_positions = int64_t{model::kv_pool_blocks(config, placement.plans(), mesh.size(), o.engine)} * o.engine.block_size;
+    pool_positions = int64_t{engine::kv_pool_blocks(config, placement.plans(), mesh.size(), o.engine)} * o.engine.block_size;
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
   const int context = static_cast<int>(std::min<int64_t>(config.seq_len, pool_positions));
-  const model::LoadedTokenizer loaded = open_model_tokenizer(o.tokenizer_path, config.vocab_size);
+  const text::LoadedTokenizer loaded = open_model_tokenizer(o.tokenizer_path, config.vocab_size);
   const std::optional<ChatFormatting> chat = model_chat(o, loaded);
-  const std::vector<int> stop_ids = model::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
-                                                             chat ? chat->tokens : model::ChatTokens{})
+  const std::vector<int> stop_ids = engine::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
+                                                             chat ? chat->tokens : text::ChatTokens{})
                                         .ids;
   const size_t total = count_jobs(o, loaded, stop_ids, context);
   std::atomic<size_t> failed{0};

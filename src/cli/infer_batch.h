@@ -1,12 +1,12 @@
 // tpcli::cli — `tpcli infer --batch prompts.jsonl [--parallel N]`: many prompts through one model
-// through the batched engine (model/batch_engine.h: continuous batching, a paged KV pool, prefix
+// through the batched engine (engine/batch_engine.h: continuous batching, a paged KV pool, prefix
 // sharing), results as JSONL in input order.
 //
 // Each input line is a JSON object: {"prompt": TEXT} or {"messages": [{"role", "content"}...]} (the
 // tokenizer's chat template, with the assistant's opening), and optionally "max_tokens",
 // "temperature", "top_p", "seed" (else -n, -t, -p, -s) and "stop" (a string or a list: the text
 // ends before the first one, matched across token boundaries). A line also ends at an
-// end-of-generation token (model/end_of_generation.h, as in serve). Each output line: {"index", "text",
+// end-of-generation token (engine/end_of_generation.h, as in serve). Each output line: {"index", "text",
 // "tokens", "finish_reason": "stop" | "length" | "error"}; an "error" line (its logits were not
 // finite) says why under "error", the others run on, and the run exits 1 at the end naming how many
 // failed. A bad line is a one-line error naming the file, the line and the key (an unknown key
@@ -14,7 +14,7 @@
 //
 // Memory follows --parallel, not the file's length: the file is read once to check every line,
 // then again as the engine has room for lines; a finished line's result is printed as soon as the
-// lines before it are out, and forgotten. A line is at most model::MAX_LINE_BYTES.
+// lines before it are out, and forgotten. A line is at most files::MAX_LINE_BYTES.
 #pragma once
 
 #include <string>
@@ -22,7 +22,7 @@
 #include "cli/model_file.h"
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
-#include "model/batch_engine.h"
+#include "engine/batch_engine.h"
 
 namespace tpcli::cli {
 
@@ -33,7 +33,7 @@ struct BatchInferOptions {
   int max_tokens = 256;        // the defaults of lines that do not say
   float temperature = 1.0f, topp = 0.9f;
   unsigned long long seed = 1;
-  model::EngineOptions engine;  // --parallel, --kv-memory, --kv-blocks, --step-tokens
+  engine::EngineOptions engine;  // --parallel, --kv-memory, --kv-blocks, --step-tokens
 };
 
 void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, const model::Placement& placement,

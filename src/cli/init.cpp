@@ -7,9 +7,9 @@
 #include "cli/commands.h"
 #include "config/model_config.h"
 #include "config/run_config.h"
-#include "model/llama2c.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
 
 namespace tpcli::cli {
 
@@ -32,9 +32,9 @@ void run_init(const InitFlags& f) {
   const model::TensorWeights weights = model::random_weights(config, f.seed);
   try {
     if (safetensors) {
-      model::write_safetensors(f.out, weights, {{"init.seed", std::to_string(f.seed)}});
+      formats::write_safetensors(f.out, weights, {{"init.seed", std::to_string(f.seed)}});
     } else {
-      model::write_llama2c(f.out, weights);
+      formats::write_llama2c(f.out, weights);
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());

@@ -7,13 +7,13 @@
 
 #include "cli/commands.h"
 #include "cli/inspect.h"
-#include "model/hf_model.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
+#include "formats/peft_adapter.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
-#include "model/llama2c.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
 #include "model/packed_weights.h"
-#include "model/safetensors.h"
 #include "model/shard_plan.h"
 #include "model/weights_view.h"
 
@@ -54,10 +54,10 @@ void describe_storage(const model::WeightSource& w, std::ostream& out) {
 }
 
 const bool hf_inspector_registered = register_inspector(
-    {"Hugging Face model directory", [](const std::string& path) { return model::is_hf_model_dir(path); },
+    {"Hugging Face model directory", [](const std::string& path) { return formats::is_hf_model_dir(path); },
      [](const std::string& path, std::ostream& out) {
        try {
-         model::HfModelDir dir(path);
+         formats::HfModelDir dir(path);
          out << path << ": Hugging Face model directory (" << dir.hf_config().architecture << ", "
              << (dir.hf_config().torch_dtype.empty() ? "dtype not stated" : dir.hf_config().torch_dtype) << ")\n";
          describe_config(dir.config(), out);
@@ -72,9 +72,9 @@ const bool inspector_registered = register_inspector(
     {"model checkpoint",
      [](const std::string& path) { return path.ends_with(".bin") || path.ends_with(".safetensors"); },
      [](const std::string& path, std::ostream& out) {
-       if (model::looks_like_safetensors(path)) {
+       if (formats::looks_like_safetensors(path)) {
          try {
-           model::SafetensorsFile f(path);
+           formats::SafetensorsFile f(path);
            out << path << ": safetensors checkpoint, " << f.names().size() << " tensors\n";
            if (f.has_model_config()) {
              describe_config(f.config(), out);
@@ -88,7 +88,7 @@ const bool inspector_registered = register_inspector(
          return;
        }
        try {
-         model::Llama2cFile f(path);
+         formats::Llama2cFile f(path);
          out << path << ": llama2.c checkpoint\n";
          describe_config(f.config(), out);
          describe_storage(f, out);
@@ -101,7 +101,7 @@ const bool inspector_registered = register_inspector(
 
 OpenedModel open_model(const std::string& path) {
   try {
-    return model::open(path);
+    return formats::open(path);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
@@ -131,7 +131,7 @@ void add_int8_activations_flag(CLI::App& sub, bool& on) {
 void apply_adapter(OpenedModel& opened, const std::string& dir) {
   if (dir.empty()) return;
   try {
-    model::LoraAdapterSet set = model::load_peft_adapter(dir, opened.weights->config());
+    model::LoraAdapterSet set = formats::load_peft_adapter(dir, opened.weights->config());
     opened.weights = std::make_unique<model::AdaptedWeights>(std::move(opened.weights), std::move(set), dir);
   } catch (const std::runtime_error& e) {
     throw UsageError(std::string("--adapter ") + e.what());

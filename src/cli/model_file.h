@@ -11,7 +11,7 @@
 
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
-#include "model/open_model.h"
+#include "formats/open_model.h"
 #include "model/placement.h"
 #include "model/weights.h"
 #include "tensor/packed_matrix.h"
@@ -25,9 +25,9 @@ class Llama;
 
 namespace tpcli::cli {
 
-using model::OpenedModel;  // model/open_model.h
+using formats::OpenedModel;  // formats/open_model.h
 
-// model::open, its errors as UsageError.
+// formats::open, its errors as UsageError.
 OpenedModel open_model(const std::string& path);
 // The same; with `convert`, an f32 checkpoint is quantized (or stored 16-bit) on load
 // (model::ConvertedWeights).

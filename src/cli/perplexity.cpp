@@ -7,7 +7,7 @@
 // the perplexity exp(mean NLL). The model runs tensor-parallel on the mesh (batched forward; with
 // --decode token by token through the decode path, whose kernels differ for quantized weights).
 //
-// Dimension legend: S seq_len (window), W windows (model/perplexity.h scores them).
+// Dimension legend: S seq_len (window), W windows (engine/perplexity.h scores them).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -21,10 +21,10 @@
 #include "cli/model_file.h"
 #include "cli/tokenizer_setup.h"
 #include "distributed/runtime.h"
+#include "engine/perplexity.h"
 #include "model/llama.h"
-#include "model/perplexity.h"
-#include "model/tokenizer.h"
 #include "tensor/packed_matrix.h"
+#include "text/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -55,7 +55,7 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
       return train::tokenizer_from_metadata(opened.metadata, f.model, vocab)->encode(text);
     const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(opened.tokenizer.value_or("tokenizer.bin"));
     if (!is_llama2c_tokenizer(path)) return open_model_tokenizer(path, vocab).tokenizer->encode_text(text, true);
-    return model::Tokenizer(path, vocab).encode(text, true, false);
+    return text::Tokenizer(path, vocab).encode(text, true, false);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
@@ -90,7 +90,7 @@ void run_perplexity(const PerplexityFlags& f, const RunFlags& run_flags) {
   model::run_placed(
       *opened.weights, placement, {},
       [&](model::Llama& llama, dist::Device& dev) {
-        const double sum = model::sum_window_nll(llama, tokens, S, W, f.decode);
+        const double sum = engine::sum_window_nll(llama, tokens, S, W, f.decode);
         if (dev.rank() == 0) nll_sum = sum;
       },
       kv_dtype);

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
-#include "model/regular_file.h"
+#include "files/regular_file.h"
 
 namespace tpcli::cli {
 
@@ -25,7 +25,7 @@ int64_t max_text_bytes(int seq_len) { return static_cast<int64_t>(seq_len) * MAX
 
 std::string read_prompt_file(const std::string& path, int seq_len) {
   try {
-    model::require_regular_file(path, "a prompt file");  // a FIFO would block, a device never end
+    files::require_regular_file(path, "a prompt file");  // a FIFO would block, a device never end
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }

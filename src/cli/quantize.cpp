@@ -14,8 +14,8 @@
 
 #include "cli/commands.h"
 #include "cli/model_file.h"
+#include "formats/safetensors.h"
 #include "model/packed_weights.h"
-#include "model/safetensors.h"
 
 namespace tpcli::cli {
 
@@ -43,12 +43,12 @@ void run_quantize(const QuantizeFlags& f) {
   // Keep what the checkpoint recorded (tokenizer, training vocabulary); the config and the
   // quantization are written from the converted weights. A recorded tokenizer path becomes absolute,
   // since the output may live in another folder.
-  model::Metadata metadata;
+  formats::Metadata metadata;
   for (const auto& [k, v] : opened.metadata)
     if (!k.starts_with("model.") && !k.starts_with("quant.") && !k.starts_with("train.") && !k.starts_with("adam."))
       metadata[k] = v;
   if (opened.tokenizer) metadata["tokenizer"] = std::filesystem::absolute(*opened.tokenizer).lexically_normal().string();
-  model::write_safetensors(f.out, *converted, metadata);
+  formats::write_safetensors(f.out, *converted, metadata);
   std::fprintf(stderr, "wrote %s: %s, %.2f MB of weights (was %.2f MB)\n", f.out.c_str(), format.name().c_str(),
                static_cast<double>(model::shard_bytes(*converted, model::plan_shards(converted->config(), 1, 0))) / 1e6,
                static_cast<double>(model::shard_bytes(*opened.weights, model::plan_shards(opened.weights->config(), 1, 0))) / 1e6);

@@ -12,14 +12,14 @@
 #include <pthread.h>
 #include <thread>
 
-#include "cli/common_flags.h"
 #include "cli/commands.h"
+#include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "cli/tokenizer_setup.h"
 #include "distributed/collective_watch.h"
 #include "distributed/runtime.h"
 #include "distributed/select_backend.h"
-#include "model/end_of_generation.h"
+#include "engine/end_of_generation.h"
 #include "model/llama.h"
 #include "model/shard_plan.h"
 #include "model/weights.h"
@@ -38,8 +38,8 @@ constexpr int PREFILL_CHUNK = 32;
 // long in one collective (a step's waits last milliseconds; a frozen peer's last until the backend's
 // timeout ends the run).
 constexpr std::chrono::seconds DEVICES_STUCK_AFTER{2};
-model::EngineOptions serving_engine() {
-  model::EngineOptions o;
+engine::EngineOptions serving_engine() {
+  engine::EngineOptions o;
   o.busy_prefill_tokens = PREFILL_CHUNK;
   return o;
 }
@@ -50,7 +50,7 @@ struct ServeFlags {
   int group_size = 64, context = 0, max_queue = 256, grace = 10;
   bool int8_activations = false;  // tensor::set_int8_activations
   serve::ServerOptions server;
-  model::EngineOptions engine = serving_engine();
+  engine::EngineOptions engine = serving_engine();
 };
 
 std::string tokenizer_path(const ServeFlags& f, const OpenedModel& opened) {
@@ -135,13 +135,13 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   tensor::set_int8_activations(f.int8_activations);
   const model::LlamaConfig& config = opened.weights->config();
   try {
-    model::kv_pool_blocks(config, placement.plans(), mesh.size(), service_options.engine);
+    engine::kv_pool_blocks(config, placement.plans(), mesh.size(), service_options.engine);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
   const std::string path = tokenizer_path(f, opened);
   // A tokenizer larger than the model would hand the engine ids it has no row for.
-  const model::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
+  const text::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
   std::optional<ChatFormatting> chat;
   if (!f.template_name.empty() || loaded.chat_template) chat = chat_formatting(loaded, f.template_name);
 
@@ -152,8 +152,8 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
     served.chat_template = chat->chat_template;
     served.chat_tokens = chat->tokens;
   }
-  served.stop_ids = model::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
-                                             chat ? chat->tokens : model::ChatTokens{})
+  served.stop_ids = engine::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
+                                             chat ? chat->tokens : text::ChatTokens{})
                         .ids;
   served.mesh = mesh.to_string();
   served.backend = run_flags.backend.empty() ? "threads" : run_flags.backend;
@@ -208,7 +208,7 @@ void setup_serve(CLI::App& sub) {
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")->required();
   add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");
-  sub.add_option("--template", flags->template_name, "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+  sub.add_option("--template", flags->template_name, "chat format instead of tokenizer_config.json's: " + text::chat_format_names());
   sub.add_option("--model-name", flags->model_name, "the model's id in the API (default: the file or folder name)");
   sub.add_option("--host", flags->server.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
   sub.add_option("--port", flags->server.port, "port to listen on (0: any free one, printed)")->capture_default_str();

@@ -26,8 +26,8 @@
 
 #include "cli/commands.h"
 #include "cli/tokenizer_setup.h"
-#include "model/atomic_file.h"
-#include "model/regular_file.h"
+#include "files/atomic_file.h"
+#include "files/regular_file.h"
 #include "train/data.h"
 #include "train/token_shards.h"
 
@@ -55,7 +55,7 @@ struct Encoder {
 Encoder open_encoder(const std::string& tokenizer) {
   if (tokenizer == "bytes")
     return {256, [](const std::string& text) { return std::vector<int>(text.begin(), text.end()); }};
-  std::shared_ptr<model::TokenizerInterface> loaded = open_tokenizer(tokenizer).tokenizer;
+  std::shared_ptr<text::TokenizerInterface> loaded = open_tokenizer(tokenizer).tokenizer;
   return {loaded->vocab_size(), [loaded](const std::string& text) {
             // A document starts with BOS, as llama2.c's and llm.c's pretokenizers write it.
             return loaded->encode_text(text, !loaded->bos_text().empty());
@@ -131,7 +131,7 @@ uintmax_t check_inputs(const TokenizeFlags& f) {
   uintmax_t bytes = 0;
   for (const std::string& file : f.files) {
     try {
-      model::require_regular_file(file, "a text file");
+      files::require_regular_file(file, "a text file");
     } catch (const std::exception& e) {
       throw UsageError(e.what());
     }
@@ -185,7 +185,7 @@ ShardCounts write_all_shards(const TokenizeFlags& f, const Encoder& first, const
 void run_tokenize(const TokenizeFlags& f) {
   const uintmax_t bytes = check_inputs(f);
   try {
-    model::require_new_folder(f.out);
+    files::require_new_folder(f.out);
   } catch (const std::runtime_error& e) {
     throw UsageError("--out " + std::string(e.what()));
   }
@@ -193,7 +193,7 @@ void run_tokenize(const TokenizeFlags& f) {
   // The folder appears with every shard or not at all: a training run globbing it never sees half
   // the files of a run that failed (a full disk) or was stopped.
   ShardCounts total;
-  model::write_directory_atomically(f.out, [&](const std::string& dir) { total = write_all_shards(f, first, dir, bytes); });
+  files::write_directory_atomically(f.out, [&](const std::string& dir) { total = write_all_shards(f, first, dir, bytes); });
 
   std::printf("wrote %d shards to %s: %lld train and %lld val tokens (%s, vocabulary %lld)\n", total.shards,
               f.out.c_str(), static_cast<long long>(total.train_tokens), static_cast<long long>(total.val_tokens),

@@ -27,9 +27,9 @@ struct TokenizerFlags {
   std::string template_name;
 };
 
-model::LoadedTokenizer open_timed(const TokenizerFlags& f) {
+text::LoadedTokenizer open_timed(const TokenizerFlags& f) {
   const auto start = std::chrono::steady_clock::now();
-  model::LoadedTokenizer loaded = open_tokenizer(f.path);
+  text::LoadedTokenizer loaded = open_tokenizer(f.path);
   if (f.verbose)
     std::fprintf(stderr, "loaded %s (%d tokens) in %.0f ms\n", loaded.path.c_str(), loaded.tokenizer->vocab_size(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
@@ -41,12 +41,12 @@ void print_ids(const std::vector<int>& ids) {
 }
 
 void run_encode(const TokenizerFlags& f) {
-  const model::LoadedTokenizer loaded = open_timed(f);
+  const text::LoadedTokenizer loaded = open_timed(f);
   print_ids(loaded.tokenizer->encode_text(read_all(stdin), f.bos));
 }
 
 void run_decode(const TokenizerFlags& f) {
-  const model::LoadedTokenizer loaded = open_timed(f);
+  const text::LoadedTokenizer loaded = open_timed(f);
   nlohmann::json ids;
   try {
     ids = nlohmann::json::parse(read_all(stdin));
@@ -69,14 +69,14 @@ void run_decode(const TokenizerFlags& f) {
 }
 
 void run_chat_render(const TokenizerFlags& f) {
-  const model::LoadedTokenizer loaded = open_timed(f);
+  const text::LoadedTokenizer loaded = open_timed(f);
   const ChatFormatting formatting = chat_formatting(loaded, f.template_name);
-  const std::vector<model::ChatMessage> messages = parse_messages(read_all(stdin), "stdin");
+  const std::vector<text::ChatMessage> messages = parse_messages(read_all(stdin), "stdin");
   std::string prompt;
   try {
-    prompt = model::render_chat(formatting.chat_template, messages, formatting.tokens, !f.no_generation_prompt);
+    prompt = text::render_chat(formatting.chat_template, messages, formatting.tokens, !f.no_generation_prompt);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("chat template ") + std::string(model::chat_format_name(formatting.chat_template.format)) +
+    throw UsageError(std::string("chat template ") + std::string(text::chat_format_name(formatting.chat_template.format)) +
                      ": " + e.what());
   }
   if (f.ids) {
@@ -107,7 +107,7 @@ void setup_tokenizer(CLI::App& sub) {
   add_common(*chat, *flags);
   chat->add_flag("--ids", flags->ids, "print the prompt's token ids instead of its text");
   chat->add_option("--template", flags->template_name,
-                   "chat format instead of tokenizer_config.json's: " + model::chat_format_names());
+                   "chat format instead of tokenizer_config.json's: " + text::chat_format_names());
   chat->add_flag("--no-generation-prompt", flags->no_generation_prompt, "leave out the assistant's opening");
   chat->callback([flags] { run_chat_render(*flags); });
   sub.require_subcommand(1);

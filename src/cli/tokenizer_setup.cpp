@@ -9,9 +9,9 @@
 
 namespace tpcli::cli {
 
-model::LoadedTokenizer open_tokenizer(const std::string& path, std::optional<int> vocab_size) {
+text::LoadedTokenizer open_tokenizer(const std::string& path, std::optional<int> vocab_size) {
   try {
-    return model::load_tokenizer(path, vocab_size);
+    return text::load_tokenizer(path, vocab_size);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
@@ -21,25 +21,25 @@ bool is_llama2c_tokenizer(const std::string& path) {
   return !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
 }
 
-model::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_size) {
-  model::LoadedTokenizer loaded = open_tokenizer(path, is_llama2c_tokenizer(path) ? std::optional<int>(vocab_size) : std::nullopt);
+text::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_size) {
+  text::LoadedTokenizer loaded = open_tokenizer(path, is_llama2c_tokenizer(path) ? std::optional<int>(vocab_size) : std::nullopt);
   if (loaded.tokenizer->vocab_size() > vocab_size)
     throw UsageError(loaded.path + ": tokenizer has " + std::to_string(loaded.tokenizer->vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(vocab_size));
   return loaded;
 }
 
-ChatFormatting chat_formatting(const model::LoadedTokenizer& loaded, const std::string& template_name) {
+ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const std::string& template_name) {
   ChatFormatting f;
   f.tokens = {loaded.tokenizer->bos_text(), loaded.tokenizer->eos_text()};
   try {
     if (!template_name.empty()) {
-      f.chat_template = model::chat_template_named(template_name);
+      f.chat_template = text::chat_template_named(template_name);
     } else if (loaded.chat_template) {
-      f.chat_template = model::recognise_chat_template(*loaded.chat_template);
+      f.chat_template = text::recognise_chat_template(*loaded.chat_template);
     } else {
       throw UsageError(loaded.path + ": no chat template (no chat_template in a tokenizer_config.json beside it); "
-                       "choose one with --template NAME (" + model::chat_format_names() + ")");
+                       "choose one with --template NAME (" + text::chat_format_names() + ")");
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
@@ -51,7 +51,7 @@ ChatFormatting chat_formatting(const model::LoadedTokenizer& loaded, const std::
   return f;
 }
 
-std::vector<model::ChatMessage> parse_messages(const std::string& json_text, const std::string& origin) {
+std::vector<text::ChatMessage> parse_messages(const std::string& json_text, const std::string& origin) {
   nlohmann::json list;
   try {
     list = nlohmann::json::parse(json_text);
@@ -61,7 +61,7 @@ std::vector<model::ChatMessage> parse_messages(const std::string& json_text, con
     throw UsageError(origin + ": not valid JSON: " + e.what());
   }
   if (!list.is_array()) throw UsageError(origin + ": expected a JSON list of {\"role\": ..., \"content\": ...}");
-  std::vector<model::ChatMessage> messages;
+  std::vector<text::ChatMessage> messages;
   for (size_t i = 0; i < list.size(); ++i) {
     const auto& m = list[i];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/hf_config.h"
+#include "formats/hf_config.h"
 #include "model/shard_plan.h"
 
 namespace tpcli::config {
@@ -18,10 +18,10 @@ int required(const ModelSection& section, const std::optional<int>& value, const
   return *value;
 }
 
-// hf_architecture must name one tpcli runs (model/hf_config.h), so that export --to hf can write it.
+// hf_architecture must name one tpcli runs (formats/hf_config.h), so that export --to hf can write it.
 std::string architecture(const ModelSection& section) {
   if (!section.hf_architecture) return "";
-  const auto& names = model::supported_architectures();
+  const auto& names = formats::supported_architectures();
   if (std::ranges::find(names, *section.hf_architecture) != names.end()) return *section.hf_architecture;
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "\"" : ", \"") + n + "\"";

@@ -21,7 +21,7 @@
 //           #   completions  {"prompt": ..., "completion": ...}
 //           #   jsonl-text   {"text": ...}   (format = "text" stays a plain text corpus)
 //           # tokenizer = a tokenizer.bin, a tokenizer.json or a Hugging Face model directory;
-//           template = "chatml"              # chat: a chat format by name (model/chat_template.h),
+//           template = "chatml"              # chat: a chat format by name (text/chat_template.h),
 //                                            # else tokenizer_config.json's beside the tokenizer
 //           train_on_prompt = false          # true: the loss counts every token, not just the answers
 //           truncate = false                 # true: cut examples longer than train.seq_len + 1 tokens

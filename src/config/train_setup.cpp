@@ -8,14 +8,14 @@
 #include "config/model_config.h"
 #include "distributed/mpi/mpi_backend.h"
 #include "distributed/zmq/zmq_backend.h"
-#include "model/hf_model.h"
-#include "model/llama2c.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
+#include "formats/peft_adapter.h"
+#include "formats/safetensors.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
-#include "model/load_tokenizer.h"
-#include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "model/weights_view.h"
+#include "text/load_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/sft_examples.h"
 #include "train/token_shards.h"
@@ -31,14 +31,14 @@ using namespace tpcli::train;
 // refuses them), so that LoRA trains on its f32 values as before.
 static std::shared_ptr<const model::WeightSource> open_weights(const std::string& path, bool lora) {
   if (std::filesystem::is_directory(path)) {
-    auto dir = std::make_unique<model::HfModelDir>(path);
+    auto dir = std::make_unique<formats::HfModelDir>(path);
     if (lora && !dir->config().is_moe()) return dir;
     auto view = std::make_shared<model::WeightsView>(std::move(dir));
     view->as_f32();
     return view;
   }
-  if (path.ends_with(".safetensors")) return std::make_shared<model::SafetensorsFile>(path);
-  return std::make_shared<model::Llama2cFile>(path);
+  if (path.ends_with(".safetensors")) return std::make_shared<formats::SafetensorsFile>(path);
+  return std::make_shared<formats::Llama2cFile>(path);
 }
 
 // The zmq backend: this process is one rank of `tpcli launch` and runs its share of the mesh.
@@ -58,8 +58,8 @@ static void select_zmq(const RunConfig& config, Prepared& p) {
                       std::to_string(N) + ")");
   // Every rank reads the config, the corpus and the model on its own: the coordinator refuses to
   // start ranks that disagree on any of them (the command line is already in the hash).
-  model::Metadata model_keys;
-  model::config_to_metadata(o.model, model_keys);
+  formats::Metadata model_keys;
+  formats::config_to_metadata(o.model, model_keys);
   std::string model_text;
   for (const auto& [key, value] : model_keys) model_text += key + "=" + value + "\n";
   std::string config_text;
@@ -169,11 +169,11 @@ static Corpus open_corpus(const RunConfig& config, const std::string& text, cons
 
 // The chat format of format = "chat": data.template by name, else the chat_template of the
 // tokenizer_config.json beside data.tokenizer (a Hugging Face directory or tokenizer.json).
-static model::ChatTemplate sft_chat_template(const RunConfig& config) {
+static text::ChatTemplate sft_chat_template(const RunConfig& config) {
   const DataSection& data = config.data;
   if (data.chat_template) {
     try {
-      return model::chat_template_named(*data.chat_template);
+      return text::chat_template_named(*data.chat_template);
     } catch (const std::exception& e) {
       throw ConfigError(config.where("data.template") + ": " + e.what());
     }
@@ -182,16 +182,16 @@ static model::ChatTemplate sft_chat_template(const RunConfig& config) {
   const std::string tokenizer = sft_tokenizer_path(config);
   if (TextTokenizer::is_hf_json(tokenizer)) {
     try {
-      source = model::load_tokenizer(tokenizer).chat_template;
+      source = text::load_tokenizer(tokenizer).chat_template;
     } catch (const std::exception& e) {
       throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
     }
   }
   if (!source)
     throw ConfigError(config.where("data.format") + ": format = \"chat\" needs a chat template: set data.template = \"NAME\" (" +
-                      model::chat_format_names() + "), or use a tokenizer with a tokenizer_config.json chat_template");
+                      text::chat_format_names() + "), or use a tokenizer with a tokenizer_config.json chat_template");
   try {
-    return model::recognise_chat_template(*source);
+    return text::recognise_chat_template(*source);
   } catch (const std::exception& e) {
     throw ConfigError(config.where("data.tokenizer") + ": " + e.what() + " (set data.template = \"NAME\")");
   }
@@ -315,7 +315,7 @@ static std::shared_ptr<const model::WeightSource> initial_adapters(const RunConf
   const std::string where = config.where("train.lora.init_from");
   model::LoraAdapterSet set;
   try {
-    set = model::load_peft_adapter(*lora.init_from, c);
+    set = formats::load_peft_adapter(*lora.init_from, c);
   } catch (const std::exception& e) {
     throw ConfigError(where + ": " + e.what());
   }
@@ -352,7 +352,7 @@ static std::shared_ptr<const model::WeightSource> initial_adapters(const RunConf
 // vocab_size when [model] leaves it out, as for a tokenizer.json.
 static int llama2c_vocab_size(const RunConfig& config) {
   try {
-    return model::load_tokenizer(config.data.tokenizer_path).tokenizer->vocab_size();
+    return text::load_tokenizer(config.data.tokenizer_path).tokenizer->vocab_size();
   } catch (const std::exception& e) {
     throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
   }

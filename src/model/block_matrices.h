@@ -2,7 +2,7 @@
 // its Hugging Face module and PEFT target name, its shape, how it is split over the tensor group,
 // its part of a fused linear, the rows RoPE rotates, whether LoRA adapts it. Every reader of a
 // block's parameters looks its facts up here: llama_parameters (model/llama_config.h), the loaders
-// of both roles, the Hugging Face names (model/hf_names.h), the PEFT reader and writer
+// of both roles, the Hugging Face names (formats/hf_names.h), the PEFT reader and writer
 // (model/lora_adapter.h), the trainable model's LoRA sites and the communication plan.
 //
 // Keys are values, BlockKey{3, Matrix::Wq}; they become strings ("layers.3.wq") in one place,
@@ -62,7 +62,7 @@ struct BlockKey {
 enum class Blocks { Every, Moe, Dense };
 // The config setting that adds a parameter to the Llama block (none: every Llama has it).
 enum class Feature { None, QkvBias, QkNorm };
-// The rows RoPE's layout orders (model/hf_names.h reorders them between tpcli and Hugging Face):
+// The rows RoPE's layout orders (formats/hf_names.h reorders them between tpcli and Hugging Face):
 // heads of HS rows of q, of k, or the one HS vector of a q/k norm.
 enum class RopeRows { None, QueryHeads, KvHeads, OneHead };
 

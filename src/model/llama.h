@@ -97,7 +97,7 @@ class Llama {
   // Keys and values on this device, in blocks of positions: block b holds, for every layer, the
   // [block_size, KVL] rows of whichever sequence was given it, as elements of dtype(). The model's
   // own cache (forward, prefill) is one block of seq_len positions, made at its first use; the
-  // batched engine (model/batch_engine.h) runs many sequences over one pool of small blocks.
+  // batched engine (engine/batch_engine.h) runs many sequences over one pool of small blocks.
   class KvCache {
    public:
     int64_t bytes() const;

@@ -58,7 +58,7 @@ struct LlamaConfig {
   // (layers.{l}.q_norm, k_norm).
   bool qk_norm = false;
   // The Hugging Face architecture the model was read as ("Qwen3ForCausalLM", ...; "" = a Llama):
-  // `export --to hf` writes its config.json and tensor names (model/hf_names.h).
+  // `export --to hf` writes its config.json and tensor names (formats/hf_names.h).
   std::string hf_architecture;
   // Set when the checkpoint's matrices are quantized (stored as NAME, NAME.scales, NAME.biases).
   std::optional<Quantization> quantization;

@@ -6,9 +6,11 @@
 #include <set>
 #include <stdexcept>
 
-#include "model/json_file.h"
+#include "files/json_file.h"
 
 namespace tpcli::model {
+
+using files::quoted_value;
 
 using tensor::Tensor;
 

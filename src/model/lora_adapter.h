@@ -8,7 +8,7 @@
 //   "layers.{l}.{m}.lora_a"  A [r, IN]     m: wq wk wv wo w1 w3 w2 (HF: q_proj k_proj v_proj o_proj
 //   "layers.{l}.{m}.lora_b"  B [OUT, r]       gate_proj up_proj down_proj)
 // full (unsharded) f32, rows and columns in tpcli's layout of W: B's rows of wq / wk are in
-// llama2.c's interleaved RoPE order, as W's (model/hf_names.h).
+// llama2.c's interleaved RoPE order, as W's (formats/hf_names.h).
 //
 #pragma once
 

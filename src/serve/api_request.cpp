@@ -184,11 +184,11 @@ std::string message_text(const json& content, const std::string& where) {
   return text;
 }
 
-std::vector<model::ChatMessage> chat_messages(const Fields& f) {
+std::vector<text::ChatMessage> chat_messages(const Fields& f) {
   const json* list = f.get("messages");
   if (!list) throw bad("messages", "'messages' is required.");
   if (!list->is_array() || list->empty()) throw bad("messages", "'messages' must be a non-empty list.");
-  std::vector<model::ChatMessage> messages;
+  std::vector<text::ChatMessage> messages;
   for (size_t i = 0; i < list->size(); ++i) {
     const json& m = (*list)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";

@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 namespace tpcli::serve {
 
@@ -54,7 +54,7 @@ struct PromptModel {
   int context = 0;   // positions a sequence may reach (prompt + generated)
   int vocab = 0;
   std::function<std::vector<int>(std::string_view text)> encode;                       // a completion prompt
-  std::function<std::vector<int>(std::span<const model::ChatMessage> messages)> chat;  // rendered, encoded
+  std::function<std::vector<int>(std::span<const text::ChatMessage> messages)> chat;  // rendered, encoded
 };
 
 enum class Endpoint { chat, completion };

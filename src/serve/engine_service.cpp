@@ -84,7 +84,7 @@ class CommandReader {
   size_t at_ = 0;
 };
 
-void encode_add(const model::BatchRequest& r, std::vector<std::byte>& bytes) {
+void encode_add(const engine::BatchRequest& r, std::vector<std::byte>& bytes) {
   put(bytes, Command::ADD);
   put(bytes, static_cast<int32_t>(r.max_tokens));
   put(bytes, r.temperature);
@@ -96,8 +96,8 @@ void encode_add(const model::BatchRequest& r, std::vector<std::byte>& bytes) {
   put(bytes, static_cast<uint8_t>(r.logits));
 }
 
-model::BatchRequest decode_add(CommandReader& in) {
-  model::BatchRequest r;
+engine::BatchRequest decode_add(CommandReader& in) {
+  engine::BatchRequest r;
   r.max_tokens = in.take<int32_t>();
   r.temperature = in.take<float>();
   r.topp = in.take<float>();
@@ -131,12 +131,12 @@ std::vector<std::byte> broadcast_commands(dist::Device& device, std::vector<std:
 // Applies one step's commands on a device's engine; `added(k, id)` for the k-th ADD (id -1: the
 // engine refused it, as every device does). False at SHUTDOWN.
 template <class Added>
-bool apply(model::BatchEngine& engine, std::span<const std::byte> bytes, Added&& added) {
+bool apply(engine::BatchEngine& engine, std::span<const std::byte> bytes, Added&& added) {
   size_t k = 0;
   for (CommandReader in(bytes); !in.done();) {
     switch (in.take<Command>()) {
       case Command::ADD: {
-        model::BatchRequest r = decode_add(in);
+        engine::BatchRequest r = decode_add(in);
         int id = -1;
         try {
           id = engine.add(std::move(r));
@@ -188,7 +188,7 @@ bool EngineService::wait_ready() {
   return ready_flag_ && !failed_;
 }
 
-std::shared_ptr<RequestStream> EngineService::submit(const model::BatchRequest& request, int top_logprobs) {
+std::shared_ptr<RequestStream> EngineService::submit(const engine::BatchRequest& request, int top_logprobs) {
   auto s = std::make_shared<RequestStream>();
   s->request_ = request;
   s->request_.logits = top_logprobs >= 0;  // the engine hands over its logits only then (report_logits)
@@ -215,7 +215,7 @@ void EngineService::cancel(const std::shared_ptr<RequestStream>& stream) {
     cancels_.push_back(stream->engine_id_);
     arrived_.notify_all();
   } else if (std::erase(queue_, stream)) {  // never reached the engine
-    end(*stream, {model::FinishReason::cancelled, {}, {}, static_cast<int>(stream->request_.prompt.size())});
+    end(*stream, {engine::FinishReason::cancelled, {}, {}, static_cast<int>(stream->request_.prompt.size())});
   }  // else on its way to the engine: cancelled once it has an id (lead)
 }
 
@@ -247,8 +247,8 @@ void EngineService::fail(const std::string& why) {
   std::lock_guard lock(mutex_);
   failed_ = why;
   closed_ = true;
-  for (auto& [id, s] : running_) end(*s, {model::FinishReason::error, why});
-  for (auto& s : queue_) end(*s, {model::FinishReason::error, why});
+  for (auto& [id, s] : running_) end(*s, {engine::FinishReason::error, why});
+  for (auto& s : queue_) end(*s, {engine::FinishReason::error, why});
   running_.clear();
   queue_.clear();
   ready_.notify_all();
@@ -275,13 +275,13 @@ EngineService::Commands EngineService::take_commands(bool idle) {
   return c;
 }
 
-void EngineService::run_device(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer) {
+void EngineService::run_device(model::Llama& llama, dist::Device& device, const text::TokenizerInterface& tokenizer) {
   if (device.rank() == 0) lead(llama, device, tokenizer);
   else follow(llama, device, tokenizer);
 }
 
-void EngineService::follow(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer) {
-  model::BatchEngine engine(llama, options_.engine, &tokenizer);
+void EngineService::follow(model::Llama& llama, dist::Device& device, const text::TokenizerInterface& tokenizer) {
+  engine::BatchEngine engine(llama, options_.engine, &tokenizer);
   std::vector<int> finished;
   engine.on_finished = [&](int id) { finished.push_back(id); };
   while (apply(engine, broadcast_commands(device, {}), [](size_t, int) {})) {
@@ -291,8 +291,8 @@ void EngineService::follow(model::Llama& llama, dist::Device& device, const mode
   }
 }
 
-void EngineService::lead(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer) {
-  model::BatchEngine engine(llama, options_.engine, &tokenizer);
+void EngineService::lead(model::Llama& llama, dist::Device& device, const text::TokenizerInterface& tokenizer) {
+  engine::BatchEngine engine(llama, options_.engine, &tokenizer);
   std::vector<int> finished;
   engine.on_logits = [&](int id, std::span<const float> logits) { report_logits(id, logits); };
   engine.on_token = [&](int id, int token) {
@@ -316,7 +316,7 @@ void EngineService::lead(model::Llama& llama, dist::Device& device, const model:
       const std::shared_ptr<RequestStream>& s = c.added[k];
       std::lock_guard lock(mutex_);
       if (id < 0) {
-        end(*s, {model::FinishReason::error, "the engine refused the request"});
+        end(*s, {engine::FinishReason::error, "the engine refused the request"});
         return;
       }
       s->engine_id_ = id;
@@ -331,7 +331,7 @@ void EngineService::lead(model::Llama& llama, dist::Device& device, const model:
     record_step(engine);
   }
   std::lock_guard lock(mutex_);  // what still runs ends here
-  for (auto& [id, s] : running_) end(*s, {model::FinishReason::cancelled});
+  for (auto& [id, s] : running_) end(*s, {engine::FinishReason::cancelled});
   running_.clear();
 }
 
@@ -373,22 +373,22 @@ void EngineService::report_token(int id, int token, const std::string& text) {
   s.ready_.notify_all();
 }
 
-void EngineService::report_finished(model::BatchEngine& engine, int id) {
+void EngineService::report_finished(engine::BatchEngine& engine, int id) {
   std::lock_guard lock(mutex_);
   const auto it = running_.find(id);
   if (it == running_.end()) return;
-  const model::BatchResult& r = engine.result(id);
+  const engine::BatchResult& r = engine.result(id);
   RequestStream& s = *it->second;
-  if (r.finish_reason == model::FinishReason::error) ++stats_.failed_requests;
+  if (r.finish_reason == engine::FinishReason::error) ++stats_.failed_requests;
   end(s, {r.finish_reason, r.error, r.text.substr(s.text_sent_), static_cast<int>(s.request_.prompt.size()), r.cached_tokens,
           static_cast<int>(r.tokens.size())});
   running_.erase(it);
 }
 
-void EngineService::record_step(const model::BatchEngine& engine) {
+void EngineService::record_step(const engine::BatchEngine& engine) {
   const Clock::time_point now = Clock::now();
   std::lock_guard lock(mutex_);
-  const model::EngineStats& e = engine.stats();
+  const engine::EngineStats& e = engine.stats();
   stats_.running = engine.running();
   stats_.waiting = engine.waiting();
   stats_.kv_blocks = engine.kv_blocks();

@@ -6,7 +6,7 @@
 // without device 0 serves no HTTP; its devices only follow. While nothing runs, the leader waits
 // for a request up to IDLE_WAIT and broadcasts an empty list, so followers never wait long.
 //
-// Every device's engine detokenizes and matches stop strings (model/batch_engine.h), so a stop
+// Every device's engine detokenizes and matches stop strings (engine/batch_engine.h), so a stop
 // string ends its sequence at the step that produced it, on every device. Only the leader reports:
 // each request's tokens and text (with their log-probabilities when asked) go to its
 // RequestStream, which an HTTP handler reads. A request is given back (engine.forget) as soon
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "model/batch_engine.h"
+#include "engine/batch_engine.h"
 
 namespace tpcli::dist {
 class Device;
@@ -45,7 +45,7 @@ struct TokenEvent {
 };
 
 struct Finish {
-  model::FinishReason reason = model::FinishReason::stop;
+  engine::FinishReason reason = engine::FinishReason::stop;
   std::string error;  // with FinishReason::error
   std::string text;   // the answer's text held back until its end
   int prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
@@ -60,7 +60,7 @@ class RequestStream {
 
  private:
   friend class EngineService;
-  model::BatchRequest request_;
+  engine::BatchRequest request_;
   int top_logprobs_ = -1;  // -1: no log-probabilities
   std::chrono::steady_clock::time_point arrived_, last_token_;
   int engine_id_ = -1;     // -1: not yet in the engine
@@ -93,7 +93,7 @@ struct ServiceSnapshot {
 };
 
 struct ServiceOptions {
-  model::EngineOptions engine;
+  engine::EngineOptions engine;
   int max_queue = 256;  // requests waiting beyond `engine.parallel` running; more get 429
 };
 
@@ -108,7 +108,7 @@ class EngineService {
   bool wait_ready();
   int context() const { return context_; }
   // Queues a request; ApiError 429 when the queue is full, 503 while shutting down.
-  std::shared_ptr<RequestStream> submit(const model::BatchRequest& request, int top_logprobs);
+  std::shared_ptr<RequestStream> submit(const engine::BatchRequest& request, int top_logprobs);
   // Ends a request (a client that left): its blocks are freed at the next step.
   void cancel(const std::shared_ptr<RequestStream>& stream);
   ServiceSnapshot snapshot() const;
@@ -122,17 +122,17 @@ class EngineService {
 
   // ---- device side: every device of the mesh runs this until shutdown ----
   // `tokenizer`: the engine's, for the answers' text and stop strings (the same on every device).
-  void run_device(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer);
+  void run_device(model::Llama& llama, dist::Device& device, const text::TokenizerInterface& tokenizer);
 
  private:
   struct Commands;
   Commands take_commands(bool idle);
-  void lead(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer);
-  void follow(model::Llama& llama, dist::Device& device, const model::TokenizerInterface& tokenizer);
+  void lead(model::Llama& llama, dist::Device& device, const text::TokenizerInterface& tokenizer);
+  void follow(model::Llama& llama, dist::Device& device, const text::TokenizerInterface& tokenizer);
   void report_token(int id, int token, const std::string& text);
   void report_logits(int id, std::span<const float> logits);
-  void report_finished(model::BatchEngine& engine, int id);
-  void record_step(const model::BatchEngine& engine);
+  void report_finished(engine::BatchEngine& engine, int id);
+  void record_step(const engine::BatchEngine& engine);
   static void end(RequestStream& s, Finish f);  // the stream's last event (the first end wins)
 
   ServiceOptions options_;

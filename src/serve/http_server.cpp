@@ -114,8 +114,8 @@ class Reply {
   }
 
   static std::optional<ApiError> failure(const Finish& f) {
-    if (f.reason == model::FinishReason::error) return ApiError(500, "The engine failed: " + f.error.substr(0, 200), "", "engine_error", "server_error");
-    if (f.reason == model::FinishReason::cancelled) return ApiError(503, "The server is shutting down.", "", "unavailable", "server_error");
+    if (f.reason == engine::FinishReason::error) return ApiError(500, "The engine failed: " + f.error.substr(0, 200), "", "engine_error", "server_error");
+    if (f.reason == engine::FinishReason::cancelled) return ApiError(503, "The server is shutting down.", "", "unavailable", "server_error");
     return std::nullopt;
   }
 
@@ -168,7 +168,7 @@ struct HttpServer::Impl {
   bool authorized(const HttpRequest& req) const;
   PromptModel prompt_model() const;
   void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
-  model::BatchRequest batch_request(const GenerationRequest& g);
+  engine::BatchRequest batch_request(const GenerationRequest& g);
   void tokenize(const HttpRequest& req, HttpResponse& res) const;
   void detokenize(const HttpRequest& req, HttpResponse& res) const;
   json status() const;
@@ -180,13 +180,13 @@ PromptModel HttpServer::Impl::prompt_model() const {
   p.name = model.name;
   p.context = service.context();
   p.vocab = model.tokenizer->vocab_size();
-  const model::TokenizerInterface& tokenizer = *model.tokenizer;
+  const text::TokenizerInterface& tokenizer = *model.tokenizer;
   p.encode = [&tokenizer](std::string_view text) { return tokenizer.encode_text(text, true); };
-  p.chat = [this, &tokenizer](std::span<const model::ChatMessage> messages) {
+  p.chat = [this, &tokenizer](std::span<const text::ChatMessage> messages) {
     if (!model.chat_template)
       throw ApiError(400, "This model has no chat template: start the server with --template NAME, or use /v1/completions.", "messages");
     try {  // the template writes its own beginning of sequence
-      return tokenizer.encode_text(model::render_chat(*model.chat_template, messages, model.chat_tokens, true), false);
+      return tokenizer.encode_text(text::render_chat(*model.chat_template, messages, model.chat_tokens, true), false);
     } catch (const std::invalid_argument& e) {
       throw ApiError(400, std::string("The messages do not fit the chat template: ") + e.what(), "messages");
     }
@@ -194,8 +194,8 @@ PromptModel HttpServer::Impl::prompt_model() const {
   return p;
 }
 
-model::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g) {
-  model::BatchRequest r;
+engine::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g) {
+  engine::BatchRequest r;
   r.prompt = g.prompt;
   r.max_tokens = g.max_tokens;
   r.temperature = g.top_p <= 0 ? 0.0f : g.temperature;  // top_p 0 keeps only the likeliest token

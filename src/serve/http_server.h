@@ -21,18 +21,18 @@
 #include <string>
 #include <vector>
 
-#include "model/chat_template.h"
-#include "model/tokenizer_interface.h"
 #include "serve/engine_service.h"
+#include "text/chat_template.h"
+#include "text/tokenizer_interface.h"
 
 namespace tpcli::serve {
 
 // The model as the server presents it.
 struct ServedModel {
   std::string name;
-  const model::TokenizerInterface* tokenizer = nullptr;
-  std::optional<model::ChatTemplate> chat_template;  // none: chat requests are refused, naming --template
-  model::ChatTokens chat_tokens;
+  const text::TokenizerInterface* tokenizer = nullptr;
+  std::optional<text::ChatTemplate> chat_template;  // none: chat requests are refused, naming --template
+  text::ChatTokens chat_tokens;
   std::vector<int> stop_ids;          // end of sequence and of an assistant turn
   std::string mesh, backend;          // "model=2", "threads"
   int devices = 1;

@@ -56,9 +56,9 @@ json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, 
   return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json completion_json(const CompletionIdentity& who, const std::string& text, model::FinishReason finish_reason, const Finish& usage,
+json completion_json(const CompletionIdentity& who, const std::string& text, engine::FinishReason finish_reason, const Finish& usage,
                      const json& logprobs) {
-  json choice = {{"index", 0}, {"finish_reason", model::finish_reason_name(finish_reason)}, {"logprobs", logprobs}};
+  json choice = {{"index", 0}, {"finish_reason", engine::finish_reason_name(finish_reason)}, {"logprobs", logprobs}};
   if (who.endpoint == Endpoint::chat) choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
   else choice["text"] = text;
   json out = head(who, false);
@@ -67,9 +67,9 @@ json completion_json(const CompletionIdentity& who, const std::string& text, mod
   return out;
 }
 
-json chunk_json(const CompletionIdentity& who, const std::string& delta, bool first, std::optional<model::FinishReason> finish_reason,
+json chunk_json(const CompletionIdentity& who, const std::string& delta, bool first, std::optional<engine::FinishReason> finish_reason,
                 const json& logprobs, bool with_usage_field) {
-  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason ? json(model::finish_reason_name(*finish_reason)) : json(nullptr)}};
+  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason ? json(engine::finish_reason_name(*finish_reason)) : json(nullptr)}};
   if (who.endpoint == Endpoint::chat) {
     choice["delta"] = json::object();
     if (first) choice["delta"]["role"] = "assistant";

@@ -34,10 +34,10 @@ nlohmann::json usage_json(const Finish& f);
 nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, size_t text_offset);
 
 // A whole answer.
-nlohmann::json completion_json(const CompletionIdentity& who, const std::string& text, model::FinishReason finish_reason,
+nlohmann::json completion_json(const CompletionIdentity& who, const std::string& text, engine::FinishReason finish_reason,
                                const Finish& usage, const nlohmann::json& logprobs);
 // A stream chunk: `delta` text (the role too when `first`), a finish_reason in the last one only.
-nlohmann::json chunk_json(const CompletionIdentity& who, const std::string& delta, bool first, std::optional<model::FinishReason> finish_reason,
+nlohmann::json chunk_json(const CompletionIdentity& who, const std::string& delta, bool first, std::optional<engine::FinishReason> finish_reason,
                           const nlohmann::json& logprobs, bool with_usage_field);
 nlohmann::json usage_chunk_json(const CompletionIdentity& who, const Finish& usage);
 

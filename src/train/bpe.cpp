@@ -1,20 +1,20 @@
 #include "train/bpe.h"
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace tpcli::train {
 
-std::shared_ptr<const model::Tokenizer> load_bpe(const std::string& path, int vocab_size) {
-  return std::make_shared<const model::Tokenizer>(path, vocab_size);
+std::shared_ptr<const text::Tokenizer> load_bpe(const std::string& path, int vocab_size) {
+  return std::make_shared<const text::Tokenizer>(path, vocab_size);
 }
 
-int bpe_vocab_size(const model::Tokenizer& tokenizer) { return tokenizer.vocab_size(); }
+int bpe_vocab_size(const text::Tokenizer& tokenizer) { return tokenizer.vocab_size(); }
 
-std::vector<int> bpe_encode(const model::Tokenizer& tokenizer, std::string_view text) {
+std::vector<int> bpe_encode(const text::Tokenizer& tokenizer, std::string_view text) {
   return tokenizer.encode(text, /*bos=*/false, /*eos=*/false);
 }
 
-std::string bpe_decode(const model::Tokenizer& tokenizer, std::span<const int> tokens) {
+std::string bpe_decode(const text::Tokenizer& tokenizer, std::span<const int> tokens) {
   std::string text;
   int prev = 0;  // not BOS: keep every leading space
   for (int token : tokens) {

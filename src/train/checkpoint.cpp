@@ -23,7 +23,7 @@ void tokenizer_to_metadata(const TextTokenizer& tokenizer, Metadata& metadata) {
   }
 }
 
-// model/safetensors.h: a relative tokenizer path is relative to the checkpoint's folder.
+// formats/safetensors.h: a relative tokenizer path is relative to the checkpoint's folder.
 static std::string resolve_tokenizer_path(const std::string& path, const std::string& checkpoint) {
   std::filesystem::path p(path);
   if (p.is_absolute()) return path;

@@ -1,7 +1,7 @@
 // tpcli::train — training checkpoints: a safetensors file that is also a complete model file.
 //
 // out_dir/latest.safetensors holds every parameter (full, unsharded, named as in
-// llama_parameters()), the model config ("model.*" metadata, see model/safetensors.h), the
+// llama_parameters()), the model config ("model.*" metadata, see formats/safetensors.h), the
 // tokenizer, and the training state:
 //   "train.step"                  completed optimizer steps (= AdamW's t)
 //   "train.seed", "train.mesh"    for the record (a resume re-reads the config file)
@@ -10,7 +10,7 @@
 //   "tokenizer.kind"              "chars" | "bytes" | "llama2c" | "hf" (a tokenizer.json)
 //   "tokenizer.chars"             chars only: the vocabulary as decimal byte values, "10,32,33,..."
 //   "tokenizer"                   llama2c, hf: absolute path of the tokenizer.bin / tokenizer.json (the key
-//                                 `tpcli infer` reads, see model/safetensors.h)
+//                                 `tpcli infer` reads, see formats/safetensors.h)
 // Written with temp file + rename, so a kill at any moment leaves the previous one intact; and only
 // once the next step's loss and gradient norm say the weights are sound (train/loss_guard.h), so a
 // diverging run leaves its last good checkpoint.

@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "model/trainable_llama.h"
-#include "model/atomic_file.h"
+#include "files/atomic_file.h"
+#include "formats/peft_adapter.h"
+#include "formats/safetensors.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
-#include "model/safetensors.h"
+#include "model/trainable_llama.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel_optimizer.h"
 #include "train/loop.h"
@@ -60,7 +60,7 @@ static std::string lora_targets_text(const model::LoraOptions& lora) {
 }
 
 // A LoRA checkpoint's adapters as Hugging Face PEFT's folder, "adapter/" beside the checkpoint
-// (what --adapter, export --fuse and peft.PeftModel read), replaced whole (model/atomic_file.h).
+// (what --adapter, export --fuse and peft.PeftModel read), replaced whole (files/atomic_file.h).
 // The temporaries of a save killed before (adapter.tmp-XXXXXX, as big as the adapter) go first.
 static void write_peft_beside(const std::string& checkpoint, const model::WeightSource& adapters, const TrainOptions& o) {
   model::LoraAdapterSet set;
@@ -72,8 +72,8 @@ static void write_peft_beside(const std::string& checkpoint, const model::Weight
   for (const auto& spec : model::lora_parameters(o.model, *o.lora))
     set.tensors.emplace(spec.name, tensor::Tensor(spec.shape, adapters.get(spec.name)));
   const fs::path dir = fs::path(checkpoint).parent_path() / "adapter";
-  model::remove_stale_folder_temporaries(dir.string());
-  model::replace_directory_atomically(dir.string(), [&](const std::string& tmp) { model::save_peft_adapter(tmp, set, o.model); });
+  files::remove_stale_folder_temporaries(dir.string());
+  files::replace_directory_atomically(dir.string(), [&](const std::string& tmp) { formats::save_peft_adapter(tmp, set, o.model); });
 }
 
 // Collective over the tensor group (gathers); every device calls it, world rank 0 writes.
@@ -91,7 +91,7 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
     for (const auto* source : {&weights, &m, &v})
       require_finite(source->get(spec.name), info.path, info.step,
                      source == &weights ? spec.name : (source == &m ? EXP_AVG_PREFIX : EXP_AVG_SQ_PREFIX) + spec.name);
-  std::vector<model::TensorView> tensors;
+  std::vector<formats::TensorView> tensors;
   std::vector<std::string> names;  // keeps the moment names alive
   names.reserve(specs.size() * 2);
   for (const auto& spec : specs) tensors.push_back({spec.name, spec.shape, weights.get(spec.name)});
@@ -105,7 +105,7 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
   meta["format"] = o.lora ? LORA_FORMAT : "tpcli";
   // A LoRA checkpoint names its base under "base.": it is not a model that loads on its own.
   Metadata config;
-  model::config_to_metadata(o.model, config);
+  formats::config_to_metadata(o.model, config);
   for (auto& [key, value] : config) meta[(o.lora ? "base." : "") + key] = value;
   tokenizer_to_metadata(*o.tokenizer, meta);
   meta["train.step"] = std::to_string(info.step);
@@ -118,17 +118,17 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
     meta["lora.last_layers"] = std::to_string(o.lora->last_layers);
     meta["lora.targets"] = lora_targets_text(*o.lora);
   }
-  model::write_safetensors(info.path, tensors, meta);
+  formats::write_safetensors(info.path, tensors, meta);
   if (o.lora) write_peft_beside(info.path, weights, o);
 }
 
-void rewrite_peft_adapter(const model::SafetensorsFile& checkpoint, const TrainOptions& o) {
+void rewrite_peft_adapter(const formats::SafetensorsFile& checkpoint, const TrainOptions& o) {
   write_peft_beside(checkpoint.path(), checkpoint, o);
 }
 
 // The moments stored in a checkpoint, sliced into this device's shards: a model built from them
 // (same config, same tensor group) holds exactly the local slices.
-std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, const model::LlamaConfig& config,
+std::vector<tensor::Tensor> load_moments(const formats::SafetensorsFile& file, const model::LlamaConfig& config,
                                          dist::Group& tensor_group, dist::Group& expert_group, const char* prefix) {
   model::TensorWeights source(config);
   for (const auto& spec : model::llama_parameters(config)) {
@@ -146,7 +146,7 @@ std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, con
 }
 
 // "train.step" of a checkpoint: a step count in [0, MAX_STEPS], else a one-line error naming it.
-int64_t resume_step(const model::SafetensorsFile& file) {
+int64_t resume_step(const formats::SafetensorsFile& file) {
   constexpr int64_t MAX_STEPS = int64_t{1} << 40;
   auto it = file.metadata().find("train.step");
   if (it == file.metadata().end()) throw std::runtime_error(file.path() + ": no train.step in the metadata");
@@ -162,7 +162,7 @@ int64_t resume_step(const model::SafetensorsFile& file) {
 // The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced.
 // A LoRA checkpoint's adapters must be the ones the config asks for (rank, alpha, blocks, targets):
 // else they cannot be sliced, or some would be silently dropped.
-static void require_same_adapters(const model::SafetensorsFile& file, const model::LoraOptions& lora) {
+static void require_same_adapters(const formats::SafetensorsFile& file, const model::LoraOptions& lora) {
   const std::pair<const char*, std::string> keys[] = {{"lora.rank", std::to_string(lora.rank)},
                                                       {"lora.alpha", std::to_string(lora.alpha)},
                                                       {"lora.last_layers", std::to_string(lora.last_layers)},
@@ -177,7 +177,7 @@ static void require_same_adapters(const model::SafetensorsFile& file, const mode
   }
 }
 
-void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted,
+void require_same_model(const formats::SafetensorsFile& file, const model::LlamaConfig& wanted,
                         const std::optional<model::LoraOptions>& lora) {
   if (lora) require_same_adapters(file, *lora);
   const bool lora_run = lora.has_value();
@@ -188,14 +188,14 @@ void require_same_model(const model::SafetensorsFile& file, const model::LlamaCo
                              (holds_lora ? "LoRA adapters but the config has no [train.lora]"
                                          : "a whole model but the config trains LoRA adapters ([train.lora])") +
                              " (resume with the same settings, or train into a new train.out_dir)");
-  model::Metadata have, want;
+  formats::Metadata have, want;
   if (lora_run) {
     for (const auto& [key, value] : file.metadata())
       if (key.starts_with("base.")) have[key.substr(5)] = value;
   } else {
-    model::config_to_metadata(file.config(), have);
+    formats::config_to_metadata(file.config(), have);
   }
-  model::config_to_metadata(wanted, want);
+  formats::config_to_metadata(wanted, want);
   for (const auto& [key, value] : want) {
     auto it = have.find(key);
     const std::string held = it == have.end() ? "(unset)" : it->second;

@@ -17,6 +17,8 @@
 
 namespace tpcli::model {
 class TrainableLlama;
+}
+namespace tpcli::formats {
 class SafetensorsFile;
 }
 namespace tpcli::dist {
@@ -45,21 +47,21 @@ void save_checkpoint(model::TrainableLlama& llama, DataParallelOptimizer& optimi
 // A LoRA run saves latest.safetensors, then adapter/ beside it (PEFT's folder of the same adapters):
 // a kill between the two leaves adapter/ one save behind. --resume rewrites adapter/ from the
 // checkpoint it resumes (this function; device 0 only), so the two agree again before any step.
-void rewrite_peft_adapter(const model::SafetensorsFile& checkpoint, const TrainOptions& o);
+void rewrite_peft_adapter(const formats::SafetensorsFile& checkpoint, const TrainOptions& o);
 
 // The moments stored in a checkpoint under `prefix`, sliced into this device's local shapes (one
 // per llama.parameters() entry): a model built from them holds exactly the local slices.
-std::vector<tensor::Tensor> load_moments(const model::SafetensorsFile& file, const model::LlamaConfig& config,
+std::vector<tensor::Tensor> load_moments(const formats::SafetensorsFile& file, const model::LlamaConfig& config,
                                          dist::Group& tensor_group, dist::Group& expert_group, const char* prefix);
 
 // "train.step" of a checkpoint: a step count in [0, 2^40], else a one-line error naming it.
-int64_t resume_step(const model::SafetensorsFile& file);
+int64_t resume_step(const formats::SafetensorsFile& file);
 // A LoRA run's checkpoint: "format" in its metadata; the base's config under "base." keys.
 inline constexpr const char* LORA_FORMAT = "tpcli-lora";
 // The model a checkpoint holds must be the one the config describes, or its tensors cannot be sliced;
 // `lora`: the run trains these adapters, so the checkpoint must hold them (rank, alpha, blocks,
 // targets), on that base.
-void require_same_model(const model::SafetensorsFile& file, const model::LlamaConfig& wanted,
+void require_same_model(const formats::SafetensorsFile& file, const model::LlamaConfig& wanted,
                         const std::optional<model::LoraOptions>& lora = std::nullopt);
 
 }  // namespace tpcli::train

@@ -7,9 +7,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "model/load_tokenizer.h"
-#include "model/regular_file.h"
-#include "model/tokenizer.h"
+#include "files/regular_file.h"
+#include "text/load_tokenizer.h"
+#include "text/tokenizer.h"
 #include "train/bpe.h"
 
 namespace tpcli::train {
@@ -62,7 +62,7 @@ bool TextTokenizer::is_hf_json(const std::string& path) {
 }
 
 TextTokenizer TextTokenizer::hf_json(const std::string& path) {
-  model::LoadedTokenizer loaded = model::load_tokenizer(path);
+  text::LoadedTokenizer loaded = text::load_tokenizer(path);
   TextTokenizer t;
   t.kind_ = TokenizerKind::HfJson;
   t.path_ = loaded.path;
@@ -70,7 +70,7 @@ TextTokenizer TextTokenizer::hf_json(const std::string& path) {
   return t;
 }
 
-const model::TokenizerInterface* TextTokenizer::interface() const {
+const text::TokenizerInterface* TextTokenizer::interface() const {
   if (kind_ == TokenizerKind::Llama2c) return bpe_.get();
   if (kind_ == TokenizerKind::HfJson) return hf_.get();
   return nullptr;
@@ -133,7 +133,7 @@ std::string TextTokenizer::decode(std::span<const int> tokens) const {
 // ---- corpus ----
 
 std::string read_text_file(const std::string& path) {
-  model::require_regular_file(path, "a text file");
+  files::require_regular_file(path, "a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open the corpus (data.path)");
   std::ostringstream text;

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tpcli::model {
+namespace tpcli::text {
 class Tokenizer;
 class TokenizerInterface;
 }
@@ -50,10 +50,10 @@ class TextTokenizer {
   int vocab_size() const;
   const std::string& vocab() const { return vocab_; }  // chars: the vocabulary, in token order
   const std::string& path() const { return path_; }    // llama2c, hf: the tokenizer file
-  const model::Tokenizer* bpe() const { return bpe_.get(); }  // llama2c: the BPE tokenizer
+  const text::Tokenizer* bpe() const { return bpe_.get(); }  // llama2c: the BPE tokenizer
   // llama2c, hf: the tokenizer as generation and chat templates use it (special tokens by their
   // text, bos/eos); null for chars and bytes.
-  const model::TokenizerInterface* interface() const;
+  const text::TokenizerInterface* interface() const;
 
   // Corpus encoding (no BOS). Chars: throws naming the byte when it is not in the vocabulary.
   std::vector<int> encode(std::string_view text) const;
@@ -68,8 +68,8 @@ class TextTokenizer {
   TokenizerKind kind_ = TokenizerKind::Bytes;
   std::string vocab_;
   std::string path_;
-  std::shared_ptr<const model::Tokenizer> bpe_;  // llama2c only
-  std::shared_ptr<const model::TokenizerInterface> hf_;  // hf only
+  std::shared_ptr<const text::Tokenizer> bpe_;  // llama2c only
+  std::shared_ptr<const text::TokenizerInterface> hf_;  // hf only
   int char_to_token_[256] = {};                   // chars only; -1 when absent
 };
 

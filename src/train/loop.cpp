@@ -11,13 +11,13 @@
 
 #include "distributed/runtime.h"
 #include "distributed/trace.h"
-#include "model/atomic_file.h"
+#include "files/atomic_file.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
-#include "model/trainable_llama.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
 #include "model/shard_plan.h"
+#include "model/trainable_llama.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_io.h"
 #include "train/loss_guard.h"
@@ -160,7 +160,7 @@ std::string memory_line_of(const TrainOptions& o) {
 struct RunShared {
   const TrainOptions& o;
   std::shared_ptr<const model::WeightSource> source;
-  std::shared_ptr<model::SafetensorsFile> resume_file;
+  std::shared_ptr<formats::SafetensorsFile> resume_file;
   // The last local device to finish reading `source` frees its conversions (a Hugging Face
   // directory's dequantized or 16-bit weights in f32, q/k rows reordered) and file pages: each
   // device holds copies of its shards, so they would otherwise double the base for the whole run.
@@ -186,7 +186,7 @@ RunShared::RunShared(const TrainOptions& options) : o(options) {
   if (o.resume) {
     const std::string path = latest_checkpoint(o.out_dir);
     if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": no checkpoint to resume from");
-    resume_file = std::make_shared<model::SafetensorsFile>(path);
+    resume_file = std::make_shared<formats::SafetensorsFile>(path);
     start_step = resume_step(*resume_file);
     require_same_model(*resume_file, o.model, o.lora);
     if (!o.lora) source = resume_file;  // LoRA: the base is init's again, the adapters are the checkpoint's
@@ -213,8 +213,8 @@ void RunShared::open_files() {
   if (o.out_dir.empty()) return;
   std::filesystem::create_directories(o.out_dir);
   const std::string checkpoint = latest_checkpoint(o.out_dir);
-  if (model::remove_stale_temporary(checkpoint))
-    progress.message("removed " + model::temporary_path(checkpoint) + ", left by a save that was killed");
+  if (files::remove_stale_temporary(checkpoint))
+    progress.message("removed " + files::temporary_path(checkpoint) + ", left by a save that was killed");
   if (o.lora && resume_file) rewrite_peft_adapter(*resume_file, o);  // adapter/ may lag a killed save
   metrics.open(o.out_dir, o.resume, start_step);
 }
@@ -500,18 +500,18 @@ void DeviceRun::sample() {
   const model::TensorWeights full = llama_.gather_weights();
   if (data_.rank() != 0) return;
   model::Llama sampler(full, tp_);
-  model::ModelFns fns;  // generation runs a batch engine over it
+  engine::ModelFns fns;  // generation runs a batch engine over it
   fns.llama = &sampler;
   const int steps = std::min(o_.sample_tokens + 1, o_.model.seq_len);
   std::string text;
   if (o_.tokenizer->kind() == TokenizerKind::Llama2c) {
-    model::GenerateOptions g;
+    engine::GenerateOptions g;
     g.prompt = "";
     g.steps = steps;
     g.temperature = 0.8f;
     g.topp = 0.9f;
     g.seed = o_.seed;
-    text = model::generate(fns, *o_.tokenizer->bpe(), model::normalized(g, o_.model.seq_len), nullptr).text;
+    text = engine::generate(fns, *o_.tokenizer->bpe(), engine::normalized(g, o_.model.seq_len), nullptr).text;
   } else {
     text = generate_text(fns, *o_.tokenizer, "", steps, o_.model.seq_len, 0.8f, 0.9f, o_.seed, nullptr).text;
   }

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "model/atomic_file.h"
+#include "files/atomic_file.h"
 
 namespace tpcli::train {
 
@@ -171,7 +171,7 @@ std::string write_loss_plot(const std::string& out_dir) {
   std::string title = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   const std::string svg = loss_svg(curves, title.empty() ? std::string("loss") : title);
   const std::string path = (dir / "loss.svg").string();
-  model::write_atomically(path, [&](std::ostream& out) { out << svg; });
+  files::write_atomically(path, [&](std::ostream& out) { out << svg; });
   return path;
 }
 

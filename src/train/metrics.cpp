@@ -7,7 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "model/atomic_file.h"
+#include "files/atomic_file.h"
 
 namespace tpcli::train {
 
@@ -59,7 +59,7 @@ void truncate_metrics(const std::filesystem::path& metrics, int64_t last_step) {
     if (step >= 0 && step <= last_step) kept += line + "\n";
   }
   in.close();
-  model::write_atomically(metrics.string(), [&](std::ostream& out) { out << kept; });
+  files::write_atomically(metrics.string(), [&](std::ostream& out) { out << kept; });
 }
 
 void MetricsLog::open(const std::string& out_dir, bool resume, int64_t resume_step) {

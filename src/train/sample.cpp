@@ -5,7 +5,7 @@
 
 namespace tpcli::train {
 
-TextSample generate_text(const model::ModelFns& model, const TextTokenizer& tokenizer, const std::string& prompt,
+TextSample generate_text(const engine::ModelFns& model, const TextTokenizer& tokenizer, const std::string& prompt,
                          int steps, int seq_len, float temperature, float topp, uint64_t seed, std::FILE* out) {
   std::vector<int> prompt_tokens = tokenizer.encode(prompt);
   if (prompt_tokens.empty()) prompt_tokens.push_back(0);
@@ -13,7 +13,7 @@ TextSample generate_text(const model::ModelFns& model, const TextTokenizer& toke
   if (static_cast<int>(prompt_tokens.size()) > steps)
     throw std::invalid_argument("prompt of " + std::to_string(prompt_tokens.size()) + " tokens is longer than " +
                                 std::to_string(steps) + " steps");
-  model::GenerateOptions options;
+  engine::GenerateOptions options;
   options.steps = steps;
   options.temperature = temperature;
   options.topp = topp;
@@ -22,8 +22,8 @@ TextSample generate_text(const model::ModelFns& model, const TextTokenizer& toke
   sample.text = prompt;
   if (out) std::fputs(prompt.c_str(), out);
   size_t forced = prompt_tokens.size() - 1;  // the prompt's own tokens come first, not printed again
-  const model::GenerateResult run =
-      model::generate_from_ids(model, prompt_tokens, tokenizer.vocab_size(), options, [&](int, int next) {
+  const engine::GenerateResult run =
+      engine::generate_from_ids(model, prompt_tokens, tokenizer.vocab_size(), options, [&](int, int next) {
         if (forced > 0) {
           --forced;
           return true;

@@ -4,9 +4,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/json_file.h"
-#include "model/line_reader.h"
-#include "model/tokenizer_interface.h"
+#include "files/json_file.h"
+#include "files/line_reader.h"
+#include "text/tokenizer_interface.h"
 
 namespace tpcli::train {
 
@@ -31,12 +31,12 @@ std::string string_field(const nlohmann::json& object, const char* key, const st
   return it->get<std::string>();
 }
 
-std::vector<model::ChatMessage> parse_messages(const nlohmann::json& object, const std::string& where) {
+std::vector<text::ChatMessage> parse_messages(const nlohmann::json& object, const std::string& where) {
   const auto it = object.find("messages");
   if (it == object.end() || !it->is_array() || it->empty())
     fail(where, std::string("expected ") + shape_of(SftFormat::Chat) + " (\"messages\" " +
                     (it == object.end() ? "is missing" : it->is_array() ? "is empty" : "is not a list") + ")");
-  std::vector<model::ChatMessage> messages;
+  std::vector<text::ChatMessage> messages;
   bool assistant = false;
   for (size_t i = 0; i < it->size(); ++i) {
     const nlohmann::json& m = (*it)[i];
@@ -47,7 +47,7 @@ std::vector<model::ChatMessage> parse_messages(const nlohmann::json& object, con
     if (content == m.end() || !content->is_string()) fail(where, at + ": \"content\" is missing or not a string");
     const std::string r = role->get<std::string>();
     if (r != "system" && r != "user" && r != "assistant")
-      fail(where, at + ": unknown role " + model::quoted_value(r) + " (system, user or assistant)");
+      fail(where, at + ": unknown role " + files::quoted_value(r) + " (system, user or assistant)");
     assistant = assistant || r == "assistant";
     messages.push_back({r, content->get<std::string>()});
   }
@@ -58,7 +58,7 @@ std::vector<model::ChatMessage> parse_messages(const nlohmann::json& object, con
 SftExample parse_line(std::string_view line, const std::string& where, SftFormat format) {
   nlohmann::json object;
   try {
-    object = model::parse_json_text(line, where);
+    object = files::parse_json_text(line, where);
   } catch (const std::exception& e) {
     throw SftDataError(e.what());  // "FILE:LINE: not valid JSON at byte N: ..."
   }
@@ -76,7 +76,7 @@ SftExample parse_line(std::string_view line, const std::string& where, SftFormat
   return example;
 }
 
-std::optional<int> special_id(const model::TokenizerInterface& tokenizer, const std::string& text) {
+std::optional<int> special_id(const text::TokenizerInterface& tokenizer, const std::string& text) {
   return text.empty() ? std::nullopt : tokenizer.token_id(text);
 }
 
@@ -92,22 +92,22 @@ struct ChatEncoding {
 };
 
 ChatEncoding encode_chat(const SftExample& example, const SftEncoding& e) {
-  using model::ChatMessage;
+  using text::ChatMessage;
   const std::span<const ChatMessage> messages(example.messages);
   std::string full;
   try {
-    full = model::render_chat(e.chat_template, messages, e.chat_tokens, /*add_generation_prompt=*/false);
+    full = text::render_chat(e.chat_template, messages, e.chat_tokens, /*add_generation_prompt=*/false);
   } catch (const std::exception& ex) {
     fail(example.where, std::string("the chat template refuses the conversation: ") + ex.what());
   }
-  const std::vector<std::string> ends = model::end_of_turn_tokens(e.chat_template, e.chat_tokens);
+  const std::vector<std::string> ends = text::end_of_turn_tokens(e.chat_template, e.chat_tokens);
   // Alternating segments of `full`: [prompt, assistant, prompt, assistant, ..., prompt].
   std::vector<size_t> cuts{0};
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != "assistant") continue;
     std::string before;
     try {
-      before = model::render_chat(e.chat_template, messages.first(i), e.chat_tokens, /*add_generation_prompt=*/true);
+      before = text::render_chat(e.chat_template, messages.first(i), e.chat_tokens, /*add_generation_prompt=*/true);
     } catch (const std::exception& ex) {
       fail(example.where, "the chat template refuses the turns before message " + std::to_string(i) + ": " + ex.what());
     }
@@ -147,7 +147,7 @@ std::string_view sft_format_name(SftFormat format) {
 std::vector<SftExample> read_sft_examples(const std::string& path, SftFormat format) {
   std::vector<SftExample> examples;
   try {
-    model::LineReader lines(path, "a JSONL file");  // a line past its bound is refused, not read whole
+    files::LineReader lines(path, "a JSONL file");  // a line past its bound is refused, not read whole
     for (std::string line; lines.next(line);) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank
       examples.push_back(parse_line(line, lines.where(), format));

@@ -7,7 +7,7 @@
 //
 // One JSON object per line (blank lines are skipped; a file with no example is an error):
 //   chat         {"messages": [{"role": "system" | "user" | "assistant", "content": "..."}, ...]}
-//                rendered with a chat template (model/chat_template.h); the loss counts the
+//                rendered with a chat template (text/chat_template.h); the loss counts the
 //                assistants' content and the token(s) that end their turn ("<|im_end|>", eos), as
 //                TRL's assistant-only loss does, not the role headers nor the other turns.
 //   completions  {"prompt": "...", "completion": "..."}: BOS (when the tokenizer has one), the
@@ -24,9 +24,9 @@
 #include <string_view>
 #include <vector>
 
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
-namespace tpcli::model {
+namespace tpcli::text {
 class TokenizerInterface;
 }
 
@@ -44,7 +44,7 @@ std::string_view sft_format_name(SftFormat format);  // "chat" | "completions" |
 // One line of a JSONL file, as parsed (no tokens yet).
 struct SftExample {
   std::string where;  // "FILE:LINE", for errors
-  std::vector<model::ChatMessage> messages;  // chat
+  std::vector<text::ChatMessage> messages;  // chat
   std::string prompt, completion;            // completions
   std::string text;                          // text
 };
@@ -57,9 +57,9 @@ std::vector<SftExample> read_sft_examples(const std::string& path, SftFormat for
 // How examples become tokens.
 struct SftEncoding {
   SftFormat format = SftFormat::Chat;
-  const model::TokenizerInterface* tokenizer = nullptr;  // not owned
-  model::ChatTemplate chat_template;  // chat only
-  model::ChatTokens chat_tokens;      // the tokenizer's bos/eos text, as the template writes them
+  const text::TokenizerInterface* tokenizer = nullptr;  // not owned
+  text::ChatTemplate chat_template;  // chat only
+  text::ChatTokens chat_tokens;      // the tokenizer's bos/eos text, as the template writes them
   bool train_on_prompt = false;
 };
 

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "model/atomic_file.h"
-#include "model/llama2c.h"
-#include "model/regular_file.h"
+#include "files/atomic_file.h"
+#include "files/regular_file.h"
+#include "formats/llama2c.h"
 
 namespace tpcli::train {
 
@@ -29,7 +29,7 @@ void write_token_shard(const std::string& path, std::span<const int> tokens, int
   header[0] = bytes == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32;
   header[1] = bytes == 2 ? SHARD_VERSION_U16 : SHARD_VERSION_U32;
   header[2] = static_cast<int32_t>(tokens.size());
-  model::write_atomically(path, [&](std::ostream& out) {
+  files::write_atomically(path, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(header), sizeof header);
     if (bytes == 2) {
       std::vector<uint16_t> packed(tokens.begin(), tokens.end());
@@ -44,8 +44,8 @@ void write_token_shard(const std::string& path, std::span<const int> tokens, int
 // ---- one shard ----
 
 TokenShard::TokenShard(const std::string& path) {
-  model::require_regular_file(path, "a token shard");
-  map_ = std::make_unique<model::MappedFile>(path);
+  files::require_regular_file(path, "a token shard");
+  map_ = std::make_unique<formats::MappedFile>(path);
   const auto file_bytes = static_cast<int64_t>(map_->size());
   if (file_bytes < SHARD_HEADER_BYTES)
     throw std::runtime_error(path + ": not a token shard: " + std::to_string(file_bytes) +

@@ -19,7 +19,7 @@
 
 #include "train/data.h"
 
-namespace tpcli::model {
+namespace tpcli::formats {
 class MappedFile;
 }
 
@@ -34,7 +34,7 @@ constexpr int64_t SHARD_U16_MAX_VOCAB = 65536;
 // Bytes per token a shard of a vocabulary of `vocab_size` tokens stores: 2 up to 65536, else 4.
 int shard_token_bytes(int64_t vocab_size);
 
-// Writes tokens (N,) as one shard, atomically (model/atomic_file.h). Throws naming `path` when a
+// Writes tokens (N,) as one shard, atomically (files/atomic_file.h). Throws naming `path` when a
 // token is negative or not below vocab_size, or the file cannot be written.
 void write_token_shard(const std::string& path, std::span<const int> tokens, int64_t vocab_size);
 
@@ -55,7 +55,7 @@ class TokenShard {
   void read(int64_t offset, std::span<int> out) const;
 
  private:
-  std::unique_ptr<model::MappedFile> map_;
+  std::unique_ptr<formats::MappedFile> map_;
   int64_t tokens_ = 0;
   int token_bytes_ = 2;
 };

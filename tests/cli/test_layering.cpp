@@ -25,12 +25,17 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"tensor", {"tensor"}},
       {"distributed", {"tensor", "distributed"}},
       {"nn", {"tensor", "distributed", "nn"}},
-      {"model", {"tensor", "distributed", "nn", "model"}},
-      {"train", {"tensor", "distributed", "nn", "model", "train"}},
-      {"perf", {"tensor", "distributed", "nn", "model", "train", "perf"}},
-      {"serve", {"tensor", "distributed", "nn", "model", "serve"}},
-      {"config", {"tensor", "distributed", "nn", "model", "train", "config"}},
-      {"cli", {"tensor", "distributed", "nn", "model", "train", "perf", "serve", "config", "cli"}},
+      {"files", {"files"}},
+      {"text", {"files", "text"}},
+      {"model", {"tensor", "distributed", "nn", "files", "model"}},
+      {"formats", {"tensor", "distributed", "nn", "files", "model", "formats"}},
+      {"engine", {"tensor", "distributed", "nn", "files", "text", "model", "engine"}},
+      {"train", {"tensor", "distributed", "nn", "files", "text", "model", "formats", "engine", "train"}},
+      {"perf", {"tensor", "distributed", "nn", "files", "text", "model", "formats", "engine", "train", "perf"}},
+      {"serve", {"tensor", "distributed", "nn", "files", "text", "model", "engine", "serve"}},
+      {"config", {"tensor", "distributed", "nn", "files", "text", "model", "formats", "engine", "train", "config"}},
+      {"cli", {"tensor", "distributed", "nn", "files", "text", "model", "formats", "engine", "train", "perf", "serve",
+               "config", "cli"}},
   };
   return allowed;
 }

@@ -3,7 +3,7 @@
 // whose every matrix is checked against W + scale * B @ A computed from the base's and the
 // adapter's files as stored (both in rotate-half order: no tpcli code in between),
 // `infer --adapter` greedy ids alike on 1, 2 and 3 devices, and one-line errors for a bad
-// --adapter. The adapter is random (seeded), written with model::save_peft_adapter for the
+// --adapter. The adapter is random (seeded), written with formats::save_peft_adapter for the
 // Hugging Face Llama of ../shared/reference/hf-archs.
 //
 // Dimension legend: P prompt positions, V vocab_size.
@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "model/hf_model.h"
-#include "model/llama2c.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
+#include "formats/peft_adapter.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
 #include "support/cli_checks.h"
 #include "support/raw_safetensors.h"
 #include "support/run_tpcli.h"
@@ -94,10 +94,10 @@ std::vector<std::vector<double>> logits(const std::vector<std::string>& extra) {
 TEST_CASE("lora cli: logits --adapter on 1 and 3 devices equal the fused export's, whose matrices are the files' W + scale B @ A, and infer --adapter picks the same ids on 1, 2 and 3 devices") {
   tpcli::testing::require_shared(LLAMA);
   const std::string model = tpcli::testing::shared_path(LLAMA);
-  const tpcli::model::HfModelDir dir(model);
+  const tpcli::formats::HfModelDir dir(model);
   const tpcli::testing::TempDir tmp;
   const std::string adapter = (tmp.path() / "adapter").string(), fused = (tmp.path() / "fused").string();
-  tpcli::model::save_peft_adapter(adapter, random_adapter(dir.config(), 7), dir.config());
+  tpcli::formats::save_peft_adapter(adapter, random_adapter(dir.config(), 7), dir.config());
 
   const auto plain = logits({"--model", model});
   const auto one = logits({"--model", model, "--adapter", adapter});
@@ -160,11 +160,11 @@ TEST_CASE("lora cli: a bad --adapter, or --fuse without one, is a one-line error
   check_one_line_error(run({"infer", "--model", model, "--adapter", missing, "--tokens", "5,6", "--ids"}), missing + ": not a folder");
   check_one_line_error(run({"logits", "--model", model, "--adapter", missing, "--tokens", "5,6"}), missing + ": not a folder");
   // An adapter for another shape (hidden 64 instead of 128).
-  tpcli::model::LlamaConfig other = tpcli::model::HfModelDir(model).config();
+  tpcli::model::LlamaConfig other = tpcli::formats::HfModelDir(model).config();
   other.dim = 64;
   other.head_dim = 8;
   const std::string wrong = (tmp.path() / "wrong").string();
-  tpcli::model::save_peft_adapter(wrong, random_adapter(other, 8), other);
+  tpcli::formats::save_peft_adapter(wrong, random_adapter(other, 8), other);
   check_one_line_error(run({"infer", "--model", model, "--adapter", wrong, "--tokens", "5,6", "--ids"}),
                        wrong + "/adapter_model.safetensors: tensor base_model.model.model.layers.0.mlp.down_proj.lora_B.weight: shape [64, 4], expected [128, 4]");
   const std::string out = (tmp.path() / "out").string();
@@ -182,8 +182,8 @@ TEST_CASE("lora cli: stories260K with an adapter, as text through infer and chat
   const tpcli::testing::TempDir tmp;
   const std::string adapter = (tmp.path() / "adapter").string();
   {
-    const tpcli::model::Llama2cFile file(model);
-    tpcli::model::save_peft_adapter(adapter, random_adapter(file.config(), 9), file.config());
+    const tpcli::formats::Llama2cFile file(model);
+    tpcli::formats::save_peft_adapter(adapter, random_adapter(file.config(), 9), file.config());
   }
   auto infer = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = {"infer", "--model", model, "-z", tok, "-t", "0", "-n", "40", "-i", "Once upon a time"};

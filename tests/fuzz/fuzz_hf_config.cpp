@@ -11,10 +11,10 @@
 #include <string>
 #include <string_view>
 
+#include "formats/hf_model.h"
 #include "fuzz_input.h"
-#include "model/chat_template.h"
-#include "model/hf_model.h"
-#include "model/hf_tokenizer.h"
+#include "text/chat_template.h"
+#include "text/hf_tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -57,33 +57,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string dir = model_dir().string();
   try {
-    const tpcli::model::HfConfig c = tpcli::model::read_hf_config(dir);
+    const tpcli::formats::HfConfig c = tpcli::formats::read_hf_config(dir);
     (void)c.llama.parameter_count();
   } catch (const std::runtime_error& e) {
     tpcli::fuzz::check_error_names(e.what(), dir);
   }
   if (fs::exists(model_dir() / "model.safetensors.index.json")) {
     try {  // config.json again, then the index: its weight_map and every shard it names
-      const tpcli::model::HfModelDir model(dir);
+      const tpcli::formats::HfModelDir model(dir);
     } catch (const std::runtime_error& e) {
       tpcli::fuzz::check_error_names(e.what(), dir);
     }
   }
   const std::string tokenizer_config = (model_dir() / "tokenizer_config.json").string();
   if (!fs::exists(tokenizer_config)) return 0;
-  tpcli::model::TokenizerConfig tc;
+  tpcli::text::TokenizerConfig tc;
   try {
-    tc = tpcli::model::read_tokenizer_config(tokenizer_config);
+    tc = tpcli::text::read_tokenizer_config(tokenizer_config);
   } catch (const std::runtime_error& e) {
     tpcli::fuzz::check_error_names(e.what(), tokenizer_config);
     return 0;
   }
   if (!tc.chat_template) return 0;
   try {  // its chat template, recognised and rendered (these errors name the template, not a file)
-    const auto chat = tpcli::model::recognise_chat_template(*tc.chat_template);
-    const tpcli::model::ChatMessage turns[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"},
+    const auto chat = tpcli::text::recognise_chat_template(*tc.chat_template);
+    const tpcli::text::ChatMessage turns[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"},
                                                {"user", "Bye"}};
-    (void)tpcli::model::render_chat(chat, turns, {tc.bos_token, tc.eos_token}, true);
+    (void)tpcli::text::render_chat(chat, turns, {tc.bos_token, tc.eos_token}, true);
   } catch (const std::runtime_error&) {
   } catch (const std::invalid_argument&) {
   }

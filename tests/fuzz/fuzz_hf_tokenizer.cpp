@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fuzz_input.h"
-#include "model/hf_tokenizer.h"
+#include "text/hf_tokenizer.h"
 
 namespace {
 
@@ -25,7 +25,7 @@ const std::vector<std::string>& texts() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tpcli::fuzz::InputFile file(data, size);
   try {
-    const tpcli::model::HfTokenizer tok(file.path(), tpcli::model::TokenizerConfig{});
+    const tpcli::text::HfTokenizer tok(file.path(), tpcli::text::TokenizerConfig{});
     for (const std::string& text : texts()) {
       const std::vector<int> ids = tok.encode_text(text, false);
       (void)tok.decode_ids(ids);

@@ -2,13 +2,13 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "formats/llama2c.h"
 #include "fuzz_input.h"
-#include "model/llama2c.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tpcli::fuzz::InputFile file(data, size);
   try {
-    tpcli::model::Llama2cFile model(file.path());
+    tpcli::formats::Llama2cFile model(file.path());
     double sum = 0;  // touch every parameter's span: a view past the map would fault under ASan
     for (const auto& spec : tpcli::model::llama_parameters(model.config())) {
       auto values = model.get(spec.name);

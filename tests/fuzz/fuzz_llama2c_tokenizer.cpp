@@ -5,7 +5,7 @@
 #include <string>
 
 #include "fuzz_input.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace {
 
@@ -28,16 +28,16 @@ int count_records(const uint8_t* data, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tpcli::fuzz::InputFile file(data, size);
   try {
-    tpcli::model::Tokenizer tokenizer(file.path(), count_records(data, size));
+    tpcli::text::Tokenizer tokenizer(file.path(), count_records(data, size));
     // Text to encode: the file's last bytes (any byte values), and a byte no small vocabulary holds.
     const size_t n = size < 48 ? size : 48;
     const std::string text(reinterpret_cast<const char*>(data + size - n), n);
     for (const std::string& prompt : {text, std::string("\xff\xfe hello \xe2\x82\xac")}) {
       const std::vector<int> ids = tokenizer.encode(prompt, true, true);
-      int previous = tpcli::model::BOS_TOKEN;
+      int previous = tpcli::text::BOS_TOKEN;
       for (int id : ids) {
         if (id < 0 || id >= tokenizer.vocab_size()) std::abort();  // encode must stay in the vocabulary
-        (void)tpcli::model::Tokenizer::printable_piece(tokenizer.decode(previous, id));
+        (void)tpcli::text::Tokenizer::printable_piece(tokenizer.decode(previous, id));
         previous = id;
       }
     }

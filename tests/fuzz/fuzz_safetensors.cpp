@@ -2,14 +2,14 @@
 // (dtype, shape, offsets), the "model.*" metadata and the tokenizer keys of a training checkpoint.
 #include <stdexcept>
 
+#include "formats/safetensors.h"
 #include "fuzz_input.h"
-#include "model/safetensors.h"
 #include "train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tpcli::fuzz::InputFile file(data, size);
   try {
-    tpcli::model::SafetensorsFile st(file.path());
+    tpcli::formats::SafetensorsFile st(file.path());
     double sum = 0;
     for (const std::string& name : st.names()) {
       auto values = st.tensor(name).data;

@@ -26,11 +26,11 @@
 #include "distributed/zmq/zmq_wire.h"
 #include <nlohmann/json.hpp>
 
-#include "model/hf_model.h"
-#include "model/hf_tokenizer.h"
-#include "model/llama2c.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
+#include "text/hf_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/token_shards.h"
 
@@ -123,7 +123,7 @@ void hf_tokenizer_seeds(const fs::path& shared, const fs::path& out) {
     }
     const fs::path seed = out / (std::string(name) + ".json");
     std::ofstream(seed) << cut_tokenizer(nlohmann::json::parse(read_file(path)), 400).dump();
-    model::HfTokenizer check(seed.string(), {});  // a seed that does not load is a bug here
+    text::HfTokenizer check(seed.string(), {});  // a seed that does not load is a bug here
   }
   // Nested Sequences: 3 deep (loads) and 70 deep (past the builders' bound of 64).
   for (int depth : {3, 70}) {
@@ -143,7 +143,7 @@ void hf_tokenizer_seeds(const fs::path& shared, const fs::path& out) {
 
 void hf_config_seeds(const fs::path& shared, const fs::path& out, const model::TensorWeights& tiny) {
   const fs::path dir = out / "tiny-model";
-  model::write_hf_model(dir.string(), tiny, model::HfExportOptions{.dtype = model::DType::F32, .shards = 2});
+  formats::write_hf_model(dir.string(), tiny, formats::HfExportOptions{.dtype = model::DType::F32, .shards = 2});
   const std::string config = read_file(dir / "config.json"), generation = read_file(dir / "generation_config.json");
   const std::string index = read_file(dir / "model.safetensors.index.json");
   fs::remove_all(dir);
@@ -201,22 +201,22 @@ int main(int argc, char** argv) {
 
   const model::TensorWeights tiny = model::random_weights(tiny_config(), 1);
   link_if_present(shared / "data/stories260K.bin", out / "llama2c_checkpoint");
-  model::write_llama2c((out / "llama2c_checkpoint/tiny.bin").string(), tiny);
+  formats::write_llama2c((out / "llama2c_checkpoint/tiny.bin").string(), tiny);
 
   link_if_present(shared / "data/tok512.bin", out / "llama2c_tokenizer");
   link_if_present(shared / "data/tokenizer.bin", out / "llama2c_tokenizer");
 
   if (fs::exists(shared / "data/stories260K.bin")) {
-    model::Metadata meta;
+    formats::Metadata meta;
     meta["tokenizer"] = (shared / "data/tok512.bin").string();
-    model::write_safetensors((out / "safetensors/stories260K.safetensors").string(),
-                             model::Llama2cFile((shared / "data/stories260K.bin").string()), meta);
+    formats::write_safetensors((out / "safetensors/stories260K.safetensors").string(),
+                             formats::Llama2cFile((shared / "data/stories260K.bin").string()), meta);
   }
-  model::Metadata meta;
+  formats::Metadata meta;
   train::tokenizer_to_metadata(train::TextTokenizer::chars_from_vocab("\nabcdefghijk"), meta);
   meta["train.step"] = "5";
   meta["train.seed"] = "1337";
-  model::write_safetensors((out / "safetensors/tiny_trained.safetensors").string(), tiny, meta);
+  formats::write_safetensors((out / "safetensors/tiny_trained.safetensors").string(), tiny, meta);
 
   run_config_seeds(source_dir, shared, out / "run_config");
   zmq_seeds(out / "zmq_wire");

@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/batch_engine.h"
+#include "engine/batch_engine.h"
+#include "engine/sampler.h"
 #include "model/llama.h"
-#include "model/packed_weights.h"
-#include "model/sampler.h"
-#include "model/tokenizer_interface.h"
 #include "model/lora_adapter.h"
+#include "model/packed_weights.h"
 #include "random_lora.h"
 #include "random_model.h"
 #include "tensor/packed_matrix.h"
+#include "text/tokenizer_interface.h"
 
 using namespace tpcli;
 using namespace tpcli::testing;
@@ -33,7 +33,7 @@ namespace {
 struct Outcome {
   std::vector<int> tokens;
   std::vector<std::vector<float>> logits;  // [V] before each sampled token
-  model::FinishReason finish_reason = model::FinishReason::length;
+  engine::FinishReason finish_reason = engine::FinishReason::length;
 };
 
 model::LlamaConfig engine_config() {
@@ -43,10 +43,10 @@ model::LlamaConfig engine_config() {
 }
 
 // 16 requests: prompts of 1 to 41 tokens, greedy and sampled, different lengths to generate.
-std::vector<model::BatchRequest> mixed_requests(int vocab, std::span<const int> shared_prefix = {}) {
-  std::vector<model::BatchRequest> requests;
+std::vector<engine::BatchRequest> mixed_requests(int vocab, std::span<const int> shared_prefix = {}) {
+  std::vector<engine::BatchRequest> requests;
   for (int i = 0; i < 16; ++i) {
-    model::BatchRequest r;
+    engine::BatchRequest r;
     r.prompt.assign(shared_prefix.begin(), shared_prefix.end());
     const std::vector<int> own = random_tokens(1 + (i * 11) % 41, vocab, 300 + static_cast<uint32_t>(i));
     r.prompt.insert(r.prompt.end(), own.begin(), own.end());
@@ -59,19 +59,19 @@ std::vector<model::BatchRequest> mixed_requests(int vocab, std::span<const int> 
   return requests;
 }
 
-std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
+std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<engine::BatchRequest>& requests,
                                nn::KvDtype kv_dtype = nn::KvDtype::F32);
 
 // Each request alone: forward() token by token, sampled by its own sampler.
-std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests,
+std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<engine::BatchRequest>& requests,
                                nn::KvDtype kv_dtype = nn::KvDtype::F32) {
   std::vector<Outcome> out;
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"), dev.axis("expert"), kv_dtype);
     std::vector<Outcome> mine;
-    for (const model::BatchRequest& r : requests) {
+    for (const engine::BatchRequest& r : requests) {
       Outcome o;
-      model::Sampler sampler(w.config().vocab_size, r.temperature, r.topp, r.seed);
+      engine::Sampler sampler(w.config().vocab_size, r.temperature, r.topp, r.seed);
       std::vector<int> tokens = r.prompt;
       for (size_t pos = 0; static_cast<int>(o.tokens.size()) < r.max_tokens; ++pos) {
         std::span<const float> l = m.forward(tokens[pos], static_cast<int>(pos));
@@ -81,7 +81,7 @@ std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& m
         tokens.push_back(sampler.sample(logits));
         o.tokens.push_back(tokens.back());
       }
-      o.finish_reason = model::FinishReason::length;
+      o.finish_reason = engine::FinishReason::length;
       mine.push_back(std::move(o));
     }
     if (dev.rank() == 0) out = std::move(mine);
@@ -89,33 +89,33 @@ std::vector<Outcome> run_alone(const model::WeightSource& w, const dist::Mesh& m
   return out;
 }
 
-std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
+std::vector<Outcome> run_alone(const model::WeightSource& w, int devices, const std::vector<engine::BatchRequest>& requests,
                                nn::KvDtype kv_dtype) {
   return run_alone(w, dist::Mesh::line(devices), requests, kv_dtype);
 }
 
 struct EngineRun {
   std::vector<Outcome> outcomes;
-  model::EngineStats stats;
+  engine::EngineStats stats;
 };
 
-EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests,
-                     const model::EngineOptions& options);
+EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<engine::BatchRequest>& requests,
+                     const engine::EngineOptions& options);
 
-EngineRun run_engine(const model::WeightSource& w, int devices, const std::vector<model::BatchRequest>& requests,
-                     const model::EngineOptions& options) {
+EngineRun run_engine(const model::WeightSource& w, int devices, const std::vector<engine::BatchRequest>& requests,
+                     const engine::EngineOptions& options) {
   return run_engine(w, dist::Mesh::line(devices), requests, options);
 }
 
-EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<model::BatchRequest>& requests,
-                     const model::EngineOptions& options) {
+EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<engine::BatchRequest>& requests,
+                     const engine::EngineOptions& options) {
   EngineRun out;
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"), dev.axis("expert"));
-    model::BatchEngine engine(m, options);
+    engine::BatchEngine engine(m, options);
     std::vector<Outcome> mine(requests.size());
     engine.on_logits = [&](int id, std::span<const float> l) { mine[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
-    for (const model::BatchRequest& r : requests) engine.add(r);
+    for (const engine::BatchRequest& r : requests) engine.add(r);
     while (engine.step()) {
     }
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -144,10 +144,10 @@ void require_same(const std::vector<Outcome>& got, const std::vector<Outcome>& w
 }  // namespace
 
 TEST_CASE("finish reasons are named as OpenAI's finish_reason") {
-  CHECK(model::finish_reason_name(model::FinishReason::stop) == "stop");
-  CHECK(model::finish_reason_name(model::FinishReason::length) == "length");
-  CHECK(model::finish_reason_name(model::FinishReason::cancelled) == "cancelled");
-  CHECK(model::finish_reason_name(model::FinishReason::error) == "error");
+  CHECK(engine::finish_reason_name(engine::FinishReason::stop) == "stop");
+  CHECK(engine::finish_reason_name(engine::FinishReason::length) == "length");
+  CHECK(engine::finish_reason_name(engine::FinishReason::cancelled) == "cancelled");
+  CHECK(engine::finish_reason_name(engine::FinishReason::error) == "error");
 }
 
 TEST_CASE("batch engine: 16 requests together equal each alone through forward(), bit for bit, in f32, bf16, 8- and 4-bit",
@@ -156,7 +156,7 @@ TEST_CASE("batch engine: 16 requests together equal each alone through forward()
   const model::TensorWeights f32 = random_weights(c, 21);
   const model::ConvertedWeights bf16(f32, tensor::WeightFormat::bf16()), q8(f32, tensor::WeightFormat::affine(8, 32)),
       q4(f32, tensor::WeightFormat::affine(4, 32));
-  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  const std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
   const std::pair<const char*, const model::WeightSource*> formats[] = {{"f32", &f32}, {"bf16", &bf16}, {"8-bit", &q8}, {"4-bit", &q4}};
   for (const auto& [name, w] : formats)
     for (int devices : {1, 2}) {
@@ -175,7 +175,7 @@ TEST_CASE("batch engine: with a LoRA adapter, 16 requests together equal each al
   const model::LoraAdapterSet set = random_adapter(c, LORA_ALL, {0, 1}, 4, 41);
   const model::AdaptedWeights adapted_f32(std::make_unique<model::TensorWeights>(f32), set, "test"),
       adapted_q8(std::make_unique<model::ConvertedWeights>(f32, tensor::WeightFormat::affine(8, 32)), set, "test");
-  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  const std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
   const std::pair<const model::WeightSource*, const model::WeightSource*> formats[] = {{&adapted_f32, &f32}, {&adapted_q8, &q8}};
   for (const auto& [w, base] : formats)
     for (int devices : {1, 2}) {
@@ -191,33 +191,33 @@ TEST_CASE("batch engine: chunked prefill, preemption and prefix sharing change n
   const model::TensorWeights f32 = random_weights(c, 23);
   const model::ConvertedWeights q4(f32, tensor::WeightFormat::affine(4, 32));
   const std::vector<int> system = random_tokens(37, c.vocab_size, 9);  // two full blocks and some
-  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size, system);
+  const std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size, system);
   for (const model::WeightSource* w : {static_cast<const model::WeightSource*>(&f32), static_cast<const model::WeightSource*>(&q4)})
     for (int devices : {1, 2}) {
       INFO((w == &f32 ? "f32" : "4-bit") << " on " << devices << " devices");
-      model::EngineOptions fresh;
+      engine::EngineOptions fresh;
       fresh.prefix_sharing = false;
       const EngineRun plain = run_engine(*w, devices, requests, fresh);
       CHECK(plain.stats.cached_tokens == 0);
       require_same(plain.outcomes, run_alone(*w, devices, requests));
 
-      model::EngineOptions chunked = fresh;
+      engine::EngineOptions chunked = fresh;
       chunked.step_tokens = 7;  // prompts of up to 78 tokens cut into steps of 7 rows
       chunked.parallel = 4;
       require_same(run_engine(*w, devices, requests, chunked).outcomes, plain.outcomes);
 
-      model::EngineOptions busy = fresh;
+      engine::EngineOptions busy = fresh;
       busy.busy_prefill_tokens = 3;  // prompts trickle in beside the decoding sequences
       busy.parallel = 6;
       require_same(run_engine(*w, devices, requests, busy).outcomes, plain.outcomes);
 
-      model::EngineOptions small_pool = fresh;
+      engine::EngineOptions small_pool = fresh;
       small_pool.kv_blocks = 8;  // 128 positions for 16 sequences of up to 84
       const EngineRun preempted = run_engine(*w, devices, requests, small_pool);
       CHECK(preempted.stats.preemptions > 0);
       require_same(preempted.outcomes, plain.outcomes);
 
-      model::EngineOptions four_at_once;
+      engine::EngineOptions four_at_once;
       four_at_once.parallel = 4;
       const EngineRun shared = run_engine(*w, devices, requests, four_at_once);
       CHECK(shared.stats.cached_tokens >= 12 * 32);  // every request after the first four reuses the two system blocks
@@ -229,22 +229,22 @@ TEST_CASE("batch engine: on a bf16 or f16 KV pool, requests together and prompts
           "[llama][batch][kv]") {
   const model::LlamaConfig c = engine_config();
   const model::TensorWeights f32 = random_weights(c, 25);
-  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  const std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
   for (nn::KvDtype kv : {nn::KvDtype::BF16, nn::KvDtype::F16})
     for (int devices : {1, 2}) {
       INFO(nn::kv_dtype_name(kv) << " KV on " << devices << " devices");
       const std::vector<Outcome> alone = run_alone(f32, devices, requests, kv);  // token by token through forward()
-      model::EngineOptions together;
+      engine::EngineOptions together;
       together.kv_dtype = kv;
       together.prefix_sharing = false;
       const EngineRun one_chunk = run_engine(f32, devices, requests, together);  // each prompt in one step
       CHECK(one_chunk.stats.steps < 16 * 6);
       require_same(one_chunk.outcomes, alone);
-      model::EngineOptions chunked = together;
+      engine::EngineOptions chunked = together;
       chunked.step_tokens = 7;
       chunked.parallel = 4;
       require_same(run_engine(f32, devices, requests, chunked).outcomes, alone);
-      model::EngineOptions shared = together;
+      engine::EngineOptions shared = together;
       shared.prefix_sharing = true;
       shared.kv_blocks = 8;  // preempted and re-prefilled
       require_same(run_engine(f32, devices, requests, shared).outcomes, alone);
@@ -254,23 +254,23 @@ TEST_CASE("batch engine: on a bf16 or f16 KV pool, requests together and prompts
 
 TEST_CASE("batch engine: --kv-memory holds twice the blocks in bf16 or f16 as in f32", "[llama][batch][kv]") {
   const model::LlamaConfig c = engine_config();
-  model::EngineOptions o;
+  engine::EngineOptions o;
   o.kv_memory = int64_t{3} << 20;
-  const int f32_blocks = model::kv_pool_blocks(c, model::plan_all_shards(c, 1), 1, o);
+  const int f32_blocks = engine::kv_pool_blocks(c, model::plan_all_shards(c, 1), 1, o);
   CHECK(f32_blocks == (int64_t{3} << 20) / (2 * c.n_layers * o.block_size * c.kv_dim() * 4));
   for (nn::KvDtype kv : {nn::KvDtype::BF16, nn::KvDtype::F16}) {
     o.kv_dtype = kv;
-    CHECK(model::kv_pool_blocks(c, model::plan_all_shards(c, 1), 1, o) == 2 * f32_blocks);
-    CHECK(model::kv_pool_blocks(c, model::plan_all_shards(c, 2), 2, o) == 4 * f32_blocks);  // each device holds half the kv heads
+    CHECK(engine::kv_pool_blocks(c, model::plan_all_shards(c, 1), 1, o) == 2 * f32_blocks);
+    CHECK(engine::kv_pool_blocks(c, model::plan_all_shards(c, 2), 2, o) == 4 * f32_blocks);  // each device holds half the kv heads
   }
   // and the pool is that many bytes
   dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
     model::TensorWeights w = random_weights(c, 26);
     model::Llama m(w, dev.axis("model"));
     o.kv_dtype = nn::KvDtype::BF16;
-    model::BatchEngine bf16(m, o);
+    engine::BatchEngine bf16(m, o);
     o.kv_dtype = nn::KvDtype::F32;
-    model::BatchEngine f32(m, o);
+    engine::BatchEngine f32(m, o);
     CHECK(bf16.kv_blocks() == 2 * f32.kv_blocks());
     CHECK(bf16.kv_pool_bytes() == f32.kv_pool_bytes());
     CHECK(bf16.kv_pool_bytes() <= o.kv_memory);
@@ -282,7 +282,7 @@ TEST_CASE("batch engine: MoE requests together equal each alone, bit for bit, te
                        .seq_len = 96, .n_experts = 4, .top_k = 2};
   const model::TensorWeights f32 = random_weights(c, 27);
   const model::ConvertedWeights q8(f32, tensor::WeightFormat::affine(8, 32));
-  const std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  const std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
   for (const model::WeightSource* w : {static_cast<const model::WeightSource*>(&f32), static_cast<const model::WeightSource*>(&q8)})
     for (const dist::Mesh& mesh : {dist::Mesh::line(1), dist::Mesh::line(2), dist::Mesh({{"expert", 2}, {"model", 1}})}) {
       INFO((w == &f32 ? "f32" : "8-bit") << " on " << mesh.to_string());
@@ -294,8 +294,8 @@ TEST_CASE("batch engine: greedy tokens agree on 1, 2, 3 and 4 devices", "[llama]
   model::LlamaConfig c = make_config(48, 12, 6, 72, 2, 61, true);
   c.seq_len = 64;
   const model::TensorWeights w = random_weights(c, 31);
-  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
-  for (model::BatchRequest& r : requests) r.temperature = 0.0f;
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (engine::BatchRequest& r : requests) r.temperature = 0.0f;
   const EngineRun one = run_engine(w, 1, requests, {});
   for (int devices : {2, 3, 4}) {
     INFO(devices << " devices");
@@ -309,8 +309,8 @@ TEST_CASE("batch engine: greedy steps move each device's best (logit, token), no
   model::LlamaConfig c = make_config(48, 12, 6, 72, 2, 61, true);
   c.seq_len = 64;
   const model::TensorWeights w = random_weights(c, 31);
-  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
-  for (model::BatchRequest& r : requests) r.temperature = 0.0f;
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (engine::BatchRequest& r : requests) r.temperature = 0.0f;
   for (const int devices : {2, 3}) {
     INFO(devices << " devices");
     // Requests that want their logits (for on_logits) have them gathered; without, greedy rows' tokens only.
@@ -320,9 +320,9 @@ TEST_CASE("batch engine: greedy steps move each device's best (logit, token), no
     for (const bool hook : {true, false}) {
       dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
         model::Llama m(w, dev.axis("model"));
-        model::BatchEngine engine(m, {});
+        engine::BatchEngine engine(m, {});
         engine.on_logits = [](int, std::span<const float>) {};
-        for (model::BatchRequest r : requests) {
+        for (engine::BatchRequest r : requests) {
           r.logits = hook;
           engine.add(r);
         }
@@ -349,23 +349,23 @@ TEST_CASE("batch engine: stop ids and on_token end a sequence early, and a promp
           "[llama][batch]") {
   const model::LlamaConfig c = engine_config();
   const model::TensorWeights w = random_weights(c, 41);
-  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
   for (int t = 0; t < c.vocab_size; ++t) requests[4].stop_ids.push_back(t);  // any token stops it
   requests[5].max_tokens = 50;
   dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"));
-    model::BatchEngine engine(m, {});
-    for (const model::BatchRequest& r : requests) engine.add(r);
+    engine::BatchEngine engine(m, {});
+    for (const engine::BatchRequest& r : requests) engine.add(r);
     engine.on_token = [&](int id, int) { return id != 5 || engine.result(5).tokens.size() < 3; };
     while (engine.step()) {
     }
     CHECK(engine.result(5).tokens.size() == 3);
-    CHECK(engine.result(5).finish_reason == model::FinishReason::stop);
-    CHECK(engine.result(4).finish_reason == model::FinishReason::stop);
+    CHECK(engine.result(5).finish_reason == engine::FinishReason::stop);
+    CHECK(engine.result(4).finish_reason == engine::FinishReason::stop);
     CHECK(engine.result(4).tokens.size() == 1);
-    CHECK(engine.result(0).finish_reason == model::FinishReason::length);
+    CHECK(engine.result(0).finish_reason == engine::FinishReason::length);
     CHECK(engine.kv_blocks_free() == engine.kv_blocks());  // every finished sequence gave its blocks back
-    model::BatchRequest too_long;
+    engine::BatchRequest too_long;
     too_long.prompt.assign(static_cast<size_t>(c.seq_len + 1), 1);
     CHECK_THROWS_WITH(engine.add(too_long), Catch::Contains("request 16") && Catch::Contains("96"));
   });
@@ -374,7 +374,7 @@ TEST_CASE("batch engine: stop ids and on_token end a sequence early, and a promp
 namespace {
 
 // One ASCII character per id ('0' + id): text for stop strings to be found in.
-class CharTokenizer : public model::TokenizerInterface {
+class CharTokenizer : public text::TokenizerInterface {
  public:
   explicit CharTokenizer(int vocab) : vocab_(vocab) {}
   int vocab_size() const override { return vocab_; }
@@ -398,17 +398,17 @@ class CharTokenizer : public model::TokenizerInterface {
 };
 
 struct StopRun {
-  model::BatchResult result;
-  model::EngineStats stats;
+  engine::BatchResult result;
+  engine::EngineStats stats;
 };
 
 // One request through an engine with the tokenizer on `devices` devices; every device's result.
-std::vector<StopRun> run_with_text(const model::WeightSource& w, int devices, const model::BatchRequest& r,
-                                   const model::TokenizerInterface& tokenizer) {
+std::vector<StopRun> run_with_text(const model::WeightSource& w, int devices, const engine::BatchRequest& r,
+                                   const text::TokenizerInterface& tokenizer) {
   std::vector<StopRun> out(static_cast<size_t>(devices));
   dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"));
-    model::BatchEngine engine(m, {}, &tokenizer);
+    engine::BatchEngine engine(m, {}, &tokenizer);
     engine.add(r);
     while (engine.step()) {
     }
@@ -423,7 +423,7 @@ TEST_CASE("batch engine: a stop string ends its sequence at the step that produc
   const model::LlamaConfig c = engine_config();
   const model::TensorWeights w = random_weights(c, 53);
   const CharTokenizer tokenizer(c.vocab_size);
-  model::BatchRequest r;
+  engine::BatchRequest r;
   r.prompt = random_tokens(9, c.vocab_size, 11);
   r.max_tokens = 24;
   r.temperature = 0.0f;
@@ -440,7 +440,7 @@ TEST_CASE("batch engine: a stop string ends its sequence at the step that produc
   for (const int devices : {1, 2}) {
     INFO(devices << " devices");
     for (const StopRun& run : run_with_text(w, devices, r, tokenizer)) {
-      CHECK(run.result.finish_reason == model::FinishReason::stop);
+      CHECK(run.result.finish_reason == engine::FinishReason::stop);
       CHECK(run.result.tokens == std::vector<int>(free.result.tokens.begin(), free.result.tokens.begin() + static_cast<long>(tokens)));
       CHECK(run.result.text == free.result.text.substr(0, at));
       CHECK(run.stats.steps == static_cast<int64_t>(tokens));  // no step after the one that produced the stop
@@ -458,7 +458,7 @@ TEST_CASE("batch engine: a stop string ends its sequence at the step that produc
   r.stop = {stop};
   dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"));
-    model::BatchEngine engine(m, {});
+    engine::BatchEngine engine(m, {});
     CHECK_THROWS_WITH(engine.add(r), Catch::Contains("stop strings need the engine's tokenizer"));
   });
 }
@@ -466,21 +466,21 @@ TEST_CASE("batch engine: a stop string ends its sequence at the step that produc
 TEST_CASE("batch engine: a sequence reaching the context's end finishes with length", "[llama][batch]") {
   const model::LlamaConfig c = engine_config();
   const model::TensorWeights w = random_weights(c, 43);
-  model::BatchRequest r;
+  engine::BatchRequest r;
   r.prompt = random_tokens(90, c.vocab_size, 5);
   r.max_tokens = 100;
-  model::EngineOptions o;
+  engine::EngineOptions o;
   o.kv_blocks = 6;  // exactly the context: 96 positions
   const EngineRun run = run_engine(w, 1, {r}, o);
-  CHECK(run.outcomes[0].finish_reason == model::FinishReason::length);
+  CHECK(run.outcomes[0].finish_reason == engine::FinishReason::length);
   CHECK(run.outcomes[0].tokens.size() == 7);  // positions 90..95 fed, the 7th token's position would be 96
 }
 
 TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and the others keep their bits", "[llama][batch]") {
   const model::LlamaConfig c = engine_config();
   const model::TensorWeights w = random_weights(c, 47);
-  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
-  for (model::BatchRequest& r : requests) r.max_tokens = 8;
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (engine::BatchRequest& r : requests) r.max_tokens = 8;
   const std::vector<Outcome> alone = run_alone(w, 2, requests);
   struct Seen {  // device 0's observations, checked on the test's thread (Catch2 is not thread-safe)
     int free_before = 0, free_after_cancel = 0, running = 0, waiting = 0, free_at_end = 0, blocks = 0;
@@ -489,12 +489,12 @@ TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and 
   } seen;
   dist::run_on_mesh(dist::Mesh::line(2), [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"));
-    model::EngineOptions o;
+    engine::EngineOptions o;
     o.parallel = 8;  // 8 wait while 8 run
-    model::BatchEngine engine(m, o);
+    engine::BatchEngine engine(m, o);
     std::vector<Outcome> outcomes(requests.size());
     engine.on_logits = [&](int id, std::span<const float> l) { outcomes[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
-    for (const model::BatchRequest& r : requests) engine.add(r);
+    for (const engine::BatchRequest& r : requests) engine.add(r);
     engine.step();
     engine.step();
     Seen mine;
@@ -537,7 +537,7 @@ TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and 
     INFO("request " << i);
     const Outcome& o = seen.outcomes[i];
     if (i == 3 || i == 12) {
-      CHECK(o.finish_reason == model::FinishReason::cancelled);
+      CHECK(o.finish_reason == engine::FinishReason::cancelled);
       CHECK(o.tokens.size() < 8);
       continue;
     }
@@ -551,18 +551,18 @@ TEST_CASE("batch engine: a cancelled sequence gives its blocks back at once and 
 TEST_CASE("batch engine: a cancel that crosses its sequence's end, or names no sequence, changes nothing", "[llama][batch]") {
   const model::LlamaConfig c = engine_config();
   const model::TensorWeights w = random_weights(c, 53);
-  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
   requests[0].max_tokens = 1;
   const std::vector<Outcome> alone = run_alone(w, 1, requests);
   std::vector<Outcome> outcomes(requests.size());
   bool stale_cancels_were_nothing = false;
   dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"));
-    model::BatchEngine engine(m, {});
+    engine::BatchEngine engine(m, {});
     engine.on_logits = [&](int id, std::span<const float> l) { outcomes[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
     std::vector<int> finished;
     engine.on_finished = [&](int id) { finished.push_back(id); };
-    for (const model::BatchRequest& r : requests) engine.add(r);
+    for (const engine::BatchRequest& r : requests) engine.add(r);
     engine.step();  // request 0 finishes at its first token
     for (const int id : finished) engine.forget(id);
     const int running = engine.running();
@@ -588,8 +588,8 @@ TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and
   model::TensorWeights poisoned = random_weights(c, 59);
   constexpr int POISON = 30;  // its embedding row holds +inf: any sequence that feeds it overflows
   poisoned.at("tok_embeddings").data()[static_cast<size_t>(POISON * c.dim + 5)] = std::numeric_limits<float>::infinity();
-  std::vector<model::BatchRequest> requests = mixed_requests(c.vocab_size);
-  for (model::BatchRequest& r : requests) std::ranges::replace(r.prompt, POISON, POISON + 1);
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (engine::BatchRequest& r : requests) std::ranges::replace(r.prompt, POISON, POISON + 1);
   requests[2].prompt.insert(requests[2].prompt.begin() + 1, POISON);
   const std::vector<Outcome> alone = run_alone(clean, 1, requests);
   const auto feeds_poison = [&](size_t i) {  // a generated token is fed back unless it is the last
@@ -598,15 +598,15 @@ TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and
   };
   for (const int devices : {1, 2}) {
     INFO(devices << " devices");
-    std::vector<model::BatchResult> results;
+    std::vector<engine::BatchResult> results;
     std::vector<std::vector<std::vector<float>>> logits(requests.size());
     int free_at_end = 0, blocks = 0;
     dist::run_on_mesh(dist::Mesh::line(devices), [&](dist::Device& dev) {
       model::Llama m(poisoned, dev.axis("model"));
-      model::BatchEngine engine(m, {});
+      engine::BatchEngine engine(m, {});
       std::vector<std::vector<std::vector<float>>> mine(requests.size());
       engine.on_logits = [&](int id, std::span<const float> l) { mine[static_cast<size_t>(id)].emplace_back(l.begin(), l.end()); };
-      for (const model::BatchRequest& r : requests) engine.add(r);
+      for (const engine::BatchRequest& r : requests) engine.add(r);
       while (engine.step()) {
       }
       if (dev.rank() != 0) return;
@@ -619,11 +619,11 @@ TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and
     for (size_t i = 0; i < requests.size(); ++i) {
       INFO("request " << i);
       if (feeds_poison(i)) {
-        CHECK(results[i].finish_reason == model::FinishReason::error);
+        CHECK(results[i].finish_reason == engine::FinishReason::error);
         CHECK_THAT(results[i].error, Catch::Contains("not finite") && Catch::Contains("position"));
         continue;
       }
-      CHECK(results[i].finish_reason == model::FinishReason::length);
+      CHECK(results[i].finish_reason == engine::FinishReason::length);
       CHECK(results[i].tokens == alone[i].tokens);
       CHECK(logits[i] == alone[i].logits);
     }

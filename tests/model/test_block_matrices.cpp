@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "config/run_config.h"
+#include "formats/hf_names.h"
 #include "model/block_matrices.h"
-#include "model/hf_names.h"
 #include "model/llama_config.h"
 
 using namespace tpcli;
@@ -164,7 +164,7 @@ TEST_CASE("block matrices: the parts of a fused linear, and where Hugging Face k
                         Want{Matrix::W1, "model.layers.1.mlp.gate_proj", "weight", 0},
                         Want{Matrix::W2, "model.layers.1.mlp.down_proj", "weight", 0},
                         Want{Matrix::W3, "model.layers.1.mlp.up_proj", "weight", 0}}) {
-    const model::HfTensorRef ref = model::hf_tensor_of(BlockKey{1, w.m}, c, "LlamaForCausalLM");
+    const formats::HfTensorRef ref = formats::hf_tensor_of(BlockKey{1, w.m}, c, "LlamaForCausalLM");
     INFO(w.module);
     CHECK(ref.modules == std::vector<std::string>{w.module});
     CHECK(ref.kind == w.kind);
@@ -182,7 +182,7 @@ TEST_CASE("block matrices: the parts of a fused linear, and where Hugging Face k
                            Segment{Matrix::Wv, "model.layers.0.self_attn.qkv_proj", Q + KV, KV, Q + 2 * KV},
                            Segment{Matrix::W1, "model.layers.0.mlp.gate_up_proj", 0, F, 2 * F},
                            Segment{Matrix::W3, "model.layers.0.mlp.gate_up_proj", F, F, 2 * F}}) {
-    const model::HfTensorRef ref = model::hf_tensor_of(BlockKey{0, s.m}, c, "Phi3ForCausalLM");
+    const formats::HfTensorRef ref = formats::hf_tensor_of(BlockKey{0, s.m}, c, "Phi3ForCausalLM");
     INFO(s.module);
     CHECK(ref.modules == std::vector<std::string>{s.module});
     CHECK(ref.row_offset == s.offset);
@@ -190,6 +190,6 @@ TEST_CASE("block matrices: the parts of a fused linear, and where Hugging Face k
     CHECK(ref.fused_rows == s.fused);
   }
   // a MoE parameter has no name in a dense architecture
-  CHECK_THROWS(model::hf_tensor_of(BlockKey{0, Matrix::Router}, c, "LlamaForCausalLM"));
-  CHECK_THROWS(model::hf_tensor_of("layers.0.nonsense", c, "LlamaForCausalLM"));
+  CHECK_THROWS(formats::hf_tensor_of(BlockKey{0, Matrix::Router}, c, "LlamaForCausalLM"));
+  CHECK_THROWS(formats::hf_tensor_of("layers.0.nonsense", c, "LlamaForCausalLM"));
 }

@@ -1,4 +1,4 @@
-// ChatSession (model/chat_session.h) on stories260K.bin + tok512.bin with the zephyr template: the
+// ChatSession (engine/chat_session.h) on stories260K.bin + tok512.bin with the zephyr template: the
 // tokens fed are the template's ids past the cached prefix, positions continue across turns, replies
 // stop at EOS or the limit, and turn 2's greedy reply with the KV cache reused equals greedy decoding
 // of the whole conversation fed from position 0 into a fresh cache.
@@ -6,14 +6,17 @@
 
 #include <algorithm>
 
-#include "model/chat_session.h"
-#include "model/generate.h"
-#include "model/llama2c.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
+#include "engine/chat_session.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "formats/llama2c.h"
 #include "reference_files.h"
+#include "text/tokenizer.h"
 
 using namespace tpcli::model;
+using namespace tpcli::engine;
+using namespace tpcli::formats;
+using namespace tpcli::text;
 using tpcli::testing::shared_path;
 
 namespace {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
-using namespace tpcli::model;
+using namespace tpcli::text;
 
 namespace {
 

@@ -12,13 +12,15 @@
 #include <fstream>
 #include <random>
 
-#include "model/llama2c.h"
-#include "model/safetensors.h"
-#include "model/tokenizer.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "reference_files.h"
+#include "text/tokenizer.h"
 
 using namespace tpcli::model;
 using namespace tpcli::testing;
+using namespace tpcli::formats;
+using namespace tpcli::text;
 
 namespace {
 

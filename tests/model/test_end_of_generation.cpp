@@ -10,16 +10,16 @@
 #include <string_view>
 #include <vector>
 
-#include "model/end_of_generation.h"
-#include "model/tokenizer.h"
+#include "engine/end_of_generation.h"
 #include "support/shared_data.h"
+#include "text/tokenizer.h"
 
 using namespace tpcli;
 
 namespace {
 
 // Special tokens by name, nothing else.
-class NamedTokens : public model::TokenizerInterface {
+class NamedTokens : public text::TokenizerInterface {
  public:
   NamedTokens(std::map<std::string, int> ids, std::string eos) : ids_(std::move(ids)), eos_(std::move(eos)) {}
   int vocab_size() const override { return 100; }
@@ -43,12 +43,12 @@ class NamedTokens : public model::TokenizerInterface {
 TEST_CASE("end of generation: the config's ids, the tokenizer's eos, the template's end of turn, each once") {
   const NamedTokens tokenizer({{"<|end|>", 5}, {"<|im_end|>", 7}}, "<|end|>");
   const std::vector<int> config = {9, 5};
-  const model::EndOfGeneration plain = model::end_of_generation(tokenizer, config);
+  const engine::EndOfGeneration plain = engine::end_of_generation(tokenizer, config);
   CHECK(plain.ids == std::vector<int>{9, 5});
   CHECK(plain.texts == std::vector<std::string>{"<|end|>"});
 
-  const model::ChatTemplate chatml = model::chat_template_named("chatml");
-  const model::EndOfGeneration chat = model::end_of_generation(tokenizer, config, &chatml, {"<s>", "<|end|>"});
+  const text::ChatTemplate chatml = text::chat_template_named("chatml");
+  const engine::EndOfGeneration chat = engine::end_of_generation(tokenizer, config, &chatml, {"<s>", "<|end|>"});
   CHECK(chat.ids == std::vector<int>{9, 5, 7});
   CHECK(chat.texts == std::vector<std::string>{"<|end|>", "<|im_end|>"});
   CHECK(chat.stop_ids(false) == chat.ids);
@@ -56,17 +56,17 @@ TEST_CASE("end of generation: the config's ids, the tokenizer's eos, the templat
 
   // A marker the tokenizer spells with several tokens is text only; a tokenizer without eos adds nothing.
   const NamedTokens bare({}, "");
-  const model::EndOfGeneration none = model::end_of_generation(bare, {}, &chatml, {"", ""});
+  const engine::EndOfGeneration none = engine::end_of_generation(bare, {}, &chatml, {"", ""});
   CHECK(none.ids.empty());
   CHECK(none.texts == std::vector<std::string>{"<|im_end|>"});
 }
 
 TEST_CASE("end of generation: a llama2.c tokenizer ends at BOS too, as run.c") {
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
-  const model::Tokenizer tokenizer(testing::shared_path("data/tok512.bin"), 512);
-  const model::EndOfGeneration end = model::end_of_generation(tokenizer, {});
-  CHECK(end.ids == std::vector<int>{model::BOS_TOKEN, 2});  // BOS, then </s>
+  const text::Tokenizer tokenizer(testing::shared_path("data/tok512.bin"), 512);
+  const engine::EndOfGeneration end = engine::end_of_generation(tokenizer, {});
+  CHECK(end.ids == std::vector<int>{text::BOS_TOKEN, 2});  // BOS, then </s>
   CHECK(end.texts == std::vector<std::string>{"</s>"});
-  const model::ChatTemplate zephyr = model::chat_template_named("zephyr");
-  CHECK(model::end_of_generation(tokenizer, std::vector<int>{2}, &zephyr, {"<s>", "</s>"}).ids == std::vector<int>{2, model::BOS_TOKEN});
+  const text::ChatTemplate zephyr = text::chat_template_named("zephyr");
+  CHECK(engine::end_of_generation(tokenizer, std::vector<int>{2}, &zephyr, {"<s>", "</s>"}).ids == std::vector<int>{2, text::BOS_TOKEN});
 }

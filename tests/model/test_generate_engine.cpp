@@ -1,4 +1,4 @@
-// generate_from_ids as one batch engine request (model/generate.h) against llama2.c's own loop
+// generate_from_ids as one batch engine request (engine/generate.h) against llama2.c's own loop
 // (tests/support/reference_generate.h, token by token or its prompt in one prefill, the greedy
 // shortcut through forward_argmax): the same picks, positions and prompt batch, seeded and greedy,
 // prompts ending before `steps`, at it and past it, up to the context's end, on 1 and 2 devices;
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "distributed/mesh.h"
-#include "model/generate.h"
+#include "engine/generate.h"
 #include "model/llama.h"
 #include "random_model.h"
 #include "support/error_of.h"
@@ -22,7 +22,7 @@ using namespace tpcli::testing;
 namespace {
 
 struct Run {
-  model::GenerateResult result;
+  engine::GenerateResult result;
   std::vector<std::pair<int, int>> seen;  // (token, next) as on_next saw them
 };
 
@@ -30,11 +30,11 @@ struct Run {
 template <class Generate>
 Run on_devices(const TensorWeights& w, int devices, const Generate& generate) {
   Run run;
-  run.result = model::run_model_on_mesh(
+  run.result = engine::run_model_on_mesh(
                    w, dist::Mesh::line(devices),
-                   [&](const model::ModelFns& m, std::FILE* out) {
+                   [&](const engine::ModelFns& m, std::FILE* out) {
                      std::vector<std::pair<int, int>> seen;
-                     model::GenerateResult r = generate(m, seen);
+                     engine::GenerateResult r = generate(m, seen);
                      if (out) run.seen = std::move(seen);
                      return r;
                    },
@@ -59,7 +59,7 @@ TEST_CASE("generate_from_ids: one engine request picks what llama2.c's loop pick
                         {1, 16, 0.9f, false}, {5, 16, 0.0f, false}, {5, 5, 0.9f, true},   {5, 3, 0.9f, true},
                         {5, 1, 0.0f, true},   {5, 4, 0.0f, false}};
   for (const Case& k : cases) {
-    model::GenerateOptions o;
+    engine::GenerateOptions o;
     o.steps = k.steps;
     o.temperature = k.temperature;
     o.topp = 0.9f;
@@ -67,14 +67,14 @@ TEST_CASE("generate_from_ids: one engine request picks what llama2.c's loop pick
     const std::span<const int> prompt(five.data(), static_cast<size_t>(k.prompt));
     for (int devices : {1, 2}) {
       INFO(k.prompt << "-token prompt, steps " << k.steps << ", temperature " << k.temperature << ", " << devices << " devices");
-      const Run engine = on_devices(w, devices, [&](const model::ModelFns& m, auto& seen) {
-        return model::generate_from_ids(m, prompt, c.vocab_size, o, [&](int token, int next) {
+      const Run engine = on_devices(w, devices, [&](const engine::ModelFns& m, auto& seen) {
+        return engine::generate_from_ids(m, prompt, c.vocab_size, o, [&](int token, int next) {
           seen.emplace_back(token, next);
           return true;
         });
       });
-      const Run reference = on_devices(w, devices, [&](const model::ModelFns& m, auto& seen) {
-        model::ModelFns loop{m.forward, m.argmax};
+      const Run reference = on_devices(w, devices, [&](const engine::ModelFns& m, auto& seen) {
+        engine::ModelFns loop{m.forward, m.argmax};
         if (k.reference_prefill) loop = {m.forward, m.argmax, m.prefill, m.prefill_argmax};
         return reference_generate_from_ids(loop, prompt, c.vocab_size, o, [&](int token, int next) {
           seen.emplace_back(token, next);
@@ -98,7 +98,7 @@ TEST_CASE("generate_from_ids: on_next ends the run at a forced or a picked token
   const LlamaConfig c = make_config(16, 4, 2, 40, 2, 23, false);
   const TensorWeights w = random_weights(c, 11);
   const std::vector<int> prompt = random_tokens(6, c.vocab_size, 5);
-  model::GenerateOptions o;
+  engine::GenerateOptions o;
   o.steps = 14;
   o.temperature = 1.0f;
   o.topp = 0.95f;
@@ -111,10 +111,10 @@ TEST_CASE("generate_from_ids: on_next ends the run at a forced or a picked token
         return static_cast<int>(seen.size()) < stop_after;
       };
     };
-    const Run engine = on_devices(w, 1, [&](const model::ModelFns& m, auto& seen) {
-      return model::generate_from_ids(m, prompt, c.vocab_size, o, stopping(seen));
+    const Run engine = on_devices(w, 1, [&](const engine::ModelFns& m, auto& seen) {
+      return engine::generate_from_ids(m, prompt, c.vocab_size, o, stopping(seen));
     });
-    const Run reference = on_devices(w, 1, [&](const model::ModelFns& m, auto& seen) {
+    const Run reference = on_devices(w, 1, [&](const engine::ModelFns& m, auto& seen) {
       return reference_generate_from_ids({m.forward, m.argmax, m.prefill, m.prefill_argmax}, prompt, c.vocab_size, o, stopping(seen));
     });
     CHECK(engine.result.tokens == reference.result.tokens);
@@ -133,14 +133,14 @@ TEST_CASE("generate_from_ids: non-finite logits end the run naming the position,
   w.set("norm", tensor::Tensor({c.dim}, norm));
   const std::vector<int> prompt = random_tokens(5, c.vocab_size, 2);
   for (float temperature : {0.0f, 1.0f}) {
-    model::GenerateOptions o;
+    engine::GenerateOptions o;
     o.steps = 10;
     o.temperature = temperature;
     o.seed = 1;
     std::vector<int> seen;
     const std::string e = error_of([&] {
-      on_devices(w, 2, [&](const model::ModelFns& m, auto&) {
-        return model::generate_from_ids(m, prompt, c.vocab_size, o, [&](int, int next) {
+      on_devices(w, 2, [&](const engine::ModelFns& m, auto&) {
+        return engine::generate_from_ids(m, prompt, c.vocab_size, o, [&](int, int next) {
           if (m.track == 0) seen.push_back(next);
           return true;
         });
@@ -149,7 +149,7 @@ TEST_CASE("generate_from_ids: non-finite logits end the run naming the position,
     CHECK(e.find("logits at position 4 are not finite") != std::string::npos);
     CHECK(seen == std::vector<int>(prompt.begin() + 1, prompt.end()));  // the forced picks came first, as run.c prints them
     o.steps = 3;  // inside the prompt: nothing is sampled, so nothing is checked (as run.c)
-    const Run r = on_devices(w, 1, [&](const model::ModelFns& m, auto&) { return model::generate_from_ids(m, prompt, c.vocab_size, o); });
+    const Run r = on_devices(w, 1, [&](const engine::ModelFns& m, auto&) { return engine::generate_from_ids(m, prompt, c.vocab_size, o); });
     CHECK(r.result.tokens == std::vector<int>(prompt.begin(), prompt.begin() + 4));
   }
 }

@@ -1,4 +1,4 @@
-// generate_with_tokenizer (model/generate_text.h) with a small byte-level tokenizer.json written
+// generate_with_tokenizer (engine/generate_text.h) with a small byte-level tokenizer.json written
 // here and a scripted model: the prompt is fed forced, generation stops at EOS (not printed), a
 // character split over two byte tokens is printed once complete, and TextStream's pieces add up
 // to decode_ids of the whole.
@@ -6,14 +6,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/generate_text.h"
-#include "model/hf_pipeline.h"
-#include "model/load_tokenizer.h"
-#include "model/text_stream.h"
+#include "engine/generate_text.h"
 #include "support/reference_generate.h"
 #include "support/temp_dir.h"
+#include "text/hf_pipeline.h"
+#include "text/load_tokenizer.h"
+#include "text/text_stream.h"
 
 using namespace tpcli::model;
+using namespace tpcli::engine;
+using namespace tpcli::text;
 
 namespace {
 

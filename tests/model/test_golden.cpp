@@ -11,16 +11,19 @@
 #include <sstream>
 
 #include "distributed/runtime.h"
-#include "model/generate.h"
+#include "engine/generate.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
-#include "model/llama2c.h"
-#include "model/safetensors.h"
 #include "reference_files.h"
 #include "reference_forward.h"
 #include "support/reference_generate.h"
 
 using namespace tpcli::model;
 using namespace tpcli::testing;
+using namespace tpcli::engine;
+using namespace tpcli::formats;
+using namespace tpcli::text;
 
 namespace {
 

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/dtype.h"
-#include "model/hf_model.h"
+#include "formats/dtype.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
-#include "model/llama2c.h"
 #include "model/packed_weights.h"
-#include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "reference_files.h"
 #include "support/temp_dir.h"
@@ -69,7 +69,7 @@ TEST_CASE("hf archs: every architecture's logits on 1-4 devices match the indepe
           "[hf][archs]") {
   TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen3_moe.logits.txt");
   for (const std::string arch : ARCHS) {
-    const model::HfModelDir dir(arch_path(arch));
+    const formats::HfModelDir dir(arch_path(arch));
     const std::vector<int> tokens = comma_ids(arch_path(arch) + ".tokens.txt");
     const std::vector<float> want = reference_logits(arch_path(arch) + ".logits.txt");
     REQUIRE(want.size() == tokens.size() * static_cast<size_t>(dir.config().vocab_size));
@@ -93,7 +93,7 @@ TEST_CASE("hf archs: greedy decode token by token continues every reference prom
           "[hf][archs]") {
   TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen3_moe.greedy.txt");
   for (const std::string arch : ARCHS) {
-    const model::HfModelDir dir(arch_path(arch));
+    const formats::HfModelDir dir(arch_path(arch));
     const std::vector<int> prompt = comma_ids(arch_path(arch) + ".tokens.txt"),
                            want = comma_ids(arch_path(arch) + ".greedy.txt");
     for (int devices : {1, 3}) {
@@ -118,33 +118,33 @@ TEST_CASE("hf archs: greedy decode token by token continues every reference prom
 namespace {
 
 // A copy of a reference directory whose safetensors file is rewritten by `edit` (over its tensors).
-fs::path edited_copy(const fs::path& root, const std::string& arch, const std::function<void(std::vector<model::NamedTensor>&)>& edit,
+fs::path edited_copy(const fs::path& root, const std::string& arch, const std::function<void(std::vector<formats::NamedTensor>&)>& edit,
                      std::vector<std::vector<std::byte>>& keep) {
   const fs::path to = root / arch;
   fs::create_directories(to);
   fs::copy_file(arch_path(arch) + "/config.json", to / "config.json");
-  const model::SafetensorsFile file(arch_path(arch) + "/model.safetensors");
-  std::vector<model::NamedTensor> tensors;
+  const formats::SafetensorsFile file(arch_path(arch) + "/model.safetensors");
+  std::vector<formats::NamedTensor> tensors;
   for (const std::string& name : file.names()) tensors.push_back({name, *file.stored(name)});
   edit(tensors);
   for (auto& t : tensors) {  // the file's map closes with `file`: keep copies of the bytes
-    const size_t bytes = static_cast<size_t>(tensor::numel(t.tensor.shape)) * model::dtype_bytes(t.tensor.dtype);
+    const size_t bytes = static_cast<size_t>(tensor::numel(t.tensor.shape)) * formats::dtype_bytes(t.tensor.dtype);
     keep.emplace_back(static_cast<const std::byte*>(t.tensor.data), static_cast<const std::byte*>(t.tensor.data) + bytes);
     t.tensor.data = keep.back().data();
   }
-  model::write_stored_safetensors((to / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  formats::write_stored_safetensors((to / "model.safetensors").string(), tensors, {{"format", "pt"}});
   return to;
 }
 
-void erase_tensor(std::vector<model::NamedTensor>& tensors, const std::string& name) {
-  const auto it = std::ranges::find_if(tensors, [&](const model::NamedTensor& t) { return t.name == name; });
+void erase_tensor(std::vector<formats::NamedTensor>& tensors, const std::string& name) {
+  const auto it = std::ranges::find_if(tensors, [&](const formats::NamedTensor& t) { return t.name == name; });
   REQUIRE(it != tensors.end());
   tensors.erase(it);
 }
 
 std::string open_error(const fs::path& dir) {
   try {
-    model::HfModelDir d(dir.string());
+    formats::HfModelDir d(dir.string());
   } catch (const std::runtime_error& e) {
     return e.what();
   }
@@ -191,7 +191,7 @@ TEST_CASE("hf archs: the trainable model's logits on 1-3 devices match the indep
           "with and without fresh LoRA adapters", "[hf][archs][train]") {
   TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen3_moe.logits.txt");
   for (const std::string arch : ARCHS) {
-    const model::HfModelDir dir(arch_path(arch));
+    const formats::HfModelDir dir(arch_path(arch));
     const std::vector<int> tokens = comma_ids(arch_path(arch) + ".tokens.txt");
     const std::vector<float> want = reference_logits(arch_path(arch) + ".logits.txt");
     const bool sixteen_bit = arch == "qwen3-bf16";  // a packed base: LoRA only (QLoRA)
@@ -220,7 +220,7 @@ TEST_CASE("hf archs: MoE checkpoints with their experts dealt over an expert axi
           "[hf][archs][moe]") {
   TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen3_moe.greedy.txt");
   for (const std::string arch : {"mixtral", "qwen3_moe"}) {
-    const model::HfModelDir dir(arch_path(arch));
+    const formats::HfModelDir dir(arch_path(arch));
     const std::vector<int> prompt = comma_ids(arch_path(arch) + ".tokens.txt"), want_ids = comma_ids(arch_path(arch) + ".greedy.txt");
     const std::vector<float> want = reference_logits(arch_path(arch) + ".logits.txt");
     // 4 experts over 3 members (mixtral): uneven, as 8 over 3 (qwen3_moe)
@@ -253,13 +253,13 @@ TEST_CASE("hf archs: export --to hf writes the architecture it read, tensor for 
   TempDir tmp;
   for (const std::string arch : ARCHS) {
     if (arch == "qwen3-bf16") continue;  // exported in f32 below: the bytes would differ by dtype
-    const model::HfModelDir original(arch_path(arch));
+    const formats::HfModelDir original(arch_path(arch));
     const fs::path out = tmp.path() / arch;
-    model::write_hf_model(out.string(), original, {.dtype = model::DType::F32});
-    const model::HfModelDir back(out.string());
+    formats::write_hf_model(out.string(), original, {.dtype = model::DType::F32});
+    const formats::HfModelDir back(out.string());
     INFO(arch);
     CHECK(back.hf_config().architecture == original.hf_config().architecture);
-    const model::SafetensorsFile a(arch_path(arch) + "/model.safetensors"), b((out / "model.safetensors").string());
+    const formats::SafetensorsFile a(arch_path(arch) + "/model.safetensors"), b((out / "model.safetensors").string());
     REQUIRE(a.names() == b.names());
     for (const std::string& name : a.names()) {
       const model::StoredTensor x = *a.stored(name), y = *b.stored(name);
@@ -274,10 +274,10 @@ TEST_CASE("hf archs: a quantized copy keeps the architecture, and the Llama-only
           "[hf][archs][export]") {
   TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen2/model.safetensors");
   TempDir tmp;
-  const model::HfModelDir qwen2(arch_path("qwen2"));
+  const formats::HfModelDir qwen2(arch_path("qwen2"));
   const std::string file = (tmp.path() / "q.safetensors").string();
-  model::write_safetensors(file, model::ConvertedWeights(qwen2, tensor::WeightFormat::affine(8, 32)), {});
-  const model::SafetensorsFile back(file);
+  formats::write_safetensors(file, model::ConvertedWeights(qwen2, tensor::WeightFormat::affine(8, 32)), {});
+  const formats::SafetensorsFile back(file);
   CHECK(back.config().hf_architecture == "Qwen2ForCausalLM");
   CHECK(back.config().qkv_bias);
   // its logits stay near the f32 model's (8-bit weights)
@@ -295,7 +295,7 @@ TEST_CASE("hf archs: a quantized copy keeps the architecture, and the Llama-only
   }
   INFO("max abs diff " << diff << " of scale " << scale);
   CHECK(diff <= 0.05f * scale);
-  CHECK_THROWS_WITH(model::write_llama2c((tmp.path() / "m.bin").string(), qwen2),
+  CHECK_THROWS_WITH(formats::write_llama2c((tmp.path() / "m.bin").string(), qwen2),
                     Catch::Contains("llama2.c checkpoints cannot hold a model with q/k/v biases"));
 }
 
@@ -303,10 +303,10 @@ namespace {
 
 // The bytes of a stored tensor, q/k rows put back in Hugging Face's rotate_half order.
 std::vector<std::byte> hf_row_order(const model::StoredTensor& t, int rope_heads, int head_size) {
-  const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * model::dtype_bytes(t.dtype);
+  const size_t bytes = static_cast<size_t>(tensor::numel(t.shape)) * formats::dtype_bytes(t.dtype);
   const auto* data = static_cast<const std::byte*>(t.data);
   std::vector<std::byte> out(data, data + bytes);
-  if (rope_heads) model::rope_rows_to_hf(out.data(), data, rope_heads, head_size, bytes / static_cast<size_t>(t.shape[0]));
+  if (rope_heads) formats::rope_rows_to_hf(out.data(), data, rope_heads, head_size, bytes / static_cast<size_t>(t.shape[0]));
   return out;
 }
 
@@ -320,11 +320,11 @@ void write_mlx_layout(const fs::path& dir, const model::WeightSource& source, co
   const model::LlamaConfig& c = source.config();
   std::vector<std::vector<std::byte>> keep;
   std::vector<tensor::PackedMatrix> routers;
-  std::vector<model::NamedTensor> tensors;
+  std::vector<formats::NamedTensor> tensors;
   nlohmann::json config = nlohmann::json::parse(std::ifstream(config_from));
   config["quantization"] = {{"group_size", group}, {"bits", bits}};
   for (const model::ParamSpec& p : model::llama_parameters(c)) {
-    const model::HfTensorRef ref = model::hf_tensor_of(p.name, c, architecture);
+    const formats::HfTensorRef ref = formats::hf_tensor_of(p.name, c, architecture);
     const std::string module = ref.modules.size() > 1 ? ref.stacked_module : ref.modules.front();
     if (router_bits && p.name.ends_with(".router")) {
       const tensor::PackedMatrix& m =
@@ -351,7 +351,7 @@ void write_mlx_layout(const fs::path& dir, const model::WeightSource& source, co
     }
   }
   fs::create_directories(dir);
-  model::write_stored_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "mlx"}});
+  formats::write_stored_safetensors((dir / "model.safetensors").string(), tensors, {{"format", "mlx"}});
   std::ofstream(dir / "config.json") << config.dump(2);
 }
 
@@ -361,10 +361,10 @@ TEST_CASE("hf archs: a Mixtral in mlx-community's quantized layout (experts stac
           "[hf][archs][moe][quantized]") {
   TPCLI_REQUIRE_SHARED("reference/hf-archs/mixtral/model.safetensors");
   TempDir tmp;
-  const model::HfModelDir f32(arch_path("mixtral"));
+  const formats::HfModelDir f32(arch_path("mixtral"));
   const model::ConvertedWeights quantized(f32, tensor::WeightFormat::affine(8, 32));
   write_mlx_layout(tmp.path() / "mlx", quantized, "MixtralForCausalLM", arch_path("mixtral") + "/config.json", 8, 32);
-  const model::HfModelDir mlx((tmp.path() / "mlx").string());
+  const formats::HfModelDir mlx((tmp.path() / "mlx").string());
   const std::vector<int> tokens = comma_ids(arch_path("mixtral") + ".tokens.txt");
   auto logits = [&](const model::WeightSource& w, const dist::Mesh& mesh) { return prefill_logits_on(w, mesh, tokens); };
   const std::vector<float> want = logits(quantized, dist::Mesh::line(1));
@@ -382,7 +382,7 @@ TEST_CASE("hf archs: a Qwen3-MoE in mlx-community's layout with its routers at 8
           "the same model in memory", "[hf][archs][moe][quantized]") {
   TPCLI_REQUIRE_SHARED("reference/hf-archs/qwen3_moe/model.safetensors");
   TempDir tmp;
-  const model::HfModelDir f32(arch_path("qwen3_moe"));
+  const formats::HfModelDir f32(arch_path("qwen3_moe"));
   // the same weights in memory: routers through 8-bit and back (as the file's are read), everything else 4-bit
   model::TensorWeights routed(f32.config());
   for (const model::ParamSpec& p : model::llama_parameters(f32.config())) {
@@ -396,7 +396,7 @@ TEST_CASE("hf archs: a Qwen3-MoE in mlx-community's layout with its routers at 8
   }
   const model::ConvertedWeights quantized(routed, tensor::WeightFormat::affine(4, 32));
   write_mlx_layout(tmp.path() / "mlx", quantized, "Qwen3MoeForCausalLM", arch_path("qwen3_moe") + "/config.json", 4, 32, 8, &f32);
-  const model::HfModelDir mlx((tmp.path() / "mlx").string());
+  const formats::HfModelDir mlx((tmp.path() / "mlx").string());
   const std::vector<int> tokens = comma_ids(arch_path("qwen3_moe") + ".tokens.txt");
   auto logits = [&](const model::WeightSource& w, const dist::Mesh& mesh) { return prefill_logits_on(w, mesh, tokens); };
   const std::vector<float> want = logits(quantized, dist::Mesh::line(1));
@@ -416,11 +416,11 @@ TEST_CASE("hf archs: f16 and bf16 files in shards read back as the same model, w
     for (const model::DType dtype : {model::DType::F16, model::DType::BF16}) {
       // bf16's 8-bit mantissa moves router logits past the reference's 2e-3 gaps: experts change
       if (arch == "qwen3_moe" && dtype == model::DType::BF16) continue;
-      const model::HfModelDir f32(arch_path(arch));
+      const formats::HfModelDir f32(arch_path(arch));
       const fs::path out = tmp.path() / (arch + (dtype == model::DType::F16 ? "-f16" : "-bf16"));
-      model::write_hf_model(out.string(), f32, {.dtype = dtype, .shards = 3});
+      formats::write_hf_model(out.string(), f32, {.dtype = dtype, .shards = 3});
       REQUIRE(fs::exists(out / "model.safetensors.index.json"));
-      const model::HfModelDir sixteen(out.string());
+      const formats::HfModelDir sixteen(out.string());
       const std::vector<int> tokens = comma_ids(arch_path(arch) + ".tokens.txt");
       const std::vector<float> want = reference_logits(arch_path(arch) + ".logits.txt");
       const std::vector<float> got = prefill_logits_on(sixteen, dist::Mesh::line(3), tokens);
@@ -431,7 +431,7 @@ TEST_CASE("hf archs: f16 and bf16 files in shards read back as the same model, w
           diff = std::max(diff, std::abs(got[p * V + v] - want[p * V + v]));
           scale = std::max(scale, std::abs(want[p * V + v]));
         }
-        INFO(arch << " " << model::dtype_name(dtype) << " position " << p << ": max abs diff " << diff << " of " << scale);
+        INFO(arch << " " << formats::dtype_name(dtype) << " position " << p << ": max abs diff " << diff << " of " << scale);
         CHECK(diff <= 0.05f * scale);
       }
     }

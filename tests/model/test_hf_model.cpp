@@ -13,22 +13,25 @@
 #include <random>
 
 #include "distributed/runtime.h"
-#include "model/dtype.h"
-#include "model/generate.h"
-#include "model/hf_model.h"
+#include "engine/generate.h"
+#include "formats/dtype.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
 #include "model/llama.h"
-#include "model/llama2c.h"
 #include "model/random_init.h"
 #include "model/weights_view.h"
 #include "nn/rope.h"
 #include "reference_files.h"
 #include "reference_forward.h"
 #include "support/mlx_quantized_dir.h"
-#include "support/temp_dir.h"
 #include "support/normal_values.h"
+#include "support/temp_dir.h"
+#include "text/tokenizer.h"
 
 using namespace tpcli::model;
 using namespace tpcli::testing;
+using namespace tpcli::engine;
+using namespace tpcli::formats;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -206,7 +209,7 @@ constexpr double BF16_LOGIT_TOLERANCE = 0.25;
 TEST_CASE("hf: the exported stories260K generates llama2.c's output on 1..8 devices (f32 exact, bf16 greedy)", "[hf][golden]") {
   TPCLI_REQUIRE_SHARED("reference/llama2c_stories260K.tsv");
   const Llama2cFile bin(shared_path("data/stories260K.bin"));
-  const Tokenizer tok(shared_path("data/tok512.bin"), 512);
+  const tpcli::text::Tokenizer tok(shared_path("data/tok512.bin"), 512);
   TempDir tmp;
   write_hf_model((tmp.path() / "f32").string(), bin, {.dtype = DType::F32, .shards = 2});
   write_hf_model((tmp.path() / "bf16").string(), bin, {.dtype = DType::BF16});

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "model/chat_template.h"
-#include "model/hf_pipeline.h"
-#include "model/hf_tokenizer.h"
-#include "model/load_tokenizer.h"
 #include "reference_files.h"
 #include "support/temp_dir.h"
+#include "text/chat_template.h"
+#include "text/hf_pipeline.h"
+#include "text/hf_tokenizer.h"
+#include "text/load_tokenizer.h"
 
-using namespace tpcli::model;
+using namespace tpcli::text;
 using tpcli::testing::shared_path;
 
 namespace {

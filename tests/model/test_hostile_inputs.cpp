@@ -13,19 +13,23 @@
 #include <thread>
 
 #include "distributed/mesh.h"
-#include "model/atomic_file.h"
-#include "model/generate.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "files/atomic_file.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
-#include "model/llama2c.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
 #include "support/error_of.h"
 #include "support/reference_generate.h"
 #include "support/temp_dir.h"
+#include "text/tokenizer.h"
 
 using namespace tpcli::model;
+using namespace tpcli::engine;
+using namespace tpcli::files;
+using namespace tpcli::formats;
+using namespace tpcli::text;
 using tpcli::testing::TempDir;
 using tpcli::testing::error_of;
 

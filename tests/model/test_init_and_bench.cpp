@@ -9,10 +9,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/llama2c.h"
-#include "model/safetensors.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 
 using namespace tpcli::model;
+using namespace tpcli::formats;
 
 namespace {
 

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "model/kv_block_allocator.h"
+#include "engine/kv_block_allocator.h"
 
-using tpcli::model::KvBlockAllocator;
+using tpcli::engine::KvBlockAllocator;
 
 namespace {
 std::vector<int> run(int first, int n) {

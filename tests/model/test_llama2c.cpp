@@ -8,12 +8,13 @@
 
 #include <unistd.h>
 
-#include "model/llama2c.h"
+#include "formats/llama2c.h"
 #include "model/random_init.h"
 #include "reference_files.h"
 
 using namespace tpcli::model;
 using namespace tpcli::testing;
+using namespace tpcli::formats;
 
 namespace {
 

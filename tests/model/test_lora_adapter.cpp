@@ -19,18 +19,18 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/dtype.h"
-#include "model/hf_model.h"
+#include "formats/dtype.h"
+#include "formats/hf_model.h"
+#include "formats/peft_adapter.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
 #include "model/packed_weights.h"
-#include "model/safetensors.h"
 #include "model/weights_view.h"
 #include "random_lora.h"
 #include "random_model.h"
-#include "support/raw_safetensors.h"
 #include "support/error_of.h"
+#include "support/raw_safetensors.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
 
@@ -88,8 +88,8 @@ TEST_CASE("lora: an adapter saved in PEFT's format reads back identical", "[lora
                                             {0, 2}, 4, 11);
   const TempDir dir;
   const std::string path = (dir.path() / "adapter").string();
-  model::save_peft_adapter(path, set, c);
-  const LoraAdapterSet back = model::load_peft_adapter(path, c);
+  formats::save_peft_adapter(path, set, c);
+  const LoraAdapterSet back = formats::load_peft_adapter(path, c);
   CHECK(back.rank == set.rank);
   CHECK(back.alpha == set.alpha);
   CHECK(back.dropout == set.dropout);
@@ -110,7 +110,7 @@ TEST_CASE("lora: PEFT's files hold Hugging Face names, shapes, rotate-half rows 
   const LlamaConfig c = make_config(64, 8, 2, 96, 3, 67, true);  // HS 8, KV 16
   const LoraAdapterSet set = random_adapter(c, {"q_proj", "k_proj", "v_proj", "down_proj"}, {1}, 4, 12);
   const TempDir dir;
-  model::save_peft_adapter(dir.path().string(), set, c);
+  formats::save_peft_adapter(dir.path().string(), set, c);
 
   const nlohmann::json j = nlohmann::json::parse(slurp(dir.path() / "adapter_config.json"));
   CHECK(j["peft_type"] == "LORA");
@@ -167,27 +167,27 @@ TEST_CASE("lora: bf16 files and names without base_model.model. load, rows permu
   const int r = 2, HS = 8;
   // q_proj of both layers, written by hand: A [2, 64], B [64, 2] in HF row order, as bf16.
   std::vector<std::vector<uint16_t>> store;
-  std::vector<model::NamedTensor> named;
+  std::vector<formats::NamedTensor> named;
   for (int l = 0; l < 2; ++l)
     for (const char* side : {"A", "B"}) {
       const tensor::Shape shape = side[0] == 'A' ? tensor::Shape{r, 64} : tensor::Shape{64, r};
       std::vector<float> v(128);
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(l * 1000 + (side[0] == 'A' ? 0 : 500) + int(i)) / 4096.0f;
       store.emplace_back(v.size());
-      model::from_f32(store.back().data(), v.data(), model::DType::BF16, static_cast<int64_t>(v.size()));
+      formats::from_f32(store.back().data(), v.data(), model::DType::BF16, static_cast<int64_t>(v.size()));
       named.push_back({"model.layers." + std::to_string(l) + ".self_attn.q_proj.lora_" + side + ".weight",
                        {model::DType::BF16, shape, store.back().data()}});
     }
-  model::write_stored_safetensors(path + "/adapter_model.safetensors", named, {{"format", "pt"}});
+  formats::write_stored_safetensors(path + "/adapter_model.safetensors", named, {{"format", "pt"}});
   std::ofstream(path + "/adapter_config.json") << R"({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 2, "lora_alpha": 4,
     "target_modules": ["q_proj"], "bias": "none", "use_rslora": false, "use_dora": false, "rank_pattern": {}, "alpha_pattern": {}})";
-  const LoraAdapterSet set = model::load_peft_adapter(path, c);
+  const LoraAdapterSet set = formats::load_peft_adapter(path, c);
   CHECK(set.scale() == 2.0f);
   REQUIRE(set.tensors.size() == 4);
   for (int l = 0; l < 2; ++l) {
     std::vector<float> a(128), b(128);
-    model::to_f32(a.data(), store[static_cast<size_t>(2 * l)].data(), model::DType::BF16, 128);
-    model::to_f32(b.data(), store[static_cast<size_t>(2 * l + 1)].data(), model::DType::BF16, 128);
+    formats::to_f32(a.data(), store[static_cast<size_t>(2 * l)].data(), model::DType::BF16, 128);
+    formats::to_f32(b.data(), store[static_cast<size_t>(2 * l + 1)].data(), model::DType::BF16, 128);
     const tensor::Tensor& ta = set.tensors.at("layers." + std::to_string(l) + ".wq.lora_a");
     const tensor::Tensor& tb = set.tensors.at("layers." + std::to_string(l) + ".wq.lora_b");
     CHECK(std::vector<float>(ta.span().begin(), ta.span().end()) == a);
@@ -205,9 +205,9 @@ TEST_CASE("lora: a bad adapter folder is a one-line error naming the file and th
   const LlamaConfig other = make_config(32, 4, 2, 64, 3, 67, true);
   const TempDir dir;
   const std::string good = (dir.path() / "good").string();
-  model::save_peft_adapter(good, random_adapter(c, {"q_proj", "down_proj"}, {0, 1, 2}, 4, 13), c);
+  formats::save_peft_adapter(good, random_adapter(c, {"q_proj", "down_proj"}, {0, 1, 2}, 4, 13), c);
   auto load_error = [&](const std::string& path, const LlamaConfig& config) {
-    return error_of<std::runtime_error>([&] { model::load_peft_adapter(path, config); });
+    return error_of<std::runtime_error>([&] { formats::load_peft_adapter(path, config); });
   };
   auto copy_with_config = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
     const std::filesystem::path to = dir.path() / name;
@@ -246,7 +246,7 @@ TEST_CASE("lora: a bad adapter folder is a one-line error naming the file and th
   // A non-finite value: a NaN in one lora_B, written as a PEFT file.
   LoraAdapterSet bad = random_adapter(c, {"v_proj"}, {0, 1, 2}, 4, 14);
   const std::string nan_dir = (dir.path() / "nan").string();
-  model::save_peft_adapter(nan_dir, bad, c);
+  formats::save_peft_adapter(nan_dir, bad, c);
   {
     RawSafetensors raw = read_raw(std::filesystem::path(nan_dir) / "adapter_model.safetensors");
     const size_t at = raw.header["base_model.model.model.layers.2.self_attn.v_proj.lora_B.weight"]["data_offsets"][0];
@@ -262,7 +262,7 @@ TEST_CASE("lora: a bad adapter folder is a one-line error naming the file and th
   CHECK(e.find("layers.2.self_attn.v_proj.lora_B.weight: non-finite value at element 5") != std::string::npos);
   // Saving checks too: a tensor of the wrong shape names it.
   bad.tensors.at("layers.1.wv.lora_a") = tensor::Tensor({4, 32});
-  CHECK(error_of<std::invalid_argument>([&] { model::save_peft_adapter((dir.path() / "x").string(), bad, c); })
+  CHECK(error_of<std::invalid_argument>([&] { formats::save_peft_adapter((dir.path() / "x").string(), bad, c); })
             .find("tensor layers.1.wv.lora_a has shape [4, 32], expected [4, 64] (rank 4)") != std::string::npos);
 }
 
@@ -399,15 +399,15 @@ TEST_CASE("lora: Hugging Face Qwen2 (q/k/v biases) and Qwen3 (head_dim 32, q/k n
   require_shared("reference/hf-archs/qwen3");
   for (const char* arch : {"qwen2", "qwen3"}) {
     INFO(arch);
-    const model::HfModelDir dir(shared_path(std::string("reference/hf-archs/") + arch));
+    const formats::HfModelDir dir(shared_path(std::string("reference/hf-archs/") + arch));
     const LlamaConfig& c = dir.config();
     std::vector<int> layers;
     for (int l = 0; l < c.n_layers; ++l) layers.push_back(l);
     const LoraAdapterSet set = random_adapter(c, ALL, layers, 4, 61);
     // Through PEFT's folder, so its RoPE reordering of q/k rows is on the way.
     const TempDir tmp;
-    model::save_peft_adapter(tmp.path().string(), set, c);
-    const model::AdaptedWeights adapted(std::make_unique<BaseView>(dir), model::load_peft_adapter(tmp.path().string(), c), "test");
+    formats::save_peft_adapter(tmp.path().string(), set, c);
+    const model::AdaptedWeights adapted(std::make_unique<BaseView>(dir), formats::load_peft_adapter(tmp.path().string(), c), "test");
     const std::vector<int> tokens = random_tokens(8, c.vocab_size, 6);
     const AdaptedRun reference = run_adapted(merged_reference(dir, set), 1, tokens, 6);
     for (int devices : {1, 2}) {
@@ -416,12 +416,12 @@ TEST_CASE("lora: Hugging Face Qwen2 (q/k/v biases) and Qwen3 (head_dim 32, q/k n
       CHECK(got.greedy == reference.greedy);
     }
   }
-  const model::HfModelDir phi3(shared_path("reference/hf-archs/phi3"));
+  const formats::HfModelDir phi3(shared_path("reference/hf-archs/phi3"));
   CHECK(error_of<std::invalid_argument>([&] {
-          model::save_peft_adapter((std::filesystem::temp_directory_path() / "tpcli-never-written").string(),
+          formats::save_peft_adapter((std::filesystem::temp_directory_path() / "tpcli-never-written").string(),
                                    random_adapter(phi3.config(), {"v_proj"}, {0}, 2, 62), phi3.config());
         }).find("Phi3ForCausalLM stores wv in a fused module (model.layers.0.self_attn.qkv_proj)") != std::string::npos);
-  const model::HfModelDir moe(shared_path("reference/hf-archs/qwen3_moe"));  // layer 0 dense, 1 and 2 experts
+  const formats::HfModelDir moe(shared_path("reference/hf-archs/qwen3_moe"));  // layer 0 dense, 1 and 2 experts
   CHECK_NOTHROW(model::validate_lora(random_adapter(moe.config(), {"gate_proj", "q_proj"}, {0}, 2, 63), moe.config(), "test"));
   CHECK(error_of<std::invalid_argument>([&] { model::validate_lora(random_adapter(moe.config(), {"q_proj"}, {1}, 2, 64), moe.config(), "test"); }) ==
         "(no error)");

@@ -1,4 +1,4 @@
-// model/perplexity.h against a reference written out here: each window's NLL is the sum of
+// engine/perplexity.h against a reference written out here: each window's NLL is the sum of
 // -log softmax(logits)[target] over its positions, the logits those of a 1-device token-by-token
 // decode (tests/model/random_model.h), the softmax computed directly in double. The batched forward's
 // score must agree with the decode path's.
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/perplexity.h"
+#include "engine/perplexity.h"
 #include "random_model.h"
 
 using namespace tpcli;
@@ -35,7 +35,7 @@ double sum_window_nll_on(const model::TensorWeights& w, int T, const std::vector
   double result = 0;
   dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
     model::Llama llama(w, dev.axis("model"));
-    const double sum = model::sum_window_nll(llama, tokens, S, W, decode);
+    const double sum = engine::sum_window_nll(llama, tokens, S, W, decode);
     if (dev.rank() == 0) result = sum;
   });
   return result;
@@ -55,7 +55,7 @@ TEST_CASE("perplexity: a window's NLL by decode is the sum of -log softmax of th
     double got = 0;
     dist::run_on_mesh(dist::Mesh::line(T), [&](dist::Device& dev) {
       model::Llama llama(w, dev.axis("model"));
-      const double nll = model::window_nll_by_decode(llama, in.data(), tokens.data() + 1, S);
+      const double nll = engine::window_nll_by_decode(llama, in.data(), tokens.data() + 1, S);
       if (dev.rank() == 0) got = nll;
     });
     CHECK(got == Approx(expected).epsilon(1e-5));

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/generate.h"
+#include "engine/generate.h"
+#include "formats/llama2c.h"
 #include "model/llama.h"
-#include "model/trainable_llama.h"
-#include "model/llama2c.h"
 #include "model/shard_plan.h"
+#include "model/trainable_llama.h"
 #include "random_model.h"
 #include "reference_files.h"
 #include "support/reference_generate.h"
@@ -123,8 +123,8 @@ TEST_CASE("prefill: positions outside the context are a clear error", "[llama][p
 TEST_CASE("generation: the engine's batched prompt prints what llama2.c's token-by-token loop prints, 1..8 devices",
           "[golden][prefill]") {
   TPCLI_REQUIRE_SHARED("data/stories260K.bin");
-  model::Llama2cFile weights(shared_path("data/stories260K.bin"));
-  model::Tokenizer tok(shared_path("data/tok512.bin"), 512);
+  formats::Llama2cFile weights(shared_path("data/stories260K.bin"));
+  text::Tokenizer tok(shared_path("data/tok512.bin"), 512);
   struct Case {
     const char* prompt;
     int steps;
@@ -136,21 +136,21 @@ TEST_CASE("generation: the engine's batched prompt prints what llama2.c's token-
                         {"One day a big dog ran to the park with his ball", 6, 0.0f},
                         {"", 20, 0.0f}};
   for (const auto& c : cases) {
-    model::GenerateOptions o;
+    engine::GenerateOptions o;
     o.prompt = c.prompt;
     o.steps = c.steps;
     o.temperature = c.temperature;
     o.seed = 42;
-    o = model::normalized(o, 512);
+    o = engine::normalized(o, 512);
     for (int devices = 1; devices <= 8; ++devices) {
       INFO("'" << c.prompt << "' on " << devices << " devices, temperature " << c.temperature);
-      const auto one_by_one = model::run_model_on_mesh(
+      const auto one_by_one = engine::run_model_on_mesh(
           weights, dist::Mesh::line(devices),
-          [&](const model::ModelFns& m, std::FILE* out) {
-            return reference_generate(model::ModelFns{m.forward, m.argmax}, tok, o, out);  // no prefill: token by token
+          [&](const engine::ModelFns& m, std::FILE* out) {
+            return reference_generate(engine::ModelFns{m.forward, m.argmax}, tok, o, out);  // no prefill: token by token
           },
           nullptr);
-      const auto batched = model::generate_on_mesh(weights, tok, dist::Mesh::line(devices), o, nullptr);
+      const auto batched = engine::generate_on_mesh(weights, tok, dist::Mesh::line(devices), o, nullptr);
       CHECK(batched.result.text == one_by_one.result.text);
       CHECK(batched.result.tokens == one_by_one.result.tokens);
       CHECK(batched.result.positions == one_by_one.result.positions);

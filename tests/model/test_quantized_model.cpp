@@ -17,18 +17,18 @@
 #include <vector>
 
 #include "distributed/runtime.h"
+#include "formats/dtype.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
-#include "model/trainable_llama.h"
-#include "model/llama2c.h"
-#include "model/dtype.h"
 #include "model/packed_weights.h"
-#include "model/safetensors.h"
-#include "model/tokenizer.h"
+#include "model/trainable_llama.h"
 #include "nn/feed_forward.h"
 #include "nn/moe.h"
 #include "random_model.h"
 #include "reference_files.h"
 #include "support/temp_dir.h"
+#include "text/tokenizer.h"
 
 using namespace tpcli;
 using model::LlamaConfig;
@@ -185,8 +185,8 @@ TEST_CASE("quantized safetensors round trip keeps the packed words, and the mode
     INFO(format.name());
     const model::ConvertedWeights w(f32, format);
     const std::string path = (dir.path() / "q.safetensors").string();
-    model::write_safetensors(path, w);
-    const model::SafetensorsFile file(path);
+    formats::write_safetensors(path, w);
+    const formats::SafetensorsFile file(path);
     CHECK(file.config().quantization.has_value() == format.quantized());
     for (const std::string name : {"tok_embeddings", "layers.1.w2", "layers.0.wk"}) {
       for (const std::string part : {"", ".scales", ".biases"}) {
@@ -198,7 +198,7 @@ TEST_CASE("quantized safetensors round trip keeps the packed words, and the mode
         REQUIRE(b.has_value());
         CHECK(a->dtype == b->dtype);
         CHECK(a->shape == b->shape);
-        const size_t bytes = static_cast<size_t>(tensor::numel(a->shape) * model::dtype_bytes(a->dtype));
+        const size_t bytes = static_cast<size_t>(tensor::numel(a->shape) * formats::dtype_bytes(a->dtype));
         CHECK(std::memcmp(a->data, b->data, bytes) == 0);
       }
       // get() dequantizes the same values
@@ -249,9 +249,9 @@ TEST_CASE("stories260K quantized at group size 32: same greedy tokens on 1 and 2
           "[llama][quantized][stories260K]") {
   TPCLI_REQUIRE_SHARED("data/stories260K.bin");
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
-  const model::Llama2cFile file(testing::shared_path("data/stories260K.bin"));
+  const formats::Llama2cFile file(testing::shared_path("data/stories260K.bin"));
   const std::vector<int> prefix =
-      model::Tokenizer(testing::shared_path("data/tok512.bin"), 512).encode("Once upon a time", true, false);
+      text::Tokenizer(testing::shared_path("data/tok512.bin"), 512).encode("Once upon a time", true, false);
   const auto f32 = decode(file, 1, prefix, 40)[0];
   for (const auto& format : {WeightFormat::affine(8, 32), WeightFormat::affine(4, 32), WeightFormat::mxfp8()}) {
     const model::ConvertedWeights w(file, format);

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "model/generate.h"
-#include "model/llama2c.h"
+#include "engine/generate.h"
+#include "formats/llama2c.h"
 #include "model/packed_weights.h"
 #include "random_model.h"
 
@@ -99,9 +99,9 @@ TEST_CASE("release_pages: after a mesh run built its devices, no page of the lla
   const model::TensorWeights w = random_weights(c, 11);
   const std::string path =
       (std::filesystem::temp_directory_path() / ("tpcli_test_release_" + std::to_string(::getpid()) + ".bin")).string();
-  model::write_llama2c(path, w);
+  formats::write_llama2c(path, w);
   {
-    const model::Llama2cFile file(path);
+    const formats::Llama2cFile file(path);
     const std::span<const float> embeddings = file.get("tok_embeddings");
     float sum = 0;
     for (const auto& p : model::llama_parameters(c))
@@ -109,7 +109,7 @@ TEST_CASE("release_pages: after a mesh run built its devices, no page of the lla
     CHECK(sum == sum);
     REQUIRE(resident_bytes_of_mapping(embeddings.data()) > 0);
 
-    model::run_model_on_mesh(file, dist::Mesh::line(2), [](const model::ModelFns&, std::FILE*) { return model::GenerateResult{}; },
+    engine::run_model_on_mesh(file, dist::Mesh::line(2), [](const engine::ModelFns&, std::FILE*) { return engine::GenerateResult{}; },
                              nullptr);
     CHECK(resident_bytes_of_mapping(embeddings.data()) == 0);
     // Released, not unmapped: the spans read the file again.

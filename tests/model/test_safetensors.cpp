@@ -8,11 +8,12 @@
 
 #include <unistd.h>
 
-#include "model/dtype.h"
+#include "formats/dtype.h"
+#include "formats/safetensors.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
 
 using namespace tpcli::model;
+using namespace tpcli::formats;
 
 namespace {
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "model/sampler.h"
+#include "engine/sampler.h"
 
-using namespace tpcli::model;
+using namespace tpcli::engine;
 
 TEST_CASE("xorshift matches run.c's random_u32 / random_f32", "[sampler]") {
   // Computed with Python big integers from run.c's formulas, seed 42.

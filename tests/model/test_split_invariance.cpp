@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "distributed/runtime.h"
+#include "formats/llama2c.h"
 #include "model/llama.h"
-#include "model/llama2c.h"
 #include "model/packed_weights.h"
 #include "random_model.h"
 #include "support/shared_data.h"
@@ -96,7 +96,7 @@ TEST_CASE("split invariance: int8 activations give the same logits on 1, 2, 4 an
 
 TEST_CASE("split invariance: stories260K gives the same logits on 1, 2 and 4 devices, and says 8 cannot", "[llama][split]") {
   require_shared("data/stories260K.bin");
-  const model::Llama2cFile file(shared_path("data/stories260K.bin"));
+  const formats::Llama2cFile file(shared_path("data/stories260K.bin"));
   const std::vector<int> tokens = {1, 403, 407, 261, 378, 1, 45, 67, 89, 100};
   const Logits one = logits_on(file, 1, tokens);
   for (int devices : {2, 4}) {

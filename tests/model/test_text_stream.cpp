@@ -8,16 +8,16 @@
 #include <string_view>
 #include <vector>
 
-#include "model/text_stream.h"
-#include "model/utf8.h"
+#include "text/text_stream.h"
+#include "text/utf8.h"
 
 using namespace tpcli;
-using model::TextStream;
+using text::TextStream;
 
 namespace {
 
 // A tokenizer of single characters (id = byte), with two ids whose bytes make one UTF-8 character.
-class ByteTokenizer : public model::TokenizerInterface {
+class ByteTokenizer : public text::TokenizerInterface {
  public:
   int vocab_size() const override { return 256; }
   std::vector<int> encode_text(std::string_view text, bool) const override {
@@ -40,7 +40,7 @@ class ByteTokenizer : public model::TokenizerInterface {
 class LossyByteTokenizer : public ByteTokenizer {
  public:
   std::string decode_ids(std::span<const int> ids, bool clean_up) const override {
-    return model::utf8::lossy(ByteTokenizer::decode_ids(ids, clean_up));
+    return text::utf8::lossy(ByteTokenizer::decode_ids(ids, clean_up));
   }
 };
 

@@ -9,10 +9,10 @@
 
 #include <unistd.h>
 
-#include "model/tokenizer.h"
 #include "reference_files.h"
+#include "text/tokenizer.h"
 
-using tpcli::model::Tokenizer;
+using tpcli::text::Tokenizer;
 using namespace tpcli::testing;
 
 namespace {

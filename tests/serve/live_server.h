@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "distributed/runtime.h"
+#include "formats/llama2c.h"
 #include "model/llama.h"
-#include "model/llama2c.h"
-#include "model/tokenizer.h"
 #include "serve/http_server.h"
 #include "support/shared_data.h"
+#include "text/tokenizer.h"
 
 namespace tpcli::testing {
 
@@ -28,7 +28,7 @@ class LiveServer {
     serve::ServedModel m;
     m.name = "stories260K";
     m.tokenizer = &tokenizer_;
-    m.chat_template = model::chat_template_named("zephyr");
+    m.chat_template = text::chat_template_named("zephyr");
     m.chat_tokens = {"<s>", "</s>"};
     m.stop_ids = {2};
     m.devices = devices;
@@ -64,12 +64,12 @@ class LiveServer {
   }
   int port() const { return port_; }
   serve::EngineService& service() { return service_; }
-  const model::Tokenizer& tokenizer() const { return tokenizer_; }
+  const text::Tokenizer& tokenizer() const { return tokenizer_; }
   const model::WeightSource& weights() const { return weights_; }
 
  private:
-  model::Llama2cFile weights_;
-  model::Tokenizer tokenizer_;
+  formats::Llama2cFile weights_;
+  text::Tokenizer tokenizer_;
   serve::EngineService service_;
   std::optional<serve::HttpServer> http_;
   int port_ = 0;

@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "distributed/mpi/mpi_backend.h"
-#include "model/llama2c.h"
+#include "formats/llama2c.h"
+#include "formats/peft_adapter.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
 #include "model/random_lora.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
@@ -250,10 +250,10 @@ TEST_CASE("serve cli: --adapter answers alike on 1 and 2 devices, and otherwise 
   const TempDir dir;
   const std::string adapter = (dir.path() / "adapter").string();
   {
-    const tpcli::model::Llama2cFile file(shared_path("data/stories260K.bin"));
+    const tpcli::formats::Llama2cFile file(shared_path("data/stories260K.bin"));
     std::vector<int> layers;
     for (int l = 0; l < file.config().n_layers; ++l) layers.push_back(l);
-    tpcli::model::save_peft_adapter(adapter, random_adapter(file.config(), LORA_ALL, layers, 4, 51), file.config());
+    tpcli::formats::save_peft_adapter(adapter, random_adapter(file.config(), LORA_ALL, layers, 4, 51), file.config());
   }
   auto answer = [&](const std::vector<std::string>& extra) {
     const int port = free_port();

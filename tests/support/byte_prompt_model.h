@@ -20,7 +20,7 @@ inline serve::PromptModel byte_prompt_model(int context) {
     for (const char c : text) ids.push_back(static_cast<unsigned char>(c) + 1);
     return ids;
   };
-  m.chat = [](std::span<const model::ChatMessage> messages) {
+  m.chat = [](std::span<const text::ChatMessage> messages) {
     std::vector<int> ids;
     for (const auto& msg : messages)
       for (const char c : msg.role + ": " + msg.content + "\n") ids.push_back(static_cast<unsigned char>(c) + 1);

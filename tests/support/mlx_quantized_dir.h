@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "model/dtype.h"
-#include "model/safetensors.h"
+#include "formats/dtype.h"
+#include "formats/safetensors.h"
 
 namespace tpcli::testing {
 
@@ -95,14 +95,14 @@ inline QuantizedRow quantize_row_mxfp8(const float* w, int cols) {
 
 inline std::vector<uint16_t> bf16_of(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
-  model::from_f32(out.data(), v.data(), model::DType::BF16, int64_t(v.size()));
+  formats::from_f32(out.data(), v.data(), model::DType::BF16, int64_t(v.size()));
   return out;
 }
 
 // `values` stored as `dtype` (F32, F16 or BF16).
 inline std::vector<std::byte> stored_as(const std::vector<float>& values, model::DType dtype) {
-  std::vector<std::byte> out(values.size() * model::dtype_bytes(dtype));
-  model::from_f32(out.data(), values.data(), dtype, int64_t(values.size()));
+  std::vector<std::byte> out(values.size() * formats::dtype_bytes(dtype));
+  formats::from_f32(out.data(), values.data(), dtype, int64_t(values.size()));
   return out;
 }
 
@@ -120,13 +120,13 @@ inline std::map<std::string, std::vector<QuantizedRow>> write_mlx_dir(const std:
   using model::DType;
   using nlohmann::json;
   std::filesystem::create_directories(to);
-  const model::SafetensorsFile in((from / "model.safetensors").string());
+  const formats::SafetensorsFile in((from / "model.safetensors").string());
   std::map<std::string, std::vector<QuantizedRow>> rows_of;
   const bool mx = mode == "mxfp8";
   std::vector<std::vector<uint32_t>> word_store;
   std::vector<std::vector<std::byte>> float_store;
   std::vector<std::vector<uint8_t>> byte_store;
-  std::vector<model::NamedTensor> out;
+  std::vector<formats::NamedTensor> out;
   json weight_map;
   for (const auto& name : in.names()) {
     const auto t = in.tensor(name);
@@ -165,7 +165,7 @@ inline std::map<std::string, std::vector<QuantizedRow>> write_mlx_dir(const std:
     out.push_back({module + ".biases", {dtype, {rows, cols / group}, float_store.back().data()}});
     weight_map[module + ".biases"] = "model.safetensors";
   }
-  model::write_stored_safetensors((to / "model.safetensors").string(), out, {{"format", "mlx"}});
+  formats::write_stored_safetensors((to / "model.safetensors").string(), out, {{"format", "mlx"}});
   const json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}};
   std::ofstream(to / "model.safetensors.index.json") << index.dump(2);
   json config = json::parse(std::ifstream(from / "config.json"));

@@ -1,5 +1,5 @@
 // llama2.c's generation loop (run.c's `generate`), as tpcli ran it before every generation became a
-// batch engine request (model/generate.h): the tests' oracle for generate_from_ids. Feeds the
+// batch engine request (engine/generate.h): the tests' oracle for generate_from_ids. Feeds the
 // prompt token by token through model.forward (or in one batch through model.prefill when given),
 // forces the prompt's tokens, then samples (argmax when greedy and model.argmax is given), until
 // options.steps positions have run or on_next says stop.
@@ -12,25 +12,25 @@
 #include <string>
 #include <vector>
 
-#include "model/generate.h"
-#include "model/generate_text.h"
-#include "model/sampler.h"
+#include "engine/generate.h"
+#include "engine/generate_text.h"
+#include "engine/sampler.h"
 
 namespace tpcli::testing {
 
-inline tpcli::model::GenerateResult reference_generate_from_ids(const tpcli::model::ModelFns& model, std::span<const int> prompt, int vocab,
-                                                               const tpcli::model::GenerateOptions& options,
-                                                               const tpcli::model::NextTokenFn& on_next = nullptr) {
+inline tpcli::engine::GenerateResult reference_generate_from_ids(const tpcli::engine::ModelFns& model, std::span<const int> prompt, int vocab,
+                                                               const tpcli::engine::GenerateOptions& options,
+                                                               const tpcli::engine::NextTokenFn& on_next = nullptr) {
   using namespace tpcli::model;
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt holds no token");
   for (int id : prompt)
     if (id < 0 || id >= vocab)
       throw std::invalid_argument("generate: prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
                                   std::to_string(vocab) + ")");
-  Sampler sampler(vocab, options.temperature, options.topp, options.seed);
+  engine::Sampler sampler(vocab, options.temperature, options.topp, options.seed);
   std::vector<float> logits(static_cast<size_t>(vocab));  // [V] the sampler's working copy
 
-  GenerateResult result;
+  engine::GenerateResult result;
   auto checked = [&](std::span<const float> full) {
     if (static_cast<int>(full.size()) != vocab)
       throw std::runtime_error("model returned " + std::to_string(full.size()) + " logits, the vocabulary has " +
@@ -77,7 +77,7 @@ inline tpcli::model::GenerateResult reference_generate_from_ids(const tpcli::mod
                                  " are not finite: the checkpoint holds non-finite weights or settings");
       next = greedy;
     } else {
-      require_finite_logits(full, pos);
+      engine::require_finite_logits(full, pos);
       logits.assign(full.begin(), full.end());
       next = sampler.sample(logits);
     }
@@ -94,17 +94,17 @@ inline tpcli::model::GenerateResult reference_generate_from_ids(const tpcli::mod
   return result;
 }
 
-// The loop as a model::IdsRun, for the text functions (model::llama2c_text, model::tokenizer_text).
-inline tpcli::model::IdsRun reference_run(const tpcli::model::ModelFns& model, int vocab, const tpcli::model::GenerateOptions& options) {
-  return [model, vocab, options](std::span<const int> prompt, const tpcli::model::NextTokenFn& on_next) {
+// The loop as a engine::IdsRun, for the text functions (engine::llama2c_text, engine::tokenizer_text).
+inline tpcli::engine::IdsRun reference_run(const tpcli::engine::ModelFns& model, int vocab, const tpcli::engine::GenerateOptions& options) {
+  return [model, vocab, options](std::span<const int> prompt, const tpcli::engine::NextTokenFn& on_next) {
     return reference_generate_from_ids(model, prompt, vocab, options, on_next);
   };
 }
 
 // run.c's whole `generate` over the loop: its stdout in GenerateResult::text.
-inline tpcli::model::GenerateResult reference_generate(const tpcli::model::ModelFns& model, const tpcli::model::Tokenizer& tokenizer,
-                                                       const tpcli::model::GenerateOptions& options, std::FILE* out) {
-  return tpcli::model::llama2c_text(reference_run(model, tokenizer.vocab_size(), options), tokenizer, options.prompt, out);
+inline tpcli::engine::GenerateResult reference_generate(const tpcli::engine::ModelFns& model, const tpcli::text::Tokenizer& tokenizer,
+                                                       const tpcli::engine::GenerateOptions& options, std::FILE* out) {
+  return tpcli::engine::llama2c_text(reference_run(model, tokenizer.vocab_size(), options), tokenizer, options.prompt, out);
 }
 
 }  // namespace tpcli::testing

@@ -3,7 +3,7 @@
 // file gives the same greedy tokens in infer as the checkpoint it came from.
 #include <catch2/catch.hpp>
 
-#include "model/dtype.h"
+#include "formats/dtype.h"
 #include "support/mlx_quantized_dir.h"
 #include "support/raw_safetensors.h"
 #include "support/run_tpcli.h"

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/trainable_llama.h"
+#include "formats/safetensors.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
+#include "model/trainable_llama.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
 
-#include "train/quiet_run.h"
 #include "support/synthetic_text.h"
+#include "train/quiet_run.h"
 
 using namespace tpcli;
 namespace fs = std::filesystem;
@@ -65,8 +65,8 @@ TEST_CASE("a replayable run from a checkpoint gives the same losses on meshes 1x
   auto dir = temp_dir("replay");
   train::TrainOptions o = base_options();
   const std::string init_path = (dir / "init.safetensors").string();
-  model::write_safetensors(init_path, model::random_weights(o.model, 99));
-  o.init = std::make_shared<model::SafetensorsFile>(init_path);
+  formats::write_safetensors(init_path, model::random_weights(o.model, 99));
+  o.init = std::make_shared<formats::SafetensorsFile>(init_path);
 
   REQUIRE(o.steps == 8);
   const auto reference = tpcli::testing::same_losses_on_meshes(o, {{1, 1}, {2, 1}, {1, 2}, {2, 2}});
@@ -78,8 +78,8 @@ TEST_CASE("sequence parallelism gives the losses of the run without it on meshes
   auto dir = temp_dir("seqpar");
   train::TrainOptions o = base_options();
   const std::string init_path = (dir / "init.safetensors").string();
-  model::write_safetensors(init_path, model::random_weights(o.model, 97));
-  o.init = std::make_shared<model::SafetensorsFile>(init_path);
+  formats::write_safetensors(init_path, model::random_weights(o.model, 97));
+  o.init = std::make_shared<formats::SafetensorsFile>(init_path);
   o.steps = 50;
   o.schedule.total_steps = 50;
   for (int D : {1, 2}) {
@@ -113,7 +113,7 @@ TEST_CASE("resume after an interruption reproduces the uninterrupted loss sequen
   CHECK(first.interrupted);
   CHECK(first.end_step == 3);
   REQUIRE(fs::exists(train::latest_checkpoint(o.out_dir)));
-  model::SafetensorsFile ckpt(train::latest_checkpoint(o.out_dir));
+  formats::SafetensorsFile ckpt(train::latest_checkpoint(o.out_dir));
   CHECK(ckpt.metadata().at("train.step") == "3");
   CHECK(ckpt.metadata().at("tokenizer.kind") == "chars");
   CHECK(ckpt.has("adam.exp_avg.layers.1.wk"));

@@ -13,15 +13,15 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "support/rel_diff.h"
+#include "formats/peft_adapter.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
-#include "model/peft_adapter.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
 #include "model/trainable_llama.h"
 #include "nn/fd_check.h"
 #include "support/error_of.h"
+#include "support/rel_diff.h"
 #include "support/synthetic_text.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
@@ -179,8 +179,8 @@ namespace {
 train::TrainOptions lora_run(const std::filesystem::path& dir) {
   return tpcli::testing::lora_run_options(small_config(), lora_options(), [&](const model::LlamaConfig& c) {
     const std::string base = (dir / "base.safetensors").string();
-    model::write_safetensors(base, model::random_weights(c, 31));
-    return std::make_shared<model::SafetensorsFile>(base);
+    formats::write_safetensors(base, model::random_weights(c, 31));
+    return std::make_shared<formats::SafetensorsFile>(base);
   });
 }
 
@@ -199,14 +199,14 @@ TEST_CASE("a LoRA run learns, gives the same losses on meshes 1x1 2x1 1x2 2x2 1x
   REQUIRE(o.steps == 8);
   const auto reference = same_losses_on_meshes(o, {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {1, 3}}, dir);
   CHECK(reference.back() < reference.front() - 0.1);
-  model::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
+  formats::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
   CHECK(ckpt.has("layers.2.wq.lora_a"));
   CHECK(ckpt.has("adam.exp_avg.layers.2.w2.lora_b"));
   CHECK_FALSE(ckpt.has("layers.2.wq"));
   CHECK_FALSE(ckpt.has("layers.0.wq.lora_a"));  // last_layers = 2 of 3
   CHECK(ckpt.metadata().at("lora.rank") == "3");
   // The PEFT folder beside it holds the same adapters.
-  const model::LoraAdapterSet peft = model::load_peft_adapter((dir / "run11" / "adapter").string(), o.model);
+  const model::LoraAdapterSet peft = formats::load_peft_adapter((dir / "run11" / "adapter").string(), o.model);
   CHECK(peft.rank == 3);
   CHECK(peft.tensors.size() == 2 * 2 * 7);
   for (const auto& [name, t] : peft.tensors) {
@@ -262,8 +262,8 @@ TEST_CASE("a killed LoRA save's leftovers: --resume rewrites a lagging adapter/ 
   std::filesystem::create_directories(run / "adapter.tmp-mine-too");  // not a name of ours: kept
 
   CHECK(losses_of(train::train(o)).empty());  // resumed at the end: no step, but the files agree again
-  const model::SafetensorsFile ckpt(train::latest_checkpoint(o.out_dir));
-  const model::LoraAdapterSet peft = model::load_peft_adapter(adapter.string(), o.model);
+  const formats::SafetensorsFile ckpt(train::latest_checkpoint(o.out_dir));
+  const model::LoraAdapterSet peft = formats::load_peft_adapter(adapter.string(), o.model);
   REQUIRE(peft.tensors.size() == 2 * 2 * 7);
   for (const auto& [name, t] : peft.tensors) {
     const auto stored = ckpt.get(name);

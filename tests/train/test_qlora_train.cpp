@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/dtype.h"
-#include "model/hf_model.h"
-#include "model/weights_view.h"
+#include "formats/dtype.h"
+#include "formats/hf_model.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/packed_weights.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
 #include "model/trainable_llama.h"
+#include "model/weights_view.h"
 #include "nn/fd_check.h"
 #include "support/mlx_quantized_dir.h"
 #include "support/shared_data.h"
@@ -224,8 +224,8 @@ std::filesystem::path fresh_dir(const std::string& name) {
 train::TrainOptions qlora_run(const std::filesystem::path& dir) {
   return tpcli::testing::lora_run_options(qlora_config(), lora_options(), [&](const model::LlamaConfig& c) {
     const std::string base = (dir / "base-q8.safetensors").string();
-    model::write_safetensors(base, model::ConvertedWeights(model::random_weights(c, 31), WeightFormat::affine(8, 32)));
-    auto packed = std::make_shared<model::SafetensorsFile>(base);
+    formats::write_safetensors(base, model::ConvertedWeights(model::random_weights(c, 31), WeightFormat::affine(8, 32)));
+    auto packed = std::make_shared<formats::SafetensorsFile>(base);
     REQUIRE(model::holds_packed_weights(*packed));
     return packed;
   });
@@ -249,7 +249,7 @@ TEST_CASE("a QLoRA run on an 8-bit base learns, gives the same losses on 1x1 and
   REQUIRE(o.steps == 8);
   const auto reference = same_losses_on_meshes(o, {{1, 1}, {1, 2}, {2, 1}}, dir);
   CHECK(reference.back() < reference.front() - 0.1);
-  model::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
+  formats::SafetensorsFile ckpt(train::latest_checkpoint((dir / "run11").string()));
   CHECK(ckpt.has("layers.2.wq.lora_a"));
   CHECK_FALSE(ckpt.has("layers.2.wq"));
   std::filesystem::remove_all(dir);
@@ -366,7 +366,7 @@ std::vector<std::byte> stored_bytes_of(const model::WeightSource& w, const std::
   const auto t = w.stored(name);
   if (!t) return {};
   const auto* p = static_cast<const std::byte*>(t->data);
-  return {p, p + tensor::numel(t->shape) * static_cast<int64_t>(model::dtype_bytes(t->dtype))};
+  return {p, p + tensor::numel(t->shape) * static_cast<int64_t>(formats::dtype_bytes(t->dtype))};
 }
 
 // The tensors of two sources that differ: a matrix's stored bytes (the Hugging Face directory's
@@ -423,7 +423,7 @@ TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit and mxfp8, bf16
   train::TrainOptions o = qlora_run(dir);
   o.out_dir.clear();
   const model::TensorWeights f32 = model::random_weights(o.model, 31);  // qlora_run's base
-  model::write_hf_model((dir / "hf-f32").string(), f32, {.dtype = model::DType::F32});
+  formats::write_hf_model((dir / "hf-f32").string(), f32, {.dtype = model::DType::F32});
   const auto f32_bytes = trainable_bytes_on(f32, 2, *o.lora).frozen;
   for (const auto& [name, format] : std::vector<std::pair<std::string, WeightFormat>>{
            {"mlx-4bit", WeightFormat::affine(4, 32)},
@@ -436,11 +436,11 @@ TEST_CASE("QLoRA from a Hugging Face directory (MLX 4-bit, 8-bit and mxfp8, bf16
         tpcli::testing::write_mlx_dir(dir / "hf-f32", hf_dir, format.bits, format.group_size, model::DType::F32,
                                       format.kind == tensor::WeightKind::Mxfp8 ? "mxfp8" : "affine");
       else
-        model::write_hf_model(hf_dir.string(), f32, {.dtype = model::DType::BF16});
+        formats::write_hf_model(hf_dir.string(), f32, {.dtype = model::DType::BF16});
       const std::string tpcli_file = (dir / (name + ".safetensors")).string();
-      model::write_safetensors(tpcli_file, model::ConvertedWeights(f32, format));
-      const auto from_hf = std::make_shared<model::HfModelDir>(hf_dir.string());
-      const auto from_file = std::make_shared<model::SafetensorsFile>(tpcli_file);
+      formats::write_safetensors(tpcli_file, model::ConvertedWeights(f32, format));
+      const auto from_hf = std::make_shared<formats::HfModelDir>(hf_dir.string());
+      const auto from_file = std::make_shared<formats::SafetensorsFile>(tpcli_file);
       REQUIRE(model::holds_packed_weights(*from_hf));
       const auto differ = differing_tensors(*from_hf, *from_file);
       for (const auto& d : differ) UNSCOPED_INFO("stored differently: " << d);
@@ -480,9 +480,9 @@ TEST_CASE("QLoRA from an mlx-community directory (bf16 scales, groups of 64, an 
   const auto dir = fresh_dir("hf-mlx-community");
   train::TrainOptions o = qlora_run(dir);
   o.out_dir.clear();
-  model::write_hf_model((dir / "hf-f32").string(), model::random_weights(o.model, 31), {.dtype = model::DType::F32});
+  formats::write_hf_model((dir / "hf-f32").string(), model::random_weights(o.model, 31), {.dtype = model::DType::F32});
   tpcli::testing::write_mlx_dir(dir / "hf-f32", dir / "mlx", 4, 64, model::DType::BF16);
-  const auto mlx = std::make_shared<model::HfModelDir>((dir / "mlx").string());
+  const auto mlx = std::make_shared<formats::HfModelDir>((dir / "mlx").string());
   REQUIRE(mlx->stored("layers.0.w2")->dtype == model::DType::BF16);
   REQUIRE(mlx->stored("layers.0.w1")->dtype == model::DType::U32);
   for (int TP : {1, 2}) {
@@ -539,10 +539,10 @@ TEST_CASE("a run frees its source's conversions once every device has built its 
   const auto dir = fresh_dir("release");
   train::TrainOptions o = short_run(dir, 2, 2, 2);
   o.progress = true;  // its memory line reads the base's stored formats too
-  model::write_hf_model((dir / "hf-bf16").string(), model::random_weights(o.model, 31), {.dtype = model::DType::BF16});
+  formats::write_hf_model((dir / "hf-bf16").string(), model::random_weights(o.model, 31), {.dtype = model::DType::BF16});
   for (bool lora : {true, false}) {
     INFO((lora ? "QLoRA" : "full fine-tuning"));
-    auto hf = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>((dir / "hf-bf16").string()));
+    auto hf = std::make_shared<model::WeightsView>(std::make_unique<formats::HfModelDir>((dir / "hf-bf16").string()));
     if (!lora) hf->as_f32();  // as cli/train_setup.cpp opens it
     const auto recorder = std::make_shared<ReleaseRecorder>(hf);
     o.init = recorder;
@@ -562,9 +562,9 @@ TEST_CASE("QLoRA on a bf16 Qwen3 directory (q/k norms) gives LoRA's losses on it
   const std::string qwen3 = tpcli::testing::shared_path("reference/hf-archs/qwen3-bf16");
   const auto dir = fresh_dir("qwen3");
   train::TrainOptions o = short_run(dir, 4, 1, 2);
-  auto as_f32 = std::make_shared<model::WeightsView>(std::make_unique<model::HfModelDir>(qwen3));
+  auto as_f32 = std::make_shared<model::WeightsView>(std::make_unique<formats::HfModelDir>(qwen3));
   as_f32->as_f32();
-  const auto packed = std::make_shared<model::HfModelDir>(qwen3);
+  const auto packed = std::make_shared<formats::HfModelDir>(qwen3);
   const auto held = trainable_bytes_on(*packed, 2, *o.lora).frozen;
   CHECK(held == inference_bytes_on(*packed, 2));
   CHECK(held[0] * 3 / 2 < trainable_bytes_on(*as_f32, 2, *o.lora).frozen[0]);

@@ -32,19 +32,19 @@ TEST_CASE("train sample: generate_text on the engine prints and picks what llama
     INFO("prompt '" << k.prompt << "', steps " << k.steps << ", temperature " << k.temperature);
     std::FILE* none = nullptr;
     train::TextSample sample;
-    model::GenerateResult reference;
-    model::run_model_on_mesh(
+    engine::GenerateResult reference;
+    engine::run_model_on_mesh(
         weights, dist::Mesh::line(2),
-        [&](const model::ModelFns& m, std::FILE* out) {
+        [&](const engine::ModelFns& m, std::FILE* out) {
           const train::TextSample s = train::generate_text(m, tokenizer, k.prompt, k.steps, c.seq_len, k.temperature, 0.9f, k.seed, none);
           std::vector<int> prompt = tokenizer.encode(k.prompt);
           if (prompt.empty()) prompt.push_back(0);
-          model::GenerateOptions o;
+          engine::GenerateOptions o;
           o.steps = k.steps > 0 ? k.steps : c.seq_len;
           o.temperature = k.temperature;
           o.topp = 0.9f;
           o.seed = k.seed ? k.seed : 1;
-          const model::GenerateResult r = testing::reference_generate_from_ids({m.forward}, prompt, tokenizer.vocab_size(), o);
+          const engine::GenerateResult r = testing::reference_generate_from_ids({m.forward}, prompt, tokenizer.vocab_size(), o);
           if (out) {
             sample = s;
             reference = r;

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/load_tokenizer.h"
 #include "model/random_init.h"
 #include "model/trainable_llama.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
+#include "text/load_tokenizer.h"
 #include "train/data_parallel_optimizer.h"
 #include "train/loop.h"
 #include "train/sft_batches.h"
@@ -42,7 +42,7 @@ std::vector<int> counted_tokens(const EncodedExample& e) {
   return out;
 }
 
-train::SftExample chat_example(std::vector<model::ChatMessage> messages) {
+train::SftExample chat_example(std::vector<text::ChatMessage> messages) {
   train::SftExample e;
   e.where = "test:1";
   e.messages = std::move(messages);
@@ -63,10 +63,10 @@ EncodedExample example_of_length(int n, int counted, int first = 3) {
 
 TEST_CASE("sft chat mask with chatml: exactly the assistant content and its <|im_end|>, not the role headers") {
   TPCLI_REQUIRE_SHARED("data/hf-tokenizers/qwen3/tokenizer.json");
-  const model::LoadedTokenizer loaded = model::load_tokenizer(testing::shared_path("data/hf-tokenizers/qwen3"));
-  const model::TokenizerInterface& tok = *loaded.tokenizer;
+  const text::LoadedTokenizer loaded = text::load_tokenizer(testing::shared_path("data/hf-tokenizers/qwen3"));
+  const text::TokenizerInterface& tok = *loaded.tokenizer;
   const int im_end = *tok.token_id("<|im_end|>");
-  train::SftEncoding enc{SftFormat::Chat, &tok, model::chat_template_named("chatml"), {tok.bos_text(), tok.eos_text()}};
+  train::SftEncoding enc{SftFormat::Chat, &tok, text::chat_template_named("chatml"), {tok.bos_text(), tok.eos_text()}};
   const auto example = chat_example({{"system", "You are kind."},
                                      {"user", "Hi"},
                                      {"assistant", "Hello there"},
@@ -102,9 +102,9 @@ TEST_CASE("sft chat mask with chatml: exactly the assistant content and its <|im
 
 TEST_CASE("sft chat mask with zephyr on a llama2.c tokenizer: the answer and its EOS") {
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
-  const model::LoadedTokenizer loaded = model::load_tokenizer(testing::shared_path("data/tok512.bin"), 512);
-  const model::TokenizerInterface& tok = *loaded.tokenizer;
-  const train::SftEncoding enc{SftFormat::Chat, &tok, model::chat_template_named("zephyr"), {tok.bos_text(), tok.eos_text()}};
+  const text::LoadedTokenizer loaded = text::load_tokenizer(testing::shared_path("data/tok512.bin"), 512);
+  const text::TokenizerInterface& tok = *loaded.tokenizer;
+  const train::SftEncoding enc{SftFormat::Chat, &tok, text::chat_template_named("zephyr"), {tok.bos_text(), tok.eos_text()}};
   const EncodedExample e = train::encode_example(chat_example({{"user", "Tell a story"}, {"assistant", "Once upon a time"}}), enc);
   const std::vector<int> answer = cat({tok.encode_text("Once upon a time", false), {2}});  // EOS = 2
   CHECK(counted_tokens(e) == answer);
@@ -114,8 +114,8 @@ TEST_CASE("sft chat mask with zephyr on a llama2.c tokenizer: the answer and its
 
 TEST_CASE("sft completions mask: BOS and prompt not counted, completion and EOS counted, train_on_prompt counts all") {
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
-  const model::LoadedTokenizer loaded = model::load_tokenizer(testing::shared_path("data/tok512.bin"), 512);
-  const model::TokenizerInterface& tok = *loaded.tokenizer;
+  const text::LoadedTokenizer loaded = text::load_tokenizer(testing::shared_path("data/tok512.bin"), 512);
+  const text::TokenizerInterface& tok = *loaded.tokenizer;
   train::SftEncoding enc{SftFormat::Completions, &tok, {}, {tok.bos_text(), tok.eos_text()}};
   train::SftExample ex;
   ex.where = "test:1";
@@ -311,8 +311,8 @@ TEST_CASE("sft step: 2 data ranks x 2 micro-batches give the loss and gradients 
 
 TEST_CASE("sft jsonl-text: BOS, the text and EOS, every target counted, so a row's targets are its inputs shifted by one") {
   TPCLI_REQUIRE_SHARED("data/tok512.bin");
-  const model::LoadedTokenizer loaded = model::load_tokenizer(testing::shared_path("data/tok512.bin"), 512);
-  const model::TokenizerInterface& tok = *loaded.tokenizer;
+  const text::LoadedTokenizer loaded = text::load_tokenizer(testing::shared_path("data/tok512.bin"), 512);
+  const text::TokenizerInterface& tok = *loaded.tokenizer;
   const train::SftEncoding enc{SftFormat::Text, &tok, {}, {tok.bos_text(), tok.eos_text()}};
   train::SftExample ex;
   ex.where = "test:1";

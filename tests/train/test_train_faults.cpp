@@ -22,14 +22,14 @@
 #include <vector>
 
 #include "distributed/mesh.h"
+#include "formats/safetensors.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
-#include "train/quiet_run.h"
 #include "support/run_tpcli.h"
 #include "support/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
 #include "train/loss_guard.h"
+#include "train/quiet_run.h"
 
 namespace fs = std::filesystem;
 using namespace tpcli;
@@ -95,12 +95,12 @@ std::vector<double> metric_losses_after(int64_t after) {
 void set_checkpoint_step(const std::string& step) {
   const fs::path copy = scratch() / "copy.safetensors";
   fs::copy_file(checkpoint(), copy, fs::copy_options::overwrite_existing);
-  model::SafetensorsFile file(copy.string());
-  model::Metadata meta = file.metadata();
+  formats::SafetensorsFile file(copy.string());
+  formats::Metadata meta = file.metadata();
   meta["train.step"] = step;
-  std::vector<model::TensorView> tensors;
+  std::vector<formats::TensorView> tensors;
   for (const std::string& name : file.names()) tensors.push_back(file.tensor(name));
-  model::write_safetensors(checkpoint().string(), tensors, meta);
+  formats::write_safetensors(checkpoint().string(), tensors, meta);
 }
 
 // A 1-layer character model over "abc cab bca" lines, 2 sequences of 8 a step on `mesh`: the
@@ -165,7 +165,7 @@ TEST_CASE("train faults: a run blown up with save_every = 1 keeps the last good 
   const std::vector<double> losses = metric_losses_after(3);
   CHECK(losses.size() == 3);
   for (double loss : losses) CHECK(std::isfinite(loss));
-  CHECK(model::SafetensorsFile(checkpoint().string()).metadata().at("train.step") == "6");
+  CHECK(formats::SafetensorsFile(checkpoint().string()).metadata().at("train.step") == "6");
 }
 
 // The last step's weights have no next step to vouch for them: one more step's gradients judge them.
@@ -187,7 +187,7 @@ TEST_CASE("train faults: a checkpoint is written once the next step's gradients 
   fs::remove_all(o.out_dir);
   const std::string latest = train::latest_checkpoint(o.out_dir);
   auto latest_step = [&] {
-    return fs::exists(latest) ? model::SafetensorsFile(latest).metadata().at("train.step") : std::string("none");
+    return fs::exists(latest) ? formats::SafetensorsFile(latest).metadata().at("train.step") : std::string("none");
   };
   std::vector<std::string> seen;  // after each step
   o.on_step = [&](int64_t, double) { seen.push_back(latest_step()); };

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "distributed/runtime.h"
-#include "model/trainable_llama.h"
+#include "formats/safetensors.h"
 #include "model/random_init.h"
-#include "model/safetensors.h"
+#include "model/trainable_llama.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
 #include "train/memory.h"
@@ -23,9 +23,9 @@
 #include "train/data_parallel_optimizer.h"
 #include "train/step.h"
 
-#include "train/quiet_run.h"
 #include "support/synthetic_text.h"
 #include "support/temp_dir.h"
+#include "train/quiet_run.h"
 
 using namespace tpcli;
 namespace fs = std::filesystem;
@@ -93,7 +93,7 @@ TEST_CASE("checkpoints are interchangeable between sharded and plain optimizers 
   o.mesh = dist::Mesh({{"data", 2}, {"model", 2}});
   o.out_dir = (dir / "full").string();
   const auto full = losses_of(train::train(o));  // plain, 2x2
-  model::SafetensorsFile plain_ckpt(train::latest_checkpoint(o.out_dir));
+  formats::SafetensorsFile plain_ckpt(train::latest_checkpoint(o.out_dir));
 
   // Sharded on data=2 up to step 4 ...
   std::atomic<bool> stop{false};
@@ -125,7 +125,7 @@ TEST_CASE("checkpoints are interchangeable between sharded and plain optimizers 
   check_close(losses_of(third), std::vector<double>(full.begin() + 7, full.end()), 1e-5);
 
   // The final checkpoints hold the same full moments.
-  model::SafetensorsFile mixed_ckpt(train::latest_checkpoint(o.out_dir));
+  formats::SafetensorsFile mixed_ckpt(train::latest_checkpoint(o.out_dir));
   for (const std::string name : {"adam.exp_avg.layers.1.wk", "adam.exp_avg_sq.layers.0.w2", "adam.exp_avg.norm"}) {
     INFO(name);
     auto a = plain_ckpt.tensor(name).data, b = mixed_ckpt.tensor(name).data;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace fs = std::filesystem;
 using tpcli::testing::slurp;
@@ -140,7 +140,7 @@ TEST_CASE("tpcli train over zmq: the thread backend's losses and checkpoint, one
     CHECK(count_of(zmq.err, "[1] ") == 0);
 
     // The same checkpoint: every weight and AdamW moment, and the training metadata.
-    const tpcli::model::SafetensorsFile a(threads_dir / "latest.safetensors"), b(zmq_dir / "latest.safetensors");
+    const tpcli::formats::SafetensorsFile a(threads_dir / "latest.safetensors"), b(zmq_dir / "latest.safetensors");
     REQUIRE(a.names() == b.names());
     CHECK(a.metadata() == b.metadata());
     CHECK(b.metadata().at("train.step") == "6");
@@ -267,7 +267,7 @@ TEST_CASE("tpcli train over zmq: a rank killed mid-run ends the run, and no file
   CHECK(r.err.find("terminate called") == std::string::npos);
   REQUIRE(fs::exists(out_dir / "latest.safetensors"));
   CHECK(files_in(out_dir) == std::set<std::string>{"latest.safetensors", "loss.svg", "metrics.jsonl"});
-  const tpcli::model::SafetensorsFile ckpt(out_dir / "latest.safetensors");  // whole: it loads
+  const tpcli::formats::SafetensorsFile ckpt(out_dir / "latest.safetensors");  // whole: it loads
   CHECK(std::stoll(ckpt.metadata().at("train.step")) % 3 == 0);
 }
 

@@ -1,0 +1,335 @@
+// tpcli::engine — the batched engine (see batch_engine.h).
+#include "engine/batch_engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "engine/sampler.h"
+#include "model/shard_plan.h"
+#include "tensor/blas.h"
+#include "text/text_stream.h"
+
+namespace tpcli::engine {
+
+struct BatchEngine::Sequence {
+  int id = 0;
+  BatchRequest request;
+  std::unique_ptr<Sampler> sampler;
+  std::optional<text::TextStream> text;  // with the engine's tokenizer
+  std::vector<int> tokens;       // the prompt, then what was generated: every known token
+  int64_t computed = 0;          // tokens whose keys and values are in `blocks`
+  std::vector<int32_t> blocks;   // the pool blocks of positions 0.. in order
+  BatchResult result;
+  bool finished = false;
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }  // rows still to run (>= 1 while running)
+};
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_request(const BatchRequest& r, int id, int context, int vocab, const text::TokenizerInterface* tokenizer) {
+  const std::string which = "request " + std::to_string(id) + ": ";
+  if (r.prompt.empty() || static_cast<int64_t>(r.prompt.size()) > context)
+    throw std::invalid_argument(which + "a prompt of " + std::to_string(r.prompt.size()) + " tokens must hold 1 to " +
+                                std::to_string(context) + " (the context: seq_len, or the KV pool's positions if fewer)");
+  for (int t : r.prompt)
+    if (t < 0 || t >= vocab) throw std::invalid_argument(which + "token " + std::to_string(t) + " outside the vocabulary");
+  if (r.max_tokens < 1) throw std::invalid_argument(which + "max_tokens must be >= 1");
+  if (!r.stop.empty() && !tokenizer) throw std::invalid_argument(which + "stop strings need the engine's tokenizer");
+  if (std::ranges::any_of(r.stop, [](const std::string& s) { return s.empty(); }))
+    throw std::invalid_argument(which + "an empty stop string");
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  return text;
+}
+
+// Refuses a pool the machine cannot hold, before any device allocates it (a std::bad_alloc after
+// the model has loaded says nothing of the flag).
+void check_pool_fits(int64_t blocks, int64_t block_bytes, int devices, const std::string& flag) {
+  const double bytes = static_cast<double>(blocks) * static_cast<double>(block_bytes);
+  const double memory = tensor::physical_memory_bytes();
+  if (memory <= 0 || bytes * devices <= memory) return;
+  throw std::invalid_argument(flag + ": a KV pool of " + std::to_string(blocks) + " blocks takes " + gigabytes(bytes) +
+                              " on each of " + std::to_string(devices) + " device(s), more than this machine's " +
+                              gigabytes(memory) + " of memory");
+}
+
+}  // namespace
+
+int kv_pool_blocks(const model::LlamaConfig& config, const std::vector<model::ShardPlan>& plans, int devices, const EngineOptions& o) {
+  if (o.block_size < 1) throw std::invalid_argument("batch engine: a KV block of " + std::to_string(o.block_size) + " positions");
+  int64_t rows = 0;
+  for (const model::ShardPlan& p : plans) rows = std::max(rows, p.kv_rows().count);
+  const int64_t per_block = 2 * int64_t{config.n_layers} * o.block_size * rows * nn::kv_dtype_bytes(o.kv_dtype);
+  if (o.kv_blocks > 0) {
+    check_pool_fits(o.kv_blocks, per_block, devices, "--kv-blocks " + std::to_string(o.kv_blocks));
+    return o.kv_blocks;
+  }
+  if (o.kv_memory > 0) {
+    const int64_t n = o.kv_memory / per_block;
+    if (n < 1)
+      throw std::invalid_argument("--kv-memory " + std::to_string(o.kv_memory) + " holds no KV block (" + std::to_string(per_block) +
+                                  " bytes for " + std::to_string(o.block_size) + " positions)");
+    const int blocks = static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max()));
+    check_pool_fits(blocks, per_block, devices, "--kv-memory " + std::to_string(o.kv_memory));
+    return blocks;
+  }
+  const int64_t whole = int64_t{o.parallel} * ceil_div(config.seq_len, o.block_size);
+  const auto fits = static_cast<int64_t>(tensor::physical_memory_bytes() / 8 / devices / static_cast<double>(per_block));
+  return static_cast<int>(std::clamp<int64_t>(std::min(whole, fits), 1, std::numeric_limits<int>::max()));
+}
+
+BatchEngine::BatchEngine(model::Llama& llama, const EngineOptions& options, const text::TokenizerInterface* tokenizer)
+    : llama_(llama),
+      options_(options),
+      tokenizer_(tokenizer),
+      pool_(llama.new_kv_pool(kv_pool_blocks(llama.config(), llama.plans(), llama.devices(), options), options.block_size,
+                              options.kv_dtype)),
+      allocator_(pool_.blocks(), options.block_size),
+      context_(static_cast<int>(std::min<int64_t>(llama.config().seq_len, int64_t{pool_.blocks()} * options.block_size))) {
+  if (options.parallel < 1) throw std::invalid_argument("batch engine: parallel must be >= 1");
+  if (options.step_tokens < 1) throw std::invalid_argument("batch engine: step_tokens must be >= 1");
+  if (options.busy_prefill_tokens < 0) throw std::invalid_argument("batch engine: busy_prefill_tokens must be >= 0");
+}
+
+BatchEngine::~BatchEngine() = default;
+
+int BatchEngine::add(BatchRequest request) {
+  const int id = static_cast<int>(sequences_.size());
+  check_request(request, id, context_, llama_.config().vocab_size, tokenizer_);
+  auto s = std::make_unique<Sequence>();
+  s->id = id;
+  s->sampler = std::make_unique<Sampler>(llama_.config().vocab_size, request.temperature, request.topp, request.seed);
+  s->tokens = request.prompt;
+  if (tokenizer_) s->text.emplace(*tokenizer_, request.prompt, request.stop);
+  s->request = std::move(request);
+  sequences_.push_back(std::move(s));
+  waiting_.push_back(id);
+  return id;
+}
+
+const BatchResult& BatchEngine::result(int id) const { return sequence(id).result; }
+
+bool BatchEngine::known(int id) const {
+  return id >= 0 && static_cast<size_t>(id) < sequences_.size() && sequences_[static_cast<size_t>(id)];
+}
+
+BatchEngine::Sequence& BatchEngine::sequence(int id) const {
+  if (!known(id)) throw std::out_of_range("batch engine: no sequence " + std::to_string(id));
+  return *sequences_[static_cast<size_t>(id)];
+}
+
+void BatchEngine::cancel(int id) {
+  if (!known(id)) return;
+  Sequence& s = sequence(id);
+  if (s.finished) return;
+  std::erase(waiting_, id);
+  std::erase(running_, id);
+  finish(s, FinishReason::cancelled);
+}
+
+void BatchEngine::forget(int id) {
+  if (!sequence(id).finished) throw std::logic_error("batch engine: forget(" + std::to_string(id) + ") of a sequence still running");
+  sequences_[static_cast<size_t>(id)].reset();
+}
+
+bool BatchEngine::step() {
+  if (idle()) return false;
+  std::vector<Planned> plan;
+  int64_t budget = std::max(options_.step_tokens, options_.parallel);
+  plan_running(plan, budget);
+  admit_waiting(plan, budget);
+  if (plan.empty()) throw std::logic_error("batch engine: a step with no rows");  // the pool holds a whole context
+  run(plan);
+  return true;
+}
+
+// Decode rows first (one each, oldest sequence first), then the prompt chunks of sequences still
+// prefilling. A sequence short of blocks preempts the newest.
+void BatchEngine::plan_running(std::vector<Planned>& plan, int64_t& budget) {
+  for (const bool decoding : {true, false}) {
+    if (!decoding && !plan.empty() && options_.busy_prefill_tokens > 0) budget = std::min<int64_t>(budget, options_.busy_prefill_tokens);
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Sequence& s = *sequences_[static_cast<size_t>(running_[i])];
+      if ((s.pending() == 1) != decoding) continue;
+      const int64_t rows = reserve(s, std::min(s.pending(), budget), &plan);
+      if (rows == 0) break;  // it preempted itself: it was the newest
+      plan.push_back({s.id, rows});
+      budget -= rows;
+    }
+  }
+}
+
+// Waiting sequences join while there is room, each starting from the longest cached prefix of its
+// tokens (at least its last token is run: its logits give the next one). They never preempt.
+void BatchEngine::admit_waiting(std::vector<Planned>& plan, int64_t& budget) {
+  const int bs = options_.block_size;
+  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < options_.parallel) {
+    Sequence& s = *sequences_[static_cast<size_t>(waiting_.front())];
+    if (options_.prefix_sharing) {
+      s.blocks = allocator_.match_prefix(s.tokens, static_cast<int>((s.tokens.size() - 1) / bs));
+      s.computed = static_cast<int64_t>(s.blocks.size()) * bs;
+    }
+    const int64_t rows = reserve(s, std::min(s.pending(), budget), nullptr);
+    if (rows == 0) {
+      allocator_.release(s.blocks);
+      s.blocks.clear();
+      s.computed = 0;
+      return;
+    }
+    if (s.result.tokens.empty()) s.result.cached_tokens = static_cast<int>(s.computed);
+    stats_.cached_tokens += s.computed;
+    waiting_.pop_front();
+    running_.push_back(s.id);
+    plan.push_back({s.id, rows});
+    budget -= rows;
+  }
+}
+
+// Blocks for the next `rows` rows of s; returns how many rows they cover (0..rows). With
+// preempt_for (the step planned so far), a pool without free blocks preempts the newest running
+// sequence, which may be s itself.
+int64_t BatchEngine::reserve(Sequence& s, int64_t rows, std::vector<Planned>* preempt_for) {
+  const int64_t bs = options_.block_size, want = ceil_div(s.computed + rows, bs);
+  while (static_cast<int64_t>(s.blocks.size()) < want) {
+    const int32_t b = allocator_.allocate();
+    if (b >= 0) {
+      s.blocks.push_back(b);
+      continue;
+    }
+    if (!preempt_for) break;
+    const bool self = running_.back() == s.id;
+    preempt_newest(*preempt_for);
+    if (self) return 0;
+  }
+  return std::min(rows, static_cast<int64_t>(s.blocks.size()) * bs - s.computed);
+}
+
+void BatchEngine::preempt_newest(std::vector<Planned>& plan) {
+  Sequence& s = *sequences_[static_cast<size_t>(running_.back())];
+  running_.pop_back();
+  std::erase_if(plan, [&](const Planned& p) { return p.id == s.id; });
+  allocator_.release(s.blocks);
+  s.blocks.clear();
+  s.computed = 0;
+  waiting_.push_front(s.id);
+  ++stats_.preemptions;
+}
+
+void BatchEngine::run(const std::vector<Planned>& plan) {
+  std::vector<int> tokens;
+  std::vector<model::Llama::SequenceRows> rows;
+  bool greedy = true;  // every sequence asking picks greedily, none wants its logits: the model moves tokens, not logits
+  for (const Planned& p : plan) {
+    const Sequence& s = *sequences_[static_cast<size_t>(p.id)];
+    tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + p.rows);
+    rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, s.computed + p.rows == static_cast<int64_t>(s.tokens.size())});
+    if (rows.back().logits && (s.request.temperature != 0.0f || s.request.logits)) greedy = false;
+  }
+  std::span<float> logits;              // [sequences asking, V]
+  std::span<const int> greedy_tokens;  // [sequences asking]: argmax, -1 where not finite
+  if (greedy) greedy_tokens = llama_.step_greedy(tokens, rows, pool_);
+  else logits = llama_.step(tokens, rows, pool_);
+  ++stats_.steps;
+  stats_.rows += static_cast<int64_t>(tokens.size());
+  const size_t V = static_cast<size_t>(llama_.config().vocab_size);
+  size_t next = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *sequences_[static_cast<size_t>(plan[i].id)];
+    advance(s, plan[i].rows);
+    if (!rows[i].logits) continue;
+    const size_t k = next++;
+    if (!greedy) {
+      take_token(s, logits.data() + V * k);
+      continue;
+    }
+    if (greedy_tokens[k] >= 0) {
+      accept_token(s, greedy_tokens[k]);
+      continue;
+    }
+    if (logits.empty()) logits = llama_.step_logits();  // every device has the same -1: the error names the logit
+    take_token(s, logits.data() + V * k);
+  }
+  std::erase_if(running_, [&](int id) { return sequences_[static_cast<size_t>(id)]->finished; });
+}
+
+// `rows` more of s's tokens are in its blocks; the blocks they filled are keyed for later prompts.
+void BatchEngine::advance(Sequence& s, int64_t rows) {
+  const int64_t bs = options_.block_size, before = s.computed / bs;
+  s.computed += rows;
+  if (!options_.prefix_sharing) return;
+  for (int64_t b = before; b < s.computed / bs; ++b)
+    allocator_.publish(s.blocks[static_cast<size_t>(b)], b ? s.blocks[static_cast<size_t>(b - 1)] : -1,
+                       std::span<const int>(s.tokens).subspan(static_cast<size_t>(b * bs), static_cast<size_t>(bs)));
+}
+
+void BatchEngine::take_token(Sequence& s, float* logits) {
+  const std::span<float> row(logits, static_cast<size_t>(llama_.config().vocab_size));
+  if (auto failure = non_finite_logits(row, static_cast<int>(s.computed - 1))) {  // every device sees the same row
+    s.result.error = std::move(*failure);
+    finish(s, FinishReason::error);
+    return;
+  }
+  if (on_logits && s.request.logits) on_logits(s.id, row);
+  accept_token(s, s.sampler->sample(row));
+}
+
+void BatchEngine::accept_token(Sequence& s, int token) {
+  s.tokens.push_back(token);
+  s.result.tokens.push_back(token);
+  const bool stop_id = std::ranges::find(s.request.stop_ids, token) != s.request.stop_ids.end();
+  if (s.text && !stop_id) s.result.text += s.text->add(token);
+  const bool go_on = !on_token || on_token(s.id, token);
+  if (!go_on || stop_id || (s.text && s.text->stopped())) finish(s, FinishReason::stop);
+  else if (static_cast<int>(s.result.tokens.size()) >= s.request.max_tokens || static_cast<int64_t>(s.tokens.size()) > context_)
+    finish(s, FinishReason::length);
+}
+
+void BatchEngine::finish(Sequence& s, FinishReason reason) {
+  s.result.finish_reason = reason;
+  if (s.text) s.result.text += s.text->flush();
+  s.text.reset();
+  s.finished = true;
+  allocator_.release(s.blocks);
+  s.blocks.clear();
+  s.result.sampler_state = s.sampler->state();
+  s.sampler.reset();  // its vocabulary-sized scratch
+  if (on_finished) on_finished(s.id);
+}
+
+std::vector<BatchResult> generate_batch(model::Llama& llama, const std::vector<BatchRequest>& requests, const EngineOptions& options,
+                                        const std::function<void(size_t)>& on_finished) {
+  BatchEngine engine(llama, options);
+  for (const BatchRequest& r : requests) engine.add(r);
+  if (on_finished) engine.on_finished = [&](int id) { on_finished(static_cast<size_t>(id)); };
+  while (engine.step()) {
+  }
+  std::vector<BatchResult> results;
+  for (size_t i = 0; i < requests.size(); ++i) results.push_back(engine.result(static_cast<int>(i)));
+  return results;
+}
+
+}  // namespace tpcli::engine

@@ -1,0 +1,57 @@
+// tpcli::engine — llama2.c's sampler: greedy, temperature, multinomial and top-p (nucleus), with
+// its xorshift RNG, so `-s SEED` picks the same tokens as llama2.c's `run`.
+//
+// The randomness is an explicit state passed in (llama2.c's habit), so every function is testable
+// and every device of a run, holding the same state and the same logits, picks the same token.
+//
+// Dimension legend: V vocab_size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpcli::engine {
+
+// xorshift* (llama2.c random_u32 / random_f32). A state of 0 stays 0 forever: seed with >= 1.
+uint32_t random_u32(uint64_t& state);
+float random_f32(uint64_t& state);  // in [0, 1)
+
+int sample_argmax(std::span<const float> probabilities);                 // first index of the max
+int sample_mult(std::span<const float> probabilities, float coin);      // inverse CDF
+// Nucleus sampling over probabilities (sum 1) with run.c's cutoff (1 - topp) / (V - 1) and its
+// descending sort (stable, like glibc's qsort); `scratch` avoids a per-token allocation.
+struct ProbIndex {
+  float prob;
+  int index;
+};
+int sample_topp(std::span<const float> probabilities, float topp, float coin, std::vector<ProbIndex>& scratch);
+// In place: x = softmax(x), run.c's order of operations (max, expf, sum, divide).
+void softmax(std::span<float> x);
+
+// Throws std::runtime_error naming the position and the first non-finite logit [V]: a NaN would
+// otherwise come out as a token (<unk> runs) and the run would end "successfully".
+void require_finite_logits(std::span<const float> logits, int pos);
+// The same message, or none when every logit is finite (the batch engine fails one sequence on it).
+std::optional<std::string> non_finite_logits(std::span<const float> logits, int pos);
+
+class Sampler {
+ public:
+  // Throws std::invalid_argument for a non-finite or negative temperature or a non-finite top-p.
+  Sampler(int vocab_size, float temperature, float topp, uint64_t seed);
+  // Picks the next token; `logits` [V] is overwritten (divided by temperature, softmaxed), as run.c does.
+  // Throws std::invalid_argument when a logit is not finite (callers check first, naming the position).
+  int sample(std::span<float> logits);
+  uint64_t state() const { return state_; }
+
+ private:
+  int vocab_size_;
+  float temperature_;
+  float topp_;
+  uint64_t state_;
+  std::vector<ProbIndex> scratch_;  // [V] once top-p sampling starts; empty until then
+};
+
+}  // namespace tpcli::engine

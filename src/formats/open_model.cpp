@@ -1,0 +1,47 @@
+#include "formats/open_model.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "files/regular_file.h"
+#include "formats/hf_model.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
+
+namespace tpcli::formats {
+
+using files::require_regular_file;
+
+bool looks_like_safetensors(const std::string& path) {
+  if (path.ends_with(".safetensors")) return true;
+  require_regular_file(path, "a model file");  // a FIFO would block the peek below
+  std::ifstream in(path, std::ios::binary);
+  char head[9] = {};
+  return in.read(head, 9) && head[8] == '{';
+}
+
+OpenedModel open(const std::string& path) {
+  OpenedModel opened;
+  if (std::filesystem::is_directory(path)) {
+    auto dir = std::make_unique<HfModelDir>(path);
+    opened.hf_dir = path;
+    opened.bos_token_id = dir->hf_config().bos_token_id;
+    opened.eos_token_ids = dir->hf_config().eos_token_ids;
+    opened.weights = std::move(dir);
+  } else if (looks_like_safetensors(path)) {
+    auto file = std::make_unique<SafetensorsFile>(path);
+    file->config();  // a checkpoint without a model config is an input error here
+    if (auto it = file->metadata().find("tokenizer"); it != file->metadata().end()) {
+      std::filesystem::path tok(it->second);
+      if (tok.is_relative()) tok = std::filesystem::path(path).parent_path() / tok;
+      opened.tokenizer = tok.string();
+    }
+    opened.metadata = file->metadata();
+    opened.weights = std::move(file);
+  } else {
+    opened.weights = std::make_unique<Llama2cFile>(path);
+  }
+  return opened;
+}
+
+}  // namespace tpcli::formats
