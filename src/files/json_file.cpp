@@ -83,14 +83,7 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& path) {
 }
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
-  require_regular_file(path, what);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    throw std::runtime_error(path + ": cannot open " + what + ": " + std::strerror(err));
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_json_text(text, path);
+  return parse_json_text(read_text_file(path, what), path);
 }
 
 }  // namespace tpcli::files

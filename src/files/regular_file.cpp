@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 namespace tpcli::files {
@@ -26,6 +28,16 @@ void require_regular_file(const std::string& path, const std::string& what) {
   if (!S_ISREG(st.st_mode)) {
     throw std::runtime_error(path + ": is " + file_kind(st.st_mode) + ", not " + what);
   }
+}
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  require_regular_file(path, what);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    throw std::runtime_error(path + ": cannot open " + what + ": " + std::strerror(err));
+  }
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace tpcli::files

@@ -15,4 +15,7 @@ namespace tpcli::files {
 // ("a checkpoint", "a llama2.c tokenizer", "the corpus (data.path)").
 void require_regular_file(const std::string& path, const std::string& what);
 
+// The whole of the regular file `path` (require_regular_file first); the same one-line errors.
+std::string read_text_file(const std::string& path, const std::string& what);
+
 }  // namespace tpcli::files
