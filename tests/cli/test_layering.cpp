@@ -23,6 +23,7 @@ namespace {
 const std::map<std::string, std::set<std::string>>& allowed_includes() {
   static const std::map<std::string, std::set<std::string>> allowed = {
       {"tensor", {"tensor"}},
+      {"text", {"text"}},
       {"distributed", {"tensor", "distributed"}},
       {"nn", {"tensor", "distributed", "nn"}},
       {"model", {"tensor", "distributed", "nn", "model"}},

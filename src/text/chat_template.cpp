@@ -1,0 +1,42 @@
+#include "text/chat_template.h"
+
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "text/jinja_builtins.h"
+#include "text/jinja_parser.h"
+
+namespace tpcli::text {
+
+namespace {
+
+std::tm local_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm now{};
+  localtime_r(&t, &now);
+  return now;
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(std::string_view source) {
+  auto parsed = std::make_shared<Template>(parse_template(source));
+  check_names(*parsed);
+  template_ = std::move(parsed);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& variables, const RenderOptions& options) const {
+  if (!variables.is_object()) throw TemplateError("chat template variables must be a JSON object");
+  std::unordered_map<std::string, Value> names;
+  for (const auto& [key, value] : variables.items()) names[key] = from_json(value);
+  const auto globals = builtin_globals(options.now ? *options.now : local_now());
+  return render_template(*template_, names, globals, options.limits);
+}
+
+std::string render_chat_template(std::string_view source, const nlohmann::ordered_json& variables,
+                                 const RenderOptions& options) {
+  return ChatTemplate(source).render(variables, options);
+}
+
+}  // namespace tpcli::text
