@@ -440,6 +440,7 @@ Value filter_sum(const Value& v, CallArgs& args) {
   const Value& attribute = arg(args, 0, "attribute");
   Value total = arg(args, 1, "start");
   if (total.is_undefined()) total = Value(int64_t{0});
+  if (total.is_string()) throw TemplateError("sum() can't sum strings [use ''.join(seq) instead]");
   for (const auto& item : iterate(v)) total = binary_op("+", total, attribute.is_undefined() ? item : attribute_path(item, attribute));
   return total;
 }

@@ -279,7 +279,7 @@ class Interpreter {
       else if (!s->vars.contains(k) || std::none_of(stmt.params.begin(), stmt.params.end(), [&](const MacroParam& p) { return p.name == k; }))
         kwargs.as_dict()->set(Value(k), v);
     }
-    s->vars["varargs"] = Value::list(std::move(varargs));
+    s->vars["varargs"] = Value::tuple(std::move(varargs));
     s->vars["kwargs"] = kwargs;
     std::string out;
     exec_body(stmt.body, s, out);

@@ -213,12 +213,18 @@ class Lexer {
   }
 
   // Tokens of an expression or statement up to its closing `}}` / `%}`.
+  // Inside open brackets `}}` / `%}` close a bracket, not the tag (jinja2's balancing stack).
   void lex_code(char closer) {
+    int open_brackets = 0;
     for (;;) {
       while (pos_ < src_.size() && is_space(src_[pos_])) line_ += src_[pos_++] == '\n';
       if (pos_ >= src_.size()) fail(std::string("unexpected end of template, expected '") + closer + "}'");
-      if (closes(closer)) return;
+      if (open_brackets == 0 && closes(closer)) return;
       lex_code_token();
+      const Token& t = tokens_.back();
+      if (t.type != TokenType::Operator) continue;
+      if (t.text == "(" || t.text == "[" || t.text == "{") ++open_brackets;
+      else if ((t.text == ")" || t.text == "]" || t.text == "}") && open_brackets > 0) --open_brackets;
     }
   }
 

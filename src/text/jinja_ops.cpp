@@ -851,7 +851,7 @@ std::string percent_one(const PercentSpec& p, const Value& v) {
 
 std::string percent_format(std::string_view format, const Value& args) {
   std::vector<Value> positional;
-  const bool mapping = args.is_dict();
+  const bool mapping = args.is_dict() && format.find("%(") != std::string_view::npos;
   if (args.is_tuple()) positional = args.as_list()->items;
   else if (!mapping) positional.push_back(args);
   size_t next = 0;
@@ -901,6 +901,7 @@ std::string percent_format(std::string_view format, const Value& args) {
 std::string brace_format(std::string_view format, const CallArgs& args) {
   std::string out;
   size_t auto_index = 0;
+  char numbering = '\0';  // 'a' automatic ({}), 'm' manual ({0}): Python refuses to mix them
   for (size_t i = 0; i < format.size(); ++i) {
     const char c = format[i];
     if (c == '}') {
@@ -925,6 +926,10 @@ std::string brace_format(std::string_view format, const CallArgs& args) {
     if (const size_t colon = field.find(':'); colon != std::string_view::npos) spec = field.substr(colon + 1), field = field.substr(0, colon);
     if (const size_t bang = field.find('!'); bang != std::string_view::npos) conversion = field.substr(bang + 1), field = field.substr(0, bang);
     Value v;
+    const bool automatic = field.empty();
+    if (automatic ? numbering == 'm' : numbering == 'a')
+      throw TemplateError("cannot switch between automatic and manual field numbering");
+    if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) numbering = automatic ? 'a' : 'm';
     if (field.empty()) {
       if (auto_index >= args.positional.size()) throw TemplateError("Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
       v = args.positional[auto_index++];
