@@ -77,7 +77,13 @@ Value filter_abs(const Value& v, CallArgs&) {
   throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
 }
 
-Value filter_attr(const Value& v, CallArgs& args) { return get_attribute(v, to_str(arg(args, 0, "name"))); }
+// Python's getattr only: a dict's keys are no attributes here (x.name would fall back to them).
+Value filter_attr(const Value& v, CallArgs& args) {
+  const std::string name = to_str(arg(args, 0, "name"));
+  Value attribute = get_attribute(v, name);
+  if (v.is_dict() && !attribute.is_callable()) return Value::undefined("'dict object' has no attribute '" + name + "'");
+  return attribute;
+}
 
 Value filter_batch(const Value& v, CallArgs& args) {
   const int64_t size = int_arg(args, 0, "linecount", 1);
