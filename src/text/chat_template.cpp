@@ -30,8 +30,9 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& variables, const 
   if (!variables.is_object()) throw TemplateError("chat template variables must be a JSON object");
   std::unordered_map<std::string, Value> names;
   for (const auto& [key, value] : variables.items()) names[key] = from_json(value);
-  const auto globals = builtin_globals(options.now ? *options.now : local_now());
-  return render_template(*template_, names, globals, options.limits);
+  ObjectArena arena;  // declared first: it outlives the globals and values that hold its objects
+  const auto globals = builtin_globals(options.now ? *options.now : local_now(), arena);
+  return render_template(*template_, names, globals, options.limits, arena);
 }
 
 std::string render_chat_template(std::string_view source, const nlohmann::ordered_json& variables,

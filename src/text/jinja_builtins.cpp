@@ -678,10 +678,8 @@ Value global_dict(CallArgs& args) {
   return d;
 }
 
-Value global_namespace(CallArgs& args) {
-  auto ns = std::make_shared<ObjectData>();
-  ns->type_name = "Namespace";
-  ns->assignable = true;
+Value global_namespace(ObjectArena& arena, CallArgs& args) {
+  auto ns = arena.make("Namespace", true);
   for (const auto& p : args.positional) {
     if (!p.is_dict()) throw TemplateError("namespace() positional argument must be a mapping");
     for (const auto& [k, v] : p.as_dict()->items) ns->attributes.set(k, v);
@@ -690,10 +688,9 @@ Value global_namespace(CallArgs& args) {
   return Value(ns);
 }
 
-Value global_cycler(CallArgs& args) {
+Value global_cycler(ObjectArena& arena, CallArgs& args) {
   if (args.positional.empty()) throw TemplateError("at least one item has to be provided");
-  auto object = std::make_shared<ObjectData>();
-  object->type_name = "Cycler";
+  auto object = arena.make("Cycler", false);
   auto items = std::make_shared<std::vector<Value>>(args.positional);
   auto position = std::make_shared<size_t>(0);
   std::weak_ptr<ObjectData> weak = object;
@@ -744,12 +741,13 @@ bool apply_test(const std::string& name, const Value& subject, CallArgs& args) {
 bool filter_exists(const std::string& name) { return filters().contains(name); }
 bool test_exists(const std::string& name) { return tests().contains(name); }
 
-std::unordered_map<std::string, Value> builtin_globals(const std::tm& now) {
+std::unordered_map<std::string, Value> builtin_globals(const std::tm& now, ObjectArena& arena) {
   std::unordered_map<std::string, Value> globals;
   globals["range"] = make_function("range", global_range);
   globals["dict"] = make_function("dict", global_dict);
-  globals["namespace"] = make_function("namespace", global_namespace);
-  globals["cycler"] = make_function("cycler", global_cycler);
+  ObjectArena* objects = &arena;
+  globals["namespace"] = make_function("namespace", [objects](CallArgs& args) { return global_namespace(*objects, args); });
+  globals["cycler"] = make_function("cycler", [objects](CallArgs& args) { return global_cycler(*objects, args); });
   globals["joiner"] = make_function("joiner", global_joiner);
   globals["raise_exception"] = make_function("raise_exception", [](CallArgs& args) -> Value {
     throw RaisedError(args.positional.empty() ? std::string() : to_str(args.positional[0]));

@@ -24,7 +24,8 @@ bool apply_test(const std::string& name, const Value& subject, CallArgs& args);
 bool filter_exists(const std::string& name);
 bool test_exists(const std::string& name);
 
-// range, dict, namespace, cycler, joiner, lipsum, raise_exception, and strftime_now reading `now`.
-std::unordered_map<std::string, Value> builtin_globals(const std::tm& now);
+// range, dict, namespace, cycler, joiner, raise_exception, and strftime_now reading `now`; the
+// objects namespace() and cycler() make belong to `arena`, which must outlive the globals.
+std::unordered_map<std::string, Value> builtin_globals(const std::tm& now, ObjectArena& arena);
 
 }  // namespace tpcli::text

@@ -1,5 +1,6 @@
 #include "text/jinja_interpreter.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "text/jinja_builtins.h"
@@ -41,8 +42,8 @@ enum class Flow { Normal, Break, Continue };
 
 class Interpreter {
  public:
-  Interpreter(const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits)
-      : globals_(globals), limits_(limits) {}
+  Interpreter(const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits, ObjectArena& arena)
+      : globals_(globals), limits_(limits), arena_(arena) {}
 
   std::string render(const Template& tmpl, const ScopePtr& root) {
     std::string out;
@@ -53,6 +54,7 @@ class Interpreter {
  private:
   const std::unordered_map<std::string, Value>& globals_;
   const RenderLimits& limits_;
+  ObjectArena& arena_;
   int depth_ = 0;
   uint64_t steps_ = 0;
 
@@ -165,8 +167,7 @@ class Interpreter {
       exec_body(stmt.else_body, child_of(scope), out);
       return;
     }
-    auto loop = std::make_shared<ObjectData>();
-    loop->type_name = "LoopContext";
+    const ObjectPtr loop = arena_.make("LoopContext", false);
     add_loop_functions(loop, stmt, scope, depth);
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
@@ -274,10 +275,11 @@ class Interpreter {
       else s->vars[p.name] = Value::undefined("parameter '" + p.name + "' was not provided");
     }
     Value kwargs = Value::dict();
-    for (const auto& [k, v] : args.keywords) {
-      if (k == "caller") s->vars["caller"] = v;
-      else if (!s->vars.contains(k) || std::none_of(stmt.params.begin(), stmt.params.end(), [&](const MacroParam& p) { return p.name == k; }))
-        kwargs.as_dict()->set(Value(k), v);
+    for (const auto& keyword : args.keywords) {
+      const std::string& name = keyword.first;
+      const bool is_param = std::any_of(stmt.params.begin(), stmt.params.end(), [&](const MacroParam& p) { return p.name == name; });
+      if (name == "caller") s->vars["caller"] = keyword.second;
+      else if (!is_param) kwargs.as_dict()->set(Value(name), keyword.second);
     }
     s->vars["varargs"] = Value::tuple(std::move(varargs));
     s->vars["kwargs"] = kwargs;
@@ -436,10 +438,11 @@ void check_body(const Body& body) {
 void check_names(const Template& tmpl) { check_body(tmpl.body); }
 
 std::string render_template(const Template& tmpl, const std::unordered_map<std::string, Value>& variables,
-                            const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits) {
+                            const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits,
+                            ObjectArena& arena) {
   auto root = std::make_shared<Scope>();
   root->vars = variables;
-  Interpreter interpreter(globals, limits);
+  Interpreter interpreter(globals, limits, arena);
   try {
     return interpreter.render(tmpl, root);
   } catch (const TemplateError&) {

@@ -22,9 +22,11 @@ struct RenderLimits {
 };
 
 // Renders `tmpl` with `variables` (the template's own names) over `globals` (builtins, which the
-// variables shadow). Throws TemplateError ("template line N: ..."; raise_exception's message as is).
+// variables shadow); loop objects are made in `arena`. Throws TemplateError ("template line N: ...";
+// raise_exception's message as is).
 std::string render_template(const Template& tmpl, const std::unordered_map<std::string, Value>& variables,
-                            const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits);
+                            const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits,
+                            ObjectArena& arena);
 
 // Fails at compile time, as jinja2 does, for a filter or test no template could call.
 void check_names(const Template& tmpl);

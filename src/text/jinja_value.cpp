@@ -90,6 +90,23 @@ const Value* CallArgs::keyword(std::string_view name) const {
   return nullptr;
 }
 
+ObjectArena::~ObjectArena() {
+  for (const auto& weak : objects_)
+    if (const auto object = weak.lock()) object->attributes.items.clear();
+}
+
+ObjectPtr ObjectArena::make(std::string type_name, bool assignable) {
+  if (objects_.size() >= compact_at_) {  // forget the objects already freed
+    std::erase_if(objects_, [](const auto& weak) { return weak.expired(); });
+    compact_at_ = std::max<size_t>(1024, 2 * objects_.size());
+  }
+  auto object = std::make_shared<ObjectData>();
+  object->type_name = std::move(type_name);
+  object->assignable = assignable;
+  objects_.push_back(object);
+  return object;
+}
+
 Value make_function(std::string name, std::function<Value(CallArgs&)> call) {
   return Value(std::make_shared<Callable>(Callable{std::move(name), std::move(call)}));
 }

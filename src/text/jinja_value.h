@@ -135,6 +135,22 @@ struct ObjectData {
   DictData attributes;
 };
 
+// The objects one render makes (namespaces, loops, cyclers). A template can store a namespace in
+// itself (`set ns.x = ns`), a cycle shared_ptr never frees: the arena clears every object's
+// attributes when the render ends, which breaks them all.
+class ObjectArena {
+ public:
+  ObjectArena() = default;
+  ObjectArena(const ObjectArena&) = delete;
+  ObjectArena& operator=(const ObjectArena&) = delete;
+  ~ObjectArena();
+  ObjectPtr make(std::string type_name, bool assignable);
+
+ private:
+  std::vector<std::weak_ptr<ObjectData>> objects_;
+  size_t compact_at_ = 1024;
+};
+
 struct CallArgs {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keywords;
