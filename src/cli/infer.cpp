@@ -286,7 +286,7 @@ void setup_infer(CLI::App& sub) {
                     ->excludes(tokens);
   sub.add_option("--template", flags->template_name,
                  "with --batch: the chat format of \"messages\" lines instead of tokenizer_config.json's: " +
-                     text::chat_format_names())
+                     text::chat_template_names())
       ->needs(batch);
   sub.add_option("--parallel", flags->engine.parallel, "with --batch: sequences decoding at once")->capture_default_str()->needs(batch);
   sub.add_option("--kv-memory", flags->kv_memory,

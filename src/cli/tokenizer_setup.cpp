@@ -36,10 +36,10 @@ ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const std::s
     if (!template_name.empty()) {
       f.chat_template = text::chat_template_named(template_name);
     } else if (loaded.chat_template) {
-      f.chat_template = text::recognise_chat_template(*loaded.chat_template);
+      f.chat_template = text::chat_template_from_source(*loaded.chat_template, loaded.path + " chat_template");
     } else {
       throw UsageError(loaded.path + ": no chat template (no chat_template in a tokenizer_config.json beside it); "
-                       "choose one with --template NAME (" + text::chat_format_names() + ")");
+                       "choose one with --template NAME (" + text::chat_template_names() + ")");
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());

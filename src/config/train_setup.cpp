@@ -189,9 +189,9 @@ static text::ChatTemplate sft_chat_template(const RunConfig& config) {
   }
   if (!source)
     throw ConfigError(config.where("data.format") + ": format = \"chat\" needs a chat template: set data.template = \"NAME\" (" +
-                      text::chat_format_names() + "), or use a tokenizer with a tokenizer_config.json chat_template");
+                      text::chat_template_names() + "), or use a tokenizer with a tokenizer_config.json chat_template");
   try {
-    return text::recognise_chat_template(*source);
+    return text::chat_template_from_source(*source, tokenizer + " chat_template");
   } catch (const std::exception& e) {
     throw ConfigError(config.where("data.tokenizer") + ": " + e.what() + " (set data.template = \"NAME\")");
   }

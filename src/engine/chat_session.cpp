@@ -21,7 +21,7 @@ ChatSession::ChatSession(const text::TokenizerInterface& tokenizer, text::ChatTe
   (void)Sampler(model_vocab, options_.temperature, options_.topp, options_.seed);  // bad settings throw here, before any turn
   for (const std::string& name : end_of_turn_tokens(template_, tokens_))
     if (!tokenizer_.token_id(name))
-      throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " + std::string(chat_format_name(template_.format)) +
+      throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " + template_.name +
                                   " template is not in the tokenizer");
   end_ids_ = end_of_generation(tokenizer_, options_.more_end_ids, &template_, tokens_).ids;
   if (!options_.system.empty()) messages_.push_back({"system", options_.system});

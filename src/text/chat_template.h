@@ -1,28 +1,22 @@
-// tpcli::text — chat templates as data: the Jinja source of tokenizer_config.json is recognised as
-// one of a few known formats by features of its text, and one small renderer writes each format
-// exactly as transformers' Jinja rendering of that template does (trim_blocks, lstrip_blocks).
+// tpcli::text — a model's chat template: its Jinja source (tokenizer_config.json's `chat_template`,
+// a bundled one by name, or a .jinja file) compiled once and rendered as transformers'
+// apply_chat_template renders it (text/jinja_template.h), with the variables it passes: the
+// messages, `tools` and `documents` (none when absent), `add_generation_prompt`, the tokenizer's
+// special tokens that have a value, and extra keyword arguments (`enable_thinking`, ...).
 //
-// Recognised (first rule that matches wins):
-//   llama3-dated  "<|start_header_id|>" and "Cutting Knowledge Date" (Llama 3.1 / 3.2: a system
-//                 header with the knowledge cut-off and "Today Date: " + today ("%d %b %Y") when the
-//                 source calls strftime_now, else "26 Jul 2024")
-//   llama3        "<|start_header_id|>" and "<|eot_id|>" (Llama 3: header per message, content
-//                 trimmed, BOS before the first; the assistant header is always added unless the
-//                 source tests add_generation_prompt)
-//   qwen3         "<|im_start|>" and "</think>" (ChatML with Qwen3's reasoning rules and tool turns)
-//   chatml        "<|im_start|>" (Qwen 2.5, SmolLM: a default system turn when the source writes
-//                 one literally, '<|im_start|>system\n...<|im_end|>')
-//   llama2        "[INST]" and "<<SYS>>" (Llama 2 chat: system folded into the first user turn)
-//   mistral       "[INST]" without "<<SYS>>" or "system_message" (Mistral 7B Instruct v0.1)
-//   zephyr        "<|user|>" and "<|assistant|>" (Zephyr, TinyLlama chat)
-// Anything else is an error; `--template NAME` picks a format by these names instead.
+// The tokens that end an assistant's turn are read off the source: the end-of-turn markers it
+// writes (END_OF_TURN_MARKERS), and the tokenizer's EOS.
 #pragma once
 
-#include <optional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "text/jinja_template.h"
 
 namespace tpcli::text {
 
@@ -31,34 +25,34 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFormat { Llama3Dated, Llama3, Qwen3, ChatML, Llama2, Mistral, Zephyr };
-
 struct ChatTemplate {
-  ChatFormat format = ChatFormat::ChatML;
-  std::string default_system;          // chatml: the system turn written when there is none
-  bool generation_prompt_always = false;  // llama3: the assistant header even without asking
-  std::string date;                    // llama3-dated: "Today Date: " value
-  std::string knowledge_cutoff = "December 2023";  // llama3-dated
+  std::string name;                            // a bundled name, a file's path, or where the source came from
+  std::shared_ptr<const JinjaTemplate> jinja;  // compiled once, shared by copies
+  std::vector<std::string> end_markers;        // the end-of-turn markers the source writes
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more keyword arguments for every render
 };
 
-std::string_view chat_format_name(ChatFormat format);
-std::string chat_format_names();  // "llama3, llama3-dated, ..." for messages
-
-// Throws std::runtime_error("... chat template not recognised ...") for an unknown source.
-ChatTemplate recognise_chat_template(std::string_view jinja_source);
-// Throws std::invalid_argument listing the known names.
-ChatTemplate chat_template_named(std::string_view name);
+// Compiles `source`; std::runtime_error "NAME: template line N: ..." when it does not parse.
+ChatTemplate chat_template_from_source(std::string_view source, std::string name);
+// A bundled template by name, else a .jinja file at that path; std::invalid_argument naming the
+// bundled names when it is neither.
+ChatTemplate chat_template_named(std::string_view name_or_path);
+std::string chat_template_names();  // the bundled names, for messages
 
 struct ChatTokens {
-  std::string bos, eos;  // the tokenizer's bos_token / eos_token text
+  std::string bos, eos;  // the tokenizer's bos_token / eos_token text ("" = the tokenizer has none)
 };
 
-// The prompt for `messages`, with the assistant's opening when `add_generation_prompt`. Throws
-// std::invalid_argument where the template raises (roles that do not alternate in llama2/mistral).
+// The prompt for `messages` (each an object with at least "role"; content, tool_calls, ... as the
+// template reads them), with the assistant's opening when `add_generation_prompt`; `tools` is an
+// OpenAI tool list or null. Throws std::invalid_argument with the template's message where it
+// raises (roles that do not alternate, ...) or fails.
+std::string render_chat_json(const ChatTemplate& chat_template, const nlohmann::ordered_json& messages,
+                             const nlohmann::ordered_json& tools, const ChatTokens& tokens, bool add_generation_prompt);
 std::string render_chat(const ChatTemplate& chat_template, std::span<const ChatMessage> messages,
                         const ChatTokens& tokens, bool add_generation_prompt);
 
-// The tokens that end an assistant turn in this format ("<|eot_id|>", "<|im_end|>", eos).
+// The tokens that end an assistant turn: the template's end markers, then EOS.
 std::vector<std::string> end_of_turn_tokens(const ChatTemplate& chat_template, const ChatTokens& tokens);
 
 }  // namespace tpcli::text

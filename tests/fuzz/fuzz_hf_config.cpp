@@ -79,8 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (!tc.chat_template) return 0;
-  try {  // its chat template, recognised and rendered (these errors name the template, not a file)
-    const auto chat = tpcli::text::recognise_chat_template(*tc.chat_template);
+  try {  // its chat template, compiled and rendered (these errors name the template, not a file)
+    const auto chat = tpcli::text::chat_template_from_source(*tc.chat_template, "chat_template");
     const tpcli::text::ChatMessage turns[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"},
                                                {"user", "Bye"}};
     (void)tpcli::text::render_chat(chat, turns, {tc.bos_token, tc.eos_token}, true);

@@ -14,6 +14,8 @@
 //                            hf-tokenizers/ chat template, and a Llama 3.2-style config
 //   OUT/api_request          OpenAI chat and completion bodies, valid (every field serve reads)
 //                            and not (unknown fields, wrong types, deep nesting, huge numbers)
+//   OUT/chat_template        the published chat templates of reference/chat-templates (linked),
+//                            and a few Jinja sources that stress the sandbox
 // usage: fuzz_seeds OUT SHARED_DIR SOURCE_DIR
 #include <cstdio>
 #include <filesystem>
@@ -187,6 +189,26 @@ void api_request_seeds(const fs::path& out) {
   for (const auto& [name, body] : bodies) std::ofstream(out / name, std::ios::binary) << body;
 }
 
+void chat_template_seeds(const fs::path& shared, const fs::path& out) {
+  const fs::path templates = shared / "reference/chat-templates/templates";
+  if (fs::exists(templates))
+    for (const auto& entry : fs::directory_iterator(templates))
+      if (entry.path().extension() == ".jinja") link_if_present(entry.path(), out);
+  const std::pair<const char*, std::string> sources[] = {
+      {"recursion.jinja", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"},
+      {"doubling.jinja", "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"},
+      {"loops.jinja", "{% for i in range(1000) %}{% for j in range(1000) %}{{ loop.cycle('a', 'b') }}{% endfor %}{% endfor %}"},
+      {"everything.jinja",
+       "{%- set ns = namespace(n=0) -%}{% for m in messages if m.role != 'tool' %}{{ loop.index }}{{ m.content|string|trim }}"
+       "{% set ns.n = ns.n + 1 %}{% if loop.last %}{{ ns.n }}{% endif %}{% endfor %}{{ tools|tojson(indent=2) }}"
+       "{{ '%s-%05.1f' % ('x', 2.5) }}{{ '{}:{:>4}'.format('a', 'b') }}{{ [3, 1]|sort|join(',') }}"
+       "{% macro m(a, b=2) %}{{ caller(a) if caller else a }}{% endmacro %}{% call(x) m(1) %}<{{ x }}>{% endcall %}"
+       "{% filter upper %}{{ messages[-1].content[0].text[::-1] }}{% endfilter %}{% raw %}{{ }}{% endraw %}"},
+      {"with-variables.jinja", std::string("{{ extra }}{{ messages|length }}") + '\0' + R"({"extra": [1, {"a": null}]})"},
+  };
+  for (const auto& [name, source] : sources) std::ofstream(out / name, std::ios::binary) << source;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,7 +218,7 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], shared = argv[2], source_dir = argv[3];
   for (const char* target : {"llama2c_checkpoint", "llama2c_tokenizer", "safetensors", "run_config", "zmq_wire",
-                             "token_shard", "hf_tokenizer", "hf_config", "api_request"})
+                             "token_shard", "hf_tokenizer", "hf_config", "api_request", "chat_template"})
     fs::create_directories(out / target);
 
   const model::TensorWeights tiny = model::random_weights(tiny_config(), 1);
@@ -226,5 +248,6 @@ int main(int argc, char** argv) {
   hf_tokenizer_seeds(shared, out / "hf_tokenizer");
   hf_config_seeds(shared, out / "hf_config", tiny);
   api_request_seeds(out / "api_request");
+  chat_template_seeds(shared, out / "chat_template");
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "text/chat_template.h"
 
 using namespace tpcli::text;
@@ -207,15 +208,10 @@ std::vector<ChatMessage> parse(const std::string& json_text) {
 
 }  // namespace
 
-TEST_CASE("chat templates: published sources are recognised and rendered as jinja2 renders them") {
-  const std::vector<std::pair<std::string, ChatFormat>> expected_format = {
-      {"zephyr", ChatFormat::Zephyr}, {"llama2", ChatFormat::Llama2},   {"smollm", ChatFormat::ChatML},
-      {"qwen25", ChatFormat::ChatML}, {"mistral", ChatFormat::Mistral}, {"llama31", ChatFormat::Llama3Dated}};
+TEST_CASE("chat templates: published sources render through the interpreter as jinja2 renders them") {
   for (const Published& p : PUBLISHED) {
     INFO(p.name);
-    const ChatTemplate t = recognise_chat_template(p.source);
-    for (const auto& [name, format] : expected_format)
-      if (name == p.name) CHECK(t.format == format);
+    const ChatTemplate t = chat_template_from_source(p.source, p.name);
     for (const Case& c : p.cases) {
       INFO(c.messages);
       if (c.rendered) {
@@ -227,22 +223,63 @@ TEST_CASE("chat templates: published sources are recognised and rendered as jinj
   }
 }
 
-TEST_CASE("chat templates: an unknown source or name is an error that lists the known formats") {
-  CHECK_THROWS_WITH(recognise_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}"),
-                    Catch::Contains("not recognised") && Catch::Contains("--template"));
-  CHECK_THROWS_WITH(chat_template_named("gemma"), Catch::Contains("gemma") && Catch::Contains("chatml"));
-  for (const char* name : {"llama3", "llama3-dated", "chatml", "qwen3", "llama2", "mistral", "zephyr"})
-    CHECK(chat_format_name(chat_template_named(name).format) == name);
+TEST_CASE("chat templates: each bundled template renders every case as the published template it follows") {
+  // tpcli's own sources for --template NAME against the published ones they were written after.
+  const std::vector<std::pair<std::string, std::string>> follows = {
+      {"zephyr", "zephyr"}, {"llama2", "llama2"}, {"mistral", "mistral"}, {"llama3-dated", "llama31"}};
+  int compared = 0;
+  for (const auto& [bundled, published] : follows) {
+    const ChatTemplate ours = chat_template_named(bundled);
+    for (const Published& p : PUBLISHED) {
+      if (p.name != published) continue;
+      const ChatTemplate theirs = chat_template_from_source(p.source, p.name);
+      for (const Case& c : p.cases) {
+        INFO(bundled << " against " << p.name << ": " << c.messages);
+        for (bool generation_prompt : {true, false}) {
+          const auto messages = parse(c.messages);
+          std::string expected, error;
+          try {
+            expected = render_chat(theirs, messages, {"<s>", "</s>"}, generation_prompt);
+          } catch (const std::invalid_argument& e) {
+            error = e.what();
+          }
+          if (error.empty()) {
+            CHECK(render_chat(ours, messages, {"<s>", "</s>"}, generation_prompt) == expected);
+          } else {
+            CHECK_THROWS_AS(render_chat(ours, messages, {"<s>", "</s>"}, generation_prompt), std::invalid_argument);
+          }
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared >= 20);
 }
 
-TEST_CASE("chat templates: Qwen3's reasoning and tool turns as jinja2 renders its published template") {
+TEST_CASE("chat templates: a name that is neither bundled nor a file is an error listing the bundled names; a file is read") {
+  CHECK_THROWS_WITH(chat_template_named("gemma"), Catch::Contains("gemma") && Catch::Contains("chatml"));
+  for (const char* name : {"llama3", "llama3-dated", "chatml", "qwen3", "llama2", "mistral", "zephyr"})
+    CHECK(chat_template_named(name).name == name);
+  CHECK_THROWS_WITH(chat_template_from_source("{% for m in messages %}", "broken"), Catch::Contains("broken"));
+  tpcli::testing::TempDir dir;
+  const std::string path = dir.write("mine.jinja", "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}");
+  CHECK(render_chat(chat_template_named(path), parse(R"([{"role": "user", "content": "hi"}])"), {}, true) == "[user] hi\n");
+}
+
+TEST_CASE("chat templates: the end-of-turn tokens are the markers the source writes, then EOS") {
+  CHECK(end_of_turn_tokens(chat_template_named("llama3"), {"<s>", "</s>"}) == std::vector<std::string>{"<|eot_id|>", "</s>"});
+  CHECK(end_of_turn_tokens(chat_template_named("chatml"), {"", "<|im_end|>"}) == std::vector<std::string>{"<|im_end|>"});
+  CHECK(end_of_turn_tokens(chat_template_named("zephyr"), {"<s>", "</s>"}) == std::vector<std::string>{"</s>"});
+}
+
+TEST_CASE("chat templates: Qwen3's reasoning and tool turns as jinja2 renders its published template, and the bundled qwen3 alike") {
   std::ifstream in(std::string(TPCLI_SHARED_DIR) + "/data/hf-tokenizers/qwen3/tokenizer_config.json");
   if (!in) {
     WARN("SKIPPED: qwen3 tokenizer_config.json is absent");
     return;
   }
-  const ChatTemplate t = recognise_chat_template(nlohmann::json::parse(in)["chat_template"].get<std::string>());
-  REQUIRE(t.format == ChatFormat::Qwen3);
+  const ChatTemplate t = chat_template_from_source(nlohmann::json::parse(in)["chat_template"].get<std::string>(), "qwen3");
+  const ChatTemplate bundled = chat_template_named("qwen3");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"~~~([{"role": "system", "content": "S"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nb"}, {"role": "user", "content": "c"}])~~~", R"~~~(<|im_start|>system
 S<|im_end|>
@@ -291,29 +328,19 @@ sunny
   for (const auto& [messages, rendered] : cases) {
     INFO(messages);
     CHECK(render_chat(t, parse(messages), {"", "<|im_end|>"}, true) == rendered);
+    CHECK(render_chat(bundled, parse(messages), {"", "<|im_end|>"}, true) == rendered);
   }
 }
 
-TEST_CASE("chat templates: a source that resembles a known format but writes other markers is refused, naming the marker") {
+TEST_CASE("chat templates: Phi-3.5's template renders its own <|end|>, which ends its turns") {
   const std::string folder = std::string(TPCLI_SHARED_DIR) + "/reference/chat-templates/templates/";
-  const auto source = [&](const std::string& name) {
-    std::ifstream in(folder + name + ".jinja");
-    if (!in) return std::string();
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  if (source("microsoft-Phi-3.5-mini-instruct").empty()) {
+  std::ifstream in(folder + "microsoft-Phi-3.5-mini-instruct.jinja");
+  if (!in) {
     WARN("SKIPPED: ../shared/reference/chat-templates is absent");
     return;
   }
-  // Phi-3 writes <|end|> where zephyr writes eos_token; GLM-4.6 and Phi-4-mini are not zephyr either.
-  CHECK_THROWS_WITH(recognise_chat_template(source("microsoft-Phi-3.5-mini-instruct")),
-                    Catch::Contains("zephyr") && Catch::Contains("<|end|>") && Catch::Contains("--template"));
-  CHECK_THROWS_WITH(recognise_chat_template(source("GLM-4.6")), Catch::Contains("<|observation|>"));
-  CHECK_THROWS_WITH(recognise_chat_template(source("vllm-tool_chat_template_phi4_mini")), Catch::Contains("<|end|>"));
-  CHECK_THROWS_WITH(recognise_chat_template(source("LFM2-8B-A1B")), Catch::Contains("chatml") && Catch::Contains("<|tool_list_start|>"));
-  // What the formats write themselves stays recognised.
-  CHECK(recognise_chat_template(source("meta-llama-Llama-3.1-8B-Instruct")).format == ChatFormat::Llama3Dated);
-  CHECK(recognise_chat_template(source("meta-llama-Llama-3.2-3B-Instruct")).format == ChatFormat::Llama3Dated);
-  CHECK(recognise_chat_template(source("Qwen-Qwen2.5-7B-Instruct")).format == ChatFormat::ChatML);
-  CHECK(recognise_chat_template(source("Qwen-Qwen3-4B")).format == ChatFormat::Qwen3);
+  const ChatTemplate t = chat_template_from_source(std::string(std::istreambuf_iterator<char>(in), {}), "phi-3.5");
+  const std::string text = render_chat(t, parse(R"([{"role": "user", "content": "Hi"}])"), {"<s>", "<|endoftext|>"}, true);
+  CHECK(text == "<|user|>\nHi<|end|>\n<|assistant|>\n");
+  CHECK(end_of_turn_tokens(t, {"<s>", "<|endoftext|>"}) == std::vector<std::string>{"<|end|>", "<|endoftext|>"});
 }

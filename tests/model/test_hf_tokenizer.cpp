@@ -48,7 +48,7 @@ size_t check_reference(const std::string& name) {
     INFO(name << " line " << checked + 1 << ": " << line.dump().substr(0, 300));
     if (line.contains("chat")) {
       REQUIRE(loaded.chat_template.has_value());
-      const ChatTemplate chat_template = recognise_chat_template(*loaded.chat_template);
+      const ChatTemplate chat_template = chat_template_from_source(*loaded.chat_template, name);
       const ChatTokens tokens{tokenizer.bos_text(), tokenizer.eos_text()};
       CHECK(render_chat(chat_template, messages_of(line["chat"]), tokens, true) == text);
     }
