@@ -194,7 +194,7 @@ void setup_chat(CLI::App& sub) {
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
   sub.add_option("--system", flags->system, "a system message before the conversation");
   sub.add_option("--template", flags->template_name,
-                 "chat format instead of tokenizer_config.json's: " + text::chat_template_names());
+                 "a .jinja file or a bundled chat template instead of tokenizer_config.json's: " + text::chat_template_names());
   sub.add_option("--context", flags->context,
                  "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
                  "directories: at most 8192)");

@@ -173,7 +173,7 @@ void setup_eval(CLI::App& sub) {
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
   sub.add_option("--template", flags->template_name,
-                 "chat format instead of tokenizer_config.json's: " + text::chat_template_names());
+                 "a .jinja file or a bundled chat template instead of tokenizer_config.json's: " + text::chat_template_names());
   sub.add_option("--format", flags->format, "auto (from the first example's keys), chat or completions")
       ->capture_default_str();
   sub.add_option("--max-tokens", flags->max_tokens, "tokens generated per answer at most")->capture_default_str();

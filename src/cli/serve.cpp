@@ -208,7 +208,7 @@ void setup_serve(CLI::App& sub) {
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")->required();
   add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");
-  sub.add_option("--template", flags->template_name, "chat format instead of tokenizer_config.json's: " + text::chat_template_names());
+  sub.add_option("--template", flags->template_name, "a .jinja file or a bundled chat template instead of tokenizer_config.json's: " + text::chat_template_names());
   sub.add_option("--model-name", flags->model_name, "the model's id in the API (default: the file or folder name)");
   sub.add_option("--host", flags->server.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
   sub.add_option("--port", flags->server.port, "port to listen on (0: any free one, printed)")->capture_default_str();

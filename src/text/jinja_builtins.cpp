@@ -99,7 +99,7 @@ Value filter_batch(const Value& v, CallArgs& args) {
       while (static_cast<int64_t>(current.size()) < size) current.push_back(fill);
     batches.push_back(Value::list(std::move(current)));
   }
-  return Value::list(std::move(batches));
+  return Value::generator(std::move(batches));
 }
 
 Value filter_capitalize(const Value& v, CallArgs&) { return Value(python_capitalize(to_str(v))); }
@@ -151,6 +151,7 @@ Value filter_first(const Value& v, CallArgs&) {
 }
 
 Value filter_last(const Value& v, CallArgs&) {
+  if (v.is_generator()) throw TemplateError("'generator' object is not reversible");
   auto items = iterate(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
@@ -189,6 +190,7 @@ std::optional<int64_t> parse_int(const std::string& text, int base) {
 
 Value filter_float(const Value& v, CallArgs& args) {
   const Value& fallback = arg(args, 0, "default");
+  if (v.is_undefined()) throw_undefined(v);
   if (v.is_number()) return Value(v.to_double());
   if (v.is_string())
     if (auto d = parse_float(v.as_string())) return Value(*d);
@@ -197,6 +199,7 @@ Value filter_float(const Value& v, CallArgs& args) {
 
 Value filter_int(const Value& v, CallArgs& args) {
   const Value& fallback = arg(args, 0, "default");
+  if (v.is_undefined()) throw_undefined(v);
   const int64_t base = int_arg(args, 1, "base", 10);
   if (v.is_int() || v.is_bool()) return Value(v.to_int());
   if (v.is_float() && std::isfinite(v.to_double())) return Value(static_cast<int64_t>(std::trunc(v.to_double())));
@@ -241,6 +244,8 @@ Value filter_groupby(const Value& v, CallArgs& args) {
 }
 
 Value filter_indent(const Value& v, CallArgs& args) {
+  if (v.is_undefined()) throw_undefined(v);  // jinja2 appends "\n" to the value: only strings take it
+  if (!v.is_string()) throw TemplateError("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
   const Value& width = arg(args, 0, "width");
   const std::string indention =
       width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(args, 0, "width", 4))), ' ');
@@ -257,11 +262,11 @@ Value filter_indent(const Value& v, CallArgs& args) {
 }
 
 Value filter_items(const Value& v, CallArgs&) {
-  if (v.is_undefined()) return Value::list();
+  if (v.is_undefined()) return Value::generator({});
   if (!v.is_dict()) throw TemplateError("Can only get item pairs from a mapping.");
   std::vector<Value> out;
   for (const auto& [k, val] : v.as_dict()->items) out.push_back(Value::tuple({k, val}));
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value filter_join(const Value& v, CallArgs& args) {
@@ -286,7 +291,7 @@ Value filter_upper(const Value& v, CallArgs&) { return Value(python_upper(to_str
 
 Value filter_map(const Value& v, CallArgs& args) {
   std::vector<Value> out;
-  if (!truthy(v)) return Value::list();  // jinja2: `if value:` before iterating
+  if (!truthy(v)) return Value::generator({});  // jinja2: `if value:` before iterating
   if (args.positional.empty()) {
     const Value& attribute = arg(args, 0, "attribute");
     const Value* fallback = args.keyword("default");
@@ -294,12 +299,12 @@ Value filter_map(const Value& v, CallArgs& args) {
       Value mapped = attribute_path(item, attribute);
       out.push_back(mapped.is_undefined() && fallback ? *fallback : mapped);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
   }
   const std::string name = to_str(args.positional[0]);
   CallArgs rest = rest_args(args, 1);
   for (const auto& item : iterate(v)) out.push_back(apply_filter(name, item, rest));
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value extreme(const Value& v, CallArgs& args, bool want_max) {
@@ -327,13 +332,13 @@ Value select_items(const Value& v, CallArgs& args, bool by_attribute, bool keep)
   const bool has_test = args.positional.size() > test_at;
   const std::string test = has_test ? to_str(args.positional[test_at]) : "";
   CallArgs rest = rest_args(args, test_at + 1);
-  if (!truthy(v)) return Value::list();  // jinja2: `if value:` before iterating
+  if (!truthy(v)) return Value::generator({});  // jinja2: `if value:` before iterating
   for (const auto& item : iterate(v)) {
     const Value subject = by_attribute ? attribute_path(item, attribute) : item;
     const bool passes = has_test ? apply_test(test, subject, rest) : truthy(subject);
     if (passes == keep) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value filter_select(const Value& v, CallArgs& args) { return select_items(v, args, false, true); }
@@ -356,7 +361,7 @@ Value filter_reverse(const Value& v, CallArgs&) {
   }
   auto items = iterate(v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  return Value::generator(std::move(items));
 }
 
 // Python's round(x, n): correctly rounded, ties to even on the exact binary value.
@@ -405,7 +410,7 @@ Value filter_slice(const Value& v, CallArgs& args) {
     if (!fill.is_undefined() && !fill.is_none() && i >= extra && extra > 0) part.push_back(fill);
     out.push_back(Value::list(std::move(part)));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value filter_sort(const Value& v, CallArgs& args) {
@@ -491,14 +496,16 @@ Value filter_tojson(const Value& v, CallArgs& args) {
 
 Value filter_trim(const Value& v, CallArgs& args) { return Value(python_strip(to_str(v), arg(args, 0, "chars"), true, true)); }
 
+// jinja2 measures the value with len() and returns it unchanged when short enough (a list too).
 Value filter_truncate(const Value& v, CallArgs& args) {
-  const std::u32string s = utf8_decode(to_str(v));
   const int64_t max_length = int_arg(args, 0, "length", 255);
   const bool killwords = bool_arg(args, 1, "killwords", false);
   const std::u32string end = arg(args, 2, "end").is_string() ? utf8_decode(arg(args, 2, "end").as_string()) : U"...";
   const int64_t leeway = int_arg(args, 3, "leeway", 5);
   if (max_length < static_cast<int64_t>(end.size())) throw TemplateError("expected length >= " + std::to_string(end.size()));
-  if (static_cast<int64_t>(s.size()) <= max_length + leeway) return Value(utf8_encode(s));
+  if (length(v) <= max_length + leeway) return v;
+  if (!v.is_string()) throw TemplateError("truncate needs a string, not " + v.type_name());
+  const std::u32string s = utf8_decode(v.as_string());
   std::u32string kept = s.substr(0, static_cast<size_t>(max_length - static_cast<int64_t>(end.size())));
   if (!killwords) {
     const size_t space = kept.rfind(U' ');
@@ -517,7 +524,7 @@ Value filter_unique(const Value& v, CallArgs& args) {
     seen.push_back(key);
     out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value filter_wordcount(const Value& v, CallArgs&) {
@@ -584,22 +591,26 @@ bool test_float(const Value& v, CallArgs&) { return v.is_float(); }
 bool test_number(const Value& v, CallArgs&) { return v.is_number(); }
 bool test_string(const Value& v, CallArgs&) { return v.is_string(); }
 bool test_mapping(const Value& v, CallArgs&) { return v.is_dict(); }
-bool test_iterable(const Value& v, CallArgs&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
+bool test_iterable(const Value& v, CallArgs&) {
+  return v.is_string() || v.is_list() || v.is_generator() || v.is_dict() || v.is_undefined();
+}
 bool test_sequence(const Value& v, CallArgs&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
+// Undefined counts: it defines __call__ (to raise).
 bool test_callable(const Value& v, CallArgs&) {
-  return v.is_callable() || (v.is_object() && v.as_object()->attributes.find("__call__"));
+  return v.is_callable() || v.is_undefined() || (v.is_object() && v.as_object()->attributes.find("__call__"));
 }
 bool test_escaped(const Value& v, CallArgs&) { return v.is_safe(); }
-bool test_lower(const Value& v, CallArgs&) { return v.is_string() && python_lower(v.as_string()) == v.as_string(); }
-bool test_upper(const Value& v, CallArgs&) { return v.is_string() && python_upper(v.as_string()) == v.as_string(); }
-
-int64_t integer_of(const Value& v, const char* test) {
-  if (v.is_int() || v.is_bool()) return v.to_int();
-  if (v.is_float() && std::trunc(v.to_double()) == v.to_double()) return static_cast<int64_t>(v.to_double());
-  throw TemplateError(std::string("the '") + test + "' test needs an integer, not " + v.type_name());
+// str.islower() / isupper(): at least one cased character, and none of the other case.
+bool test_lower(const Value& v, CallArgs&) {
+  return v.is_string() && python_lower(v.as_string()) == v.as_string() && python_upper(v.as_string()) != v.as_string();
 }
-bool test_odd(const Value& v, CallArgs&) { return integer_of(v, "odd") % 2 != 0; }
-bool test_even(const Value& v, CallArgs&) { return integer_of(v, "even") % 2 == 0; }
+bool test_upper(const Value& v, CallArgs&) {
+  return v.is_string() && python_upper(v.as_string()) == v.as_string() && python_lower(v.as_string()) != v.as_string();
+}
+
+// value % 2 == 1 / == 0, as jinja2 computes them (floats too).
+bool test_odd(const Value& v, CallArgs&) { return equal(binary_op("%", v, Value(int64_t{2})), Value(int64_t{1})); }
+bool test_even(const Value& v, CallArgs&) { return equal(binary_op("%", v, Value(int64_t{2})), Value(int64_t{0})); }
 bool test_divisibleby(const Value& v, CallArgs& args) {
   return truthy(compare("==", binary_op("%", v, other(args)), Value(int64_t{0})));
 }

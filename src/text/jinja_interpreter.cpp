@@ -127,7 +127,7 @@ class Interpreter {
         emit(out, to_str(eval_filters(*stmt.expr, Value(std::move(captured)), scope)));
         return Flow::Normal;
       }
-      case StmtKind::Scope: exec_body(stmt.body, child_of(scope), out); return Flow::Normal;
+      case StmtKind::Scope: return exec_body(stmt.body, child_of(scope), out);  // with/block run inline: break passes
       case StmtKind::Break: return Flow::Break;
       case StmtKind::Continue: return Flow::Continue;
     }
@@ -402,40 +402,46 @@ class Interpreter {
   }
 };
 
-void check_expr(const Expr* e);
+// jinja2 refuses an unknown filter or test when it compiles the template, except inside an `if`
+// (its condition and bodies) or an inline if, where only calling it fails ("soft" frames). A loop,
+// macro or block body inside an `if` is a frame of its own, checked again.
+void check_expr(const Expr* e, bool soft);
 
-void check_exprs(const std::vector<ExprPtr>& exprs) {
-  for (const auto& e : exprs) check_expr(e.get());
+void check_exprs(const std::vector<ExprPtr>& exprs, bool soft) {
+  for (const auto& e : exprs) check_expr(e.get(), soft);
 }
 
-void check_expr(const Expr* e) {
+void check_expr(const Expr* e, bool soft) {
   if (!e) return;
-  if (e->kind == ExprKind::Filter && !filter_exists(e->name))
+  if (!soft && e->kind == ExprKind::Filter && !filter_exists(e->name))
     throw TemplateError("template line " + std::to_string(e->line) + ": no filter named '" + e->name + "'");
-  if (e->kind == ExprKind::Test && !test_exists(e->name))
+  if (!soft && e->kind == ExprKind::Test && !test_exists(e->name))
     throw TemplateError("template line " + std::to_string(e->line) + ": no test named '" + e->name + "'");
-  check_exprs(e->args);
-  for (const auto& [_, v] : e->keywords) check_expr(v.get());
-  check_expr(e->star_args.get());
-  check_expr(e->star_kwargs.get());
+  const bool inner_soft = soft || e->kind == ExprKind::Conditional;
+  check_exprs(e->args, inner_soft);
+  for (const auto& [_, v] : e->keywords) check_expr(v.get(), inner_soft);
+  check_expr(e->star_args.get(), inner_soft);
+  check_expr(e->star_kwargs.get(), inner_soft);
 }
 
-void check_body(const Body& body) {
+void check_body(const Body& body, bool soft) {
   for (const auto& s : body) {
-    check_expr(s->expr.get());
-    check_expr(s->target.get());
-    check_expr(s->condition.get());
-    check_exprs(s->conditions);
-    for (const auto& b : s->bodies) check_body(b);
-    check_body(s->body);
-    check_body(s->else_body);
-    for (const auto& p : s->params) check_expr(p.default_value.get());
+    const bool own_frame = s->kind == StmtKind::For || s->kind == StmtKind::Macro || s->kind == StmtKind::CallBlock ||
+                           s->kind == StmtKind::FilterBlock || s->kind == StmtKind::SetBlock || s->kind == StmtKind::Scope;
+    const bool expr_soft = soft && s->kind != StmtKind::FilterBlock && s->kind != StmtKind::SetBlock;
+    check_expr(s->expr.get(), expr_soft);
+    check_expr(s->condition.get(), false);
+    check_exprs(s->conditions, true);
+    for (const auto& b : s->bodies) check_body(b, true);
+    check_body(s->body, !own_frame && (soft || s->kind == StmtKind::If));
+    check_body(s->else_body, !own_frame && (soft || s->kind == StmtKind::If));
+    for (const auto& p : s->params) check_expr(p.default_value.get(), false);
   }
 }
 
 }  // namespace
 
-void check_names(const Template& tmpl) { check_body(tmpl.body); }
+void check_names(const Template& tmpl) { check_body(tmpl.body, false); }
 
 std::string render_template(const Template& tmpl, const std::unordered_map<std::string, Value>& variables,
                             const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits,

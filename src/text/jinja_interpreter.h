@@ -28,7 +28,8 @@ std::string render_template(const Template& tmpl, const std::unordered_map<std::
                             const std::unordered_map<std::string, Value>& globals, const RenderLimits& limits,
                             ObjectArena& arena);
 
-// Fails at compile time, as jinja2 does, for a filter or test no template could call.
+// Fails at compile time, as jinja2 does, for an unknown filter or test outside any `if` (inside one,
+// jinja2 and the interpreter fail only when it is called).
 void check_names(const Template& tmpl);
 
 }  // namespace tpcli::text

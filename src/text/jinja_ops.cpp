@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "text/python_str.h"
@@ -169,10 +170,12 @@ bool contains(const Value& container, const Value& item) {
         throw TemplateError("'in <string>' requires string as left operand, not " + item.type_name());
       return container.as_string().find(item.as_string()) != std::string::npos;
     case Kind::List:
-      for (const auto& v : container.as_list()->items)
+      for (const auto& v : iterate(container))
         if (equal(v, item)) return true;
       return false;
-    case Kind::Dict: return container.as_dict()->find(item) != nullptr;
+    case Kind::Dict:
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict()) throw TemplateError("unhashable type: '" + item.type_name() + "'");
+      return container.as_dict()->find(item) != nullptr;
     case Kind::Undefined: return false;
     default: throw TemplateError("argument of type '" + container.type_name() + "' is not iterable");
   }
@@ -193,7 +196,9 @@ bool compare(std::string_view op, const Value& a, const Value& b) {
 std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
     case Kind::Undefined: return {};
-    case Kind::List: return v.as_list()->items;
+    case Kind::List:
+      if (v.is_generator()) return std::exchange(v.as_list()->items, {});  // used up, as in Python
+      return v.as_list()->items;
     case Kind::Dict: {
       std::vector<Value> keys;
       for (const auto& [k, _] : v.as_dict()->items) keys.push_back(k);
@@ -212,10 +217,13 @@ int64_t length(const Value& v) {
   switch (v.kind()) {
     case Kind::Undefined: return 0;
     case Kind::String: return static_cast<int64_t>(utf8_length(v.as_string()));
-    case Kind::List: return static_cast<int64_t>(v.as_list()->items.size());
+    case Kind::List:
+      if (v.is_generator()) break;
+      return static_cast<int64_t>(v.as_list()->items.size());
     case Kind::Dict: return static_cast<int64_t>(v.as_dict()->items.size());
-    default: throw TemplateError("object of type '" + v.type_name() + "' has no len()");
+    default: break;
   }
+  throw TemplateError("object of type '" + v.type_name() + "' has no len()");
 }
 
 // ---- case and whitespace ----
@@ -339,7 +347,9 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
     for (int64_t i : slice_positions(static_cast<int64_t>(items.size()), start, stop, step)) out.push_back(items[i]);
     return object.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
   }
-  return Value::undefined("'" + object.type_name() + "' object is not subscriptable");
+  // jinja2 compiles a slice to a plain Python subscript (not environment.getitem): it raises.
+  if (object.is_dict()) throw TemplateError("unhashable type: 'slice'");
+  throw TemplateError("'" + object.type_name() + "' object is not subscriptable");
 }
 
 Value get_item(const Value& object, const Value& key) {
@@ -530,90 +540,114 @@ bool all_chars(const std::string& s, bool (*pred)(char32_t)) {
   return !u.empty() && std::all_of(u.begin(), u.end(), pred);
 }
 
-Value string_method(const std::string& name, const std::string& s, CallArgs& args) {
-  if (name == "strip") return Value(python_strip(s, arg(args, 0, "chars"), true, true));
-  if (name == "lstrip") return Value(python_strip(s, arg(args, 0, "chars"), true, false));
-  if (name == "rstrip") return Value(python_strip(s, arg(args, 0, "chars"), false, true));
-  if (name == "split") return str_split(s, arg(args, 0, "sep"), arg(args, 1, "maxsplit"));
-  if (name == "rsplit") return str_rsplit(s, arg(args, 0, "sep"), arg(args, 1, "maxsplit"));
-  if (name == "splitlines") return python_splitlines(s, truthy(arg(args, 0, "keepends")));
-  if (name == "startswith") return Value(affix_matches(s, arg(args, 0), true));
-  if (name == "endswith") return Value(affix_matches(s, arg(args, 0), false));
-  if (name == "replace") {
-    const Value& count = arg(args, 2, "count");
-    return str_replace(s, string_arg(args, 0, name), string_arg(args, 1, name), count.is_int() ? count.as_int() : -1);
-  }
-  if (name == "upper") return Value(python_upper(s));
-  if (name == "lower" || name == "casefold") return Value(python_lower(s));
-  if (name == "title") return Value(python_title(s));
-  if (name == "capitalize") return Value(python_capitalize(s));
-  if (name == "swapcase") return Value(map_chars(s, [](char32_t c) { return upper_of(c) != c ? upper_of(c) : lower_of(c); }));
-  if (name == "find" || name == "index" || name == "rfind" || name == "rindex") {
-    Value at = str_find(s, string_arg(args, 0, name), name[0] == 'r');
-    if (name.find("index") != std::string::npos && at.as_int() < 0) throw TemplateError("substring not found");
-    return at;
-  }
-  if (name == "count") {
-    const std::string& needle = string_arg(args, 0, name);
-    if (needle.empty()) return Value(static_cast<int64_t>(utf8_length(s) + 1));
-    int64_t n = 0;
-    for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + needle.size())) ++n;
-    return Value(n);
-  }
-  if (name == "join") {
-    std::string out;
-    const auto items = iterate(arg(args, 0));
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_string())
-        throw TemplateError("sequence item " + std::to_string(i) + ": expected str instance, " + items[i].type_name() + " found");
-      if (i) out += s;
-      out += items[i].as_string();
-      check_size(out.size());
-    }
-    return Value(std::move(out));
-  }
-  if (name == "format") return Value(brace_format(s, args));
-  if (name == "center" || name == "ljust" || name == "rjust") {
-    const char align = name == "center" ? '^' : name == "ljust" ? '<' : '>';
-    return Value(pad(s, arg(args, 0).is_int() ? arg(args, 0).as_int() : 0, arg(args, 1), align));
-  }
-  if (name == "zfill") {
-    const int64_t width = arg(args, 0).is_int() ? arg(args, 0).as_int() : 0;
-    const bool sign = !s.empty() && (s[0] == '-' || s[0] == '+');
-    const std::string padded = pad(s.substr(sign), width - sign, Value("0"), '>');
-    return Value((sign ? s.substr(0, 1) : "") + padded);
-  }
-  if (name == "partition" || name == "rpartition") {
-    const std::string& sep = string_arg(args, 0, name);
-    const size_t at = name[0] == 'r' ? s.rfind(sep) : s.find(sep);
-    if (at == std::string::npos)
-      return name[0] == 'r' ? Value::tuple({Value(""), Value(""), Value(s)}) : Value::tuple({Value(s), Value(""), Value("")});
-    return Value::tuple({Value(s.substr(0, at)), Value(sep), Value(s.substr(at + sep.size()))});
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    const std::string& affix = string_arg(args, 0, name);
-    const bool prefix = name == "removeprefix";
-    if (!affix_matches(s, Value(affix), prefix)) return Value(s);
-    return Value(prefix ? s.substr(affix.size()) : s.substr(0, s.size() - affix.size()));
-  }
-  if (name == "isdigit" || name == "isnumeric" || name == "isdecimal")
-    return Value(all_chars(s, [](char32_t c) { return c >= '0' && c <= '9'; }));
-  if (name == "isalpha") return Value(all_chars(s, is_cased));
-  if (name == "isalnum") return Value(all_chars(s, [](char32_t c) { return is_cased(c) || (c >= '0' && c <= '9'); }));
-  if (name == "isspace") return Value(all_chars(s, is_python_space));
-  if (name == "islower") return Value(python_lower(s) == s && python_upper(s) != s);
-  if (name == "isupper") return Value(python_upper(s) == s && python_lower(s) != s);
-  if (name == "istitle") return Value(python_title(s) == s && python_lower(s) != s);
-  throw TemplateError("'str object' has no attribute '" + name + "'");
+Value str_find_or_index(const std::string& name, const std::string& s, CallArgs& args) {
+  Value at = str_find(s, string_arg(args, 0, name), name[0] == 'r');
+  if (name.find("index") != std::string::npos && at.as_int() < 0) throw TemplateError("substring not found");
+  return at;
 }
 
-const std::unordered_set<std::string>& string_methods() {
-  static const std::unordered_set<std::string> names = {
-      "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "replace", "upper",
-      "lower", "casefold", "title", "capitalize", "swapcase", "find", "rfind", "index", "rindex", "count", "join",
-      "format", "center", "ljust", "rjust", "zfill", "partition", "rpartition", "removeprefix", "removesuffix",
-      "isdigit", "isnumeric", "isdecimal", "isalpha", "isalnum", "isspace", "islower", "isupper", "istitle"};
-  return names;
+Value str_count(const std::string& name, const std::string& s, CallArgs& args) {
+  const std::string& needle = string_arg(args, 0, name);
+  if (needle.empty()) return Value(static_cast<int64_t>(utf8_length(s) + 1));
+  int64_t n = 0;
+  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + needle.size())) ++n;
+  return Value(n);
+}
+
+Value str_join(const std::string&, const std::string& s, CallArgs& args) {
+  std::string out;
+  const auto items = iterate(arg(args, 0));
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].is_string())
+      throw TemplateError("sequence item " + std::to_string(i) + ": expected str instance, " + items[i].type_name() + " found");
+    if (i) out += s;
+    out += items[i].as_string();
+    check_size(out.size());
+  }
+  return Value(std::move(out));
+}
+
+Value str_pad(const std::string& name, const std::string& s, CallArgs& args) {
+  const char align = name == "center" ? '^' : name == "ljust" ? '<' : '>';
+  return Value(pad(s, arg(args, 0).is_int() ? arg(args, 0).as_int() : 0, arg(args, 1), align));
+}
+
+Value str_zfill(const std::string&, const std::string& s, CallArgs& args) {
+  const int64_t width = arg(args, 0).is_int() ? arg(args, 0).as_int() : 0;
+  const bool sign = !s.empty() && (s[0] == '-' || s[0] == '+');
+  const std::string padded = pad(s.substr(sign), width - sign, Value("0"), '>');
+  return Value((sign ? s.substr(0, 1) : "") + padded);
+}
+
+Value str_partition(const std::string& name, const std::string& s, CallArgs& args) {
+  const std::string& sep = string_arg(args, 0, name);
+  const size_t at = name[0] == 'r' ? s.rfind(sep) : s.find(sep);
+  if (at == std::string::npos)
+    return name[0] == 'r' ? Value::tuple({Value(""), Value(""), Value(s)}) : Value::tuple({Value(s), Value(""), Value("")});
+  return Value::tuple({Value(s.substr(0, at)), Value(sep), Value(s.substr(at + sep.size()))});
+}
+
+Value str_remove_affix(const std::string& name, const std::string& s, CallArgs& args) {
+  const std::string& affix = string_arg(args, 0, name);
+  const bool prefix = name == "removeprefix";
+  if (!affix_matches(s, Value(affix), prefix)) return Value(s);
+  return Value(prefix ? s.substr(affix.size()) : s.substr(0, s.size() - affix.size()));
+}
+
+bool is_decimal_digit(char32_t c) { return c >= '0' && c <= '9'; }
+
+using StringMethod = Value (*)(const std::string& name, const std::string& s, CallArgs& args);
+
+// Python's str methods a template may call, by name.
+const std::unordered_map<std::string, StringMethod>& string_methods() {
+  using A = CallArgs;
+  using S = const std::string&;
+  static const std::unordered_map<std::string, StringMethod> table = {
+      {"strip", [](S, S s, A& a) { return Value(python_strip(s, arg(a, 0, "chars"), true, true)); }},
+      {"lstrip", [](S, S s, A& a) { return Value(python_strip(s, arg(a, 0, "chars"), true, false)); }},
+      {"rstrip", [](S, S s, A& a) { return Value(python_strip(s, arg(a, 0, "chars"), false, true)); }},
+      {"split", [](S, S s, A& a) { return str_split(s, arg(a, 0, "sep"), arg(a, 1, "maxsplit")); }},
+      {"rsplit", [](S, S s, A& a) { return str_rsplit(s, arg(a, 0, "sep"), arg(a, 1, "maxsplit")); }},
+      {"splitlines", [](S, S s, A& a) { return python_splitlines(s, truthy(arg(a, 0, "keepends"))); }},
+      {"startswith", [](S, S s, A& a) { return Value(affix_matches(s, arg(a, 0), true)); }},
+      {"endswith", [](S, S s, A& a) { return Value(affix_matches(s, arg(a, 0), false)); }},
+      {"replace", [](S name, S s, A& a) {
+         const Value& count = arg(a, 2, "count");
+         return str_replace(s, string_arg(a, 0, name), string_arg(a, 1, name), count.is_int() ? count.as_int() : -1);
+       }},
+      {"upper", [](S, S s, A&) { return Value(python_upper(s)); }},
+      {"lower", [](S, S s, A&) { return Value(python_lower(s)); }},
+      {"casefold", [](S, S s, A&) { return Value(python_lower(s)); }},
+      {"title", [](S, S s, A&) { return Value(python_title(s)); }},
+      {"capitalize", [](S, S s, A&) { return Value(python_capitalize(s)); }},
+      {"swapcase", [](S, S s, A&) {
+         return Value(map_chars(s, [](char32_t c) { return upper_of(c) != c ? upper_of(c) : lower_of(c); }));
+       }},
+      {"find", str_find_or_index}, {"rfind", str_find_or_index}, {"index", str_find_or_index},
+      {"rindex", str_find_or_index}, {"count", str_count}, {"join", str_join},
+      {"format", [](S, S s, A& a) { return Value(brace_format(s, a)); }},
+      {"center", str_pad}, {"ljust", str_pad}, {"rjust", str_pad}, {"zfill", str_zfill},
+      {"partition", str_partition}, {"rpartition", str_partition},
+      {"removeprefix", str_remove_affix}, {"removesuffix", str_remove_affix},
+      {"isdigit", [](S, S s, A&) { return Value(all_chars(s, is_decimal_digit)); }},
+      {"isnumeric", [](S, S s, A&) { return Value(all_chars(s, is_decimal_digit)); }},
+      {"isdecimal", [](S, S s, A&) { return Value(all_chars(s, is_decimal_digit)); }},
+      {"isalpha", [](S, S s, A&) { return Value(all_chars(s, is_cased)); }},
+      {"isalnum", [](S, S s, A&) {
+         return Value(all_chars(s, [](char32_t c) { return is_cased(c) || is_decimal_digit(c); }));
+       }},
+      {"isspace", [](S, S s, A&) { return Value(all_chars(s, is_python_space)); }},
+      {"islower", [](S, S s, A&) { return Value(python_lower(s) == s && python_upper(s) != s); }},
+      {"isupper", [](S, S s, A&) { return Value(python_upper(s) == s && python_lower(s) != s); }},
+      {"istitle", [](S, S s, A&) { return Value(python_title(s) == s && python_lower(s) != s); }},
+  };
+  return table;
+}
+
+Value string_method(const std::string& name, const std::string& s, CallArgs& args) {
+  const auto it = string_methods().find(name);
+  if (it == string_methods().end()) throw TemplateError("'str object' has no attribute '" + name + "'");
+  return it->second(name, s, args);
 }
 
 // The methods the immutable sandbox refuses (jinja2.sandbox's _mutable_spec).
@@ -894,7 +928,10 @@ std::string percent_format(std::string_view format, const Value& args) {
     out += percent_one(p, *value);
     check_size(out.size());
   }
-  if (!mapping && next < positional.size()) throw TemplateError("not all arguments converted during string formatting");
+  // Python checks for unused arguments only when they are a tuple or a single non-mapping value
+  // (a list or dict counts as a mapping there).
+  const bool checks_unused = !(args.is_list() && !args.is_tuple()) && !args.is_dict();
+  if (checks_unused && next < positional.size()) throw TemplateError("not all arguments converted during string formatting");
   return out;
 }
 

@@ -15,7 +15,7 @@
 
 namespace tpcli::text {
 
-constexpr size_t MAX_VALUE_BYTES = size_t{64} << 20;
+constexpr size_t MAX_VALUE_BYTES = size_t{16} << 20;  // a 1M-token prompt is ~5 MB of text
 constexpr size_t MAX_ITEMS = size_t{1} << 22;
 
 // A failure Python reports as jinja2.exceptions.UndefinedError: an undefined value used for more

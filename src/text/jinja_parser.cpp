@@ -1,5 +1,7 @@
 #include "text/jinja_parser.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <initializer_list>
 
 #include "text/jinja_lexer.h"
@@ -11,6 +13,14 @@ namespace {
 // Deeper nesting than this is no real template; the limit keeps the recursive descent off the
 // end of the stack on hostile input.
 constexpr int MAX_NESTING = 128;
+
+// An integer literal as Python reads it; past int64 it becomes a float (Python's ints are unbounded).
+Value integer_literal(const std::string& text) {
+  int64_t v = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (error == std::errc() && end == text.data() + text.size()) return Value(v);
+  return Value(std::strtod(text.c_str(), nullptr));
+}
 
 ExprPtr make_expr(ExprKind kind, int line) {
   auto e = std::make_unique<Expr>();
@@ -141,6 +151,7 @@ class Parser {
     if (tag == "filter") return parse_filter_block(line);
     if (tag == "with") return parse_with(line);
     if (tag == "generation") return parse_scope(line, "endgeneration");
+    if (tag == "block") return parse_block(line);
     if (tag == "break" || tag == "continue") {
       expect_block_end();
       return make_stmt(tag == "break" ? StmtKind::Break : StmtKind::Continue, line);
@@ -271,6 +282,21 @@ class Parser {
     expect_block_end();
     for (auto& stmt : parse_body({"endwith"})) s->body.push_back(std::move(stmt));
     end_block("endwith");
+    return s;
+  }
+
+  // {% block name [scoped] [required] %}: in a template that extends nothing, its body in place.
+  StmtPtr parse_block(int line) {
+    auto s = make_stmt(StmtKind::Scope, line);
+    const std::string name = expect_name();
+    skip_name("scoped");
+    skip_name("required");
+    expect_block_end();
+    s->body = parse_body({"endblock"});
+    if (!skip_name("endblock")) fail("expected 'endblock'");
+    if (current().type == TokenType::Name && current().text != name) fail("endblock names '" + current().text + "', not '" + name + "'");
+    if (current().type == TokenType::Name) advance();
+    expect_block_end();
     return s;
   }
 
@@ -500,15 +526,8 @@ class Parser {
         while (current().type == TokenType::String) s += advance().text;
         return literal(Value(std::move(s)), t.line);
       }
-      case TokenType::Integer: {
-        advance();
-        try {
-          return literal(Value(static_cast<int64_t>(std::stoll(t.text))), t.line);
-        } catch (const std::out_of_range&) {
-          return literal(Value(std::stod(t.text)), t.line);
-        }
-      }
-      case TokenType::Float: advance(); return literal(Value(std::stod(t.text)), t.line);
+      case TokenType::Integer: advance(); return literal(integer_literal(t.text), t.line);
+      case TokenType::Float: advance(); return literal(Value(std::strtod(t.text.c_str(), nullptr)), t.line);
       default: break;
     }
     if (skip_op("(")) {
@@ -566,7 +585,7 @@ class Parser {
       if (current().type == TokenType::Integer) {
         auto e = make_expr(ExprKind::Item, t.line);
         e->args.push_back(std::move(node));
-        e->args.push_back(literal(Value(static_cast<int64_t>(std::stoll(advance().text))), t.line));
+        e->args.push_back(literal(integer_literal(advance().text), t.line));
         return e;
       }
       auto e = make_expr(ExprKind::Attribute, t.line);

@@ -21,9 +21,15 @@ std::tm local_now() {
 }  // namespace
 
 JinjaTemplate::JinjaTemplate(std::string_view source) {
-  auto parsed = std::make_shared<Template>(parse_template(source));
-  check_names(*parsed);
-  template_ = std::move(parsed);
+  try {
+    auto parsed = std::make_shared<Template>(parse_template(source));
+    check_names(*parsed);
+    template_ = std::move(parsed);
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const std::exception& e) {  // a library failure while parsing: still one TemplateError
+    throw TemplateError(std::string("template failed to parse: ") + e.what());
+  }
 }
 
 std::string JinjaTemplate::render(const nlohmann::ordered_json& variables, const RenderOptions& options) const {

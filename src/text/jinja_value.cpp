@@ -24,6 +24,15 @@ Value Value::tuple(std::vector<Value> items) {
   return Value(l);
 }
 
+Value Value::generator(std::vector<Value> items) {
+  auto l = std::make_shared<ListData>();
+  l->items = std::move(items);
+  l->is_generator = true;
+  return Value(l);
+}
+
+bool Value::is_generator() const { return kind() == Kind::List && as_list()->is_generator; }
+
 Value Value::dict() { return Value(std::make_shared<DictData>()); }
 
 std::string html_escape(std::string_view s) {
@@ -55,7 +64,7 @@ std::string Value::type_name() const {
     case Kind::Int: return "int";
     case Kind::Float: return "float";
     case Kind::String: return "str";
-    case Kind::List: return is_tuple() ? "tuple" : "list";
+    case Kind::List: return is_generator() ? "generator" : is_tuple() ? "tuple" : "list";
     case Kind::Dict: return "dict";
     case Kind::Object: return as_object()->type_name;
     case Kind::Callable: return "function";
@@ -119,7 +128,7 @@ bool truthy(const Value& v) {
     case Kind::Int: return v.as_int() != 0;
     case Kind::Float: return v.to_double() != 0.0;
     case Kind::String: return !v.as_string().empty();
-    case Kind::List: return !v.as_list()->items.empty();
+    case Kind::List: return v.is_generator() || !v.as_list()->items.empty();
     case Kind::Dict: return !v.as_dict()->items.empty();
     default: return true;
   }
@@ -227,13 +236,13 @@ std::string to_str(const Value& v) {
 
 std::string to_repr(const Value& v) {
   switch (v.kind()) {
-    case Kind::Undefined: return "";
+    case Kind::Undefined: return "Undefined";  // inside a list; printed alone it is "" (to_str)
     case Kind::None: return "None";
     case Kind::Bool: return v.as_bool() ? "True" : "False";
     case Kind::Int: return std::to_string(v.as_int());
     case Kind::Float: return float_repr(v.to_double());
     case Kind::String: return string_repr(v.as_string());
-    case Kind::List: return sequence_repr(*v.as_list());
+    case Kind::List: return v.is_generator() ? "<generator object>" : sequence_repr(*v.as_list());
     case Kind::Dict: return dict_repr(*v.as_dict());
     case Kind::Object: return object_repr(*v.as_object());
     case Kind::Callable: return "<function " + v.as_callable()->name + ">";
@@ -247,6 +256,7 @@ bool equal(const Value& a, const Value& b) {
     return a.to_int() == b.to_int();
   }
   if (a.kind() != b.kind()) return false;
+  if (a.is_generator() || b.is_generator()) return a.as_list() == b.as_list();
   switch (a.kind()) {
     case Kind::Undefined:
     case Kind::None: return true;
@@ -352,10 +362,14 @@ class JsonWriter {
       case Kind::Int: out += std::to_string(v.as_int()); return;
       case Kind::Float: out += json_float(v.to_double()); return;
       case Kind::String: json_string(out, v.as_string(), options_.ensure_ascii); return;
-      case Kind::List: write_list(v.as_list()->items, depth); return;
+      case Kind::List:
+        if (v.is_generator()) break;
+        write_list(v.as_list()->items, depth);
+        return;
       case Kind::Dict: write_dict(*v.as_dict(), depth); return;
-      default: throw TemplateError("Object of type " + v.type_name() + " is not JSON serializable");
+      default: break;
     }
+    throw TemplateError("Object of type " + v.type_name() + " is not JSON serializable");
   }
 
  private:

@@ -74,6 +74,9 @@ class Value {
   bool is_safe() const { return safe_ && is_string(); }
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
+  // What select, map, items, unique, batch, slice and reverse return in jinja2: a one-shot iterator.
+  // Always truthy, no len(), no subscripts, and iterating it empties it (as Python's generators).
+  static Value generator(std::vector<Value> items);
   static Value dict();
 
   Kind kind() const { return static_cast<Kind>(data_.index()); }
@@ -84,7 +87,8 @@ class Value {
   bool is_float() const { return kind() == Kind::Float; }
   bool is_number() const { return is_int() || is_float() || is_bool(); }
   bool is_string() const { return kind() == Kind::String; }
-  bool is_list() const { return kind() == Kind::List; }  // lists and tuples
+  bool is_list() const { return kind() == Kind::List && !is_generator(); }  // lists and tuples
+  bool is_generator() const;
   bool is_tuple() const;
   bool is_dict() const { return kind() == Kind::Dict; }
   bool is_object() const { return kind() == Kind::Object; }
@@ -115,6 +119,7 @@ std::string html_escape(std::string_view s);
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  bool is_generator = false;
 };
 
 // An insertion-ordered dict with Python key equality (1 == 1.0 == True); lookups are linear, the

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "text/chat_template.h"
+#include "text/jinja_template.h"
 
 namespace {
 
@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   static const tpcli::text::RenderOptions options = fuzz_options();
   try {
-    const tpcli::text::ChatTemplate chat(source);
+    const tpcli::text::JinjaTemplate chat(source);
     (void)chat.render(variables, options);
   } catch (const tpcli::text::TemplateError&) {
   }

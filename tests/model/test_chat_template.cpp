@@ -253,10 +253,10 @@ TEST_CASE("chat templates: each bundled template renders every case as the publi
       }
     }
   }
-  CHECK(compared >= 20);
+  CHECK(compared >= 16);  // every published case of the four, with and without the generation prompt
 }
 
-TEST_CASE("chat templates: a name that is neither bundled nor a file is an error listing the bundled names; a file is read") {
+TEST_CASE("chat templates: a name that is neither bundled nor a file is an error listing the bundled names, and a file is read") {
   CHECK_THROWS_WITH(chat_template_named("gemma"), Catch::Contains("gemma") && Catch::Contains("chatml"));
   for (const char* name : {"llama3", "llama3-dated", "chatml", "qwen3", "llama2", "mistral", "zephyr"})
     CHECK(chat_template_named(name).name == name);

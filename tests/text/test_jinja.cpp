@@ -277,6 +277,39 @@ const Expectation STATEMENTS[] = {
     {R"~~({{ 1 + }})~~", std::nullopt},  // TemplateSyntaxError: unexpected 'end of print statement'
     {R"~~({% endif %})~~", std::nullopt},  // TemplateSyntaxError: Encountered unknown tag 'endif'.
 };
+// GENERATORS
+const Expectation GENERATORS[] = {
+    {R"~~({% set users = messages|selectattr('role', 'equalto', 'tool') %}{{ 'truthy' if users else 'falsy' }}|{{ users|list }}|{{ users is iterable }}|{{ users is sequence }}|{{ users[0] is defined }})~~", R"~~(truthy|[]|True|False|False)~~"},
+    {R"~~({% set roles = messages|map(attribute='role') %}{% for r in roles %}{{ r }},{% endfor %}|{% for r in roles %}{{ r }}{% else %}used up{% endfor %})~~", R"~~(system,user,assistant,|used up)~~"},
+    {R"~~({% set r = [1, 2, 3]|reverse %}{{ r|join }}{{ r|join }}|{{ [1, 2]|unique|list }}|{{ {'a': 1}|items|list }}|{{ messages|rejectattr('role', 'eq', 'user')|first }})~~", R"~~(321|[1, 2]|[('a', 1)]|{'role': 'system', 'content': ' Be brief. '})~~"},
+    {R"~~({{ messages|selectattr('role', 'equalto', 'user')|length }})~~", std::nullopt},  // TypeError: object of type 'generator' has no len()
+    {R"~~({{ messages|selectattr('role', 'equalto', 'user')|tojson }})~~", std::nullopt},  // TypeError: Object of type generator is not JSON serializable
+    {R"~~({{ messages|map(attribute='role')|last }})~~", std::nullopt},  // TypeError: 'generator' object is not reversible
+};
+// SOFT_NAMES
+const Expectation SOFT_NAMES[] = {
+    {R"~~({% if false %}{{ x|no_such_filter }}{% elif x is no_such_test %}{% endif %}ok)~~", std::nullopt},  // TemplateRuntimeError: No test named 'no_such_test' found.
+    {R"~~({% if false %}{{ x|no_such_filter }}{% elif true %}{{ 1 if true else 2 is no_such_test }}{% endif %}ok)~~", R"~~(1ok)~~"},
+    {R"~~({{ 'a' if true else x|no_such_filter }})~~", R"~~(a)~~"},
+    {R"~~({% if true %}{{ x|no_such_filter }}{% endif %})~~", std::nullopt},  // TemplateRuntimeError: No filter named 'no_such_filter' found.
+    {R"~~({% if true %}{% for i in [] %}{{ i|no_such_filter }}{% endfor %}{% endif %})~~", std::nullopt},  // TemplateAssertionError: No filter named 'no_such_filter'.
+    {R"~~({% for i in [] %}{{ i|no_such_filter }}{% endfor %})~~", std::nullopt},  // TemplateAssertionError: No filter named 'no_such_filter'.
+    {R"~~({% macro m() %}{{ 1|no_such_filter }}{% endmacro %})~~", std::nullopt},  // TemplateAssertionError: No filter named 'no_such_filter'.
+    {R"~~({% block body %}in a block {{ 1 }}{% endblock %}|{% block other scoped %}x{% endblock other %})~~", R"~~(in a block 1|x)~~"},
+};
+// PYTHON_EDGES
+const Expectation PYTHON_EDGES[] = {
+    {R"~~({{ messages|truncate(5) }}|{{ 'short'|truncate(5) }}|{{ '%s!' % [1] }}|{{ 'x' % [] }}|{{ '[' is lower }}|{{ 'a1' is lower }}|{{ 2.0 is even }}|{{ 3.0 is odd }}|{{ missing is callable }}|{{ [missing, none] }}|{{ (1, 2) in {'a': 1} }})~~", R"~~([{'role': 'system', 'content': ' Be brief. '}, {'role': 'user', 'content': 'Hi 👋'}, {'role': 'assistant', 'content': [{'type': 'text', 'text': "it's"}]}]|short|[1]!|x|False|True|True|True|True|[Undefined, None]|False)~~"},
+    {R"~~({{ true|truncate(5) }})~~", std::nullopt},  // TypeError: object of type 'bool' has no len()
+    {R"~~({{ 3|indent(2) }})~~", std::nullopt},  // TypeError: unsupported operand type(s) for +=: 'int' and 'str'
+    {R"~~({{ missing|indent }})~~", std::nullopt},  // UndefinedError: 'missing' is undefined
+    {R"~~({{ missing|int }})~~", std::nullopt},  // UndefinedError: 'missing' is undefined
+    {R"~~({{ tool.arguments.y[1:] }})~~", std::nullopt},  // TypeError: 'NoneType' object is not subscriptable
+    {R"~~({{ tool[1:] }})~~", std::nullopt},  // TypeError: unhashable type: 'slice'
+    {R"~~({{ [1] in {'a': 1} }})~~", std::nullopt},  // TypeError: unhashable type: 'list'
+    {R"~~({{ 'x' % 5 }})~~", std::nullopt},  // TypeError: not all arguments converted during string formatting
+};
+
 
 std::string error_of(const std::string& source, const RenderOptions& options = {}) {
   try {
@@ -296,10 +329,13 @@ TEST_CASE("jinja: undefined prints empty and is falsy, fails in arithmetic, call
 TEST_CASE("jinja: operators with Python's semantics and TypeErrors") { check_all(OPERATORS); }
 TEST_CASE("jinja: built-in filters") { check_all(FILTERS); }
 TEST_CASE("jinja: built-in tests") { check_all(TESTS); }
-TEST_CASE("jinja: str, list and dict methods; the immutable sandbox refuses mutation") { check_all(METHODS); }
+TEST_CASE("jinja: str, list and dict methods, and the immutable sandbox refuses mutation") { check_all(METHODS); }
 TEST_CASE("jinja: statements, loops, macros, blocks, globals and syntax errors") { check_all(STATEMENTS); }
+TEST_CASE("jinja: select, map, items, reverse... make one-shot generators, as in jinja2") { check_all(GENERATORS); }
+TEST_CASE("jinja: unknown filters and tests fail at compile time, except inside an if") { check_all(SOFT_NAMES); }
+TEST_CASE("jinja: Python's corners (len before truncate, slices of non-sequences, unhashable keys)") { check_all(PYTHON_EDGES); }
 
-TEST_CASE("jinja: raise_exception's message is the template's own; other errors name the line") {
+TEST_CASE("jinja: raise_exception gives the template's own message, other errors name the line") {
   CHECK(error_of("{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}") ==
         "Conversation roles must alternate user/assistant/user/assistant/...");
   CHECK(error_of("line one\n{% for x in none %}{% endfor %}") == "template line 2: 'NoneType' object is not iterable");
@@ -333,7 +369,7 @@ TEST_CASE("jinja: the sandbox bounds recursion, steps and output of an untrusted
   CHECK(error_of(nested_ifs).find("nested too deeply") != std::string::npos);
 }
 
-TEST_CASE("jinja: a compiled template renders many variable sets; variables shadow globals") {
+TEST_CASE("jinja: a compiled template renders many variable sets, and variables shadow globals") {
   const JinjaTemplate chat("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
                           "{% if add_generation_prompt %}<assistant>{% endif %}{{ bos_token }}|{{ range }}");
   ordered_json v = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"add_generation_prompt", true}};
