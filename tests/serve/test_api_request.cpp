@@ -136,8 +136,10 @@ TEST_CASE("api request: a body's values are counted while it is parsed, and list
   CHECK(refusal("{\"prompt\": [" + ids + "]}", Endpoint::completion).code() == "context_length_exceeded");
   CHECK(refusal(R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", Endpoint::completion).param() == "stop");
   std::string biases = "\"0\": 1";
-  for (int i = 1; i <= 300; ++i) biases += ", \"" + std::to_string(i % 257) + "\": 1";  // 301 entries, some ids twice
-  CHECK(refusal("{\"prompt\": \"x\", \"logit_bias\": {" + biases + "}}", Endpoint::completion).param() == "logit_bias");
+  for (int i = 1; i <= 300; ++i) biases += ", \"" + std::to_string(i) + "\": 1";  // 301 entries: refused for their count
+  const ApiError too_many = refusal("{\"prompt\": \"x\", \"logit_bias\": {" + biases + "}}", Endpoint::completion);
+  CHECK(too_many.param() == "logit_bias");
+  CHECK(std::string(too_many.what()).find("301 entries; at most 300") != std::string::npos);
 }
 
 TEST_CASE("api request: top_k, min_p, the penalties and logit_bias are read per request, defaults when absent") {
