@@ -193,7 +193,7 @@ TEST_CASE("sampling params: at their defaults the sampler is run.c's, bit for bi
   }
 }
 
-TEST_CASE("sampling params: greedy picks the argmax of the biased, penalised logits; top_k and min_p cannot change it",
+TEST_CASE("sampling params: greedy picks the argmax of the biased, penalised logits, which top_k and min_p cannot change",
           "[sampler]") {
   const std::vector<float> raw{1.0f, 4.0f, 3.5f, 0.0f};
   SamplingParams p;
