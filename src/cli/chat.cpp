@@ -43,6 +43,7 @@ struct ChatFlags {
   float temperature = 1.0f;
   float topp = 0.9f;
   long long seed = 0;  // 0 = from the clock
+  engine::SamplingParams sampling;  // --top-k, --min-p, the penalties
   bool verbose = false;
   int context = 0;  // KV cache positions; 0 = the model's (capped for Hugging Face directories)
   std::string kv_dtype = "f32";  // --kv-dtype
@@ -155,8 +156,9 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
 
   engine::GenerateOptions sampling{.temperature = f.temperature, .topp = f.topp, .seed = static_cast<uint64_t>(f.seed)};
   sampling = engine::normalized(sampling, config.seq_len);  // llama2.c's rules for seed, temperature, top-p
+  check_sampling_flags(f.sampling, config.vocab_size);
   const engine::ChatOptions options{f.system,      f.reply_tokens, sampling.temperature,
-                                   sampling.topp, sampling.seed,  opened.eos_token_ids};
+                                   sampling.topp, sampling.seed,  opened.eos_token_ids, f.sampling};
   try {  // a template whose end-of-turn token the tokenizer lacks: before any device starts
     engine::ChatSession(*loaded.tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
                        config.seq_len);
@@ -202,6 +204,7 @@ void setup_chat(CLI::App& sub) {
   sub.add_option("-n,--reply-tokens", flags->reply_tokens, "tokens per reply at most")->capture_default_str();
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();
+  add_sampling_flags(sub, flags->sampling);
   sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
   sub.add_flag("--verbose", flags->verbose, "one JSON line per turn on stderr: start position, tokens fed and generated");
   sub.callback([flags, run_flags] { run_chat(*flags, *run_flags); });

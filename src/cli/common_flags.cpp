@@ -169,6 +169,28 @@ void write_trace(const dist::Trace& trace, const std::string& path, const char* 
   std::fprintf(stderr, "trace: %s (every device's %s and collectives; open in ui.perfetto.dev)\n", path.c_str(), spans);
 }
 
+void add_sampling_flags(CLI::App& sub, engine::SamplingParams& p) {
+  sub.add_option("--top-k", p.top_k, "sample from the k likeliest tokens only; 0 = off")->capture_default_str();
+  sub.add_option("--min-p", p.min_p, "drop tokens less likely than this times the likeliest; 0 = off")->capture_default_str();
+  sub.add_option("--presence-penalty", p.presence_penalty, "subtracted from the logit of every token generated so far (-2 to 2)")
+      ->capture_default_str();
+  sub.add_option("--frequency-penalty", p.frequency_penalty, "times each generated token's count, subtracted from its logit (-2 to 2)")
+      ->capture_default_str();
+  sub.add_option("--repetition-penalty", p.repetition_penalty,
+                 "divides the positive logits, multiplies the negative, of the prompt's and generated tokens (0.01 to 100; 1 = off)")
+      ->capture_default_str();
+}
+
+void check_sampling_flags(const engine::SamplingParams& params, int vocab) {
+  try {
+    engine::check_sampling_params(params, vocab);
+  } catch (const engine::SamplingParamError& e) {
+    std::string flag = "--" + e.field();
+    std::ranges::replace(flag, '_', '-');
+    throw UsageError(flag + ": " + e.what());
+  }
+}
+
 void add_kv_dtype_flag(CLI::App& sub, std::string& value) {
   sub.add_option("--kv-dtype", value,
                  "KV cache elements: f32, or bf16 / f16 (half the bytes per position: twice the context in the same memory; "

@@ -31,6 +31,7 @@
 #include "config/run_config.h"
 #include "distributed/links.h"
 #include "distributed/mesh.h"
+#include "engine/sampling_params.h"
 #include "model/placement.h"
 #include "nn/attention.h"
 
@@ -111,6 +112,10 @@ int64_t parse_bytes(const std::string& text, const std::string& flag = "");
 
 // --kv-dtype f32|bf16|f16, the KV cache's element type (default f32): the flag, and its value
 // read (a UsageError naming the flag and the value when it is none of them).
+// --top-k --min-p --presence-penalty --frequency-penalty --repetition-penalty (engine/sampling_params.h).
+void add_sampling_flags(CLI::App& sub, engine::SamplingParams& params);
+// UsageError naming the flag of the first value out of range.
+void check_sampling_flags(const engine::SamplingParams& params, int vocab);
 void add_kv_dtype_flag(CLI::App& sub, std::string& value);
 nn::KvDtype parse_kv_dtype(const std::string& text);
 

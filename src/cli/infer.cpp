@@ -50,6 +50,7 @@ struct InferFlags {
   float temperature = 1.0f;
   float topp = 0.9f;
   long long seed = 0;  // 0 = from the clock
+  engine::SamplingParams sampling;  // --top-k, --min-p, the penalties
   std::string dtype = "auto";  // "f32": convert 16-bit / quantized weights to f32 on load
   int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)
   std::string quantize;  // "" = as stored; 4 | 8 | mxfp8 | bf16 | f16: convert an f32 checkpoint on load
@@ -206,6 +207,8 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   options.temperature = f.temperature;
   options.topp = f.topp;
   options.seed = static_cast<uint64_t>(f.seed);  // as run.c: a negative int wraps around
+  check_sampling_flags(f.sampling, config.vocab_size);
+  options.sampling = f.sampling;
   try {
     options = engine::normalized(options, config.seq_len);  // rejects a NaN -t / -p
   } catch (const std::invalid_argument& e) {
@@ -237,7 +240,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
     engine.kv_dtype = kv_dtype;
     run_infer_batch({f.batch, tokenizer, f.template_name, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
-                     static_cast<unsigned long long>(options.seed), engine},
+                     static_cast<unsigned long long>(options.seed), options.sampling, engine},
                     opened, placement, run_options);
     return;
   }
@@ -280,7 +283,7 @@ void setup_infer(CLI::App& sub) {
   ids->needs(tokens);
   auto* batch = sub.add_option("--batch", flags->batch,
                                "a JSONL file of prompts ({\"prompt\"} or {\"messages\"}, optional max_tokens, temperature, "
-                               "top_p, seed, stop), run with continuous batching; JSONL results in input order")
+                               "top_p, seed, stop, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty, logit_bias), run with continuous batching; JSONL results in input order")
                     ->excludes(prompt)
                     ->excludes(file)
                     ->excludes(tokens);
@@ -305,6 +308,7 @@ void setup_infer(CLI::App& sub) {
   sub.add_option("-t,--temperature", flags->temperature, "0 = greedy")->capture_default_str();
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();
   sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
+  add_sampling_flags(sub, flags->sampling);
   sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", flags->group_size, "affine group size with --quantize: 32, 64, 128")->capture_default_str();
   add_int8_activations_flag(sub, flags->int8_activations);

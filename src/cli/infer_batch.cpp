@@ -34,9 +34,10 @@ constexpr const char* LINE_KEYS[] = {"prompt", "messages", "max_tokens", "temper
 
 void refuse_unknown_keys(const json& line, const std::string& where) {
   for (const auto& [key, value] : line.items()) {
-    if (std::ranges::count(LINE_KEYS, key)) continue;
+    if (std::ranges::count(LINE_KEYS, key) || std::ranges::count(engine::SAMPLING_KEYS, key)) continue;
     std::string known;
     for (const char* k : LINE_KEYS) known += (known.empty() ? "" : ", ") + std::string(k);
+    for (const char* k : engine::SAMPLING_KEYS) known += ", " + std::string(k);
     throw UsageError(where + ": unknown key " + files::quoted_value(key) + " (a line holds " + known + ")");
   }
 }
@@ -77,8 +78,8 @@ std::vector<std::string> stop_strings(const json& line, const std::string& where
 // being read (a 100,000-line file costs what its running lines cost).
 class JobReader {
  public:
-  JobReader(const BatchInferOptions& o, const text::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context)
-      : o_(o), loaded_(loaded), stop_ids_(stop_ids), context_(context), lines_(open(o.jsonl)) {}
+  JobReader(const BatchInferOptions& o, const text::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context, int vocab)
+      : o_(o), loaded_(loaded), stop_ids_(stop_ids), context_(context), vocab_(vocab), lines_(open(o.jsonl)) {}
 
   // The next non-blank line's job; nullopt at the end of the file. A bad line is a UsageError
   // naming FILE:LINE and the key.
@@ -147,6 +148,11 @@ class JobReader {
     if (!(r.temperature >= 0) || !(r.topp >= 0 && r.topp <= 1))
       throw UsageError(where + ": \"temperature\" must be >= 0 and \"top_p\" in [0, 1]");
     if (r.seed == 0) r.seed = 1;  // the sampler's xorshift state must not be 0
+    try {
+      r.sampling = engine::read_sampling_params(line, vocab_, o_.sampling);  // the server's parser
+    } catch (const engine::SamplingParamError& e) {
+      throw UsageError(where + ": " + e.what());
+    }
     r.stop_ids = stop_ids_;
     return r;
   }
@@ -155,6 +161,7 @@ class JobReader {
   const text::LoadedTokenizer& loaded_;
   const std::vector<int>& stop_ids_;
   int context_;
+  int vocab_;  // the model's: logit_bias ids below it
   files::LineReader lines_;
   std::optional<ChatFormatting> chat_;
 };
@@ -210,8 +217,9 @@ std::optional<ChatFormatting> model_chat(const BatchInferOptions& o, const text:
 
 // Reads every line once before anything runs, so a bad line is refused before any generation;
 // keeps nothing but the count.
-size_t count_jobs(const BatchInferOptions& o, const text::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context) {
-  JobReader reader(o, loaded, stop_ids, context);
+size_t count_jobs(const BatchInferOptions& o, const text::LoadedTokenizer& loaded, const std::vector<int>& stop_ids, int context,
+                  int vocab) {
+  JobReader reader(o, loaded, stop_ids, context, vocab);
   size_t jobs = 0;
   while (reader.next()) ++jobs;
   if (jobs == 0) throw UsageError("--batch " + o.jsonl + ": no prompts");
@@ -314,9 +322,9 @@ void run_infer_batch(const BatchInferOptions& o, const OpenedModel& opened, cons
   const std::vector<int> stop_ids = engine::end_of_generation(*loaded.tokenizer, opened.eos_token_ids, chat ? &chat->chat_template : nullptr,
                                                              chat ? chat->tokens : text::ChatTokens{})
                                         .ids;
-  const size_t total = count_jobs(o, loaded, stop_ids, context);
+  const size_t total = count_jobs(o, loaded, stop_ids, context, config.vocab_size);
   std::atomic<size_t> failed{0};
-  JobReader reader(o, loaded, stop_ids, context);
+  JobReader reader(o, loaded, stop_ids, context, config.vocab_size);
   std::vector<int> local_ranks = run_options.local_ranks;
   if (local_ranks.empty())  // every device in this process, as run_on_mesh
     for (int r = 0; r < mesh.size(); ++r) local_ranks.push_back(r);

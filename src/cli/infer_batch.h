@@ -4,7 +4,9 @@
 //
 // Each input line is a JSON object: {"prompt": TEXT} or {"messages": [{"role", "content"}...]} (the
 // tokenizer's chat template, with the assistant's opening), and optionally "max_tokens",
-// "temperature", "top_p", "seed" (else -n, -t, -p, -s) and "stop" (a string or a list: the text
+// "temperature", "top_p", "seed" (else -n, -t, -p, -s), the server's "top_k", "min_p",
+// "presence_penalty", "frequency_penalty", "repetition_penalty" and "logit_bias" (else --top-k,
+// --min-p, ...; engine/sampling_params.h) and "stop" (a string or a list: the text
 // ends before the first one, matched across token boundaries). A line also ends at an
 // end-of-generation token (engine/end_of_generation.h, as in serve). Each output line: {"index", "text",
 // "tokens", "finish_reason": "stop" | "length" | "error"}; an "error" line (its logits were not
@@ -33,6 +35,7 @@ struct BatchInferOptions {
   int max_tokens = 256;        // the defaults of lines that do not say
   float temperature = 1.0f, topp = 0.9f;
   unsigned long long seed = 1;
+  engine::SamplingParams sampling;  // --top-k, --min-p, --presence-penalty, ...
   engine::EngineOptions engine;  // --parallel, --kv-memory, --kv-blocks, --step-tokens
 };
 

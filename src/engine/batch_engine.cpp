@@ -44,6 +44,11 @@ void check_request(const BatchRequest& r, int id, int context, int vocab, const 
   if (!r.stop.empty() && !tokenizer) throw std::invalid_argument(which + "stop strings need the engine's tokenizer");
   if (std::ranges::any_of(r.stop, [](const std::string& s) { return s.empty(); }))
     throw std::invalid_argument(which + "an empty stop string");
+  try {
+    check_sampling_params(r.sampling, vocab);
+  } catch (const SamplingParamError& e) {
+    throw std::invalid_argument(which + e.what());
+  }
 }
 
 }  // namespace
@@ -122,7 +127,8 @@ int BatchEngine::add(BatchRequest request) {
   check_request(request, id, context_, llama_.config().vocab_size, tokenizer_);
   auto s = std::make_unique<Sequence>();
   s->id = id;
-  s->sampler = std::make_unique<Sampler>(llama_.config().vocab_size, request.temperature, request.topp, request.seed);
+  s->sampler = std::make_unique<Sampler>(llama_.config().vocab_size, request.temperature, request.topp, request.seed,
+                                         request.sampling);
   s->tokens = request.prompt;
   if (tokenizer_) s->text.emplace(*tokenizer_, request.prompt, request.stop);
   s->request = std::move(request);
@@ -242,12 +248,15 @@ void BatchEngine::preempt_newest(std::vector<Planned>& plan) {
 void BatchEngine::run(const std::vector<Planned>& plan) {
   std::vector<int> tokens;
   std::vector<model::Llama::SequenceRows> rows;
-  bool greedy = true;  // every sequence asking picks greedily, none wants its logits: the model moves tokens, not logits
+  // Every sequence asking picks greedily from its raw logits and none wants them: the model moves
+  // tokens, not logits (a logit_bias or a penalty changes the logits: the argmax needs them all).
+  bool greedy = true;
   for (const Planned& p : plan) {
     const Sequence& s = *sequences_[static_cast<size_t>(p.id)];
     tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + p.rows);
     rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, s.computed + p.rows == static_cast<int64_t>(s.tokens.size())});
-    if (rows.back().logits && (s.request.temperature != 0.0f || s.request.logits)) greedy = false;
+    if (rows.back().logits && (s.request.temperature != 0.0f || s.request.logits || s.request.sampling.changes_logits()))
+      greedy = false;
   }
   std::span<float> logits;              // [sequences asking, V]
   std::span<const int> greedy_tokens;  // [sequences asking]: argmax, -1 where not finite
@@ -294,7 +303,7 @@ void BatchEngine::take_token(Sequence& s, float* logits) {
     return;
   }
   if (on_logits && s.request.logits) on_logits(s.id, row);
-  accept_token(s, s.sampler->sample(row));
+  accept_token(s, s.sampler->sample(row, s.request.prompt, s.result.tokens));
 }
 
 void BatchEngine::accept_token(Sequence& s, int token) {

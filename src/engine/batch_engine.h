@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "engine/kv_block_allocator.h"
+#include "engine/sampling_params.h"
 #include "model/llama.h"
 
 namespace tpcli::text {
@@ -61,12 +62,14 @@ struct BatchRequest {
   int max_tokens = 256;        // generated tokens at most
   float temperature = 1.0f;    // 0: greedy
   float topp = 0.9f;
+  SamplingParams sampling;     // top_k, min_p, penalties, logit_bias (engine/sampling_params.h: their order)
   uint64_t seed = 1;           // the request's sampler (>= 1)
   std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens, not in the text)
   std::vector<std::string> stop;  // stop strings: generation ends at the token whose text completes one
                                   // (the text is cut before it); needs the engine's tokenizer
   bool logits = false;         // on_logits sees this sequence's logits (log-probabilities); without, a
                                // greedy sequence's logits stay split (only each device's best moves)
+                               // unless its logit_bias or penalties change them
 };
 
 struct BatchResult {
@@ -125,8 +128,8 @@ class BatchEngine {
   // the sequence (stop). Must answer the same on every device.
   std::function<bool(int id, int token)> on_token;
   std::function<void(int id)> on_finished;
-  // The logits [V] a sequence's next token is sampled from, before sampling (log-probabilities,
-  // tests), for the sequences whose request asks (BatchRequest::logits: the same on every device).
+  // The logits [V] a sequence's next token is sampled from, before sampling and before its
+  // logit_bias and penalties (log-probabilities, as vLLM's raw ones; tests), for the sequences whose request asks (BatchRequest::logits: the same on every device).
   std::function<void(int id, std::span<const float> logits)> on_logits;
 
   const EngineStats& stats() const { return stats_; }

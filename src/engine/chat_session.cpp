@@ -18,7 +18,7 @@ ChatSession::ChatSession(const text::TokenizerInterface& tokenizer, text::ChatTe
       model_vocab_(model_vocab),
       seq_len_(seq_len),
       sampler_state_(options_.seed) {
-  (void)Sampler(model_vocab, options_.temperature, options_.topp, options_.seed);  // bad settings throw here, before any turn
+  (void)Sampler(model_vocab, options_.temperature, options_.topp, options_.seed, options_.sampling);  // bad settings throw here, before any turn
   for (const std::string& name : end_of_turn_tokens(template_, tokens_))
     if (!tokenizer_.token_id(name))
       throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " + template_.name +
@@ -76,6 +76,7 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
   request.max_tokens = options_.max_reply_tokens;
   request.temperature = options_.temperature;
   request.topp = options_.topp;
+  request.sampling = options_.sampling;
   request.seed = sampler_state_;
   const int id = engine_->add(std::move(request));
   engine_->on_token = [&](int, int next) {

@@ -33,6 +33,7 @@ struct ChatOptions {
   float topp = 0.9f;
   uint64_t seed = 1;
   std::vector<int> more_end_ids;  // tokens that also end a reply (a model's eos ids from its config)
+  SamplingParams sampling;        // top_k, min_p, penalties (over the conversation so far, sampling_params.h)
 };
 
 enum class TurnEnd { EndOfTurn, ReplyLimit, ContextFull };

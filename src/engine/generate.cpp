@@ -96,6 +96,7 @@ GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> pro
   request.max_tokens = std::max(picks, 1);  // a pick past `steps` is not taken
   request.temperature = options.temperature;
   request.topp = options.topp;
+  request.sampling = options.sampling;
   request.seed = options.seed;
 
   int token = prompt[0];  // the last token taken

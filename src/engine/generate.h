@@ -45,6 +45,7 @@ struct GenerateOptions {
   int steps = 256;           // positions, prompt included; 0 or > seq_len means seq_len
   float temperature = 1.0f;  // 0 = greedy
   float topp = 0.9f;         // outside (0, 1): plain multinomial sampling
+  SamplingParams sampling;   // top_k, min_p, penalties, logit_bias (engine/sampling_params.h)
   uint64_t seed = 0;         // 0 = from the clock (llama2.c: time(NULL))
 };
 

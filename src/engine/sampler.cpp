@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tpcli::engine {
 
@@ -67,6 +68,43 @@ int sample_topp(std::span<const float> probabilities, float topp, float coin, st
   return scratch[static_cast<size_t>(last)].index;  // rounding
 }
 
+void keep_top_k_min_p(std::span<const float> probabilities, int top_k, float min_p, std::vector<ProbIndex>& out) {
+  float most = 0.0f;
+  for (float p : probabilities) most = std::max(most, p);
+  const float least = min_p * most;  // the likeliest always stays
+  out.clear();
+  for (size_t i = 0; i < probabilities.size(); ++i)
+    if (probabilities[i] >= least) out.push_back({probabilities[i], static_cast<int>(i)});
+  const auto likelier = [](const ProbIndex& a, const ProbIndex& b) { return a.prob > b.prob || (a.prob == b.prob && a.index < b.index); };
+  const size_t keep = top_k > 0 ? std::min(out.size(), static_cast<size_t>(top_k)) : out.size();
+  std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(keep), out.end(), likelier);
+  out.resize(keep);
+  float sum = 0.0f;
+  for (const ProbIndex& c : out) sum += c.prob;
+  for (ProbIndex& c : out) c.prob /= sum;
+}
+
+int sample_candidates(std::span<const ProbIndex> candidates, float topp, float coin) {
+  if (candidates.empty()) throw std::invalid_argument("sampler: no token to sample from");
+  const bool nucleus = topp > 0 && topp < 1;
+  size_t last = candidates.size() - 1;
+  float cumulative = 0.0f;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    cumulative += candidates[i].prob;
+    if (nucleus && cumulative > topp) {
+      last = i;
+      break;
+    }
+  }
+  const float r = coin * cumulative;
+  float cdf = 0.0f;
+  for (size_t i = 0; i <= last; ++i) {
+    cdf += candidates[i].prob;
+    if (r < cdf) return candidates[i].index;
+  }
+  return candidates[last].index;  // rounding
+}
+
 void softmax(std::span<float> x) {
   float max_val = x[0];
   for (size_t i = 1; i < x.size(); ++i)
@@ -97,6 +135,34 @@ Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed)
   if (!std::isfinite(temperature) || temperature < 0)
     throw std::invalid_argument("sampler: temperature = " + std::to_string(temperature) + " must be a finite number >= 0");
   if (!std::isfinite(topp)) throw std::invalid_argument("sampler: top-p = " + std::to_string(topp) + " is not a number");
+}
+
+Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed, SamplingParams params)
+    : Sampler(vocab_size, temperature, topp, seed) {
+  check_sampling_params(params, vocab_size);
+  params_ = std::move(params);
+}
+
+int Sampler::sample(std::span<float> logits, std::span<const int> prompt, std::span<const int> generated) {
+  if (!params_.changes_logits() && !params_.filters()) return sample(logits);  // run.c's, untouched
+  if (static_cast<int>(logits.size()) != vocab_size_)
+    throw std::invalid_argument("sampler: got " + std::to_string(logits.size()) + " logits, vocab_size is " +
+                                std::to_string(vocab_size_));
+  for (int t : prompt)
+    if (t < 0 || t >= vocab_size_) throw std::invalid_argument("sampler: token " + std::to_string(t) + " outside the vocabulary");
+  for (int t : generated)
+    if (t < 0 || t >= vocab_size_) throw std::invalid_argument("sampler: token " + std::to_string(t) + " outside the vocabulary");
+  apply_bias_and_penalties(params_, logits, prompt, generated, token_scratch_);
+  if (!params_.filters()) return sample(logits);
+  for (float v : logits)
+    if (!std::isfinite(v)) throw std::invalid_argument("sampler: a logit is " + std::to_string(v));
+  if (temperature_ == 0.0f) return sample_argmax(logits);  // top_k and min_p keep the likeliest
+  for (auto& v : logits) v /= temperature_;
+  softmax(logits);
+  const float coin = random_f32(state_);
+  scratch_.reserve(static_cast<size_t>(vocab_size_));
+  keep_top_k_min_p(logits, params_.top_k, params_.min_p, scratch_);
+  return sample_candidates(scratch_, topp_, coin);
 }
 
 int Sampler::sample(std::span<float> logits) {

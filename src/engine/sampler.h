@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/sampling_params.h"
+
 namespace tpcli::engine {
 
 // xorshift* (llama2.c random_u32 / random_f32). A state of 0 stays 0 forever: seed with >= 1.
@@ -28,6 +30,12 @@ struct ProbIndex {
   int index;
 };
 int sample_topp(std::span<const float> probabilities, float topp, float coin, std::vector<ProbIndex>& scratch);
+// Step 4 of sampling_params.h on probabilities [V] (sum 1): the tokens within the top_k likeliest
+// (0: all) whose probability is at least min_p times the likeliest's, likeliest first (ties by
+// id), their probabilities renormalised to sum 1.
+void keep_top_k_min_p(std::span<const float> probabilities, int top_k, float min_p, std::vector<ProbIndex>& out);
+// Steps 5-6 over such a list: run.c's nucleus (topp in (0, 1), else all of it), then the coin.
+int sample_candidates(std::span<const ProbIndex> candidates, float topp, float coin);
 // In place: x = softmax(x), run.c's order of operations (max, expf, sum, divide).
 void softmax(std::span<float> x);
 
@@ -41,9 +49,15 @@ class Sampler {
  public:
   // Throws std::invalid_argument for a non-finite or negative temperature or a non-finite top-p.
   Sampler(int vocab_size, float temperature, float topp, uint64_t seed);
+  // With the other parameters (sampling_params.h; SamplingParamError when one is out of range).
+  Sampler(int vocab_size, float temperature, float topp, uint64_t seed, SamplingParams params);
   // Picks the next token; `logits` [V] is overwritten (divided by temperature, softmaxed), as run.c does.
   // Throws std::invalid_argument when a logit is not finite (callers check first, naming the position).
   int sample(std::span<float> logits);
+  // The same, after logit_bias and the penalties over the sequence's tokens so far (its `prompt`,
+  // then what it `generated`), and with top_k / min_p; at default parameters, sample(logits).
+  int sample(std::span<float> logits, std::span<const int> prompt, std::span<const int> generated);
+  const SamplingParams& params() const { return params_; }
   uint64_t state() const { return state_; }
 
  private:
@@ -51,6 +65,8 @@ class Sampler {
   float temperature_;
   float topp_;
   uint64_t state_;
+  SamplingParams params_;
+  std::vector<int> token_scratch_;  // the penalties' sorted tokens
   std::vector<ProbIndex> scratch_;  // [V] once top-p sampling starts; empty until then
 };
 

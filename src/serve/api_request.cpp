@@ -131,8 +131,7 @@ class Fields {
 bool is_default(const std::string& key, const json& v) {
   if (v.is_null()) return true;
   if (key == "n" || key == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
-  if (key == "frequency_penalty" || key == "presence_penalty") return v.is_number() && v.get<double>() == 0;
-  if (key == "logit_bias" || key == "metadata") return v.is_object() && (key == "metadata" || v.empty());
+  if (key == "metadata") return v.is_object();
   if (key == "tools" || key == "functions") return v.is_array() && v.empty();
   if (key == "tool_choice" || key == "function_call") return v == "none" || v == "auto";
   if (key == "response_format") return v.is_object() && v.value("type", json()) == "text" && v.size() == 1;
@@ -153,19 +152,19 @@ const Arguments& arguments_of(Endpoint endpoint) {
   static const Arguments chat = {
       {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "logprobs", "ignore_eos",
        "messages", "max_completion_tokens", "top_logprobs"},
-      {"frequency_penalty", "presence_penalty", "logit_bias", "n", "user", "tools", "tool_choice", "parallel_tool_calls",
+      {"n", "user", "tools", "tool_choice", "parallel_tool_calls",
        "response_format", "store", "metadata", "service_tier", "modalities", "functions", "function_call"}};
   static const Arguments completion = {
       {"model", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "logprobs", "ignore_eos",
        "prompt"},
-      {"echo", "suffix", "best_of", "frequency_penalty", "presence_penalty", "logit_bias", "n", "user"}};
+      {"echo", "suffix", "best_of", "n", "user"}};
   return endpoint == Endpoint::chat ? chat : completion;
 }
 
 void check_arguments(const json& body, Endpoint endpoint) {
   const Arguments& known = arguments_of(endpoint);
   for (const auto& [key, value] : body.items()) {
-    if (std::ranges::count(known.read, key)) continue;
+    if (std::ranges::count(known.read, key) || std::ranges::count(engine::SAMPLING_KEYS, key)) continue;
     if (!std::ranges::count(known.default_only, key))
       throw bad(key.substr(0, 64), "Unrecognized request argument supplied: " + key.substr(0, 64));  // the name cut, in both
     if (!is_default(key, value)) throw bad(key, "'" + key + "' is not supported by this server except at its default.");
@@ -294,6 +293,11 @@ GenerationRequest parse_generation_request(const json& body, Endpoint endpoint, 
   r.temperature = static_cast<float>(f.number("temperature", 1.0, 0.0, 2.0));
   r.top_p = static_cast<float>(f.number("top_p", 1.0, 0.0, 1.0));
   if (f.get("seed")) r.seed = static_cast<uint64_t>(f.integer("seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  try {
+    r.sampling = engine::read_sampling_params(body, model.vocab);
+  } catch (const engine::SamplingParamError& e) {
+    throw bad(e.field(), e.what());
+  }
   r.stop = stop_strings(f);
   r.ignore_eos = f.boolean("ignore_eos", false);
   read_stream(f, r);

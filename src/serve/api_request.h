@@ -2,11 +2,13 @@
 //
 // The rules are OpenAI's own: an argument the API does not know is refused ("Unrecognized request
 // argument supplied"); an argument it knows that this server does not implement is accepted only
-// at its default value (n = 1, no penalties, no tools, ...), else refused naming it; every error is
+// at its default value (n = 1, no tools, ...), else refused naming it; the sampling parameters
+// beyond temperature and top_p (top_k, min_p, the penalties, logit_bias: engine/sampling_params.h)
+// are read by the engine's parser, the one `infer --batch` uses; every error is
 // a 400 with the field in "param". Bodies are bounded while they are parsed: nesting deeper than
 // MAX_JSON_DEPTH or more than MAX_JSON_VALUES values is refused as soon as the parser meets it,
 // so a body's tree costs at most a bounded multiple of its size. Lists are bounded too: 4 stop
-// strings (OpenAI's rule), a token-id prompt shorter than the context, logit_bias only empty.
+// strings (OpenAI's rule), a token-id prompt shorter than the context, 300 logit_bias entries.
 // An error message never echoes the body.
 #pragma once
 
@@ -21,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/sampling_params.h"
 #include "text/chat_template.h"
 
 namespace tpcli::serve {
@@ -66,6 +69,7 @@ struct GenerationRequest {
   float temperature = 1.0f;
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
+  engine::SamplingParams sampling;  // top_k, min_p, penalties, logit_bias
   std::vector<std::string> stop;  // at most 4, none empty
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage

@@ -22,6 +22,8 @@ constexpr std::chrono::seconds RATE_WINDOW{5};
 // byte order: every device runs the same binary):
 //   ADD max_tokens:i32 temperature:f32 top_p:f32 seed:u64 n_prompt:i32 prompt:i32... n_stop_ids:i32 stop_ids:i32...
 //       n_stop:i32 (length:i32 bytes...)...   (the stop strings)   logits:u8 (log-probabilities wanted)
+//       top_k:i32 min_p:f32 presence_penalty:f32 frequency_penalty:f32 repetition_penalty:f32
+//       n_bias:i32 (id:i32 bias:f32)...   (logit_bias)
 //   CANCEL id:i32
 //   SHUTDOWN
 enum class Command : uint8_t { ADD = 1, CANCEL = 2, SHUTDOWN = 3 };
@@ -84,6 +86,34 @@ class CommandReader {
   size_t at_ = 0;
 };
 
+void put_sampling(std::vector<std::byte>& bytes, const engine::SamplingParams& p) {
+  put(bytes, static_cast<int32_t>(p.top_k));
+  put(bytes, p.min_p);
+  put(bytes, p.presence_penalty);
+  put(bytes, p.frequency_penalty);
+  put(bytes, p.repetition_penalty);
+  put(bytes, static_cast<int32_t>(p.logit_bias.size()));
+  for (const auto& [id, bias] : p.logit_bias) {
+    put(bytes, static_cast<int32_t>(id));
+    put(bytes, bias);
+  }
+}
+
+engine::SamplingParams take_sampling(CommandReader& in) {
+  engine::SamplingParams p;
+  p.top_k = in.take<int32_t>();
+  p.min_p = in.take<float>();
+  p.presence_penalty = in.take<float>();
+  p.frequency_penalty = in.take<float>();
+  p.repetition_penalty = in.take<float>();
+  p.logit_bias.resize(static_cast<size_t>(in.take<int32_t>()));
+  for (auto& [id, bias] : p.logit_bias) {
+    id = in.take<int32_t>();
+    bias = in.take<float>();
+  }
+  return p;
+}
+
 void encode_add(const engine::BatchRequest& r, std::vector<std::byte>& bytes) {
   put(bytes, Command::ADD);
   put(bytes, static_cast<int32_t>(r.max_tokens));
@@ -94,6 +124,7 @@ void encode_add(const engine::BatchRequest& r, std::vector<std::byte>& bytes) {
   put_ids(bytes, r.stop_ids);
   put_strings(bytes, r.stop);
   put(bytes, static_cast<uint8_t>(r.logits));
+  put_sampling(bytes, r.sampling);
 }
 
 engine::BatchRequest decode_add(CommandReader& in) {
@@ -106,6 +137,7 @@ engine::BatchRequest decode_add(CommandReader& in) {
   r.stop_ids = in.take_ids();
   r.stop = in.take_strings();
   r.logits = in.take<uint8_t>() != 0;
+  r.sampling = take_sampling(in);
   return r;
 }
 

@@ -200,6 +200,7 @@ engine::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g)
   r.max_tokens = g.max_tokens;
   r.temperature = g.top_p <= 0 ? 0.0f : g.temperature;  // top_p 0 keeps only the likeliest token
   r.topp = g.top_p;
+  r.sampling = g.sampling;
   {
     std::lock_guard lock(mutex);
     r.seed = g.seed.value_or(seeds());

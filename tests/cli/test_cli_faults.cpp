@@ -13,6 +13,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "support/poisoned_model.h"
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
@@ -383,6 +385,37 @@ TEST_CASE("cli faults: infer --batch lines: a max_tokens past int, an unknown ke
   INFO("stderr: " << with_template.err);
   CHECK(with_template.code == 0);
   CHECK(with_template.out.find("\"index\":0") != std::string::npos);
+}
+
+TEST_CASE("cli faults: infer --batch lines and infer's flags: a sampling parameter out of range is named, a bias is obeyed") {
+  TPCLI_REQUIRE_SHARED("data/tok512.bin");
+  const std::string batch = "infer --model " + model_file() + " -z " + tpcli::testing::shared_path("data/tok512.bin") + " --batch ";
+  const tpcli::testing::TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"\"top_k\": -3", "'top_k' must be an integer"},     {"\"min_p\": 1.5", "'min_p' must be between 0 and 1"},
+      {"\"presence_penalty\": 3", "'presence_penalty'"}, {"\"frequency_penalty\": \"1\"", "'frequency_penalty' must be a number"},
+      {"\"repetition_penalty\": 0", "'repetition_penalty'"}, {"\"logit_bias\": {\"512\": 1}", "'logit_bias' keys must be token ids from 0 to 511"},
+  };
+  for (const auto& [field, message] : bad) {
+    const std::string file = dir.write("bad.jsonl", "{\"prompt\": \"hi\"}\n{\"prompt\": \"hi\", " + field + "}\n");
+    check_one_line_error(run_tpcli(batch + file), file + ":2: " + message);
+  }
+  check_one_line_error(run_tpcli(batch + dir.write("ok.jsonl", "{\"prompt\": \"hi\"}\n") + " --min-p 2"), "--min-p: 'min_p' must be between 0 and 1");
+  // Greedy with a bias of 100 on one token: every token is it (tok512's 400 is one piece of text).
+  const std::string biased = dir.write("biased.jsonl", "{\"prompt\": \"hi\", \"max_tokens\": 5, \"temperature\": 0, \"logit_bias\": {\"400\": 100}}\n"
+                                                        "{\"prompt\": \"hi\", \"max_tokens\": 5, \"temperature\": 0}\n");
+  const Run r = run_tpcli(batch + biased);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  const nlohmann::json first = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  CHECK(first["tokens"] == 5);
+  const std::string text = first["text"];
+  REQUIRE(text.size() % 5 == 0);
+  std::string five;
+  for (int i = 0; i < 5; ++i) five += text.substr(0, text.size() / 5);
+  CHECK(text == five);
+  const Run plain = run_tpcli(batch + biased + " --top-k 1 --frequency-penalty 0.5");  // flags are the lines' defaults
+  CHECK(plain.code == 0);
 }
 
 TEST_CASE("cli faults: infer --batch holds no vocabulary-sized buffer per line: 2,000 lines of a 32,000-token model in 400 MB") {

@@ -629,3 +629,94 @@ TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and
     }
   }
 }
+
+namespace {
+
+// Half of mixed_requests given penalties, a logit_bias, top_k or min_p (greedy ones too).
+std::vector<engine::BatchRequest> penalised_requests(int vocab) {
+  std::vector<engine::BatchRequest> requests = mixed_requests(vocab);
+  for (size_t i = 1; i < requests.size(); i += 2) {
+    engine::SamplingParams& p = requests[i].sampling;
+    p.presence_penalty = 0.5f + 0.1f * static_cast<float>(i % 4);
+    p.frequency_penalty = i % 3 == 0 ? 1.5f : 0.0f;
+    p.repetition_penalty = i % 5 == 0 ? 1.3f : 1.0f;
+    p.logit_bias = {{static_cast<int>(i) % vocab, 2.0f}, {(static_cast<int>(i) * 7) % vocab, -100.0f}};
+    p.top_k = i % 4 == 1 ? 5 : 0;
+    p.min_p = i % 4 == 3 ? 0.05f : 0.0f;
+    requests[i].max_tokens = 8;
+  }
+  return requests;
+}
+
+}  // namespace
+
+TEST_CASE("batch engine: penalised and plain sequences together: the plain keep their bits, the penalised their tokens",
+          "[llama][batch][sampling]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 77);
+  const std::vector<engine::BatchRequest> requests = penalised_requests(c.vocab_size);
+  std::vector<engine::BatchRequest> plain;
+  for (size_t i = 0; i < requests.size(); i += 2) plain.push_back(requests[i]);
+  const EngineRun together = run_engine(w, 1, requests, {});
+  const std::vector<Outcome> alone = run_alone(w, 1, plain);  // forward() and run.c's sampler
+  for (size_t i = 0; i < plain.size(); ++i) {
+    INFO("plain request " << 2 * i);
+    CHECK(together.outcomes[2 * i].tokens == alone[i].tokens);
+    REQUIRE(together.outcomes[2 * i].logits.size() == alone[i].logits.size());
+    for (size_t t = 0; t < alone[i].logits.size(); ++t)
+      CHECK(std::memcmp(together.outcomes[2 * i].logits[t].data(), alone[i].logits[t].data(), alone[i].logits[t].size() * sizeof(float)) == 0);
+  }
+  // Each penalised request alone in the engine picks the tokens it picked in the batch.
+  for (size_t i = 1; i < requests.size(); i += 2) {
+    INFO("penalised request " << i);
+    const EngineRun one = run_engine(w, 1, {requests[i]}, {});
+    CHECK(one.outcomes[0].tokens == together.outcomes[i].tokens);
+    for (int t : together.outcomes[i].tokens) CHECK(t != (static_cast<int>(i) * 7) % c.vocab_size);  // biased -100: never
+  }
+}
+
+TEST_CASE("batch engine: greedy with penalties and a bias picks the argmax of the logits penalised as OpenAI defines it",
+          "[llama][batch][sampling]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 78);
+  engine::BatchRequest r;
+  r.prompt = random_tokens(9, c.vocab_size, 5);
+  r.max_tokens = 12;
+  r.temperature = 0.0f;
+  r.sampling.presence_penalty = 1.0f;
+  r.sampling.frequency_penalty = 2.0f;
+  r.sampling.logit_bias = {{3, 1.5f}};
+  r.logits = true;
+  // A request that does not want its logits would take the greedy fast path (each device's best
+  // raw logit): the bias and penalties must route it through the whole logits, on 2 devices too.
+  engine::BatchRequest quiet = r;
+  quiet.logits = false;
+  const EngineRun run = run_engine(w, 1, {r}, {});
+  const EngineRun fast = run_engine(w, 2, {quiet}, {});
+  REQUIRE(run.outcomes[0].logits.size() == run.outcomes[0].tokens.size());
+  std::map<int, int> count;
+  for (size_t t = 0; t < run.outcomes[0].tokens.size(); ++t) {
+    std::vector<float> l = run.outcomes[0].logits[t];  // raw: on_logits sees them before the bias and penalties
+    l[3] += 1.5f;
+    for (const auto& [token, n] : count) l[static_cast<size_t>(token)] -= 2.0f * static_cast<float>(n) + 1.0f;
+    const int want = static_cast<int>(std::ranges::max_element(l) - l.begin());
+    INFO("token " << t);
+    CHECK(run.outcomes[0].tokens[t] == want);
+    ++count[want];
+  }
+  CHECK(count.size() > 1);  // the penalties moved it off a repeated token
+  CHECK(fast.outcomes[0].tokens == run.outcomes[0].tokens);
+}
+
+TEST_CASE("batch engine: penalised requests pick the same tokens on 1 and 2 devices", "[llama][batch][sampling]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 79);
+  std::vector<engine::BatchRequest> requests = penalised_requests(c.vocab_size);
+  for (engine::BatchRequest& r : requests) r.logits = false;  // greedy plain ones take the fast path
+  const EngineRun one = run_engine(w, 1, requests, {});
+  const EngineRun two = run_engine(w, 2, requests, {});
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    CHECK(two.outcomes[i].tokens == one.outcomes[i].tokens);
+  }
+}

@@ -85,7 +85,7 @@ TEST_CASE("api request: bad bodies are 400s naming the field, without echoing th
       {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", "stream_options"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 2.5})", "presence_penalty"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]})", "stop"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
@@ -135,5 +135,55 @@ TEST_CASE("api request: a body's values are counted while it is parsed, and list
   for (int i = 1; i < 64; ++i) ids += ",1";
   CHECK(refusal("{\"prompt\": [" + ids + "]}", Endpoint::completion).code() == "context_length_exceeded");
   CHECK(refusal(R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", Endpoint::completion).param() == "stop");
-  CHECK(refusal(R"({"prompt": "x", "logit_bias": {"1": 5}})", Endpoint::completion).param() == "logit_bias");
+  std::string biases = "\"0\": 1";
+  for (int i = 1; i <= 300; ++i) biases += ", \"" + std::to_string(i) + "\": 1";  // 301 entries: refused for their count
+  const ApiError too_many = refusal("{\"prompt\": \"x\", \"logit_bias\": {" + biases + "}}", Endpoint::completion);
+  CHECK(too_many.param() == "logit_bias");
+  CHECK(std::string(too_many.what()).find("301 entries; at most 300") != std::string::npos);
+}
+
+TEST_CASE("api request: top_k, min_p, the penalties and logit_bias are read per request, defaults when absent") {
+  const GenerationRequest r = parse_generation_request(
+      parse_body(R"({"messages": [{"role": "user", "content": "hi"}], "top_k": 40, "min_p": 0.05, "presence_penalty": 0.5,
+                     "frequency_penalty": -1.5, "repetition_penalty": 1.3, "logit_bias": {"7": -100, "3": 2.5, "256": 100}})"),
+      Endpoint::chat, byte_model());
+  CHECK(r.sampling.top_k == 40);
+  CHECK(r.sampling.min_p == 0.05f);
+  CHECK(r.sampling.presence_penalty == 0.5f);
+  CHECK(r.sampling.frequency_penalty == -1.5f);
+  CHECK(r.sampling.repetition_penalty == 1.3f);
+  CHECK(r.sampling.logit_bias == std::vector<std::pair<int, float>>{{3, 2.5f}, {7, -100.0f}, {256, 100.0f}});
+  const GenerationRequest plain = parse_generation_request(
+      parse_body(R"({"prompt": "x", "top_k": -1, "min_p": null, "logit_bias": {}})"), Endpoint::completion, byte_model());
+  CHECK(plain.sampling == engine::SamplingParams{});  // top_k -1 is off, as vLLM's
+  CHECK_FALSE(plain.sampling.changes_logits());
+}
+
+TEST_CASE("api request: a sampling parameter out of range is a 400 naming it") {
+  struct Case {
+    std::string field, value;
+  };
+  const std::vector<Case> cases = {
+      {"top_k", "-2"},          {"top_k", "1.5"},           {"top_k", "\"5\""},        {"top_k", "4294967296"},
+      {"min_p", "1.01"},        {"min_p", "-0.1"},          {"min_p", "\"0.1\""},      {"presence_penalty", "2.01"},
+      {"presence_penalty", "-3"}, {"frequency_penalty", "2.5"}, {"frequency_penalty", "-2.01"}, {"repetition_penalty", "0"},
+      {"repetition_penalty", "-1"}, {"repetition_penalty", "101"}, {"logit_bias", "[1, 2]"},    {"logit_bias", "{\"257\": 1}"},
+      {"logit_bias", "{\"-1\": 1}"}, {"logit_bias", "{\"abc\": 1}"}, {"logit_bias", "{\"1x\": 1}"}, {"logit_bias", "{\"1\": 100.5}"},
+      {"logit_bias", "{\"1\": \"5\"}"},
+  };
+  for (const Endpoint endpoint : {Endpoint::chat, Endpoint::completion}) {
+    for (const Case& c : cases) {
+      const std::string prompt = endpoint == Endpoint::chat ? R"("messages": [{"role": "user", "content": "x"}])" : R"("prompt": "x")";
+      const std::string body = "{" + prompt + ", \"" + c.field + "\": " + c.value + "}";
+      INFO(body);
+      const ApiError e = refusal(body, endpoint);
+      CHECK(e.status() == 400);
+      CHECK(e.param() == c.field);
+      CHECK(std::string(e.what()).find(c.field) != std::string::npos);
+      CHECK(e.body()["error"]["param"] == c.field);
+    }
+  }
+  // The bounds themselves are in range.
+  CHECK(refusal(R"({"prompt": "x", "min_p": 1, "presence_penalty": -2, "frequency_penalty": 2, "repetition_penalty": 100,
+                   "logit_bias": {"0": -100, "256": 100}, "top_k": 0})", Endpoint::completion).status() == 0);
 }

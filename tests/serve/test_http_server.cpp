@@ -318,3 +318,29 @@ TEST_CASE("serve: log-probabilities are the log-softmax of the logits forward() 
   REQUIRE(lp["top_logprobs"][0].size() == 3);
   for (const auto& [text, value] : lp["top_logprobs"][0].items()) CHECK(value.get<double>() <= want + 1e-4);
 }
+
+TEST_CASE("serve: top_k, min_p, penalties and logit_bias reach every device: the same answers on 1 and 2 devices", "[serve][sampling]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  const json penalised = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0.8}, {"seed", 5},
+                          {"top_k", 20},  {"min_p", 0.02},  {"presence_penalty", 1.5}, {"frequency_penalty", 0.5},
+                          {"repetition_penalty", 1.2}, {"logit_bias", {{"13", -100}, {"400", 3}}}};
+  json greedy_biased = {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}, {"logit_bias", {{"400", 100}}}};
+  json plain = penalised;
+  for (const char* key : {"top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"}) plain.erase(key);
+  std::string answers[2][3];
+  for (const int devices : {1, 2}) {
+    LiveServer server(devices);
+    httplib::Client c = server.client();
+    int i = 0;
+    for (const json& body : {penalised, greedy_biased, plain})
+      answers[devices - 1][i++] = post(c, "/v1/completions", body)["choices"][0]["text"].get<std::string>();
+    const std::string& biased = answers[devices - 1][1];  // token 400 six times
+    REQUIRE(!biased.empty());
+    REQUIRE(biased.size() % 6 == 0);
+    std::string six;
+    for (int k = 0; k < 6; ++k) six += biased.substr(0, biased.size() / 6);
+    CHECK(biased == six);
+  }
+  for (int i = 0; i < 3; ++i) CHECK(answers[1][i] == answers[0][i]);
+  CHECK(answers[0][0] != answers[0][2]);  // the parameters changed the answer
+}
