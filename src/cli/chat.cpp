@@ -38,7 +38,7 @@ struct ChatFlags {
   std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   std::string tokenizer;  // "" = the model directory, else the checkpoint's recorded tokenizer
   std::string system;
-  std::string template_name;
+  ChatTemplateFlags chat_template;
   int reply_tokens = 256;
   float temperature = 1.0f;
   float topp = 0.9f;
@@ -151,7 +151,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   const model::LlamaConfig& config = opened.weights->config();
   const std::string path = tokenizer_path(f, opened);
   const text::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
-  const ChatFormatting formatting = chat_formatting(loaded, f.template_name);
+  const ChatFormatting formatting = chat_formatting(loaded, f.chat_template);
   if (f.reply_tokens < 1) throw UsageError("-n/--reply-tokens = " + std::to_string(f.reply_tokens) + " must be >= 1");
 
   engine::GenerateOptions sampling{.temperature = f.temperature, .topp = f.topp, .seed = static_cast<uint64_t>(f.seed)};
@@ -195,8 +195,7 @@ void setup_chat(CLI::App& sub) {
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
   sub.add_option("--system", flags->system, "a system message before the conversation");
-  sub.add_option("--template", flags->template_name,
-                 "a .jinja file or a bundled chat template instead of tokenizer_config.json's: " + text::chat_template_names());
+  add_chat_template_flags(sub, flags->chat_template);
   sub.add_option("--context", flags->context,
                  "positions to hold in the KV cache, at most the model's (0: the model's; Hugging Face "
                  "directories: at most 8192)");

@@ -40,7 +40,7 @@ struct EvalFlags {
   std::string model;
   std::string tokenizer;  // "" = the model directory's, else the checkpoint's recorded tokenizer
   std::string data;
-  std::string template_name;
+  ChatTemplateFlags chat_template;
   std::string format = "auto";
   int max_tokens = 64;
   bool verbose = false;
@@ -119,7 +119,7 @@ void run_eval(const EvalFlags& f, const RunFlags& run_flags) {
   encoding.format = eval_format(f);
   encoding.tokenizer = loaded.tokenizer.get();
   encoding.chat_tokens = {loaded.tokenizer->bos_text(), loaded.tokenizer->eos_text()};
-  if (encoding.format == train::SftFormat::Chat) encoding.chat_template = chat_formatting(loaded, f.template_name).chat_template;
+  if (encoding.format == train::SftFormat::Chat) encoding.chat_template = chat_formatting(loaded, f.chat_template).chat_template;
   std::vector<train::EvalCase> cases;
   try {
     for (const train::SftExample& example : train::read_sft_examples(f.data, encoding.format))
@@ -172,8 +172,7 @@ void setup_eval(CLI::App& sub) {
       ->required();
   sub.add_option("-z,--tokenizer", flags->tokenizer,
                  "tokenizer.json, a directory holding it and tokenizer_config.json, or a llama2.c tokenizer.bin");
-  sub.add_option("--template", flags->template_name,
-                 "a .jinja file or a bundled chat template instead of tokenizer_config.json's: " + text::chat_template_names());
+  add_chat_template_flags(sub, flags->chat_template);
   sub.add_option("--format", flags->format, "auto (from the first example's keys), chat or completions")
       ->capture_default_str();
   sub.add_option("--max-tokens", flags->max_tokens, "tokens generated per answer at most")->capture_default_str();

@@ -57,7 +57,7 @@ struct InferFlags {
   int group_size = 64;
   bool int8_activations = false;  // tensor::set_int8_activations
   std::string batch;   // --batch prompts.jsonl (cli/infer_batch.h)
-  std::string template_name;  // --template: the chat format of --batch's "messages" lines
+  ChatTemplateFlags chat_template;  // the template of --batch's "messages" lines
   engine::EngineOptions engine;  // --parallel, --kv-blocks, --step-tokens
   std::string kv_memory;        // --kv-memory SIZE
   std::string kv_dtype = "f32";  // --kv-dtype
@@ -239,7 +239,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     engine::EngineOptions engine = f.engine;
     if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
     engine.kv_dtype = kv_dtype;
-    run_infer_batch({f.batch, tokenizer, f.template_name, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
+    run_infer_batch({f.batch, tokenizer, f.chat_template, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
                      static_cast<unsigned long long>(options.seed), options.sampling, engine},
                     opened, placement, run_options);
     return;
@@ -287,10 +287,7 @@ void setup_infer(CLI::App& sub) {
                     ->excludes(prompt)
                     ->excludes(file)
                     ->excludes(tokens);
-  sub.add_option("--template", flags->template_name,
-                 "with --batch: the chat format of \"messages\" lines instead of tokenizer_config.json's: " +
-                     text::chat_template_names())
-      ->needs(batch);
+  for (CLI::Option* option : add_chat_template_flags(sub, flags->chat_template)) option->needs(batch);
   sub.add_option("--parallel", flags->engine.parallel, "with --batch: sequences decoding at once")->capture_default_str()->needs(batch);
   sub.add_option("--kv-memory", flags->kv_memory,
                  "with --batch: bytes of KV pool per device, e.g. 512M (default: --parallel whole contexts, within an "

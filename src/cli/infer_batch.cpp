@@ -120,7 +120,7 @@ class JobReader {
     }
     if (!line.contains("messages")) throw UsageError(where + ": needs \"prompt\" or \"messages\"");
     const std::vector<text::ChatMessage> messages = parse_messages(line["messages"].dump(), where + ": \"messages\"");
-    if (!chat_) chat_ = chat_formatting(loaded_, o_.template_name);  // recognised once, at the first chat line
+    if (!chat_) chat_ = chat_formatting(loaded_, o_.chat_template);  // recognised once, at the first chat line
     try {
       return text::render_chat(chat_->chat_template, messages, chat_->tokens, true);
     } catch (const std::invalid_argument& e) {
@@ -207,9 +207,9 @@ class SharedJobs {
 // tokens end every line, as in serve. One that cannot be recognised is refused at the first chat
 // line (JobReader), not here.
 std::optional<ChatFormatting> model_chat(const BatchInferOptions& o, const text::LoadedTokenizer& loaded) {
-  if (o.template_name.empty() && !loaded.chat_template) return std::nullopt;
+  if (o.chat_template.name.empty() && !loaded.chat_template) return std::nullopt;
   try {
-    return chat_formatting(loaded, o.template_name);
+    return chat_formatting(loaded, o.chat_template);
   } catch (const UsageError&) {
     return std::nullopt;
   }

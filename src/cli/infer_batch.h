@@ -22,6 +22,7 @@
 #include <string>
 
 #include "cli/model_file.h"
+#include "cli/tokenizer_setup.h"
 #include "distributed/mesh.h"
 #include "distributed/runtime.h"
 #include "engine/batch_engine.h"
@@ -31,7 +32,7 @@ namespace tpcli::cli {
 struct BatchInferOptions {
   std::string jsonl;           // --batch FILE
   std::string tokenizer_path;  // a tokenizer.json, a directory holding one, or a llama2.c tokenizer.bin
-  std::string template_name;   // --template: the chat format of "messages" lines ("" = tokenizer_config.json's)
+  ChatTemplateFlags chat_template;  // the template of "messages" lines
   int max_tokens = 256;        // the defaults of lines that do not say
   float temperature = 1.0f, topp = 0.9f;
   unsigned long long seed = 1;

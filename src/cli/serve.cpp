@@ -45,7 +45,8 @@ engine::EngineOptions serving_engine() {
 }
 
 struct ServeFlags {
-  std::string model, tokenizer, template_name, model_name, dtype = "auto", quantize, kv_memory, kv_dtype = "f32";
+  ChatTemplateFlags chat_template;
+  std::string model, tokenizer, model_name, dtype = "auto", quantize, kv_memory, kv_dtype = "f32";
   std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
   int group_size = 64, context = 0, max_queue = 256, grace = 10;
   bool int8_activations = false;  // tensor::set_int8_activations
@@ -143,7 +144,7 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   // A tokenizer larger than the model would hand the engine ids it has no row for.
   const text::LoadedTokenizer loaded = open_model_tokenizer(path, config.vocab_size);
   std::optional<ChatFormatting> chat;
-  if (!f.template_name.empty() || loaded.chat_template) chat = chat_formatting(loaded, f.template_name);
+  if (!f.chat_template.name.empty() || loaded.chat_template) chat = chat_formatting(loaded, f.chat_template);
 
   serve::ServedModel served;
   served.name = !f.model_name.empty() ? f.model_name : std::filesystem::path(f.model).filename().string();
@@ -208,7 +209,7 @@ void setup_serve(CLI::App& sub) {
   sub.add_option("--model", flags->model, "checkpoint: llama2.c .bin, tpcli .safetensors or a Hugging Face model directory")->required();
   add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");
-  sub.add_option("--template", flags->template_name, "a .jinja file or a bundled chat template instead of tokenizer_config.json's: " + text::chat_template_names());
+  add_chat_template_flags(sub, flags->chat_template);
   sub.add_option("--model-name", flags->model_name, "the model's id in the API (default: the file or folder name)");
   sub.add_option("--host", flags->server.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
   sub.add_option("--port", flags->server.port, "port to listen on (0: any free one, printed)")->capture_default_str();

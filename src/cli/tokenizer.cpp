@@ -31,7 +31,7 @@ struct TokenizerFlags {
   bool ids = false;
   bool verbose = false;
   bool no_generation_prompt = false;
-  std::string template_name;
+  ChatTemplateFlags chat_template;
   std::string chat_template_file;  // --chat-template: render a template alone, as transformers does
   std::string special_tokens_file;
   std::string now;                 // --now: the clock strftime_now reads
@@ -153,7 +153,7 @@ void run_chat_render(const TokenizerFlags& f) {
   if (!f.chat_template_file.empty()) return run_template_render(f);
   if (f.path.empty()) throw UsageError("tpcli tokenizer chat: --tokenizer is required (or --chat-template with --special-tokens)");
   const text::LoadedTokenizer loaded = open_timed(f);
-  const ChatFormatting formatting = chat_formatting(loaded, f.template_name);
+  const ChatFormatting formatting = chat_formatting(loaded, f.chat_template);
   const std::vector<text::ChatMessage> messages = parse_messages(read_all(stdin), "stdin");
   std::string prompt;
   try {
@@ -194,8 +194,7 @@ void setup_tokenizer(CLI::App& sub) {
   chat->add_option("--special-tokens", flags->special_tokens_file, "with --chat-template: a JSON object of bos_token, eos_token, ...");
   chat->add_option("--now", flags->now, "with --chat-template: the date strftime_now() sees, YYYY-MM-DD[THH:MM:SS] (default: now)");
   chat->add_flag("--ids", flags->ids, "print the prompt's token ids instead of its text");
-  chat->add_option("--template", flags->template_name,
-                   "a bundled chat template (" + text::chat_template_names() + ") or a .jinja file instead of tokenizer_config.json's");
+  add_chat_template_flags(*chat, flags->chat_template);
   chat->add_flag("--no-generation-prompt", flags->no_generation_prompt, "leave out the assistant's opening");
   chat->callback([flags] { run_chat_render(*flags); });
   sub.require_subcommand(1);

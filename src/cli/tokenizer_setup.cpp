@@ -29,7 +29,33 @@ text::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_si
   return loaded;
 }
 
-ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const std::string& template_name) {
+std::array<CLI::Option*, 2> add_chat_template_flags(CLI::App& sub, ChatTemplateFlags& flags) {
+  CLI::Option* name = sub.add_option("--template", flags.name,
+                                     "a bundled chat template (" + text::chat_template_names() +
+                                         ") or a .jinja file instead of tokenizer_config.json's");
+  CLI::Option* kwargs = sub.add_option("--chat-template-kwargs", flags.kwargs,
+                                       "a JSON object of extra variables for the chat template, e.g. '{\"enable_thinking\": false}'");
+  return {name, kwargs};
+}
+
+namespace {
+
+nlohmann::ordered_json template_kwargs(const std::string& text) {
+  if (text.empty()) return nlohmann::ordered_json::object();
+  nlohmann::ordered_json kwargs;
+  try {
+    kwargs = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("--chat-template-kwargs: not valid JSON: " + std::string(e.what()));
+  }
+  if (!kwargs.is_object()) throw UsageError("--chat-template-kwargs: expected a JSON object, got " + text.substr(0, 100));
+  return kwargs;
+}
+
+}  // namespace
+
+ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const ChatTemplateFlags& flags) {
+  const std::string& template_name = flags.name;
   ChatFormatting f;
   f.tokens = {loaded.tokenizer->bos_text(), loaded.tokenizer->eos_text()};
   try {
@@ -48,6 +74,7 @@ ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const std::s
   } catch (const std::runtime_error& e) {
     throw UsageError(loaded.path + ": " + e.what());
   }
+  f.chat_template.extra = template_kwargs(flags.kwargs);
   return f;
 }
 

@@ -2,6 +2,8 @@
 // and `tpcli chat`. Bad paths, files and template names become UsageError (one line, exit 2).
 #pragma once
 
+#include <CLI/CLI.hpp>
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,12 +20,20 @@ text::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_si
 // Whether `path` names a llama2.c tokenizer.bin (not a tokenizer.json nor a folder).
 bool is_llama2c_tokenizer(const std::string& path);
 
+// --template NAME|FILE and --chat-template-kwargs JSON, as every command that renders chats takes them.
+struct ChatTemplateFlags {
+  std::string name;    // a bundled template or a .jinja file ("" = tokenizer_config.json's)
+  std::string kwargs;  // a JSON object of extra keyword arguments ("" = none)
+};
+// Returns the two options (a command may make them need another).
+std::array<CLI::Option*, 2> add_chat_template_flags(CLI::App& sub, ChatTemplateFlags& flags);
+
 struct ChatFormatting {
   text::ChatTemplate chat_template;
   text::ChatTokens tokens;  // bos/eos text the template writes
 };
-// `template_name` ("" = recognise tokenizer_config.json's chat_template) picks the format.
-ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const std::string& template_name);
+// The template `flags` name (else tokenizer_config.json's chat_template) with their keyword arguments.
+ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const ChatTemplateFlags& flags);
 
 // A JSON list of {"role": ..., "content": ...}; `origin` names the input in errors.
 std::vector<text::ChatMessage> parse_messages(const std::string& json_text, const std::string& origin);

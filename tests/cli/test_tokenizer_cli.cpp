@@ -107,6 +107,51 @@ TEST_CASE("tokenizer: bad paths, input and templates are one-line errors naming 
                        "message 0");
 }
 
+TEST_CASE("tokenizer chat --chat-template renders a template alone as transformers does, and its raise is exit 1") {
+  const std::string refs = "reference/chat-templates";
+  REQUIRE_SHARED(refs + "/cases.jsonl");
+  const std::string dir = SHARED + "/" + refs;
+  std::ifstream cases_file(dir + "/cases.jsonl"), renders_file(dir + "/renders/Qwen-Qwen3-4B.jsonl");
+  int checked = 0, raised = 0;
+  for (std::string c, r; std::getline(cases_file, c) && std::getline(renders_file, r);) {
+    const json render = json::parse(r);
+    INFO(render["id"]);
+    const Result out = run({"tokenizer", "chat", "--chat-template", dir + "/templates/Qwen-Qwen3-4B.jinja", "--special-tokens",
+                            dir + "/templates/Qwen-Qwen3-4B.json", "--now", "2026-07-26"},
+                           c);
+    if (render.contains("text")) {
+      CHECK(out.code == 0);
+      CHECK(out.out == render["text"].get<std::string>());
+      ++checked;
+    } else {
+      CHECK(out.code == 1);
+      CHECK(out.out.empty());
+      CHECK(std::count(out.err.begin(), out.err.end(), '\n') == 1);
+      ++raised;
+    }
+  }
+  CHECK(checked + raised == 33);
+  check_one_line_error(run({"tokenizer", "chat", "--chat-template", dir + "/templates/Qwen-Qwen3-4B.jinja"}, "{}"),
+                       "--special-tokens");
+  check_one_line_error(run({"tokenizer", "chat", "--chat-template", dir + "/templates/Qwen-Qwen3-4B.jinja", "--special-tokens",
+                            dir + "/templates/Qwen-Qwen3-4B.json"},
+                           "[]"),
+                       "messages");
+}
+
+TEST_CASE("tokenizer chat --chat-template-kwargs passes extra variables to the template (Qwen3's enable_thinking)") {
+  REQUIRE_SHARED("data/hf-tokenizers/qwen3/tokenizer_config.json");
+  const std::string qwen3 = SHARED + "/data/hf-tokenizers/qwen3";
+  const std::string hi = R"([{"role": "user", "content": "Hi"}])";
+  const Result thinking = run({"tokenizer", "chat", "--tokenizer", qwen3}, hi);
+  const Result quiet = run({"tokenizer", "chat", "--tokenizer", qwen3, "--chat-template-kwargs", R"({"enable_thinking": false})"}, hi);
+  REQUIRE(thinking.code == 0);
+  REQUIRE(quiet.code == 0);
+  CHECK(quiet.out == thinking.out + "<think>\n\n</think>\n\n");
+  check_one_line_error(run({"tokenizer", "chat", "--tokenizer", qwen3, "--chat-template-kwargs", "[1]"}, hi), "--chat-template-kwargs");
+  check_one_line_error(run({"tokenizer", "chat", "--tokenizer", qwen3, "--chat-template-kwargs", "{"}, hi), "--chat-template-kwargs");
+}
+
 namespace {
 
 // Runs `tpcli chat` on two user lines (and a blank one) and checks every turn against `tpcli
