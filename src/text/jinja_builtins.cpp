@@ -17,24 +17,16 @@ constexpr int64_t MAX_RANGE = 100000;
 using Filter = Value (*)(const Value& subject, CallArgs& args);
 using Test = bool (*)(const Value& subject, CallArgs& args);
 
-// Argument `i` by position, else by keyword `name`; undefined when absent.
-const Value& arg(const CallArgs& args, size_t i, std::string_view name = {}) {
-  static const Value missing;
-  if (i < args.positional.size()) return args.positional[i];
-  if (!name.empty())
-    if (const Value* v = args.keyword(name)) return *v;
-  return missing;
-}
 
 int64_t int_arg(const CallArgs& args, size_t i, std::string_view name, int64_t fallback) {
-  const Value& v = arg(args, i, name);
+  const Value& v = args.at(i, name);
   if (v.is_undefined() || v.is_none()) return fallback;
   if (!v.is_int() && !v.is_bool()) throw TemplateError(std::string(name) + " must be an integer, not " + v.type_name());
   return v.to_int();
 }
 
 bool bool_arg(const CallArgs& args, size_t i, std::string_view name, bool fallback) {
-  const Value& v = arg(args, i, name);
+  const Value& v = args.at(i, name);
   return v.is_undefined() ? fallback : truthy(v);
 }
 
@@ -79,7 +71,7 @@ Value filter_abs(const Value& v, CallArgs&) {
 
 // Python's getattr only: a dict's keys are no attributes here (x.name would fall back to them).
 Value filter_attr(const Value& v, CallArgs& args) {
-  const std::string name = to_str(arg(args, 0, "name"));
+  const std::string name = to_str(args.at(0, "name"));
   Value attribute = get_attribute(v, name);
   if (v.is_dict() && !attribute.is_callable()) return Value::undefined("'dict object' has no attribute '" + name + "'");
   return attribute;
@@ -88,7 +80,7 @@ Value filter_attr(const Value& v, CallArgs& args) {
 Value filter_batch(const Value& v, CallArgs& args) {
   const int64_t size = int_arg(args, 0, "linecount", 1);
   if (size <= 0) throw TemplateError("batch size must be positive");
-  const Value& fill = arg(args, 1, "fill_with");
+  const Value& fill = args.at(1, "fill_with");
   std::vector<Value> batches, current;
   for (const auto& item : iterate(v)) {
     current.push_back(item);
@@ -113,7 +105,7 @@ Value filter_center(const Value& v, CallArgs& args) {
 Value filter_default(const Value& v, CallArgs& args) {
   const bool boolean = bool_arg(args, 1, "boolean", false);
   if (v.is_undefined() || (boolean && !truthy(v))) {
-    const Value& fallback = arg(args, 0, "default_value");
+    const Value& fallback = args.at(0, "default_value");
     return fallback.is_undefined() ? Value("") : fallback;
   }
   return v;
@@ -122,7 +114,7 @@ Value filter_default(const Value& v, CallArgs& args) {
 Value filter_dictsort(const Value& v, CallArgs& args) {
   if (!v.is_dict()) throw TemplateError("You can only sort by either \"key\" or \"value\" of a mapping");
   const bool case_sensitive = bool_arg(args, 0, "case_sensitive", false);
-  const std::string by = arg(args, 1, "by").is_string() ? arg(args, 1, "by").as_string() : "key";
+  const std::string by = args.at(1, "by").is_string() ? args.at(1, "by").as_string() : "key";
   if (by != "key" && by != "value") throw TemplateError("You can only sort by either \"key\" or \"value\"");
   const bool reverse = bool_arg(args, 2, "reverse", false);
   std::vector<std::pair<Value, Value>> items = v.as_dict()->items;
@@ -189,7 +181,7 @@ std::optional<int64_t> parse_int(const std::string& text, int base) {
 }
 
 Value filter_float(const Value& v, CallArgs& args) {
-  const Value& fallback = arg(args, 0, "default");
+  const Value& fallback = args.at(0, "default");
   if (v.is_undefined()) throw_undefined(v);
   if (v.is_number()) return Value(v.to_double());
   if (v.is_string())
@@ -198,7 +190,7 @@ Value filter_float(const Value& v, CallArgs& args) {
 }
 
 Value filter_int(const Value& v, CallArgs& args) {
-  const Value& fallback = arg(args, 0, "default");
+  const Value& fallback = args.at(0, "default");
   if (v.is_undefined()) throw_undefined(v);
   const int64_t base = int_arg(args, 1, "base", 10);
   if (v.is_int() || v.is_bool()) return Value(v.to_int());
@@ -222,8 +214,8 @@ Value filter_format(const Value& v, CallArgs& args) {
 }
 
 Value filter_groupby(const Value& v, CallArgs& args) {
-  const Value& attribute = arg(args, 0, "attribute");
-  const Value& fallback = arg(args, 1, "default");
+  const Value& attribute = args.at(0, "attribute");
+  const Value& fallback = args.at(1, "default");
   const bool case_sensitive = bool_arg(args, 2, "case_sensitive", false);
   std::vector<std::pair<Value, Value>> keyed;
   for (const auto& item : iterate(v)) {
@@ -246,7 +238,7 @@ Value filter_groupby(const Value& v, CallArgs& args) {
 Value filter_indent(const Value& v, CallArgs& args) {
   if (v.is_undefined()) throw_undefined(v);  // jinja2 appends "\n" to the value: only strings take it
   if (!v.is_string()) throw TemplateError("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
-  const Value& width = arg(args, 0, "width");
+  const Value& width = args.at(0, "width");
   const std::string indention =
       width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(args, 0, "width", 4))), ' ');
   const bool first = bool_arg(args, 1, "first", false), blank = bool_arg(args, 2, "blank", false);
@@ -270,8 +262,8 @@ Value filter_items(const Value& v, CallArgs&) {
 }
 
 Value filter_join(const Value& v, CallArgs& args) {
-  const Value& separator = arg(args, 0, "d");
-  const Value& attribute = arg(args, 1, "attribute");
+  const Value& separator = args.at(0, "d");
+  const Value& attribute = args.at(1, "attribute");
   const std::string sep = separator.is_undefined() ? "" : to_str(separator);
   std::string out;
   bool first = true;
@@ -293,7 +285,7 @@ Value filter_map(const Value& v, CallArgs& args) {
   std::vector<Value> out;
   if (!truthy(v)) return Value::generator({});  // jinja2: `if value:` before iterating
   if (args.positional.empty()) {
-    const Value& attribute = arg(args, 0, "attribute");
+    const Value& attribute = args.at(0, "attribute");
     const Value* fallback = args.keyword("default");
     for (const auto& item : iterate(v)) {
       Value mapped = attribute_path(item, attribute);
@@ -309,7 +301,7 @@ Value filter_map(const Value& v, CallArgs& args) {
 
 Value extreme(const Value& v, CallArgs& args, bool want_max) {
   const bool case_sensitive = bool_arg(args, 0, "case_sensitive", false);
-  const Value& attribute = arg(args, 1, "attribute");
+  const Value& attribute = args.at(1, "attribute");
   const Value* best = nullptr;
   Value best_key;
   const auto items = iterate(v);
@@ -328,7 +320,7 @@ Value filter_pprint(const Value& v, CallArgs&) { return Value(to_repr(v)); }
 Value select_items(const Value& v, CallArgs& args, bool by_attribute, bool keep) {
   std::vector<Value> out;
   const size_t test_at = by_attribute ? 1 : 0;
-  const Value& attribute = by_attribute ? arg(args, 0) : Value();
+  const Value& attribute = by_attribute ? args.at(0) : Value();
   const bool has_test = args.positional.size() > test_at;
   const std::string test = has_test ? to_str(args.positional[test_at]) : "";
   CallArgs rest = rest_args(args, test_at + 1);
@@ -348,8 +340,8 @@ Value filter_rejectattr(const Value& v, CallArgs& args) { return select_items(v,
 
 Value filter_replace(const Value& v, CallArgs& args) {
   CallArgs replace_args;
-  replace_args.positional = {Value(to_str(arg(args, 0, "old"))), Value(to_str(arg(args, 1, "new")))};
-  if (const Value& count = arg(args, 2, "count"); count.is_int()) replace_args.positional.push_back(count);
+  replace_args.positional = {Value(to_str(args.at(0, "old"))), Value(to_str(args.at(1, "new")))};
+  if (const Value& count = args.at(2, "count"); count.is_int()) replace_args.positional.push_back(count);
   return call_value(get_attribute(Value(to_str(v)), "replace"), replace_args);
 }
 
@@ -380,7 +372,7 @@ double python_round(double x, int64_t digits) {
 
 Value filter_round(const Value& v, CallArgs& args) {
   const int64_t precision = int_arg(args, 0, "precision", 0);
-  const std::string method = arg(args, 1, "method").is_string() ? arg(args, 1, "method").as_string() : "common";
+  const std::string method = args.at(1, "method").is_string() ? args.at(1, "method").as_string() : "common";
   if (!v.is_number()) throw TemplateError("type " + v.type_name() + " doesn't define __round__ method");
   const double x = v.to_double();
   if (method == "common") {
@@ -397,7 +389,7 @@ Value filter_safe(const Value& v, CallArgs&) { return Value::markup(to_str(v)); 
 Value filter_slice(const Value& v, CallArgs& args) {
   const int64_t slices = int_arg(args, 0, "slices", 1);
   if (slices <= 0) throw TemplateError("slice count must be positive");
-  const Value& fill = arg(args, 1, "fill_with");
+  const Value& fill = args.at(1, "fill_with");
   const auto items = iterate(v);
   const int64_t n = static_cast<int64_t>(items.size());
   const int64_t per = n / slices, extra = n % slices;
@@ -416,7 +408,7 @@ Value filter_slice(const Value& v, CallArgs& args) {
 Value filter_sort(const Value& v, CallArgs& args) {
   const bool reverse = bool_arg(args, 0, "reverse", false);
   const bool case_sensitive = bool_arg(args, 1, "case_sensitive", false);
-  const Value& attribute = arg(args, 2, "attribute");
+  const Value& attribute = args.at(2, "attribute");
   std::vector<std::pair<Value, Value>> keyed;
   for (const auto& item : iterate(v))
     keyed.emplace_back(sort_key(attribute.is_undefined() ? item : attribute_path(item, attribute), case_sensitive), item);
@@ -448,8 +440,8 @@ Value filter_striptags(const Value& v, CallArgs&) {
 }
 
 Value filter_sum(const Value& v, CallArgs& args) {
-  const Value& attribute = arg(args, 0, "attribute");
-  Value total = arg(args, 1, "start");
+  const Value& attribute = args.at(0, "attribute");
+  Value total = args.at(1, "start");
   if (total.is_undefined()) total = Value(int64_t{0});
   if (total.is_string()) throw TemplateError("sum() can't sum strings [use ''.join(seq) instead]");
   for (const auto& item : iterate(v)) total = binary_op("+", total, attribute.is_undefined() ? item : attribute_path(item, attribute));
@@ -478,12 +470,12 @@ Value filter_title(const Value& v, CallArgs&) {
 Value filter_tojson(const Value& v, CallArgs& args) {
   JsonOptions options;
   options.ensure_ascii = bool_arg(args, 0, "ensure_ascii", false);
-  const Value& indent = arg(args, 1, "indent");
+  const Value& indent = args.at(1, "indent");
   if (indent.is_string()) options.indent = indent.as_string();
   else if (indent.is_int() || indent.is_bool()) options.indent = std::string(static_cast<size_t>(std::clamp<int64_t>(indent.to_int(), 0, 1000)), ' ');
   else if (!indent.is_undefined() && !indent.is_none()) throw TemplateError("tojson: indent must be an int or a str");
   if (options.indent) options.item_separator = ",";
-  const Value& separators = arg(args, 2, "separators");
+  const Value& separators = args.at(2, "separators");
   if (separators.is_list() && separators.as_list()->items.size() == 2) {
     options.item_separator = to_str(separators.as_list()->items[0]);
     options.key_separator = to_str(separators.as_list()->items[1]);
@@ -494,13 +486,13 @@ Value filter_tojson(const Value& v, CallArgs& args) {
   return Value(to_json(v, options));
 }
 
-Value filter_trim(const Value& v, CallArgs& args) { return Value(python_strip(to_str(v), arg(args, 0, "chars"), true, true)); }
+Value filter_trim(const Value& v, CallArgs& args) { return Value(python_strip(to_str(v), args.at(0, "chars"), true, true)); }
 
 // jinja2 measures the value with len() and returns it unchanged when short enough (a list too).
 Value filter_truncate(const Value& v, CallArgs& args) {
   const int64_t max_length = int_arg(args, 0, "length", 255);
   const bool killwords = bool_arg(args, 1, "killwords", false);
-  const std::u32string end = arg(args, 2, "end").is_string() ? utf8_decode(arg(args, 2, "end").as_string()) : U"...";
+  const std::u32string end = args.at(2, "end").is_string() ? utf8_decode(args.at(2, "end").as_string()) : U"...";
   const int64_t leeway = int_arg(args, 3, "leeway", 5);
   if (max_length < static_cast<int64_t>(end.size())) throw TemplateError("expected length >= " + std::to_string(end.size()));
   if (length(v) <= max_length + leeway) return v;
@@ -516,7 +508,7 @@ Value filter_truncate(const Value& v, CallArgs& args) {
 
 Value filter_unique(const Value& v, CallArgs& args) {
   const bool case_sensitive = bool_arg(args, 0, "case_sensitive", false);
-  const Value& attribute = arg(args, 1, "attribute");
+  const Value& attribute = args.at(1, "attribute");
   std::vector<Value> seen, out;
   for (const auto& item : iterate(v)) {
     Value key = sort_key(attribute.is_undefined() ? item : attribute_path(item, attribute), case_sensitive);
@@ -578,7 +570,7 @@ const std::unordered_map<std::string, Filter>& filters() {
 
 // ---- tests ----
 
-const Value& other(const CallArgs& args) { return arg(args, 0); }
+const Value& other(const CallArgs& args) { return args.at(0); }
 
 bool test_defined(const Value& v, CallArgs&) { return !v.is_undefined(); }
 bool test_undefined(const Value& v, CallArgs&) { return v.is_undefined(); }

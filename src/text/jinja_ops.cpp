@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <utf8proc.h>
+
 #include "text/python_str.h"
 
 namespace tpcli::text {
@@ -230,22 +232,23 @@ int64_t length(const Value& v) {
 
 namespace {
 
-char32_t upper_of(char32_t c) {
-  if (c >= 'a' && c <= 'z') return c - 32;
-  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7) || (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) || (c >= 0x430 && c <= 0x44F))
-    return c - 32;
-  if (c >= 0x450 && c <= 0x45F) return c - 80;
-  return c;
+// Unicode's simple case mappings (utf8proc): every script, one code point to one (Python's full
+// mappings, ß -> SS, are not applied).
+char32_t upper_of(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
+char32_t lower_of(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
+char32_t title_of(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
+
+// Python's "cased" characters: categories Lu, Ll and Lt.
+bool is_cased(char32_t c) {
+  const auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return category == UTF8PROC_CATEGORY_LU || category == UTF8PROC_CATEGORY_LL || category == UTF8PROC_CATEGORY_LT;
 }
 
-char32_t lower_of(char32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if ((c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3A9) || (c >= 0x410 && c <= 0x42F)) return c + 32;
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  return c;
+// Python's str.isalpha() for one code point: any letter category (L*).
+bool is_letter(char32_t c) {
+  const auto category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return category >= UTF8PROC_CATEGORY_LU && category <= UTF8PROC_CATEGORY_LO;
 }
-
-bool is_cased(char32_t c) { return upper_of(c) != c || lower_of(c) != c; }
 
 template <typename F>
 std::string map_chars(std::string_view s, F f) {
@@ -262,7 +265,7 @@ std::string python_lower(std::string_view s) { return map_chars(s, lower_of); }
 
 std::string python_capitalize(std::string_view s) {
   std::u32string u = utf8_decode(s);
-  for (size_t i = 0; i < u.size(); ++i) u[i] = i == 0 ? upper_of(u[i]) : lower_of(u[i]);
+  for (size_t i = 0; i < u.size(); ++i) u[i] = i == 0 ? title_of(u[i]) : lower_of(u[i]);
   return utf8_encode(u);
 }
 
@@ -273,7 +276,7 @@ std::string python_title(std::string_view s) {
   std::u32string u = utf8_decode(s);
   bool previous_cased = false;
   for (char32_t& c : u) {
-    c = previous_cased ? lower_of(c) : upper_of(c);
+    c = previous_cased ? lower_of(c) : title_of(c);
     previous_cased = is_cased(c);
   }
   return utf8_encode(u);
@@ -384,16 +387,9 @@ namespace {
 
 using Method = Value (*)(const Value& self, CallArgs& args);
 
-const Value& arg(const CallArgs& args, size_t i, std::string_view name = {}) {
-  static const Value missing;
-  if (i < args.positional.size()) return args.positional[i];
-  if (!name.empty())
-    if (const Value* v = args.keyword(name)) return *v;
-  return missing;
-}
 
 const std::string& string_arg(const CallArgs& args, size_t i, std::string_view method) {
-  const Value& v = arg(args, i);
+  const Value& v = args.at(i);
   if (!v.is_string()) throw TemplateError(std::string(method) + "() argument must be str, not " + v.type_name());
   return v.as_string();
 }
@@ -556,7 +552,7 @@ Value str_count(const std::string& name, const std::string& s, CallArgs& args) {
 
 Value str_join(const std::string&, const std::string& s, CallArgs& args) {
   std::string out;
-  const auto items = iterate(arg(args, 0));
+  const auto items = iterate(args.at(0));
   for (size_t i = 0; i < items.size(); ++i) {
     if (!items[i].is_string())
       throw TemplateError("sequence item " + std::to_string(i) + ": expected str instance, " + items[i].type_name() + " found");
@@ -569,11 +565,11 @@ Value str_join(const std::string&, const std::string& s, CallArgs& args) {
 
 Value str_pad(const std::string& name, const std::string& s, CallArgs& args) {
   const char align = name == "center" ? '^' : name == "ljust" ? '<' : '>';
-  return Value(pad(s, arg(args, 0).is_int() ? arg(args, 0).as_int() : 0, arg(args, 1), align));
+  return Value(pad(s, args.at(0).is_int() ? args.at(0).as_int() : 0, args.at(1), align));
 }
 
 Value str_zfill(const std::string&, const std::string& s, CallArgs& args) {
-  const int64_t width = arg(args, 0).is_int() ? arg(args, 0).as_int() : 0;
+  const int64_t width = args.at(0).is_int() ? args.at(0).as_int() : 0;
   const bool sign = !s.empty() && (s[0] == '-' || s[0] == '+');
   const std::string padded = pad(s.substr(sign), width - sign, Value("0"), '>');
   return Value((sign ? s.substr(0, 1) : "") + padded);
@@ -603,16 +599,16 @@ const std::unordered_map<std::string, StringMethod>& string_methods() {
   using A = CallArgs;
   using S = const std::string&;
   static const std::unordered_map<std::string, StringMethod> table = {
-      {"strip", [](S, S s, A& a) { return Value(python_strip(s, arg(a, 0, "chars"), true, true)); }},
-      {"lstrip", [](S, S s, A& a) { return Value(python_strip(s, arg(a, 0, "chars"), true, false)); }},
-      {"rstrip", [](S, S s, A& a) { return Value(python_strip(s, arg(a, 0, "chars"), false, true)); }},
-      {"split", [](S, S s, A& a) { return str_split(s, arg(a, 0, "sep"), arg(a, 1, "maxsplit")); }},
-      {"rsplit", [](S, S s, A& a) { return str_rsplit(s, arg(a, 0, "sep"), arg(a, 1, "maxsplit")); }},
-      {"splitlines", [](S, S s, A& a) { return python_splitlines(s, truthy(arg(a, 0, "keepends"))); }},
-      {"startswith", [](S, S s, A& a) { return Value(affix_matches(s, arg(a, 0), true)); }},
-      {"endswith", [](S, S s, A& a) { return Value(affix_matches(s, arg(a, 0), false)); }},
+      {"strip", [](S, S s, A& a) { return Value(python_strip(s, a.at(0, "chars"), true, true)); }},
+      {"lstrip", [](S, S s, A& a) { return Value(python_strip(s, a.at(0, "chars"), true, false)); }},
+      {"rstrip", [](S, S s, A& a) { return Value(python_strip(s, a.at(0, "chars"), false, true)); }},
+      {"split", [](S, S s, A& a) { return str_split(s, a.at(0, "sep"), a.at(1, "maxsplit")); }},
+      {"rsplit", [](S, S s, A& a) { return str_rsplit(s, a.at(0, "sep"), a.at(1, "maxsplit")); }},
+      {"splitlines", [](S, S s, A& a) { return python_splitlines(s, truthy(a.at(0, "keepends"))); }},
+      {"startswith", [](S, S s, A& a) { return Value(affix_matches(s, a.at(0), true)); }},
+      {"endswith", [](S, S s, A& a) { return Value(affix_matches(s, a.at(0), false)); }},
       {"replace", [](S name, S s, A& a) {
-         const Value& count = arg(a, 2, "count");
+         const Value& count = a.at(2, "count");
          return str_replace(s, string_arg(a, 0, name), string_arg(a, 1, name), count.is_int() ? count.as_int() : -1);
        }},
       {"upper", [](S, S s, A&) { return Value(python_upper(s)); }},
@@ -632,9 +628,9 @@ const std::unordered_map<std::string, StringMethod>& string_methods() {
       {"isdigit", [](S, S s, A&) { return Value(all_chars(s, is_decimal_digit)); }},
       {"isnumeric", [](S, S s, A&) { return Value(all_chars(s, is_decimal_digit)); }},
       {"isdecimal", [](S, S s, A&) { return Value(all_chars(s, is_decimal_digit)); }},
-      {"isalpha", [](S, S s, A&) { return Value(all_chars(s, is_cased)); }},
+      {"isalpha", [](S, S s, A&) { return Value(all_chars(s, is_letter)); }},
       {"isalnum", [](S, S s, A&) {
-         return Value(all_chars(s, [](char32_t c) { return is_cased(c) || is_decimal_digit(c); }));
+         return Value(all_chars(s, [](char32_t c) { return is_letter(c) || is_decimal_digit(c); }));
        }},
       {"isspace", [](S, S s, A&) { return Value(all_chars(s, is_python_space)); }},
       {"islower", [](S, S s, A&) { return Value(python_lower(s) == s && python_upper(s) != s); }},
@@ -664,12 +660,12 @@ Value list_method(const std::string& name, const Value& self, CallArgs& args) {
   const auto& items = self.as_list()->items;
   if (name == "index") {
     for (size_t i = 0; i < items.size(); ++i)
-      if (equal(items[i], arg(args, 0))) return Value(static_cast<int64_t>(i));
-    throw TemplateError(to_repr(arg(args, 0)) + " is not in list");
+      if (equal(items[i], args.at(0))) return Value(static_cast<int64_t>(i));
+    throw TemplateError(to_repr(args.at(0)) + " is not in list");
   }
   if (name == "count") {
     int64_t n = 0;
-    for (const auto& v : items) n += equal(v, arg(args, 0));
+    for (const auto& v : items) n += equal(v, args.at(0));
     return Value(n);
   }
   return Value::list(items);  // copy
@@ -678,8 +674,8 @@ Value list_method(const std::string& name, const Value& self, CallArgs& args) {
 Value dict_method(const std::string& name, const Value& self, CallArgs& args) {
   const DictData& d = *self.as_dict();
   if (name == "get") {
-    if (const Value* v = d.find(arg(args, 0))) return *v;
-    const Value& fallback = arg(args, 1, "default");
+    if (const Value* v = d.find(args.at(0))) return *v;
+    const Value& fallback = args.at(1, "default");
     return fallback.is_undefined() ? Value(None{}) : fallback;
   }
   std::vector<Value> out;

@@ -99,6 +99,14 @@ const Value* CallArgs::keyword(std::string_view name) const {
   return nullptr;
 }
 
+const Value& CallArgs::at(size_t i, std::string_view name) const {
+  static const Value missing;
+  if (i < positional.size()) return positional[i];
+  if (!name.empty())
+    if (const Value* v = keyword(name)) return *v;
+  return missing;
+}
+
 ObjectArena::~ObjectArena() {
   for (const auto& weak : objects_)
     if (const auto object = weak.lock()) object->attributes.items.clear();

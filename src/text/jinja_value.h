@@ -160,6 +160,8 @@ struct CallArgs {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> keywords;
   const Value* keyword(std::string_view name) const;
+  // Argument `i` by position, else by keyword `name` (when given); undefined when absent.
+  const Value& at(size_t i, std::string_view name = {}) const;
 };
 
 struct Callable {

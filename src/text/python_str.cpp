@@ -1,64 +1,21 @@
 #include "text/python_str.h"
 
+#include "text/utf8.h"
+
 namespace tpcli::text {
-
-namespace {
-
-// The length of the sequence a lead byte starts, 0 for a byte that cannot lead one.
-int sequence_length(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) return 2;
-  if (lead >= 0xE0 && lead <= 0xEF) return 3;
-  if (lead >= 0xF0 && lead <= 0xF4) return 4;
-  return 0;
-}
-
-}  // namespace
 
 std::u32string utf8_decode(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const auto lead = static_cast<unsigned char>(s[i]);
-    const int n = sequence_length(lead);
-    if (n == 0 || i + n > s.size()) {
-      out.push_back(0xFFFD), ++i;
-      continue;
-    }
-    char32_t c = n == 1 ? lead : lead & (0xFF >> (n + 1));
-    bool ok = true;
-    for (int k = 1; k < n; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      ok = ok && (b & 0xC0) == 0x80;
-      c = (c << 6) | (b & 0x3F);
-    }
-    if (!ok) {
-      out.push_back(0xFFFD), ++i;
-      continue;
-    }
-    out.push_back(c);
-    i += n;
+  for (size_t at = 0; at < s.size();) {
+    const utf8::CodePoint c = utf8::decode(s, at);
+    out.push_back(c.value);  // U+FFFD for an invalid sequence
+    at += static_cast<size_t>(c.length);
   }
   return out;
 }
 
-void utf8_append(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
+void utf8_append(std::string& out, char32_t c) { utf8::append(out, c); }
 
 std::string utf8_encode(std::u32string_view s) {
   std::string out;

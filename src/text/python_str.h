@@ -1,5 +1,5 @@
 // tpcli::text — UTF-8 as Python's str sees it: a sequence of code points (len, slices, indexing and
-// padding count code points, not bytes). Malformed bytes decode to U+FFFD one byte at a time.
+// padding count code points, not bytes), over text/utf8.h: an invalid sequence decodes to one U+FFFD.
 #pragma once
 
 #include <string>
