@@ -21,6 +21,8 @@ struct BatchEngine::Sequence {
   BatchRequest request;
   std::unique_ptr<Sampler> sampler;
   std::optional<text::TextStream> text;  // with the engine's tokenizer
+  std::unique_ptr<TokenConstraint> constraint;  // the request's grammar, if any
+  std::vector<uint32_t> mask;                   // [V/32] the constraint's allowed tokens, reused
   std::vector<int> tokens;       // the prompt, then what was generated: every known token
   int64_t computed = 0;          // tokens whose keys and values are in `blocks`
   std::vector<int32_t> blocks;   // the pool blocks of positions 0.. in order
@@ -131,6 +133,7 @@ int BatchEngine::add(BatchRequest request) {
                                          request.sampling);
   s->tokens = request.prompt;
   if (tokenizer_) s->text.emplace(*tokenizer_, request.prompt, request.stop);
+  if (request.constraint) s->constraint = request.constraint();
   s->request = std::move(request);
   sequences_.push_back(std::move(s));
   waiting_.push_back(id);
@@ -255,7 +258,7 @@ void BatchEngine::run(const std::vector<Planned>& plan) {
     const Sequence& s = *sequences_[static_cast<size_t>(p.id)];
     tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + p.rows);
     rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, s.computed + p.rows == static_cast<int64_t>(s.tokens.size())});
-    if (rows.back().logits && (s.request.temperature != 0.0f || s.request.logits || s.request.sampling.changes_logits()))
+    if (rows.back().logits && (s.request.temperature != 0.0f || s.request.logits || s.request.sampling.changes_logits() || s.constraint))
       greedy = false;
   }
   std::span<float> logits;              // [sequences asking, V]
@@ -303,16 +306,44 @@ void BatchEngine::take_token(Sequence& s, float* logits) {
     return;
   }
   if (on_logits && s.request.logits) on_logits(s.id, row);
+  if (s.constraint && !mask_disallowed(s, row)) {
+    s.result.error = "the output's grammar allows no token after " + std::to_string(s.result.tokens.size()) + " generated";
+    finish(s, FinishReason::error);
+    return;
+  }
   accept_token(s, s.sampler->sample(row, s.request.prompt, s.result.tokens));
+}
+
+// Tokens the constraint does not allow get -inf; the stop ids only where the output is whole.
+bool BatchEngine::mask_disallowed(Sequence& s, std::span<float> logits) {
+  const size_t V = logits.size();
+  s.mask.assign((V + 31) / 32, 0);
+  s.constraint->allowed_tokens(s.mask);
+  const bool can_end = s.constraint->can_end();
+  for (int id : s.request.stop_ids) {
+    const auto t = static_cast<size_t>(id);
+    if (t < V) s.mask[t / 32] = can_end ? s.mask[t / 32] | (1u << (t % 32)) : s.mask[t / 32] & ~(1u << (t % 32));
+  }
+  bool any = false;
+  for (size_t w = 0; w < s.mask.size(); ++w) {
+    const uint32_t word = s.mask[w];
+    any = any || word != 0;
+    if (word == ~0u) continue;
+    for (size_t t = w * 32; t < std::min(V, w * 32 + 32); ++t)
+      if (!((word >> (t % 32)) & 1u)) logits[t] = -std::numeric_limits<float>::infinity();
+  }
+  return any;
 }
 
 void BatchEngine::accept_token(Sequence& s, int token) {
   s.tokens.push_back(token);
   s.result.tokens.push_back(token);
   const bool stop_id = std::ranges::find(s.request.stop_ids, token) != s.request.stop_ids.end();
+  if (s.constraint && !stop_id) s.constraint->accept(token);
+  const bool whole = s.constraint && !stop_id && s.constraint->must_end();
   if (s.text && !stop_id) s.result.text += s.text->add(token);
   const bool go_on = !on_token || on_token(s.id, token);
-  if (!go_on || stop_id || (s.text && s.text->stopped())) finish(s, FinishReason::stop);
+  if (!go_on || stop_id || whole || (s.text && s.text->stopped())) finish(s, FinishReason::stop);
   else if (static_cast<int>(s.result.tokens.size()) >= s.request.max_tokens || static_cast<int64_t>(s.tokens.size()) > context_)
     finish(s, FinishReason::length);
 }
@@ -326,6 +357,8 @@ void BatchEngine::finish(Sequence& s, FinishReason reason) {
   s.blocks.clear();
   s.result.sampler_state = s.sampler->state();
   s.sampler.reset();  // its vocabulary-sized scratch
+  s.constraint.reset();
+  s.mask = {};
   if (on_finished) on_finished(s.id);
 }
 

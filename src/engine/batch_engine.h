@@ -37,6 +37,7 @@
 
 #include "engine/kv_block_allocator.h"
 #include "engine/sampling_params.h"
+#include "engine/token_constraint.h"
 #include "model/llama.h"
 
 namespace tpcli::text {
@@ -67,6 +68,7 @@ struct BatchRequest {
   std::vector<int> stop_ids;   // generation ends after one of these (it is kept in the tokens, not in the text)
   std::vector<std::string> stop;  // stop strings: generation ends at the token whose text completes one
                                   // (the text is cut before it); needs the engine's tokenizer
+  TokenConstraintFactory constraint;  // a grammar the output must follow (engine/token_constraint.h); empty: none
   bool logits = false;         // on_logits sees this sequence's logits (log-probabilities); without, a
                                // greedy sequence's logits stay split (only each device's best moves)
                                // unless its logit_bias or penalties change them
@@ -153,6 +155,7 @@ class BatchEngine {
   void run(const std::vector<Planned>& plan);
   void advance(Sequence& s, int64_t rows);
   void take_token(Sequence& s, float* logits);  // checks and samples the sequence's next token
+  bool mask_disallowed(Sequence& s, std::span<float> logits);  // false: the constraint allows nothing
   void accept_token(Sequence& s, int token);    // the sequence's next token: its text, its end
   void finish(Sequence& s, FinishReason reason);
   Sequence& sequence(int id) const;

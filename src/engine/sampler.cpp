@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -34,7 +35,10 @@ int sample_mult(std::span<const float> probabilities, float coin) {
     cdf += probabilities[i];
     if (coin < cdf) return static_cast<int>(i);
   }
-  return static_cast<int>(probabilities.size()) - 1;  // rounding
+  // Rounding: the last token, as run.c, unless a mask ruled it out (probability 0).
+  size_t last = probabilities.size() - 1;
+  while (last > 0 && probabilities[last] == 0.0f) --last;
+  return static_cast<int>(last);
 }
 
 int sample_topp(std::span<const float> probabilities, float topp, float coin, std::vector<ProbIndex>& scratch) {
@@ -74,7 +78,7 @@ void keep_top_k_min_p(std::span<const float> probabilities, int top_k, float min
   const float least = min_p * most;  // the likeliest always stays
   out.clear();
   for (size_t i = 0; i < probabilities.size(); ++i)
-    if (probabilities[i] >= least) out.push_back({probabilities[i], static_cast<int>(i)});
+    if (probabilities[i] >= least && probabilities[i] > 0.0f) out.push_back({probabilities[i], static_cast<int>(i)});
   const auto likelier = [](const ProbIndex& a, const ProbIndex& b) { return a.prob > b.prob || (a.prob == b.prob && a.index < b.index); };
   const size_t keep = top_k > 0 ? std::min(out.size(), static_cast<size_t>(top_k)) : out.size();
   std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(keep), out.end(), likelier);
@@ -137,6 +141,20 @@ Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed)
   if (!std::isfinite(topp)) throw std::invalid_argument("sampler: top-p = " + std::to_string(topp) + " is not a number");
 }
 
+namespace {
+
+// -inf is a token a constraint ruled out (engine/token_constraint.h); NaN, +inf, or no token left are errors.
+void check_sampled_logits(std::span<const float> logits) {
+  bool any = false;
+  for (float v : logits) {
+    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) throw std::invalid_argument("sampler: a logit is " + std::to_string(v));
+    any = any || v != -std::numeric_limits<float>::infinity();
+  }
+  if (!any) throw std::invalid_argument("sampler: every logit is -inf");
+}
+
+}  // namespace
+
 Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed, SamplingParams params)
     : Sampler(vocab_size, temperature, topp, seed) {
   check_sampling_params(params, vocab_size);
@@ -154,8 +172,7 @@ int Sampler::sample(std::span<float> logits, std::span<const int> prompt, std::s
     if (t < 0 || t >= vocab_size_) throw std::invalid_argument("sampler: token " + std::to_string(t) + " outside the vocabulary");
   apply_bias_and_penalties(params_, logits, prompt, generated, token_scratch_);
   if (!params_.filters()) return sample(logits);
-  for (float v : logits)
-    if (!std::isfinite(v)) throw std::invalid_argument("sampler: a logit is " + std::to_string(v));
+  check_sampled_logits(logits);
   if (temperature_ == 0.0f) return sample_argmax(logits);  // top_k and min_p keep the likeliest
   for (auto& v : logits) v /= temperature_;
   softmax(logits);
@@ -169,8 +186,7 @@ int Sampler::sample(std::span<float> logits) {
   if (static_cast<int>(logits.size()) != vocab_size_)
     throw std::invalid_argument("sampler: got " + std::to_string(logits.size()) + " logits, vocab_size is " +
                                 std::to_string(vocab_size_));
-  for (float v : logits)
-    if (!std::isfinite(v)) throw std::invalid_argument("sampler: a logit is " + std::to_string(v));
+  check_sampled_logits(logits);
   if (temperature_ == 0.0f) return sample_argmax(logits);
   for (auto& v : logits) v /= temperature_;
   softmax(logits);

@@ -52,7 +52,8 @@ class Sampler {
   // With the other parameters (sampling_params.h; SamplingParamError when one is out of range).
   Sampler(int vocab_size, float temperature, float topp, uint64_t seed, SamplingParams params);
   // Picks the next token; `logits` [V] is overwritten (divided by temperature, softmaxed), as run.c does.
-  // Throws std::invalid_argument when a logit is not finite (callers check first, naming the position).
+  // A logit of -inf is a token ruled out (a constraint's mask: engine/token_constraint.h). Throws
+  // std::invalid_argument when a logit is NaN or +inf or all are -inf (callers check first, naming the position).
   int sample(std::span<float> logits);
   // The same, after logit_bias and the penalties over the sequence's tokens so far (its `prompt`,
   // then what it `generated`), and with top_k / min_p; at default parameters, sample(logits).

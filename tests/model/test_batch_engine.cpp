@@ -720,3 +720,91 @@ TEST_CASE("batch engine: penalised requests pick the same tokens on 1 and 2 devi
     CHECK(two.outcomes[i].tokens == one.outcomes[i].tokens);
   }
 }
+
+namespace {
+
+// A constraint written for the test: tokens of one residue class mod `modulus` only, whole after
+// `whole_after` tokens and ended after `end_after`.
+class ResidueConstraint : public engine::TokenConstraint {
+ public:
+  ResidueConstraint(int vocab, int modulus, int residue, int whole_after, int end_after)
+      : vocab_(vocab), modulus_(modulus), residue_(residue), whole_after_(whole_after), end_after_(end_after) {}
+  void allowed_tokens(std::span<uint32_t> bits) const override {
+    if (must_end()) return;
+    for (int t = residue_; t < vocab_; t += modulus_) bits[static_cast<size_t>(t / 32)] |= 1u << (t % 32);
+  }
+  void accept(int token) override {
+    REQUIRE(token % modulus_ == residue_);
+    ++accepted_;
+  }
+  bool can_end() const override { return accepted_ >= whole_after_; }
+  bool must_end() const override { return accepted_ >= end_after_; }
+  static bool allows(int token, int modulus, int residue) { return token % modulus == residue; }
+
+ private:
+  int vocab_, modulus_, residue_, whole_after_, end_after_, accepted_ = 0;
+};
+
+engine::TokenConstraintFactory residue_constraint(int vocab, int modulus, int residue, int whole_after, int end_after) {
+  return [=] { return std::make_unique<ResidueConstraint>(vocab, modulus, residue, whole_after, end_after); };
+}
+
+}  // namespace
+
+TEST_CASE("batch engine: a constrained sequence takes only the tokens its constraint allows, and its neighbours keep their bits",
+          "[llama][batch][constraint]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 79);
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  std::vector<engine::BatchRequest> plain;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i % 2 == 0) {
+      plain.push_back(requests[i]);
+      continue;
+    }
+    engine::BatchRequest& r = requests[i];
+    r.max_tokens = 12;
+    r.constraint = residue_constraint(c.vocab_size, 5, static_cast<int>(i % 5), 3, 6 + static_cast<int>(i % 4));
+    r.stop_ids = {static_cast<int>(i % 5) + 5, static_cast<int>(i + 1) % 5 + 10};  // in the constraint's tokens, and not
+  }
+  const EngineRun together = run_engine(w, 1, requests, {});
+  const std::vector<Outcome> alone = run_alone(w, 1, plain);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    INFO("plain request " << 2 * i);
+    CHECK(together.outcomes[2 * i].tokens == alone[i].tokens);
+    REQUIRE(together.outcomes[2 * i].logits.size() == alone[i].logits.size());
+    for (size_t t = 0; t < alone[i].logits.size(); ++t)
+      CHECK(std::memcmp(together.outcomes[2 * i].logits[t].data(), alone[i].logits[t].data(), alone[i].logits[t].size() * sizeof(float)) == 0);
+  }
+  for (size_t i = 1; i < requests.size(); i += 2) {
+    INFO("constrained request " << i);
+    const Outcome& o = together.outcomes[i];
+    const int residue = static_cast<int>(i % 5), end_after = 6 + static_cast<int>(i % 4);
+    CHECK(o.finish_reason == engine::FinishReason::stop);
+    REQUIRE(!o.tokens.empty());
+    const std::vector<int>& stops = requests[i].stop_ids;
+    const auto is_stop = [&](int token) { return std::ranges::find(stops, token) != stops.end(); };
+    const bool stopped_by_id = is_stop(o.tokens.back());
+    if (!stopped_by_id) CHECK(static_cast<int>(o.tokens.size()) == end_after);
+    for (size_t t = 0; t < o.tokens.size(); ++t) {
+      if (t + 1 == o.tokens.size() && stopped_by_id) CHECK(t >= 3);  // a stop id only once whole
+      else CHECK(ResidueConstraint::allows(o.tokens[t], 5, residue));
+    }
+    // Greedy ones pick the argmax of their raw logits among the tokens allowed (and the stop id once whole).
+    if (requests[i].temperature == 0.0f) {
+      REQUIRE(o.logits.size() == o.tokens.size());
+      for (size_t t = 0; t < o.tokens.size(); ++t) {
+        int best = -1;
+        for (int v = 0; v < c.vocab_size; ++v) {
+          const bool allowed = is_stop(v) ? t >= 3 : ResidueConstraint::allows(v, 5, residue);
+          if (allowed && (best < 0 || o.logits[t][static_cast<size_t>(v)] > o.logits[t][static_cast<size_t>(best)])) best = v;
+        }
+        CHECK(o.tokens[t] == best);
+      }
+    }
+    const EngineRun one = run_engine(w, 1, {requests[i]}, {});
+    CHECK(one.outcomes[0].tokens == o.tokens);
+    const EngineRun two = run_engine(w, 2, {requests[i]}, {});
+    CHECK(two.outcomes[0].tokens == o.tokens);
+  }
+}
