@@ -2,7 +2,8 @@
 //
 // The rules are OpenAI's own: an argument the API does not know is refused ("Unrecognized request
 // argument supplied"); an argument it knows that this server does not implement is accepted only
-// at its default value (n = 1, no tools, ...), else refused naming it; the sampling parameters
+// at its default value (the deprecated functions, echo, ...), else refused naming it; tools and
+// response_format are checked here and compiled where the model is (serve/http_server.cpp); the sampling parameters
 // beyond temperature and top_p (top_k, min_p, the penalties, logit_bias: engine/sampling_params.h)
 // are read by the engine's parser, the one `infer --batch` uses; every error is
 // a 400 with the field in "param". Bodies are bounded while they are parsed: nesting deeper than
@@ -47,9 +48,12 @@ constexpr int MAX_JSON_DEPTH = 32;
 // Every value, object and array counts one: a token-id prompt of 65,000 ids fits, and the
 // costliest body (empty objects, ~100 bytes each) stays under ~7 MB.
 constexpr size_t MAX_JSON_VALUES = 1u << 16;
+constexpr size_t MAX_TOOLS = 128;  // OpenAI's bound
+constexpr int MAX_CHOICES = 16;    // n
 
 // The body as a JSON object, or a 400 (empty, too deep, too many values, not JSON, not an object).
-nlohmann::json parse_body(std::string_view body);
+// Objects keep the client's key order (tools and schemas reach the template and the grammar as sent).
+nlohmann::ordered_json parse_body(std::string_view body);
 
 // What a request needs of the model it names.
 struct PromptModel {
@@ -57,10 +61,28 @@ struct PromptModel {
   int context = 0;   // positions a sequence may reach (prompt + generated)
   int vocab = 0;
   std::function<std::vector<int>(std::string_view text)> encode;                       // a completion prompt
-  std::function<std::vector<int>(std::span<const text::ChatMessage> messages)> chat;  // rendered, encoded
+  // The messages (OpenAI's, as the template reads them: tool_calls' arguments as objects), the
+  // tools (an OpenAI tool list, or null) and the request's chat_template_kwargs (an object), rendered
+  // through the chat template and encoded.
+  std::function<std::vector<int>(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                 const nlohmann::ordered_json& template_kwargs)>
+      chat;
 };
 
 enum class Endpoint { chat, completion };
+
+// tool_choice: "none", "auto", "required", or {"type": "function", "function": {"name": ...}}.
+struct ToolChoice {
+  enum class Mode { none, automatic, required, function } mode = Mode::automatic;
+  std::string function;  // with Mode::function
+};
+
+// What the answer's text must follow (response_format, or the `grammar` extension).
+struct OutputFormat {
+  enum class Kind { text, json_object, json_schema, grammar } kind = Kind::text;
+  nlohmann::ordered_json schema;  // with json_schema: the schema
+  std::string grammar;    // with grammar: GBNF (llama.cpp's dialect and its request field `grammar`)
+};
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::chat;
@@ -76,9 +98,14 @@ struct GenerationRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool ignore_eos = false;        // vLLM's and llama-server's extension: run to max_tokens
+  nlohmann::ordered_json tools;   // chat: the OpenAI tool list, or null
+  ToolChoice tool_choice;         // Mode::none when there are no tools
+  bool parallel_tool_calls = true;
+  OutputFormat format;
+  int n = 1;                      // answers to the one prompt
 };
 
 // A /v1/chat/completions or /v1/completions body; ApiError(400) names the first bad field.
-GenerationRequest parse_generation_request(const nlohmann::json& body, Endpoint endpoint, const PromptModel& model);
+GenerationRequest parse_generation_request(const nlohmann::ordered_json& body, Endpoint endpoint, const PromptModel& model);
 
 }  // namespace tpcli::serve

@@ -182,11 +182,14 @@ PromptModel HttpServer::Impl::prompt_model() const {
   p.vocab = model.tokenizer->vocab_size();
   const text::TokenizerInterface& tokenizer = *model.tokenizer;
   p.encode = [&tokenizer](std::string_view text) { return tokenizer.encode_text(text, true); };
-  p.chat = [this, &tokenizer](std::span<const text::ChatMessage> messages) {
+  p.chat = [this, &tokenizer](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                               const nlohmann::ordered_json& kwargs) {
     if (!model.chat_template)
       throw ApiError(400, "This model has no chat template: start the server with --template NAME, or use /v1/completions.", "messages");
+    text::ChatTemplate chat_template = *model.chat_template;
+    for (const auto& [key, value] : kwargs.items()) chat_template.extra[key] = value;
     try {  // the template writes its own beginning of sequence
-      return tokenizer.encode_text(text::render_chat(*model.chat_template, messages, model.chat_tokens, true), false);
+      return tokenizer.encode_text(text::render_chat_json(chat_template, messages, tools, model.chat_tokens, true), false);
     } catch (const std::invalid_argument& e) {
       throw ApiError(400, std::string("The messages do not fit the chat template: ") + e.what(), "messages");
     }

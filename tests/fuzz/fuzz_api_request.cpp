@@ -100,7 +100,7 @@ void check_accepted(const GenerationRequest& r) {
 
 // parse_body, then each endpoint's rules: refusals and accepted requests as they must be.
 void parse_and_check(std::string_view body) {
-  nlohmann::json parsed;
+  nlohmann::ordered_json parsed;
   try {
     parsed = parse_body(body);
   } catch (const ApiError& e) {

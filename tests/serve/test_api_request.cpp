@@ -84,9 +84,26 @@ TEST_CASE("api request: bad bodies are 400s naming the field, without echoing th
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": null, "top_p": -0.5})", "top_p"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", "stream_options"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 17})", "n"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", "n"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+           "tool_choice": {"type": "function", "function": {"name": "g"}}})", "tool_choice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})", "tools[0].function.name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}},
+           {"type": "function", "function": {"name": "f"}}]})", "tools[1].function.name"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]})",
+       "tools[0].function.parameters"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function"}]}]})", "messages[0].tool_calls[0]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}})", "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}})",
+       "response_format.json_schema.schema"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "grammar": ""})", "grammar"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "grammar": "root ::= [a]", "response_format": {"type": "json_object"}})", "grammar"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})", "chat_template_kwargs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 2.5})", "presence_penalty"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0]"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]})", "stop"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "stop"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
@@ -186,4 +203,52 @@ TEST_CASE("api request: a sampling parameter out of range is a 400 naming it") {
   // The bounds themselves are in range.
   CHECK(refusal(R"({"prompt": "x", "min_p": 1, "presence_penalty": -2, "frequency_penalty": 2, "repetition_penalty": 100,
                    "logit_bias": {"0": -100, "256": 100}, "top_k": 0})", Endpoint::completion).status() == 0);
+}
+
+TEST_CASE("api request: tools, tool calls and tool results reach the template as it reads them") {
+  PromptModel m = byte_model(256);
+  nlohmann::ordered_json seen_messages, seen_tools, seen_kwargs;
+  m.chat = [&](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs) {
+    seen_messages = messages;
+    seen_tools = tools;
+    seen_kwargs = kwargs;
+    return std::vector<int>{1, 2, 3};
+  };
+  const GenerationRequest r = parse_generation_request(parse_body(R"({
+    "messages": [
+      {"role": "developer", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Weather in "}, {"type": "text", "text": "Paris?"}]},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "not json"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object",
+              "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": false, "n": 3,
+    "chat_template_kwargs": {"enable_thinking": false}})"),
+                                                       Endpoint::chat, m);
+  CHECK(r.prompt == std::vector<int>{1, 2, 3});
+  CHECK(r.n == 3);
+  CHECK(r.tool_choice.mode == ToolChoice::Mode::function);
+  CHECK(r.tool_choice.function == "get_weather");
+  CHECK_FALSE(r.parallel_tool_calls);
+  REQUIRE(seen_messages.size() == 4);
+  CHECK(seen_messages[0]["role"] == "system");
+  CHECK(seen_messages[1]["content"] == "Weather in Paris?");
+  CHECK(seen_messages[2]["content"] == "");
+  CHECK(seen_messages[2]["tool_calls"][0]["function"]["arguments"] == nlohmann::ordered_json{{"city", "Paris"}, {"days", 2}});
+  CHECK(seen_messages[2]["tool_calls"][0]["function"]["arguments"].begin().key() == "city");  // the client's order
+  CHECK(seen_messages[2]["tool_calls"][1]["function"]["arguments"] == "not json");
+  CHECK(seen_messages[3]["tool_call_id"] == "call_1");
+  REQUIRE(seen_tools.size() == 1);
+  CHECK(seen_tools[0]["function"]["parameters"].begin().key() == "type");
+  CHECK(seen_kwargs == nlohmann::ordered_json{{"enable_thinking", false}});
+  // Without tools, tool_choice "auto" is none; a schema'd response_format is read.
+  const GenerationRequest plain = parse_generation_request(
+      parse_body(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto",
+                     "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}})"),
+      Endpoint::chat, m);
+  CHECK(plain.tool_choice.mode == ToolChoice::Mode::none);
+  CHECK(plain.format.kind == OutputFormat::Kind::json_schema);
+  CHECK(plain.format.schema == nlohmann::json{{"type", "integer"}});
 }

@@ -20,10 +20,11 @@ inline serve::PromptModel byte_prompt_model(int context) {
     for (const char c : text) ids.push_back(static_cast<unsigned char>(c) + 1);
     return ids;
   };
-  m.chat = [](std::span<const text::ChatMessage> messages) {
+  m.chat = [](const nlohmann::ordered_json& messages, const nlohmann::ordered_json&, const nlohmann::ordered_json&) {
     std::vector<int> ids;
     for (const auto& msg : messages)
-      for (const char c : msg.role + ": " + msg.content + "\n") ids.push_back(static_cast<unsigned char>(c) + 1);
+      for (const char c : msg["role"].get<std::string>() + ": " + msg["content"].get<std::string>() + "\n")
+        ids.push_back(static_cast<unsigned char>(c) + 1);
     return ids;
   };
   return m;
