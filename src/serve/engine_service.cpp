@@ -114,7 +114,7 @@ engine::SamplingParams take_sampling(CommandReader& in) {
   return p;
 }
 
-void encode_add(const engine::BatchRequest& r, std::vector<std::byte>& bytes) {
+void encode_add(const engine::BatchRequest& r, const std::string& grammar, std::vector<std::byte>& bytes) {
   put(bytes, Command::ADD);
   put(bytes, static_cast<int32_t>(r.max_tokens));
   put(bytes, r.temperature);
@@ -125,9 +125,11 @@ void encode_add(const engine::BatchRequest& r, std::vector<std::byte>& bytes) {
   put_strings(bytes, r.stop);
   put(bytes, static_cast<uint8_t>(r.logits));
   put_sampling(bytes, r.sampling);
+  put_strings(bytes, {grammar});
 }
 
-engine::BatchRequest decode_add(CommandReader& in) {
+// The request, its constraint compiled from the grammar that came with it.
+engine::BatchRequest decode_add(CommandReader& in, const GrammarCompiler& compile_grammar) {
   engine::BatchRequest r;
   r.max_tokens = in.take<int32_t>();
   r.temperature = in.take<float>();
@@ -138,6 +140,12 @@ engine::BatchRequest decode_add(CommandReader& in) {
   r.stop = in.take_strings();
   r.logits = in.take<uint8_t>() != 0;
   r.sampling = take_sampling(in);
+  const std::vector<std::string> grammar = in.take_strings();
+  if (grammar.size() != 1) throw std::runtime_error("serve: a malformed ADD command");
+  if (!grammar[0].empty()) {
+    if (!compile_grammar) throw std::invalid_argument("this server compiles no grammars");
+    r.constraint = compile_grammar(grammar[0]);
+  }
   return r;
 }
 
@@ -163,15 +171,14 @@ std::vector<std::byte> broadcast_commands(dist::Device& device, std::vector<std:
 // Applies one step's commands on a device's engine; `added(k, id)` for the k-th ADD (id -1: the
 // engine refused it, as every device does). False at SHUTDOWN.
 template <class Added>
-bool apply(engine::BatchEngine& engine, std::span<const std::byte> bytes, Added&& added) {
+bool apply(engine::BatchEngine& engine, std::span<const std::byte> bytes, const GrammarCompiler& compile_grammar, Added&& added) {
   size_t k = 0;
   for (CommandReader in(bytes); !in.done();) {
     switch (in.take<Command>()) {
       case Command::ADD: {
-        engine::BatchRequest r = decode_add(in);
         int id = -1;
-        try {
-          id = engine.add(std::move(r));
+        try {  // a grammar that does not compile is refused on every device alike
+          id = engine.add(decode_add(in, compile_grammar));
         } catch (const std::invalid_argument&) {
         }
         added(k++, id);
@@ -220,9 +227,10 @@ bool EngineService::wait_ready() {
   return ready_flag_ && !failed_;
 }
 
-std::shared_ptr<RequestStream> EngineService::submit(const engine::BatchRequest& request, int top_logprobs) {
+std::shared_ptr<RequestStream> EngineService::submit(const engine::BatchRequest& request, int top_logprobs, const std::string& grammar) {
   auto s = std::make_shared<RequestStream>();
   s->request_ = request;
+  s->grammar_ = grammar;
   s->request_.logits = top_logprobs >= 0;  // the engine hands over its logits only then (report_logits)
   s->top_logprobs_ = top_logprobs;
   s->arrived_ = Clock::now();
@@ -301,7 +309,7 @@ EngineService::Commands EngineService::take_commands(bool idle) {
     }
   cancels_.clear();
   for (; !queue_.empty(); queue_.pop_front()) {
-    encode_add(queue_.front()->request_, c.bytes);
+    encode_add(queue_.front()->request_, queue_.front()->grammar_, c.bytes);
     c.added.push_back(queue_.front());
   }
   return c;
@@ -316,7 +324,7 @@ void EngineService::follow(model::Llama& llama, dist::Device& device, const text
   engine::BatchEngine engine(llama, options_.engine, &tokenizer);
   std::vector<int> finished;
   engine.on_finished = [&](int id) { finished.push_back(id); };
-  while (apply(engine, broadcast_commands(device, {}), [](size_t, int) {})) {
+  while (apply(engine, broadcast_commands(device, {}), options_.compile_grammar, [](size_t, int) {})) {
     if (!engine.idle()) engine.step();
     for (const int id : finished) engine.forget(id);
     finished.clear();
@@ -344,7 +352,7 @@ void EngineService::lead(model::Llama& llama, dist::Device& device, const text::
   for (;;) {
     Commands c = take_commands(engine.idle());
     broadcast_commands(device, c.bytes);
-    const bool go_on = apply(engine, c.bytes, [&](size_t k, int id) {
+    const bool go_on = apply(engine, c.bytes, options_.compile_grammar, [&](size_t k, int id) {
       const std::shared_ptr<RequestStream>& s = c.added[k];
       std::lock_guard lock(mutex_);
       if (id < 0) {

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,7 @@ class RequestStream {
  private:
   friend class EngineService;
   engine::BatchRequest request_;
+  std::string grammar_;    // GBNF the answer follows ("": none), compiled on every device
   int top_logprobs_ = -1;  // -1: no log-probabilities
   std::chrono::steady_clock::time_point arrived_, last_token_;
   int engine_id_ = -1;     // -1: not yet in the engine
@@ -92,9 +94,14 @@ struct ServiceSnapshot {
   Histogram inter_token_latency{{0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5}};
 };
 
+// A GBNF grammar's constraint for one tokenizer (engine/grammar_constraint.h); it throws for a
+// grammar that does not compile. Every device compiles a request's grammar itself.
+using GrammarCompiler = std::function<engine::TokenConstraintFactory(const std::string& gbnf)>;
+
 struct ServiceOptions {
   engine::EngineOptions engine;
   int max_queue = 256;  // requests waiting beyond `engine.parallel` running; more get 429
+  GrammarCompiler compile_grammar;  // unset: requests with a grammar are refused by the engine
 };
 
 class EngineService {
@@ -107,8 +114,9 @@ class EngineService {
   // Blocks until the leader's engine exists (or the devices failed: false).
   bool wait_ready();
   int context() const { return context_; }
-  // Queues a request; ApiError 429 when the queue is full, 503 while shutting down.
-  std::shared_ptr<RequestStream> submit(const engine::BatchRequest& request, int top_logprobs);
+  // Queues a request (its answer following `grammar`, GBNF, when not empty); ApiError 429 when the
+  // queue is full, 503 while shutting down.
+  std::shared_ptr<RequestStream> submit(const engine::BatchRequest& request, int top_logprobs, const std::string& grammar = {});
   // Ends a request (a client that left): its blocks are freed at the next step.
   void cancel(const std::shared_ptr<RequestStream>& stream);
   ServiceSnapshot snapshot() const;
