@@ -201,6 +201,12 @@ void BatchEngine::admit_waiting(std::vector<Planned>& plan, int64_t& budget) {
     if (options_.prefix_sharing) {
       s.blocks = allocator_.match_prefix(s.tokens, static_cast<int>((s.tokens.size() - 1) / bs));
       s.computed = static_cast<int64_t>(s.blocks.size()) * bs;
+      if (awaits_shared_prefill(s)) {
+        allocator_.release(s.blocks);
+        s.blocks.clear();
+        s.computed = 0;
+        return;
+      }
     }
     const int64_t rows = reserve(s, std::min(s.pending(), budget), nullptr);
     if (rows == 0) {
@@ -216,6 +222,23 @@ void BatchEngine::admit_waiting(std::vector<Planned>& plan, int64_t& budget) {
     plan.push_back({s.id, rows});
     budget -= rows;
   }
+}
+
+// Whether a running sequence is still computing blocks of s's prompt that s has not matched: s
+// then waits for them to be published and reuses them, rather than computing them a second time
+// (the n choices of one prompt, one system prompt arriving twice). Only blocks s would not run
+// anyway count: at least its last token is its own.
+bool BatchEngine::awaits_shared_prefill(const Sequence& s) const {
+  const int64_t bs = options_.block_size, own = static_cast<int64_t>(s.tokens.size()) - 1;
+  for (const int id : running_) {
+    const Sequence& r = *sequences_[static_cast<size_t>(id)];
+    const int64_t prompt = static_cast<int64_t>(r.request.prompt.size());
+    if (r.computed >= prompt) continue;  // decoding: its prompt's blocks are published
+    const auto [a, b] = std::ranges::mismatch(s.tokens.begin(), s.tokens.begin() + std::min(own, prompt), r.tokens.begin(), r.tokens.end());
+    const int64_t shared_blocks = (a - s.tokens.begin()) / bs;
+    if (shared_blocks * bs > s.computed && shared_blocks * bs > r.computed) return true;
+  }
+  return false;
 }
 
 // Blocks for the next `rows` rows of s; returns how many rows they cover (0..rows). With

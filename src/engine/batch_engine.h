@@ -5,7 +5,8 @@
 // of blocks, so sequences of any lengths share one pool (Llama::new_kv_pool) without a per-sequence
 // seq_len allocation. Full blocks are kept for their tokens: a prompt that starts like an earlier
 // one (a shared system prompt, a chat's earlier turns) reuses them and prefills only the rest
-// (engine/kv_block_allocator.h).
+// (engine/kv_block_allocator.h). A prompt whose blocks another sequence is computing now waits for
+// them instead of computing them again (the n choices of one prompt).
 //
 // A step: every running sequence's next row (a decode token), then chunks of prompts, up to
 // `step_tokens` rows; sequences that finish (a stop id, a stop string, max_tokens, the context's
@@ -151,6 +152,7 @@ class BatchEngine {
   void plan_running(std::vector<Planned>& plan, int64_t& budget);
   void admit_waiting(std::vector<Planned>& plan, int64_t& budget);
   int64_t reserve(Sequence& s, int64_t rows, std::vector<Planned>* preempt_for);
+  bool awaits_shared_prefill(const Sequence& s) const;
   void preempt_newest(std::vector<Planned>& plan);
   void run(const std::vector<Planned>& plan);
   void advance(Sequence& s, int64_t rows);

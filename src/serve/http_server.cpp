@@ -41,58 +41,99 @@ bool same_key(const std::string& given, const std::string& want) {  // in time i
 
 }  // namespace
 
-// One request's answer: the engine's tokens and text (it ends the answer at a stop string), with
+// One choice of an answer: its stream from the engine, and what of it went to the client.
+struct Choice {
+  std::shared_ptr<RequestStream> stream;
+  std::vector<LogprobEntry> logprobs;  // not yet sent
+  size_t sent_text = 0;                // bytes of text whose log-probabilities were sent
+  std::optional<Finish> finish;
+  bool ended = false;                  // its last chunk was written
+};
+
+// One request's answer: its choices' tokens and text (the engine ends each at a stop string), with
 // log-probabilities when asked, whole or as a stream of chunks.
 class Reply {
  public:
-  Reply(const ServedModel& model, const GenerationRequest& request, std::shared_ptr<RequestStream> stream, CompletionIdentity who)
-      : model_(model), request_(request), stream_(std::move(stream)), who_(std::move(who)) {}
-
-  void whole(HttpResponse& res) {
-    std::string text;
-    std::optional<Finish> finish;
-    while (!finish) text += next(std::chrono::seconds(1), finish);
-    if (const auto error = failure(*finish)) return send_error(res, *error);
-    send_json(res, 200, completion_json(who_, text, finish->reason, *finish, logprobs(logprobs_, 0)));
+  Reply(const ServedModel& model, const GenerationRequest& request, const std::vector<std::shared_ptr<RequestStream>>& streams,
+        CompletionIdentity who)
+      : model_(model), request_(request), who_(std::move(who)) {
+    for (const auto& s : streams) choices_.push_back({s});
   }
 
-  // The stream's events, written as they come; false ends the connection (the client left).
+  void whole(HttpResponse& res) {
+    std::vector<ChoiceReply> replies;
+    std::vector<Finish> finishes;
+    for (Choice& c : choices_) {
+      std::string text;
+      while (!c.finish) text += next(c, std::chrono::seconds(1));
+      if (const auto error = failure(*c.finish)) return send_error(res, *error);
+      replies.push_back({text, json::array(), std::string(engine::finish_reason_name(c.finish->reason)), logprobs(c.logprobs, 0)});
+      finishes.push_back(*c.finish);
+    }
+    send_json(res, 200, completion_json(who_, replies, usage_json(finishes)));
+  }
+
+  // The choices' events, written as they come; false ends the connection (the client left).
   bool stream(const ChunkWriter& sink) {
     const auto write = [&](const std::string& s) {
       last_write_ = Clock::now();
       return sink(s);
     };
-    if (who_.endpoint == Endpoint::chat && !write(sse_event(chunk_json(who_, "", true, std::nullopt, nullptr, request_.include_usage)))) return false;
+    const bool usage = request_.include_usage;
+    if (who_.endpoint == Endpoint::chat)
+      for (size_t i = 0; i < choices_.size(); ++i)
+        if (!write(sse_event(chunk_json(who_, {.index = static_cast<int>(i), .first = true}, usage)))) return false;
+    // One choice waits as long as a quarter second for its tokens; several take turns.
+    const auto wait = std::chrono::milliseconds(choices_.size() == 1 ? 250 : 20);
     for (;;) {
-      std::optional<Finish> finish;
-      const std::string delta = next(std::chrono::milliseconds(250), finish);
-      if (!delta.empty() && !write(sse_event(chunk_json(who_, delta, false, std::nullopt, take_logprobs(), request_.include_usage)))) return false;
-      if (!finish && delta.empty() && Clock::now() - last_write_ > std::chrono::seconds(1) && !write(": waiting\n\n"))
-        return false;  // a comment: finds a client that left while nothing was sent
-      if (!finish) continue;
-      if (const auto error = failure(*finish)) {
-        write(sse_event(error->body()));
-      } else {
-        write(sse_event(chunk_json(who_, "", false, finish->reason, take_logprobs(), request_.include_usage)));
-        if (request_.include_usage) write(sse_event(usage_chunk_json(who_, *finish)));
+      bool all_ended = true;
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        Choice& c = choices_[i];
+        if (c.ended) continue;
+        const std::string delta = next(c, wait);
+        const int index = static_cast<int>(i);
+        if (!delta.empty() && !write(sse_event(chunk_json(who_, {.index = index, .content = delta, .logprobs = take_logprobs(c)}, usage))))
+          return false;
+        if (c.finish) {
+          if (const auto error = failure(*c.finish)) {
+            write(sse_event(error->body()));
+            return write("data: [DONE]\n\n");
+          }
+          const std::string reason(engine::finish_reason_name(c.finish->reason));
+          if (!write(sse_event(chunk_json(who_, {.index = index, .finish_reason = reason, .logprobs = take_logprobs(c)}, usage)))) return false;
+          c.ended = true;
+        }
+        all_ended = all_ended && c.ended;
       }
-      return write("data: [DONE]\n\n");
+      if (all_ended) break;
+      if (Clock::now() - last_write_ > std::chrono::seconds(1) && !write(": waiting\n\n"))
+        return false;  // a comment: finds a client that left while nothing was sent
     }
+    if (usage) {
+      std::vector<Finish> finishes;
+      for (const Choice& c : choices_) finishes.push_back(*c.finish);
+      write(sse_event(usage_chunk_json(who_, usage_json(finishes))));
+    }
+    return write("data: [DONE]\n\n");
   }
 
-  const std::shared_ptr<RequestStream>& request_stream() const { return stream_; }
+  std::vector<std::shared_ptr<RequestStream>> request_streams() const {
+    std::vector<std::shared_ptr<RequestStream>> out;
+    for (const Choice& c : choices_) out.push_back(c.stream);
+    return out;
+  }
 
  private:
-  // The text of the tokens that came within `wait`; `finish` once the answer is complete.
-  std::string next(std::chrono::milliseconds wait, std::optional<Finish>& finish) {
+  // The text of the choice's tokens that came within `wait`; c.finish once the choice is complete.
+  std::string next(Choice& c, std::chrono::milliseconds wait) {
     std::vector<TokenEvent> events;
-    finish = stream_->wait(events, wait);
+    c.finish = c.stream->wait(events, wait);
     std::string out;
     for (const TokenEvent& e : events) {
       out += e.text;
-      if (request_.logprobs) logprobs_.push_back(entry(e));
+      if (request_.logprobs) c.logprobs.push_back(entry(e));
     }
-    if (finish) out += finish->text;
+    if (c.finish) out += c.finish->text;
     return out;
   }
 
@@ -106,10 +147,10 @@ class Reply {
   json logprobs(const std::vector<LogprobEntry>& entries, size_t offset) const {
     return request_.logprobs ? logprobs_json(who_.endpoint, entries, offset) : json(nullptr);
   }
-  json take_logprobs() {
-    json out = logprobs(logprobs_, sent_text_);
-    for (const LogprobEntry& e : logprobs_) sent_text_ += e.text.size();
-    logprobs_.clear();
+  json take_logprobs(Choice& c) const {
+    json out = logprobs(c.logprobs, c.sent_text);
+    for (const LogprobEntry& e : c.logprobs) c.sent_text += e.text.size();
+    c.logprobs.clear();
     return out;
   }
 
@@ -121,10 +162,8 @@ class Reply {
 
   const ServedModel& model_;
   GenerationRequest request_;
-  std::shared_ptr<RequestStream> stream_;
   CompletionIdentity who_;
-  std::vector<LogprobEntry> logprobs_;  // not yet sent
-  size_t sent_text_ = 0;
+  std::vector<Choice> choices_;
   Clock::time_point last_write_ = Clock::now();
 };
 
@@ -169,6 +208,7 @@ struct HttpServer::Impl {
   PromptModel prompt_model() const;
   void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
   engine::BatchRequest batch_request(const GenerationRequest& g);
+  std::string output_grammar(const GenerationRequest& g) const;
   void tokenize(const HttpRequest& req, HttpResponse& res) const;
   void detokenize(const HttpRequest& req, HttpResponse& res) const;
   json status() const;
@@ -216,11 +256,24 @@ engine::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g)
 
 void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint) {
   const GenerationRequest g = parse_generation_request(parse_body(req.body), endpoint, prompts);
-  std::shared_ptr<RequestStream> stream = service.submit(batch_request(g), g.logprobs ? g.top_logprobs : -1);
+  const std::string grammar = output_grammar(g);
+  engine::BatchRequest first = batch_request(g);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  try {  // n choices: one prompt (its blocks shared once the first has prefilled them), seeds one apart
+    for (int i = 0; i < g.n; ++i) {
+      engine::BatchRequest r = first;
+      r.seed = first.seed + static_cast<uint64_t>(i);
+      if (r.seed == 0) r.seed = 1;
+      streams.push_back(service.submit(r, g.logprobs ? g.top_logprobs : -1, grammar));
+    }
+  } catch (const ApiError&) {
+    for (const auto& s : streams) service.cancel(s);
+    throw;
+  }
   const uint64_t n = next_id++;
   char id[32];
   std::snprintf(id, sizeof id, "%s-%llx", endpoint == Endpoint::chat ? "chatcmpl" : "cmpl", static_cast<unsigned long long>(n));
-  auto reply = std::make_shared<Reply>(model, g, stream, CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
+  auto reply = std::make_shared<Reply>(model, g, streams, CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
   if (!g.stream) return reply->whole(res);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -228,11 +281,35 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpo
   res.chunks = [this, reply](const ChunkWriter& write) {
     struct CancelAtEnd {  // a client gone mid-stream, or a stream that threw, frees its blocks
       EngineService& service;
-      const std::shared_ptr<RequestStream>& stream;
-      ~CancelAtEnd() { service.cancel(stream); }
-    } cancel_at_end{service, reply->request_stream()};
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      ~CancelAtEnd() {
+        for (const auto& s : streams) service.cancel(s);
+      }
+    } cancel_at_end{service, reply->request_streams()};
     return reply->stream(write);
   };
+}
+
+// The GBNF the answer must follow ("": none), compiled here once so that a grammar that does not
+// compile is a 400 naming where (the devices' compiles of it then come from the cache).
+std::string HttpServer::Impl::output_grammar(const GenerationRequest& g) const {
+  std::string grammar, param;
+  if (g.format.kind == OutputFormat::Kind::grammar) {
+    grammar = g.format.grammar;
+    param = "grammar";
+  } else if (g.format.kind != OutputFormat::Kind::text) {
+    throw ApiError(400, "'response_format' json_object and json_schema are not supported by this server yet.", "response_format");
+  } else if (g.tool_choice.mode == ToolChoice::Mode::required || g.tool_choice.mode == ToolChoice::Mode::function) {
+    throw ApiError(400, "'tool_choice' required or a named function is not supported by this server yet.", "tool_choice");
+  }
+  if (grammar.empty()) return grammar;
+  if (!model.compile_grammar) throw ApiError(400, "This server does not constrain answers to grammars.", param);
+  try {
+    model.compile_grammar(grammar);
+  } catch (const std::invalid_argument& e) {
+    throw ApiError(400, std::string(e.what()).substr(0, 300), param);
+  }
+  return grammar;
 }
 
 void HttpServer::Impl::tokenize(const HttpRequest& req, HttpResponse& res) const {

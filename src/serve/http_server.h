@@ -37,6 +37,7 @@ struct ServedModel {
   std::string mesh, backend;          // "model=2", "threads"
   int devices = 1;
   std::vector<std::string> holds;     // what each device holds, a line each
+  GrammarCompiler compile_grammar;    // the devices' (ServiceOptions): requests' grammars are checked with it; unset: refused
 };
 
 struct ServerOptions {

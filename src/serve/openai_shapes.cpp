@@ -26,11 +26,14 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
-json usage_json(const Finish& f) {
-  return {{"prompt_tokens", f.prompt_tokens},
-          {"completion_tokens", f.completion_tokens},
-          {"total_tokens", f.prompt_tokens + f.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", f.cached_tokens}}}};
+json usage_json(const std::vector<Finish>& choices) {
+  const int prompt = choices.empty() ? 0 : choices[0].prompt_tokens, cached = choices.empty() ? 0 : choices[0].cached_tokens;
+  int completion = 0;
+  for (const Finish& f : choices) completion += f.completion_tokens;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, size_t text_offset) {
@@ -56,26 +59,34 @@ json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, 
   return {{"tokens", tokens}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json completion_json(const CompletionIdentity& who, const std::string& text, engine::FinishReason finish_reason, const Finish& usage,
-                     const json& logprobs) {
-  json choice = {{"index", 0}, {"finish_reason", engine::finish_reason_name(finish_reason)}, {"logprobs", logprobs}};
-  if (who.endpoint == Endpoint::chat) choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
-  else choice["text"] = text;
+json completion_json(const CompletionIdentity& who, const std::vector<ChoiceReply>& choices, const json& usage) {
   json out = head(who, false);
-  out["choices"] = json::array({choice});
-  out["usage"] = usage_json(usage);
+  out["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceReply& c = choices[i];
+    json choice = {{"index", i}, {"finish_reason", c.finish_reason}, {"logprobs", c.logprobs}};
+    if (who.endpoint == Endpoint::chat) {
+      const bool calls = !c.tool_calls.empty();
+      choice["message"] = {{"role", "assistant"}, {"content", calls && c.text.empty() ? json(nullptr) : json(c.text)}, {"refusal", nullptr}};
+      if (calls) choice["message"]["tool_calls"] = c.tool_calls;
+    } else {
+      choice["text"] = c.text;
+    }
+    out["choices"].push_back(std::move(choice));
+  }
+  out["usage"] = usage;
   return out;
 }
 
-json chunk_json(const CompletionIdentity& who, const std::string& delta, bool first, std::optional<engine::FinishReason> finish_reason,
-                const json& logprobs, bool with_usage_field) {
-  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason ? json(engine::finish_reason_name(*finish_reason)) : json(nullptr)}};
+json chunk_json(const CompletionIdentity& who, const ChunkDelta& d, bool with_usage_field) {
+  json choice = {{"index", d.index}, {"logprobs", d.logprobs}, {"finish_reason", d.finish_reason ? json(*d.finish_reason) : json(nullptr)}};
   if (who.endpoint == Endpoint::chat) {
     choice["delta"] = json::object();
-    if (first) choice["delta"]["role"] = "assistant";
-    if (first || !delta.empty()) choice["delta"]["content"] = delta;
+    if (d.first) choice["delta"]["role"] = "assistant";
+    if (d.first || !d.content.empty()) choice["delta"]["content"] = d.content;
+    if (d.tool_calls.is_array() && !d.tool_calls.empty()) choice["delta"]["tool_calls"] = d.tool_calls;
   } else {
-    choice["text"] = delta;
+    choice["text"] = d.content;
   }
   json out = head(who, true);
   out["choices"] = json::array({choice});
@@ -83,10 +94,10 @@ json chunk_json(const CompletionIdentity& who, const std::string& delta, bool fi
   return out;
 }
 
-json usage_chunk_json(const CompletionIdentity& who, const Finish& usage) {
+json usage_chunk_json(const CompletionIdentity& who, const json& usage) {
   json out = head(who, true);
   out["choices"] = json::array();
-  out["usage"] = usage_json(usage);
+  out["usage"] = usage;
   return out;
 }
 

@@ -29,17 +29,31 @@ struct LogprobEntry {
   std::vector<std::pair<std::string, float>> alternatives;
 };
 
-nlohmann::json usage_json(const Finish& f);
+// Usage over an answer's choices: the prompt once, the completions summed.
+nlohmann::json usage_json(const std::vector<Finish>& choices);
 // Chat: {"content": [...]}; completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
 nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, size_t text_offset);
 
-// A whole answer.
-nlohmann::json completion_json(const CompletionIdentity& who, const std::string& text, engine::FinishReason finish_reason,
-                               const Finish& usage, const nlohmann::json& logprobs);
-// A stream chunk: `delta` text (the role too when `first`), a finish_reason in the last one only.
-nlohmann::json chunk_json(const CompletionIdentity& who, const std::string& delta, bool first, std::optional<engine::FinishReason> finish_reason,
-                          const nlohmann::json& logprobs, bool with_usage_field);
-nlohmann::json usage_chunk_json(const CompletionIdentity& who, const Finish& usage);
+// One choice of a whole answer.
+struct ChoiceReply {
+  std::string text;                                     // chat: the content (null when empty beside tool calls)
+  nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's [{"id", "type", "function": {"name", "arguments"}}]
+  std::string finish_reason;                            // "stop", "length", "tool_calls"
+  nlohmann::json logprobs;                              // null unless asked
+};
+nlohmann::json completion_json(const CompletionIdentity& who, const std::vector<ChoiceReply>& choices, const nlohmann::json& usage);
+
+// One choice's part of a stream chunk.
+struct ChunkDelta {
+  int index = 0;
+  bool first = false;                         // chat: the role too
+  std::string content;
+  nlohmann::json tool_calls;                  // OpenAI's delta list [{"index", "id"?, "type"?, "function": {...}}], or null
+  std::optional<std::string> finish_reason;   // in a choice's last chunk only
+  nlohmann::json logprobs;
+};
+nlohmann::json chunk_json(const CompletionIdentity& who, const ChunkDelta& delta, bool with_usage_field);
+nlohmann::json usage_chunk_json(const CompletionIdentity& who, const nlohmann::json& usage);
 
 // "data: {...}\n\n"; JSON with invalid UTF-8 replaced.
 std::string sse_event(const nlohmann::json& j);

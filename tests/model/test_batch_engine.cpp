@@ -808,3 +808,22 @@ TEST_CASE("batch engine: a constrained sequence takes only the tokens its constr
     CHECK(two.outcomes[0].tokens == o.tokens);
   }
 }
+
+TEST_CASE("batch engine: the n choices of one prompt prefill its blocks once and keep their bits", "[llama][batch]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 80);
+  engine::BatchRequest r;
+  r.prompt = random_tokens(40, c.vocab_size, 9);  // two whole blocks of 16, then 8
+  r.max_tokens = 5;
+  r.temperature = 0.9f;
+  r.logits = true;
+  std::vector<engine::BatchRequest> choices;
+  for (uint64_t i = 0; i < 4; ++i) {
+    choices.push_back(r);
+    choices.back().seed = 50 + i;
+  }
+  const EngineRun together = run_engine(w, 1, choices, {});
+  require_same(together.outcomes, run_alone(w, 1, choices));
+  CHECK(together.stats.cached_tokens == 3 * 32);  // the three after the first reuse its two blocks
+  CHECK(together.stats.rows == 40 + 3 * 8 + 4 * 4);
+}

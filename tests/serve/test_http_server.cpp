@@ -344,3 +344,41 @@ TEST_CASE("serve: top_k, min_p, penalties and logit_bias reach every device: the
   for (int i = 0; i < 3; ++i) CHECK(answers[1][i] == answers[0][i]);
   CHECK(answers[0][0] != answers[0][2]);  // the parameters changed the answer
 }
+
+TEST_CASE("serve: n choices of one prompt: each the answer its seed gives alone, whole or streamed by index", "[serve]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  LiveServer server(2);
+  httplib::Client c = server.client();
+  json body = chat_body("Tell me about a dog.", 16, 0.9, 40);
+  body["n"] = 3;
+  const json whole = post(c, "/v1/chat/completions", body);
+  REQUIRE(whole["choices"].size() == 3);
+  int completion_tokens = 0;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 3; ++i) {
+    INFO("choice " << i);
+    const json& choice = whole["choices"][static_cast<size_t>(i)];
+    CHECK(choice["index"] == i);
+    texts.push_back(choice["message"]["content"]);
+    const json alone = post(c, "/v1/chat/completions", chat_body("Tell me about a dog.", 16, 0.9, 40 + i));
+    CHECK(alone["choices"][0]["message"]["content"] == texts.back());
+    completion_tokens += alone["usage"]["completion_tokens"].get<int>();
+  }
+  CHECK(texts[0] != texts[1]);  // seeds one apart
+  CHECK(whole["usage"]["completion_tokens"] == completion_tokens);
+  CHECK(whole["usage"]["prompt_tokens"] == post(c, "/v1/chat/completions", chat_body("Tell me about a dog.", 1, 0.9, 1))["usage"]["prompt_tokens"]);
+
+  body["stream"] = true;
+  std::vector<std::string> streamed(3);
+  std::vector<int> finishes(3, 0);
+  for (const json& e : stream(c, "/v1/chat/completions", body)) {
+    if (!e.is_object() || e["choices"].empty()) continue;
+    const json& choice = e["choices"][0];
+    const auto i = choice["index"].get<size_t>();
+    REQUIRE(i < 3);
+    streamed[i] += choice["delta"].value("content", "");
+    if (!choice["finish_reason"].is_null()) ++finishes[i];
+  }
+  CHECK(streamed == texts);
+  CHECK(finishes == std::vector<int>{1, 1, 1});
+}
