@@ -35,7 +35,7 @@ TEST_CASE("chat page: no external assets, model text only through textContent") 
   CHECK(page.find("innerHTML") == std::string::npos);
   CHECK(page.find("insertAdjacentHTML") == std::string::npos);
   for (const char* id : {"id=\"messages\"", "id=\"input\"", "id=\"send\"", "id=\"stop\"", "id=\"system\"",
-                         "id=\"temperature\"", "id=\"max-tokens\"", "id=\"api-key\"", "id=\"status\""}) {
+                         "id=\"temperature\"", "id=\"max-tokens\"", "id=\"api-key\"", "id=\"json-mode\"", "id=\"status\""}) {
     INFO(id);
     CHECK(page.find(id) != std::string::npos);
   }
