@@ -507,3 +507,95 @@ TEST_CASE("tool calls: each published template's rendering of assistant tool cal
   }
   CHECK(round_trips > 60);
 }
+
+// ---- grammars ----
+
+namespace {
+
+// A stand-in for the JSON-schema compiler: any JSON object (nested braces, strings with braces).
+std::string any_object_rules(const json&, const std::string& prefix) {
+  return prefix + "root ::= \"{\" " + prefix + "inner \"}\"\n" + prefix + "inner ::= ( [^{}\"] | " + prefix + "string | \"{\" " + prefix +
+         "inner \"}\" )*\n" + prefix + "string ::= \"\\\"\" ( [^\"\\\\] | \"\\\\\" [^\\n] )* \"\\\"\"\n";
+}
+
+// GBNF as llama.cpp reads it, one rule a line: every rule defined once, every rule used defined,
+// literals and classes closed, parentheses balanced, `root` present. The literals, for the caller.
+std::vector<std::string> check_gbnf(const std::string& grammar) {
+  std::set<std::string> defined, used;
+  std::vector<std::string> literals;
+  std::istringstream lines(grammar);
+  static const std::regex RULE(R"(^([a-zA-Z0-9-]+) ::= (.+)$)");
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    INFO("rule: " << line);
+    std::smatch m;
+    REQUIRE(std::regex_match(line, m, RULE));
+    CHECK(defined.insert(m[1]).second);
+    const std::string body = m[2];
+    int depth = 0;
+    for (size_t i = 0; i < body.size();) {
+      const char c = body[i];
+      if (c == ' ') {
+        ++i;
+      } else if (c == '"' || c == '[') {
+        const char close = c == '"' ? '"' : ']';
+        std::string text;
+        size_t j = i + 1;
+        for (; j < body.size() && body[j] != close; ++j) {
+          if (body[j] == '\\') ++j;
+          text += body[j];
+        }
+        REQUIRE(j < body.size());  // closed
+        if (c == '"') literals.push_back(text);
+        i = j + 1;
+      } else if (c == '(' || c == ')') {
+        depth += c == '(' ? 1 : -1;
+        REQUIRE(depth >= 0);
+        ++i;
+      } else if (c == '|' || c == '*' || c == '+' || c == '?') {
+        ++i;
+      } else {
+        size_t j = i;
+        while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '-')) ++j;
+        REQUIRE(j > i);  // nothing but names, literals, classes and operators
+        used.insert(body.substr(i, j - i));
+        i = j;
+      }
+    }
+    CHECK(depth == 0);
+  }
+  CHECK(defined.count("root"));
+  for (const auto& name : used) {
+    INFO("rule used: " << name);
+    CHECK(defined.count(name));
+  }
+  return literals;
+}
+
+}  // namespace
+
+TEST_CASE("tool calls: each format's grammar is well formed GBNF naming the tools it may call") {
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}])");
+  for (int f = 0; f <= static_cast<int>(ToolCallFormat::seed_oss); ++f) {
+    const auto format = static_cast<ToolCallFormat>(f);
+    for (bool parallel : {false, true}) {
+      for (std::string only : {"", "get_time"}) {
+        const std::string grammar = tpcli::text::tool_call_grammar(format, tools, only, parallel, any_object_rules);
+        INFO(format_label(format) << (parallel ? ", parallel" : "") << ", only " << only << ":\n" << grammar);
+        const std::vector<std::string> literals = check_gbnf(grammar);
+        const auto names = [&](const std::string& name) {
+          for (const auto& l : literals)
+            if (l.find(name) != std::string::npos) return true;
+          return false;
+        };
+        CHECK(names("get_time"));
+        CHECK(names("get_weather") == only.empty());
+      }
+    }
+  }
+  CHECK_THROWS_AS(tpcli::text::tool_call_grammar(ToolCallFormat::hermes, tools, "nope", false, any_object_rules), std::invalid_argument);
+  CHECK_THROWS_AS(tpcli::text::tool_call_grammar(ToolCallFormat::hermes, json::array(), "", false, any_object_rules), std::invalid_argument);
+}
