@@ -599,3 +599,129 @@ TEST_CASE("tool calls: each format's grammar is well formed GBNF naming the tool
   CHECK_THROWS_AS(tpcli::text::tool_call_grammar(ToolCallFormat::hermes, tools, "nope", false, any_object_rules), std::invalid_argument);
   CHECK_THROWS_AS(tpcli::text::tool_call_grammar(ToolCallFormat::hermes, json::array(), "", false, any_object_rules), std::invalid_argument);
 }
+
+namespace {
+
+// A small stand-in schema compiler: a string, an integer, or a flat object (no recursion, so the
+// grammar can become one regular expression below).
+std::string flat_value_rules(const json& schema, const std::string& prefix) {
+  const std::string type = schema.value("type", "object");
+  if (type == "string") return prefix + "root ::= \"\\\"\" [^\"]* \"\\\"\"\n";
+  if (type == "integer") return prefix + "root ::= [0-9]+\n";
+  return prefix + "root ::= \"{\" [^{}]* \"}\"\n";
+}
+
+// A grammar without recursion as an ECMAScript regular expression: each rule inlined.
+std::string gbnf_to_regex(const std::map<std::string, std::string>& rules, const std::string& name, int depth = 0) {
+  REQUIRE(depth < 20);  // no recursion
+  const std::string& body = rules.at(name);
+  std::string out;
+  for (size_t i = 0; i < body.size();) {
+    const char c = body[i];
+    if (c == ' ') {
+      ++i;
+    } else if (c == '"') {
+      std::string text;
+      size_t j = i + 1;
+      for (; body[j] != '"'; ++j) {
+        if (body[j] == '\\') {
+          ++j;
+          text += body[j] == 'n' ? '\n' : body[j] == 't' ? '\t' : body[j] == 'r' ? '\r' : body[j];
+        } else {
+          text += body[j];
+        }
+      }
+      out += "(?:";
+      for (char t : text) {
+        if (std::string_view("\\^$.|?*+()[]{}/").find(t) != std::string_view::npos) out += '\\';
+        out += t;
+      }
+      out += ")";
+      i = j + 1;
+    } else if (c == '[') {
+      size_t j = i + 1;
+      for (; body[j] != ']'; ++j)
+        if (body[j] == '\\') ++j;
+      out += body.substr(i, j + 1 - i);
+      i = j + 1;
+    } else if (c == '(') {
+      out += "(?:", ++i;
+    } else if (std::string_view(")|*+?").find(c) != std::string_view::npos) {
+      out += c, ++i;
+    } else {
+      size_t j = i;
+      while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '-')) ++j;
+      out += "(?:" + gbnf_to_regex(rules, body.substr(i, j - i), depth + 1) + ")";
+      i = j;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> gbnf_rules(const std::string& grammar) {
+  std::map<std::string, std::string> rules;
+  std::istringstream lines(grammar);
+  for (std::string line; std::getline(lines, line);)
+    if (const size_t at = line.find(" ::= "); at != std::string::npos) rules[line.substr(0, at)] = line.substr(at + 5);
+  return rules;
+}
+
+bool grammar_allows(const std::string& grammar, const std::string& text) {
+  return std::regex_match(text, std::regex(gbnf_to_regex(gbnf_rules(grammar), "root")));
+}
+
+}  // namespace
+
+TEST_CASE("tool calls: what each format's grammar allows is what its parser reads") {
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}])");
+  const std::vector<ExpectedCall> two_calls = {{"get_weather", R"({"city": "Paris", "days": 3})"}, {"get_time", "{}"}};
+  // Two calls as each model writes them (and as the grammar spells them).
+  const std::vector<std::pair<ToolCallFormat, std::string>> outputs = {
+      {F::hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n"
+                  "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"},
+      {F::llama3_json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; {\"name\": \"get_time\", \"parameters\": {}}"},
+      {F::mistral, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"get_time\", \"arguments\": {}}]"},
+      {F::mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 3}[TOOL_CALLS]get_time[ARGS]{}"},
+      {F::pythonic, "[get_weather(city=\"Paris\", days=3), get_time()]"},
+      {F::functionary_v3_1, "<function=get_weather>{\"city\": \"Paris\", \"days\": 3}</function><function=get_time>{}</function>"},
+      {F::functionary_v3_2, "get_weather\n{\"city\": \"Paris\", \"days\": 3}>>>get_time\n{}"},
+      {F::granite, "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"get_time\", \"arguments\": {}}]"},
+      {F::phi4_mini, "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"get_time\", \"arguments\": {}}]"},
+      {F::firefunction_v2, " functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"get_time\", \"arguments\": {}}]"},
+      {F::deepseek_v3_1, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜>"
+                         "<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {F::qwen3_coder, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n"
+                       "<tool_call>\n<function=get_time>\n</function>\n</tool_call>"},
+      {F::command_r, "Action:\n```json\n[{\"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}, {\"tool_name\": \"get_time\", \"parameters\": {}}]\n```"},
+      {F::kimi_k2, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\", \"days\": 3}<|tool_call_end|>"
+                   "<|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"},
+      {F::internlm2, "<|action_start|><|plugin|>\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}<|action_end|>"
+                     "<|action_start|><|plugin|>\n{\"name\": \"get_time\", \"parameters\": {}}<|action_end|>"},
+      {F::glm4_5, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n"
+                  "<tool_call>get_time\n</tool_call>"},
+      {F::seed_oss, "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3</parameter>\n</function>\n</seed:tool_call>\n"
+                    "<seed:tool_call>\n<function=get_time>\n</function>\n</seed:tool_call>"},
+  };
+  std::set<ToolCallFormat> covered;
+  for (const auto& [format, output] : outputs) {
+    INFO(format_label(format) << ": " << ordered_json(output).dump());
+    check_reply(parse_tool_calls(format, output, tools), "", two_calls);
+    const std::string parallel = tpcli::text::tool_call_grammar(format, tools, "", true, flat_value_rules);
+    INFO(parallel);
+    CHECK(grammar_allows(parallel, output));
+    CHECK(!grammar_allows(parallel, output + "x"));
+    CHECK(!grammar_allows(tpcli::text::tool_call_grammar(format, tools, "", false, flat_value_rules), output));  // two calls: not one
+    CHECK(!grammar_allows(tpcli::text::tool_call_grammar(format, tools, "get_time", true, flat_value_rules), output));  // names get_weather
+    covered.insert(format);
+  }
+  // gpt-oss calls one function a message.
+  const std::string harmony = "<|channel|>analysis<|message|>Weather needed.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+                              "<|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>";
+  check_reply(parse_tool_calls(F::gpt_oss, harmony, tools), "", {two_calls[0]});
+  CHECK(grammar_allows(tpcli::text::tool_call_grammar(F::gpt_oss, tools, "", true, flat_value_rules), harmony));
+  covered.insert(F::gpt_oss);
+  CHECK(covered.size() == static_cast<size_t>(ToolCallFormat::seed_oss) + 1);
+}
