@@ -725,3 +725,30 @@ TEST_CASE("tool calls: what each format's grammar allows is what its parser read
   covered.insert(F::gpt_oss);
   CHECK(covered.size() == static_cast<size_t>(ToolCallFormat::seed_oss) + 1);
 }
+
+TEST_CASE("tool calls: random mixes of markers, brackets and text never throw, and stream like the whole") {
+  // Pieces of every format's syntax, so that random texts hit half-open calls, markers inside values, ...
+  const std::vector<std::string> pieces = {
+      "<tool_call>", "</tool_call>", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}", "{", "}", "[", "]", "(", ")", "\"", "'", "\\", ",", ";",
+      "\n", " ", "text", "é👋", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "f(a=1)", "functools", "<function=f>", "</function>", ">>>",
+      "all\n", "<|tool_call|>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+      "<｜tool▁calls▁end｜>", "<parameter=a>", "</parameter>", "Action:", "```json", "```", "<|tool_calls_section_begin|>",
+      "<|tool_call_begin|>functions.f:0", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>",
+      "<|action_start|><|plugin|>", "<|action_end|>", "<|start|>assistant", "<|channel|>final", "<|channel|>analysis", " to=functions.f",
+      "<|message|>", "<|end|>", "<|call|>", "<arg_key>a</arg_key>", "<arg_value>1</arg_value>", "<seed:tool_call>", "</seed:tool_call>", "f\n",
+      "\"parameters\": {}", "<|python_start|>", "<|python_end|>", "True", "None", "1e-07", "=", ":"};
+  std::mt19937 rng(2026);
+  for (int f = 0; f <= static_cast<int>(ToolCallFormat::seed_oss); ++f) {
+    const auto format = static_cast<ToolCallFormat>(f);
+    for (int n = 0; n < 400; ++n) {
+      std::string text;
+      const int count = std::uniform_int_distribution<int>(1, 24)(rng);
+      for (int k = 0; k < count; ++k) text += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
+      INFO(format_label(format) << ": " << ordered_json(text).dump());
+      REQUIRE_NOTHROW(parse_tool_calls(format, text));
+      const AssistantReply reply = parse_tool_calls(format, text);
+      for (const auto& call : reply.tool_calls) CHECK(json::parse(call.arguments, nullptr, false).is_object());
+      check_streams_like_whole(format, text);
+    }
+  }
+}
