@@ -35,6 +35,8 @@ std::array<CLI::Option*, 2> add_chat_template_flags(CLI::App& sub, ChatTemplateF
                                          ") or a .jinja file instead of tokenizer_config.json's");
   CLI::Option* kwargs = sub.add_option("--chat-template-kwargs", flags.kwargs,
                                        "a JSON object of extra variables for the chat template, e.g. '{\"enable_thinking\": false}'");
+  sub.add_option("--tool-parser", flags.tool_parser,
+                 "the tool-call format of the model's answers (" + text::tool_call_format_names() + "); default: the one the chat template writes");
   return {name, kwargs};
 }
 
@@ -75,6 +77,11 @@ ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const ChatTe
     throw UsageError(loaded.path + ": " + e.what());
   }
   f.chat_template.extra = template_kwargs(flags.kwargs);
+  if (!flags.tool_parser.empty()) {
+    f.chat_template.tool_format = text::tool_call_format_named(flags.tool_parser);
+    if (!f.chat_template.tool_format)
+      throw UsageError("--tool-parser " + flags.tool_parser + ": not a tool-call format (" + text::tool_call_format_names() + ")");
+  }
   return f;
 }
 

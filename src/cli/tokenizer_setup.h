@@ -20,12 +20,14 @@ text::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_si
 // Whether `path` names a llama2.c tokenizer.bin (not a tokenizer.json nor a folder).
 bool is_llama2c_tokenizer(const std::string& path);
 
-// --template NAME|FILE and --chat-template-kwargs JSON, as every command that renders chats takes them.
+// --template NAME|FILE, --chat-template-kwargs JSON and --tool-parser NAME, as every command that
+// renders chats takes them.
 struct ChatTemplateFlags {
-  std::string name;    // a bundled template or a .jinja file ("" = tokenizer_config.json's)
-  std::string kwargs;  // a JSON object of extra keyword arguments ("" = none)
+  std::string name;         // a bundled template or a .jinja file ("" = tokenizer_config.json's)
+  std::string kwargs;       // a JSON object of extra keyword arguments ("" = none)
+  std::string tool_parser;  // the tool-call format ("" = the one the template writes)
 };
-// Returns the two options (a command may make them need another).
+// Returns the first two options (a command may make them need another).
 std::array<CLI::Option*, 2> add_chat_template_flags(CLI::App& sub, ChatTemplateFlags& flags);
 
 struct ChatFormatting {

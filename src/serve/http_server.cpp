@@ -44,6 +44,9 @@ bool same_key(const std::string& given, const std::string& want) {  // in time i
 // One choice of an answer: its stream from the engine, and what of it went to the client.
 struct Choice {
   std::shared_ptr<RequestStream> stream;
+  uint64_t seed = 0;                        // its tool calls' ids come from it
+  std::optional<text::ToolCallStream> calls;  // with tools: the text as content and tool calls
+  int call_count = 0;
   std::vector<LogprobEntry> logprobs;  // not yet sent
   size_t sent_text = 0;                // bytes of text whose log-probabilities were sent
   std::optional<Finish> finish;
@@ -54,10 +57,14 @@ struct Choice {
 // log-probabilities when asked, whole or as a stream of chunks.
 class Reply {
  public:
+  // `tool_format`: the answers' text is read as content and tool calls in that format.
   Reply(const ServedModel& model, const GenerationRequest& request, const std::vector<std::shared_ptr<RequestStream>>& streams,
-        CompletionIdentity who)
-      : model_(model), request_(request), who_(std::move(who)) {
-    for (const auto& s : streams) choices_.push_back({s});
+        const std::vector<uint64_t>& seeds, std::optional<text::ToolCallFormat> tool_format, CompletionIdentity who)
+      : model_(model), request_(request), tool_format_(tool_format), who_(std::move(who)) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      choices_.push_back({streams[i], seeds[i]});
+      if (tool_format) choices_.back().calls.emplace(*tool_format, nlohmann::json(request.tools));
+    }
   }
 
   void whole(HttpResponse& res) {
@@ -67,7 +74,18 @@ class Reply {
       std::string text;
       while (!c.finish) text += next(c, std::chrono::seconds(1));
       if (const auto error = failure(*c.finish)) return send_error(res, *error);
-      replies.push_back({text, json::array(), std::string(engine::finish_reason_name(c.finish->reason)), logprobs(c.logprobs, 0)});
+      ChoiceReply reply{text, json::array(), "", logprobs(c.logprobs, 0)};
+      if (tool_format_) {
+        const text::AssistantReply parsed = text::parse_tool_calls(*tool_format_, text, nlohmann::json(request_.tools));
+        reply.text = parsed.content;
+        for (const text::ToolCall& call : parsed.tool_calls)
+          reply.tool_calls.push_back({{"id", text::tool_call_id(c.seed, static_cast<int>(reply.tool_calls.size()))},
+                                      {"type", "function"},
+                                      {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        c.call_count = static_cast<int>(reply.tool_calls.size());
+      }
+      reply.finish_reason = finish_reason(c);
+      replies.push_back(std::move(reply));
       finishes.push_back(*c.finish);
     }
     send_json(res, 200, completion_json(who_, replies, usage_json(finishes)));
@@ -90,17 +108,19 @@ class Reply {
       for (size_t i = 0; i < choices_.size(); ++i) {
         Choice& c = choices_[i];
         if (c.ended) continue;
-        const std::string delta = next(c, wait);
-        const int index = static_cast<int>(i);
-        if (!delta.empty() && !write(sse_event(chunk_json(who_, {.index = index, .content = delta, .logprobs = take_logprobs(c)}, usage))))
-          return false;
+        ChunkDelta delta = shaped(c, next(c, wait));
+        delta.index = static_cast<int>(i);
+        if (!delta.content.empty() || !delta.tool_calls.empty()) {
+          delta.logprobs = take_logprobs(c);
+          if (!write(sse_event(chunk_json(who_, delta, usage)))) return false;
+        }
         if (c.finish) {
           if (const auto error = failure(*c.finish)) {
             write(sse_event(error->body()));
             return write("data: [DONE]\n\n");
           }
-          const std::string reason(engine::finish_reason_name(c.finish->reason));
-          if (!write(sse_event(chunk_json(who_, {.index = index, .finish_reason = reason, .logprobs = take_logprobs(c)}, usage)))) return false;
+          const ChunkDelta last{.index = static_cast<int>(i), .finish_reason = finish_reason(c), .logprobs = take_logprobs(c)};
+          if (!write(sse_event(chunk_json(who_, last, usage)))) return false;
           c.ended = true;
         }
         all_ended = all_ended && c.ended;
@@ -137,6 +157,38 @@ class Reply {
     return out;
   }
 
+  // A stretch of a choice's text as a chunk's delta: content, and tool calls when tools are on
+  // (the call's id, type and name in its first delta, its arguments in pieces after).
+  ChunkDelta shaped(Choice& c, const std::string& text) const {
+    if (!c.calls) return {.content = text};
+    text::ReplyDelta d = c.calls->feed(text);
+    if (c.finish) {
+      text::ReplyDelta rest = c.calls->finish();
+      d.content += rest.content;
+      d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+    }
+    ChunkDelta out{.content = std::move(d.content), .tool_calls = json::array()};
+    for (const text::ToolCallDelta& call : d.tool_calls) {
+      json piece = {{"index", call.index}};
+      if (!call.name.empty()) {
+        piece["id"] = text::tool_call_id(c.seed, call.index);
+        piece["type"] = "function";
+        piece["function"] = {{"name", call.name}, {"arguments", call.arguments_fragment}};
+        c.call_count = std::max(c.call_count, call.index + 1);
+      } else {
+        piece["function"] = {{"arguments", call.arguments_fragment}};
+      }
+      out.tool_calls.push_back(std::move(piece));
+    }
+    return out;
+  }
+
+  // OpenAI's finish_reason: "tool_calls" for an answer that ended calling tools.
+  static std::string finish_reason(const Choice& c) {
+    if (c.call_count > 0 && c.finish->reason == engine::FinishReason::stop) return "tool_calls";
+    return std::string(engine::finish_reason_name(c.finish->reason));
+  }
+
   LogprobEntry entry(const TokenEvent& e) const {
     LogprobEntry out{piece(e.token), e.logprob, {}};
     for (const TokenLogprob& a : e.alternatives) out.alternatives.emplace_back(piece(a.token), a.logprob);
@@ -162,6 +214,7 @@ class Reply {
 
   const ServedModel& model_;
   GenerationRequest request_;
+  std::optional<text::ToolCallFormat> tool_format_;
   CompletionIdentity who_;
   std::vector<Choice> choices_;
   Clock::time_point last_write_ = Clock::now();
@@ -209,6 +262,7 @@ struct HttpServer::Impl {
   void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
   engine::BatchRequest batch_request(const GenerationRequest& g);
   std::string output_grammar(const GenerationRequest& g) const;
+  std::optional<text::ToolCallFormat> reply_tool_format(const GenerationRequest& g) const;
   void tokenize(const HttpRequest& req, HttpResponse& res) const;
   void detokenize(const HttpRequest& req, HttpResponse& res) const;
   json status() const;
@@ -257,13 +311,16 @@ engine::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g)
 void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint) {
   const GenerationRequest g = parse_generation_request(parse_body(req.body), endpoint, prompts);
   const std::string grammar = output_grammar(g);
+  const std::optional<text::ToolCallFormat> tool_format = reply_tool_format(g);
   engine::BatchRequest first = batch_request(g);
   std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<uint64_t> seeds;
   try {  // n choices: one prompt (its blocks shared once the first has prefilled them), seeds one apart
     for (int i = 0; i < g.n; ++i) {
       engine::BatchRequest r = first;
       r.seed = first.seed + static_cast<uint64_t>(i);
       if (r.seed == 0) r.seed = 1;
+      seeds.push_back(r.seed);
       streams.push_back(service.submit(r, g.logprobs ? g.top_logprobs : -1, grammar));
     }
   } catch (const ApiError&) {
@@ -273,7 +330,7 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpo
   const uint64_t n = next_id++;
   char id[32];
   std::snprintf(id, sizeof id, "%s-%llx", endpoint == Endpoint::chat ? "chatcmpl" : "cmpl", static_cast<unsigned long long>(n));
-  auto reply = std::make_shared<Reply>(model, g, streams, CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
+  auto reply = std::make_shared<Reply>(model, g, streams, seeds, tool_format, CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
   if (!g.stream) return reply->whole(res);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -288,6 +345,15 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpo
     } cancel_at_end{service, reply->request_streams()};
     return reply->stream(write);
   };
+}
+
+// The format the answers' tool calls are read in: none unless the request offers tools it may call.
+std::optional<text::ToolCallFormat> HttpServer::Impl::reply_tool_format(const GenerationRequest& g) const {
+  if (g.tool_choice.mode == ToolChoice::Mode::none || !g.tools.is_array() || g.tools.empty()) return std::nullopt;
+  if (!model.chat_template || !model.chat_template->tool_format)
+    throw ApiError(400, "This model's chat template writes no tool calls: start the server with --tool-parser NAME (" +
+                            text::tool_call_format_names() + ").", "tools");
+  return model.chat_template->tool_format;
 }
 
 // The GBNF the answer must follow ("": none), compiled here once so that a grammar that does not

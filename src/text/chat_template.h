@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "text/jinja_template.h"
+#include "text/tool_calls.h"
 
 namespace tpcli::text {
 
@@ -29,6 +31,7 @@ struct ChatTemplate {
   std::string name;                            // a bundled name, a file's path, or where the source came from
   std::shared_ptr<const JinjaTemplate> jinja;  // compiled once, shared by copies
   std::vector<std::string> end_markers;        // the end-of-turn markers the source writes
+  std::optional<ToolCallFormat> tool_format;   // how the source writes an assistant's tool calls (none: it writes none)
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more keyword arguments for every render
 };
 
