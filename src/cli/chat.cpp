@@ -28,6 +28,7 @@
 #include "cli/tokenizer_setup.h"
 #include "engine/chat_session.h"
 #include "engine/generate.h"
+#include "files/regular_file.h"
 
 namespace tpcli::cli {
 
@@ -47,7 +48,36 @@ struct ChatFlags {
   bool verbose = false;
   int context = 0;  // KV cache positions; 0 = the model's (capped for Hugging Face directories)
   std::string kv_dtype = "f32";  // --kv-dtype
+  std::string tools;  // --tools: a JSON file of OpenAI tools
 };
+
+// --tools FILE.json: OpenAI's tool list ([{"type": "function", "function": {"name", ...}}]), in its key order.
+nlohmann::ordered_json read_tools(const std::string& path) {
+  if (path.empty()) return nullptr;
+  nlohmann::ordered_json tools;
+  try {
+    tools = nlohmann::ordered_json::parse(files::read_text_file(path, "a tools file (--tools)"));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("--tools " + path + ": not JSON (" + std::string(e.what()) + ")");
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  if (!tools.is_array() || tools.empty()) throw UsageError("--tools " + path + ": expected a non-empty JSON list of tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto& t = tools[i];
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
+        !t["function"].contains("name") || !t["function"]["name"].is_string())
+      throw UsageError("--tools " + path + ": tool " + std::to_string(i) + " is not {\"type\": \"function\", \"function\": {\"name\", ...}}");
+  }
+  return tools;
+}
+
+// The calls a reply made, a line each: "[tool call] NAME ARGUMENTS"; the next lines are their results.
+void print_tool_calls(const engine::TurnReport& r, std::FILE* out) {
+  for (const text::ToolCall& call : r.tool_calls) std::fprintf(out, "[tool call] %s %s\n", call.name.c_str(), call.arguments.c_str());
+  if (!r.tool_calls.empty() && isatty(STDIN_FILENO))
+    std::fprintf(stderr, "(type each call's result, a line each)\n");
+}
 
 // The user's lines, read once from stdin and handed to every device thread in the same order. A
 // line longer than `max_bytes` ends the input (it cannot fit the context; stdin may be /dev/zero,
@@ -127,6 +157,8 @@ engine::GenerateResult converse(const ChatFlags& f, const text::TokenizerInterfa
       if (out) cut_short = e.what();
       break;
     }
+    if (report.awaits_tool_results) continue;
+    if (out) print_tool_calls(report, out);
     result.text += report.reply + "\n";
     result.tokens.insert(result.tokens.end(), report.fed.begin(), report.fed.end());
     result.tokens.insert(result.tokens.end(), report.generated.begin(), report.generated.end());
@@ -158,7 +190,7 @@ void run_chat(const ChatFlags& f, const RunFlags& run_flags) {
   sampling = engine::normalized(sampling, config.seq_len);  // llama2.c's rules for seed, temperature, top-p
   check_sampling_flags(f.sampling, config.vocab_size);
   const engine::ChatOptions options{f.system,      f.reply_tokens, sampling.temperature,
-                                   sampling.topp, sampling.seed,  opened.eos_token_ids, f.sampling};
+                                   sampling.topp, sampling.seed,  opened.eos_token_ids, f.sampling, read_tools(f.tools)};
   try {  // a template whose end-of-turn token the tokenizer lacks: before any device starts
     engine::ChatSession(*loaded.tokenizer, formatting.chat_template, formatting.tokens, options, config.vocab_size,
                        config.seq_len);
@@ -205,6 +237,9 @@ void setup_chat(CLI::App& sub) {
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();
   add_sampling_flags(sub, flags->sampling);
   sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
+  sub.add_option("--tools", flags->tools,
+                 "a JSON file of OpenAI tools the model may call: its calls print as \"[tool call] NAME ARGUMENTS\" lines, and the "
+                 "next input lines are their results");
   sub.add_flag("--verbose", flags->verbose, "one JSON line per turn on stderr: start position, tokens fed and generated");
   sub.callback([flags, run_flags] { run_chat(*flags, *run_flags); });
 }

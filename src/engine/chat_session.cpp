@@ -24,7 +24,9 @@ ChatSession::ChatSession(const text::TokenizerInterface& tokenizer, text::ChatTe
       throw std::invalid_argument("end-of-turn token \"" + name + "\" of the " + template_.name +
                                   " template is not in the tokenizer");
   end_ids_ = end_of_generation(tokenizer_, options_.more_end_ids, &template_, tokens_).ids;
-  if (!options_.system.empty()) messages_.push_back({"system", options_.system});
+  if (!options_.system.empty()) messages_.push_back({{"role", "system"}, {"content", options_.system}});
+  if (!options_.tools.is_null() && !template_.tool_format)
+    throw std::invalid_argument("the " + template_.name + " template writes no tool calls (--tool-parser names the format)");
 }
 
 bool ChatSession::is_end_of_turn(int id) const { return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end(); }
@@ -50,9 +52,20 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
   if (llama_ && llama_ != model.llama) throw std::invalid_argument("chat session: a turn on another model than the first");
   if (model.llama->config().vocab_size != model_vocab_ || model.llama->config().seq_len != seq_len_)
     throw std::invalid_argument("chat session: the model's vocabulary or context is not the session's");
-  messages_.push_back({"user", user_text});
-  const std::vector<int> prompt =
-      tokenizer_.encode_text(render_chat(template_, messages_, tokens_, /*add_generation_prompt=*/true), false);
+  TurnReport report;
+  if (!awaiting_.empty()) {
+    const text::ToolCall call = awaiting_.front();
+    awaiting_.erase(awaiting_.begin());
+    messages_.push_back({{"role", "tool"}, {"tool_call_id", call.id}, {"name", call.name}, {"content", user_text}});
+    if (!awaiting_.empty()) {
+      report.awaits_tool_results = true;
+      return report;
+    }
+  } else {
+    messages_.push_back({{"role", "user"}, {"content", user_text}});
+  }
+  const std::vector<int> prompt = tokenizer_.encode_text(
+      render_chat_json(template_, messages_, options_.tools, tokens_, /*add_generation_prompt=*/true), false);
   if (prompt.empty()) throw std::runtime_error("chat template rendered an empty prompt");
   if (static_cast<int>(prompt.size()) >= seq_len_)
     throw std::runtime_error("the conversation (" + std::to_string(prompt.size()) +
@@ -61,7 +74,6 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
     engine_ = std::make_unique<BatchEngine>(*model.llama, chat_engine_options(*model.llama));
     llama_ = model.llama;
   }
-  TurnReport report;
   text::TextStream stream(tokenizer_, {}, {});  // the text as the tokens spell it, each piece once final
   auto emit = [&](const std::string& text) {
     report.reply += text;
@@ -112,8 +124,28 @@ TurnReport ChatSession::turn(const std::string& user_text, const ModelFns& model
   // The cache now holds the prompt and every reply token fed (the last one picked was not).
   cached_.assign(prompt.begin(), prompt.end());
   cached_.insert(cached_.end(), report.generated.begin(), report.generated.end() - 1);
-  messages_.push_back({"assistant", report.reply});
+  add_reply(report);
   return report;
+}
+
+// The reply as the conversation's assistant message: with tools, its content and the calls it made
+// (their arguments as objects, as templates read them).
+void ChatSession::add_reply(TurnReport& report) {
+  if (options_.tools.is_null()) {
+    messages_.push_back({{"role", "assistant"}, {"content", report.reply}});
+    return;
+  }
+  const text::AssistantReply parsed = text::parse_tool_calls(*template_.tool_format, report.reply, nlohmann::json(options_.tools));
+  nlohmann::ordered_json message = {{"role", "assistant"}, {"content", parsed.content}};
+  for (const text::ToolCall& call : parsed.tool_calls) {
+    report.tool_calls.push_back(call);
+    report.tool_calls.back().id = text::tool_call_id(sampler_state_, static_cast<int>(report.tool_calls.size()) - 1);
+    message["tool_calls"].push_back({{"id", report.tool_calls.back().id},
+                                     {"type", "function"},
+                                     {"function", {{"name", call.name}, {"arguments", nlohmann::ordered_json::parse(call.arguments)}}}});
+  }
+  messages_.push_back(std::move(message));
+  awaiting_ = report.tool_calls;
 }
 
 std::string_view turn_end_name(TurnEnd end) {

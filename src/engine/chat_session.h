@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/batch_engine.h"
 #include "engine/generate.h"
 #include "text/chat_template.h"
@@ -34,6 +36,7 @@ struct ChatOptions {
   uint64_t seed = 1;
   std::vector<int> more_end_ids;  // tokens that also end a reply (a model's eos ids from its config)
   SamplingParams sampling;        // top_k, min_p, penalties (over the conversation so far, sampling_params.h)
+  nlohmann::ordered_json tools;   // an OpenAI tool list the model may call (chat --tools), or null
 };
 
 enum class TurnEnd { EndOfTurn, ReplyLimit, ContextFull };
@@ -44,6 +47,8 @@ struct TurnReport {
   std::vector<int> generated;  // the reply's tokens, the end-of-turn token included when it came
   TurnEnd end = TurnEnd::EndOfTurn;
   std::string reply;           // the reply's text (what was streamed)
+  std::vector<text::ToolCall> tool_calls;  // with tools: the calls the reply made (their results are the next turns)
+  bool awaits_tool_results = false;        // a tool's result was taken and more are awaited: nothing generated
 };
 
 class ChatSession {
@@ -54,14 +59,17 @@ class ChatSession {
               ChatOptions options, int model_vocab, int seq_len);
 
   // One user turn on model.llama (the same model every turn); the reply streams to `out` (may be
-  // null) followed by a newline. Throws std::runtime_error when the conversation no longer fits the
-  // context, or when the logits a reply token comes from are not finite.
+  // null) followed by a newline. After a reply that called tools, each turn's text is instead the
+  // result of the next call (a "tool" message); the model answers once every call has its result.
+  // Throws std::runtime_error when the conversation no longer fits the context, or when the logits
+  // a reply token comes from are not finite.
   TurnReport turn(const std::string& user_text, const ModelFns& model, std::FILE* out);
 
   const std::vector<int>& cached() const { return cached_; }
 
  private:
   bool is_end_of_turn(int id) const;
+  void add_reply(TurnReport& report);
 
   const text::TokenizerInterface& tokenizer_;
   text::ChatTemplate template_;
@@ -72,7 +80,8 @@ class ChatSession {
   std::unique_ptr<BatchEngine> engine_;  // made at the first turn, on its model
   model::Llama* llama_ = nullptr;
   std::vector<int> end_ids_;          // tokens that end the assistant's turn
-  std::vector<text::ChatMessage> messages_;
+  nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();
+  std::vector<text::ToolCall> awaiting_;  // calls of the last reply still without a result
   std::vector<int> cached_;           // [positions fed] the token at each position of the KV cache
 };
 

@@ -158,3 +158,30 @@ TEST_CASE("chat session: a seeded conversation picks what one sampler over llama
     for (size_t t = 0; t < lines.size(); ++t) CHECK(c.turns[t].generated == expected[t]);
   }
 }
+
+TEST_CASE("chat session: tools reach the template, and a template that writes no tool calls refuses them") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  Llama2cFile weights(shared_path("data/stories260K.bin"));
+  const Tokenizer tokenizer(shared_path("data/tok512.bin"), weights.config().vocab_size);
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const ChatOptions with_tools{.max_reply_tokens = 4, .temperature = 0.0f, .topp = 0.9f, .seed = 1, .tools = tools};
+  CHECK_THROWS_WITH(ChatSession(tokenizer, chat_template_named("zephyr"), {"<s>", "</s>"}, with_tools, weights.config().vocab_size,
+                                weights.config().seq_len),
+                    Catch::Contains("writes no tool calls"));
+  std::string prompt;
+  run_model_on_mesh(weights, tpcli::dist::Mesh::line(1), [&](const ModelFns& model, std::FILE* out) {
+    // Hermes's way with tools, in a template the 512-token vocabulary can end.
+    const ChatTemplate hermes_like = chat_template_from_source(
+        "{%- if tools %}<tools>{% for t in tools %}{{ t.function | tojson }}{% endfor %}</tools>{% endif %}"
+        "{%- for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}"
+        "{% else %}<|{{ m.role }}|>{{ m.content }}</s>{% endif %}{% endfor %}<|assistant|>",
+        "hermes-like");
+    ChatSession session(tokenizer, hermes_like, {"<s>", "</s>"}, with_tools, weights.config().vocab_size, weights.config().seq_len);
+    const TurnReport report = session.turn("Weather in Paris?", model, nullptr);
+    if (out) prompt = tokenizer.decode_ids(report.fed, false);
+    return GenerateResult{};
+  }, stdout);
+  CHECK(prompt.find("<tools>") != std::string::npos);
+  CHECK(prompt.find("\"name\": \"get_weather\"") != std::string::npos);
+}
