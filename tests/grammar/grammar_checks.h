@@ -51,7 +51,7 @@ inline std::vector<uint32_t> mask_of(const Matcher& m) {
   return bits;
 }
 
-// A random walk: each step picks an allowed token (uniform), or ends when allowed with probability
+// A random walk (on_step(matcher, text so far) before each step): each step picks an allowed token (uniform), or ends when allowed with probability
 // `end_bias`; stops after max_steps. Returns the text and whether it ended.
 struct Walk {
   std::string text;
@@ -66,7 +66,7 @@ Walk random_walk(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& 
   Walk walk;
   std::vector<int> allowed;
   for (int step = 0; step < max_steps; ++step) {
-    on_step(m);
+    on_step(m, walk.text);
     if (m.can_end() && std::uniform_real_distribution<double>(0, 1)(rng) < end_bias) {
       walk.finished = true;
       return walk;
