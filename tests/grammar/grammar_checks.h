@@ -59,12 +59,14 @@ struct Walk {
   int steps = 0;
 };
 
-template <typename OnStep>
+// `weight(bytes)`: a token's relative chance among the allowed ones.
+template <typename OnStep, typename Weight>
 Walk random_walk(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& rng, int max_steps, double end_bias,
-                 OnStep on_step) {
+                 OnStep on_step, Weight weight) {
   Matcher m(g);
   Walk walk;
   std::vector<int> allowed;
+  std::vector<double> weights;
   for (int step = 0; step < max_steps; ++step) {
     on_step(m, walk.text);
     if (m.can_end() && std::uniform_real_distribution<double>(0, 1)(rng) < end_bias) {
@@ -73,19 +75,37 @@ Walk random_walk(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& 
     }
     const auto bits = mask_of(m);
     allowed.clear();
+    weights.clear();
     for (int t = 0; t < g->vocabulary().size(); ++t)
-      if (bit(bits, t)) allowed.push_back(t);
+      if (bit(bits, t)) {
+        allowed.push_back(t);
+        weights.push_back(weight(g->vocabulary().bytes(t)));
+      }
     if (allowed.empty()) {
       walk.finished = m.can_end();
       return walk;
     }
-    const int t = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+    const int t = allowed[std::discrete_distribution<size_t>(weights.begin(), weights.end())(rng)];
     if (!m.accept(t)) throw std::logic_error("a masked-in token was refused");
     walk.text += g->vocabulary().bytes(t);
     ++walk.steps;
   }
   walk.finished = m.can_end();
   return walk;
+}
+
+template <typename OnStep>
+Walk random_walk(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& rng, int max_steps, double end_bias,
+                 OnStep on_step) {
+  return random_walk(g, rng, max_steps, end_bias, on_step, [](const std::string&) { return 1.0; });
+}
+
+// Closing punctuation weighs more, so strings, arrays and objects end and most walks finish.
+inline double closing_weight(const std::string& bytes) {
+  double w = 1;
+  for (const char c : bytes)
+    if (c == '"' || c == '}' || c == ']' || c == ',') w += 15;
+  return w;
 }
 
 }  // namespace tpcli::grammar::testing
