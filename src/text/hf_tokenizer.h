@@ -44,6 +44,8 @@ class HfTokenizer final : public TokenizerInterface {
   std::optional<int> token_id(std::string_view text) const override;
   std::string bos_text() const override { return bos_; }
   std::string eos_text() const override { return eos_; }
+  // Whether `id` is one of tokenizer.json's added_tokens (special or not: "<|im_end|>", "<think>").
+  bool is_added_token(int id) const { return added_by_id_.contains(id); }
 
  private:
   struct AddedToken {
