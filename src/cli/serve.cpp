@@ -16,6 +16,7 @@
 #include "cli/common_flags.h"
 #include "cli/model_file.h"
 #include "cli/tokenizer_setup.h"
+#include "engine/grammar_constraint.h"
 #include "distributed/collective_watch.h"
 #include "distributed/runtime.h"
 #include "distributed/select_backend.h"
@@ -166,6 +167,9 @@ void run_serve(const ServeFlags& f, const RunFlags& run_flags) {
   serve::ServerOptions server_options = f.server;
   server_options.devices_stuck = [&watch] { return watch.stuck(DEVICES_STUCK_AFTER); };
 
+  engine::GrammarConstraints grammars(*loaded.tokenizer);  // structured outputs: every device's, and the HTTP side's checks
+  service_options.compile_grammar = [&grammars](const std::string& gbnf) { return grammars.compile(gbnf); };
+  served.compile_grammar = service_options.compile_grammar;
   serve::EngineService service(service_options);
   std::optional<serve::HttpServer> http;
   int port = 0;

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 
+#include "grammar/json_schema.h"
 #include "serve/api_request.h"
 #include "serve/chat_page.h"
 #include "serve/http_connections.h"
@@ -261,7 +262,7 @@ struct HttpServer::Impl {
   PromptModel prompt_model() const;
   void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
   engine::BatchRequest batch_request(const GenerationRequest& g);
-  std::string output_grammar(const GenerationRequest& g) const;
+  std::string output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format) const;
   std::optional<text::ToolCallFormat> reply_tool_format(const GenerationRequest& g) const;
   void tokenize(const HttpRequest& req, HttpResponse& res) const;
   void detokenize(const HttpRequest& req, HttpResponse& res) const;
@@ -310,8 +311,8 @@ engine::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g)
 
 void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint) {
   const GenerationRequest g = parse_generation_request(parse_body(req.body), endpoint, prompts);
-  const std::string grammar = output_grammar(g);
   const std::optional<text::ToolCallFormat> tool_format = reply_tool_format(g);
+  const std::string grammar = output_grammar(g, tool_format);
   engine::BatchRequest first = batch_request(g);
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<uint64_t> seeds;
@@ -356,21 +357,29 @@ std::optional<text::ToolCallFormat> HttpServer::Impl::reply_tool_format(const Ge
   return model.chat_template->tool_format;
 }
 
-// The GBNF the answer must follow ("": none), compiled here once so that a grammar that does not
-// compile is a 400 naming where (the devices' compiles of it then come from the cache).
-std::string HttpServer::Impl::output_grammar(const GenerationRequest& g) const {
+// The GBNF the answer must follow ("": none): the client's grammar, its response_format's JSON, or
+// a call of its tools when tool_choice requires one. Compiled here once, so that a grammar that does
+// not compile is a 400 naming where (the devices' compiles of it then come from the cache).
+std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format) const {
   std::string grammar, param;
-  if (g.format.kind == OutputFormat::Kind::grammar) {
-    grammar = g.format.grammar;
-    param = "grammar";
-  } else if (g.format.kind != OutputFormat::Kind::text) {
-    throw ApiError(400, "'response_format' json_object and json_schema are not supported by this server yet.", "response_format");
-  } else if (g.tool_choice.mode == ToolChoice::Mode::required || g.tool_choice.mode == ToolChoice::Mode::function) {
-    throw ApiError(400, "'tool_choice' required or a named function is not supported by this server yet.", "tool_choice");
-  }
-  if (grammar.empty()) return grammar;
-  if (!model.compile_grammar) throw ApiError(400, "This server does not constrain answers to grammars.", param);
+  const auto schema_rules = [](const nlohmann::json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
   try {
+    switch (g.format.kind) {
+      case OutputFormat::Kind::grammar: grammar = g.format.grammar, param = "grammar"; break;
+      case OutputFormat::Kind::json_object: grammar = grammar::json_object_gbnf(), param = "response_format"; break;
+      case OutputFormat::Kind::json_schema:
+        param = "response_format.json_schema.schema";
+        grammar = grammar::json_schema_to_gbnf(g.format.schema);
+        break;
+      case OutputFormat::Kind::text: break;
+    }
+    const bool call_required = g.tool_choice.mode == ToolChoice::Mode::required || g.tool_choice.mode == ToolChoice::Mode::function;
+    if (call_required && tool_format) {
+      param = "tools";
+      grammar = text::tool_call_grammar(*tool_format, nlohmann::json(g.tools), g.tool_choice.function, g.parallel_tool_calls, schema_rules);
+    }
+    if (grammar.empty()) return grammar;
+    if (!model.compile_grammar) throw ApiError(400, "This server does not constrain answers to grammars.", param);
     model.compile_grammar(grammar);
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, std::string(e.what()).substr(0, 300), param);
