@@ -99,7 +99,9 @@ std::string digits_range(int64_t lo, int64_t hi) {
       break;
     }
     const int64_t b = hi >= 0 ? std::min(hi, last) : last;
-    alts.push_back("(" + digits_range_same_length(std::to_string(a), std::to_string(b)) + ")");
+    std::string range = "(";  // appended, not "(" + ...: gcc 12 -Wrestrict misfires on the latter
+    range += digits_range_same_length(std::to_string(a), std::to_string(b));
+    alts.push_back(range + ")");
   }
   std::string out;
   for (const auto& alt : alts) out += out.empty() ? alt : " | " + alt;
@@ -739,7 +741,12 @@ class SchemaConverter {
       const std::vector<CodepointRange> raw = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}, {0x80, 0xD7FF}, {0xE000, 0x10FFFF}};
       for (const auto& ok : raw) {
         const uint32_t a = std::max(r.first, ok.first), b = std::min(r.last, ok.last);
-        if (a <= b) cls += hex(a) + (a == b ? "" : "-" + hex(b));
+        if (a > b) continue;
+        cls += hex(a);
+        if (a != b) {
+          cls += '-';
+          cls += hex(b);
+        }
       }
     }
     if (!cls.empty()) alts.push_back("[" + cls + "]");
