@@ -8,7 +8,8 @@
 // properties, a nested object, an array, an enum, bounded numbers, a date).
 //
 // The budget is a small share of a decode step: `tpcli bench decode --model M` on a Qwen3-0.6B-shaped
-// checkpoint (`tpcli init --model-config models/qwen3-0.6B.toml --out M`) gives the step time.
+// checkpoint (`tpcli init --model-config models/qwen3-0.6B.toml --out M`) gives the step time (its
+// ms/token); --step-ms that figure prints the mask's share of it.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -66,6 +67,7 @@ struct BenchGrammarFlags {
   int steps = 300;
   int vocab_rows = 0;  // 0: the tokenizer's size (151,936 for Qwen3's model rows when it is Qwen3's)
   unsigned seed = 1;
+  double step_ms = 0;  // a decode step's time, from `tpcli bench decode`; 0: not given
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -82,6 +84,61 @@ nlohmann::ordered_json read_schema(const std::string& path) {
     throw UsageError("--schema " + path + ": not JSON: " + e.what());
   }
 }
+
+struct WalkTimes {
+  std::vector<double> mask_us, accept_us;
+  int finished = 0;
+};
+
+// N sampled steps over `compiled`: random logits over the allowed tokens (closing punctuation
+// favoured), an answer ends half the time it may; a new one starts after.
+WalkTimes sampled_walk(const std::shared_ptr<const grammar::CompiledGrammar>& compiled, int steps, unsigned seed, bool print_first) {
+  const grammar::TokenVocabulary& vocab = compiled->vocabulary();
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> bits((static_cast<size_t>(vocab.size()) + 31) / 32);
+  WalkTimes times;
+  std::vector<int> allowed;
+  std::vector<double> weights;
+  int answers = 0;
+  auto m = std::make_unique<grammar::Matcher>(compiled);
+  std::string answer;
+  for (int step = 0; step < steps; ++step) {
+    auto t0 = Clock::now();
+    m->fill_mask(bits);
+    times.mask_us.push_back(ms_since(t0) * 1000);
+    allowed.clear();
+    weights.clear();
+    for (int t = 0; t < vocab.size(); ++t)
+      if ((bits[static_cast<size_t>(t) / 32] >> (t % 32)) & 1u) {
+        allowed.push_back(t);
+        double w = std::exponential_distribution<double>(1.0)(rng);  // random logits, softmaxed
+        for (const char c : vocab.bytes(t)) w *= (c == '"' || c == '}' || c == ']' || c == ',') ? 50 : 1;
+        weights.push_back(w);
+      }
+    const bool end = m->can_end() && (allowed.empty() || std::uniform_real_distribution<double>(0, 1)(rng) < 0.5);
+    if (end || allowed.empty()) {
+      ++answers;
+      times.finished += m->can_end();
+      if (answers == 1 && print_first) std::printf("first answer: %s\n", answer.c_str());
+      m = std::make_unique<grammar::Matcher>(compiled);
+      answer.clear();
+      continue;
+    }
+    const int token = allowed[std::discrete_distribution<size_t>(weights.begin(), weights.end())(rng)];
+    t0 = Clock::now();
+    if (!m->accept(token)) throw std::logic_error("bench grammar: the matcher refused a token its mask allowed");
+    times.accept_us.push_back(ms_since(t0) * 1000);
+    answer += vocab.bytes(token);
+  }
+  return times;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+double max_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
 
 void run_bench(const BenchGrammarFlags& f) {
   const nlohmann::ordered_json schema = read_schema(f.schema);
@@ -124,51 +181,16 @@ void run_bench(const BenchGrammarFlags& f) {
 
   std::printf("compile, every cache built: %.1f ms (%zu caches)\n", eager_ms, eager->built_caches());
 
-  std::mt19937 rng(f.seed);
-  std::vector<uint32_t> bits((static_cast<size_t>(vocab->size()) + 31) / 32);
-  std::vector<double> mask_us, accept_us;
-  std::vector<int> allowed;
-  std::vector<double> weights;
-  int answers = 0, finished = 0;
-  auto m = std::make_unique<grammar::Matcher>(compiled);
-  std::string answer;
-  for (int step = 0; step < f.steps; ++step) {
-    t0 = Clock::now();
-    m->fill_mask(bits);
-    mask_us.push_back(ms_since(t0) * 1000);
-    allowed.clear();
-    weights.clear();
-    for (int t = 0; t < vocab->size(); ++t)
-      if ((bits[static_cast<size_t>(t) / 32] >> (t % 32)) & 1u) {
-        allowed.push_back(t);
-        double w = std::exponential_distribution<double>(1.0)(rng);  // random logits, softmaxed
-        for (const char c : vocab->bytes(t)) w *= (c == '"' || c == '}' || c == ']' || c == ',') ? 50 : 1;
-        weights.push_back(w);
-      }
-    const bool end = m->can_end() && (allowed.empty() || std::uniform_real_distribution<double>(0, 1)(rng) < 0.5);
-    if (end || allowed.empty()) {
-      ++answers;
-      finished += m->can_end();
-      if (answers == 1) std::printf("first answer: %s\n", answer.c_str());
-      m = std::make_unique<grammar::Matcher>(compiled);
-      answer.clear();
-      continue;
-    }
-    const int token = allowed[std::discrete_distribution<size_t>(weights.begin(), weights.end())(rng)];
-    t0 = Clock::now();
-    if (!m->accept(token)) throw std::logic_error("bench grammar: the matcher refused a token its mask allowed");
-    accept_us.push_back(ms_since(t0) * 1000);
-    answer += vocab->bytes(token);
-  }
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-  };
-  std::printf("mask: %.1f us per step mean, %.1f us max (%zu steps, %d answers finished)\n", mean(mask_us),
-              mask_us.empty() ? 0.0 : *std::max_element(mask_us.begin(), mask_us.end()), mask_us.size(), finished);
-  std::printf("accept: %.1f us per token mean, %.1f us max\n", mean(accept_us),
-              accept_us.empty() ? 0.0 : *std::max_element(accept_us.begin(), accept_us.end()));
+  const WalkTimes times = sampled_walk(compiled, f.steps, f.seed, /*print_first=*/false);
+  std::printf("mask: %.1f us per step mean, %.1f us max (%zu steps, %d answers finished; max: a cache built on first use)\n",
+              mean(times.mask_us), max_of(times.mask_us), times.mask_us.size(), times.finished);
+  std::printf("accept: %.1f us per token mean, %.1f us max\n", mean(times.accept_us), max_of(times.accept_us));
+  const WalkTimes warm = sampled_walk(eager, f.steps, f.seed, /*print_first=*/false);
+  std::printf("mask, every cache built: %.1f us per step mean, %.1f us max\n", mean(warm.mask_us), max_of(warm.mask_us));
+  if (f.step_ms > 0)
+    std::printf("mask / decode step (%.1f ms): %.2f%% mean, %.1f%% max (every cache built: %.2f%% mean, %.2f%% max)\n", f.step_ms,
+                mean(times.mask_us) / (f.step_ms * 10), max_of(times.mask_us) / (f.step_ms * 10),
+                mean(warm.mask_us) / (f.step_ms * 10), max_of(warm.mask_us) / (f.step_ms * 10));
 }
 
 void setup_bench_grammar(CLI::App& sub) {
@@ -178,6 +200,8 @@ void setup_bench_grammar(CLI::App& sub) {
   sub.add_option("--steps", flags->steps, "sampled decode steps")->capture_default_str()->check(CLI::Range(1, 1000000));
   sub.add_option("--vocab-rows", flags->vocab_rows, "mask size (the model's vocabulary; default the tokenizer's, 151936 for Qwen3)");
   sub.add_option("--seed", flags->seed, "sampling seed")->capture_default_str();
+  sub.add_option("--step-ms", flags->step_ms, "a decode step's ms (tpcli bench decode's ms/token) to print the mask's share of it")
+      ->check(CLI::PositiveNumber);
   sub.callback([flags] { run_bench(*flags); });
 }
 
