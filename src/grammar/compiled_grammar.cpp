@@ -48,7 +48,7 @@ class StackSetTable {
     }
     return next;
   }
-  bool can_end(int32_t set) const { return sets_[static_cast<size_t>(set)].end; }
+  bool can_end(int32_t set) const { return ends_[static_cast<size_t>(set)]; }
 
  private:
   static constexpr int32_t UNKNOWN = -2;
@@ -56,6 +56,7 @@ class StackSetTable {
     const auto [it, inserted] = ids_.emplace(std::move(set), static_cast<int32_t>(sets_.size()));
     if (inserted) {
       sets_.push_back(it->first);
+      ends_.push_back(it->first.end);
       next_.resize(next_.size() + 256, UNKNOWN);
     }
     return it->second;
@@ -65,6 +66,7 @@ class StackSetTable {
   StackWalker walker_;
   std::unordered_map<StackSet, int32_t, StackSetHash> ids_;
   std::vector<StackSet> sets_;
+  std::vector<uint8_t> ends_;  // [sets] sets_[i].end, compact: the walks read it at every node
   std::vector<int32_t> next_;  // [sets * 256]
 };
 
