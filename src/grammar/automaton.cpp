@@ -11,7 +11,7 @@ namespace tpcli::grammar {
 
 namespace {
 
-constexpr int INLINE_LIMIT = 160;  // size units (about NFA states) of a rule inlined into its callers
+constexpr int INLINE_LIMIT = 1000;  // size units (about NFA states) of a rule inlined into its callers
 constexpr long SIZE_CAP = 1L << 40;
 
 // ---- NFA of one rule (Thompson construction) ----
@@ -184,7 +184,7 @@ class Builder {
     long one = 1;
     switch (node.kind) {
       case GbnfNode::Kind::literal: one = static_cast<long>(node.bytes.size()) + 1; break;
-      case GbnfNode::Kind::char_class: one = static_cast<long>(node.ranges.size()) * 4 + 4; break;
+      case GbnfNode::Kind::char_class: one = static_cast<long>(node.ranges.size()) * 2 + 2; break;
       case GbnfNode::Kind::rule_ref: {
         const RuleFacts& f = facts_[static_cast<size_t>(node.rule)];
         one = f.inlinable() ? f.size + 1 : 1;
@@ -194,9 +194,9 @@ class Builder {
     }
     if (node.max_repeat < 0) {
       finite = false;
-      return saturating_mul(one, std::max(1, node.min_repeat) + 1);
+      return saturating_mul(one, std::max(1, node.min_repeat));
     }
-    return saturating_mul(one, std::max(1, node.max_repeat) + 1);
+    return saturating_mul(one, std::max(1, node.max_repeat));
   }
 
   // ---- NFA construction ----

@@ -1,6 +1,8 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <bitset>
+#include <chrono>
 #include <map>
 #include <unordered_map>
 
@@ -10,6 +12,8 @@
 namespace tpcli::grammar {
 
 namespace {
+
+using ByteSet = std::bitset<256>;
 
 struct StackSetHash {
   size_t operator()(const StackSet& s) const {
@@ -44,7 +48,7 @@ class StackSetTable {
     }
     return next;
   }
-  bool can_end(int32_t set) const { return sets_[static_cast<size_t>(set)].end; }
+  bool can_end(int32_t set) const { return ends_[static_cast<size_t>(set)]; }
 
  private:
   static constexpr int32_t UNKNOWN = -2;
@@ -52,6 +56,7 @@ class StackSetTable {
     const auto [it, inserted] = ids_.emplace(std::move(set), static_cast<int32_t>(sets_.size()));
     if (inserted) {
       sets_.push_back(it->first);
+      ends_.push_back(it->first.end);
       next_.resize(next_.size() + 256, UNKNOWN);
     }
     return it->second;
@@ -61,12 +66,13 @@ class StackSetTable {
   StackWalker walker_;
   std::unordered_map<StackSet, int32_t, StackSetHash> ids_;
   std::vector<StackSet> sets_;
+  std::vector<uint8_t> ends_;  // [sets] sets_[i].end, compact: the walks read it at every node
   std::vector<int32_t> next_;  // [sets * 256]
 };
 
 // A prefix whose stack set is DEAD may still live in the caller when the rule could end before one
 // of its bytes (an escape, at that byte's offset): its tokens are then uncertain, not rejected.
-TokenMaskCache build_cache(int32_t state, const TokenVocabulary& vocab, StackSetTable& table) {
+TokenMaskCache build_cache(int32_t state, const TokenVocabulary& vocab, StackSetTable& table, const ByteSet& follow) {
   TokenMaskCache cache;
   const auto& trie = vocab.trie();
   const auto& sorted = vocab.sorted_tokens();
@@ -76,23 +82,23 @@ TokenMaskCache build_cache(int32_t state, const TokenVocabulary& vocab, StackSet
   std::vector<int32_t> escape_offset(depth_slots, 0);             // their byte offsets (a stack along the path)
   set_at[0] = table.start(state);
   std::vector<int32_t> accepted;
-  std::map<std::string, int32_t, std::less<>> suffix_ids;
-  std::vector<std::vector<std::string_view>> uncertain_suffix_text;
+  // Each uncertain token's suffixes as (token, offset) pairs: [uncertain_tokens][escapes].
+  std::vector<std::pair<int32_t, int32_t>> suffix_refs;  // (token, offset)
+  std::vector<int32_t> suffix_ref_offsets{0};
   for (size_t i = 0; i < trie.size();) {
     const auto& node = trie[i];
     const auto d = static_cast<size_t>(node.depth);
     const int32_t parent = set_at[d - 1];
     escapes_at[d] = escapes_at[d - 1];
-    if (table.can_end(parent)) escape_offset[static_cast<size_t>(escapes_at[d]++)] = static_cast<int32_t>(d - 1);
+    if (table.can_end(parent) && follow.test(node.byte)) escape_offset[static_cast<size_t>(escapes_at[d]++)] = static_cast<int32_t>(d - 1);
     const int32_t next = table.step(parent, node.byte);
     if (next == StackSetTable::DEAD) {
       if (escapes_at[d] > 0)
         for (int32_t k = node.first; k < node.end; ++k) {
           const int32_t token = sorted[static_cast<size_t>(k)];
-          const std::string_view bytes = vocab.bytes(token);
           cache.uncertain_tokens.push_back(token);
-          auto& texts = uncertain_suffix_text.emplace_back();
-          for (int32_t e = 0; e < escapes_at[d]; ++e) texts.push_back(bytes.substr(static_cast<size_t>(escape_offset[static_cast<size_t>(e)])));
+          for (int32_t e = 0; e < escapes_at[d]; ++e) suffix_refs.emplace_back(token, escape_offset[static_cast<size_t>(e)]);
+          suffix_ref_offsets.push_back(static_cast<int32_t>(suffix_refs.size()));
         }
       i = static_cast<size_t>(node.subtree_end);
       continue;
@@ -109,57 +115,122 @@ TokenMaskCache build_cache(int32_t state, const TokenVocabulary& vocab, StackSet
     std::sort(accepted.begin(), accepted.end());
     cache.accepted_ids = std::move(accepted);
   }
-  for (const auto& texts : uncertain_suffix_text)
-    for (std::string_view s : texts) suffix_ids.emplace(std::string(s), 0);
-  int32_t next_id = 0;
-  for (auto& [text, id] : suffix_ids) {
-    id = next_id++;
-    cache.suffixes.push_back(text);
+  // Distinct suffixes, sorted; each reference gets its suffix's id.
+  auto text_of = [&](const std::pair<int32_t, int32_t>& ref) {
+    return std::string_view(vocab.bytes(ref.first)).substr(static_cast<size_t>(ref.second));
+  };
+  std::vector<int32_t> order(suffix_refs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+    return text_of(suffix_refs[static_cast<size_t>(x)]) < text_of(suffix_refs[static_cast<size_t>(y)]);
+  });
+  std::vector<int32_t> suffix_of(suffix_refs.size());
+  for (const int32_t i : order) {
+    const std::string_view text = text_of(suffix_refs[static_cast<size_t>(i)]);
+    if (cache.suffixes.empty() || cache.suffixes.back() != text) cache.suffixes.emplace_back(text);
+    suffix_of[static_cast<size_t>(i)] = static_cast<int32_t>(cache.suffixes.size()) - 1;
   }
-  cache.uncertain_offsets.push_back(0);
-  for (const auto& texts : uncertain_suffix_text) {
-    for (std::string_view s : texts) cache.uncertain_suffixes.push_back(suffix_ids.find(s)->second);
-    cache.uncertain_offsets.push_back(static_cast<int32_t>(cache.uncertain_suffixes.size()));
-  }
+  cache.uncertain_offsets = std::move(suffix_ref_offsets);
+  cache.uncertain_suffixes = std::move(suffix_of);
   return cache;
 }
 
-// States the root can reach: those that read bytes get a cache.
-std::vector<char> reachable_states(const GrammarAutomaton& a) {
-  std::vector<char> seen(a.states.size(), 0), rule_seen(a.rule_start.size(), 0);
-  std::vector<int32_t> work{a.rule_start[static_cast<size_t>(a.root_rule)]};
-  rule_seen[static_cast<size_t>(a.root_rule)] = 1;
-  seen[static_cast<size_t>(work[0])] = 1;
+// For each rule, the bytes that can come right after it ends somewhere in the grammar (an escape on
+// any other byte is dead). The root, when nothing calls it, is followed by nothing.
+std::vector<ByteSet> follow_bytes(const GrammarAutomaton& a) {
+  StackArena arena;
+  StackWalker walker(a, arena);
+  struct Site {
+    int32_t caller_rule;
+    ByteSet first;  // bytes readable where the caller continues
+    bool caller_may_end;
+  };
+  std::vector<std::vector<Site>> sites(a.rule_start.size());
+  StackSet set;
+  for (const auto& state : a.states)
+    for (const CallEdge& call : state.calls) {
+      const int32_t seed = arena.intern(call.to, NO_PARENT);
+      walker.expand({&seed, 1}, set);
+      Site site{state.rule, {}, set.end};
+      for (const int32_t id : set.nodes)
+        for (const ByteEdge& e : a.states[static_cast<size_t>(arena.node(id).state)].bytes)
+          for (int b = e.first; b <= e.last; ++b) site.first.set(static_cast<size_t>(b));
+      sites[static_cast<size_t>(call.rule)].push_back(site);
+    }
+  std::vector<ByteSet> follow(a.rule_start.size());
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < sites.size(); ++r)
+      for (const Site& site : sites[r]) {
+        ByteSet next = follow[r] | site.first;
+        if (site.caller_may_end) next |= follow[static_cast<size_t>(site.caller_rule)];
+        if (next != follow[r]) {
+          follow[r] = next;
+          changed = true;
+        }
+      }
+  }
+  return follow;
+}
+
+// The states the root can reach, nearest the start first (breadth first over bytes and calls).
+std::vector<int32_t> states_by_distance(const GrammarAutomaton& a) {
+  std::vector<char> seen(a.states.size(), 0);
+  std::vector<int32_t> order{a.rule_start[static_cast<size_t>(a.root_rule)]};
+  seen[static_cast<size_t>(order[0])] = 1;
   auto visit = [&](int32_t s) {
     if (!seen[static_cast<size_t>(s)]) {
       seen[static_cast<size_t>(s)] = 1;
-      work.push_back(s);
+      order.push_back(s);
     }
   };
-  while (!work.empty()) {
-    const int32_t s = work.back();
-    work.pop_back();
-    for (const auto& e : a.states[static_cast<size_t>(s)].bytes) visit(e.to);
-    for (const auto& c : a.states[static_cast<size_t>(s)].calls) {
-      visit(c.to);
-      visit(a.rule_start[static_cast<size_t>(c.rule)]);
-    }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& state = a.states[static_cast<size_t>(order[i])];
+    for (const auto& c : state.calls) visit(a.rule_start[static_cast<size_t>(c.rule)]);
+    for (const auto& e : state.bytes) visit(e.to);
+    for (const auto& c : state.calls) visit(c.to);
   }
-  return seen;
+  return order;
 }
 
 }  // namespace
 
-CompiledGrammar::CompiledGrammar(GrammarAutomaton automaton, std::shared_ptr<const TokenVocabulary> vocabulary)
+struct CacheBuilder {
+  explicit CacheBuilder(const GrammarAutomaton& automaton) : follow(follow_bytes(automaton)), table(automaton) {}
+  std::vector<ByteSet> follow;  // [rules]
+  StackSetTable table;
+};
+
+CompiledGrammar::CompiledGrammar(GrammarAutomaton automaton, std::shared_ptr<const TokenVocabulary> vocabulary,
+                                 double precompute_budget_ms)
     : automaton_(std::move(automaton)), vocabulary_(std::move(vocabulary)) {
-  const std::vector<char> reachable = reachable_states(automaton_);
-  cache_index_.assign(automaton_.states.size(), -1);
-  StackSetTable table(automaton_);
-  for (size_t s = 0; s < automaton_.states.size(); ++s) {
-    if (!reachable[s] || automaton_.states[s].bytes.empty()) continue;
-    cache_index_[s] = static_cast<int32_t>(caches_.size());
-    caches_.push_back(build_cache(static_cast<int32_t>(s), *vocabulary_, table));
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t n = automaton_.states.size();
+  builder_ = std::make_unique<CacheBuilder>(automaton_);
+  caches_.resize(n);
+  ready_ = std::make_unique<std::atomic<const TokenMaskCache*>[]>(n);
+  for (size_t s = 0; s < n; ++s) ready_[s].store(nullptr);
+  for (const int32_t s : states_by_distance(automaton_)) {
+    if (automaton_.states[static_cast<size_t>(s)].bytes.empty()) continue;
+    ++cacheable_;
+    if (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < precompute_budget_ms)
+      (void)cache(s);
   }
+}
+
+CompiledGrammar::~CompiledGrammar() = default;
+
+const TokenMaskCache& CompiledGrammar::cache(int32_t state) const {
+  if (const TokenMaskCache* ready = ready_[static_cast<size_t>(state)].load(std::memory_order_acquire)) return *ready;
+  std::lock_guard<std::mutex> lock(build_mutex_);
+  auto& slot = caches_[static_cast<size_t>(state)];
+  if (!slot) {
+    const ByteSet& follow = builder_->follow[static_cast<size_t>(automaton_.states[static_cast<size_t>(state)].rule)];
+    slot = std::make_unique<TokenMaskCache>(build_cache(state, *vocabulary_, builder_->table, follow));
+    ready_[static_cast<size_t>(state)].store(slot.get(), std::memory_order_release);
+    built_.fetch_add(1);
+  }
+  return *slot;
 }
 
 std::shared_ptr<const CompiledGrammar> compile_gbnf(std::string_view gbnf, std::shared_ptr<const TokenVocabulary> vocabulary) {

@@ -15,7 +15,9 @@
 // Dimension legend: V vocabulary size, W = (V + 31) / 32 mask words.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -35,24 +37,38 @@ struct TokenMaskCache {
   std::vector<int32_t> uncertain_suffixes; // suffix ids
 };
 
+// Caches are built at compile time, states nearest the start first, for PRECOMPUTE_BUDGET_MS; the
+// rest on first use (thread-safe; each once, shared by every Matcher). A schema with long bounded
+// repetitions (maxLength 40: forty copies of a string character's states) thus compiles fast and
+// pays a few milliseconds the first time a sequence reaches each such state.
+constexpr double PRECOMPUTE_BUDGET_MS = 30.0;
+
+struct CacheBuilder;  // the memoised stack-set table and follow sets (compiled_grammar.cpp)
+
 class CompiledGrammar {
  public:
-  CompiledGrammar(GrammarAutomaton automaton, std::shared_ptr<const TokenVocabulary> vocabulary);
+  CompiledGrammar(GrammarAutomaton automaton, std::shared_ptr<const TokenVocabulary> vocabulary,
+                  double precompute_budget_ms = PRECOMPUTE_BUDGET_MS);
+  ~CompiledGrammar();
+  CompiledGrammar(const CompiledGrammar&) = delete;
+  CompiledGrammar& operator=(const CompiledGrammar&) = delete;
 
   const GrammarAutomaton& automaton() const { return automaton_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
-  // The cache of a state that reads bytes; nullptr for states the root cannot reach.
-  const TokenMaskCache* cache(int32_t state) const {
-    const int32_t i = cache_index_[static_cast<size_t>(state)];
-    return i < 0 ? nullptr : &caches_[static_cast<size_t>(i)];
-  }
-  size_t cached_states() const { return caches_.size(); }
+  // The cache of a state that reads bytes (built now if it was not yet).
+  const TokenMaskCache& cache(int32_t state) const;
+  size_t cacheable_states() const { return cacheable_; }
+  size_t built_caches() const { return built_.load(); }
 
  private:
   GrammarAutomaton automaton_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
-  std::vector<int32_t> cache_index_;  // [states] -> caches_, -1 when none
-  std::vector<TokenMaskCache> caches_;
+  size_t cacheable_ = 0;
+  mutable std::mutex build_mutex_;
+  mutable std::unique_ptr<CacheBuilder> builder_;
+  mutable std::vector<std::unique_ptr<TokenMaskCache>> caches_;      // [states], filled under build_mutex_
+  std::unique_ptr<std::atomic<const TokenMaskCache*>[]> ready_;       // [states], published caches
+  mutable std::atomic<size_t> built_{0};
 };
 
 // Parses and compiles; throws GrammarError (grammar/grammar_error.h).

@@ -12,11 +12,22 @@ namespace tpcli::grammar {
 class GrammarError : public std::invalid_argument {
  public:
   explicit GrammarError(const std::string& message, std::string path = "")
-      : std::invalid_argument(message), path_(std::move(path)) {}
+      : std::invalid_argument(one_line(message)), path_(std::move(path)) {}
   // The schema path ("properties.age", "(root)") of a JSON-schema error; "" for GBNF errors.
   std::string path() const { return path_; }
 
  private:
+  // Names and values quoted from the input may hold line breaks: written \n, \r.
+  static std::string one_line(const std::string& message) {
+    std::string out;
+    for (const char c : message) {
+      if (c == '\n') out += "\\n";
+      else if (c == '\r') out += "\\r";
+      else out += c;
+    }
+    return out;
+  }
+
   std::string path_;
 };
 

@@ -16,7 +16,8 @@ namespace tpcli::grammar {
 
 namespace {
 
-using nlohmann::json;
+// ordered_json: properties keep the order the schema gives them.
+using json = nlohmann::ordered_json;
 
 constexpr int MAX_INTEGER_DIGITS = 16;
 constexpr int64_t MAX_BOUND = 999999999999999;  // 15 digits: bounds beyond are refused
@@ -79,7 +80,7 @@ std::string digits_range_same_length(const std::string& a, const std::string& b)
     alts.push_back("[" + std::string(1, static_cast<char>(a[0] + 1)) + "-" + std::string(1, static_cast<char>(b[0] - 1)) + "]" + any_digits(n));
   alts.push_back(literal(b.substr(0, 1)) + (n ? " (" + digits_range_same_length(std::string(n, '0'), rest_b) + ")" : ""));
   std::string out;
-  for (const auto& alt : alts) out += (out.empty() ? "" : " | ") + alt;
+  for (const auto& alt : alts) out += out.empty() ? alt : " | " + alt;
   return out;
 }
 
@@ -98,10 +99,12 @@ std::string digits_range(int64_t lo, int64_t hi) {
       break;
     }
     const int64_t b = hi >= 0 ? std::min(hi, last) : last;
-    alts.push_back("(" + digits_range_same_length(std::to_string(a), std::to_string(b)) + ")");
+    std::string range = "(";  // appended, not "(" + ...: gcc 12 -Wrestrict misfires on the latter
+    range += digits_range_same_length(std::to_string(a), std::to_string(b));
+    alts.push_back(range + ")");
   }
   std::string out;
-  for (const auto& alt : alts) out += (out.empty() ? "" : " | ") + alt;
+  for (const auto& alt : alts) out += out.empty() ? alt : " | " + alt;
   return out;
 }
 
@@ -182,7 +185,7 @@ class SchemaConverter {
         {"uuid",
          {"@hex{8} \"-\" @hex{4} \"-\" @hex{4} \"-\" @hex{4} \"-\" @hex{12}", {"hex"}}},
         {"email",
-         {"[A-Za-z0-9._%+-]{1,64} \"@\" ([A-Za-z0-9-]{1,63} \".\"){1,8} [A-Za-z]{2,24}", {}}},
+         {"[A-Za-z0-9._%+-]+ \"@\" ([A-Za-z0-9-]+ \".\")+ [A-Za-z]{2,24}", {}}},
     };
     const std::string full = prefix_ + name;
     if (defined_.contains(full) || reserved_.contains(full)) return full;  // reserved: being expanded (value <-> object)
@@ -396,7 +399,7 @@ class SchemaConverter {
       alts.push_back("(" + digits_range(lo.value + 1, hi.value - 1) + ")" + any_fraction);
     if (hi.present && !hi.strict) alts.push_back(literal(std::to_string(hi.value)) + zero_fraction);
     std::string out;
-    for (const auto& alt : alts) out += (out.empty() ? "" : " | ") + alt;
+    for (const auto& alt : alts) out += out.empty() ? alt : " | " + alt;
     return out;
   }
 
@@ -738,7 +741,12 @@ class SchemaConverter {
       const std::vector<CodepointRange> raw = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}, {0x80, 0xD7FF}, {0xE000, 0x10FFFF}};
       for (const auto& ok : raw) {
         const uint32_t a = std::max(r.first, ok.first), b = std::min(r.last, ok.last);
-        if (a <= b) cls += hex(a) + (a == b ? "" : "-" + hex(b));
+        if (a > b) continue;
+        cls += hex(a);
+        if (a != b) {
+          cls += '-';
+          cls += hex(b);
+        }
       }
     }
     if (!cls.empty()) alts.push_back("[" + cls + "]");
@@ -748,7 +756,7 @@ class SchemaConverter {
       if (contains(cp)) alts.push_back(literal(text));
     if (alts.empty()) return "\"\" [^\\x00-\\U0010FFFF]";  // matches nothing: the class has no JSON-writable character
     std::string out;
-    for (const auto& a : alts) out += (out.empty() ? "" : " | ") + a;
+    for (const auto& a : alts) out += out.empty() ? a : " | " + a;
     return out;
   }
 
@@ -761,12 +769,16 @@ class SchemaConverter {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::json& schema, const std::string& rule_prefix) {
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const std::string& rule_prefix) {
   return SchemaConverter(schema, rule_prefix).convert();
 }
 
+std::string json_schema_to_gbnf(const nlohmann::json& schema, const std::string& rule_prefix) {
+  return json_schema_to_gbnf(nlohmann::ordered_json::parse(schema.dump()), rule_prefix);
+}
+
 std::string json_object_gbnf(const std::string& rule_prefix) {
-  static const nlohmann::json empty = nlohmann::json::object();
+  static const nlohmann::ordered_json empty = nlohmann::ordered_json::object();
   return SchemaConverter(empty, rule_prefix).any_object();
 }
 

@@ -19,7 +19,7 @@
 //     at most 16 digits; number: the same bounds when they are whole numbers (no exponent then)
 //   string: minLength, maxLength, pattern, format: date (YYYY-MM-DD, day 01-31 in any month), time
 //     (hh:mm:ss[.f{1,6}](Z|+hh:mm|-hh:mm)), date-time (dateTtime), uuid, email
-//     (local@label.label...tld)
+//     (local@label.label...tld, labels unbounded)
 //   pattern: ECMAScript subset: literals, . \d \D \w \W \s \S, [classes] with ranges and negation, groups
 //     ( ) (?: ), |, * + ? {m} {m,} {m,n} (lazy ? ignored), ^ at the start and $ at the end (else the
 //     match may be anywhere in the string); no backreferences, lookaround or \b. A string made
@@ -37,6 +37,9 @@ namespace tpcli::grammar {
 
 constexpr int MAX_SCHEMA_DEPTH = 64;  // nested subschemas (a deeper one is a GrammarError)
 
+// Properties come in the schema's order with an ordered_json (parse with nlohmann::ordered_json::parse);
+// a nlohmann::json keeps its keys sorted, so they come sorted by name.
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const std::string& rule_prefix = "");
 std::string json_schema_to_gbnf(const nlohmann::json& schema, const std::string& rule_prefix = "");
 // response_format {"type": "json_object"}: any JSON object.
 std::string json_object_gbnf(const std::string& rule_prefix = "");

@@ -24,8 +24,7 @@ void Matcher::fill_mask(std::span<uint32_t> bits) const {
   tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
   bool any_uncertain = false;
   for (const int32_t state : tops) {
-    const TokenMaskCache* cache = grammar_->cache(state);
-    if (!cache) throw std::logic_error("grammar: a stack top without a token cache");
+    const TokenMaskCache* cache = &grammar_->cache(state);
     if (!cache->accepted_bits.empty())
       for (size_t w = 0; w < bits.size(); ++w) bits[w] |= cache->accepted_bits[w];
     for (const int32_t t : cache->accepted_ids) bits[static_cast<size_t>(t) / 32] |= 1u << (t % 32);
@@ -38,7 +37,7 @@ void Matcher::fill_mask(std::span<uint32_t> bits) const {
   std::vector<char> ok;
   StackSet continuation;
   for (const int32_t state : tops) {
-    const TokenMaskCache& cache = *grammar_->cache(state);
+    const TokenMaskCache& cache = grammar_->cache(state);
     if (cache.uncertain_tokens.empty()) continue;
     // Where the rule of `state` returns to, in every stack whose top it is.
     callers.clear();

@@ -16,6 +16,7 @@
 //                            and not (unknown fields, wrong types, deep nesting, huge numbers)
 //   OUT/chat_template        the published chat templates of reference/chat-templates (linked),
 //                            and a few Jinja sources that stress the sandbox
+//   OUT/grammar              GBNF grammars (first byte even) and JSON schemas (first byte odd)
 // usage: fuzz_seeds OUT SHARED_DIR SOURCE_DIR
 #include <cstdio>
 #include <filesystem>
@@ -209,6 +210,22 @@ void chat_template_seeds(const fs::path& shared, const fs::path& out) {
   for (const auto& [name, source] : sources) std::ofstream(out / name, std::ios::binary) << source;
 }
 
+// First byte '0' (even): GBNF; '1' or '3' (odd; '3' with a rule prefix): a JSON schema.
+void grammar_seeds(const fs::path& out) {
+  const std::pair<const char*, std::string> inputs[] = {
+      {"json.gbnf", "0root ::= object\nvalue ::= object | array | string | [0-9]+ | \"true\"\n"
+                    "object ::= \"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\" ws\n"
+                    "array ::= \"[\" ws (value (\",\" ws value)*)? \"]\" ws\n"
+                    "string ::= \"\\\"\" ([^\"\\\\] | \"\\\\\" [\"nt])* \"\\\"\" ws\nws ::= [ \\t\\n]{0,4}\n"},
+      {"repeat.gbnf", "0root ::= (\"a\"{2,5} | [\\u00e0-\\u00ff]+ | x?)* \"!\" # comment\nx ::= \"\\x41\" .\n"},
+      {"bad.gbnf", "0root ::= foo\nfoo ::= foo \"+\" | \"1\"\n"},
+      {"schema.json", R"(1{"type": "object", "properties": {"name": {"type": "string", "maxLength": 5}, "n": {"type": "integer", "minimum": -3, "maximum": 70}, "tags": {"type": "array", "items": {"enum": ["a", 1, null]}, "maxItems": 3}, "d": {"type": "string", "format": "date"}}, "required": ["name"]})"},
+      {"refs.json", R"(3{"$defs": {"node": {"type": "object", "properties": {"v": {"type": "number", "minimum": 0, "exclusiveMaximum": 10}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}, "$ref": "#/$defs/node"})"},
+      {"pattern.json", R"(1{"anyOf": [{"type": "string", "pattern": "^[a-z]{2,4}(-\d+)?$"}, {"type": ["null", "boolean"]}]})"},
+  };
+  for (const auto& [name, text] : inputs) std::ofstream(out / name, std::ios::binary) << text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,7 +235,7 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], shared = argv[2], source_dir = argv[3];
   for (const char* target : {"llama2c_checkpoint", "llama2c_tokenizer", "safetensors", "run_config", "zmq_wire",
-                             "token_shard", "hf_tokenizer", "hf_config", "api_request", "chat_template"})
+                             "token_shard", "hf_tokenizer", "hf_config", "api_request", "chat_template", "grammar"})
     fs::create_directories(out / target);
 
   const model::TensorWeights tiny = model::random_weights(tiny_config(), 1);
@@ -249,5 +266,6 @@ int main(int argc, char** argv) {
   hf_config_seeds(shared, out / "hf_config", tiny);
   api_request_seeds(out / "api_request");
   chat_template_seeds(shared, out / "chat_template");
+  grammar_seeds(out / "grammar");
   return 0;
 }

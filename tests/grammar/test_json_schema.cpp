@@ -169,6 +169,17 @@ TEST_CASE("json schema: properties come in schema order, optional ones may be le
   CHECK_FALSE(complete("{\"y\":                                  \"b\"}"));  // whitespace runs are bounded
 }
 
+TEST_CASE("json schema: an ordered_json keeps the schema's property order") {
+  const auto schema = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "integer"}}, "required": ["zeta", "alpha"]})");
+  const auto vocab = make_vocabulary(synthetic_vocabulary());
+  Matcher ordered(compile_gbnf(json_schema_to_gbnf(schema), vocab));
+  CHECK(ordered.accept_bytes(R"({"zeta": 1, "alpha": 2})"));
+  CHECK(ordered.can_end());
+  Matcher sorted(compile_gbnf(json_schema_to_gbnf(json::parse(schema.dump())), vocab));
+  CHECK(sorted.accept_bytes(R"({"alpha": 2, "zeta": 1})"));
+  CHECK(sorted.can_end());
+}
+
 TEST_CASE("json schema: unsupported keywords are GrammarErrors naming the keyword and the path") {
   CHECK(error_of(R"({"type": "object", "properties": {"age": {"type": "string", "format": "ipv6"}}})") ==
         "schema at properties.age: unsupported keyword 'format': 'ipv6'");

@@ -70,3 +70,21 @@ TEST_CASE("mask: every token's bit equals byte-by-byte acceptance and an indepen
   CHECK(allowed_total > 1000);  // the walks reach states with many choices
   CHECK(refused_total > 1000);
 }
+
+TEST_CASE("mask: caches built on first use (no compile budget) give the same masks as caches built at compile time") {
+  const auto vocab = make_vocabulary(synthetic_vocabulary());
+  std::mt19937 rng(5);
+  for (const char* text : GRAMMARS) {
+    const auto eager = compile_gbnf(text, vocab);
+    const auto lazy = std::make_shared<const CompiledGrammar>(build_automaton(parse_gbnf(text)), vocab, /*precompute_budget_ms=*/0.0);
+    CHECK(lazy->built_caches() == 0);
+    for (int walk = 0; walk < 5; ++walk) {
+      random_walk(eager, rng, 30, 0.1, [&](const Matcher& m, const std::string& so_far) {
+        Matcher replay(lazy);
+        REQUIRE(replay.accept_bytes(so_far));
+        REQUIRE(mask_of(replay) == mask_of(m));
+      });
+    }
+    CHECK(lazy->built_caches() > 0);
+  }
+}
