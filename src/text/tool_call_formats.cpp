@@ -199,18 +199,39 @@ Syntax hermes() {
           }};
 }
 
+// After <|python_tag|>, Llama 3.1 writes JSON calls, a built-in tool's call (brave_search.call(query="x")),
+// or code for its code interpreter (a call to "python", as llama.cpp reports it).
+std::optional<ParsedBlock> llama_builtin_call(std::string_view body) {
+  body = trim(body);
+  for (std::string_view end : {"<|eom_id|>", "<|eot_id|>"})
+    if (body.size() >= end.size() && body.substr(body.size() - end.size()) == end) body = trim(body.substr(0, body.size() - end.size()));
+  if (auto calls = parse_python_calls("[" + std::string(body) + "]"); calls && calls->size() == 1 && calls->front().name.size() > 5 &&
+                                                                     calls->front().name.substr(calls->front().name.size() - 5) == ".call") {
+    auto& call = calls->front();
+    return ParsedBlock{{{call.name.substr(0, call.name.size() - 5), *arguments_text(&call.arguments)}}, ""};
+  }
+  if (body.empty()) return std::nullopt;
+  const ordered_json arguments = {{"code", std::string(body)}};
+  return ParsedBlock{{{"python", *arguments_text(&arguments)}}, ""};
+}
+
 Syntax llama3_json() {
   return {{{"<|python_tag|>"}, {"{", true}},
           [](std::string_view opener, std::string_view block, bool ended) {
+            const size_t at = skip_space(block, opener.size());
+            if (opener != "{" && at < block.size() && block[at] != '{') return until_closer(block, at, {"<|eom_id|>", "<|eot_id|>"}, ended);
             return separated_values(block, opener == "{" ? 0 : opener.size(), ';', ended);
           },
           [](std::string_view opener, std::string_view block, const nlohmann::json&) -> std::optional<ParsedBlock> {
-            auto values = split_values(block.substr(opener == "{" ? 0 : opener.size()), ';');
+            const std::string_view body = block.substr(opener == "{" ? 0 : opener.size());
+            if (opener != "{" && !trim(body).empty() && trim(body)[0] != '{') return llama_builtin_call(body);
+            auto values = split_values(body, ';');
             if (!values || values->empty()) return std::nullopt;
             ParsedBlock parsed;
             for (std::string_view value : *values) {
-              auto one = calls_from_value(parse_json(value), "name", {"parameters", "arguments"});
-              if (!one || !parse_json(value)->is_object()) return std::nullopt;
+              const auto object = parse_json(value);
+              auto one = calls_from_value(object, "name", {"parameters", "arguments"});
+              if (!one || !object->is_object()) return std::nullopt;
               parsed.calls.push_back(std::move(one->calls[0]));
             }
             return parsed;

@@ -87,6 +87,8 @@ std::vector<Case> cases() {
       {F::llama3_json, R"(<|python_tag|>{"name": "a", "parameters": {"u": "é"}}; {"name": "b", "parameters": {}})", "",
        {{"a", R"({"u": "é"})"}, {"b", "{}"}}},
       {F::llama3_json, "  {\"name\": \"a\", \"arguments\": {\"n\": [true, false]}}\n", "", {{"a", R"({"n": [true, false]})"}}},
+      {F::llama3_json, "<|python_tag|>brave_search.call(query=\"weather in Paris\")", "", {{"brave_search", R"({"query": "weather in Paris"})"}}},
+      {F::llama3_json, "<|python_tag|>import math\nprint(math.pi)<|eom_id|>", "", {{"python", R"j({"code": "import math\nprint(math.pi)"})j"}}},
       {F::llama3_json, "The JSON is {\"name\": \"a\", \"parameters\": {}}", "The JSON is {\"name\": \"a\", \"parameters\": {}}", {}},
       {F::llama3_json, "{\"name\": \"a\", \"parameters\": {\"x\": 1}", "{\"name\": \"a\", \"parameters\": {\"x\": 1}", {}},
       {F::llama3_json, "{\"key\": \"value\"}", "{\"key\": \"value\"}", {}},
@@ -442,6 +444,23 @@ std::string assistant_turn(const std::string& user_text, const std::string& prom
 }
 
 }  // namespace
+
+TEST_CASE("tool calls: Llama 3.1's rendering of a built-in tool's call parses back to it") {
+  TPCLI_REQUIRE_SHARED(TEMPLATES);
+  const std::string name = "meta-llama-Llama-3.1-8B-Instruct";
+  tpcli::text::ChatTemplate chat =
+      tpcli::text::chat_template_from_source(read_text(tpcli::testing::shared_path(TEMPLATES) + "/" + name + ".jinja"), name);
+  chat.extra = {{"builtin_tools", {"brave_search", "wolfram_alpha"}}};
+  const ordered_json messages = ordered_json::parse(R"([{"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "brave_search", "arguments": {"query": "Paris weather \u00e9t\u00e9"}}}]}])");
+  const std::string full = tpcli::text::render_chat_json(chat, messages, nullptr, {"<|begin_of_text|>", "<|eot_id|>"}, false);
+  const size_t tag = full.rfind("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  REQUIRE(tag != std::string::npos);
+  const std::string turn = full.substr(tag + 47, full.find("<|eom_id|>", tag) - tag - 47);
+  INFO(turn);
+  check_reply(parse_tool_calls(ToolCallFormat::llama3_json, turn), "", {{"brave_search", R"({"query": "Paris weather été"})"}});
+}
 
 TEST_CASE("tool calls: the format each published template writes calls in is read off its source") {
   TPCLI_REQUIRE_SHARED(TEMPLATES);
