@@ -266,6 +266,29 @@ TEST_CASE("tool calls: every output streams, in pieces of every size, to the rep
   for (const Case& c : cases()) check_streams_like_whole(c.format, c.output);
 }
 
+TEST_CASE("tool calls: a long argument (a file's text) streams like the whole, in linear time") {
+  std::string file;
+  for (int line = 0; line < 2000; ++line) file += "line " + std::to_string(line) + ": {\"braces\": [1, 2]} é\n";
+  const std::string escaped = ordered_json(file).dump();
+  const std::vector<std::pair<ToolCallFormat, std::string>> outputs = {
+      {F::hermes, "Writing.<tool_call>{\"name\": \"write\", \"arguments\": {\"text\": " + escaped + "}}</tool_call>"},
+      {F::mistral, "[TOOL_CALLS]write[ARGS]{\"text\": " + escaped + "}[TOOL_CALLS]write[ARGS]{\"text\": \"short\"}"},
+      {F::qwen3_coder, "<tool_call>\n<function=write>\n<parameter=text>\n" + file + "\n</parameter>\n</function>\n</tool_call>"},
+  };
+  for (const auto& [format, output] : outputs) {
+    INFO(format_label(format));
+    const AssistantReply whole = parse_tool_calls(format, output);
+    REQUIRE(!whole.tool_calls.empty());
+    CHECK(ordered_json::parse(whole.tool_calls[0].arguments)["text"] == file);
+    for (size_t piece : {1, 3, 7}) {
+      const AssistantReply streamed = stream_in_pieces(format, output, fixed_cuts(output.size(), piece));
+      CHECK(streamed.content == whole.content);
+      REQUIRE(streamed.tool_calls.size() == whole.tool_calls.size());
+      for (size_t i = 0; i < whole.tool_calls.size(); ++i) CHECK(streamed.tool_calls[i].arguments == whole.tool_calls[i].arguments);
+    }
+  }
+}
+
 TEST_CASE("tool calls: a stream releases content before a call is complete, and holds back only a possible marker") {
   ToolCallStream stream(ToolCallFormat::hermes);
   CHECK(stream.feed("Let me check the weather ").content == "Let me check the weather");
