@@ -10,29 +10,34 @@ namespace {
 
 // ---- the XML formats: arguments written as text ----
 
-// The JSON type a tool's schema gives parameter `key` of function `name` ("" when it gives none).
-std::string declared_type(const nlohmann::json& tools, std::string_view name, std::string_view key) {
-  if (!tools.is_array()) return "";
+// What a tool's schema says of parameter `key` of function `name`: nothing (no such tool among
+// `tools`), undeclared (the tool has no such parameter), or its JSON type ("" when it gives none).
+struct Declared {
+  bool tool_known = false, parameter_known = false;
+  std::string type;
+};
+Declared declared(const nlohmann::json& tools, std::string_view name, std::string_view key) {
+  if (!tools.is_array()) return {};
   for (const auto& tool : tools) {
     const nlohmann::json& function = tool.contains("function") ? tool["function"] : tool;
     if (!function.is_object() || function.value("name", "") != name) continue;
-    const auto* properties = function.contains("parameters") && function["parameters"].is_object() &&
-                                     function["parameters"].contains("properties")
-                                 ? &function["parameters"]["properties"]
-                                 : nullptr;
-    if (!properties || !properties->is_object() || !properties->contains(std::string(key))) return "";
-    const nlohmann::json& type = (*properties)[std::string(key)].value("type", nlohmann::json());
-    if (type.is_string()) return type.get<std::string>();
-    if (type.is_array() && !type.empty() && type[0].is_string()) return type[0].get<std::string>();
-    return "";
+    const nlohmann::json& parameters = function.value("parameters", nlohmann::json::object());
+    const nlohmann::json& properties = parameters.is_object() ? parameters.value("properties", nlohmann::json::object()) : parameters;
+    if (!properties.is_object() || !properties.contains(std::string(key))) return {true, false, ""};
+    const nlohmann::json& type = properties[std::string(key)].value("type", nlohmann::json());
+    if (type.is_string()) return {true, true, type.get<std::string>()};
+    if (type.is_array() && !type.empty() && type[0].is_string()) return {true, true, type[0].get<std::string>()};
+    return {true, true, ""};
   }
-  return "";
+  return {};
 }
 
-// A parameter written as text: a declared string stays text; any other value is read as JSON
-// (or a Python literal) where it parses, else it is text.
+// A parameter written as text: a string the schema declares, or a parameter the tool does not
+// declare, stays text (as vLLM reads them); any other value is read as JSON (or a Python literal)
+// where it parses, else it is text.
 ordered_json typed_value(const nlohmann::json& tools, std::string_view function, std::string_view key, std::string_view raw) {
-  if (declared_type(tools, function, key) == "string") return std::string(raw);
+  const Declared d = declared(tools, function, key);
+  if (d.type == "string" || (d.tool_known && !d.parameter_known)) return std::string(raw);
   if (auto value = parse_literal(raw)) return *value;
   return std::string(raw);
 }

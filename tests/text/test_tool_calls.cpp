@@ -260,6 +260,8 @@ TEST_CASE("tool calls: the XML formats type values by the tool's schema") {
   const std::string glm = "<tool_call>f\n<arg_key>zip</arg_key>\n<arg_value>123</arg_value>\n</tool_call>";
   check_reply(parse_tool_calls(ToolCallFormat::glm4_5, glm, tools), "", {{"f", R"({"zip": "123"})"}});
   check_reply(parse_tool_calls(ToolCallFormat::glm4_5, glm), "", {{"f", R"({"zip": 123})"}});  // no schema: JSON where it parses
+  const std::string undeclared = "<tool_call>f\n<arg_key>extra</arg_key>\n<arg_value>42</arg_value>\n</tool_call>";
+  check_reply(parse_tool_calls(ToolCallFormat::glm4_5, undeclared, tools), "", {{"f", R"({"extra": "42"})"}});  // not in the schema: text
 }
 
 TEST_CASE("tool calls: every output streams, in pieces of every size, to the reply parsed whole") {
