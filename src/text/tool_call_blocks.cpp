@@ -123,8 +123,10 @@ std::optional<ParsedCall> call_with_arguments(std::string name, std::string_view
   name = std::string(trim(name));
   if (name.empty()) return std::nullopt;
   const auto arguments = parse_literal(trim(arguments_json));
-  if (!arguments || !arguments->is_object()) return std::nullopt;
-  return ParsedCall{std::move(name), *arguments_text(&*arguments)};
+  if (!arguments || arguments->is_null()) return std::nullopt;  // "null" is no arguments object
+  auto text = arguments_text(&*arguments);  // an object, or a string holding one
+  if (!text) return std::nullopt;
+  return ParsedCall{std::move(name), std::move(*text)};
 }
 
 std::optional<ParsedBlock> one_call(std::optional<ParsedCall> call) {

@@ -26,7 +26,7 @@ constexpr std::string_view DS_CALLS_BEGIN = "<｜tool▁calls▁begin｜>", DS_C
 
 // Harmony: messages "<|start|>assistant<|channel|>CHANNEL[ to=RECIPIENT][ <|constrain|>json]<|message|>BODY<|end|>"
 // (<|call|> after a call, <|return|> after the answer). A message to functions.NAME is a call; the
-// final (and commentary) channel is content; analysis is reasoning, not content.
+// final channel (and a commentary preamble) is content; analysis is reasoning, not content.
 std::string_view header_word(std::string_view header, std::string_view key) {
   const size_t at = header.find(key);
   if (at == std::string_view::npos) return {};
@@ -35,7 +35,13 @@ std::string_view header_word(std::string_view header, std::string_view key) {
   return header.substr(at + key.size(), end - at - key.size());
 }
 
-// <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...</tool_call>
+constexpr std::string_view MESSAGE = "<|message|>";
+
+bool is_message_end(std::string_view opener) { return opener == "<|end|>" || opener == "<|call|>" || opener == "<|return|>"; }
+
+// A message for the user (final, or a commentary preamble): its header is a block of its own, and
+// its text streams as content; the end marker after it is a block that yields nothing.
+bool shows_user(std::string_view header) { return header_word(header, "to=").empty() && header_word(header, "<|channel|>") != "analysis"; }
 
 }  // namespace
 
@@ -65,7 +71,7 @@ Syntax functionary_v3_1_syntax() {
             const std::string_view body = inner(block, opener, {"</function>"});
             if (opener == "<|python_tag|>") {
               const ordered_json arguments = {{"code", std::string(trim(body))}};
-              return ParsedBlock{{{"python", arguments.dump()}}, ""};
+              return ParsedBlock{{{"python", *arguments_text(&arguments)}}, ""};
             }
             const size_t name_end = body.find('>');
             if (name_end == std::string_view::npos) return std::nullopt;
@@ -74,7 +80,7 @@ Syntax functionary_v3_1_syntax() {
 }
 
 // >>>name\n{...}; the generation prompt ends with ">>>", so the reply's first block opens bare.
-// ">>>all\n" is text for the user.
+// ">>>all\n" opens text for the user: a block of its own, the text after it content.
 Syntax functionary_v3_2_syntax() {
   return {{{"", true}, {">>>"}},
           [](std::string_view opener, std::string_view block, bool ended) {
@@ -83,7 +89,8 @@ Syntax functionary_v3_2_syntax() {
             if (at >= block.size()) return ended ? INVALID : INCOMPLETE;
             if (block[at] != '\n' || at == opener.size()) return INVALID;
             const std::string_view name = block.substr(opener.size(), at - opener.size());
-            if (name == "all" || name == "python") {
+            if (name == "all") return complete(at + 1);  // the text after it is content, streamed as it comes
+            if (name == "python") {
               const size_t next = block.find(">>>", at);
               if (next != std::string_view::npos) return complete(next);
               return ended ? complete(block.size()) : INCOMPLETE;
@@ -95,11 +102,11 @@ Syntax functionary_v3_2_syntax() {
             const size_t newline = body.find('\n');
             const std::string name(body.substr(0, newline));
             const std::string_view rest = body.substr(newline + 1);
-            if (name == "all") return ParsedBlock{{}, std::string(rest)};
+            if (name == "all") return ParsedBlock{};
             if (name == "python") {
               if (auto call = call_with_arguments(name, rest)) return one_call(std::move(call));
               const ordered_json arguments = {{"code", std::string(trim(rest))}};
-              return ParsedBlock{{{"python", arguments.dump()}}, ""};
+              return ParsedBlock{{{"python", *arguments_text(&arguments)}}, ""};
             }
             return one_call(call_with_arguments(name, rest));
           }};
@@ -155,28 +162,29 @@ Syntax kimi_k2_syntax() {
 }
 
 Syntax gpt_oss_syntax() {
-  return {{{"<|start|>"}, {"<|channel|>"}, {" to=", true}, {"to=", true}},
-          [](std::string_view opener, std::string_view block, bool ended) {
+  return {{{"<|start|>"}, {"<|channel|>"}, {" to=", true}, {"to=", true}, {"<|end|>"}, {"<|call|>"}, {"<|return|>"}},
+          [](std::string_view opener, std::string_view block, bool ended) -> ValueScan {
+            if (is_message_end(opener)) return complete(opener.size());
             const size_t next_start = block.find("<|start|>", opener.size());
-            const ValueScan closed = until_closer(block.substr(0, next_start), opener.size(), {"<|end|>", "<|call|>", "<|return|>"},
-                                                  ended || next_start != std::string_view::npos);
+            const std::string_view message = block.substr(0, next_start);
+            const ValueScan closed = until_closer(message, opener.size(), {"<|end|>", "<|call|>", "<|return|>"}, ended || next_start != std::string_view::npos);
+            // The header runs to <|message|>, which must come before the message's end.
+            const size_t body = message.substr(0, closed.status == ScanStatus::complete ? closed.length : message.size()).find(MESSAGE);
+            if (body != std::string_view::npos && shows_user(message.substr(0, body))) return complete(body + MESSAGE.size());
             return closed;
           },
-          [](std::string_view, std::string_view block, const nlohmann::json&) -> std::optional<ParsedBlock> {
-            const size_t message = block.find("<|message|>");
-            if (message == std::string_view::npos) return std::nullopt;
-            const std::string_view header = block.substr(0, message);
-            std::string_view body = block.substr(message + 11);
+          [](std::string_view opener, std::string_view block, const nlohmann::json&) -> std::optional<ParsedBlock> {
+            if (is_message_end(opener)) return ParsedBlock{};
+            const size_t body_at = block.find(MESSAGE);
+            if (body_at == std::string_view::npos) return std::nullopt;
+            const std::string_view header = block.substr(0, body_at);
+            if (shows_user(header) || header_word(header, "to=").empty()) return ParsedBlock{};  // analysis: reasoning, not content
+            std::string_view body = block.substr(body_at + MESSAGE.size());
             for (std::string_view closer : {"<|end|>", "<|call|>", "<|return|>"})
               if (body.size() >= closer.size() && body.substr(body.size() - closer.size()) == closer) body.remove_suffix(closer.size());
-            const std::string_view recipient = header_word(header, "to=");
-            if (!recipient.empty()) {
-              std::string_view name = recipient;
-              if (name.substr(0, 10) == "functions.") name.remove_prefix(10);
-              return one_call(call_with_arguments(std::string(name), body));
-            }
-            if (header_word(header, "<|channel|>") == "analysis") return ParsedBlock{};
-            return ParsedBlock{{}, std::string(body)};
+            std::string_view name = header_word(header, "to=");
+            if (name.substr(0, 10) == "functions.") name.remove_prefix(10);
+            return one_call(call_with_arguments(std::string(name), body));
           }};
 }
 

@@ -90,6 +90,7 @@ Syntax xml_functions(std::string opener, std::string closer, bool bare_function_
 
 }  // namespace
 
+// <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...</tool_call>
 Syntax glm4_5_syntax() {
   return {{{"<tool_call>"}},
           [](std::string_view opener, std::string_view block, bool ended) { return until_closer(block, opener.size(), {"</tool_call>"}, ended); },

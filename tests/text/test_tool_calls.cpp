@@ -150,6 +150,10 @@ std::vector<Case> cases() {
        "", {{"get_weather", R"({"city": "Paris"})"}}},
       {F::gpt_oss, "<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final<|message|>Hello, world!", "Hello, world!", {}},
       {F::gpt_oss, " to=functions.a<|channel|>commentary json<|message|>{\"n\": [1]}<|call|>", "", {{"a", R"({"n": [1]})"}}},
+      {F::gpt_oss, "<|channel|>commentary<|message|>Checking both.<|end|><|start|>assistant<|channel|>commentary to=functions.a <|constrain|>json"
+                   "<|message|>{}<|call|><|start|>assistant<|channel|>commentary to=functions.b <|constrain|>json<|message|>\"{\\\"k\\\": 1}\"<|call|>",
+       "Checking both.", {{"a", "{}"}, {"b", R"({"k": 1})"}}},
+      {F::gpt_oss, "<|channel|>final<|message|>No tools needed.<|return|>", "No tools needed.", {}},
       // GLM-4.5 / 4.6
       {F::glm4_5, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris, France</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
        "", {{"get_weather", R"({"city": "Paris, France", "days": 3})"}}},
@@ -305,6 +309,16 @@ TEST_CASE("tool calls: a stream releases content before a call is complete, and 
   CHECK(text_only.feed("a <b").content == "a <b");  // "<b" cannot start "<tool_call>"
   CHECK(text_only.feed(" <tool").content.empty());     // "<tool" can, and the space before it is content only if more follows
   CHECK(text_only.feed("box>").content == " <toolbox>");
+
+  // Text for the user streams as it comes in the formats that mark it: harmony's final channel, functionary's ">>>all".
+  ToolCallStream harmony(ToolCallFormat::gpt_oss);
+  CHECK(harmony.feed("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hel").content == "Hel");
+  CHECK(harmony.feed("lo!<|ret").content == "lo!");
+  CHECK(harmony.feed("urn|>").empty());
+  CHECK(harmony.finish().empty());
+  ToolCallStream functionary(ToolCallFormat::functionary_v3_2);
+  CHECK(functionary.feed("all\nSure, ").content == "Sure,");
+  CHECK(functionary.feed("one moment.").content == " one moment.");
 
   ToolCallStream utf8(ToolCallFormat::mistral);
   const std::string wave = "👋";
@@ -784,7 +798,7 @@ TEST_CASE("tool calls: random mixes of markers, brackets and text never throw, a
   std::mt19937 rng(2026);
   for (int f = 0; f <= static_cast<int>(ToolCallFormat::seed_oss); ++f) {
     const auto format = static_cast<ToolCallFormat>(f);
-    for (int n = 0; n < 400; ++n) {
+    for (int n = 0; n < 1000; ++n) {
       std::string text;
       const int count = std::uniform_int_distribution<int>(1, 24)(rng);
       for (int k = 0; k < count; ++k) text += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
