@@ -192,11 +192,14 @@ std::string tool_call_id(uint64_t seed, int index) {
 
 // ---- the stream ----
 
+constexpr size_t LONG_BLOCK = 4096;  // bytes
+
 struct ToolCallStream::State {
   const Syntax* syntax;
   nlohmann::json tools;
   std::string undecided;                  // text not yet content or calls; starts at the open block's opener
   const Opener* open_block = nullptr;     // the opener of the block being read
+  size_t block_scanned = 0;               // its bytes when block_end last found it incomplete
   bool at_start = true;                   // nothing but whitespace decided so far
   ContentWriter content;
   int next_index = 0;
@@ -223,9 +226,17 @@ struct ToolCallStream::State {
         return;
       }
       const std::string& opener = open_block->text;
+      // block_end reads the whole block: a long one (a file written as an argument) is read again
+      // only once it has grown by a quarter, so that reading it stays linear in its length. Its
+      // answers do not depend on when it is asked, so the reply is the same, only later released.
+      if (!text_ended && undecided.size() > LONG_BLOCK && undecided.size() < block_scanned + block_scanned / 4) return;
       tool_values::ValueScan end = syntax->block_end(opener, undecided, text_ended);
-      if (end.status == ScanStatus::incomplete && !text_ended) return;
+      if (end.status == ScanStatus::incomplete && !text_ended) {
+        block_scanned = undecided.size();
+        return;
+      }
       open_block = nullptr;
+      block_scanned = 0;
       if (end.status != ScanStatus::complete || (end.length == 0 && opener.empty())) {
         // Not a call after all: the opener is content, and the search goes on after it.
         at_start = false;

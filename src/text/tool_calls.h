@@ -23,6 +23,10 @@
 // The text outside calls is the reply's content: each stretch of it trimmed, stretches on either
 // side of a call joined by one newline. A call that does not parse (bad JSON, arguments that are not
 // an object) stays in the content as written, as vLLM's parsers leave it; nothing here throws.
+// Harmony (gpt_oss) marks its reasoning: the analysis channel is left out of the content, the final
+// channel and commentary preambles are content. Other models' reasoning (<think>...</think>) is not
+// told apart here: split it off first, as vLLM runs its reasoning parser before the tool parser (a
+// call written inside the reasoning would otherwise count).
 //
 //   text::ToolCallStream stream(text::ToolCallFormat::hermes);
 //   for (piece : detokenized) send(stream.feed(piece));   // content and whole calls, as soon as final

@@ -87,6 +87,8 @@ std::vector<Case> cases() {
       {F::llama3_json, R"(<|python_tag|>{"name": "a", "parameters": {"u": "é"}}; {"name": "b", "parameters": {}})", "",
        {{"a", R"({"u": "é"})"}, {"b", "{}"}}},
       {F::llama3_json, "  {\"name\": \"a\", \"arguments\": {\"n\": [true, false]}}\n", "", {{"a", R"({"n": [true, false]})"}}},
+      {F::llama3_json, "<|python_tag|>brave_search.call(query=\"weather in Paris\")", "", {{"brave_search", R"({"query": "weather in Paris"})"}}},
+      {F::llama3_json, "<|python_tag|>import math\nprint(math.pi)<|eom_id|>", "", {{"python", R"j({"code": "import math\nprint(math.pi)"})j"}}},
       {F::llama3_json, "The JSON is {\"name\": \"a\", \"parameters\": {}}", "The JSON is {\"name\": \"a\", \"parameters\": {}}", {}},
       {F::llama3_json, "{\"name\": \"a\", \"parameters\": {\"x\": 1}", "{\"name\": \"a\", \"parameters\": {\"x\": 1}", {}},
       {F::llama3_json, "{\"key\": \"value\"}", "{\"key\": \"value\"}", {}},
@@ -148,6 +150,10 @@ std::vector<Case> cases() {
        "", {{"get_weather", R"({"city": "Paris"})"}}},
       {F::gpt_oss, "<|channel|>analysis<|message|>Simple.<|end|><|start|>assistant<|channel|>final<|message|>Hello, world!", "Hello, world!", {}},
       {F::gpt_oss, " to=functions.a<|channel|>commentary json<|message|>{\"n\": [1]}<|call|>", "", {{"a", R"({"n": [1]})"}}},
+      {F::gpt_oss, "<|channel|>commentary<|message|>Checking both.<|end|><|start|>assistant<|channel|>commentary to=functions.a <|constrain|>json"
+                   "<|message|>{}<|call|><|start|>assistant<|channel|>commentary to=functions.b <|constrain|>json<|message|>\"{\\\"k\\\": 1}\"<|call|>",
+       "Checking both.", {{"a", "{}"}, {"b", R"({"k": 1})"}}},
+      {F::gpt_oss, "<|channel|>final<|message|>No tools needed.<|return|>", "No tools needed.", {}},
       // GLM-4.5 / 4.6
       {F::glm4_5, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris, France</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
        "", {{"get_weather", R"({"city": "Paris, France", "days": 3})"}}},
@@ -258,10 +264,35 @@ TEST_CASE("tool calls: the XML formats type values by the tool's schema") {
   const std::string glm = "<tool_call>f\n<arg_key>zip</arg_key>\n<arg_value>123</arg_value>\n</tool_call>";
   check_reply(parse_tool_calls(ToolCallFormat::glm4_5, glm, tools), "", {{"f", R"({"zip": "123"})"}});
   check_reply(parse_tool_calls(ToolCallFormat::glm4_5, glm), "", {{"f", R"({"zip": 123})"}});  // no schema: JSON where it parses
+  const std::string undeclared = "<tool_call>f\n<arg_key>extra</arg_key>\n<arg_value>42</arg_value>\n</tool_call>";
+  check_reply(parse_tool_calls(ToolCallFormat::glm4_5, undeclared, tools), "", {{"f", R"({"extra": "42"})"}});  // not in the schema: text
 }
 
 TEST_CASE("tool calls: every output streams, in pieces of every size, to the reply parsed whole") {
   for (const Case& c : cases()) check_streams_like_whole(c.format, c.output);
+}
+
+TEST_CASE("tool calls: a long argument (a file's text) streams like the whole, in linear time") {
+  std::string file;
+  for (int line = 0; line < 2000; ++line) file += "line " + std::to_string(line) + ": {\"braces\": [1, 2]} é\n";
+  const std::string escaped = ordered_json(file).dump();
+  const std::vector<std::pair<ToolCallFormat, std::string>> outputs = {
+      {F::hermes, "Writing.<tool_call>{\"name\": \"write\", \"arguments\": {\"text\": " + escaped + "}}</tool_call>"},
+      {F::mistral, "[TOOL_CALLS]write[ARGS]{\"text\": " + escaped + "}[TOOL_CALLS]write[ARGS]{\"text\": \"short\"}"},
+      {F::qwen3_coder, "<tool_call>\n<function=write>\n<parameter=text>\n" + file + "\n</parameter>\n</function>\n</tool_call>"},
+  };
+  for (const auto& [format, output] : outputs) {
+    INFO(format_label(format));
+    const AssistantReply whole = parse_tool_calls(format, output);
+    REQUIRE(!whole.tool_calls.empty());
+    CHECK(ordered_json::parse(whole.tool_calls[0].arguments)["text"] == file);
+    for (size_t piece : {1, 3, 7}) {
+      const AssistantReply streamed = stream_in_pieces(format, output, fixed_cuts(output.size(), piece));
+      CHECK(streamed.content == whole.content);
+      REQUIRE(streamed.tool_calls.size() == whole.tool_calls.size());
+      for (size_t i = 0; i < whole.tool_calls.size(); ++i) CHECK(streamed.tool_calls[i].arguments == whole.tool_calls[i].arguments);
+    }
+  }
 }
 
 TEST_CASE("tool calls: a stream releases content before a call is complete, and holds back only a possible marker") {
@@ -278,6 +309,16 @@ TEST_CASE("tool calls: a stream releases content before a call is complete, and 
   CHECK(text_only.feed("a <b").content == "a <b");  // "<b" cannot start "<tool_call>"
   CHECK(text_only.feed(" <tool").content.empty());     // "<tool" can, and the space before it is content only if more follows
   CHECK(text_only.feed("box>").content == " <toolbox>");
+
+  // Text for the user streams as it comes in the formats that mark it: harmony's final channel, functionary's ">>>all".
+  ToolCallStream harmony(ToolCallFormat::gpt_oss);
+  CHECK(harmony.feed("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hel").content == "Hel");
+  CHECK(harmony.feed("lo!<|ret").content == "lo!");
+  CHECK(harmony.feed("urn|>").empty());
+  CHECK(harmony.finish().empty());
+  ToolCallStream functionary(ToolCallFormat::functionary_v3_2);
+  CHECK(functionary.feed("all\nSure, ").content == "Sure,");
+  CHECK(functionary.feed("one moment.").content == " one moment.");
 
   ToolCallStream utf8(ToolCallFormat::mistral);
   const std::string wave = "👋";
@@ -442,6 +483,23 @@ std::string assistant_turn(const std::string& user_text, const std::string& prom
 }
 
 }  // namespace
+
+TEST_CASE("tool calls: Llama 3.1's rendering of a built-in tool's call parses back to it") {
+  TPCLI_REQUIRE_SHARED(TEMPLATES);
+  const std::string name = "meta-llama-Llama-3.1-8B-Instruct";
+  tpcli::text::ChatTemplate chat =
+      tpcli::text::chat_template_from_source(read_text(tpcli::testing::shared_path(TEMPLATES) + "/" + name + ".jinja"), name);
+  chat.extra = {{"builtin_tools", {"brave_search", "wolfram_alpha"}}};
+  const ordered_json messages = ordered_json::parse(R"([{"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "brave_search", "arguments": {"query": "Paris weather \u00e9t\u00e9"}}}]}])");
+  const std::string full = tpcli::text::render_chat_json(chat, messages, nullptr, {"<|begin_of_text|>", "<|eot_id|>"}, false);
+  const size_t tag = full.rfind("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  REQUIRE(tag != std::string::npos);
+  const std::string turn = full.substr(tag + 47, full.find("<|eom_id|>", tag) - tag - 47);
+  INFO(turn);
+  check_reply(parse_tool_calls(ToolCallFormat::llama3_json, turn), "", {{"brave_search", R"({"query": "Paris weather été"})"}});
+}
 
 TEST_CASE("tool calls: the format each published template writes calls in is read off its source") {
   TPCLI_REQUIRE_SHARED(TEMPLATES);
@@ -740,7 +798,7 @@ TEST_CASE("tool calls: random mixes of markers, brackets and text never throw, a
   std::mt19937 rng(2026);
   for (int f = 0; f <= static_cast<int>(ToolCallFormat::seed_oss); ++f) {
     const auto format = static_cast<ToolCallFormat>(f);
-    for (int n = 0; n < 400; ++n) {
+    for (int n = 0; n < 1000; ++n) {
       std::string text;
       const int count = std::uniform_int_distribution<int>(1, 24)(rng);
       for (int k = 0; k < count; ++k) text += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
