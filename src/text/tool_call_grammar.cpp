@@ -124,7 +124,9 @@ class GrammarWriter {
   }
 
   std::string text() const {
-    return rules_ + "tc-ws ::= [ \\t\\n]*\n" + "tc-text ::= ( [^<] | \"<\" [^/] )*\n" + schema_text_;
+    // Whitespace bounded (one space or newline), as the schema rules bound theirs: a model must not
+    // be able to run to max_tokens on it.
+    return rules_ + "tc-ws ::= ( \" \" | \"\\n\" )?\n" + "tc-text ::= ( [^<] | \"<\" [^/] )*\n" + schema_text_;
   }
 
   size_t size() const { return tools_.size(); }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "distributed/runtime.h"
+#include "engine/grammar_constraint.h"
 #include "formats/llama2c.h"
 #include "model/llama.h"
 #include "serve/http_server.h"
@@ -21,14 +22,18 @@ namespace tpcli::testing {
 class LiveServer {
  public:
   // `model`: a llama2.c file of stories260K's shape (a test's altered copy); by default the real one.
-  explicit LiveServer(int devices, serve::ServiceOptions service = {}, serve::ServerOptions options = {}, const std::string& model = {})
+  // `chat_template`: zephyr's by default. Requests' grammars compile against tok512.
+  explicit LiveServer(int devices, serve::ServiceOptions service = {}, serve::ServerOptions options = {}, const std::string& model = {},
+                      std::optional<text::ChatTemplate> chat_template = {})
       : weights_(model.empty() ? shared_path("data/stories260K.bin") : model),
         tokenizer_(shared_path("data/tok512.bin"), weights_.config().vocab_size),
-        service_(service) {
+        grammars_(tokenizer_),
+        service_(with_grammars(service)) {
     serve::ServedModel m;
     m.name = "stories260K";
     m.tokenizer = &tokenizer_;
-    m.chat_template = text::chat_template_named("zephyr");
+    m.chat_template = chat_template ? *chat_template : text::chat_template_named("zephyr");
+    m.compile_grammar = [this](const std::string& gbnf) { return grammars_.compile(gbnf); };
     m.chat_tokens = {"<s>", "</s>"};
     m.stop_ids = {2};
     m.devices = devices;
@@ -68,8 +73,14 @@ class LiveServer {
   const model::WeightSource& weights() const { return weights_; }
 
  private:
+  serve::ServiceOptions with_grammars(serve::ServiceOptions o) {
+    if (!o.compile_grammar) o.compile_grammar = [this](const std::string& gbnf) { return grammars_.compile(gbnf); };
+    return o;
+  }
+
   formats::Llama2cFile weights_;
   text::Tokenizer tokenizer_;
+  engine::GrammarConstraints grammars_;
   serve::EngineService service_;
   std::optional<serve::HttpServer> http_;
   int port_ = 0;
