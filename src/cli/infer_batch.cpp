@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -19,7 +20,9 @@
 #include "engine/batch_engine.h"
 #include "engine/end_of_generation.h"
 #include "files/json_file.h"
+#include "engine/grammar_constraint.h"
 #include "files/line_reader.h"
+#include "grammar/json_schema.h"
 #include "model/llama.h"
 #include "text/chat_template.h"
 
@@ -30,7 +33,7 @@ namespace {
 using nlohmann::json;
 
 // The keys a line may hold; any other is refused, as the server refuses them.
-constexpr const char* LINE_KEYS[] = {"prompt", "messages", "max_tokens", "temperature", "top_p", "seed", "stop"};
+constexpr const char* LINE_KEYS[] = {"prompt", "messages", "max_tokens", "temperature", "top_p", "seed", "stop", "response_format", "grammar"};
 
 void refuse_unknown_keys(const json& line, const std::string& where) {
   for (const auto& [key, value] : line.items()) {
@@ -87,7 +90,7 @@ class JobReader {
     std::string text;
     try {
       while (lines_.next(text))
-        if (text.find_first_not_of(" \t\r") != std::string::npos) return job_of(parse(text));
+        if (text.find_first_not_of(" \t\r") != std::string::npos) return job_of(parse(text), text);
     } catch (const std::runtime_error& e) {  // a line past the bound
       throw UsageError(e.what());
     }
@@ -128,7 +131,27 @@ class JobReader {
     }
   }
 
-  engine::BatchRequest job_of(const json& line) {
+  // The GBNF a line's answer must follow ("": none): its `grammar`, or its response_format as the
+  // server reads it (json_object, json_schema with the schema's properties in the line's order).
+  std::string output_grammar(const json& line, const std::string& text, const std::string& where) const {
+    if (line.contains("grammar") && line.contains("response_format"))
+      throw UsageError(where + ": \"grammar\" and \"response_format\" cannot both be given");
+    if (line.contains("grammar")) {
+      if (!line["grammar"].is_string() || line["grammar"].get_ref<const std::string&>().empty())
+        throw UsageError(where + ": \"grammar\" must be a GBNF grammar (a string)");
+      return line["grammar"].get<std::string>();
+    }
+    if (!line.contains("response_format")) return {};
+    const nlohmann::ordered_json format = nlohmann::ordered_json::parse(text)["response_format"];  // depth checked by parse()
+    const std::string type = format.is_object() ? format.value("type", "") : "";
+    if (type == "text") return {};
+    if (type == "json_object") return grammar::json_object_gbnf();
+    if (type != "json_schema" || !format.contains("json_schema") || !format["json_schema"].is_object())
+      throw UsageError(where + ": \"response_format\" must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", \"json_schema\": {\"schema\"}}");
+    return grammar::json_schema_to_gbnf(format["json_schema"].value("schema", nlohmann::ordered_json::object()));
+  }
+
+  engine::BatchRequest job_of(const json& line, const std::string& text) {
     const std::string where = lines_.where();
     if (!line.is_object()) throw UsageError(where + ": not a JSON object");
     refuse_unknown_keys(line, where);
@@ -154,6 +177,15 @@ class JobReader {
       throw UsageError(where + ": " + e.what());
     }
     r.stop_ids = stop_ids_;
+    try {
+      const std::string gbnf = output_grammar(line, text, where);
+      if (!gbnf.empty()) {
+        if (!grammars_) grammars_ = std::make_unique<engine::GrammarConstraints>(*loaded_.tokenizer);
+        r.constraint = grammars_->compile(gbnf);
+      }
+    } catch (const std::invalid_argument& e) {  // a schema keyword or grammar that does not compile
+      throw UsageError(where + ": " + std::string(e.what()).substr(0, 300));
+    }
     return r;
   }
 
@@ -164,6 +196,7 @@ class JobReader {
   int vocab_;  // the model's: logit_bias ids below it
   files::LineReader lines_;
   std::optional<ChatFormatting> chat_;
+  std::unique_ptr<engine::GrammarConstraints> grammars_;  // made at the first constrained line
 };
 
 // The file's jobs for the devices of this process, each line read and tokenized once: every device

@@ -573,3 +573,41 @@ TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in inp
   CHECK(b.err == "tpcli infer: " + bad + ":2: \"max_tokens\" = \"x\" is not an integer in [1, 2147483647]\n");
   CHECK(b.out.empty());
 }
+
+TEST_CASE("infer --batch: a line's response_format or grammar constrains its answer; a bad one is named") {
+  tpcli::testing::require_shared("data/stories260K.bin");
+  const std::string model = tpcli::testing::shared_path("data/stories260K.bin"), tok = tpcli::testing::shared_path("data/tok512.bin");
+  tpcli::testing::TempDir dir;
+  std::string lines;
+  for (int seed = 1; seed <= 6; ++seed)
+    lines += "{\"prompt\": \"Once\", \"max_tokens\": 120, \"seed\": " + std::to_string(seed) +
+             R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "boolean"}}, "required": ["z", "a"]}}}})" "\n";
+  lines += R"({"prompt": "Once", "max_tokens": 8, "grammar": "root ::= [0-9]+"})" "\n";
+  const Result r = run({"infer", "--model", model, "-z", tok, "--batch", dir.write("c.jsonl", lines), "--devices", "2"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::stringstream in(r.out);
+  int finished = 0;
+  for (std::string l; std::getline(in, l);) {
+    const nlohmann::json out = nlohmann::json::parse(l);
+    const std::string text = out["text"];
+    INFO(text);
+    if (out["index"] == 6) {
+      CHECK(text.find_first_not_of("0123456789") == std::string::npos);
+      continue;
+    }
+    if (out["finish_reason"] != "stop") continue;
+    const nlohmann::json value = nlohmann::json::parse(text);
+    CHECK(value["z"].is_number_integer());
+    CHECK(value["a"].is_boolean());
+    CHECK(value.size() == 2);
+    CHECK(text.find("\"z\"") < text.find("\"a\""));  // the schema's order
+    ++finished;
+  }
+  CHECK(finished >= 4);
+  const Result bad = run({"infer", "--model", model, "-z", tok, "--batch",
+                          dir.write("bad.jsonl", R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "ipv6"}}}})" "\n")});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("bad.jsonl:1") != std::string::npos);
+  CHECK(bad.err.find("'format'") != std::string::npos);
+}
