@@ -574,7 +574,7 @@ TEST_CASE("infer --batch: JSONL prompts with continuous batching, results in inp
   CHECK(b.out.empty());
 }
 
-TEST_CASE("infer --batch: a line's response_format or grammar constrains its answer; a bad one is named") {
+TEST_CASE("infer --batch: a line's response_format or grammar constrains its answer, and a bad one is named") {
   tpcli::testing::require_shared("data/stories260K.bin");
   const std::string model = tpcli::testing::shared_path("data/stories260K.bin"), tok = tpcli::testing::shared_path("data/tok512.bin");
   tpcli::testing::TempDir dir;
