@@ -430,7 +430,10 @@ GenerationRequest parse_generation_request(const json& body, Endpoint endpoint, 
   r.top_p = static_cast<float>(f.number("top_p", 1.0, 0.0, 1.0));
   if (f.get("seed")) r.seed = static_cast<uint64_t>(f.integer("seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   try {
-    r.sampling = engine::read_sampling_params(nlohmann::json(body), model.vocab);
+    nlohmann::json sampling = nlohmann::json::object();  // the sampling keys alone, not a copy of the whole body
+    for (const char* key : engine::SAMPLING_KEYS)
+      if (const auto it = body.find(key); it != body.end()) sampling[key] = *it;
+    r.sampling = engine::read_sampling_params(sampling, model.vocab);
   } catch (const engine::SamplingParamError& e) {
     throw bad(e.field(), e.what());
   }
