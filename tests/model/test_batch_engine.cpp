@@ -633,6 +633,17 @@ TEST_CASE("batch engine: a sequence whose logits are not finite fails alone, and
 namespace {
 
 // Half of mixed_requests given penalties, a logit_bias, top_k or min_p (greedy ones too).
+// The even-numbered outcomes of a batch (its plain requests) equal `alone`, bit for bit.
+void require_even_ones_same(const std::vector<Outcome>& together, const std::vector<Outcome>& alone) {
+  for (size_t i = 0; i < alone.size(); ++i) {
+    INFO("plain request " << 2 * i);
+    CHECK(together[2 * i].tokens == alone[i].tokens);
+    REQUIRE(together[2 * i].logits.size() == alone[i].logits.size());
+    for (size_t t = 0; t < alone[i].logits.size(); ++t)
+      CHECK(std::memcmp(together[2 * i].logits[t].data(), alone[i].logits[t].data(), alone[i].logits[t].size() * sizeof(float)) == 0);
+  }
+}
+
 std::vector<engine::BatchRequest> penalised_requests(int vocab) {
   std::vector<engine::BatchRequest> requests = mixed_requests(vocab);
   for (size_t i = 1; i < requests.size(); i += 2) {
@@ -659,13 +670,7 @@ TEST_CASE("batch engine: penalised and plain sequences together: the plain keep 
   for (size_t i = 0; i < requests.size(); i += 2) plain.push_back(requests[i]);
   const EngineRun together = run_engine(w, 1, requests, {});
   const std::vector<Outcome> alone = run_alone(w, 1, plain);  // forward() and run.c's sampler
-  for (size_t i = 0; i < plain.size(); ++i) {
-    INFO("plain request " << 2 * i);
-    CHECK(together.outcomes[2 * i].tokens == alone[i].tokens);
-    REQUIRE(together.outcomes[2 * i].logits.size() == alone[i].logits.size());
-    for (size_t t = 0; t < alone[i].logits.size(); ++t)
-      CHECK(std::memcmp(together.outcomes[2 * i].logits[t].data(), alone[i].logits[t].data(), alone[i].logits[t].size() * sizeof(float)) == 0);
-  }
+  require_even_ones_same(together.outcomes, alone);
   // Each penalised request alone in the engine picks the tokens it picked in the batch.
   for (size_t i = 1; i < requests.size(); i += 2) {
     INFO("penalised request " << i);
@@ -769,13 +774,7 @@ TEST_CASE("batch engine: a constrained sequence takes only the tokens its constr
   }
   const EngineRun together = run_engine(w, 1, requests, {});
   const std::vector<Outcome> alone = run_alone(w, 1, plain);
-  for (size_t i = 0; i < plain.size(); ++i) {
-    INFO("plain request " << 2 * i);
-    CHECK(together.outcomes[2 * i].tokens == alone[i].tokens);
-    REQUIRE(together.outcomes[2 * i].logits.size() == alone[i].logits.size());
-    for (size_t t = 0; t < alone[i].logits.size(); ++t)
-      CHECK(std::memcmp(together.outcomes[2 * i].logits[t].data(), alone[i].logits[t].data(), alone[i].logits[t].size() * sizeof(float)) == 0);
-  }
+  require_even_ones_same(together.outcomes, alone);
   for (size_t i = 1; i < requests.size(); i += 2) {
     INFO("constrained request " << i);
     const Outcome& o = together.outcomes[i];
