@@ -215,6 +215,11 @@ std::string HfTokenizer::token_text(int id) const {
   return text ? *text : std::string();
 }
 
+bool HfTokenizer::is_special_token(int id) const {
+  const auto it = added_by_id_.find(id);
+  return it != added_by_id_.end() && added_[it->second].special;
+}
+
 std::optional<int> HfTokenizer::token_id(std::string_view text) const {
   if (auto it = added_ids_.find(text); it != added_ids_.end()) return it->second;
   return model_->id_of(text);

@@ -46,6 +46,8 @@ class HfTokenizer final : public TokenizerInterface {
   std::string eos_text() const override { return eos_; }
   // Whether `id` is one of tokenizer.json's added_tokens (special or not: "<|im_end|>", "<think>").
   bool is_added_token(int id) const { return added_by_id_.contains(id); }
+  // Whether `id` is an added token marked special ("<|im_end|>"; not Qwen's "<tool_call>").
+  bool is_special_token(int id) const;
 
  private:
   struct AddedToken {

@@ -57,12 +57,16 @@ std::vector<std::string> hf_bytes(const HfTokenizer& tokenizer) {
   std::vector<std::string> out(static_cast<size_t>(n));
   bool byte_level = true;
   for (int id = 0; id < n && byte_level; ++id) byte_level = byte_level_bytes(texts[static_cast<size_t>(id)], out[static_cast<size_t>(id)]);
-  if (byte_level) return out;
-  for (int id = 0; id < n; ++id) {
-    const std::string& text = texts[static_cast<size_t>(id)];
-    const int b = byte_token(text);
-    out[static_cast<size_t>(id)] = b >= 0 ? std::string(1, static_cast<char>(b)) : utf8::replace_all(text, "\xE2\x96\x81", " ");
-  }
+  if (!byte_level)
+    for (int id = 0; id < n; ++id) {
+      const std::string& text = texts[static_cast<size_t>(id)];
+      const int b = byte_token(text);
+      out[static_cast<size_t>(id)] = b >= 0 ? std::string(1, static_cast<char>(b)) : utf8::replace_all(text, "\xE2\x96\x81", " ");
+    }
+  // A model writes "<tool_call>" or "<think>" as one token: left out, a grammar that asks for the
+  // text would make it spell the text in pieces it was never trained to write.
+  for (int id = 0; id < n; ++id)
+    if (tokenizer.is_added_token(id) && !tokenizer.is_special_token(id)) out[static_cast<size_t>(id)] = tokenizer.token_text(id);
   return out;
 }
 
