@@ -1,5 +1,5 @@
 // tpcli bench serve (--url URL | --model M [serve flags...]) [--clients 1,4,16,64] [--prompt-tokens 128] [--max-tokens 128]
-//                   [--requests-per-client 4] [--model-name NAME] [--api-key KEY] [--seed S]
+//                   [--requests-per-client 4] [--model-name NAME] [--api-key KEY] [--seed S] [--json-schema FILE]
 // A load benchmark of any OpenAI-compatible server (tpcli serve, llama-server, vLLM), read like vLLM's
 // benchmark_serving with --max-concurrency: for each count C of --clients, C threads each send
 // --requests-per-client streaming POST /v1/completions back to back (a closed loop). Prompts are
@@ -10,6 +10,12 @@
 // 1 client, TTFT and ITL mean / p50 / p99 in ms (numpy's percentiles), and the failed requests.
 // With --model instead of --url, the benchmark starts `tpcli serve --model M` itself (this binary, a
 // free port, every flag it does not know passed on, e.g. --devices 2 --parallel 16) and stops it after.
+// With --json-schema FILE, each level runs twice in a row, the requests first plain and then with
+// the schema as their response_format (prompts of their own: a server's prefix cache must not give
+// the second run the first one's prefills): two rows and the constrained level's
+// output rate as a ratio of the plain one's, the cost of constrained decoding under load. A
+// constrained answer may end before --max-tokens (its schema complete): the rate counts the tokens
+// each usage chunk reports.
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 
@@ -17,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -48,7 +55,9 @@ struct ServeBenchFlags {
   std::string model_name, api_key;
   unsigned seed = 1;
   int timeout_s = 600;
-  int busy_ttft = 0;  // tokens of the long prompt whose first token is timed alone and under load (0: not run)  // per request: a long queue at 64 clients on 2 cores is slow, not broken
+  int busy_ttft = 0;  // tokens of the long prompt whose first token is timed alone and under load (0: not run)
+  std::string json_schema_file;
+  nlohmann::json response_format;  // from --json-schema; null: requests unconstrained
 };
 
 struct RequestResult {
@@ -108,15 +117,27 @@ std::vector<int> make_prompt(const ServeBenchFlags& f, int level, int index, int
   return prompt;
 }
 
-std::string request_body(const ServeBenchFlags& f, const std::string& model, const std::vector<int>& prompt, int max_tokens = 0) {
-  return nlohmann::json{{"model", model},
-                        {"prompt", prompt},
-                        {"max_tokens", max_tokens > 0 ? max_tokens : f.max_tokens},
-                        {"temperature", 0},
-                        {"ignore_eos", true},
-                        {"stream", true},
-                        {"stream_options", {{"include_usage", true}}}}
-      .dump();
+std::string request_body(const ServeBenchFlags& f, const std::string& model, const std::vector<int>& prompt, int max_tokens = 0,
+                         const nlohmann::json& response_format = nullptr) {
+  nlohmann::json body{{"model", model},
+                      {"prompt", prompt},
+                      {"max_tokens", max_tokens > 0 ? max_tokens : f.max_tokens},
+                      {"temperature", 0},
+                      {"ignore_eos", true},
+                      {"stream", true},
+                      {"stream_options", {{"include_usage", true}}}};
+  if (!response_format.is_null()) body["response_format"] = response_format;
+  return body.dump();
+}
+
+// --json-schema FILE as a response_format; a one-line error naming the file when it is not JSON.
+nlohmann::json read_response_format(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--json-schema " + path + ": cannot read the file");
+  const nlohmann::json schema = nlohmann::json::parse(in, nullptr, false);
+  if (schema.is_discarded() || !(schema.is_object() || schema.is_boolean()))
+    throw UsageError("--json-schema " + path + ": not a JSON schema (a JSON object)");
+  return {{"type", "json_schema"}, {"json_schema", {{"name", "bench"}, {"schema", schema}, {"strict", true}}}};
 }
 
 // Applies one event to the request's timings: text events are tokens (ITL is measured between them).
@@ -184,7 +205,8 @@ void add_request(const RequestResult& r, LevelResult& out) {
 }
 
 // C clients, each running its requests back to back; the level's wall time spans them all.
-LevelResult run_level(const ServeBenchFlags& f, const std::string& model, int level, int clients) {
+LevelResult run_level(const ServeBenchFlags& f, const std::string& model, int level, int clients,
+                      const nlohmann::json& response_format = nullptr) {
   LevelResult out;
   out.clients = clients;
   std::mutex mutex;
@@ -194,7 +216,7 @@ LevelResult run_level(const ServeBenchFlags& f, const std::string& model, int le
     threads.emplace_back([&, c] {
       auto client = connect(f);
       for (int i = 0; i < f.requests_per_client; ++i) {
-        const std::string body = request_body(f, model, make_prompt(f, level, c * f.requests_per_client + i));
+        const std::string body = request_body(f, model, make_prompt(f, level, c * f.requests_per_client + i), 0, response_format);
         RequestResult r;
         try {
           r = run_request(*client, f, body);
@@ -257,30 +279,48 @@ void run_busy_ttft(const ServeBenchFlags& f, const std::string& model, int strea
 
 void print_header(const ServeBenchFlags& f, const std::string& model) {
   std::printf("server %s, model %s: %d prompt tokens (random ids in [%d, %d), seed %u), %d generated (ignore_eos), "
-              "%d requests per client, streamed\n"
+              "%d requests per client, streamed%s\n"
               "| clients | requests | failed |  req/s | out tok/s | vs 1 client | TTFT mean ms | p50 ms | p99 ms "
               "| ITL mean ms | p50 ms | p99 ms |\n"
               "|---------|----------|--------|--------|-----------|-------------|--------------|--------|--------"
               "|-------------|--------|--------|\n",
               f.url.c_str(), model.c_str(), f.prompt_tokens, PROMPT_ID_MIN, PROMPT_ID_END, f.seed, f.max_tokens,
-              f.requests_per_client);
+              f.requests_per_client,
+              f.response_format.is_null() ? "" : ("; each level plain, then with --json-schema " + f.json_schema_file + " (rows +schema)").c_str());
 }
 
 // One row; `one_client_tok_s` is the 1-client level's output rate (unset until it ran).
-void print_level(const LevelResult& r, std::optional<double> one_client_tok_s) {
+void print_level(const LevelResult& r, std::optional<double> one_client_tok_s, const char* label = "") {
   const double ok = r.requests - r.errors, tok_s = static_cast<double>(r.output_tokens) / r.seconds;
   const perf::LatencySummary ttft = perf::summarize(r.ttft_s), itl = perf::summarize(r.itl_s);
   char ratio[32] = "-";
   if (one_client_tok_s && *one_client_tok_s > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", tok_s / *one_client_tok_s);
-  std::printf("| %7d | %8d | %6d | %6.2f | %9.1f | %11s | %12.1f | %6.1f | %6.1f | %11.2f | %6.2f | %6.2f |\n", r.clients,
+  const std::string clients = std::to_string(r.clients) + label;
+  std::printf("| %7s | %8d | %6d | %6.2f | %9.1f | %11s | %12.1f | %6.1f | %6.1f | %11.2f | %6.2f | %6.2f |\n", clients.c_str(),
               r.requests, r.errors, ok / r.seconds, tok_s, ratio, ttft.mean * 1e3, ttft.p50 * 1e3,
               ttft.p99 * 1e3, itl.mean * 1e3, itl.p50 * 1e3, itl.p99 * 1e3);
   if (r.errors) std::printf("  %d of %d requests failed; the first: %s\n", r.errors, r.requests, r.first_error.c_str());
   std::fflush(stdout);
 }
 
+constexpr int CONSTRAINED_LEVEL_SEEDS = 500;  // prompt seeds apart from the plain levels' (and --busy-ttft's)
+
+// The level again with the schema: its row, and its output rate against the plain level's.
+void print_constrained_level(const ServeBenchFlags& f, const std::string& model, int level, const LevelResult& plain) {
+  const LevelResult r = run_level(f, model, level + CONSTRAINED_LEVEL_SEEDS, plain.clients, f.response_format);
+  print_level(r, std::nullopt, "+schema");
+  const double plain_tok_s = static_cast<double>(plain.output_tokens) / plain.seconds;
+  const double schema_tok_s = static_cast<double>(r.output_tokens) / r.seconds;
+  std::printf("  %d clients with a JSON schema each: %.1f out tok/s, %.2fx the plain level's %.1f (%.1f tokens per answer, plain %.1f)\n",
+              plain.clients, schema_tok_s, schema_tok_s / plain_tok_s, plain_tok_s,
+              static_cast<double>(r.output_tokens) / std::max(1, r.requests - r.errors),
+              static_cast<double>(plain.output_tokens) / std::max(1, plain.requests - plain.errors));
+  std::fflush(stdout);
+}
+
 void check_flags(ServeBenchFlags& f) {
   if (f.url.empty() == f.model.empty()) throw UsageError("give one of --url (a running server) and --model (serve it here)");
+  if (!f.json_schema_file.empty()) f.response_format = read_response_format(f.json_schema_file);
   if (!f.serve_args.empty() && f.model.empty())
     throw UsageError("unknown flag(s) for bench serve --url: " + f.serve_args.front() + " (passed to tpcli serve only with --model)");
   if (!f.model.empty()) return;  // the URL is the child's, made below
@@ -308,6 +348,7 @@ void run_bench_serve(ServeBenchFlags f) {
     const LevelResult r = run_level(f, model, static_cast<int>(level), f.clients[level]);
     if (f.clients[level] == 1 && r.seconds > 0) one_client_tok_s = static_cast<double>(r.output_tokens) / r.seconds;
     print_level(r, one_client_tok_s);
+    if (!f.response_format.is_null()) print_constrained_level(f, model, static_cast<int>(level), r);
   }
   if (f.busy_ttft > 0) run_busy_ttft(f, model, *std::max_element(f.clients.begin(), f.clients.end()) - 1);
 }
@@ -329,6 +370,8 @@ void setup_bench_serve(CLI::App& sub) {
   sub.add_option("--busy-ttft", f->busy_ttft,
                  "then: time to first token of a prompt of this many tokens, alone and beside (largest --clients - 1) "
                  "decoding streams");
+  sub.add_option("--json-schema", f->json_schema_file,
+                 "a JSON schema file: each level runs again with it as every request's response_format, and prints the ratio");
   sub.add_option("--timeout", f->timeout_s, "seconds a request may take before it counts as failed")->capture_default_str();
   sub.callback([f, &sub] {
     f->serve_args = sub.remaining();

@@ -1,6 +1,7 @@
 // serve/: `tpcli bench serve` as a user runs it: against a tpcli serve it starts itself (--model), every
 // request of every level succeeds and is counted in its row; with nothing to reach, or neither --url
-// nor --model, it says so in one line and exits non-zero.
+// nor --model, it says so in one line and exits non-zero. With --json-schema each level runs again
+// constrained: its row, and the ratio of the two levels' output rates.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
+#include "support/temp_dir.h"
 
 using namespace tpcli::testing;
 
@@ -37,6 +39,28 @@ TEST_CASE("bench serve: --model serves stories260K itself, and every request of 
   CHECK(row_of(r.out, 1).find("1.00x") != std::string::npos);
   CHECK(row_of(r.out, 3).rfind("|       3 |        6 |      0 |", 0) == 0);
   CHECK(r.out.find("failed; the first") == std::string::npos);
+}
+
+TEST_CASE("bench serve: --json-schema runs each level again with the schema, every request succeeding, and prints the ratio") {
+  require_shared("data/stories260K.bin");
+  const TempDir tmp;
+  const std::string schema = tmp.write("schema.json", R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})");
+  const RunResult r = run_tpcli({"bench", "serve", "--model", shared_path("data/stories260K.bin"), "-z",
+                                 shared_path("data/tok512.bin"), "--parallel", "4", "--clients", "2", "--prompt-tokens", "8",
+                                 "--max-tokens", "40", "--requests-per-client", "2", "--json-schema", schema},
+                                {.environment = "OMP_WAIT_POLICY=passive", .timeout_seconds = 120});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(row_of(r.out, 2).rfind("|       2 |        4 |      0 |", 0) == 0);
+  CHECK(r.out.find("| 2+schema |        4 |      0 |") != std::string::npos);
+  CHECK(r.out.find("2 clients with a JSON schema each: ") != std::string::npos);
+  CHECK(r.out.find("failed; the first") == std::string::npos);
+
+  const std::string bad = tmp.write("bad.json", "{not json");
+  const RunResult refused = run_tpcli({"bench", "serve", "--url", "http://127.0.0.1:1", "--json-schema", bad}, {.timeout_seconds = 30});
+  CHECK(refused.code == 2);
+  CHECK(lines_of(refused.err) == 1);
+  CHECK(refused.err.find("--json-schema " + bad) != std::string::npos);
 }
 
 TEST_CASE("bench serve: an unreachable server or a missing target is one line, non-zero") {
