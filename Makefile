@@ -19,7 +19,7 @@ CMAKE_LAUNCHER = $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 FUZZ_PACKAGES = clang libclang-rt-14-dev libomp-dev
 FUZZ_DEPS_PRESENT = $(shell dpkg -s $(FUZZ_PACKAGES) >/dev/null 2>&1 && echo yes)
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS = llama2c_checkpoint llama2c_tokenizer safetensors run_config zmq_wire token_shard hf_tokenizer hf_config api_request chat_template grammar
+FUZZ_TARGETS = llama2c_checkpoint llama2c_tokenizer safetensors run_config zmq_wire token_shard hf_tokenizer hf_config api_request chat_template grammar gguf
 SHARED_DIR ?= $(abspath ../shared)
 
 .PHONY: all build test deps test-deps fuzz-deps tsan-test asan-test fuzz clean demo finetune-demo

@@ -17,6 +17,7 @@
 //   OUT/chat_template        the published chat templates of reference/chat-templates (linked),
 //                            and a few Jinja sources that stress the sandbox
 //   OUT/grammar              GBNF grammars (first byte even) and JSON schemas (first byte odd)
+//   OUT/gguf                 llama.cpp's GGUF files of reference/gguf (linked; the fuzzer keeps their headers)
 // usage: fuzz_seeds OUT SHARED_DIR SOURCE_DIR
 #include <cstdio>
 #include <filesystem>
@@ -235,13 +236,16 @@ int main(int argc, char** argv) {
   }
   const fs::path out = argv[1], shared = argv[2], source_dir = argv[3];
   for (const char* target : {"llama2c_checkpoint", "llama2c_tokenizer", "safetensors", "run_config", "zmq_wire",
-                             "token_shard", "hf_tokenizer", "hf_config", "api_request", "chat_template", "grammar"})
+                             "token_shard", "hf_tokenizer", "hf_config", "api_request", "chat_template", "grammar", "gguf"})
     fs::create_directories(out / target);
 
   const model::TensorWeights tiny = model::random_weights(tiny_config(), 1);
   link_if_present(shared / "data/stories260K.bin", out / "llama2c_checkpoint");
   formats::write_llama2c((out / "llama2c_checkpoint/tiny.bin").string(), tiny);
 
+  // GGUF files past -max_len are cut by the fuzzer: their headers (metadata, tensor table) remain.
+  for (const char* name : {"stories260K-q4_k_m.gguf", "rand256-q4_k_m.gguf", "hf-qwen2-q8_0.gguf", "hf-phi3-q4_k_m.gguf"})
+    link_if_present(shared / "reference/gguf" / name, out / "gguf");
   link_if_present(shared / "data/tok512.bin", out / "llama2c_tokenizer");
   link_if_present(shared / "data/tokenizer.bin", out / "llama2c_tokenizer");
 

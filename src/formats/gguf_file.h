@@ -1,0 +1,127 @@
+// tpcli::formats — GGUF files (llama.cpp's model format), versions 2 and 3: the container, read
+// through mmap. What the metadata means for a model, and the tensor types' blocks, are read by the
+// layers above; this file only promises that what it hands out lies inside the file.
+//
+// Layout (little-endian):
+//   "GGUF", u32 version, u64 tensor_count, u64 kv_count
+//   kv_count x   string key, u32 value type, value        (a string is u64 length + bytes, no NUL)
+//                an array value is u32 element type, u64 count, count elements (not arrays)
+//   tensor_count x  string name, u32 n_dims (1..4), n_dims x u64 ne (ne[0]: the row length,
+//                   the fastest-varying), u32 tensor type, u64 offset (from the data section)
+//   padding to general.alignment (u32, default 32), then the data section.
+// A tensor's bytes are ne[1]*ne[2]*ne[3] rows of ne[0] / block_elements blocks of block_bytes each.
+//
+// Every error is one std::runtime_error line naming the file and what is wrong: a bad magic or
+// version, a count, length or dimension the file cannot hold, an unknown value or tensor type, a
+// duplicate key or tensor, a tensor outside the file, misaligned or overlapping another.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tpcli::formats {
+
+class MappedFile;
+
+namespace gguf {
+
+enum class ValueType : uint32_t {
+  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
+};
+std::string value_type_name(ValueType type);  // gguf-py's spelling: "UINT32", "STRING", ...
+
+// ggml's tensor types (ggml.h's enum ggml_type), those a file may hold today.
+enum class TensorType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
+  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35,
+};
+
+struct TensorTypeTraits {
+  const char* name;       // "Q4_K"
+  int block_elements;     // values per block (1 for plain numbers)
+  int block_bytes;        // bytes per block
+};
+// Throws std::invalid_argument for a number that is no known type.
+const TensorTypeTraits& traits(TensorType type);
+std::optional<TensorType> tensor_type_of(uint32_t number);
+
+// One metadata value: a scalar, or an array of scalars of one type.
+using Scalar = std::variant<uint64_t, int64_t, double, bool, std::string>;
+struct Value {
+  ValueType type = ValueType::u32;
+  ValueType element_type = ValueType::u32;  // arrays only
+  std::vector<Scalar> items;                // a scalar's one item, or the array's elements
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> ne;  // ggml's order: ne[0] is the row length
+  TensorType type = TensorType::F32;
+  uint64_t offset = 0;       // from the data section
+  uint64_t bytes = 0;
+  std::span<const std::byte> data;  // inside the map
+  uint64_t elements() const;
+  uint64_t rows() const { return elements() / ne[0]; }
+};
+
+class GgufFile {
+ public:
+  explicit GgufFile(const std::string& path);
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const;
+  uint32_t version() const { return version_; }
+  uint32_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }  // where the data section starts in the file
+
+  // Metadata in file order, and by key.
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
+  const Value* find(const std::string& key) const;
+  // Typed reads; nullopt when the key is absent; a one-line error naming the file and key when it
+  // holds another type (any integer type reads as an integer when its value fits).
+  std::optional<std::string> string(const std::string& key) const;
+  std::optional<int64_t> integer(const std::string& key) const;
+  std::optional<double> number(const std::string& key) const;  // floats and integers
+  std::optional<bool> boolean(const std::string& key) const;
+  std::optional<std::vector<std::string>> strings(const std::string& key) const;
+  std::optional<std::vector<double>> numbers(const std::string& key) const;
+  std::optional<std::vector<int64_t>> integers(const std::string& key) const;
+
+  // Tensors in file order, and by name.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* tensor(const std::string& name) const;
+
+  const MappedFile& mapped() const { return *file_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const;
+  const Value& typed(const std::string& key, const Value& value, bool array) const;
+
+  std::unique_ptr<MappedFile> file_;
+  uint32_t version_ = 0, alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, Value>> metadata_;
+  std::map<std::string, size_t, std::less<>> metadata_index_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+
+  friend class HeaderReader;
+};
+
+// Whether `path` names the first of llama.cpp's split files ("NAME-00001-of-00003.gguf"), and then
+// every part's path in order.
+std::optional<std::vector<std::string>> split_parts(const std::string& path);
+
+}  // namespace gguf
+
+}  // namespace tpcli::formats
