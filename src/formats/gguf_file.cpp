@@ -21,29 +21,6 @@ constexpr uint64_t MIN_KV_BYTES = 8 + 4 + 1;
 // scores, types and merges are under a million; the cap bounds what a hostile file makes us hold.
 constexpr uint64_t MAX_METADATA_ELEMENTS = uint64_t{1} << 22;
 
-const TensorTypeTraits* find_traits(TensorType type) {
-  static const std::map<TensorType, TensorTypeTraits> table = {
-      {TensorType::F32, {"F32", 1, 4}},         {TensorType::F16, {"F16", 1, 2}},
-      {TensorType::Q4_0, {"Q4_0", 32, 18}},     {TensorType::Q4_1, {"Q4_1", 32, 20}},
-      {TensorType::Q5_0, {"Q5_0", 32, 22}},     {TensorType::Q5_1, {"Q5_1", 32, 24}},
-      {TensorType::Q8_0, {"Q8_0", 32, 34}},     {TensorType::Q8_1, {"Q8_1", 32, 36}},
-      {TensorType::Q2_K, {"Q2_K", 256, 84}},    {TensorType::Q3_K, {"Q3_K", 256, 110}},
-      {TensorType::Q4_K, {"Q4_K", 256, 144}},   {TensorType::Q5_K, {"Q5_K", 256, 176}},
-      {TensorType::Q6_K, {"Q6_K", 256, 210}},   {TensorType::Q8_K, {"Q8_K", 256, 292}},
-      {TensorType::IQ2_XXS, {"IQ2_XXS", 256, 66}}, {TensorType::IQ2_XS, {"IQ2_XS", 256, 74}},
-      {TensorType::IQ3_XXS, {"IQ3_XXS", 256, 98}}, {TensorType::IQ1_S, {"IQ1_S", 256, 50}},
-      {TensorType::IQ4_NL, {"IQ4_NL", 32, 18}}, {TensorType::IQ3_S, {"IQ3_S", 256, 110}},
-      {TensorType::IQ2_S, {"IQ2_S", 256, 82}},  {TensorType::IQ4_XS, {"IQ4_XS", 256, 136}},
-      {TensorType::I8, {"I8", 1, 1}},           {TensorType::I16, {"I16", 1, 2}},
-      {TensorType::I32, {"I32", 1, 4}},         {TensorType::I64, {"I64", 1, 8}},
-      {TensorType::F64, {"F64", 1, 8}},         {TensorType::IQ1_M, {"IQ1_M", 256, 56}},
-      {TensorType::BF16, {"BF16", 1, 2}},       {TensorType::TQ1_0, {"TQ1_0", 256, 54}},
-      {TensorType::TQ2_0, {"TQ2_0", 256, 66}},
-  };
-  const auto it = table.find(type);
-  return it == table.end() ? nullptr : &it->second;
-}
-
 // Bytes one scalar of `type` takes in the file (strings: at least their length field).
 uint64_t scalar_bytes(ValueType type) {
   switch (type) {
@@ -81,17 +58,6 @@ std::string value_type_name(ValueType type) {
                                       "BOOL",  "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64"};
   const auto i = static_cast<uint32_t>(type);
   return i < std::size(names) ? names[i] : "type " + std::to_string(i);
-}
-
-const TensorTypeTraits& traits(TensorType type) {
-  const TensorTypeTraits* t = find_traits(type);
-  if (!t) throw std::invalid_argument("gguf: unknown tensor type " + std::to_string(static_cast<uint32_t>(type)));
-  return *t;
-}
-
-std::optional<TensorType> tensor_type_of(uint32_t number) {
-  const auto type = static_cast<TensorType>(number);
-  return find_traits(type) ? std::optional<TensorType>(type) : std::nullopt;
 }
 
 uint64_t TensorInfo::elements() const {
@@ -224,10 +190,10 @@ class HeaderReader {
       t.ne.push_back(n);
     }
     const uint32_t type_number = u32(what + "'s type");
-    const auto type = tensor_type_of(type_number);
+    const auto type = tensor::ggml_type_of(type_number);
     if (!type) file_.fail(what + " has an unknown tensor type " + std::to_string(type_number));
     t.type = *type;
-    const TensorTypeTraits& tr = traits(t.type);
+    const tensor::GgmlTypeTraits& tr = tensor::ggml_traits(t.type);
     if (t.ne[0] % static_cast<uint64_t>(tr.block_elements) != 0)
       file_.fail(what + " (" + tr.name + ") has rows of " + std::to_string(t.ne[0]) + " values, not whole blocks of " +
                  std::to_string(tr.block_elements));

@@ -25,6 +25,8 @@
 #include <variant>
 #include <vector>
 
+#include "tensor/ggml_blocks.h"
+
 namespace tpcli::formats {
 
 class MappedFile;
@@ -36,22 +38,7 @@ enum class ValueType : uint32_t {
 };
 std::string value_type_name(ValueType type);  // gguf-py's spelling: "UINT32", "STRING", ...
 
-// ggml's tensor types (ggml.h's enum ggml_type), those a file may hold today.
-enum class TensorType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
-  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35,
-};
-
-struct TensorTypeTraits {
-  const char* name;       // "Q4_K"
-  int block_elements;     // values per block (1 for plain numbers)
-  int block_bytes;        // bytes per block
-};
-// Throws std::invalid_argument for a number that is no known type.
-const TensorTypeTraits& traits(TensorType type);
-std::optional<TensorType> tensor_type_of(uint32_t number);
+using TensorType = tensor::GgmlType;  // tensor/ggml_blocks.h: the types and their blocks
 
 // One metadata value: a scalar, or an array of scalars of one type.
 using Scalar = std::variant<uint64_t, int64_t, double, bool, std::string>;

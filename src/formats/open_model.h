@@ -1,5 +1,5 @@
 // tpcli::formats — opening a model by its path, whatever its format: a Hugging Face (or MLX) model
-// directory, a tpcli .safetensors checkpoint, or a llama2.c .bin file.
+// directory, a tpcli .safetensors checkpoint, a GGUF file (llama.cpp's), or a llama2.c .bin file.
 //
 //   formats::OpenedModel opened = formats::open("models/stories260K.bin");
 //   const LlamaConfig& c = opened.weights->config();
@@ -23,7 +23,8 @@ struct OpenedModel {
   std::optional<std::string> tokenizer;
   std::map<std::string, std::string> metadata;  // a safetensors checkpoint's; empty for llama2.c
   // A Hugging Face model directory: its path (its tokenizer is DIR/tokenizer.json) and the token
-  // ids of its config.json / generation_config.json. nullopt for the other formats.
+  // ids of its config.json / generation_config.json (a GGUF file: tokenizer.ggml.bos_token_id and
+  // eos_token_id). nullopt for the other formats.
   std::optional<std::string> hf_dir;
   std::optional<int> bos_token_id;
   std::vector<int> eos_token_ids;
@@ -34,8 +35,8 @@ struct OpenedModel {
 bool looks_like_safetensors(const std::string& path);
 
 // A directory with a config.json as a Hugging Face model (HfModelDir, MLX-quantized ones too),
-// what looks_like_safetensors as a tpcli checkpoint (which must hold a model config), anything
-// else as llama2.c. Throws std::runtime_error with the loader's one-line message.
+// what looks_like_safetensors as a tpcli checkpoint (which must hold a model config), a file that
+// starts "GGUF" as GGUF (GgufModel), anything else as llama2.c. Throws std::runtime_error with the loader's one-line message.
 OpenedModel open(const std::string& path);
 
 }  // namespace tpcli::formats

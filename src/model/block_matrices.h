@@ -83,6 +83,9 @@ struct MatrixFacts {
   // w1|w3 (nn/linear.h), which Phi-3 stores as one tensor (HF self_attn.qkv_proj, mlp.gate_up_proj).
   const char* fused_hf_module;  // nullptr: not a part
   int part;
+  // llama.cpp's tensor blk.{l}.NAME in a GGUF file (experts stacked [E, out, in]; Phi-3's fused
+  // parts in attn_qkv and ffn_up, as in its Hugging Face directory).
+  const char* gguf;
 };
 
 // Every block parameter, in Matrix order.

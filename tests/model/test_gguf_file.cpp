@@ -119,7 +119,7 @@ TEST_CASE("gguf: every metadata value and tensor of llama.cpp's files reads as g
       INFO(row[1]);
       const TensorInfo* t = f.tensor(row[1]);
       REQUIRE(t != nullptr);
-      CHECK(traits(t->type).name == row[2]);
+      CHECK(tpcli::tensor::ggml_traits(t->type).name == row[2]);
       std::string shape;
       for (uint64_t d : t->ne) {
         if (!shape.empty()) shape += ',';

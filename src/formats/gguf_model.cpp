@@ -1,0 +1,143 @@
+#include "formats/gguf_model.h"
+
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include "formats/llama2c.h"  // MappedFile
+#include "model/block_matrices.h"
+#include "tensor/ggml_blocks.h"
+
+namespace tpcli::formats {
+
+namespace {
+
+std::string shape_text(const tensor::Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+// The GGUF tensor of parameter `name` (llama_parameters' names).
+std::string gguf_tensor_name(const std::string& name) {
+  if (name == "tok_embeddings") return "token_embd.weight";
+  if (name == "norm") return "output_norm.weight";
+  if (name == "output") return "output.weight";
+  const auto parsed = model::parse_tensor_name(name);
+  if (!parsed || !parsed->rest.empty()) throw std::out_of_range("gguf: no tensor for parameter '" + name + "'");
+  return "blk." + std::to_string(parsed->key.layer) + "." + model::facts(parsed->key.matrix).gguf;
+}
+
+}  // namespace
+
+bool looks_like_gguf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+GgufModel::GgufModel(const std::string& path) : file_(path) {
+  const auto architecture = file_.string("general.architecture");
+  if (!architecture) throw std::runtime_error(path + ": metadata 'general.architecture' is missing");
+  architecture_ = *architecture;
+  if (architecture_ != "llama")
+    throw std::runtime_error(path + ": general.architecture '" + architecture_ + "' is not supported (supported: llama)");
+  if (file_.tensor("rope_freqs.weight"))
+    throw std::runtime_error(path + ": tensor 'rope_freqs.weight' (Llama 3's RoPE scaling as frequency factors) is not supported");
+  config_ = read_config();
+  for (const model::ParamSpec& p : model::llama_parameters(config_)) gguf_names_[p.name] = gguf_tensor_name(p.name);
+  check_tensors();
+}
+
+model::LlamaConfig GgufModel::read_config() const {
+  const std::string prefix = architecture_ + ".";
+  const auto required = [&](const std::string& key) -> int64_t {
+    const auto v = file_.integer(prefix + key);
+    if (!v) throw std::runtime_error(file_.path() + ": metadata '" + prefix + key + "' is missing");
+    if (*v < 1 || *v > (int64_t{1} << 30)) throw std::runtime_error(file_.path() + ": metadata '" + prefix + key + "' is " + std::to_string(*v));
+    return *v;
+  };
+  model::LlamaConfig c;
+  c.dim = static_cast<int>(required("embedding_length"));
+  c.hidden_dim = static_cast<int>(required("feed_forward_length"));
+  c.n_layers = static_cast<int>(required("block_count"));
+  c.n_heads = static_cast<int>(required("attention.head_count"));
+  c.n_kv_heads = static_cast<int>(file_.integer(prefix + "attention.head_count_kv").value_or(c.n_heads));
+  c.seq_len = static_cast<int>(required("context_length"));
+  if (const auto key_length = file_.integer(prefix + "attention.key_length"); key_length && *key_length != c.dim / c.n_heads)
+    c.head_dim = static_cast<int>(*key_length);
+  if (const auto rope_dims = file_.integer(prefix + "rope.dimension_count"); rope_dims && *rope_dims != c.head_size())
+    throw std::runtime_error(file_.path() + ": metadata '" + prefix + "rope.dimension_count' is " + std::to_string(*rope_dims) +
+                             ": RoPE over part of a head (" + std::to_string(c.head_size()) + " values) is not supported");
+  c.norm_eps = static_cast<float>(file_.number(prefix + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  c.rope_theta = static_cast<float>(file_.number(prefix + "rope.freq_base").value_or(10000.0));
+  const gguf::TensorInfo* embedding = file_.tensor("token_embd.weight");
+  if (!embedding || embedding->ne.size() != 2) throw std::runtime_error(file_.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
+  c.vocab_size = static_cast<int>(embedding->ne[1]);
+  c.shared_classifier = file_.tensor("output.weight") == nullptr;
+  if (const auto experts = file_.integer(prefix + "expert_count"); experts && *experts > 0) {
+    c.n_experts = static_cast<int>(*experts);
+    c.top_k = static_cast<int>(file_.integer(prefix + "expert_used_count").value_or(2));
+    c.hf_architecture = "MixtralForCausalLM";
+  } else {
+    c.hf_architecture = "LlamaForCausalLM";
+  }
+  try {
+    c.validate();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file_.path() + ": " + e.what());
+  }
+  return c;
+}
+
+void GgufModel::check_tensors() const {
+  for (const model::ParamSpec& p : model::llama_parameters(config_)) {
+    const std::string& name = gguf_names_.at(p.name);
+    const gguf::TensorInfo* t = file_.tensor(name);
+    if (!t) throw std::runtime_error(file_.path() + ": tensor '" + name + "' is missing");
+    tensor::Shape shape(t->ne.rbegin(), t->ne.rend());
+    if (shape != p.shape)
+      throw std::runtime_error(file_.path() + ": tensor '" + name + "' is " + shape_text(shape) + ", the model needs " + shape_text(p.shape));
+    if (!tensor::ggml_traits(t->type).dequantizable)
+      throw std::runtime_error(file_.path() + ": tensor '" + name + "' is of type " + tensor::ggml_traits(t->type).name + ", which tpcli does not read");
+  }
+}
+
+const gguf::TensorInfo& GgufModel::tensor_of(const std::string& name) const {
+  const auto it = gguf_names_.find(name);
+  if (it == gguf_names_.end()) throw std::out_of_range(file_.path() + ": no parameter '" + name + "'");
+  return *file_.tensor(it->second);
+}
+
+std::span<const float> GgufModel::get(const std::string& name) const {
+  const gguf::TensorInfo& t = tensor_of(name);
+  if (t.type == tensor::GgmlType::F32 && reinterpret_cast<uintptr_t>(t.data.data()) % alignof(float) == 0)
+    return {reinterpret_cast<const float*>(t.data.data()), t.elements()};
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [it, added] = dequantized_.try_emplace(name);
+  if (added) {
+    std::vector<float>& out = it->second;
+    out.resize(t.elements());
+    const int64_t row = static_cast<int64_t>(t.ne[0]);
+    const size_t row_bytes = static_cast<size_t>(row / tensor::ggml_traits(t.type).block_elements * tensor::ggml_traits(t.type).block_bytes);
+    for (uint64_t r = 0; r < t.rows(); ++r) tensor::dequantize_row(t.type, t.data.data() + r * row_bytes, out.data() + r * row, row);
+  }
+  return it->second;
+}
+
+void GgufModel::release_conversions() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  dequantized_.clear();
+}
+
+void GgufModel::release_pages(const std::string& name) const {
+  const gguf::TensorInfo& t = tensor_of(name);
+  file_.mapped().release_pages(t.data.data(), t.data.size());
+}
+
+void GgufModel::release_all_pages() const { file_.mapped().release_all_pages(); }
+
+}  // namespace tpcli::formats

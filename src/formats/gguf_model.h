@@ -1,0 +1,57 @@
+// tpcli::formats — a GGUF file (llama.cpp's) as the weights of a model.
+//
+// The architecture comes from the metadata under general.architecture's prefix ("llama.block_count",
+// "llama.embedding_length", ...), the parameters from llama.cpp's tensor names: token_embd,
+// output_norm, output (absent: the classifier is the embedding), and blk.{l}.NAME as
+// model/block_matrices.h's table gives NAME. The llama architecture's q/k rows are stored for
+// interleaved RoPE pairs (llama.cpp's converter permutes Hugging Face's), as tpcli holds them.
+//
+// Supported so far: the `llama` architecture, dense or with experts (Mixtral: ffn_{gate,up,down}_exps
+// stacked [E, out, in], the router ffn_gate_inp), without rope_freqs (Llama 3's RoPE scaling). Every
+// tensor type of tensor/ggml_blocks.h is read, dequantized to f32 on first use as ggml's reference
+// dequantizer computes it. Another architecture, a missing tensor, a tensor of the wrong shape or
+// a type that cannot be read is a one-line std::runtime_error naming the file and the key or tensor.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "formats/gguf_file.h"
+#include "model/weights.h"
+
+namespace tpcli::formats {
+
+class GgufModel : public model::WeightSource {
+ public:
+  explicit GgufModel(const std::string& path);
+
+  const model::LlamaConfig& config() const override { return config_; }
+  std::span<const float> get(const std::string& name) const override;
+  void release_conversions() const override;
+  void release_pages(const std::string& name) const override;
+  void release_all_pages() const override;
+
+  const gguf::GgufFile& file() const { return file_; }
+  const std::string& architecture() const { return architecture_; }
+
+ private:
+  model::LlamaConfig read_config() const;
+  // The file's tensor holding parameter `name` (checked against its shape when the model opened).
+  const gguf::TensorInfo& tensor_of(const std::string& name) const;
+  void check_tensors() const;
+
+  gguf::GgufFile file_;
+  std::string architecture_;
+  model::LlamaConfig config_;
+  std::map<std::string, std::string> gguf_names_;  // parameter -> GGUF tensor
+  mutable std::mutex mutex_;
+  mutable std::map<std::string, std::vector<float>> dequantized_;
+};
+
+// Whether `path` is read as GGUF: its first four bytes are "GGUF" (false for files too short).
+bool looks_like_gguf(const std::string& path);
+
+}  // namespace tpcli::formats
