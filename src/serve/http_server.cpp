@@ -405,7 +405,7 @@ std::optional<ReasoningSplit> HttpServer::Impl::reply_reasoning(const Generation
 // not compile is a 400 naming where (the devices' compiles of it then come from the cache).
 std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format) const {
   std::string grammar, param;
-  const auto schema_rules = [](const nlohmann::json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
+  const auto schema_rules = [](const nlohmann::ordered_json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
   try {
     switch (g.format.kind) {
       case OutputFormat::Kind::grammar: grammar = g.format.grammar, param = "grammar"; break;
@@ -419,7 +419,7 @@ std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::op
     const bool call_required = g.tool_choice.mode == ToolChoice::Mode::required || g.tool_choice.mode == ToolChoice::Mode::function;
     if (call_required && tool_format) {
       param = "tools";
-      grammar = text::tool_call_grammar(*tool_format, nlohmann::json(g.tools), g.tool_choice.function, g.parallel_tool_calls, schema_rules);
+      grammar = text::tool_call_grammar(*tool_format, g.tools, g.tool_choice.function, g.parallel_tool_calls, schema_rules);
     }
     if (grammar.empty()) return grammar;
     if (!model.compile_grammar) throw ApiError(400, "This server does not constrain answers to grammars.", param);
