@@ -290,7 +290,8 @@ struct HttpServer::Impl {
   PromptModel prompt_model() const;
   void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
   engine::BatchRequest batch_request(const GenerationRequest& g);
-  std::string output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format) const;
+  std::string output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format,
+                             engine::TokenConstraintFactory& compiled) const;
   std::optional<text::ToolCallFormat> reply_tool_format(const GenerationRequest& g) const;
   std::optional<ReasoningSplit> reply_reasoning(const GenerationRequest& g, const std::string& grammar) const;
   void tokenize(const HttpRequest& req, HttpResponse& res) const;
@@ -341,8 +342,10 @@ engine::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g)
 void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint) {
   const GenerationRequest g = parse_generation_request(parse_body(req.body), endpoint, prompts);
   const std::optional<text::ToolCallFormat> tool_format = reply_tool_format(g);
-  const std::string grammar = output_grammar(g, tool_format);
   engine::BatchRequest first = batch_request(g);
+  // The grammar's compile rides in the requests (the engine's commands carry its text only): held
+  // until the answer ends, the devices' compiles of it find it instead of compiling it again.
+  const std::string grammar = output_grammar(g, tool_format, first.constraint);
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<uint64_t> seeds;
   try {  // n choices: one prompt (its blocks shared once the first has prefilled them), seeds one apart
@@ -401,9 +404,10 @@ std::optional<ReasoningSplit> HttpServer::Impl::reply_reasoning(const Generation
 }
 
 // The GBNF the answer must follow ("": none): the client's grammar, its response_format's JSON, or
-// a call of its tools when tool_choice requires one. Compiled here once, so that a grammar that does
-// not compile is a 400 naming where (the devices' compiles of it then come from the cache).
-std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format) const {
+// a call of its tools when tool_choice requires one. Compiled here once (into `compiled`), so that a
+// grammar that does not compile is a 400 naming where (the devices' compiles of it then find this one).
+std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format,
+                                             engine::TokenConstraintFactory& compiled) const {
   std::string grammar, param;
   const auto schema_rules = [](const nlohmann::ordered_json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
   try {
@@ -423,7 +427,7 @@ std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::op
     }
     if (grammar.empty()) return grammar;
     if (!model.compile_grammar) throw ApiError(400, "This server does not constrain answers to grammars.", param);
-    model.compile_grammar(grammar);
+    compiled = model.compile_grammar(grammar);
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, std::string(e.what()).substr(0, 300), param);
   }
