@@ -214,6 +214,7 @@ void setup_serve(CLI::App& sub) {
   add_adapter_flag(sub, flags->adapter);
   sub.add_option("-z,--tokenizer", flags->tokenizer, "tokenizer.json, a directory holding it, or a llama2.c tokenizer.bin");
   add_chat_template_flags(sub, flags->chat_template);
+  add_reasoning_parser_flag(sub, flags->chat_template);
   sub.add_option("--model-name", flags->model_name, "the model's id in the API (default: the file or folder name)");
   sub.add_option("--host", flags->server.host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
   sub.add_option("--port", flags->server.port, "port to listen on (0: any free one, printed)")->capture_default_str();

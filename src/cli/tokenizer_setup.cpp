@@ -40,6 +40,12 @@ std::array<CLI::Option*, 2> add_chat_template_flags(CLI::App& sub, ChatTemplateF
   return {name, kwargs};
 }
 
+void add_reasoning_parser_flag(CLI::App& sub, ChatTemplateFlags& flags) {
+  sub.add_option("--reasoning-parser", flags.reasoning_parser,
+                 "the reasoning markers of the model's answers, split off as reasoning_content (" + text::reasoning_parser_names() +
+                     "); default: the ones the chat template mentions (<think>...</think>)");
+}
+
 namespace {
 
 nlohmann::ordered_json template_kwargs(const std::string& text) {
@@ -81,6 +87,13 @@ ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const ChatTe
     f.chat_template.tool_format = text::tool_call_format_named(flags.tool_parser);
     if (!f.chat_template.tool_format)
       throw UsageError("--tool-parser " + flags.tool_parser + ": not a tool-call format (" + text::tool_call_format_names() + ")");
+  }
+  if (flags.reasoning_parser == "none") {
+    f.chat_template.reasoning.reset();
+  } else if (!flags.reasoning_parser.empty()) {
+    f.chat_template.reasoning = text::reasoning_markers_named(flags.reasoning_parser);
+    if (!f.chat_template.reasoning)
+      throw UsageError("--reasoning-parser " + flags.reasoning_parser + ": not a reasoning parser (" + text::reasoning_parser_names() + ")");
   }
   return f;
 }

@@ -26,9 +26,12 @@ struct ChatTemplateFlags {
   std::string name;         // a bundled template or a .jinja file ("" = tokenizer_config.json's)
   std::string kwargs;       // a JSON object of extra keyword arguments ("" = none)
   std::string tool_parser;  // the tool-call format ("" = the one the template writes)
+  std::string reasoning_parser;  // the reasoning markers ("" = the ones the template mentions, "none" = no reasoning)
 };
 // Returns the first two options (a command may make them need another).
 std::array<CLI::Option*, 2> add_chat_template_flags(CLI::App& sub, ChatTemplateFlags& flags);
+// --reasoning-parser NAME|none, for the commands that split reasoning off answers (serve).
+void add_reasoning_parser_flag(CLI::App& sub, ChatTemplateFlags& flags);
 
 struct ChatFormatting {
   text::ChatTemplate chat_template;

@@ -1,6 +1,8 @@
 // tpcli::engine — grammars as token constraints (see grammar_constraint.h).
 #include "engine/grammar_constraint.h"
 
+#include <algorithm>
+
 #include "grammar/compiled_grammar.h"
 #include "grammar/matcher.h"
 #include "grammar/token_vocabulary.h"
@@ -34,24 +36,53 @@ GrammarConstraints::GrammarConstraints(const text::TokenizerInterface& tokenizer
 
 GrammarConstraints::~GrammarConstraints() = default;
 
+GrammarConstraints::Compiled GrammarConstraints::held(const std::string& gbnf) const {
+  const auto it = known_.find(gbnf);
+  return it == known_.end() ? nullptr : it->second.lock();
+}
+
+void GrammarConstraints::keep_recent(const Compiled& compiled) {
+  const auto it = std::find(recent_.begin(), recent_.end(), compiled);
+  if (it != recent_.end()) recent_.splice(recent_.begin(), recent_, it);
+  else recent_.push_front(compiled);
+  if (recent_.size() > RECENT_GRAMMARS) recent_.pop_back();
+}
+
 TokenConstraintFactory GrammarConstraints::compile(const std::string& gbnf) {
-  std::shared_ptr<const grammar::CompiledGrammar> compiled;
+  const auto factory = [](Compiled compiled) -> TokenConstraintFactory {
+    return [compiled] { return std::make_unique<GrammarConstraint>(compiled); };
+  };
   {
-    std::lock_guard lock(mutex_);
-    for (auto it = cache_.begin(); it != cache_.end(); ++it)
-      if (it->first == gbnf) {
-        cache_.splice(cache_.begin(), cache_, it);
-        compiled = it->second;
-        break;
-      }
+    std::unique_lock lock(mutex_);
+    compile_done_.wait(lock, [&] { return !compiling_.contains(gbnf); });
+    if (Compiled compiled = held(gbnf)) {
+      keep_recent(compiled);
+      return factory(std::move(compiled));
+    }
+    compiling_.insert(gbnf);
   }
-  if (!compiled) {
-    compiled = grammar::compile_gbnf(gbnf, vocabulary_);  // outside the lock: another thread's compile goes on
+  Compiled compiled;
+  try {
+    compiled = grammar::compile_gbnf(gbnf, vocabulary_);  // outside the lock: other grammars' compiles go on
+  } catch (...) {
     std::lock_guard lock(mutex_);
-    cache_.emplace_front(gbnf, compiled);
-    if (cache_.size() > CACHED_GRAMMARS) cache_.pop_back();
+    compiling_.erase(gbnf);
+    compile_done_.notify_all();
+    throw;
   }
-  return [compiled] { return std::make_unique<GrammarConstraint>(compiled); };
+  std::lock_guard lock(mutex_);
+  compiling_.erase(gbnf);
+  ++compiled_count_;
+  std::erase_if(known_, [](const auto& entry) { return entry.second.expired(); });  // what no one holds any more
+  known_[gbnf] = compiled;
+  keep_recent(compiled);
+  compile_done_.notify_all();
+  return factory(std::move(compiled));
+}
+
+size_t GrammarConstraints::compiled_count() const {
+  std::lock_guard lock(mutex_);
+  return compiled_count_;
 }
 
 }  // namespace tpcli::engine

@@ -42,10 +42,17 @@ bool same_key(const std::string& given, const std::string& want) {  // in time i
 
 }  // namespace
 
+// How a chat answer's reasoning is told from its reply (text/reasoning.h).
+struct ReasoningSplit {
+  text::ReasoningMarkers markers;
+  bool starts_inside = false;  // the prompt opened the reasoning
+};
+
 // One choice of an answer: its stream from the engine, and what of it went to the client.
 struct Choice {
   std::shared_ptr<RequestStream> stream;
   uint64_t seed = 0;                        // its tool calls' ids come from it
+  std::optional<text::ReasoningStream> reasoning;  // with reasoning markers: the text as reasoning and reply
   std::optional<text::ToolCallStream> calls;  // with tools: the text as content and tool calls
   int call_count = 0;
   std::vector<LogprobEntry> logprobs;  // not yet sent
@@ -58,12 +65,15 @@ struct Choice {
 // log-probabilities when asked, whole or as a stream of chunks.
 class Reply {
  public:
-  // `tool_format`: the answers' text is read as content and tool calls in that format.
+  // `reasoning`: the reasoning is split off the answers' text first; `tool_format`: the rest is read
+  // as content and tool calls in that format (a call inside the reasoning does not count).
   Reply(const ServedModel& model, const GenerationRequest& request, const std::vector<std::shared_ptr<RequestStream>>& streams,
-        const std::vector<uint64_t>& seeds, std::optional<text::ToolCallFormat> tool_format, CompletionIdentity who)
-      : model_(model), request_(request), tool_format_(tool_format), who_(std::move(who)) {
+        const std::vector<uint64_t>& seeds, std::optional<ReasoningSplit> reasoning, std::optional<text::ToolCallFormat> tool_format,
+        CompletionIdentity who)
+      : model_(model), request_(request), reasoning_(std::move(reasoning)), tool_format_(tool_format), who_(std::move(who)) {
     for (size_t i = 0; i < streams.size(); ++i) {
       choices_.push_back({streams[i], seeds[i]});
+      if (reasoning_) choices_.back().reasoning.emplace(reasoning_->markers, reasoning_->starts_inside);
       if (tool_format) choices_.back().calls.emplace(*tool_format, nlohmann::json(request.tools));
     }
   }
@@ -75,9 +85,14 @@ class Reply {
       std::string text;
       while (!c.finish) text += next(c, std::chrono::seconds(1));
       if (const auto error = failure(*c.finish)) return send_error(res, *error);
-      ChoiceReply reply{text, json::array(), "", logprobs(c.logprobs, 0)};
+      ChoiceReply reply{text, "", json::array(), "", logprobs(c.logprobs, 0)};
+      if (reasoning_) {
+        text::ReasoningDelta split = text::split_reasoning(reasoning_->markers, text, reasoning_->starts_inside);
+        reply.reasoning = std::move(split.reasoning);
+        reply.text = std::move(split.reply);
+      }
       if (tool_format_) {
-        const text::AssistantReply parsed = text::parse_tool_calls(*tool_format_, text, nlohmann::json(request_.tools));
+        const text::AssistantReply parsed = text::parse_tool_calls(*tool_format_, reply.text, nlohmann::json(request_.tools));
         reply.text = parsed.content;
         for (const text::ToolCall& call : parsed.tool_calls)
           reply.tool_calls.push_back({{"id", text::tool_call_id(c.seed, static_cast<int>(reply.tool_calls.size()))},
@@ -111,7 +126,7 @@ class Reply {
         if (c.ended) continue;
         ChunkDelta delta = shaped(c, next(c, wait));
         delta.index = static_cast<int>(i);
-        if (!delta.content.empty() || !delta.tool_calls.empty()) {
+        if (!delta.content.empty() || !delta.reasoning.empty() || !delta.tool_calls.empty()) {
           delta.logprobs = take_logprobs(c);
           if (!write(sse_event(chunk_json(who_, delta, usage)))) return false;
         }
@@ -158,17 +173,29 @@ class Reply {
     return out;
   }
 
-  // A stretch of a choice's text as a chunk's delta: content, and tool calls when tools are on
-  // (the call's id, type and name in its first delta, its arguments in pieces after).
+  // A stretch of a choice's text as a chunk's delta: reasoning when its markers are on, content,
+  // and tool calls when tools are on (the call's id, type and name in its first delta, its
+  // arguments in pieces after).
   ChunkDelta shaped(Choice& c, const std::string& text) const {
-    if (!c.calls) return {.content = text};
-    text::ReplyDelta d = c.calls->feed(text);
+    std::string reasoning, reply = text;
+    if (c.reasoning) {
+      text::ReasoningDelta r = c.reasoning->feed(text);
+      if (c.finish) {
+        const text::ReasoningDelta rest = c.reasoning->finish();
+        r.reasoning += rest.reasoning;
+        r.reply += rest.reply;
+      }
+      reasoning = std::move(r.reasoning);
+      reply = std::move(r.reply);
+    }
+    if (!c.calls) return {.content = std::move(reply), .reasoning = std::move(reasoning)};
+    text::ReplyDelta d = c.calls->feed(reply);
     if (c.finish) {
       text::ReplyDelta rest = c.calls->finish();
       d.content += rest.content;
       d.tool_calls.insert(d.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
     }
-    ChunkDelta out{.content = std::move(d.content), .tool_calls = json::array()};
+    ChunkDelta out{.content = std::move(d.content), .reasoning = std::move(reasoning), .tool_calls = json::array()};
     for (const text::ToolCallDelta& call : d.tool_calls) {
       json piece = {{"index", call.index}};
       if (!call.name.empty()) {
@@ -215,6 +242,7 @@ class Reply {
 
   const ServedModel& model_;
   GenerationRequest request_;
+  std::optional<ReasoningSplit> reasoning_;
   std::optional<text::ToolCallFormat> tool_format_;
   CompletionIdentity who_;
   std::vector<Choice> choices_;
@@ -262,8 +290,10 @@ struct HttpServer::Impl {
   PromptModel prompt_model() const;
   void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
   engine::BatchRequest batch_request(const GenerationRequest& g);
-  std::string output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format) const;
+  std::string output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format,
+                             engine::TokenConstraintFactory& compiled) const;
   std::optional<text::ToolCallFormat> reply_tool_format(const GenerationRequest& g) const;
+  std::optional<ReasoningSplit> reply_reasoning(const GenerationRequest& g, const std::string& grammar) const;
   void tokenize(const HttpRequest& req, HttpResponse& res) const;
   void detokenize(const HttpRequest& req, HttpResponse& res) const;
   json status() const;
@@ -312,8 +342,10 @@ engine::BatchRequest HttpServer::Impl::batch_request(const GenerationRequest& g)
 void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint) {
   const GenerationRequest g = parse_generation_request(parse_body(req.body), endpoint, prompts);
   const std::optional<text::ToolCallFormat> tool_format = reply_tool_format(g);
-  const std::string grammar = output_grammar(g, tool_format);
   engine::BatchRequest first = batch_request(g);
+  // The grammar's compile rides in the requests (the engine's commands carry its text only): held
+  // until the answer ends, the devices' compiles of it find it instead of compiling it again.
+  const std::string grammar = output_grammar(g, tool_format, first.constraint);
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<uint64_t> seeds;
   try {  // n choices: one prompt (its blocks shared once the first has prefilled them), seeds one apart
@@ -331,7 +363,8 @@ void HttpServer::Impl::generate(const HttpRequest& req, HttpResponse& res, Endpo
   const uint64_t n = next_id++;
   char id[32];
   std::snprintf(id, sizeof id, "%s-%llx", endpoint == Endpoint::chat ? "chatcmpl" : "cmpl", static_cast<unsigned long long>(n));
-  auto reply = std::make_shared<Reply>(model, g, streams, seeds, tool_format, CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
+  auto reply = std::make_shared<Reply>(model, g, streams, seeds, reply_reasoning(g, grammar), tool_format,
+                                       CompletionIdentity{id, std::time(nullptr), model.name, endpoint});
   if (!g.stream) return reply->whole(res);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -357,12 +390,26 @@ std::optional<text::ToolCallFormat> HttpServer::Impl::reply_tool_format(const Ge
   return model.chat_template->tool_format;
 }
 
+// How the answers' reasoning is split off: chat answers, when the template mentions reasoning
+// markers (or --reasoning-parser names them). Not when a grammar shapes the answer: the grammar
+// applies from the answer's first token (it does not wait for the reasoning to close, as vLLM's and
+// llama.cpp's can), so the text it shaped is all reply.
+std::optional<ReasoningSplit> HttpServer::Impl::reply_reasoning(const GenerationRequest& g, const std::string& grammar) const {
+  if (g.endpoint != Endpoint::chat || !grammar.empty() || !model.chat_template || !model.chat_template->reasoning) return std::nullopt;
+  const text::ReasoningMarkers& markers = *model.chat_template->reasoning;
+  // The prompt's last tokens as text hold the opening marker and the whitespace after it, if any.
+  constexpr size_t PROMPT_TAIL_TOKENS = 32;
+  const std::span<const int> tail = std::span(g.prompt).last(std::min(g.prompt.size(), PROMPT_TAIL_TOKENS));
+  return ReasoningSplit{markers, text::prompt_opens_reasoning(markers, model.tokenizer->decode_ids(tail, false))};
+}
+
 // The GBNF the answer must follow ("": none): the client's grammar, its response_format's JSON, or
-// a call of its tools when tool_choice requires one. Compiled here once, so that a grammar that does
-// not compile is a 400 naming where (the devices' compiles of it then come from the cache).
-std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format) const {
+// a call of its tools when tool_choice requires one. Compiled here once (into `compiled`), so that a
+// grammar that does not compile is a 400 naming where (the devices' compiles of it then find this one).
+std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::optional<text::ToolCallFormat> tool_format,
+                                             engine::TokenConstraintFactory& compiled) const {
   std::string grammar, param;
-  const auto schema_rules = [](const nlohmann::json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
+  const auto schema_rules = [](const nlohmann::ordered_json& schema, const std::string& prefix) { return grammar::json_schema_to_gbnf(schema, prefix); };
   try {
     switch (g.format.kind) {
       case OutputFormat::Kind::grammar: grammar = g.format.grammar, param = "grammar"; break;
@@ -376,11 +423,11 @@ std::string HttpServer::Impl::output_grammar(const GenerationRequest& g, std::op
     const bool call_required = g.tool_choice.mode == ToolChoice::Mode::required || g.tool_choice.mode == ToolChoice::Mode::function;
     if (call_required && tool_format) {
       param = "tools";
-      grammar = text::tool_call_grammar(*tool_format, nlohmann::json(g.tools), g.tool_choice.function, g.parallel_tool_calls, schema_rules);
+      grammar = text::tool_call_grammar(*tool_format, g.tools, g.tool_choice.function, g.parallel_tool_calls, schema_rules);
     }
     if (grammar.empty()) return grammar;
     if (!model.compile_grammar) throw ApiError(400, "This server does not constrain answers to grammars.", param);
-    model.compile_grammar(grammar);
+    compiled = model.compile_grammar(grammar);
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, std::string(e.what()).substr(0, 300), param);
   }

@@ -68,6 +68,7 @@ json completion_json(const CompletionIdentity& who, const std::vector<ChoiceRepl
     if (who.endpoint == Endpoint::chat) {
       const bool calls = !c.tool_calls.empty();
       choice["message"] = {{"role", "assistant"}, {"content", calls && c.text.empty() ? json(nullptr) : json(c.text)}, {"refusal", nullptr}};
+      if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;  // vLLM's and llama.cpp's field
       if (calls) choice["message"]["tool_calls"] = c.tool_calls;
     } else {
       choice["text"] = c.text;
@@ -84,6 +85,7 @@ json chunk_json(const CompletionIdentity& who, const ChunkDelta& d, bool with_us
     choice["delta"] = json::object();
     if (d.first) choice["delta"]["role"] = "assistant";
     if (d.first || !d.content.empty()) choice["delta"]["content"] = d.content;
+    if (!d.reasoning.empty()) choice["delta"]["reasoning_content"] = d.reasoning;
     if (d.tool_calls.is_array() && !d.tool_calls.empty()) choice["delta"]["tool_calls"] = d.tool_calls;
   } else {
     choice["text"] = d.content;

@@ -37,6 +37,7 @@ nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>&
 // One choice of a whole answer.
 struct ChoiceReply {
   std::string text;                                     // chat: the content (null when empty beside tool calls)
+  std::string reasoning;                                // chat: message.reasoning_content, when not empty
   nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's [{"id", "type", "function": {"name", "arguments"}}]
   std::string finish_reason;                            // "stop", "length", "tool_calls"
   nlohmann::json logprobs;                              // null unless asked
@@ -48,6 +49,7 @@ struct ChunkDelta {
   int index = 0;
   bool first = false;                         // chat: the role too
   std::string content;
+  std::string reasoning;                      // chat: delta.reasoning_content, when not empty
   nlohmann::json tool_calls;                  // OpenAI's delta list [{"index", "id"?, "type"?, "function": {...}}], or null
   std::optional<std::string> finish_reason;   // in a choice's last chunk only
   nlohmann::json logprobs;

@@ -39,7 +39,8 @@ ordered_json variables_for(const ChatTemplate& t, const ordered_json& messages, 
 
 ChatTemplate chat_template_from_source(std::string_view source, std::string name) {
   try {
-    return ChatTemplate{name, std::make_shared<const JinjaTemplate>(source), end_markers_of(source), tool_call_format_of_template(source)};
+    return ChatTemplate{name, std::make_shared<const JinjaTemplate>(source), end_markers_of(source), tool_call_format_of_template(source),
+                        reasoning_markers_of_template(source)};
   } catch (const TemplateError& e) {
     throw std::runtime_error(name + ": " + e.what());
   }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "text/jinja_template.h"
+#include "text/reasoning.h"
 #include "text/tool_calls.h"
 
 namespace tpcli::text {
@@ -32,6 +33,7 @@ struct ChatTemplate {
   std::shared_ptr<const JinjaTemplate> jinja;  // compiled once, shared by copies
   std::vector<std::string> end_markers;        // the end-of-turn markers the source writes
   std::optional<ToolCallFormat> tool_format;   // how the source writes an assistant's tool calls (none: it writes none)
+  std::optional<ReasoningMarkers> reasoning;   // the reasoning markers the source mentions (none: the model writes no reasoning)
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // more keyword arguments for every render
 };
 

@@ -11,7 +11,7 @@ namespace tpcli::text {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // the client's key order: parameters as declared
 
 // A GBNF string literal.
 std::string literal(std::string_view text) {
@@ -124,9 +124,13 @@ class GrammarWriter {
   }
 
   std::string text() const {
-    // Whitespace bounded (one space or newline), as the schema rules bound theirs: a model must not
-    // be able to run to max_tokens on it.
-    return rules_ + "tc-ws ::= ( \" \" | \"\\n\" )?\n" + "tc-text ::= ( [^<] | \"<\" [^/] )*\n" + schema_text_;
+    // Whitespace and text bounded (one space or newline; MAX_TEXT_VALUE characters), as the schema
+    // rules bound their whitespace: a model must not be able to run to max_tokens on either. The
+    // text is whole blocks, then a shorter tail: at most two readings live at once.
+    const std::string text_char = "( [^<] | \"<\" [^/] )";
+    return rules_ + "tc-ws ::= ( \" \" | \"\\n\" )?\n" + "tc-text ::= tc-text-block{0," + std::to_string(MAX_TEXT_VALUE / TEXT_VALUE_BLOCK) +
+           "} tc-text-tail\n" + "tc-text-block ::= " + text_char + "{" + std::to_string(TEXT_VALUE_BLOCK) + "}\n" + "tc-text-tail ::= " +
+           text_char + "{0," + std::to_string(TEXT_VALUE_BLOCK - 1) + "}\n" + schema_text_;
   }
 
   size_t size() const { return tools_.size(); }

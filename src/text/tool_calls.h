@@ -134,8 +134,18 @@ class ToolCallStream {
 // that schema with entry rule `<prefix>root` (the JSON-schema compiler); the formats that write
 // arguments as text or Python keywords (pythonic, qwen3_coder, glm4_5, seed_oss) constrain the
 // parameter names to the schema's properties and the values to text / Python literals instead.
-// Throws std::invalid_argument when no tool is left to call.
-std::string tool_call_grammar(ToolCallFormat format, const nlohmann::json& tools, std::string_view only_function, bool parallel,
-                              const std::function<std::string(const nlohmann::json& schema, const std::string& rule_prefix)>& schema_rules);
+// The tools keep the client's key order (an ordered_json, as serve parses bodies), so parameters
+// come in the order they were declared. A string value written as text (the XML formats) is
+// bounded (MAX_TEXT_VALUE), as the schema compiler bounds whitespace: a model cannot run to
+// max_tokens inside it. Throws std::invalid_argument when no tool is left to call.
+std::string tool_call_grammar(ToolCallFormat format, const nlohmann::ordered_json& tools, std::string_view only_function, bool parallel,
+                              const std::function<std::string(const nlohmann::ordered_json& schema, const std::string& rule_prefix)>& schema_rules);
+
+// The longest text value the grammar allows, in characters (a "<" and the character after it count
+// one): room for a long argument (a small file, ~2-3k tokens), written in blocks of TEXT_VALUE_BLOCK
+// so that the automaton holds two blocks' states (~10k) instead of one per character (a single
+// {0,8191} would take ~320k, past the compiler's bound of 200k).
+constexpr int TEXT_VALUE_BLOCK = 128;
+constexpr int MAX_TEXT_VALUE = 64 * TEXT_VALUE_BLOCK - 1;
 
 }  // namespace tpcli::text

@@ -4,6 +4,7 @@
 // alone; a client that leaves frees its KV blocks.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -381,4 +382,86 @@ TEST_CASE("serve: n choices of one prompt: each the answer its seed gives alone,
   }
   CHECK(streamed == texts);
   CHECK(finishes == std::vector<int>{1, 1, 1});
+}
+
+namespace {
+
+// Whitespace trimmed off both ends (left only: `right` false).
+std::string trimmed(const std::string& s, bool right = true) {
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  size_t begin = 0, end = s.size();
+  while (begin < end && space(s[begin])) ++begin;
+  while (right && end > begin && space(s[end - 1])) --end;
+  return s.substr(begin, end - begin);
+}
+
+}  // namespace
+
+TEST_CASE("serve: reasoning goes to reasoning_content, whole and streamed, and the reply to content", "[serve][reasoning]") {
+  TPCLI_REQUIRE_SHARED("data/stories260K.bin");
+  // stories260K writes no reasoning markers, so each case first takes a server's answer without
+  // markers, then names markers it holds: the opener its answer starts with (or one the prompt
+  // ends with), a closer from its middle. The answer is the same (the same seed and prompt).
+  const text::ChatTemplate zephyr = text::chat_template_named("zephyr");
+  const text::ChatTemplate opened = text::chat_template_from_source(
+      "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}</s>\n{% endfor %}<|assistant|>\n<think>\n", "opens-reasoning");
+  REQUIRE(opened.reasoning);  // read off the source
+  CHECK_FALSE(zephyr.reasoning);
+  const json body = chat_body("Tell me a story.", 60, 1.0, 5);
+  for (const bool prompt_opens : {false, true}) {
+    INFO((prompt_opens ? "the prompt opens the reasoning" : "the answer opens the reasoning"));
+    text::ChatTemplate chat = prompt_opens ? opened : zephyr;
+    chat.reasoning.reset();
+    std::string answer;
+    {
+      LiveServer plain(1, {}, {}, {}, chat);
+      httplib::Client c = plain.client();
+      const json whole = post(c, "/v1/chat/completions", body);
+      CHECK_FALSE(whole["choices"][0]["message"].contains("reasoning_content"));
+      answer = whole["choices"][0]["message"]["content"];
+    }
+    INFO("the answer: " << json(answer).dump());
+    REQUIRE(answer.size() > 40);
+    const size_t first = answer.find_first_not_of(" \n");
+    const std::string open = prompt_opens ? "<think>" : answer.substr(first, 3);
+    const size_t reasoning_from = prompt_opens ? 0 : first + open.size();
+    size_t middle = answer.size() / 2;  // four ASCII bytes: a marker is whole characters
+    while (middle + 4 < answer.size() && !std::all_of(answer.begin() + middle, answer.begin() + middle + 4, [](char c) { return c > ' ' && c < 127; }))
+      ++middle;
+    const std::string close = answer.substr(middle, 4);
+    const size_t close_at = answer.find(close, reasoning_from);
+    const std::string want_reasoning = trimmed(answer.substr(reasoning_from, close_at - reasoning_from));
+    const std::string want_reply = trimmed(answer.substr(close_at + close.size()), false);
+    INFO("markers " << json(open).dump() << " " << json(close).dump());
+    CHECK_FALSE(want_reasoning.empty());
+    CHECK_FALSE(want_reply.empty());
+
+    chat.reasoning = text::ReasoningMarkers{open, close};
+    LiveServer server(1, {}, {}, {}, chat);
+    httplib::Client c = server.client();
+    const json whole = post(c, "/v1/chat/completions", body);
+    const json& message = whole["choices"][0]["message"];
+    CHECK(message["reasoning_content"] == want_reasoning);
+    CHECK(message["content"] == want_reply);
+
+    json streamed_body = body;
+    streamed_body["stream"] = true;
+    std::string reasoning, reply;
+    for (const json& e : stream(c, "/v1/chat/completions", streamed_body))
+      if (e.is_object() && !e["choices"].empty()) {
+        reasoning += e["choices"][0]["delta"].value("reasoning_content", "");
+        reply += e["choices"][0]["delta"].value("content", "");
+      }
+    CHECK(reasoning == want_reasoning);
+    CHECK(reply == want_reply);
+
+    // A grammar shapes the answer from its first token: all of it is the reply.
+    json constrained = body;
+    constrained["grammar"] = "root ::= [a-z ]+";
+    const json shaped = post(c, "/v1/chat/completions", constrained);
+    CHECK_FALSE(shaped["choices"][0]["message"].contains("reasoning_content"));
+    const std::string text = shaped["choices"][0]["message"]["content"];
+    CHECK(!text.empty());
+    CHECK(text.find_first_not_of("abcdefghijklmnopqrstuvwxyz ") == std::string::npos);
+  }
 }

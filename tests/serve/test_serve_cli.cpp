@@ -285,6 +285,7 @@ TEST_CASE("serve cli: a port in use, a missing model and bad flags are one line 
                {"--kv-memory 12", "--kv-memory"},
                {"--kv-dtype q4", "--kv-dtype q4: not a KV cache type (f32, bf16 or f16)"},
                {"--template nonsense", "nonsense"},
+               {"--template zephyr --reasoning-parser nope", "--reasoning-parser nope: not a reasoning parser (deepseek_r1, "},
                // Issue 39: sizes past int64_t, or past the machine, named before the model loads.
                {"--kv-memory 9223372036854775807", "--kv-memory 9223372036854775807: not a size"},
                {"--kv-memory 1e30G", "--kv-memory 1e30G: not a size"},

@@ -169,4 +169,18 @@ TEST_CASE("serve: tool_choice required returns a call of a declared function who
   CHECK(finish == "tool_calls");
   CHECK(streamed_name == "get_weather");
   CHECK(streamed_arguments == named["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]);
+
+  // The arguments' keys in the order the client declared them, not the alphabet's.
+  json ordered = ask("Book it.", 400, 22);
+  ordered["tools"] = {{{"type", "function"}, {"function", {{"name", "book"}, {"parameters", json::parse(R"({"type": "object", "properties":
+      {"zone": {"type": "integer", "minimum": 1, "maximum": 9}, "at": {"type": "integer", "minimum": 0, "maximum": 23}},
+      "required": ["zone", "at"]})")}}}}};
+  ordered["tool_choice"] = {{"type", "function"}, {"function", {{"name", "book"}}}};
+  ordered["parallel_tool_calls"] = false;
+  const json booked = post(c, ordered);
+  INFO(booked.dump());
+  REQUIRE(booked["choices"][0]["finish_reason"] == "tool_calls");
+  const std::string booked_arguments = booked["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+  CHECK(json::parse(booked_arguments).begin().key() == "zone");
+  CHECK(booked_arguments.find("\"zone\"") < booked_arguments.find("\"at\""));
 }

@@ -612,6 +612,12 @@ std::vector<std::string> check_gbnf(const std::string& grammar) {
         ++i;
       } else if (c == '|' || c == '*' || c == '+' || c == '?') {
         ++i;
+      } else if (c == '{') {  // {m}, {m,} or {m,n}
+        const size_t j = body.find('}', i);
+        REQUIRE(j != std::string::npos);
+        static const std::regex COUNT(R"(\{[0-9]+(,[0-9]*)?\})");
+        CHECK(std::regex_match(body.substr(i, j + 1 - i), COUNT));
+        i = j + 1;
       } else {
         size_t j = i;
         while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '-')) ++j;
@@ -706,6 +712,12 @@ std::string gbnf_to_regex(const std::map<std::string, std::string>& rules, const
       out += "(?:", ++i;
     } else if (std::string_view(")|*+?").find(c) != std::string_view::npos) {
       out += c, ++i;
+    } else if (c == '{') {  // {m}, {m,} or {m,n}: ECMAScript's own, but a long {0,n} as *: std::regex
+      const size_t j = body.find('}', i);  // copies its NFA per count (the text values' bound is
+      const std::string count = body.substr(i, j + 1 - i);  // checked by the real matcher in tests/grammar)
+      const size_t comma = count.find(',');
+      out += count.starts_with("{0,") && std::isdigit(static_cast<unsigned char>(count[comma + 1])) && std::stoi(count.substr(comma + 1)) > 32 ? "*" : count;
+      i = j + 1;
     } else {
       size_t j = i;
       while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '-')) ++j;
