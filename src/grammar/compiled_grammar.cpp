@@ -1,6 +1,7 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <bit>
 #include <bitset>
 #include <chrono>
 #include <limits>
@@ -46,14 +47,6 @@ class StackSetTable {
     return next_[row + byte];
   }
   bool can_end(int32_t set) const { return ends_[static_cast<size_t>(set)]; }
-  // How many distinct first bytes `set` reads (a wide set's cache walks most of the prefix tree).
-  int readable_bytes(int32_t set) const {
-    std::bitset<256> readable;
-    for (const int32_t id : sets_[static_cast<size_t>(set)].nodes)
-      for (const ByteEdge& e : automaton_.states[static_cast<size_t>(arena_.node(id).state)].bytes)
-        for (int b = e.first; b <= e.last; ++b) readable.set(static_cast<size_t>(b));
-    return static_cast<int>(readable.count());
-  }
 
  private:
   static constexpr int32_t UNKNOWN = -2;
@@ -201,10 +194,14 @@ std::vector<ByteSet> follow_bytes(const GrammarAutomaton& a) {
 
 // States that read most bytes first (their caches walk most of the prefix tree: a first use would
 // stall a decode step), then the others; each group in `by_distance` order.
-std::vector<int32_t> precompute_order(const std::vector<int32_t>& by_distance, StackSetTable& table) {
-  constexpr int WIDE = 128;  // first bytes
+std::vector<int32_t> precompute_order(const GrammarAutomaton& a, const std::vector<int32_t>& by_distance) {
+  constexpr int WIDE = 128;  // bytes the state reads itself
   std::vector<int32_t> wide, narrow;
-  for (const int32_t s : by_distance) (table.readable_bytes(table.start(s)) >= WIDE ? wide : narrow).push_back(s);
+  for (const int32_t s : by_distance) {
+    int readable = 0;
+    for (const ByteEdge& e : a.states[static_cast<size_t>(s)].bytes) readable += e.last - e.first + 1;
+    (readable >= WIDE ? wide : narrow).push_back(s);
+  }
   wide.insert(wide.end(), narrow.begin(), narrow.end());
   return wide;
 }
@@ -229,30 +226,35 @@ std::vector<int32_t> states_by_distance(const GrammarAutomaton& a) {
   return order;
 }
 
-// Interns signatures (short int vectors) as dense ids: one flat buffer, a hash index, no allocation per signature.
+// Interns signatures (short int vectors) as dense ids: one flat buffer and an open-addressing index,
+// no allocation per signature.
 class SignatureIds {
  public:
-  explicit SignatureIds(size_t expected) { index_.reserve(expected); }
+  explicit SignatureIds(size_t expected) : slots_(std::bit_ceil(2 * expected + 2), EMPTY) {}
   int32_t id(const std::vector<int32_t>& sig) {
     uint64_t h = 0xCBF29CE484222325ull;
     for (const int32_t x : sig) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
-    auto [first, last] = index_.equal_range(h);
-    for (; first != last; ++first) {
-      const auto id = static_cast<size_t>(first->second);
-      if (std::equal(sig.begin(), sig.end(), data_.begin() + offsets_[id], data_.begin() + offsets_[id + 1])) return first->second;
+    for (size_t i = (h ^ (h >> 29)) & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      const int32_t id = slots_[i];
+      if (id == EMPTY) {
+        slots_[i] = static_cast<int32_t>(offsets_.size()) - 1;
+        data_.insert(data_.end(), sig.begin(), sig.end());
+        offsets_.push_back(data_.size());
+        return slots_[i];
+      }
+      const auto at = static_cast<size_t>(id);
+      if (offsets_[at + 1] - offsets_[at] == sig.size() &&
+          std::equal(sig.begin(), sig.end(), data_.begin() + static_cast<std::ptrdiff_t>(offsets_[at])))
+        return id;
     }
-    const auto id = static_cast<int32_t>(offsets_.size()) - 1;
-    data_.insert(data_.end(), sig.begin(), sig.end());
-    offsets_.push_back(data_.size());
-    index_.emplace(h, id);
-    return id;
   }
   size_t size() const { return offsets_.size() - 1; }
 
  private:
+  static constexpr int32_t EMPTY = -1;
+  std::vector<int32_t> slots_;
   std::vector<int32_t> data_;
   std::vector<size_t> offsets_{0};
-  std::unordered_multimap<uint64_t, int32_t> index_;
 };
 
 // For each of `depths` (ascending), classes of states whose futures agree on every input of up to
@@ -276,10 +278,26 @@ std::vector<std::vector<int32_t>> equal_future_classes(const GrammarAutomaton& a
   size_t count = renumber([](const AutomatonState& state, int32_t, std::vector<int32_t>& sig) {
     sig.insert(sig.end(), {state.rule, state.accepting ? 1 : 0});
   });
+  // A pass renumbers every state, so a round repeats its passes only while a call's return state
+  // changes class (the partition of the return states splits).
+  std::vector<int32_t> returns;
+  for (const AutomatonState& state : a.states)
+    for (const CallEdge& c : state.calls) returns.push_back(c.to);
+  std::vector<uint32_t> stamp(n, 0);
+  uint32_t epoch = 0;
+  auto classes_among_returns = [&](const std::vector<int32_t>& of) {
+    ++epoch;
+    size_t distinct = 0;
+    for (const int32_t r : returns) {
+      uint32_t& seen = stamp[static_cast<size_t>(of[static_cast<size_t>(r)])];
+      distinct += seen != epoch;
+      seen = epoch;
+    }
+    return distinct;
+  };
   // One round: `shallower` holds the classes one byte less deep (null in the round for depth 0).
   auto refine = [&](const std::vector<int32_t>* shallower) {
-    for (size_t before = 0; before != count;) {
-      before = count;
+    for (bool returns_split = true; returns_split;) {
       const std::vector<int32_t> current = classes;
       count = renumber([&](const AutomatonState& state, int32_t own, std::vector<int32_t>& sig) {
         sig.push_back(own);
@@ -294,6 +312,7 @@ std::vector<std::vector<int32_t>> equal_future_classes(const GrammarAutomaton& a
         sig.push_back(-1);
         for (const CallEdge& c : state.calls) sig.insert(sig.end(), {c.rule, current[static_cast<size_t>(c.to)]});
       });
+      returns_split = classes_among_returns(classes) != classes_among_returns(current);
     }
   };
   refine(nullptr);
@@ -344,7 +363,7 @@ CompiledGrammar::CompiledGrammar(GrammarAutomaton automaton, std::shared_ptr<con
   }
   std::vector<int32_t> order = states_by_distance(automaton_);
   std::erase_if(order, [&](int32_t s) { return automaton_.states[static_cast<size_t>(s)].bytes.empty(); });
-  order = precompute_order(order, builder_->table);
+  order = precompute_order(automaton_, order);
   cacheable_ = order.size();
   for (const auto& band : bands_) {
     std::vector<char> seen(n, 0);
