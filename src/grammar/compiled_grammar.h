@@ -38,10 +38,10 @@ struct TokenMaskCache {
   std::vector<int32_t> uncertain_suffixes; // suffix ids
 };
 
-// Caches are built at compile time for PRECOMPUTE_BUDGET_MS (which counts the whole compile): the
-// shared bands first, states that read most bytes first (their caches walk most of the tree, too
-// slow for a decode step), then nearest the start; the rest on first use (thread-safe; each once,
-// shared by every Matcher).
+// Caches are built at compile time for PRECOMPUTE_BUDGET_MS of the compiling thread's CPU time (the
+// whole CompiledGrammar construction counts): the shared bands first, states that read most bytes
+// first (their caches walk most of the tree, too slow for a decode step), then nearest the start;
+// the rest on first use (thread-safe; each once, shared by every Matcher).
 constexpr double PRECOMPUTE_BUDGET_MS = 30.0;
 
 // A state's cache comes in parts, one per band of token lengths. A counted repetition is unrolled
