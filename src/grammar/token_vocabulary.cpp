@@ -5,32 +5,19 @@
 
 namespace tpcli::grammar {
 
-namespace {
-
-std::vector<std::pair<int, int>> default_bands() {
-  std::vector<std::pair<int, int>> bands;
-  int shortest = 1;
-  for (const int longest : SHARED_BAND_LIMITS) {
-    bands.emplace_back(shortest, longest);
-    shortest = longest + 1;
-  }
-  bands.emplace_back(shortest, std::numeric_limits<int>::max());
-  return bands;
-}
-
-}  // namespace
-
-TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes) : TokenVocabulary(std::move(token_bytes), default_bands()) {}
-
-TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes, const std::vector<std::pair<int, int>>& bands)
-    : bytes_(std::move(token_bytes)) {
+TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes) : bytes_(std::move(token_bytes)) {
   std::vector<int32_t> sorted;
   for (size_t t = 0; t < bytes_.size(); ++t)
     if (!bytes_[t].empty()) sorted.push_back(static_cast<int32_t>(t));
   std::stable_sort(sorted.begin(), sorted.end(), [this](int32_t a, int32_t b) { return bytes(a) < bytes(b); });
   whole_ = tree_of(std::move(sorted));
   for (const int32_t t : whole_.sorted_tokens) max_bytes_ = std::max(max_bytes_, static_cast<int>(bytes(t).size()));
-  for (const auto& [shortest, longest] : bands) (void)tree_of_lengths(shortest, longest);
+  int shortest = 1;
+  for (const int longest : SHARED_BAND_LIMITS) {
+    (void)tree_of_lengths(shortest, longest);
+    shortest = longest + 1;
+  }
+  (void)tree_of_lengths(shortest, std::numeric_limits<int>::max());
 }
 
 const TokenVocabulary::PrefixTree& TokenVocabulary::tree_of_lengths(int shortest, int longest) const {

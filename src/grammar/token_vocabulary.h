@@ -22,7 +22,8 @@ constexpr std::array<int, 5> SHARED_BAND_LIMITS = {3, 5, 7, 10, 16};
 class TokenVocabulary {
  public:
   // [V] each token's bytes in the middle of a text; "" for tokens a grammar never emits (special tokens).
-  explicit TokenVocabulary(std::vector<std::string> token_bytes);  // with the default bands' trees
+  // Also makes the trees of the default bands (SHARED_BAND_LIMITS), so no compile pays for them.
+  explicit TokenVocabulary(std::vector<std::string> token_bytes);
   int size() const { return static_cast<int>(bytes_.size()); }
   const std::string& bytes(int token) const { return bytes_[static_cast<size_t>(token)]; }
 
@@ -36,18 +37,16 @@ class TokenVocabulary {
     int32_t first = 0, exact_end = 0, end = 0;
   };
   struct PrefixTree {
-    std::vector<int32_t> sorted_tokens;
-    std::vector<TrieNode> nodes;
+    std::vector<int32_t> sorted_tokens;  // its tokens sorted by bytes
+    std::vector<TrieNode> nodes;         // depth-first
   };
   const std::vector<TrieNode>& trie() const { return whole_.nodes; }                  // [N]
   const std::vector<int32_t>& sorted_tokens() const { return whole_.sorted_tokens; }  // [V minus empty ones]
   int max_token_bytes() const { return max_bytes_; }
   // The same for only the tokens of `shortest` to `longest` bytes (a token-mask cache's band, grammar/
   // compiled_grammar.h): its own compact tree, walked end to end instead of skipping through the
-  // whole one. Made on first use (thread-safe) or with the vocabulary for `bands`.
+  // whole one. Made on first use (thread-safe).
   const PrefixTree& tree_of_lengths(int shortest, int longest) const;
-
-  TokenVocabulary(std::vector<std::string> token_bytes, const std::vector<std::pair<int, int>>& bands);
 
  private:
   PrefixTree tree_of(std::vector<int32_t> sorted_tokens) const;
