@@ -177,7 +177,7 @@ void run_bench(const BenchGrammarFlags& f) {
   std::printf("vocabulary: %s, %zu tokens (%d rows), prefix tree %zu nodes, built in %.1f ms\n", loaded.path.c_str(), tokenizer_size,
               vocab->size(), vocab->trie().size(), index_ms);
   std::printf("compile: %.1f ms (schema -> GBNF -> %zu automaton states, %zu of %zu token-mask caches built; best of 3)\n",
-              compile_ms, compiled->automaton().states.size(), compiled->built_caches(), compiled->cacheable_states());
+              compile_ms, compiled->automaton().states.size(), compiled->built_caches(), compiled->mask_caches());
 
   std::printf("compile, every cache built: %.1f ms (%zu caches)\n", eager_ms, eager->built_caches());
 

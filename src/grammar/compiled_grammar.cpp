@@ -1,9 +1,13 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <bit>
 #include <bitset>
-#include <chrono>
+#include <ctime>
+#include <limits>
 #include <map>
+#include <numeric>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "grammar/gbnf_parser.h"
@@ -29,7 +33,7 @@ class StackSetTable {
  public:
   static constexpr int32_t DEAD = -1;
 
-  explicit StackSetTable(const GrammarAutomaton& automaton) : walker_(automaton, arena_) {}
+  explicit StackSetTable(const GrammarAutomaton& automaton) : automaton_(automaton), walker_(automaton, arena_) {}
 
   int32_t start(int32_t state) {
     const int32_t seed = arena_.intern(state, NO_PARENT);
@@ -38,20 +42,31 @@ class StackSetTable {
     return intern(std::move(set));
   }
   int32_t step(int32_t set, uint8_t byte) {
-    int32_t& next = next_[static_cast<size_t>(set) * 256 + byte];
-    if (next == UNKNOWN) {
-      StackSet out;
-      walker_.advance(sets_[static_cast<size_t>(set)], byte, out);
-      const int32_t id = out.empty() ? DEAD : intern(std::move(out));
-      next_[static_cast<size_t>(set) * 256 + byte] = id;
-      return id;
-    }
-    return next;
+    const size_t row = static_cast<size_t>(set) * 256;
+    if (next_[row + byte] == UNKNOWN) fill_row(set);
+    return next_[row + byte];
   }
   bool can_end(int32_t set) const { return ends_[static_cast<size_t>(set)]; }
 
  private:
   static constexpr int32_t UNKNOWN = -2;
+  // Every byte's step from `set` at once: the bytes between two edge boundaries of its states step
+  // alike, so one walker move per piece (a string character's states have a handful of pieces).
+  void fill_row(int32_t set) {
+    cuts_.assign({0, 256});
+    for (const int32_t id : sets_[static_cast<size_t>(set)].nodes)
+      for (const ByteEdge& e : automaton_.states[static_cast<size_t>(arena_.node(id).state)].bytes)
+        cuts_.insert(cuts_.end(), {e.first, e.last + 1});
+    std::sort(cuts_.begin(), cuts_.end());
+    cuts_.erase(std::unique(cuts_.begin(), cuts_.end()), cuts_.end());
+    for (size_t c = 0; c + 1 < cuts_.size(); ++c) {
+      StackSet out;
+      walker_.advance(sets_[static_cast<size_t>(set)], static_cast<uint8_t>(cuts_[c]), out);
+      const int32_t id = out.empty() ? DEAD : intern(std::move(out));  // may grow next_
+      std::fill(next_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(set) * 256 + static_cast<size_t>(cuts_[c])),
+                next_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(set) * 256 + static_cast<size_t>(cuts_[c + 1])), id);
+    }
+  }
   int32_t intern(StackSet set) {
     const auto [it, inserted] = ids_.emplace(std::move(set), static_cast<int32_t>(sets_.size()));
     if (inserted) {
@@ -62,8 +77,10 @@ class StackSetTable {
     return it->second;
   }
 
+  const GrammarAutomaton& automaton_;
   StackArena arena_;
   StackWalker walker_;
+  std::vector<int> cuts_;
   std::unordered_map<StackSet, int32_t, StackSetHash> ids_;
   std::vector<StackSet> sets_;
   std::vector<uint8_t> ends_;  // [sets] sets_[i].end, compact: the walks read it at every node
@@ -72,10 +89,12 @@ class StackSetTable {
 
 // A prefix whose stack set is DEAD may still live in the caller when the rule could end before one
 // of its bytes (an escape, at that byte's offset): its tokens are then uncertain, not rejected.
-TokenMaskCache build_cache(int32_t state, const TokenVocabulary& vocab, StackSetTable& table, const ByteSet& follow) {
+// `tree`: the tokens the cache classifies (a band of the vocabulary's).
+TokenMaskCache build_cache(int32_t state, const TokenVocabulary& vocab, const TokenVocabulary::PrefixTree& tree,
+                           StackSetTable& table, const ByteSet& follow) {
   TokenMaskCache cache;
-  const auto& trie = vocab.trie();
-  const auto& sorted = vocab.sorted_tokens();
+  const auto& trie = tree.nodes;
+  const auto& sorted = tree.sorted_tokens;
   const size_t depth_slots = static_cast<size_t>(vocab.max_token_bytes()) + 2;
   std::vector<int32_t> set_at(depth_slots, StackSetTable::DEAD);  // stack set after `depth` bytes
   std::vector<int32_t> escapes_at(depth_slots, 0);                // escapes along the path so far
@@ -173,6 +192,27 @@ std::vector<ByteSet> follow_bytes(const GrammarAutomaton& a) {
   return follow;
 }
 
+// This thread's CPU time: the budget buys the same caches on a busy machine as on an idle one.
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+// States that read most bytes first (their caches walk most of the prefix tree: a first use would
+// stall a decode step), then the others; each group in `by_distance` order.
+std::vector<int32_t> precompute_order(const GrammarAutomaton& a, const std::vector<int32_t>& by_distance) {
+  constexpr int WIDE = 128;  // bytes the state reads itself
+  std::vector<int32_t> wide, narrow;
+  for (const int32_t s : by_distance) {
+    int readable = 0;
+    for (const ByteEdge& e : a.states[static_cast<size_t>(s)].bytes) readable += e.last - e.first + 1;
+    (readable >= WIDE ? wide : narrow).push_back(s);
+  }
+  wide.insert(wide.end(), narrow.begin(), narrow.end());
+  return wide;
+}
+
 // The states the root can reach, nearest the start first (breadth first over bytes and calls).
 std::vector<int32_t> states_by_distance(const GrammarAutomaton& a) {
   std::vector<char> seen(a.states.size(), 0);
@@ -193,6 +233,110 @@ std::vector<int32_t> states_by_distance(const GrammarAutomaton& a) {
   return order;
 }
 
+// Interns signatures (short int vectors) as dense ids: one flat buffer and an open-addressing index,
+// no allocation per signature.
+class SignatureIds {
+ public:
+  explicit SignatureIds(size_t expected) : slots_(std::bit_ceil(2 * expected + 2), EMPTY) {}
+  int32_t id(const std::vector<int32_t>& sig) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (const int32_t x : sig) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
+    for (size_t i = (h ^ (h >> 29)) & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      const int32_t id = slots_[i];
+      if (id == EMPTY) {
+        slots_[i] = static_cast<int32_t>(offsets_.size()) - 1;
+        data_.insert(data_.end(), sig.begin(), sig.end());
+        offsets_.push_back(data_.size());
+        return slots_[i];
+      }
+      const auto at = static_cast<size_t>(id);
+      if (offsets_[at + 1] - offsets_[at] == sig.size() &&
+          std::equal(sig.begin(), sig.end(), data_.begin() + static_cast<std::ptrdiff_t>(offsets_[at])))
+        return id;
+    }
+  }
+  size_t size() const { return offsets_.size() - 1; }
+
+ private:
+  static constexpr int32_t EMPTY = -1;
+  std::vector<int32_t> slots_;
+  std::vector<int32_t> data_;
+  std::vector<size_t> offsets_{0};
+};
+
+// For each of `depths` (ascending), classes of states whose futures agree on every input of up to
+// that many bytes (which inputs stay alive, and after which the rule may end): Moore's refinement,
+// one round per byte. A call may read nothing before it returns, so its return state is compared at
+// the same depth, not one less.
+std::vector<std::vector<int32_t>> equal_future_classes(const GrammarAutomaton& a, const std::vector<int>& depths) {
+  const size_t n = a.states.size();
+  std::vector<int32_t> classes(n), signature;
+  auto renumber = [&](auto&& sign) {  // classes by signature; returns their count
+    SignatureIds ids(n);
+    std::vector<int32_t> next(n);
+    for (size_t s = 0; s < n; ++s) {
+      signature.clear();
+      sign(a.states[s], classes[s], signature);
+      next[s] = ids.id(signature);
+    }
+    classes = std::move(next);
+    return ids.size();
+  };
+  size_t count = renumber([](const AutomatonState& state, int32_t, std::vector<int32_t>& sig) {
+    sig.insert(sig.end(), {state.rule, state.accepting ? 1 : 0});
+  });
+  // A pass renumbers every state, so a round repeats its passes only while a call's return state
+  // changes class (the partition of the return states splits).
+  std::vector<int32_t> returns;
+  for (const AutomatonState& state : a.states)
+    for (const CallEdge& c : state.calls) returns.push_back(c.to);
+  std::vector<uint32_t> stamp(n, 0);
+  uint32_t epoch = 0;
+  auto classes_among_returns = [&](const std::vector<int32_t>& of) {
+    ++epoch;
+    size_t distinct = 0;
+    for (const int32_t r : returns) {
+      uint32_t& seen = stamp[static_cast<size_t>(of[static_cast<size_t>(r)])];
+      distinct += seen != epoch;
+      seen = epoch;
+    }
+    return distinct;
+  };
+  // One round: `shallower` holds the classes one byte less deep (null in the round for depth 0).
+  auto refine = [&](const std::vector<int32_t>* shallower) {
+    for (bool returns_split = true; returns_split;) {
+      const std::vector<int32_t> current = classes;
+      count = renumber([&](const AutomatonState& state, int32_t own, std::vector<int32_t>& sig) {
+        sig.push_back(own);
+        if (shallower)
+          for (const ByteEdge& e : state.bytes) {
+            const int32_t to = (*shallower)[static_cast<size_t>(e.to)];
+            if (sig.size() >= 4 && sig.back() == to && sig[sig.size() - 2] + 1 == e.first)
+              sig[sig.size() - 2] = e.last;  // adjacent ranges into one class: one range
+            else
+              sig.insert(sig.end(), {e.first, e.last, to});
+          }
+        sig.push_back(-1);
+        for (const CallEdge& c : state.calls) sig.insert(sig.end(), {c.rule, current[static_cast<size_t>(c.to)]});
+      });
+      returns_split = classes_among_returns(classes) != classes_among_returns(current);
+    }
+  };
+  refine(nullptr);
+  std::vector<std::vector<int32_t>> at_depths;
+  bool stable = false;
+  for (int depth = 1; at_depths.size() < depths.size(); ++depth) {
+    if (!stable) {
+      const std::vector<int32_t> shallower = classes;
+      const size_t before = count;
+      refine(&shallower);
+      stable = count == before;  // no round splits a class once one has not
+    }
+    if (depth == depths[at_depths.size()]) at_depths.push_back(classes);
+  }
+  return at_depths;
+}
+
 }  // namespace
 
 struct CacheBuilder {
@@ -202,35 +346,80 @@ struct CacheBuilder {
 };
 
 CompiledGrammar::CompiledGrammar(GrammarAutomaton automaton, std::shared_ptr<const TokenVocabulary> vocabulary,
-                                 double precompute_budget_ms)
+                                 double precompute_budget_ms, std::vector<int> band_limits)
     : automaton_(std::move(automaton)), vocabulary_(std::move(vocabulary)) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = thread_cpu_ms();
   const size_t n = automaton_.states.size();
   builder_ = std::make_unique<CacheBuilder>(automaton_);
-  caches_.resize(n);
-  ready_ = std::make_unique<std::atomic<const TokenMaskCache*>[]>(n);
-  for (size_t s = 0; s < n; ++s) ready_[s].store(nullptr);
-  for (const int32_t s : states_by_distance(automaton_)) {
-    if (automaton_.states[static_cast<size_t>(s)].bytes.empty()) continue;
-    ++cacheable_;
-    if (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < precompute_budget_ms)
-      (void)cache(s);
+  for (size_t b = 0; b < band_limits.size(); ++b)
+    if (band_limits[b] < 1 || (b > 0 && band_limits[b] <= band_limits[b - 1]))
+      throw std::invalid_argument("grammar: band limits must be positive and ascending");
+  std::vector<std::vector<int32_t>> classes = equal_future_classes(automaton_, band_limits);
+  classes.emplace_back(n);  // the states' own band
+  std::iota(classes.back().begin(), classes.back().end(), 0);
+  for (size_t b = 0; b < classes.size(); ++b) {
+    auto band = std::make_unique<Band>();
+    band->shortest = b == 0 ? 1 : band_limits[b - 1] + 1;
+    band->longest = b < band_limits.size() ? band_limits[b] : std::numeric_limits<int>::max();
+    band->tree = &vocabulary_->tree_of_lengths(band->shortest, band->longest);
+    band->cache_of = std::move(classes[b]);
+    band->slots.resize(n);
+    band->ready = std::make_unique<std::atomic<const TokenMaskCache*>[]>(n);
+    for (size_t i = 0; i < n; ++i) band->ready[i].store(nullptr);
+    bands_.push_back(std::move(band));
+  }
+  std::vector<int32_t> order = states_by_distance(automaton_);
+  std::erase_if(order, [&](int32_t s) { return automaton_.states[static_cast<size_t>(s)].bytes.empty(); });
+  order = precompute_order(automaton_, order);
+  cacheable_ = order.size();
+  for (const auto& band : bands_) {
+    std::vector<char> seen(n, 0);
+    for (const int32_t s : order) {
+      char& c = seen[static_cast<size_t>(band->cache_of[static_cast<size_t>(s)])];
+      mask_caches_ += !c;
+      c = 1;
+    }
+  }
+  auto within_budget = [&] {
+    return thread_cpu_ms() - t0 < precompute_budget_ms;
+  };
+  for (const int32_t s : order)  // the shared bands: their first copies' caches are walks of most of their tokens
+    for (size_t b = 0; b + 1 < bands_.size(); ++b) {
+      if (!within_budget()) return;
+      (void)built(*bands_[b], s);
+    }
+  for (const int32_t s : order) {  // the own band: walks of the long tokens' branches only
+    if (!within_budget()) return;
+    (void)built(*bands_.back(), s);
   }
 }
 
 CompiledGrammar::~CompiledGrammar() = default;
 
-const TokenMaskCache& CompiledGrammar::cache(int32_t state) const {
-  if (const TokenMaskCache* ready = ready_[static_cast<size_t>(state)].load(std::memory_order_acquire)) return *ready;
+size_t CompiledGrammar::built_caches() const {
+  size_t total = 0;
+  for (const auto& band : bands_) total += band->built.load();
+  return total;
+}
+
+const TokenMaskCache& CompiledGrammar::built(Band& band, int32_t state) const {
+  const auto index = static_cast<size_t>(band.cache_of[static_cast<size_t>(state)]);
+  if (const TokenMaskCache* ready = band.ready[index].load(std::memory_order_acquire)) return *ready;
   std::lock_guard<std::mutex> lock(build_mutex_);
-  auto& slot = caches_[static_cast<size_t>(state)];
+  auto& slot = band.slots[index];
   if (!slot) {
     const ByteSet& follow = builder_->follow[static_cast<size_t>(automaton_.states[static_cast<size_t>(state)].rule)];
-    slot = std::make_unique<TokenMaskCache>(build_cache(state, *vocabulary_, builder_->table, follow));
-    ready_[static_cast<size_t>(state)].store(slot.get(), std::memory_order_release);
-    built_.fetch_add(1);
+    slot = std::make_unique<TokenMaskCache>(
+        build_cache(state, *vocabulary_, *band.tree, builder_->table, follow));
+    band.ready[index].store(slot.get(), std::memory_order_release);
+    band.built.fetch_add(1);
   }
   return *slot;
+}
+
+void CompiledGrammar::caches(int32_t state, std::vector<const TokenMaskCache*>& parts) const {
+  parts.clear();
+  for (auto& band : bands_) parts.push_back(&built(*band, state));
 }
 
 std::shared_ptr<const CompiledGrammar> compile_gbnf(std::string_view gbnf, std::shared_ptr<const TokenVocabulary> vocabulary) {

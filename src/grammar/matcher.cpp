@@ -23,12 +23,15 @@ void Matcher::fill_mask(std::span<uint32_t> bits) const {
   std::sort(tops.begin(), tops.end());
   tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
   bool any_uncertain = false;
+  std::vector<const TokenMaskCache*> parts;
   for (const int32_t state : tops) {
-    const TokenMaskCache* cache = &grammar_->cache(state);
-    if (!cache->accepted_bits.empty())
-      for (size_t w = 0; w < bits.size(); ++w) bits[w] |= cache->accepted_bits[w];
-    for (const int32_t t : cache->accepted_ids) bits[static_cast<size_t>(t) / 32] |= 1u << (t % 32);
-    any_uncertain |= !cache->uncertain_tokens.empty();
+    grammar_->caches(state, parts);
+    for (const TokenMaskCache* cache : parts) {
+      if (!cache->accepted_bits.empty())
+        for (size_t w = 0; w < bits.size(); ++w) bits[w] |= cache->accepted_bits[w];
+      for (const int32_t t : cache->accepted_ids) bits[static_cast<size_t>(t) / 32] |= 1u << (t % 32);
+      any_uncertain |= !cache->uncertain_tokens.empty();
+    }
   }
   if (!any_uncertain) return;
   StackArena scratch = arena_;
@@ -37,8 +40,8 @@ void Matcher::fill_mask(std::span<uint32_t> bits) const {
   std::vector<char> ok;
   StackSet continuation;
   for (const int32_t state : tops) {
-    const TokenMaskCache& cache = grammar_->cache(state);
-    if (cache.uncertain_tokens.empty()) continue;
+    grammar_->caches(state, parts);
+    if (std::all_of(parts.begin(), parts.end(), [](const TokenMaskCache* c) { return c->uncertain_tokens.empty(); })) continue;
     // Where the rule of `state` returns to, in every stack whose top it is.
     callers.clear();
     for (const int32_t id : stacks_.nodes) {
@@ -47,17 +50,23 @@ void Matcher::fill_mask(std::span<uint32_t> bits) const {
     }
     if (callers.empty()) continue;  // the root's own rule: nothing reads after its end
     walker.expand(callers, continuation);
-    check_suffixes(continuation, cache.suffixes, walker, ok);
-    for (size_t u = 0; u < cache.uncertain_tokens.size(); ++u) {
-      const int32_t t = cache.uncertain_tokens[u];
-      uint32_t& word = bits[static_cast<size_t>(t) / 32];
-      if (word & (1u << (t % 32))) continue;
-      for (int32_t k = cache.uncertain_offsets[u]; k < cache.uncertain_offsets[u + 1]; ++k)
-        if (ok[static_cast<size_t>(cache.uncertain_suffixes[static_cast<size_t>(k)])]) {
-          word |= 1u << (t % 32);
-          break;
-        }
-    }
+    for (const TokenMaskCache* cache : parts) allow_uncertain(*cache, continuation, walker, ok, bits);
+  }
+}
+
+void Matcher::allow_uncertain(const TokenMaskCache& cache, const StackSet& continuation, StackWalker& walker,
+                              std::vector<char>& ok, std::span<uint32_t> bits) const {
+  if (cache.uncertain_tokens.empty()) return;
+  check_suffixes(continuation, cache.suffixes, walker, ok);
+  for (size_t u = 0; u < cache.uncertain_tokens.size(); ++u) {
+    const int32_t t = cache.uncertain_tokens[u];
+    uint32_t& word = bits[static_cast<size_t>(t) / 32];
+    if (word & (1u << (t % 32))) continue;
+    for (int32_t k = cache.uncertain_offsets[u]; k < cache.uncertain_offsets[u + 1]; ++k)
+      if (ok[static_cast<size_t>(cache.uncertain_suffixes[static_cast<size_t>(k)])]) {
+        word |= 1u << (t % 32);
+        break;
+      }
   }
 }
 

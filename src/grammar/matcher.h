@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "grammar/compiled_grammar.h"
 #include "grammar/stack_engine.h"
@@ -34,6 +35,9 @@ class Matcher {
   const CompiledGrammar& grammar() const { return *grammar_; }
 
  private:
+  // Sets the bits of `cache`'s uncertain tokens that `continuation` (where the state's rule returns to) reads.
+  void allow_uncertain(const TokenMaskCache& cache, const StackSet& continuation, StackWalker& walker, std::vector<char>& ok,
+                       std::span<uint32_t> bits) const;
   // Which of `suffixes` (sorted) the stacks `from` read entirely.
   void check_suffixes(const StackSet& from, const std::vector<std::string>& suffixes, StackWalker& walker,
                       std::vector<char>& ok) const;

@@ -32,6 +32,11 @@ TEST_CASE("mask: Qwen3 vocabulary, every token's bit equals byte-by-byte accepta
           "tags": {"type": "array", "items": {"enum": ["x", "y\u00e9"]}, "maxItems": 2}, "note": {"type": ["string", "null"]}},
           "required": ["name"]})")),
       json_object_gbnf(),
+      // counted repetitions: copies near their bound classify the long tokens differently
+      json_schema_to_gbnf(nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+          "title": {"type": "string", "minLength": 3, "maxLength": 40},
+          "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 6}},
+          "required": ["title", "ids"]})")),
       "root ::= [\\u4e00-\\u9fff]{1,4} (\" \" [a-z]+)* \"\\n\"",
   };
   std::mt19937 rng(99);
