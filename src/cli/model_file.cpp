@@ -3,10 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <ostream>
 
 #include "cli/commands.h"
 #include "cli/inspect.h"
+#include "formats/gguf_model.h"
 #include "formats/hf_model.h"
 #include "formats/llama2c.h"
 #include "formats/peft_adapter.h"
@@ -63,6 +65,36 @@ const bool hf_inspector_registered = register_inspector(
          describe_config(dir.config(), out);
          if (const auto& q = dir.config().quantization)
            out << "  quantized  " << q->mode << ", " << q->bits << " bits, groups of " << q->group_size << "\n";
+       } catch (const std::runtime_error& e) {
+         throw UsageError(e.what());
+       }
+     }});
+
+// A GGUF file: its architecture and tensor types with counts, read from the container alone (so a
+// file of an architecture tpcli does not run is still described), then the model tpcli reads.
+void describe_gguf(const std::string& path, std::ostream& out) {
+  const formats::gguf::GgufFile f(path);
+  std::map<std::string, int> types;
+  uint64_t bytes = 0;
+  for (const auto& t : f.tensors()) {
+    ++types[tensor::ggml_traits(t.type).name];
+    bytes += t.bytes;
+  }
+  out << path << ": GGUF v" << f.version() << ", architecture " << f.string("general.architecture").value_or("(not stated)") << ", "
+      << f.tensors().size() << " tensors (" << bytes / 1e6 << " MB):";
+  for (const auto& [type, count] : types) out << " " << type << " x" << count;
+  out << "\n";
+  const formats::GgufModel model(path);
+  describe_config(model.config(), out);
+  out << "  read as f32 (dequantized on load)\n";
+  describe_storage(model, out);
+}
+
+const bool gguf_inspector_registered = register_inspector(
+    {"GGUF model file", [](const std::string& path) { return path.ends_with(".gguf") || formats::looks_like_gguf(path); },
+     [](const std::string& path, std::ostream& out) {
+       try {
+         describe_gguf(path, out);
        } catch (const std::runtime_error& e) {
          throw UsageError(e.what());
        }

@@ -1,0 +1,42 @@
+// GGUF files through the CLI as a user meets them: `inspect` names the architecture and the tensor
+// types with counts, `infer` generates from a k-quant file on 2 devices what it generates on 1, and
+// an architecture tpcli does not run yet is one line and a non-zero exit.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "support/run_tpcli.h"
+#include "support/shared_data.h"
+
+using namespace tpcli::testing;
+
+TEST_CASE("gguf cli: inspect, infer on 1 and 2 devices, and an unsupported architecture") {
+  require_shared("reference/gguf/stories260K-q4_k_m.gguf");
+  const RunResult inspected = run_tpcli({"inspect", shared_path("reference/gguf/rand256-q4_k_m.gguf")}, {.timeout_seconds = 60});
+  INFO(inspected.out << inspected.err);
+  REQUIRE(inspected.code == 0);
+  CHECK(inspected.out.find("architecture llama, 21 tensors") != std::string::npos);
+  CHECK(inspected.out.find("F32 x5 Q4_K x13 Q6_K x3") != std::string::npos);
+
+  std::string texts[2];
+  for (int devices : {1, 2}) {
+    const RunResult r = run_tpcli({"infer", "--model", shared_path("reference/gguf/stories260K-q4_k_m.gguf"), "-z",
+                                   shared_path("data/tok512.bin"), "--devices", std::to_string(devices), "-t", "0", "-n", "24",
+                                   "-i", "Once upon a time"},
+                                  {.timeout_seconds = 60});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    texts[devices - 1] = r.out;
+  }
+  CHECK(texts[0].rfind("Once upon a time", 0) == 0);
+  CHECK(texts[0].size() > 40);
+  CHECK(texts[0] == texts[1]);
+
+  const RunResult refused = run_tpcli({"infer", "--model", shared_path("reference/gguf/hf-qwen2-q8_0.gguf"), "-z",
+                                       shared_path("data/tok512.bin"), "-n", "2"},
+                                      {.timeout_seconds = 60});
+  CHECK(refused.code != 0);
+  CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
+  CHECK(refused.err.find("general.architecture 'qwen2' is not supported") != std::string::npos);
+}
