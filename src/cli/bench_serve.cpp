@@ -188,7 +188,7 @@ RequestResult run_request(httplib::Client& client, const ServeBenchFlags& f, con
   const httplib::Result res = client.send(req);
   if (!res && !r.error) r.error = "httplib error " + httplib::to_string(res.error()) + " (the connection failed or closed mid-answer)";
   else if (status != 200) r.error = "HTTP " + std::to_string(status) + ": " + error_body.substr(0, 300);
-  else if (!r.ttft_s && !r.error) r.error = "the stream carried no text";
+  else if (!r.ttft_s && !r.error && r.output_tokens == 0) r.error = "the stream carried no text";
   if (r.output_tokens == 0) r.output_tokens = token_events;  // no usage chunk: one token per text event
   return r;
 }
@@ -200,7 +200,7 @@ void add_request(const RequestResult& r, LevelResult& out) {
     return;
   }
   out.output_tokens += r.output_tokens;
-  out.ttft_s.push_back(*r.ttft_s);
+  if (r.ttft_s) out.ttft_s.push_back(*r.ttft_s);  // tokens without text (a random model's padding rows) have no first text
   out.itl_s.insert(out.itl_s.end(), r.itl_s.begin(), r.itl_s.end());
 }
 
@@ -243,6 +243,7 @@ std::vector<double> long_prompt_ttfts(const ServeBenchFlags& f, const std::strin
   for (int i = 0; i < BUSY_TTFT_ROUNDS; ++i) {
     const RequestResult r = run_request(*client, f, request_body(f, model, make_prompt(f, BUSY_TTFT_LEVEL, first_index + i, f.busy_ttft), 1));
     if (r.error) throw std::runtime_error("bench serve --busy-ttft: " + *r.error);
+    if (!r.ttft_s) throw std::runtime_error("bench serve --busy-ttft: the answer carried no text to time");
     out.push_back(*r.ttft_s);
   }
   return out;
