@@ -91,7 +91,7 @@ void describe_gguf(const std::string& path, std::ostream& out) {
 }
 
 const bool gguf_inspector_registered = register_inspector(
-    {"GGUF model file", [](const std::string& path) { return path.ends_with(".gguf") || formats::looks_like_gguf(path); },
+    {"GGUF model file", [](const std::string& path) { return path.ends_with(".gguf"); },
      [](const std::string& path, std::ostream& out) {
        try {
          describe_gguf(path, out);

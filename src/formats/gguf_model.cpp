@@ -1,6 +1,7 @@
 #include "formats/gguf_model.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -34,6 +35,8 @@ std::string gguf_tensor_name(const std::string& name) {
 }  // namespace
 
 bool looks_like_gguf(const std::string& path) {
+  std::error_code ignored;
+  if (!std::filesystem::is_regular_file(path, ignored)) return false;  // a FIFO would block the read
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;

@@ -51,7 +51,7 @@ class GgufModel : public model::WeightSource {
   mutable std::map<std::string, std::vector<float>> dequantized_;
 };
 
-// Whether `path` is read as GGUF: its first four bytes are "GGUF" (false for files too short).
+// Whether `path` is read as GGUF: a regular file whose first four bytes are "GGUF".
 bool looks_like_gguf(const std::string& path);
 
 }  // namespace tpcli::formats
