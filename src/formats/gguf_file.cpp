@@ -1,6 +1,7 @@
 #include "formats/gguf_file.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <regex>
 #include <stdexcept>
@@ -52,6 +53,22 @@ std::optional<double> as_number(const Scalar& s) {
 }
 
 }  // namespace
+
+std::string printable(std::string_view text) {
+  constexpr size_t MAX_BYTES = 120;
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < MAX_BYTES; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    }
+  }
+  return text.size() > MAX_BYTES ? out + "..." : out;
+}
 
 std::string value_type_name(ValueType type) {
   static const char* const names[] = {"UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
@@ -146,7 +163,7 @@ class HeaderReader {
 
   void read_key_value() {
     const std::string key = string("a metadata key", MAX_KEY_BYTES);
-    const std::string what = "metadata '" + key + "'";
+    const std::string what = "metadata '" + printable(key) + "'";
     Value value;
     value.type = value_type(what);
     if (value.type == ValueType::array) {
@@ -163,7 +180,7 @@ class HeaderReader {
     } else {
       value.items.push_back(read_scalar(value.type, what));
     }
-    if (!file_.metadata_index_.emplace(key, file_.metadata_.size()).second) file_.fail("metadata '" + key + "' is given twice");
+    if (!file_.metadata_index_.emplace(key, file_.metadata_.size()).second) file_.fail(what + " is given twice");
     file_.metadata_.emplace_back(key, std::move(value));
   }
 
@@ -179,7 +196,7 @@ class HeaderReader {
   void read_tensor_info() {
     TensorInfo t;
     t.name = string("a tensor name", MAX_KEY_BYTES);
-    const std::string what = "tensor '" + t.name + "'";
+    const std::string what = "tensor '" + printable(t.name) + "'";
     const uint32_t dims = u32(what + "'s dimension count");
     if (dims < 1 || dims > MAX_DIMS) file_.fail(what + " has " + std::to_string(dims) + " dimensions (1 to 4 are allowed)");
     uint64_t elements = 1;
@@ -204,7 +221,7 @@ class HeaderReader {
   }
 
   void place(TensorInfo& t) {
-    const std::string what = "tensor '" + t.name + "'";
+    const std::string what = "tensor '" + printable(t.name) + "'";
     if (t.offset % file_.alignment_ != 0)
       file_.fail(what + "'s offset " + std::to_string(t.offset) + " is not a multiple of the alignment " + std::to_string(file_.alignment_));
     const uint64_t data_size = size_ >= file_.data_offset_ ? size_ - file_.data_offset_ : 0;
@@ -219,7 +236,7 @@ class HeaderReader {
     std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
     for (size_t i = 1; i < by_offset.size(); ++i)
       if (by_offset[i - 1]->offset + by_offset[i - 1]->bytes > by_offset[i]->offset)
-        file_.fail("tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
+        file_.fail("tensors '" + printable(by_offset[i - 1]->name) + "' and '" + printable(by_offset[i]->name) + "' overlap");
   }
 
   GgufFile& file_;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -104,6 +105,9 @@ class GgufFile {
 
   friend class HeaderReader;
 };
+
+// A name or value from a file, fit for a one-line message: control bytes as \xHH, cut at 120 bytes.
+std::string printable(std::string_view text);
 
 // Whether `path` names the first of llama.cpp's split files ("NAME-00001-of-00003.gguf"), and then
 // every part's path in order.

@@ -47,7 +47,7 @@ GgufModel::GgufModel(const std::string& path) : file_(path) {
   if (!architecture) throw std::runtime_error(path + ": metadata 'general.architecture' is missing");
   architecture_ = *architecture;
   if (architecture_ != "llama")
-    throw std::runtime_error(path + ": general.architecture '" + architecture_ + "' is not supported (supported: llama)");
+    throw std::runtime_error(path + ": general.architecture '" + gguf::printable(architecture_) + "' is not supported (supported: llama)");
   if (file_.tensor("rope_freqs.weight"))
     throw std::runtime_error(path + ": tensor 'rope_freqs.weight' (Llama 3's RoPE scaling as frequency factors) is not supported");
   config_ = read_config();

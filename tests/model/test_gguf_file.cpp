@@ -183,6 +183,8 @@ TEST_CASE("gguf: truncated and bent files are one-line errors naming the file an
   bent = good;
   put<uint32_t>(bent, type_at, 99);
   CHECK(error_of(tmp, bent).find("has an unknown value type 99") != std::string::npos);
+  bent[32] = '\n';  // a key with a control byte is named escaped: the message stays one line
+  CHECK(error_of(tmp, bent).find("metadata '\\x0A") != std::string::npos);
   REQUIRE(reference.metadata().front().second.type == ValueType::array);  // tokenizer.ggml.tokens
   bent = good;
   put<uint64_t>(bent, type_at + 8, uint64_t{1} << 40);
