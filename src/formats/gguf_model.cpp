@@ -5,6 +5,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "formats/hf_names.h"  // rope_rows_from_hf
 #include "formats/llama2c.h"  // MappedFile
 #include "model/block_matrices.h"
 #include "tensor/ggml_blocks.h"
@@ -46,8 +47,8 @@ GgufModel::GgufModel(const std::string& path) : file_(path) {
   const auto architecture = file_.string("general.architecture");
   if (!architecture) throw std::runtime_error(path + ": metadata 'general.architecture' is missing");
   architecture_ = *architecture;
-  if (architecture_ != "llama")
-    throw std::runtime_error(path + ": general.architecture '" + gguf::printable(architecture_) + "' is not supported (supported: llama)");
+  if (architecture_ != "llama" && architecture_ != "qwen2")
+    throw std::runtime_error(path + ": general.architecture '" + gguf::printable(architecture_) + "' is not supported (supported: llama, qwen2)");
   if (file_.tensor("rope_freqs.weight"))
     throw std::runtime_error(path + ": tensor 'rope_freqs.weight' (Llama 3's RoPE scaling as frequency factors) is not supported");
   config_ = read_config();
@@ -81,7 +82,10 @@ model::LlamaConfig GgufModel::read_config() const {
   if (!embedding || embedding->ne.size() != 2) throw std::runtime_error(file_.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
   c.vocab_size = static_cast<int>(embedding->ne[1]);
   c.shared_classifier = file_.tensor("output.weight") == nullptr;
-  if (const auto experts = file_.integer(prefix + "expert_count"); experts && *experts > 0) {
+  if (architecture_ == "qwen2") {
+    c.qkv_bias = true;
+    c.hf_architecture = "Qwen2ForCausalLM";
+  } else if (const auto experts = file_.integer(prefix + "expert_count"); experts && *experts > 0) {
     c.n_experts = static_cast<int>(*experts);
     c.top_k = static_cast<int>(file_.integer(prefix + "expert_used_count").value_or(2));
     c.hf_architecture = "MixtralForCausalLM";
@@ -115,18 +119,33 @@ const gguf::TensorInfo& GgufModel::tensor_of(const std::string& name) const {
   return *file_.tensor(it->second);
 }
 
+int GgufModel::rope_heads_to_reorder(const std::string& name) const {
+  if (architecture_ == "llama") return 0;  // llama.cpp's converter stored them in interleaved pairs already
+  const auto parsed = model::parse_tensor_name(name);
+  return parsed ? model::rope_heads(parsed->key.matrix, config_) : 0;
+}
+
 std::span<const float> GgufModel::get(const std::string& name) const {
   const gguf::TensorInfo& t = tensor_of(name);
-  if (t.type == tensor::GgmlType::F32 && reinterpret_cast<uintptr_t>(t.data.data()) % alignof(float) == 0)
+  const int rope_heads = rope_heads_to_reorder(name);
+  if (t.type == tensor::GgmlType::F32 && rope_heads == 0 && reinterpret_cast<uintptr_t>(t.data.data()) % alignof(float) == 0)
     return {reinterpret_cast<const float*>(t.data.data()), t.elements()};
   std::lock_guard<std::mutex> lock(mutex_);
   auto [it, added] = dequantized_.try_emplace(name);
   if (added) {
-    std::vector<float>& out = it->second;
-    out.resize(t.elements());
+    std::vector<float> values(t.elements());
     const int64_t row = static_cast<int64_t>(t.ne[0]);
     const size_t row_bytes = static_cast<size_t>(row / tensor::ggml_traits(t.type).block_elements * tensor::ggml_traits(t.type).block_bytes);
-    for (uint64_t r = 0; r < t.rows(); ++r) tensor::dequantize_row(t.type, t.data.data() + r * row_bytes, out.data() + r * row, row);
+    for (uint64_t r = 0; r < t.rows(); ++r) tensor::dequantize_row(t.type, t.data.data() + r * row_bytes, values.data() + r * row, row);
+    if (rope_heads > 0) {  // rotate-half rows (NEOX RoPE) into tpcli's interleaved pairs
+      std::vector<float> reordered(values.size());
+      const int64_t rows = static_cast<int64_t>(t.rows()), columns = t.ne.size() > 1 ? row : 1;
+      const int64_t heads_rows = t.ne.size() > 1 ? rows : row;
+      rope_rows_from_hf(reinterpret_cast<std::byte*>(reordered.data()), reinterpret_cast<const std::byte*>(values.data()), rope_heads,
+                        static_cast<int>(heads_rows / rope_heads), static_cast<size_t>(columns) * sizeof(float));
+      values = std::move(reordered);
+    }
+    it->second = std::move(values);
   }
   return it->second;
 }

@@ -7,7 +7,9 @@
 // interleaved RoPE pairs (llama.cpp's converter permutes Hugging Face's), as tpcli holds them.
 //
 // Supported so far: the `llama` architecture, dense or with experts (Mixtral: ffn_{gate,up,down}_exps
-// stacked [E, out, in], the router ffn_gate_inp), without rope_freqs (Llama 3's RoPE scaling). Every
+// stacked [E, out, in], the router ffn_gate_inp), without rope_freqs (Llama 3's RoPE scaling); and
+// `qwen2` (q/k/v biases), whose q/k rows llama.cpp keeps in Hugging Face's rotate-half order (its
+// NEOX RoPE): they are reordered on the way in, as from a Hugging Face directory. Every
 // tensor type of tensor/ggml_blocks.h is read, dequantized to f32 on first use as ggml's reference
 // dequantizer computes it. Another architecture, a missing tensor, a tensor of the wrong shape or
 // a type that cannot be read is a one-line std::runtime_error naming the file and the key or tensor.
@@ -42,6 +44,8 @@ class GgufModel : public model::WeightSource {
   // The file's tensor holding parameter `name` (checked against its shape when the model opened).
   const gguf::TensorInfo& tensor_of(const std::string& name) const;
   void check_tensors() const;
+  // Heads of q/k rows (or biases, norms) stored for rotate-half RoPE, to reorder; 0: none.
+  int rope_heads_to_reorder(const std::string& name) const;
 
   gguf::GgufFile file_;
   std::string architecture_;

@@ -33,10 +33,10 @@ TEST_CASE("gguf cli: inspect, infer on 1 and 2 devices, and an unsupported archi
   CHECK(texts[0].size() > 40);
   CHECK(texts[0] == texts[1]);
 
-  const RunResult refused = run_tpcli({"infer", "--model", shared_path("reference/gguf/hf-qwen2-q8_0.gguf"), "-z",
+  const RunResult refused = run_tpcli({"infer", "--model", shared_path("reference/gguf/hf-phi3-q8_0.gguf"), "-z",
                                        shared_path("data/tok512.bin"), "-n", "2"},
                                       {.timeout_seconds = 60});
   CHECK(refused.code != 0);
   CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
-  CHECK(refused.err.find("general.architecture 'qwen2' is not supported") != std::string::npos);
+  CHECK(refused.err.find("general.architecture 'phi3' is not supported") != std::string::npos);
 }
