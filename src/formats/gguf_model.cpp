@@ -1,5 +1,6 @@
 #include "formats/gguf_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,16 +24,6 @@ std::string shape_text(const tensor::Shape& shape) {
   return out + "]";
 }
 
-// The GGUF tensor of parameter `name` (llama_parameters' names).
-std::string gguf_tensor_name(const std::string& name) {
-  if (name == "tok_embeddings") return "token_embd.weight";
-  if (name == "norm") return "output_norm.weight";
-  if (name == "output") return "output.weight";
-  const auto parsed = model::parse_tensor_name(name);
-  if (!parsed || !parsed->rest.empty()) throw std::out_of_range("gguf: no tensor for parameter '" + name + "'");
-  return "blk." + std::to_string(parsed->key.layer) + "." + model::facts(parsed->key.matrix).gguf;
-}
-
 }  // namespace
 
 bool looks_like_gguf(const std::string& path) {
@@ -47,12 +38,12 @@ GgufModel::GgufModel(const std::string& path) : file_(path) {
   const auto architecture = file_.string("general.architecture");
   if (!architecture) throw std::runtime_error(path + ": metadata 'general.architecture' is missing");
   architecture_ = *architecture;
-  if (architecture_ != "llama" && architecture_ != "qwen2")
-    throw std::runtime_error(path + ": general.architecture '" + gguf::printable(architecture_) + "' is not supported (supported: llama, qwen2)");
+  if (architecture_ != "llama" && architecture_ != "qwen2" && architecture_ != "phi3")
+    throw std::runtime_error(path + ": general.architecture '" + gguf::printable(architecture_) + "' is not supported (supported: llama, qwen2, phi3)");
   if (file_.tensor("rope_freqs.weight"))
     throw std::runtime_error(path + ": tensor 'rope_freqs.weight' (Llama 3's RoPE scaling as frequency factors) is not supported");
   config_ = read_config();
-  for (const model::ParamSpec& p : model::llama_parameters(config_)) gguf_names_[p.name] = gguf_tensor_name(p.name);
+  for (const model::ParamSpec& p : model::llama_parameters(config_)) slices_[p.name] = slice_of(p.name);
   check_tensors();
 }
 
@@ -82,9 +73,13 @@ model::LlamaConfig GgufModel::read_config() const {
   if (!embedding || embedding->ne.size() != 2) throw std::runtime_error(file_.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
   c.vocab_size = static_cast<int>(embedding->ne[1]);
   c.shared_classifier = file_.tensor("output.weight") == nullptr;
+  if (const auto window = file_.integer(prefix + "attention.sliding_window"))  // positions beyond it are not served
+    c.seq_len = static_cast<int>(std::min<int64_t>(c.seq_len, *window));
   if (architecture_ == "qwen2") {
     c.qkv_bias = true;
     c.hf_architecture = "Qwen2ForCausalLM";
+  } else if (architecture_ == "phi3") {
+    c.hf_architecture = "Phi3ForCausalLM";
   } else if (const auto experts = file_.integer(prefix + "expert_count"); experts && *experts > 0) {
     c.n_experts = static_cast<int>(*experts);
     c.top_k = static_cast<int>(file_.integer(prefix + "expert_used_count").value_or(2));
@@ -100,23 +95,56 @@ model::LlamaConfig GgufModel::read_config() const {
   return c;
 }
 
-void GgufModel::check_tensors() const {
-  for (const model::ParamSpec& p : model::llama_parameters(config_)) {
-    const std::string& name = gguf_names_.at(p.name);
-    const gguf::TensorInfo* t = file_.tensor(name);
-    if (!t) throw std::runtime_error(file_.path() + ": tensor '" + name + "' is missing");
-    tensor::Shape shape(t->ne.rbegin(), t->ne.rend());
-    if (shape != p.shape)
-      throw std::runtime_error(file_.path() + ": tensor '" + name + "' is " + shape_text(shape) + ", the model needs " + shape_text(p.shape));
-    if (!tensor::ggml_traits(t->type).dequantizable)
-      throw std::runtime_error(file_.path() + ": tensor '" + name + "' is of type " + tensor::ggml_traits(t->type).name + ", which tpcli does not read");
+GgufModel::TensorSlice GgufModel::slice_of(const std::string& name) const {
+  if (name == "tok_embeddings") return {"token_embd.weight"};
+  if (name == "norm") return {"output_norm.weight"};
+  if (name == "output") return {"output.weight"};
+  const auto parsed = model::parse_tensor_name(name);
+  if (!parsed || !parsed->rest.empty()) throw std::out_of_range(file_.path() + ": no tensor for parameter '" + name + "'");
+  const std::string block = "blk." + std::to_string(parsed->key.layer) + ".";
+  const model::MatrixFacts& f = model::facts(parsed->key.matrix);
+  if (architecture_ != "phi3" || !f.fused_hf_module) return {block + f.gguf};
+  // Phi-3 stores q|k|v as attn_qkv and gate|up as ffn_up, parts in order, as its HF directory does.
+  TensorSlice slice{block + (parsed->key.matrix == model::Matrix::W1 || parsed->key.matrix == model::Matrix::W3 ? "ffn_up.weight" : "attn_qkv.weight")};
+  for (const model::Matrix part : model::linear_parts(parsed->key.matrix)) {
+    const int64_t rows = model::block_shape(part, config_)[0];
+    if (part == parsed->key.matrix) {
+      slice.rows = rows;
+      break;
+    }
+    slice.first_row += rows;
   }
+  return slice;
 }
 
-const gguf::TensorInfo& GgufModel::tensor_of(const std::string& name) const {
-  const auto it = gguf_names_.find(name);
-  if (it == gguf_names_.end()) throw std::out_of_range(file_.path() + ": no parameter '" + name + "'");
-  return *file_.tensor(it->second);
+void GgufModel::check_tensors() const {
+  std::map<std::string, int64_t> fused_rows;  // a fused tensor's rows: the sum of its parts'
+  for (const model::ParamSpec& p : model::llama_parameters(config_)) {
+    const TensorSlice& slice = slices_.at(p.name);
+    const gguf::TensorInfo* t = file_.tensor(slice.tensor);
+    if (!t) throw std::runtime_error(file_.path() + ": tensor '" + slice.tensor + "' is missing");
+    tensor::Shape shape(t->ne.rbegin(), t->ne.rend());
+    if (slice.rows > 0) {
+      fused_rows[slice.tensor] += slice.rows;
+      shape[0] = slice.rows;
+    }
+    if (shape != p.shape)
+      throw std::runtime_error(file_.path() + ": tensor '" + slice.tensor + "' is " + shape_text(shape) + ", the model needs " +
+                               shape_text(p.shape));
+    if (!tensor::ggml_traits(t->type).dequantizable)
+      throw std::runtime_error(file_.path() + ": tensor '" + slice.tensor + "' is of type " + tensor::ggml_traits(t->type).name +
+                               ", which tpcli does not read");
+  }
+  for (const auto& [name, rows] : fused_rows)
+    if (static_cast<int64_t>(file_.tensor(name)->rows()) != rows)
+      throw std::runtime_error(file_.path() + ": tensor '" + name + "' has " + std::to_string(file_.tensor(name)->rows()) +
+                               " rows, its parts need " + std::to_string(rows));
+}
+
+const GgufModel::TensorSlice& GgufModel::slice(const std::string& name) const {
+  const auto it = slices_.find(name);
+  if (it == slices_.end()) throw std::out_of_range(file_.path() + ": no parameter '" + name + "'");
+  return it->second;
 }
 
 int GgufModel::rope_heads_to_reorder(const std::string& name) const {
@@ -126,23 +154,26 @@ int GgufModel::rope_heads_to_reorder(const std::string& name) const {
 }
 
 std::span<const float> GgufModel::get(const std::string& name) const {
-  const gguf::TensorInfo& t = tensor_of(name);
+  const TensorSlice& part = slice(name);
+  const gguf::TensorInfo& t = *file_.tensor(part.tensor);
+  const int64_t row = static_cast<int64_t>(t.ne[0]), rows = part.rows > 0 ? part.rows : static_cast<int64_t>(t.rows());
+  const tensor::GgmlTypeTraits& traits = tensor::ggml_traits(t.type);
+  const size_t row_bytes = static_cast<size_t>(row / traits.block_elements * traits.block_bytes);
+  const std::byte* first = t.data.data() + static_cast<size_t>(part.first_row) * row_bytes;
   const int rope_heads = rope_heads_to_reorder(name);
-  if (t.type == tensor::GgmlType::F32 && rope_heads == 0 && reinterpret_cast<uintptr_t>(t.data.data()) % alignof(float) == 0)
-    return {reinterpret_cast<const float*>(t.data.data()), t.elements()};
+  if (t.type == tensor::GgmlType::F32 && rope_heads == 0 && reinterpret_cast<uintptr_t>(first) % alignof(float) == 0)
+    return {reinterpret_cast<const float*>(first), static_cast<size_t>(rows * row)};
   std::lock_guard<std::mutex> lock(mutex_);
   auto [it, added] = dequantized_.try_emplace(name);
   if (added) {
-    std::vector<float> values(t.elements());
-    const int64_t row = static_cast<int64_t>(t.ne[0]);
-    const size_t row_bytes = static_cast<size_t>(row / tensor::ggml_traits(t.type).block_elements * tensor::ggml_traits(t.type).block_bytes);
-    for (uint64_t r = 0; r < t.rows(); ++r) tensor::dequantize_row(t.type, t.data.data() + r * row_bytes, values.data() + r * row, row);
+    std::vector<float> values(static_cast<size_t>(rows * row));
+    for (int64_t r = 0; r < rows; ++r) tensor::dequantize_row(t.type, first + r * row_bytes, values.data() + r * row, row);
     if (rope_heads > 0) {  // rotate-half rows (NEOX RoPE) into tpcli's interleaved pairs
       std::vector<float> reordered(values.size());
-      const int64_t rows = static_cast<int64_t>(t.rows()), columns = t.ne.size() > 1 ? row : 1;
-      const int64_t heads_rows = t.ne.size() > 1 ? rows : row;
+      const bool vector = t.ne.size() == 1;  // a bias or a norm: each value is a row
+      const int64_t heads_rows = vector ? row : rows;
       rope_rows_from_hf(reinterpret_cast<std::byte*>(reordered.data()), reinterpret_cast<const std::byte*>(values.data()), rope_heads,
-                        static_cast<int>(heads_rows / rope_heads), static_cast<size_t>(columns) * sizeof(float));
+                        static_cast<int>(heads_rows / rope_heads), static_cast<size_t>(vector ? 1 : row) * sizeof(float));
       values = std::move(reordered);
     }
     it->second = std::move(values);
@@ -156,7 +187,7 @@ void GgufModel::release_conversions() const {
 }
 
 void GgufModel::release_pages(const std::string& name) const {
-  const gguf::TensorInfo& t = tensor_of(name);
+  const gguf::TensorInfo& t = *file_.tensor(slice(name).tensor);
   file_.mapped().release_pages(t.data.data(), t.data.size());
 }
 

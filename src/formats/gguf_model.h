@@ -9,7 +9,9 @@
 // Supported so far: the `llama` architecture, dense or with experts (Mixtral: ffn_{gate,up,down}_exps
 // stacked [E, out, in], the router ffn_gate_inp), without rope_freqs (Llama 3's RoPE scaling); and
 // `qwen2` (q/k/v biases), whose q/k rows llama.cpp keeps in Hugging Face's rotate-half order (its
-// NEOX RoPE): they are reordered on the way in, as from a Hugging Face directory. Every
+// NEOX RoPE): they are reordered on the way in, as from a Hugging Face directory; and `phi3`
+// (rotate-half too; q|k|v fused in attn_qkv, gate|up in ffn_up, read as rows of those tensors; the
+// context cut to attention.sliding_window, as its Hugging Face config is read). Every
 // tensor type of tensor/ggml_blocks.h is read, dequantized to f32 on first use as ggml's reference
 // dequantizer computes it. Another architecture, a missing tensor, a tensor of the wrong shape or
 // a type that cannot be read is a one-line std::runtime_error naming the file and the key or tensor.
@@ -41,8 +43,13 @@ class GgufModel : public model::WeightSource {
 
  private:
   model::LlamaConfig read_config() const;
-  // The file's tensor holding parameter `name` (checked against its shape when the model opened).
-  const gguf::TensorInfo& tensor_of(const std::string& name) const;
+  // Where parameter `name` lives: a tensor, or rows of one (Phi-3's fused q|k|v and gate|up).
+  struct TensorSlice {
+    std::string tensor;
+    int64_t first_row = 0, rows = 0;  // rows 0: the whole tensor
+  };
+  TensorSlice slice_of(const std::string& name) const;
+  const TensorSlice& slice(const std::string& name) const;  // checked against its shape when the model opened
   void check_tensors() const;
   // Heads of q/k rows (or biases, norms) stored for rotate-half RoPE, to reorder; 0: none.
   int rope_heads_to_reorder(const std::string& name) const;
@@ -50,7 +57,7 @@ class GgufModel : public model::WeightSource {
   gguf::GgufFile file_;
   std::string architecture_;
   model::LlamaConfig config_;
-  std::map<std::string, std::string> gguf_names_;  // parameter -> GGUF tensor
+  std::map<std::string, TensorSlice> slices_;  // parameter -> where it lives
   mutable std::mutex mutex_;
   mutable std::map<std::string, std::vector<float>> dequantized_;
 };

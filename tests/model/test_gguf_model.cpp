@@ -1,4 +1,4 @@
-// formats/gguf_model.h against llama.cpp (../shared/reference/gguf/): every llama or qwen2 file
+// formats/gguf_model.h against llama.cpp (../shared/reference/gguf/): every llama, qwen2 or phi3 file
 // the reader supports gives, on 1, 2 and 4 devices, the logits llama.cpp computes in f32 from
 // ggml's own dequantization of the same file (NAME.dequant.logits.txt; NAME.logits.txt for f32
 // files) within the README's 1e-4, and its greedy continuation token by token. Files it does not
@@ -18,6 +18,7 @@
 #include "formats/open_model.h"
 #include "model/llama.h"
 #include "support/shared_data.h"
+#include "support/temp_dir.h"
 
 using namespace tpcli;
 using tpcli::testing::shared_path;
@@ -43,13 +44,14 @@ std::vector<float> logits_file(const std::string& path) {
   return out;
 }
 
-// The cases GgufModel reads so far: the llama architecture without rope_freqs, and qwen2.
+// The cases GgufModel reads so far: the llama architecture without rope_freqs, qwen2 and phi3.
 std::vector<std::string> supported_cases() {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(shared_path("reference/gguf"))) {
     const std::string file = entry.path().filename().string();
     if (!file.ends_with(".gguf") || file.find("lora") != std::string::npos) continue;
-    if (file.starts_with("rand256-") || file.starts_with("stories260K-") || file.starts_with("hf-mixtral-") || file.starts_with("hf-qwen2-"))
+    if (file.starts_with("rand256-") || file.starts_with("stories260K-") || file.starts_with("hf-mixtral-") || file.starts_with("hf-qwen2-") ||
+        file.starts_with("hf-phi3-"))
       names.push_back(file.substr(0, file.size() - 5));
   }
   std::sort(names.begin(), names.end());
@@ -58,10 +60,10 @@ std::vector<std::string> supported_cases() {
 
 }  // namespace
 
-TEST_CASE("gguf model: llama.cpp's llama and qwen2 files give its f32 logits on 1, 2 and 4 devices within 1e-4", "[gguf]") {
+TEST_CASE("gguf model: llama.cpp's llama, qwen2 and phi3 files give its f32 logits on 1, 2 and 4 devices within 1e-4", "[gguf]") {
   TPCLI_REQUIRE_SHARED("reference/gguf/cases.tsv");
   const std::vector<std::string> cases = supported_cases();
-  CHECK(cases.size() == 25);  // 15 rand256, 4 stories260K, 3 mixtral, 3 qwen2
+  CHECK(cases.size() == 28);  // 15 rand256, 4 stories260K, 3 mixtral, 3 qwen2, 3 phi3
   for (const std::string& name : cases) {
     const formats::GgufModel model(gguf_path(name + ".gguf"));
     const std::vector<int> tokens = comma_ids(gguf_path(name + ".tokens"));
@@ -103,7 +105,7 @@ TEST_CASE("gguf model: greedy decode token by token continues each file's prompt
     });
     INFO(name);
     CHECK(got == want);
-    if (!name.starts_with("hf-qwen2")) {  // Qwen2's GGUF names its own ids
+    if (!name.starts_with("hf-qwen2") && !name.starts_with("hf-phi3")) {  // these name their own ids
       CHECK(opened.bos_token_id == 1);
       CHECK(opened.eos_token_ids == std::vector<int>{2});
     }
@@ -111,8 +113,18 @@ TEST_CASE("gguf model: greedy decode token by token continues each file's prompt
 }
 
 TEST_CASE("gguf model: an architecture or tensor it does not read yet is a one-line error naming it", "[gguf]") {
-  TPCLI_REQUIRE_SHARED("reference/gguf/hf-phi3-f32.gguf");
-  CHECK_THROWS_WITH(formats::GgufModel(gguf_path("hf-phi3-f32.gguf")),
-                    Catch::Contains("hf-phi3-f32.gguf: general.architecture 'phi3' is not supported"));
+  TPCLI_REQUIRE_SHARED("reference/gguf/hf-qwen2-f32.gguf");
   CHECK_THROWS_WITH(formats::GgufModel(gguf_path("hf-llama-f32.gguf")), Catch::Contains("tensor 'rope_freqs.weight'"));
+  // qwen2's file with general.architecture spelled "qwen9" (same length: the layout holds).
+  std::ifstream in(gguf_path("hf-qwen2-f32.gguf"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const size_t key = bytes.find("general.architecture");
+  REQUIRE(bytes.compare(key + 20 + 4 + 8, 5, "qwen2") == 0);  // key, u32 type, u64 length, value
+  bytes[key + 20 + 4 + 8 + 4] = '9';
+  const tpcli::testing::TempDir tmp;
+  const std::string path = tmp.write("qwen9.gguf", bytes);
+  CHECK_THROWS_WITH(formats::GgufModel(path), Catch::Contains("qwen9.gguf: general.architecture 'qwen9' is not supported"));
+  // Phi-3's fused q|k|v must hold every part's rows.
+  const formats::GgufModel phi3(gguf_path("hf-phi3-q8_0.gguf"));
+  CHECK(phi3.config().seq_len == 2047);  // phi3.attention.sliding_window
 }
