@@ -181,9 +181,34 @@ std::span<const float> GgufModel::get(const std::string& name) const {
   return it->second;
 }
 
+std::optional<model::StoredTensor> GgufModel::stored(const std::string& name) const {
+  const TensorSlice& part = slice(name);
+  const gguf::TensorInfo& t = *file_.tensor(part.tensor);
+  if (t.type == tensor::GgmlType::F32 || t.ne.size() < 2) return std::nullopt;
+  const int64_t cols = static_cast<int64_t>(t.ne[0]), rows = part.rows > 0 ? part.rows : static_cast<int64_t>(t.rows());
+  const tensor::GgmlTypeTraits& traits = tensor::ggml_traits(t.type);
+  const size_t row_bytes = static_cast<size_t>(cols / traits.block_elements * traits.block_bytes);
+  const std::byte* data = t.data.data() + static_cast<size_t>(part.first_row) * row_bytes;
+  if (const int rope_heads = rope_heads_to_reorder(name)) {  // rotate-half rows (NEOX RoPE) into interleaved pairs
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, added] = reordered_.try_emplace(name);
+    if (added) {
+      it->second.resize(static_cast<size_t>(rows) * row_bytes);
+      rope_rows_from_hf(it->second.data(), data, rope_heads, static_cast<int>(rows / rope_heads), row_bytes);
+    }
+    data = it->second.data();
+  }
+  model::StoredTensor out{model::DType::U8, {rows, cols}, data};
+  if (t.type == tensor::GgmlType::F16) out.dtype = model::DType::F16;
+  else if (t.type == tensor::GgmlType::BF16) out.dtype = model::DType::BF16;
+  else out.ggml_blocks = t.type;
+  return out;
+}
+
 void GgufModel::release_conversions() const {
   std::lock_guard<std::mutex> lock(mutex_);
   dequantized_.clear();
+  reordered_.clear();
 }
 
 void GgufModel::release_pages(const std::string& name) const {

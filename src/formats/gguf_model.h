@@ -12,8 +12,9 @@
 // NEOX RoPE): they are reordered on the way in, as from a Hugging Face directory; and `phi3`
 // (rotate-half too; q|k|v fused in attn_qkv, gate|up in ffn_up, read as rows of those tensors; the
 // context cut to attention.sliding_window, as its Hugging Face config is read). Every
-// tensor type of tensor/ggml_blocks.h is read, dequantized to f32 on first use as ggml's reference
-// dequantizer computes it. Another architecture, a missing tensor, a tensor of the wrong shape or
+// tensor type of tensor/ggml_blocks.h is read: stored() gives 16-bit and quantized matrices as
+// stored, for the kernels that read ggml's blocks; get() dequantizes to f32 on first use as ggml's
+// reference dequantizer computes it. Another architecture, a missing tensor, a tensor of the wrong shape or
 // a type that cannot be read is a one-line std::runtime_error naming the file and the key or tensor.
 #pragma once
 
@@ -34,6 +35,9 @@ class GgufModel : public model::WeightSource {
 
   const model::LlamaConfig& config() const override { return config_; }
   std::span<const float> get(const std::string& name) const override;
+  // A 16-bit or quantized matrix as the file stores it (its rows reordered where get() reorders
+  // them); nullopt for f32 tensors and vectors, which get() maps.
+  std::optional<model::StoredTensor> stored(const std::string& name) const override;
   void release_conversions() const override;
   void release_pages(const std::string& name) const override;
   void release_all_pages() const override;
@@ -60,6 +64,7 @@ class GgufModel : public model::WeightSource {
   std::map<std::string, TensorSlice> slices_;  // parameter -> where it lives
   mutable std::mutex mutex_;
   mutable std::map<std::string, std::vector<float>> dequantized_;
+  mutable std::map<std::string, std::vector<std::byte>> reordered_;  // stored() rows in tpcli's RoPE order
 };
 
 // Whether `path` is read as GGUF: a regular file whose first four bytes are "GGUF".

@@ -95,6 +95,7 @@ bool packable(const ParamSpec& spec, const WeightFormat& format) {
 WeightFormat stored_format(const WeightSource& weights, const std::string& name) {
   auto t = weights.stored(name);
   if (!t) return WeightFormat::f32();
+  if (t->ggml_blocks) return WeightFormat::ggml_blocks(*t->ggml_blocks);
   switch (t->dtype) {
     case DType::F32: return WeightFormat::f32();
     case DType::BF16: return WeightFormat::bf16();
@@ -127,6 +128,12 @@ PackedMatrix load_packed(const WeightSource& weights, const std::string& name, i
       throw std::invalid_argument("weights: '" + name + "' has " + std::to_string(src.size()) + " values, expected " +
                                   std::to_string(rows) + " x " + std::to_string(cols));
     parts.data = src.data();
+  } else if (format.kind == WeightKind::Ggml) {
+    const StoredTensor t = require(weights, name);
+    if (t.shape != tensor::Shape{rows, cols})
+      throw std::invalid_argument("weights: '" + name + "' stored as " + tensor::to_string(t.shape) + " " + format.name() +
+                                  " is not " + std::to_string(rows) + " x " + std::to_string(cols));
+    parts.data = t.data;
   } else {
     const StoredTensor t = require(weights, name);
     if (tensor::numel(t.shape) * (t.dtype == DType::U32 ? 32 : 16) != rows * cols * format.bits)
@@ -134,7 +141,8 @@ PackedMatrix load_packed(const WeightSource& weights, const std::string& name, i
                                   std::to_string(rows) + " x " + std::to_string(cols) + " " + format.name() + " values");
     parts.data = t.data;
   }
-  if (format.quantized()) {
+  const bool with_scales = format.kind == WeightKind::Affine || format.kind == WeightKind::Mxfp8;  // ggml blocks hold theirs
+  if (with_scales) {
     const StoredTensor s = require(weights, name + ".scales");
     const int64_t groups = rows * (cols / format.group_size);
     if (tensor::numel(s.shape) != groups)
@@ -155,7 +163,7 @@ PackedMatrix load_packed(const WeightSource& weights, const std::string& name, i
   PackedMatrix local = PackedMatrix::copy_of(format, rows, cols, parts, row0, nrows, columns);
   // Copied: the file's pages of it need not stay resident (weights.h).
   weights.release_pages(name);
-  if (format.quantized()) weights.release_pages(name + ".scales");
+  if (with_scales) weights.release_pages(name + ".scales");
   if (format.kind == WeightKind::Affine) weights.release_pages(name + ".biases");
   return local;
 }
@@ -172,7 +180,7 @@ PackedMatrix load_packed_full(const WeightSource& weights, const std::string& na
 int64_t stored_bytes(const WeightFormat& f, int64_t rows, int64_t cols) {
   const int64_t groups = f.quantized() ? rows * (cols / f.group_size) : 0;
   const int64_t group_bytes = f.kind == WeightKind::Mxfp8 ? 1 : f.kind == WeightKind::Affine ? 8 : 0;  // scale (+bias)
-  return rows * cols * f.bits / 8 + groups * group_bytes;
+  return rows * f.row_bytes(cols) + groups * group_bytes;
 }
 
 DecodeStorage decode_storage(const WeightSource& weights) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "model/llama_config.h"
+#include "tensor/ggml_blocks.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::model {
@@ -26,6 +27,9 @@ struct StoredTensor {
   DType dtype = DType::F32;
   tensor::Shape shape;         // as stored (a packed weight: [OUT, IN * bits / 32] words)
   const void* data = nullptr;  // row-major, little-endian, numel(shape) elements of dtype
+  // Blocks of a ggml quantized type (a GGUF file's): then dtype is U8, shape the values' [OUT, IN]
+  // and data OUT rows of WeightFormat::ggml_blocks(type).row_bytes(IN) bytes each.
+  std::optional<tensor::GgmlType> ggml_blocks;
 };
 
 class WeightSource {

@@ -190,9 +190,9 @@ void iq4_xs(const uint8_t* b, float* y) {
   }
 }
 
-using BlockDecoder = void (*)(const uint8_t* block, float* out);
+}  // namespace
 
-BlockDecoder decoder_of(GgmlType type) {
+GgmlBlockDecoder ggml_block_decoder(GgmlType type) {
   switch (type) {
     case GgmlType::Q4_0: return q4_0;
     case GgmlType::Q4_1: return q4_1;
@@ -209,6 +209,8 @@ BlockDecoder decoder_of(GgmlType type) {
     default: return nullptr;
   }
 }
+
+namespace {
 
 const std::map<GgmlType, GgmlTypeTraits>& traits_table() {
   static const std::map<GgmlType, GgmlTypeTraits> table = {
@@ -257,7 +259,7 @@ void dequantize_row(GgmlType type, const std::byte* blocks, float* out, int64_t 
       return;
     default: break;
   }
-  const BlockDecoder decode = decoder_of(type);
+  const GgmlBlockDecoder decode = ggml_block_decoder(type);
   const GgmlTypeTraits& t = ggml_traits(type);
   if (!decode) throw std::invalid_argument(std::string("dequantize_row: tensor type ") + t.name + " is not supported");
   for (int64_t i = 0; i < n / t.block_elements; ++i) decode(b + i * t.block_bytes, out + i * t.block_elements);

@@ -44,6 +44,11 @@ std::optional<GgmlType> ggml_type_of(uint32_t number);
 // The type's traits (every GgmlType enumerator has them).
 const GgmlTypeTraits& ggml_traits(GgmlType type);
 
+// One block of a quantized type: out[block_elements] = its values, as dequantize_row computes them.
+using GgmlBlockDecoder = void (*)(const uint8_t* block, float* out);
+// nullptr for a plain number type or one tpcli does not dequantize.
+GgmlBlockDecoder ggml_block_decoder(GgmlType type);
+
 // out[n] = the values of a row of n values stored as `type` (n a multiple of its block_elements).
 // std::invalid_argument for a type that is not dequantizable.
 void dequantize_row(GgmlType type, const std::byte* blocks, float* out, int64_t n);

@@ -1,5 +1,6 @@
 // Plain C++ matrix-vector kernels for every PackedMatrix format (the reference the SIMD kernels
 // are tested against, and the fallback on CPUs without AVX2).
+#include <cmath>
 #include <cstring>
 
 #include "tensor/packed_kernels.h"
@@ -75,6 +76,26 @@ void mxfp8_rows(float* out, const View& w, const float* x, const float*, int64_t
   }
 }
 
+// A ggml block type: each block decoded as ggml's dequantizer computes it, then multiplied in 8
+// lanes (the fixed order every row and vector gets; the compiler makes them one vector register).
+void ggml_rows(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
+  const GgmlBlockDecoder decode = ggml_block_decoder(w.format.ggml);
+  const int BE = w.format.group_size;
+  const int64_t block_bytes = ggml_traits(w.format.ggml).block_bytes, blocks = w.cols / BE;
+  alignas(64) float values[256];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    float lanes[8] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+      decode(row + b * block_bytes, values);
+      const float* xb = x + b * BE;
+      for (int i = 0; i < BE; i += 8)
+        for (int k = 0; k < 8; ++k) lanes[k] = std::fma(values[i + k], xb[i + k], lanes[k]);
+    }
+    out[r - r0] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  }
+}
+
 }  // namespace
 
 MatvecKernel scalar_kernel(const WeightFormat& format) {
@@ -84,6 +105,7 @@ MatvecKernel scalar_kernel(const WeightFormat& format) {
     case WeightKind::F16: return {nullptr, half_rows<f16_to_f32>};
     case WeightKind::Affine: return {nullptr, affine_rows};
     case WeightKind::Mxfp8: return {nullptr, mxfp8_rows};
+    case WeightKind::Ggml: return {nullptr, ggml_rows};
   }
   return {};
 }

@@ -1059,6 +1059,7 @@ MatvecKernel avx2_kernel(const WeightFormat& f) {
       if (f.bits == 4) return {prepare4_256, affine_rows_256, in_vector_tiles<AffineTile256>};
       return {};
     case WeightKind::F32: return {nullptr, f32_rows_256, in_vector_tiles<F32Tile256>};
+    case WeightKind::Ggml: return {};
   }
   return {};
 }
@@ -1075,6 +1076,7 @@ MatvecKernel avx512_kernel(const WeightFormat& f) {
       if (f.bits == 4) return {prepare4_512, affine_rows_512, affine_batch_512<4>(f.group_size)};
       return {};
     case WeightKind::F32: return {nullptr, f32_rows_512, f32_rows_batch_512};
+    case WeightKind::Ggml: return {};
   }
   return {};
 }

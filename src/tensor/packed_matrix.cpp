@@ -22,9 +22,26 @@ std::string WeightFormat::name() const {
     case WeightKind::F16: return "f16";
     case WeightKind::Affine: return "affine " + std::to_string(bits) + "-bit g" + std::to_string(group_size);
     case WeightKind::Mxfp8: return "mxfp8";
+    case WeightKind::Ggml: return ggml_traits(ggml).name;
   }
   return "?";
 }
+
+WeightFormat WeightFormat::ggml_blocks(GgmlType type) {
+  const GgmlTypeTraits& t = ggml_traits(type);
+  if (t.block_elements == 1 || !t.dequantizable)
+    throw std::invalid_argument(std::string("packed matrix: ggml type ") + t.name + " is not a quantized type tpcli reads");
+  WeightFormat f{WeightKind::Ggml, 0, t.block_elements};
+  f.ggml = type;
+  return f;
+}
+
+int64_t WeightFormat::row_bytes(int64_t cols) const {
+  if (kind == WeightKind::Ggml) return cols / group_size * ggml_traits(ggml).block_bytes;
+  return cols * bits / 8;
+}
+
+int WeightFormat::sum_group() const { return kind == WeightKind::Affine ? group_size : 0; }
 
 namespace {
 
@@ -33,7 +50,9 @@ void check_format(const WeightFormat& f, int64_t cols) {
                   ((f.kind == WeightKind::BF16 || f.kind == WeightKind::F16) && f.bits == 16) ||
                   (f.kind == WeightKind::Mxfp8 && f.bits == 8 && f.group_size == 32) ||
                   (f.kind == WeightKind::Affine && f.bits >= 2 && f.bits <= 8 &&
-                   (f.group_size == 32 || f.group_size == 64 || f.group_size == 128));
+                   (f.group_size == 32 || f.group_size == 64 || f.group_size == 128)) ||
+                  (f.kind == WeightKind::Ggml && f.bits == 0 && f.group_size == ggml_traits(f.ggml).block_elements &&
+                   f.group_size > 1 && ggml_traits(f.ggml).dequantizable);
   if (!ok) throw std::invalid_argument("packed matrix: unsupported format " + f.name());
   if (f.quantized() && cols % f.group_size != 0)
     throw std::invalid_argument("packed matrix: " + std::to_string(cols) + " columns are not a multiple of the " +
@@ -179,7 +198,8 @@ PackedMatrix PackedMatrix::from_f32(const float* w, int64_t rows, int64_t cols, 
     case WeightKind::Mxfp8:
       m.scale_bytes_.resize(static_cast<size_t>(rows * G));
       mxfp8_quantize(m.data_.data(), m.scale_bytes_.data(), w, rows, cols);
-      break;
+      break;  case WeightKind::Ggml:
+      throw std::invalid_argument("packed matrix: quantizing to " + format.name() + " is not supported");
   }
   return m;
 }
@@ -239,6 +259,9 @@ void PackedMatrix::dequantize_row(float* out, int64_t r) const {
     case WeightKind::Mxfp8:
       mxfp8_dequantize_row(out, reinterpret_cast<const uint32_t*>(row), scale_bytes_.data() + r * G, cols_);
       break;
+    case WeightKind::Ggml:
+      tensor::dequantize_row(format_.ggml, reinterpret_cast<const std::byte*>(row), out, cols_);
+      break;
   }
 }
 
@@ -271,6 +294,9 @@ void PackedMatrix::dequantize_row_columns(float* out, int64_t r, int64_t c0, int
       mxfp8_dequantize_row(out, reinterpret_cast<const uint32_t*>(row) + c0 / 4, scale_bytes_.data() + r * G + c0 / GS,
                            count);
       break;
+    case WeightKind::Ggml:  // c0 is a whole block
+      tensor::dequantize_row(format_.ggml, reinterpret_cast<const std::byte*>(row + format_.row_bytes(c0)), out, count);
+      break;
   }
 }
 
@@ -302,8 +328,8 @@ void PackedMatrix::matvec(float* out, const float* x, int64_t row0, int64_t n, I
     k.prepare(xp.data(), x, cols_);
     xk = xp.data();
   }
-  if (format_.kind == WeightKind::Affine) {
-    const int64_t G = groups_per_row(), GS = format_.group_size;
+  if (const int64_t GS = format_.sum_group()) {
+    const int64_t G = cols_ / GS;
     xsum.assign(static_cast<size_t>(G), 0.0f);
     for (int64_t g = 0; g < G; ++g)
       for (int64_t i = 0; i < GS; ++i) xsum[static_cast<size_t>(g)] += x[g * GS + i];
@@ -337,15 +363,14 @@ void PackedMatrix::matvec_batch(float* out, int64_t ld_out, const float* x, int6
     for (int64_t v = 0; v < B; ++v) k.prepare(xp.data() + v * cols_, x + v * cols_, cols_);
     xk = xp.data();
   }
-  const int64_t G = groups_per_row(), GS = format_.group_size;
-  if (format_.kind == WeightKind::Affine) {
+  const int64_t GS = format_.sum_group(), G = GS ? cols_ / GS : 0;
+  if (GS) {
     xsum.assign(static_cast<size_t>(B * G), 0.0f);
     for (int64_t v = 0; v < B; ++v)
       for (int64_t g = 0; g < G; ++g)
         for (int64_t i = 0; i < GS; ++i) xsum[static_cast<size_t>(v * G + g)] += x[v * cols_ + g * GS + i];
   }
-  kernels::run_rows_batch(k, out, ld, view, xk, cols_, format_.kind == WeightKind::Affine ? xsum.data() : nullptr, G, B, row0,
-                          n);
+  kernels::run_rows_batch(k, out, ld, view, xk, cols_, GS ? xsum.data() : nullptr, G, B, row0, n);
 }
 
 void PackedMatrix::matmul(float* out, const float* x, int64_t N, int64_t row0, int64_t n, int64_t ld_out) const {
@@ -448,12 +473,12 @@ PackedMatrix PackedMatrix::slice_columns(const std::vector<Columns>& columns) co
   const int64_t rb = m.row_bytes(), G = groups_per_row(), GL = m.groups_per_row();
   m.data_.assign(static_cast<size_t>(words_for(rows_ * rb)), 0u);
   auto* dst = reinterpret_cast<uint8_t*>(m.data_.data());
-  const int bits = format_.bits;  // a group (or a float column) is a whole number of bytes
-  for (int64_t r = 0; r < rows_; ++r) {
+  for (int64_t r = 0; r < rows_; ++r) {  // a group, a block (or a float column) is a whole number of bytes
     const uint8_t* src = row_data(r);
     for (const auto& c : columns) {
-      std::memcpy(dst, src + c.offset * bits / 8, static_cast<size_t>(c.count * bits / 8));
-      dst += c.count * bits / 8;
+      const int64_t bytes = format_.row_bytes(c.count);
+      std::memcpy(dst, src + format_.row_bytes(c.offset), static_cast<size_t>(bytes));
+      dst += bytes;
     }
   }
   auto per_group = [&](const auto& full, auto& out) {

@@ -1,6 +1,7 @@
 // tpcli::tensor — a frozen inference weight matrix in one of the stored formats: f32, bf16, f16,
-// MLX affine (bits, group size) or mxfp8 (tensor/quant_formats.h). Kernels read the stored form
-// directly (no dequantized copy of the matrix) and accumulate in f32.
+// MLX affine (bits, group size), mxfp8 (tensor/quant_formats.h) or a ggml block type as a GGUF file
+// stores it (tensor/ggml_blocks.h: Q8_0, Q4_K, ...). Kernels read the stored form directly (no
+// dequantized copy of the matrix) and accumulate in f32.
 //
 // Dimension legend: R rows (output features), K columns (input features), N input rows (tokens),
 // GS group size, G = K / GS groups per row.
@@ -20,25 +21,33 @@
 #include <vector>
 
 #include "tensor/aligned_storage.h"
+#include "tensor/ggml_blocks.h"
 #include "tensor/isa.h"
 #include "tensor/tensor.h"
 
 namespace tpcli::tensor {
 
-enum class WeightKind { F32, BF16, F16, Affine, Mxfp8 };
+enum class WeightKind { F32, BF16, F16, Affine, Mxfp8, Ggml };
 
 struct WeightFormat {
   WeightKind kind = WeightKind::F32;
-  int bits = 32;       // per element: 32, 16, affine 2..8, mxfp8 8
-  int group_size = 0;  // affine 32/64/128, mxfp8 32; 0 for the float kinds
+  int bits = 32;       // per element: 32, 16, affine 2..8, mxfp8 8; ggml: 0 (its blocks' bytes say)
+  int group_size = 0;  // affine 32/64/128, mxfp8 32, ggml the block's values (32 or 256); 0 for the float kinds
+  GgmlType ggml = GgmlType::F32;  // kind Ggml: the block type
 
   static WeightFormat f32() { return {WeightKind::F32, 32, 0}; }
   static WeightFormat bf16() { return {WeightKind::BF16, 16, 0}; }
   static WeightFormat f16() { return {WeightKind::F16, 16, 0}; }
   static WeightFormat affine(int bits, int group_size) { return {WeightKind::Affine, bits, group_size}; }
   static WeightFormat mxfp8() { return {WeightKind::Mxfp8, 8, 32}; }
-  bool quantized() const { return kind == WeightKind::Affine || kind == WeightKind::Mxfp8; }
-  // "f32", "bf16", "f16", "affine 4-bit g64", "mxfp8"
+  // A quantized ggml block type (dequantizable, not a plain number type).
+  static WeightFormat ggml_blocks(GgmlType type);
+  bool quantized() const { return kind == WeightKind::Affine || kind == WeightKind::Mxfp8 || kind == WeightKind::Ggml; }
+  // Bytes of a row of `cols` elements (whole groups or blocks) as stored, scales of other arrays aside.
+  int64_t row_bytes(int64_t cols) const;
+  // Input columns per group whose sum of x the kernels use (affine: a group); 0: no sums.
+  int sum_group() const;
+  // "f32", "bf16", "f16", "affine 4-bit g64", "mxfp8", "Q4_K"
   std::string name() const;
   bool operator==(const WeightFormat&) const = default;
 };
@@ -82,7 +91,7 @@ class PackedMatrix {
   const WeightFormat& format() const { return format_; }
   bool empty() const { return rows_ == 0; }
   int64_t groups_per_row() const { return format_.group_size ? cols_ / format_.group_size : 0; }
-  int64_t row_bytes() const { return cols_ * format_.bits / 8; }
+  int64_t row_bytes() const { return format_.row_bytes(cols_); }
   int64_t bytes() const;  // element storage + scales + biases
   Parts parts() const;    // borrowed views of this matrix's storage (for writing files)
 
