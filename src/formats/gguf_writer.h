@@ -59,6 +59,9 @@ class GgufWriter {
   // The whole file; the stream's failure is the caller's to check.
   void write(std::ostream& out) const;
 
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
+  const std::vector<TensorToWrite>& tensors() const { return tensors_; }
+
  private:
   std::vector<std::pair<std::string, Value>> metadata_;
   std::vector<TensorToWrite> tensors_;
