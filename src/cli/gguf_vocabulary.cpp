@@ -175,6 +175,8 @@ formats::GgufVocabulary gguf_vocabulary(const std::string& path, int vocab_size,
   if (std::filesystem::exists(config_path)) {
     const nlohmann::json config = read_json(config_path);
     if (const auto pad = config_token(config, "pad_token")) v.padding_id = id_of(*pad);
+    if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) v.add_bos = config["add_bos_token"].get<bool>();
+    if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) v.add_eos = config["add_eos_token"].get<bool>();
   }
   v.chat_template = loaded.chat_template;
   return v;

@@ -118,6 +118,10 @@ TEST_CASE("gguf export cli: a byte-level BPE tokenizer.json becomes gpt2 tokens,
   const TempDir dir;
   const formats::gguf::GgufFile want(shared_path("reference/gguf/hf-qwen2-f32.gguf"));
   const std::string json = dir.write("tok/tokenizer.json", tokenizer_json_of(want));
+  const std::string chat_template = "{% for m in messages %}<|bos|>{{ m['content'] }}<|eos|>{% endfor %}";
+  dir.write("tok/tokenizer_config.json", nlohmann::json({{"bos_token", "<|bos|>"}, {"eos_token", "<|eos|>"}, {"pad_token", "<|pad|>"},
+                                                         {"add_bos_token", false},
+                                                         {"chat_template", chat_template}}).dump());
   const std::string out = (dir.path() / "qwen2.gguf").string();
   const RunResult r = export_gguf({"--model", shared_path("reference/hf-archs/qwen2"), "-z", json, "--dtype", "f32", "--out", out});
   INFO(r.err);
@@ -126,6 +130,8 @@ TEST_CASE("gguf export cli: a byte-level BPE tokenizer.json becomes gpt2 tokens,
   CHECK(got.string(keys::TOKENIZER_PRE) == "qwen2");
   check_same_vocabulary(got, want);
   CHECK(got.boolean(keys::ADD_BOS) == false);  // Qwen2 adds no BOS
+  CHECK(got.integer(keys::PADDING_ID) == 0);
+  CHECK(got.string(keys::CHAT_TEMPLATE) == chat_template);
 }
 
 TEST_CASE("gguf export cli: a model fused with a LoRA adapter gives the logits llama.cpp computes with the adapter", "[gguf]") {

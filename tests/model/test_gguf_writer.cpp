@@ -20,6 +20,7 @@
 #include "formats/open_model.h"
 #include "model/llama.h"
 #include "model/llama_config.h"
+#include "random_model.h"
 #include "support/shared_data.h"
 #include "support/temp_dir.h"
 #include "tensor/ggml_blocks.h"
@@ -224,6 +225,23 @@ TEST_CASE("gguf writer: each architecture written in f32 reads back as written, 
       CHECK(logits_on(back, devices, tokens) == logits_on(*source.weights, devices, tokens));
     }
   }
+}
+
+TEST_CASE("gguf writer: heads wider than dim / heads and an untied classifier read back exactly", "[gguf]") {
+  model::LlamaConfig c = testing::make_config(64, 4, 2, 96, 2, 40, false);
+  c.head_dim = 24;  // llama.cpp takes dim / heads = 16 unless attention.key_length says otherwise
+  const model::TensorWeights source = testing::random_weights(c, 11);
+  const testing::TempDir dir;
+  const std::string path = write_and_check_container(source, GgmlType::F32, dir, "wide-heads");
+  const formats::gguf::GgufFile file(path);
+  CHECK(file.integer("llama.attention.key_length") == 24);
+  CHECK(file.integer("llama.attention.value_length") == 24);
+  CHECK(file.tensor("output.weight") != nullptr);
+  const formats::GgufModel back(path);
+  CHECK(back.config().head_size() == 24);
+  CHECK(!back.config().shared_classifier);
+  const std::vector<int> tokens = some_tokens(c.vocab_size);
+  for (int devices : {1, 2}) CHECK(logits_on(back, devices, tokens) == logits_on(source, devices, tokens));
 }
 
 TEST_CASE("gguf writer: f16, bf16 and q8_0 files hold ggml's rounding of every weight, logits within the format's error", "[gguf]") {
