@@ -15,6 +15,11 @@
 // Only the weights travel: the optimizer state stays behind, and the tokenizer must be given
 // separately (a chars or bytes vocabulary has no llama2.c tokenizer.bin; a model trained with a
 // tokenizer.bin uses that file; no tokenizer.json is written for --to hf).
+// tpcli export --to gguf --model CKPT --out FILE.gguf [--dtype f32|f16|bf16|q8_0] [-z TOKENIZER] — one
+// GGUF v3 file that llama.cpp (and Ollama, LM Studio) load: the weights under llama.cpp's names
+// (formats/gguf_writer.h), the tokenizer inside (cli/gguf_vocabulary.h: -z, else the model's own
+// tokenizer.json or recorded tokenizer). Written through a temporary renamed into place; an
+// existing FILE is refused unless --force. With --adapter DIR --fuse the merged model is written.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -23,8 +28,10 @@
 #include <stdexcept>
 
 #include "cli/commands.h"
+#include "cli/gguf_vocabulary.h"
 #include "cli/model_file.h"
 #include "files/atomic_file.h"
+#include "formats/gguf_writer.h"
 #include "formats/hf_model.h"
 #include "formats/llama2c.h"
 #include "formats/peft_adapter.h"
@@ -41,11 +48,12 @@ struct ExportFlags {
   std::string to = "llama2c";
   std::string model;
   std::string out;
-  std::string dtype = "bf16";  // --to hf
+  std::string dtype = "bf16";  // --to hf, gguf
+  std::string tokenizer;       // --to gguf: -z FILE ("" = the model's own)
   int shards = 1;              // --to hf
   std::string adapter;         // --adapter DIR (with --fuse): a PEFT LoRA folder
   bool fuse = false;           // --fuse: write W + scale * B @ A for every adapted matrix
-  bool force = false;          // --force: --to llama2c may replace an existing --out (never the input)
+  bool force = false;          // --force: --to llama2c or gguf may replace an existing --out (never the input)
 };
 
 model::DType export_dtype(const std::string& name) {
@@ -53,6 +61,14 @@ model::DType export_dtype(const std::string& name) {
   if (name == "f16") return model::DType::F16;
   if (name == "f32") return model::DType::F32;
   throw UsageError("--dtype " + name + ": expected bf16, f16 or f32");
+}
+
+tensor::GgmlType gguf_type(const std::string& name) {
+  if (name == "f32") return tensor::GgmlType::F32;
+  if (name == "f16") return tensor::GgmlType::F16;
+  if (name == "bf16") return tensor::GgmlType::BF16;
+  if (name == "q8_0") return tensor::GgmlType::Q8_0;
+  throw UsageError("--dtype " + name + ": expected f32, f16, bf16 or q8_0 for --to gguf");
 }
 
 // Each shard holds whole tensors, so there can be no more shards than tensors.
@@ -113,6 +129,37 @@ void export_hf(const ExportFlags& f, const OpenedModel& opened) {
                static_cast<long long>(opened.weights->config().parameter_count()));
 }
 
+// The tokenizer that goes inside: -z, else a Hugging Face directory's, else the one a checkpoint records.
+std::string gguf_tokenizer_path(const ExportFlags& f, const OpenedModel& opened) {
+  if (!f.tokenizer.empty()) return f.tokenizer;
+  if (opened.hf_dir && std::filesystem::exists(std::filesystem::path(*opened.hf_dir) / "tokenizer.json")) return *opened.hf_dir;
+  if (opened.tokenizer) return *opened.tokenizer;
+  throw UsageError(f.model + ": no tokenizer recorded: --to gguf needs -z tokenizer.bin or tokenizer.json (llama.cpp reads the vocabulary from the file)");
+}
+
+void export_gguf(const ExportFlags& f, const OpenedModel& opened) {
+  formats::GgufExportOptions options;
+  options.type = gguf_type(f.dtype);
+  options.name = std::filesystem::path(f.model).filename().replace_extension().string();
+  const model::LlamaConfig& c = opened.weights->config();
+  const std::optional<int> eos = opened.eos_token_ids.empty() ? std::nullopt : std::optional<int>(opened.eos_token_ids[0]);
+  options.vocabulary = gguf_vocabulary(gguf_tokenizer_path(f, opened), c.vocab_size, opened.bos_token_id, eos);
+  std::vector<std::string> kept_f16;
+  try {
+    kept_f16 = formats::write_gguf_model(f.out, *opened.weights, options);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(f.model + ": " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  std::fprintf(stderr, "wrote %s (GGUF %s, %s, %lld parameters, tokenizer %s)\n", f.out.c_str(),
+               formats::gguf_architecture_of(c).c_str(), f.dtype.c_str(), static_cast<long long>(c.parameter_count()),
+               options.vocabulary->model.c_str());
+  if (!kept_f16.empty())
+    std::fprintf(stderr, "note: %zu matrices have rows that are not a multiple of 32 (e.g. %s) and were written F16, as llama.cpp's converter does\n",
+                 kept_f16.size(), kept_f16[0].c_str());
+}
+
 // --fuse: the model seen merged with the adapter (model::LoraMergedWeights over the opened file,
 // which moves to opened.original; `set` must outlive the export). A quantized base is dequantized,
 // merged in f32 and written in the export's dtype: it is not quantized again (tpcli quantize can).
@@ -129,7 +176,7 @@ void fuse_adapter(const ExportFlags& f, OpenedModel& opened, std::optional<model
   }
   if (opened.original->config().quantization)
     std::fprintf(stderr, "note: %s is quantized: dequantized, merged in f32 and written unquantized (%s); `tpcli quantize` can quantize the result\n",
-                 f.model.c_str(), f.to == "hf" ? f.dtype.c_str() : "f32");
+                 f.model.c_str(), f.to == "hf" || f.to == "gguf" ? f.dtype.c_str() : "f32");
 }
 
 // A LoRA training checkpoint (format tpcli-lora: the adapters "layers.L.wq.lora_a" ... beside their
@@ -192,20 +239,24 @@ void export_peft(const ExportFlags& f) {
 }
 
 void run_export(const ExportFlags& f) {
-  if (f.force && f.to != "llama2c") throw UsageError("--force: only --to llama2c replaces a file; --to " + f.to + " writes a new folder");
+  if (f.force && f.to != "llama2c" && f.to != "gguf")
+    throw UsageError("--force: only --to llama2c and gguf replace a file; --to " + f.to + " writes a new folder");
+  if (!f.tokenizer.empty() && f.to != "gguf") throw UsageError("--tokenizer: only --to gguf writes a tokenizer");
   if (f.to == "peft") {
     if (f.fuse || !f.adapter.empty()) throw UsageError("--to peft exports a LoRA training checkpoint's adapters: no --adapter or --fuse");
     return export_peft(f);
   }
-  if (f.to != "llama2c" && f.to != "hf") throw UsageError("--to " + f.to + ": expected llama2c, hf or peft");
+  if (f.to != "llama2c" && f.to != "hf" && f.to != "gguf") throw UsageError("--to " + f.to + ": expected llama2c, hf, gguf or peft");
+  if (f.to == "gguf") gguf_type(f.dtype);
   if (f.shards < 1) throw UsageError("--shards " + std::to_string(f.shards) + " must be >= 1");
   if (!f.adapter.empty() && !f.fuse)
     throw UsageError("--adapter " + f.adapter + ": export merges an adapter only with --fuse (the adapter folder is already PEFT's format)");
-  if (f.to == "llama2c") check_output_file(f.out, f.model, f.force);
+  if (f.to == "llama2c" || f.to == "gguf") check_output_file(f.out, f.model, f.force);
   OpenedModel opened = open_model(f.model);
   std::optional<model::LoraAdapterSet> set;
   if (f.fuse) fuse_adapter(f, opened, set);
   if (f.to == "hf") return export_hf(f, opened);
+  if (f.to == "gguf") return export_gguf(f, opened);
   try {
     formats::write_llama2c(f.out, *opened.weights);
   } catch (const std::invalid_argument& e) {
@@ -221,18 +272,20 @@ void run_export(const ExportFlags& f) {
 
 void setup_export(CLI::App& sub) {
   auto flags = std::make_shared<ExportFlags>();
-  sub.add_option("--to", flags->to, "format to write: llama2c, hf, or peft (a LoRA training checkpoint's adapters)")->capture_default_str();
+  sub.add_option("--to", flags->to, "format to write: llama2c, hf, gguf (llama.cpp), or peft (a LoRA training checkpoint's adapters)")
+      ->capture_default_str();
   sub.add_option("--model", flags->model, "checkpoint to export (.safetensors, .bin or a Hugging Face directory)")->required();
-  sub.add_option("--out", flags->out, "output file (llama2c, e.g. model.bin) or new folder (hf; absent or empty)")->required();
-  sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32")->capture_default_str();
+  sub.add_option("--out", flags->out, "output file (llama2c: model.bin; gguf: model.gguf) or new folder (hf; absent or empty)")->required();
+  sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32; gguf: also q8_0")->capture_default_str();
+  sub.add_option("-z,--tokenizer", flags->tokenizer, "gguf: the tokenizer to put inside (tokenizer.bin, tokenizer.json or its folder; default: the model's)");
   sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
   sub.add_option("--adapter", flags->adapter, "with --fuse: LoRA adapter folder (Hugging Face PEFT's format) to merge");
   sub.add_flag("--fuse", flags->fuse, "write the model merged with --adapter (W + alpha/r * B @ A, in f32, then --dtype)");
-  sub.add_flag("--force", flags->force, "llama2c: replace --out if it exists (never the input model)");
+  sub.add_flag("--force", flags->force, "llama2c, gguf: replace --out if it exists (never the input model)");
   sub.callback([flags] { run_export(*flags); });
 }
 
-const bool registered = register_command({"export", "Convert a checkpoint to llama2.c's .bin format or a Hugging Face model directory", setup_export});
+const bool registered = register_command({"export", "Convert a checkpoint to llama2.c's .bin format, a Hugging Face model directory or a GGUF file", setup_export});
 
 }  // namespace
 

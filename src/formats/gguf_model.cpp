@@ -6,6 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "formats/gguf_keys.h"
 #include "formats/hf_names.h"  // rope_rows_from_hf
 #include "formats/llama2c.h"  // MappedFile
 #include "model/block_matrices.h"
@@ -35,7 +36,7 @@ bool looks_like_gguf(const std::string& path) {
 }
 
 GgufModel::GgufModel(const std::string& path) : file_(path) {
-  const auto architecture = file_.string("general.architecture");
+  const auto architecture = file_.string(gguf_keys::ARCHITECTURE);
   if (!architecture) throw std::runtime_error(path + ": metadata 'general.architecture' is missing");
   architecture_ = *architecture;
   if (architecture_ != "llama" && architecture_ != "qwen2" && architecture_ != "phi3")
@@ -49,40 +50,40 @@ GgufModel::GgufModel(const std::string& path) : file_(path) {
 
 model::LlamaConfig GgufModel::read_config() const {
   const std::string prefix = architecture_ + ".";
-  const auto required = [&](const std::string& key) -> int64_t {
+  const auto required = [&](const char* key) -> int64_t {
     const auto v = file_.integer(prefix + key);
     if (!v) throw std::runtime_error(file_.path() + ": metadata '" + prefix + key + "' is missing");
     if (*v < 1 || *v > (int64_t{1} << 30)) throw std::runtime_error(file_.path() + ": metadata '" + prefix + key + "' is " + std::to_string(*v));
     return *v;
   };
   model::LlamaConfig c;
-  c.dim = static_cast<int>(required("embedding_length"));
-  c.hidden_dim = static_cast<int>(required("feed_forward_length"));
-  c.n_layers = static_cast<int>(required("block_count"));
-  c.n_heads = static_cast<int>(required("attention.head_count"));
-  c.n_kv_heads = static_cast<int>(file_.integer(prefix + "attention.head_count_kv").value_or(c.n_heads));
-  c.seq_len = static_cast<int>(required("context_length"));
-  if (const auto key_length = file_.integer(prefix + "attention.key_length"); key_length && *key_length != c.dim / c.n_heads)
+  c.dim = static_cast<int>(required(gguf_keys::EMBEDDING_LENGTH));
+  c.hidden_dim = static_cast<int>(required(gguf_keys::FEED_FORWARD_LENGTH));
+  c.n_layers = static_cast<int>(required(gguf_keys::BLOCK_COUNT));
+  c.n_heads = static_cast<int>(required(gguf_keys::HEAD_COUNT));
+  c.n_kv_heads = static_cast<int>(file_.integer(prefix + gguf_keys::HEAD_COUNT_KV).value_or(c.n_heads));
+  c.seq_len = static_cast<int>(required(gguf_keys::CONTEXT_LENGTH));
+  if (const auto key_length = file_.integer(prefix + gguf_keys::KEY_LENGTH); key_length && *key_length != c.dim / c.n_heads)
     c.head_dim = static_cast<int>(*key_length);
-  if (const auto rope_dims = file_.integer(prefix + "rope.dimension_count"); rope_dims && *rope_dims != c.head_size())
-    throw std::runtime_error(file_.path() + ": metadata '" + prefix + "rope.dimension_count' is " + std::to_string(*rope_dims) +
+  if (const auto rope_dims = file_.integer(prefix + gguf_keys::ROPE_DIMENSION_COUNT); rope_dims && *rope_dims != c.head_size())
+    throw std::runtime_error(file_.path() + ": metadata '" + prefix + gguf_keys::ROPE_DIMENSION_COUNT + "' is " + std::to_string(*rope_dims) +
                              ": RoPE over part of a head (" + std::to_string(c.head_size()) + " values) is not supported");
-  c.norm_eps = static_cast<float>(file_.number(prefix + "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  c.rope_theta = static_cast<float>(file_.number(prefix + "rope.freq_base").value_or(10000.0));
+  c.norm_eps = static_cast<float>(file_.number(prefix + gguf_keys::RMS_EPSILON).value_or(1e-5));
+  c.rope_theta = static_cast<float>(file_.number(prefix + gguf_keys::ROPE_FREQ_BASE).value_or(10000.0));
   const gguf::TensorInfo* embedding = file_.tensor("token_embd.weight");
   if (!embedding || embedding->ne.size() != 2) throw std::runtime_error(file_.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
   c.vocab_size = static_cast<int>(embedding->ne[1]);
   c.shared_classifier = file_.tensor("output.weight") == nullptr;
-  if (const auto window = file_.integer(prefix + "attention.sliding_window"))  // positions beyond it are not served
+  if (const auto window = file_.integer(prefix + gguf_keys::SLIDING_WINDOW))  // positions beyond it are not served
     c.seq_len = static_cast<int>(std::min<int64_t>(c.seq_len, *window));
   if (architecture_ == "qwen2") {
     c.qkv_bias = true;
     c.hf_architecture = "Qwen2ForCausalLM";
   } else if (architecture_ == "phi3") {
     c.hf_architecture = "Phi3ForCausalLM";
-  } else if (const auto experts = file_.integer(prefix + "expert_count"); experts && *experts > 0) {
+  } else if (const auto experts = file_.integer(prefix + gguf_keys::EXPERT_COUNT); experts && *experts > 0) {
     c.n_experts = static_cast<int>(*experts);
-    c.top_k = static_cast<int>(file_.integer(prefix + "expert_used_count").value_or(2));
+    c.top_k = static_cast<int>(file_.integer(prefix + gguf_keys::EXPERT_USED_COUNT).value_or(2));
     c.hf_architecture = "MixtralForCausalLM";
   } else {
     c.hf_architecture = "LlamaForCausalLM";

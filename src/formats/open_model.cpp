@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "files/regular_file.h"
+#include "formats/gguf_keys.h"
 #include "formats/gguf_model.h"
 #include "formats/hf_model.h"
 #include "formats/llama2c.h"
@@ -41,8 +42,8 @@ OpenedModel open(const std::string& path) {
     opened.weights = std::move(file);
   } else if (looks_like_gguf(path)) {
     auto file = std::make_unique<GgufModel>(path);
-    if (const auto bos = file->file().integer("tokenizer.ggml.bos_token_id")) opened.bos_token_id = static_cast<int>(*bos);
-    if (const auto eos = file->file().integer("tokenizer.ggml.eos_token_id")) opened.eos_token_ids = {static_cast<int>(*eos)};
+    if (const auto bos = file->file().integer(gguf_keys::BOS_ID)) opened.bos_token_id = static_cast<int>(*bos);
+    if (const auto eos = file->file().integer(gguf_keys::EOS_ID)) opened.eos_token_ids = {static_cast<int>(*eos)};
     opened.weights = std::move(file);
   } else {
     opened.weights = std::make_unique<Llama2cFile>(path);

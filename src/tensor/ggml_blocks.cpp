@@ -1,5 +1,6 @@
 #include "tensor/ggml_blocks.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -263,6 +264,46 @@ void dequantize_row(GgmlType type, const std::byte* blocks, float* out, int64_t 
   const GgmlTypeTraits& t = ggml_traits(type);
   if (!decode) throw std::invalid_argument(std::string("dequantize_row: tensor type ") + t.name + " is not supported");
   for (int64_t i = 0; i < n / t.block_elements; ++i) decode(b + i * t.block_bytes, out + i * t.block_elements);
+}
+
+namespace {
+
+void put_u16(uint8_t* p, uint16_t bits) { std::memcpy(p, &bits, 2); }
+
+// One Q8_0 block: half d, then 32 int8 (ggml-quants.c, quantize_row_q8_0_ref).
+void quantize_q8_0_block(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < QK; ++j) amax = amax > std::fabs(x[j]) ? amax : std::fabs(x[j]);  // ggml's MAX: a NaN wins
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_u16(b, f32_to_f16(d));
+  for (int j = 0; j < QK; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+}
+
+}  // namespace
+
+bool quantizable(GgmlType type) {
+  return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || type == GgmlType::Q8_0;
+}
+
+void quantize_row(GgmlType type, const float* in, std::byte* blocks, int64_t n) {
+  auto* b = reinterpret_cast<uint8_t*>(blocks);
+  const GgmlTypeTraits& t = ggml_traits(type);
+  if (!quantizable(type)) throw std::invalid_argument(std::string("quantize_row: tensor type ") + t.name + " is not written");
+  if (n % t.block_elements != 0)
+    throw std::invalid_argument(std::string("quantize_row: a row of ") + std::to_string(n) + " values is no whole number of " + t.name +
+                                " blocks of " + std::to_string(t.block_elements));
+  switch (type) {
+    case GgmlType::F32: std::memcpy(b, in, static_cast<size_t>(n) * 4); return;
+    case GgmlType::F16:
+      for (int64_t i = 0; i < n; ++i) put_u16(b + 2 * i, f32_to_f16(in[i]));
+      return;
+    case GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i) put_u16(b + 2 * i, f32_to_bf16(in[i]));
+      return;
+    default:
+      for (int64_t i = 0; i < n / QK; ++i) quantize_q8_0_block(in + i * QK, b + i * t.block_bytes);
+  }
 }
 
 }  // namespace tpcli::tensor

@@ -15,7 +15,8 @@
 //   IQ4_NL half d; u8 qs[16]                      x = d * KVALUES[nibble] (a fixed non-linear codebook)
 //   IQ4_XS half d; u16 scales_h; u8 scales_l[4]; u8 qs[128]   8 groups of 32: 6-bit scales - 32
 // dequantize_row computes what ggml's reference dequantize_row_* computes, in the same float
-// operations in the same order, none fused (this file's .cpp is compiled with -ffp-contract=off).
+// operations in the same order, none fused (this file's .cpp is compiled with -ffp-contract=off);
+// quantize_row is the writer's mirror for the types tpcli writes (formats/gguf_writer.h).
 #pragma once
 
 #include <cstddef>
@@ -52,5 +53,14 @@ GgmlBlockDecoder ggml_block_decoder(GgmlType type);
 // out[n] = the values of a row of n values stored as `type` (n a multiple of its block_elements).
 // std::invalid_argument for a type that is not dequantizable.
 void dequantize_row(GgmlType type, const std::byte* blocks, float* out, int64_t n);
+
+// Whether quantize_row writes the type: F32, F16, BF16, Q8_0.
+bool quantizable(GgmlType type);
+// blocks = a row of n values (n a multiple of its block_elements) stored as `type`, as ggml's
+// reference quantizers write it: F16 and BF16 rounded to nearest even (a NaN stays a quiet NaN,
+// as ggml_compute_fp32_to_bf16 keeps it); Q8_0 as quantize_row_q8_0_ref: per block of 32,
+// d = max|x| / 127, q = roundf(x * (1/d)) (0 when d is 0), d stored as F16.
+// std::invalid_argument for a type it does not write or an n that is no whole number of blocks.
+void quantize_row(GgmlType type, const float* in, std::byte* blocks, int64_t n);
 
 }  // namespace tpcli::tensor

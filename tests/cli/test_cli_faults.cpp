@@ -568,7 +568,7 @@ TEST_CASE("cli faults: export --to llama2c and quantize refuse an existing --out
   CHECK(run_tpcli(export_line + taken.string() + " --force").code == 0);
   CHECK(fs::file_size(taken) == original.size());  // the llama2.c model
   check_usage_error(run_tpcli("export --to hf --model " + model.string() + " --out " + (dir.path() / "hf").string() + " --force"),
-                    "tpcli export: --force: only --to llama2c replaces a file");
+                    "tpcli export: --force: only --to llama2c and gguf replace a file");
 
   const fs::path quantized = dir.path() / "q.safetensors";
   const std::string quantize_line = "quantize --model " + model.string() + " --out " + quantized.string();
