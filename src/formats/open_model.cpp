@@ -1,5 +1,6 @@
 #include "formats/open_model.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -42,7 +43,14 @@ OpenedModel open(const std::string& path) {
   } else if (looks_like_gguf(path)) {
     auto file = std::make_unique<GgufModel>(path);
     if (const auto bos = file->file().integer("tokenizer.ggml.bos_token_id")) opened.bos_token_id = static_cast<int>(*bos);
-    if (const auto eos = file->file().integer("tokenizer.ggml.eos_token_id")) opened.eos_token_ids = {static_cast<int>(*eos)};
+    for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+      if (const auto id = file->file().integer(key); id && !std::ranges::count(opened.eos_token_ids, static_cast<int>(*id)))
+        opened.eos_token_ids.push_back(static_cast<int>(*id));
+    if (file->file().find("tokenizer.ggml.model") || file->file().find("tokenizer.ggml.tokens"))
+      opened.tokenizer = path;  // the file carries its tokenizer (formats/gguf_vocabulary.h)
+    else
+      opened.missing_tokenizer = path + ": this GGUF file holds no tokenizer (no tokenizer.ggml.model / tokenizer.ggml.tokens); "
+                                        "pass one with -z/--tokenizer";
     opened.weights = std::move(file);
   } else {
     opened.weights = std::make_unique<Llama2cFile>(path);
