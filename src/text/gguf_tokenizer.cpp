@@ -242,23 +242,19 @@ void GgufTokenizer::set_pre_tokenizer(const GgufVocabulary& v) {
     pieces.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}});
     pre_tokenizer_ = hf::make_pre_tokenizer({{"type", "Sequence"}, {"pretokenizers", pieces}}, origin_ + ": tokenizer.ggml.pre " + pre);
 
-    // The merges whose parts and result are tokens (llama.cpp merges text pairs; a merge into a
-    // text that is no token could never give a token).
-    nlohmann::json vocab = nlohmann::json::object();
-    for (size_t i = 0; i < tokens_.size(); ++i) vocab[tokens_[i]] = i;
-    nlohmann::json merges = nlohmann::json::array();
+    // llama.cpp merges pairs of texts; the model keeps those whose parts and result are tokens (a
+    // merge into a text that is no token could never give one).
+    std::vector<std::pair<std::string, std::string>> merges;
+    merges.reserve(v.merges.size());
     for (size_t rank = 0; rank < v.merges.size(); ++rank) {
       const std::string& merge = v.merges[rank];
       const size_t space = merge.find(' ', 1);
       if (space == std::string::npos)
         throw std::runtime_error(origin_ + ": tokenizer.ggml.merges[" + std::to_string(rank) + "] = " + quoted_value(merge) +
                                  " is not two tokens separated by a space");
-      const std::string left = merge.substr(0, space), right = merge.substr(space + 1);
-      if (ids_.contains(left) && ids_.contains(right) && ids_.contains(left + right)) merges.push_back({left, right});
+      merges.emplace_back(merge.substr(0, space), merge.substr(space + 1));
     }
-    bpe_ = std::make_unique<hf::BpeModel>(
-        nlohmann::json{{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}, {"ignore_merges", rule->ignore_merges}},
-        origin_ + ": tokenizer.ggml");
+    bpe_ = std::make_unique<hf::BpeModel>(tokens_, merges, rule->ignore_merges);
   }
   if (v.add_space_prefix) add_space_prefix_ = *v.add_space_prefix;
 }

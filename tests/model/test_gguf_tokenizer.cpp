@@ -8,11 +8,13 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/end_of_generation.h"
 #include "formats/gguf_vocabulary.h"
 #include "support/gguf_writer.h"
 #include "support/shared_data.h"
@@ -157,6 +159,12 @@ TEST_CASE("gguf tokenizer: user-defined tokens match in plain text, control toke
   CHECK(t.end_of_generation_ids() == std::vector<int>{8, 7});
   CHECK(t.decode(std::vector<int>{3, 4, 5}, false, false, false) == "ab ab");
   CHECK(t.decode(std::vector<int>{3, 4, 5}, false, true, false) == "ab abba");
+  // Generation stops at them (engine/end_of_generation.h), and the file's chat template renders chats.
+  CHECK(engine::end_of_generation(t, {}).ids == std::vector<int>{8, 7});
+  CHECK(!loaded.chat_template);
+  GgufWriter with_template = tiny_bpe("gpt-2");
+  with_template.string("tokenizer.chat_template", "{{ messages[0]['content'] }}");
+  CHECK(formats::load_gguf_tokenizer(tmp.write("chat.gguf", with_template.bytes())).chat_template == "{{ messages[0]['content'] }}");
 
   GgufWriter with_bos = tiny_bpe("llama-bpe");  // Llama 3's: BOS by default, words that are tokens kept whole
   with_bos.u32("tokenizer.ggml.bos_token_id", 7);
