@@ -66,6 +66,16 @@ TEST_CASE("gguf cli: a GGUF model's own tokenizer without -z, in infer and token
   const RunResult encoded = run_tpcli({"tokenizer", "encode", "--tokenizer", model, "--bos"}, {.input = "Hello world", .timeout_seconds = 60});
   INFO(encoded.err);
   CHECK(encoded.out == "[1,346,306,414,263,304,341]\n");
+  // llama.cpp's parse_special = false: tokenize.tsv's row for Phi-3's file, and by default its control
+  // tokens parsed out of the text.
+  const std::string phi3 = shared_path("reference/gguf/hf-phi3-f32.gguf"), special_text = "<|endoftext|> <s> as plain text";
+  const RunResult plain = run_tpcli({"tokenizer", "encode", "--tokenizer", phi3, "--bos", "--no-parse-special"},
+                                    {.input = special_text, .timeout_seconds = 60});
+  INFO(plain.err);
+  CHECK(plain.out == "[1,410,504,506,367,414,431,413,411,444,413,506,505,410,504,419,505,261,419,324,412,271,259,411,444,413]\n");
+  const RunResult parsed = run_tpcli({"tokenizer", "encode", "--tokenizer", phi3, "--bos"}, {.input = special_text, .timeout_seconds = 60});
+  CHECK(parsed.out.rfind("[1,508,", 0) == 0);
+  CHECK(run_tpcli({"tokenizer", "encode", "--tokenizer", shared_path("data/tok512.bin"), "--no-parse-special"}, {.input = "a"}).code == 2);
 
   // The same model with its tokenizer keys renamed (same lengths: the layout holds).
   std::ifstream in(model, std::ios::binary);
