@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "formats/gguf_model.h"
 #include "formats/gguf_vocabulary.h"
+#include "text/gguf_tokenizer.h"
 
 namespace tpcli::cli {
 
@@ -81,8 +82,10 @@ ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const ChatTe
     } else if (loaded.chat_template) {
       f.chat_template = text::chat_template_from_source(*loaded.chat_template, loaded.path + " chat_template");
     } else {
-      throw UsageError(loaded.path + ": no chat template (no chat_template in a tokenizer_config.json beside it); "
-                       "choose one with --template NAME (" + text::chat_template_names() + ")");
+      const bool gguf = dynamic_cast<const text::GgufTokenizer*>(loaded.tokenizer.get()) != nullptr;
+      throw UsageError(loaded.path + ": no chat template (" +
+                       (gguf ? "no tokenizer.chat_template in this GGUF file" : "no chat_template in a tokenizer_config.json beside it") +
+                       "); choose one with --template NAME (" + text::chat_template_names() + ")");
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
