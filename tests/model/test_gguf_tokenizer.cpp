@@ -175,6 +175,27 @@ TEST_CASE("gguf tokenizer: user-defined tokens match in plain text, control toke
   CHECK(as_gguf(no_bos).encode("ab", true, false) == std::vector<int>{3});
 }
 
+TEST_CASE("gguf tokenizer: every pre-tokenizer llama.cpp names compiles, and its pieces cover the text", "[gguf]") {
+  // GPT-2's 256 byte symbols as the whole vocabulary, no merges: every text encodes byte by byte
+  // within each piece, so decoding gives the text back exactly when the pieces cover it.
+  std::vector<std::string> symbols;
+  for (int b = 0; b < 256; ++b) symbols.push_back(text::hf::byte_to_unicode()[static_cast<size_t>(b)]);
+  const std::string sample = "Hello, World! DON'T it's 12345 3.14 \t tabs\n\nnew  lines \u00e9t\u00e9 \u65e5\u672c\u8a9e \U0001F600 $x+y^2|z~`q`";
+  const tpcli::testing::TempDir tmp;
+  for (const char* pre : {"default", "gpt-2", "llama-bpe", "llama3", "qwen2", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
+                          "starcoder", "refact", "command-r", "smollm", "codeshell", "tekken", "gpt-4o", "smaug-bpe", "olmo", "dbrx",
+                          "stablelm2", "mpt", "poro-chat", "bloom", "viking", "chameleon", "chatglm-bpe", "jais", "exaone"}) {
+    INFO(pre);
+    GgufWriter w;
+    w.string("tokenizer.ggml.model", "gpt2").string("tokenizer.ggml.pre", pre).strings("tokenizer.ggml.tokens", symbols)
+        .strings("tokenizer.ggml.merges", {});
+    const text::LoadedTokenizer loaded = formats::load_gguf_tokenizer(tmp.write("bytes.gguf", w.bytes()));
+    const std::vector<int> ids = as_gguf(loaded).encode(sample, false, false);
+    CHECK(ids.size() == sample.size());
+    CHECK(as_gguf(loaded).decode(ids, false, false, false) == sample);
+  }
+}
+
 TEST_CASE("gguf tokenizer: an unknown pre-tokenizer or model, or no tokenizer at all, is a one-line error naming the key", "[gguf]") {
   const std::string pre = load_error(tiny_bpe("no-such-pre").bytes(), "pre.gguf");
   CHECK(pre.find("tokenizer.ggml.pre") != std::string::npos);
