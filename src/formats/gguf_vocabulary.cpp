@@ -24,7 +24,7 @@ std::optional<text::GgufVocabulary> read_gguf_vocabulary(const gguf::GgufFile& f
     v.scores.assign(scores->begin(), scores->end());
   if (const auto types = file.integers("tokenizer.ggml.token_type"))
     v.token_types.assign(types->begin(), types->end());
-  if (auto merges = file.strings("tokenizer.ggml.merges")) v.merges = std::move(*merges);
+  v.merges = file.strings("tokenizer.ggml.merges");
   v.bos_id = file.integer("tokenizer.ggml.bos_token_id");
   v.eos_id = file.integer("tokenizer.ggml.eos_token_id");
   v.eot_id = file.integer("tokenizer.ggml.eot_token_id");

@@ -246,10 +246,11 @@ void GgufTokenizer::set_pre_tokenizer(const GgufVocabulary& v) {
 
     // llama.cpp merges pairs of texts; the model keeps those whose parts and result are tokens (a
     // merge into a text that is no token could never give one).
+    if (!v.merges) throw std::runtime_error(origin_ + ": tokenizer.ggml.merges: missing (a \"gpt2\" tokenizer needs its merges)");
     std::vector<std::pair<std::string, std::string>> merges;
-    merges.reserve(v.merges.size());
-    for (size_t rank = 0; rank < v.merges.size(); ++rank) {
-      const std::string& merge = v.merges[rank];
+    merges.reserve(v.merges->size());
+    for (size_t rank = 0; rank < v.merges->size(); ++rank) {
+      const std::string& merge = (*v.merges)[rank];
       const size_t space = merge.find(' ', 1);
       if (space == std::string::npos)
         throw std::runtime_error(origin_ + ": tokenizer.ggml.merges[" + std::to_string(rank) + "] = " + quoted_value(merge) +

@@ -42,7 +42,7 @@ struct GgufVocabulary {
   std::vector<std::string> tokens;    // [V] tokenizer.ggml.tokens
   std::vector<float> scores;          // [V] tokenizer.ggml.scores, or empty (all 0)
   std::vector<int> token_types;       // [V] tokenizer.ggml.token_type, or empty (all normal)
-  std::vector<std::string> merges;    // tokenizer.ggml.merges ("left right")
+  std::optional<std::vector<std::string>> merges;  // tokenizer.ggml.merges ("left right")
   std::optional<int64_t> bos_id, eos_id, eot_id, eom_id, unk_id, pad_id;  // tokenizer.ggml.*_token_id
   std::optional<bool> add_bos, add_eos, add_space_prefix;  // tokenizer.ggml.add_bos_token, ...
   std::optional<std::string> chat_template;                // tokenizer.chat_template

@@ -213,4 +213,7 @@ TEST_CASE("gguf tokenizer: an unknown pre-tokenizer or model, or no tokenizer at
 
   const std::string merge = load_error(tiny_bpe("gpt-2", {"a b", "ab"}).bytes(), "merge.gguf");
   CHECK(merge.find("tokenizer.ggml.merges[1]") != std::string::npos);
+  GgufWriter no_merges;
+  no_merges.string("tokenizer.ggml.model", "gpt2").strings("tokenizer.ggml.tokens", {"a"});
+  CHECK(load_error(no_merges.bytes(), "no_merges.gguf").find("tokenizer.ggml.merges: missing") != std::string::npos);
 }
