@@ -31,7 +31,7 @@
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
-#include "text/load_tokenizer.h"
+#include "formats/gguf_vocabulary.h"
 #include "text/token_bytes.h"
 
 namespace tpcli::cli {
@@ -144,7 +144,7 @@ void run_bench(const BenchGrammarFlags& f) {
   const nlohmann::ordered_json schema = read_schema(f.schema);
   text::LoadedTokenizer loaded;
   try {
-    loaded = text::load_tokenizer(f.tokenizer);
+    loaded = formats::load_tokenizer(f.tokenizer);
   } catch (const std::runtime_error& e) {
     throw UsageError(std::string("--tokenizer ") + e.what());
   }

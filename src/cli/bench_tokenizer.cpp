@@ -20,7 +20,7 @@
 
 #include "cli/commands.h"
 #include "files/regular_file.h"
-#include "text/load_tokenizer.h"
+#include "formats/gguf_vocabulary.h"
 
 namespace tpcli::cli {
 
@@ -75,7 +75,7 @@ void run_bench(const BenchTokenizerFlags& f) {
       continue;
     }
     text::LoadedTokenizer loaded;
-    const double load = best_seconds(1, [&] { loaded = text::load_tokenizer(path); });
+    const double load = best_seconds(1, [&] { loaded = formats::load_tokenizer(path); });
     std::vector<int> ids;
     const double seconds = best_seconds(f.repeats, [&] { ids = loaded.tokenizer->encode_text(text, false); });
     const bool same = loaded.tokenizer->decode_ids(ids, false) == text;

@@ -125,9 +125,7 @@ class SharedLines {
 };
 
 std::string tokenizer_path(const ChatFlags& f, const OpenedModel& opened) {
-  if (!f.tokenizer.empty()) return f.tokenizer;
-  if (opened.hf_dir) return *opened.hf_dir;
-  if (opened.tokenizer) return *opened.tokenizer;
+  if (auto path = model_tokenizer_path(f.tokenizer, opened)) return *path;
   throw UsageError(f.model + ": no tokenizer recorded with the model; pass --tokenizer PATH");
 }
 

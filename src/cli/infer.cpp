@@ -25,6 +25,7 @@
 #include "cli/model_file.h"
 #include "cli/prompt_text.h"
 #include "cli/tokenizer_setup.h"
+#include "formats/gguf_model.h"
 #include "distributed/select_backend.h"
 #include "distributed/trace.h"
 #include "engine/end_of_generation.h"
@@ -65,14 +66,18 @@ struct InferFlags {
   bool ids = false;    // --ids: print the generated ids as a JSON array instead of text
 };
 
-// The llama2.c tokenizer file: -z, else the one a safetensors checkpoint records, else ./tokenizer.bin.
+// The tokenizer file: -z, else the one a safetensors checkpoint records or a GGUF file's own, else
+// ./tokenizer.bin.
 std::string tokenizer_path(const InferFlags& f, const OpenedModel& opened) {
   if (!f.tokenizer.empty()) return f.tokenizer;
+  if (opened.missing_tokenizer && !opened.hf_dir) throw UsageError(*opened.missing_tokenizer);
   return opened.tokenizer.value_or("tokenizer.bin");
 }
 
+// A tokenizer.json (or a folder holding one) or a GGUF file: not llama2.c's tokenizer.bin.
 bool is_tokenizer_json(const std::string& path) {
-  return !path.empty() && (std::filesystem::is_directory(path) || std::filesystem::path(path).extension() == ".json");
+  return !path.empty() && (std::filesystem::is_directory(path) || std::filesystem::path(path).extension() == ".json" ||
+                           formats::looks_like_gguf(path));
 }
 
 // Where the prompt came from, for an error about it: the -f file, else the flag.

@@ -53,7 +53,7 @@ std::vector<int> tokenize(const PerplexityFlags& f, const OpenedModel& opened, c
   try {
     if (f.tokenizer.empty() && kind != opened.metadata.end() && kind->second != "llama2c")
       return train::tokenizer_from_metadata(opened.metadata, f.model, vocab)->encode(text);
-    const std::string path = !f.tokenizer.empty() ? f.tokenizer : opened.hf_dir.value_or(opened.tokenizer.value_or("tokenizer.bin"));
+    const std::string path = model_tokenizer_path(f.tokenizer, opened).value_or("tokenizer.bin");
     if (!is_llama2c_tokenizer(path)) return open_model_tokenizer(path, vocab).tokenizer->encode_text(text, true);
     return text::Tokenizer(path, vocab).encode(text, true, false);
   } catch (const std::runtime_error& e) {

@@ -56,9 +56,7 @@ struct ServeFlags {
 };
 
 std::string tokenizer_path(const ServeFlags& f, const OpenedModel& opened) {
-  if (!f.tokenizer.empty()) return f.tokenizer;
-  if (opened.hf_dir) return *opened.hf_dir;
-  if (opened.tokenizer) return *opened.tokenizer;
+  if (auto path = model_tokenizer_path(f.tokenizer, opened)) return *path;
   throw UsageError(f.model + ": no tokenizer recorded with the model; pass --tokenizer PATH");
 }
 

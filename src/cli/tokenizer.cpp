@@ -1,13 +1,15 @@
 // tpcli tokenizer encode|decode|chat --tokenizer PATH
-//   encode: stdin (exactly, a final newline included) -> a JSON array of ids (no BOS unless --bos)
+//   encode: stdin (exactly, a final newline included) -> a JSON array of ids (no BOS unless --bos;
+//           special-token text becomes the token unless --no-parse-special, GGUF files only:
+//           llama.cpp's parse_special = false)
 //   decode: a JSON array of ids on stdin -> the text (nothing added)
 //   chat:   a JSON list of messages on stdin -> the rendered prompt with the generation prompt
 //           (--ids: its ids as a JSON array; --template NAME|FILE picks the template)
 //   chat --chat-template FILE.jinja --special-tokens TOKENS.json: no tokenizer; one object
 //           {"messages", "tools"?, "documents"?, "add_generation_prompt", "extra"?} on stdin ->
 //           the rendering, byte for byte (transformers' apply_chat_template(..., tokenize=False))
-// PATH: a tokenizer.json, a directory holding one (and tokenizer_config.json), or a llama2.c
-// tokenizer.bin. stderr gets the load time with --verbose.
+// PATH: a tokenizer.json, a directory holding one (and tokenizer_config.json), a llama2.c
+// tokenizer.bin, or a GGUF file (the tokenizer it carries). stderr gets the load time with --verbose.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/tokenizer_setup.h"
 #include "files/regular_file.h"
+#include "text/gguf_tokenizer.h"
 
 namespace tpcli::cli {
 
@@ -28,6 +31,7 @@ namespace {
 struct TokenizerFlags {
   std::string path;
   bool bos = false;
+  bool no_parse_special = false;
   bool ids = false;
   bool verbose = false;
   bool no_generation_prompt = false;
@@ -52,7 +56,13 @@ void print_ids(const std::vector<int>& ids) {
 
 void run_encode(const TokenizerFlags& f) {
   const text::LoadedTokenizer loaded = open_timed(f);
-  print_ids(loaded.tokenizer->encode_text(read_all(stdin), f.bos));
+  if (!f.no_parse_special) {
+    print_ids(loaded.tokenizer->encode_text(read_all(stdin), f.bos));
+    return;
+  }
+  const auto* gguf = dynamic_cast<const text::GgufTokenizer*>(loaded.tokenizer.get());
+  if (!gguf) throw UsageError("--no-parse-special: only a GGUF file's tokenizer reads special-token text as plain text");
+  print_ids(gguf->encode(read_all(stdin), f.bos, /*parse_special=*/false));
 }
 
 void run_decode(const TokenizerFlags& f) {
@@ -179,7 +189,9 @@ void setup_tokenizer(CLI::App& sub) {
   auto flags = std::make_shared<TokenizerFlags>();
   CLI::App* encode = sub.add_subcommand("encode", "stdin text -> JSON array of token ids");
   add_common(*encode, *flags);
-  encode->add_flag("--bos", flags->bos, "prepend the beginning-of-sequence token");
+  encode->add_flag("--bos", flags->bos, "prepend the beginning-of-sequence token (a GGUF file's: BOS and EOS as its keys say)");
+  encode->add_flag("--no-parse-special", flags->no_parse_special,
+                   "special-token text (\"<|im_end|>\") stays text, as llama.cpp's parse_special = false (GGUF files)");
   encode->callback([flags] { run_encode(*flags); });
 
   CLI::App* decode = sub.add_subcommand("decode", "JSON array of token ids on stdin -> text");

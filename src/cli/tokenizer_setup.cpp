@@ -6,19 +6,29 @@
 #include <stdexcept>
 
 #include "cli/commands.h"
+#include "formats/gguf_model.h"
+#include "formats/gguf_vocabulary.h"
+#include "text/gguf_tokenizer.h"
 
 namespace tpcli::cli {
 
 text::LoadedTokenizer open_tokenizer(const std::string& path, std::optional<int> vocab_size) {
   try {
-    return text::load_tokenizer(path, vocab_size);
+    return formats::load_tokenizer(path, vocab_size);
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
 }
 
 bool is_llama2c_tokenizer(const std::string& path) {
-  return !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json";
+  return !std::filesystem::is_directory(path) && std::filesystem::path(path).extension() != ".json" && !formats::looks_like_gguf(path);
+}
+
+std::optional<std::string> model_tokenizer_path(const std::string& flag, const formats::OpenedModel& opened) {
+  if (!flag.empty()) return flag;
+  if (opened.hf_dir) return opened.hf_dir;
+  if (opened.missing_tokenizer) throw UsageError(*opened.missing_tokenizer);
+  return opened.tokenizer;
 }
 
 text::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_size) {
@@ -72,8 +82,10 @@ ChatFormatting chat_formatting(const text::LoadedTokenizer& loaded, const ChatTe
     } else if (loaded.chat_template) {
       f.chat_template = text::chat_template_from_source(*loaded.chat_template, loaded.path + " chat_template");
     } else {
-      throw UsageError(loaded.path + ": no chat template (no chat_template in a tokenizer_config.json beside it); "
-                       "choose one with --template NAME (" + text::chat_template_names() + ")");
+      const bool gguf = dynamic_cast<const text::GgufTokenizer*>(loaded.tokenizer.get()) != nullptr;
+      throw UsageError(loaded.path + ": no chat template (" +
+                       (gguf ? "no tokenizer.chat_template in this GGUF file" : "no chat_template in a tokenizer_config.json beside it") +
+                       "); choose one with --template NAME (" + text::chat_template_names() + ")");
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());

@@ -1,5 +1,5 @@
 // tpcli::cli — opening a tokenizer and its chat template from flags, shared by `tpcli tokenizer`
-// and `tpcli chat`. Bad paths, files and template names become UsageError (one line, exit 2).
+// and `tpcli chat`. A tokenizer path may be a GGUF file (its own tokenizer, formats/gguf_vocabulary.h). Bad paths, files and template names become UsageError (one line, exit 2).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/open_model.h"
 #include "text/chat_template.h"
 #include "text/load_tokenizer.h"
 
@@ -17,8 +18,12 @@ text::LoadedTokenizer open_tokenizer(const std::string& path, std::optional<int>
 // The tokenizer at `path` for a model of `vocab_size` tokens: a llama2.c tokenizer.bin read at that
 // size, a tokenizer.json (or a folder holding one) at its own, which must not exceed the model's.
 text::LoadedTokenizer open_model_tokenizer(const std::string& path, int vocab_size);
-// Whether `path` names a llama2.c tokenizer.bin (not a tokenizer.json nor a folder).
+// Whether `path` names a llama2.c tokenizer.bin (not a tokenizer.json, a folder nor a GGUF file).
 bool is_llama2c_tokenizer(const std::string& path);
+// The tokenizer a model runs with: `flag` (-z/--tokenizer) when given, else the model's own (a
+// Hugging Face directory's, a GGUF file's, the one a checkpoint records); nullopt when it has none.
+// UsageError for a GGUF file that carries no tokenizer.
+std::optional<std::string> model_tokenizer_path(const std::string& flag, const formats::OpenedModel& opened);
 
 // --template NAME|FILE, --chat-template-kwargs JSON and --tool-parser NAME, as every command that
 // renders chats takes them.

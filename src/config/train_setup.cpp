@@ -15,7 +15,7 @@
 #include "model/lora_adapter.h"
 #include "model/trainable_llama.h"
 #include "model/weights_view.h"
-#include "text/load_tokenizer.h"
+#include "formats/gguf_vocabulary.h"
 #include "train/checkpoint.h"
 #include "train/sft_examples.h"
 #include "train/token_shards.h"
@@ -182,7 +182,7 @@ static text::ChatTemplate sft_chat_template(const RunConfig& config) {
   const std::string tokenizer = sft_tokenizer_path(config);
   if (TextTokenizer::is_hf_json(tokenizer)) {
     try {
-      source = text::load_tokenizer(tokenizer).chat_template;
+      source = formats::load_tokenizer(tokenizer).chat_template;
     } catch (const std::exception& e) {
       throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
     }
@@ -352,7 +352,7 @@ static std::shared_ptr<const model::WeightSource> initial_adapters(const RunConf
 // vocab_size when [model] leaves it out, as for a tokenizer.json.
 static int llama2c_vocab_size(const RunConfig& config) {
   try {
-    return text::load_tokenizer(config.data.tokenizer_path).tokenizer->vocab_size();
+    return formats::load_tokenizer(config.data.tokenizer_path).tokenizer->vocab_size();
   } catch (const std::exception& e) {
     throw ConfigError(config.where("data.tokenizer") + ": " + e.what());
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "text/gguf_tokenizer.h"
 #include "text/tokenizer.h"
 
 namespace tpcli::engine {
@@ -17,6 +18,8 @@ EndOfGeneration end_of_generation(const text::TokenizerInterface& tokenizer, std
   };
   for (const int id : config_eos_ids) add_id(id);
   if (dynamic_cast<const text::Tokenizer*>(&tokenizer)) add_id(BOS_TOKEN);  // llama2.c's tokenizer.bin
+  if (const auto* gguf = dynamic_cast<const text::GgufTokenizer*>(&tokenizer))  // llama.cpp's end-of-generation tokens
+    for (const int id : gguf->end_of_generation_ids()) add_id(id);
   std::vector<std::string> texts = {tokenizer.eos_text()};
   if (chat)
     for (std::string& text : end_of_turn_tokens(*chat, chat_tokens)) texts.push_back(std::move(text));

@@ -3,7 +3,8 @@
 //
 // A sequence ends at the model config's eos ids (config.json, or generation_config.json's), at the
 // tokenizer's end-of-sequence token, at the chat template's end-of-turn tokens when prompts go
-// through one, and with a llama2.c tokenizer at BOS too (run.c: BOS delimits stories). A request
+// through one, with a llama2.c tokenizer at BOS too (run.c: BOS delimits stories), and with a GGUF
+// file's tokenizer at llama.cpp's end-of-generation tokens (text/gguf_tokenizer.h). A request
 // that asks to ignore them (ignore_eos) stops at none.
 #pragma once
 

@@ -42,10 +42,13 @@ constexpr const char* TOKEN_TYPE = "tokenizer.ggml.token_type";
 constexpr const char* MERGES = "tokenizer.ggml.merges";
 constexpr const char* BOS_ID = "tokenizer.ggml.bos_token_id";
 constexpr const char* EOS_ID = "tokenizer.ggml.eos_token_id";
+constexpr const char* EOT_ID = "tokenizer.ggml.eot_token_id";  // end of turn
+constexpr const char* EOM_ID = "tokenizer.ggml.eom_token_id";  // end of message (Llama 3.1 tool calls)
 constexpr const char* UNKNOWN_ID = "tokenizer.ggml.unknown_token_id";
 constexpr const char* PADDING_ID = "tokenizer.ggml.padding_token_id";
 constexpr const char* ADD_BOS = "tokenizer.ggml.add_bos_token";
 constexpr const char* ADD_EOS = "tokenizer.ggml.add_eos_token";
+constexpr const char* ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix";
 constexpr const char* CHAT_TEMPLATE = "tokenizer.chat_template";
 
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).

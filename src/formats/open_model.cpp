@@ -1,5 +1,6 @@
 #include "formats/open_model.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -43,7 +44,14 @@ OpenedModel open(const std::string& path) {
   } else if (looks_like_gguf(path)) {
     auto file = std::make_unique<GgufModel>(path);
     if (const auto bos = file->file().integer(gguf_keys::BOS_ID)) opened.bos_token_id = static_cast<int>(*bos);
-    if (const auto eos = file->file().integer(gguf_keys::EOS_ID)) opened.eos_token_ids = {static_cast<int>(*eos)};
+    for (const char* key : {gguf_keys::EOS_ID, gguf_keys::EOT_ID, gguf_keys::EOM_ID})
+      if (const auto id = file->file().integer(key); id && !std::ranges::count(opened.eos_token_ids, static_cast<int>(*id)))
+        opened.eos_token_ids.push_back(static_cast<int>(*id));
+    if (file->file().find(gguf_keys::TOKENIZER_MODEL) || file->file().find(gguf_keys::TOKENS))
+      opened.tokenizer = path;  // the file carries its tokenizer (formats/gguf_vocabulary.h)
+    else
+      opened.missing_tokenizer = path + ": this GGUF file holds no tokenizer (no tokenizer.ggml.model / tokenizer.ggml.tokens); "
+                                        "pass one with -z/--tokenizer";
     opened.weights = std::move(file);
   } else {
     opened.weights = std::make_unique<Llama2cFile>(path);

@@ -19,13 +19,17 @@ struct OpenedModel {
   std::unique_ptr<model::WeightSource> weights;
   std::unique_ptr<model::WeightSource> original;  // the file, when `weights` converts it on load
   // The tokenizer recorded in a safetensors checkpoint's "tokenizer" metadata, resolved against
-  // the checkpoint's folder (nullopt for llama2.c files, which record none).
+  // the checkpoint's folder; a GGUF file's own path when it carries a tokenizer (nullopt for
+  // llama2.c files, which record none).
   std::optional<std::string> tokenizer;
   std::map<std::string, std::string> metadata;  // a safetensors checkpoint's; empty for llama2.c
   // A Hugging Face model directory: its path (its tokenizer is DIR/tokenizer.json) and the token
-  // ids of its config.json / generation_config.json (a GGUF file: tokenizer.ggml.bos_token_id and
-  // eos_token_id). nullopt for the other formats.
+  // ids of its config.json / generation_config.json (a GGUF file: tokenizer.ggml.bos_token_id, and
+  // eos_token_id, eot_token_id, eom_token_id). nullopt for the other formats.
   std::optional<std::string> hf_dir;
+  // A GGUF file without tokenizer keys: the one-line error for a command that needs its tokenizer
+  // (a GGUF file that has them names itself in `tokenizer`).
+  std::optional<std::string> missing_tokenizer;
   std::optional<int> bos_token_id;
   std::vector<int> eos_token_ids;
 };

@@ -39,6 +39,24 @@ BpeModel::BpeModel(const json& spec, const std::string& where) {
     unk_id_ = id_of(unk);
     if (!unk_id_) throw std::runtime_error(where + ".unk_token: " + quoted_value(unk) + " is not in the vocabulary");
   }
+  find_byte_tokens();
+}
+
+BpeModel::BpeModel(const std::vector<std::string>& tokens, const std::vector<std::pair<std::string, std::string>>& merges,
+                   bool ignore_merges)
+    : id_to_token_(tokens), ignore_merges_(ignore_merges) {
+  vocab_.reserve(tokens.size());
+  for (size_t id = 0; id < tokens.size(); ++id) vocab_.insert_or_assign(tokens[id], static_cast<int>(id));
+  merges_.reserve(merges.size() * 2);
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    const auto l = id_of(left), r = id_of(right), result = id_of(left + right);
+    if (l && r && result) merges_.try_emplace(pair_key(*l, *r), Merge{static_cast<int>(rank), *result});
+  }
+  find_byte_tokens();
+}
+
+void BpeModel::find_byte_tokens() {
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tpcli::text::hf {
@@ -29,6 +30,11 @@ class BpeModel {
  public:
   // `where` names the file for errors ("tokenizer.json: model.merges[12]: ...").
   BpeModel(const nlohmann::json& spec, const std::string& where);
+  // A vocabulary given as lists (a GGUF file's): `tokens` by id (the last of equal texts keeps the
+  // text), `merges` as (left, right) by rank; a merge whose parts or result are no tokens is left
+  // out (it could never give a token). No unk token, no byte fallback.
+  BpeModel(const std::vector<std::string>& tokens, const std::vector<std::pair<std::string, std::string>>& merges,
+           bool ignore_merges);
 
   // Appends the ids of `word` to `ids`.
   void encode_word(std::string_view word, std::vector<int>& ids) const;
@@ -46,6 +52,7 @@ class BpeModel {
   }
   void load_vocab(const nlohmann::json& vocab, const std::string& where);
   void load_merges(const nlohmann::json& merges, const std::string& where);
+  void find_byte_tokens();
   std::vector<int> initial_symbols(std::string_view word) const;
   void merge_all(std::vector<int>& symbols) const;
 

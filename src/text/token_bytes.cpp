@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "text/gguf_tokenizer.h"
 #include "text/hf_pipeline.h"
 #include "text/hf_tokenizer.h"
 #include "text/tokenizer.h"
@@ -70,11 +71,20 @@ std::vector<std::string> hf_bytes(const HfTokenizer& tokenizer) {
   return out;
 }
 
+// What each token writes (llama.cpp's token_to_piece without special tokens: control and unknown
+// tokens write nothing, user-defined ones their text).
+std::vector<std::string> gguf_bytes(const GgufTokenizer& tokenizer) {
+  std::vector<std::string> out(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int id = 0; id < tokenizer.vocab_size(); ++id) out[static_cast<size_t>(id)] = tokenizer.piece(id, false);
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> token_bytes(const TokenizerInterface& tokenizer) {
   if (const auto* llama2c = dynamic_cast<const Tokenizer*>(&tokenizer)) return llama2c_bytes(*llama2c);
   if (const auto* hf = dynamic_cast<const HfTokenizer*>(&tokenizer)) return hf_bytes(*hf);
+  if (const auto* gguf = dynamic_cast<const GgufTokenizer*>(&tokenizer)) return gguf_bytes(*gguf);
   throw std::invalid_argument("token_bytes: a tokenizer of unknown kind (neither llama2.c's nor tokenizer.json's)");
 }
 

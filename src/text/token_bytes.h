@@ -5,6 +5,7 @@
 //   byte-level BPE (Qwen3, Llama 3, GPT-2)   each character through the inverse of GPT-2's byte map
 //   SentencePiece-style BPE (Mistral, Llama 2)   "▁" -> " ", <0xHH> byte-fallback tokens -> that byte
 //   added tokens of tokenizer.json (special or not: "<|im_end|>", "<think>")   ""
+//   a GGUF file's tokenizer   llama.cpp's token_to_piece: control and unknown tokens "", user-defined ones their text
 // Ids run 0..vocab_size()-1; a model whose embedding table is larger pads the rest with "".
 #pragma once
 

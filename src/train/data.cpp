@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "files/regular_file.h"
-#include "text/load_tokenizer.h"
+#include "formats/gguf_vocabulary.h"
 #include "text/tokenizer.h"
 #include "train/bpe.h"
 
@@ -62,7 +62,7 @@ bool TextTokenizer::is_hf_json(const std::string& path) {
 }
 
 TextTokenizer TextTokenizer::hf_json(const std::string& path) {
-  text::LoadedTokenizer loaded = text::load_tokenizer(path);
+  text::LoadedTokenizer loaded = formats::load_tokenizer(path);
   TextTokenizer t;
   t.kind_ = TokenizerKind::HfJson;
   t.path_ = loaded.path;

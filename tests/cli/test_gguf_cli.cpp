@@ -1,13 +1,18 @@
 // GGUF files through the CLI as a user meets them: `inspect` names the architecture and the tensor
 // types with counts, `infer` generates from a k-quant file on 2 devices what it generates on 1, and
 // a file tpcli does not read yet (Llama 3 RoPE scaling as a tensor) is one line and a non-zero exit.
+// Without -z, a GGUF model runs with the tokenizer it carries (the same text as with tok512.bin);
+// one that carries none is a one-line error.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "support/run_tpcli.h"
 #include "support/shared_data.h"
+#include "support/temp_dir.h"
 
 using namespace tpcli::testing;
 
@@ -39,4 +44,54 @@ TEST_CASE("gguf cli: inspect, infer on 1 and 2 devices, and a file it does not r
   CHECK(refused.code != 0);
   CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
   CHECK(refused.err.find("tensor 'rope_freqs.weight'") != std::string::npos);
+}
+
+TEST_CASE("gguf cli: a GGUF model's own tokenizer without -z, in infer and tokenizer encode, and a file without one") {
+  require_shared("reference/gguf/stories260K-f32.gguf");
+  const std::string model = shared_path("reference/gguf/stories260K-f32.gguf");
+  std::string texts[2];
+  for (int with_z : {0, 1}) {
+    std::vector<std::string> args = {"infer", "--model", model, "-t", "0", "-n", "100", "-i", "Once upon a time"};
+    if (with_z) args.insert(args.end(), {"-z", shared_path("data/tok512.bin")});
+    const RunResult r = run_tpcli(args, {.timeout_seconds = 60});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    texts[with_z] = r.out;
+  }
+  CHECK(texts[0].rfind("Once upon a time", 0) == 0);
+  CHECK(texts[0].size() > 100);
+  CHECK(texts[0] == texts[1]);
+
+  // tokenize.tsv's "Hello world" for this file: llama.cpp's ids.
+  const RunResult encoded = run_tpcli({"tokenizer", "encode", "--tokenizer", model, "--bos"}, {.input = "Hello world", .timeout_seconds = 60});
+  INFO(encoded.err);
+  CHECK(encoded.out == "[1,346,306,414,263,304,341]\n");
+  // llama.cpp's parse_special = false: tokenize.tsv's row for Phi-3's file, and by default its control
+  // tokens parsed out of the text.
+  const std::string phi3 = shared_path("reference/gguf/hf-phi3-f32.gguf"), special_text = "<|endoftext|> <s> as plain text";
+  const RunResult plain = run_tpcli({"tokenizer", "encode", "--tokenizer", phi3, "--bos", "--no-parse-special"},
+                                    {.input = special_text, .timeout_seconds = 60});
+  INFO(plain.err);
+  CHECK(plain.out == "[1,410,504,506,367,414,431,413,411,444,413,506,505,410,504,419,505,261,419,324,412,271,259,411,444,413]\n");
+  const RunResult parsed = run_tpcli({"tokenizer", "encode", "--tokenizer", phi3, "--bos"}, {.input = special_text, .timeout_seconds = 60});
+  CHECK(parsed.out.rfind("[1,508,", 0) == 0);
+  CHECK(run_tpcli({"tokenizer", "encode", "--tokenizer", shared_path("data/tok512.bin"), "--no-parse-special"}, {.input = "a"}).code == 2);
+
+  // The same model with its tokenizer keys renamed (same lengths: the layout holds).
+  std::ifstream in(model, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  for (const std::string key : {"tokenizer.ggml.model", "tokenizer.ggml.tokens"}) {
+    const size_t at = bytes.find(key);
+    REQUIRE(at != std::string::npos);
+    bytes[at + key.size() - 1] = '_';
+  }
+  const TempDir tmp;
+  const std::string bare = tmp.write("bare.gguf", bytes);
+  const RunResult refused = run_tpcli({"infer", "--model", bare, "-n", "2"}, {.timeout_seconds = 60});
+  CHECK(refused.code != 0);
+  CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
+  CHECK(refused.err.find("bare.gguf: this GGUF file holds no tokenizer") != std::string::npos);
+  const RunResult with_z = run_tpcli({"infer", "--model", bare, "-z", shared_path("data/tok512.bin"), "-t", "0", "-n", "100", "-i", "Once upon a time"},
+                                     {.timeout_seconds = 60});
+  CHECK(with_z.out == texts[1]);
 }

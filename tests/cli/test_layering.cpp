@@ -29,7 +29,7 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"text", {"files", "text"}},
       {"grammar", {"grammar"}},
       {"model", {"tensor", "distributed", "nn", "files", "model"}},
-      {"formats", {"tensor", "distributed", "nn", "files", "model", "formats"}},
+      {"formats", {"tensor", "distributed", "nn", "files", "text", "model", "formats"}},  // text: a GGUF file's tokenizer
       {"engine", {"tensor", "distributed", "nn", "files", "text", "grammar", "model", "engine"}},
       {"train", {"tensor", "distributed", "nn", "files", "text", "grammar", "model", "formats", "engine", "train"}},
       {"perf", {"tensor", "distributed", "nn", "files", "text", "grammar", "model", "formats", "engine", "train", "perf"}},
