@@ -65,9 +65,11 @@ std::string megabytes(int64_t bytes) {
 
 DeviceBytes device_bytes(const model::LlamaConfig& config, const MemoryLayout& m, int tensor_rank, int data_rank,
                          int expert_rank) {
-  const std::optional<tensor::WeightFormat> packed = m.lora ? m.packed_base : std::nullopt;
+  const tensor::WeightFormat* packed = m.lora && m.packed_base ? &*m.packed_base : nullptr;
   model::LlamaConfig c = config;
-  if (packed && packed->quantized())  // the planner deals out the FFN rows in whole groups
+  // The planner deals out the FFN rows in whole MLX groups (ggml blocks differ by tensor: a device's
+  // part of a w2 they cut is kept in f32, model/llama_core.h).
+  if (packed && (packed->kind == tensor::WeightKind::Affine || packed->kind == tensor::WeightKind::Mxfp8))
     c.quantization = model::Quantization{packed->bits, packed->group_size,
                                          packed->kind == tensor::WeightKind::Mxfp8 ? "mxfp8" : "affine"};
   const auto plans = model::plan_all_shards(c, m.tensor);
