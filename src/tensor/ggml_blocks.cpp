@@ -1,5 +1,6 @@
 #include "tensor/ggml_blocks.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -235,6 +236,17 @@ const std::map<GgmlType, GgmlTypeTraits>& traits_table() {
   return table;
 }
 
+// The table by type number: row_bytes asks for every row a kernel or a lookup reads, so no map search.
+constexpr uint32_t TYPE_NUMBERS = 64;
+const std::array<const GgmlTypeTraits*, TYPE_NUMBERS>& traits_by_number() {
+  static const std::array<const GgmlTypeTraits*, TYPE_NUMBERS> index = [] {
+    std::array<const GgmlTypeTraits*, TYPE_NUMBERS> out{};
+    for (const auto& [type, traits] : traits_table()) out[static_cast<uint32_t>(type)] = &traits;
+    return out;
+  }();
+  return index;
+}
+
 }  // namespace
 
 std::optional<GgmlType> ggml_type_of(uint32_t number) {
@@ -242,7 +254,7 @@ std::optional<GgmlType> ggml_type_of(uint32_t number) {
   return traits_table().count(type) ? std::optional<GgmlType>(type) : std::nullopt;
 }
 
-const GgmlTypeTraits& ggml_traits(GgmlType type) { return traits_table().at(type); }
+const GgmlTypeTraits& ggml_traits(GgmlType type) { return *traits_by_number()[static_cast<uint32_t>(type)]; }
 
 void dequantize_row(GgmlType type, const std::byte* blocks, float* out, int64_t n) {
   const auto* b = reinterpret_cast<const uint8_t*>(blocks);
