@@ -168,7 +168,7 @@ void run_bench(const BenchFlags& f, const RunFlags& run_flags) {
   for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
     const std::string name = list.substr(at, comma - at);
     const bool int8x = name == "8i" || name == "4i";
-    if (name == "f32") formats.push_back({"f32 (as stored)", std::nullopt, false});
+    if (name == "f32") formats.push_back({"as stored", std::nullopt, false});
     else if (!name.empty()) {
       const auto format = parse_quantize_flag(int8x ? name.substr(0, 1) : name, f.group_size);
       formats.push_back({format->name() + (int8x ? " int8x" : ""), format, int8x});

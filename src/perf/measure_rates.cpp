@@ -271,6 +271,17 @@ WorkRates measure_work_rates(const std::vector<model::PlannedWork>& work, const 
 namespace {
 
 
+// A [rows, cols] matrix in `format` to time: w quantized, or for the ggml block types (which tpcli
+// reads but does not write, save Q8_0) blocks of zero bytes, which its kernels read as they read
+// any other (no branch depends on a value).
+tensor::PackedMatrix sample_matrix(const std::vector<float>& w, int64_t rows, int64_t cols, const tensor::WeightFormat& format) {
+  if (format.kind != tensor::WeightKind::Ggml) return tensor::PackedMatrix::from_f32(w.data(), rows, cols, format);
+  const std::vector<uint8_t> zeros(static_cast<size_t>(rows * format.row_bytes(cols)), 0);
+  tensor::PackedMatrix::Parts parts;
+  parts.data = zeros.data();
+  return tensor::PackedMatrix::copy_of(format, rows, cols, parts, 0, rows);
+}
+
 // Seconds of the median pass of the slowest device, each pass one `stream` over copies of one
 // [rows, cols] matrix (distinct copies, `stream_bytes` in all, so they come from memory).
 double time_matvec_passes(const model::PlannedWork& item, const tensor::WeightFormat& format, bool packed, int devices,
@@ -287,8 +298,7 @@ double time_matvec_passes(const model::PlannedWork& item, const tensor::WeightFo
     const tensor::HugePageArena as_the_model_holds_them;  // (model/llama.cpp: weights on 2 MB pages)
     std::vector<tensor::PackedMatrix> set;  // packed: [count] copies of [rows, cols]
     std::vector<std::vector<float, tensor::AlignedAllocator<float>>> plain;  // f32: the same
-    const tensor::PackedMatrix first = packed ? tensor::PackedMatrix::from_f32(w.data(), rows, cols, format)
-                                              : tensor::PackedMatrix{};
+    const tensor::PackedMatrix first = packed ? sample_matrix(w, rows, cols, format) : tensor::PackedMatrix{};
     const int64_t each = packed ? first.bytes() : rows * cols * 4;
     for (int64_t held = 0; held < std::max(stream_bytes, each); held += each) {
       if (packed) set.push_back(first);

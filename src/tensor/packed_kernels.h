@@ -14,6 +14,14 @@
 
 namespace tpcli::tensor::kernels {
 
+// Bytes ahead of the weights being read that the quantized kernels prefetch. Without it they
+// stall on loads when the weights come from memory (a layer already in cache runs faster): the
+// hardware prefetchers restart on every decode row, and rows are a few KB. A few KB ahead is what
+// helped (a much shorter distance did not; prefetching to L2 only was no better). The f32 kernel
+// does without: explicit prefetches made it slower. The distances tried and their speeds:
+// BENCHMARKS.md, Kernel design notes.
+constexpr int64_t PREFETCH_BYTES = 4096;
+
 struct View {
   WeightFormat format;
   int64_t cols = 0, row_bytes = 0;
@@ -54,6 +62,9 @@ struct MatvecKernel {
 MatvecKernel scalar_kernel(const WeightFormat& format);
 MatvecKernel avx2_kernel(const WeightFormat& format);
 MatvecKernel avx512_kernel(const WeightFormat& format);
+// The ggml block types' kernels of each set (packed_kernels_ggml_x86.cpp), which the two above return.
+MatvecKernel ggml_avx2_kernel(const WeightFormat& format);
+MatvecKernel ggml_avx512_kernel(const WeightFormat& format);
 // The kernel of the highest set at or below `isa` that has one for the format.
 MatvecKernel kernel_for(const WeightFormat& format, Isa isa);
 

@@ -158,13 +158,6 @@ TPCLI_AVX512 __m512i in_register(__m512i v) {
 
 // ---- AVX-512 ----
 
-// Bytes ahead of the weights being read that the quantized kernels prefetch. Without it they
-// stall on loads when the weights come from memory (a layer already in cache runs faster): the
-// hardware prefetchers restart on every decode row, and rows are a few KB. A few KB ahead is what
-// helped (a much shorter distance did not; prefetching to L2 only was no better). The f32 kernel
-// does without: explicit prefetches made it slower. The distances tried and their speeds:
-// BENCHMARKS.md, Kernel design notes.
-constexpr int64_t PREFETCH_BYTES = 4096;
 
 // f32: four rows a pass, one from each quarter of the range, so the weights are read as four
 // sequential streams far apart (rows are contiguous), which read decode's matrices faster than
@@ -1059,7 +1052,7 @@ MatvecKernel avx2_kernel(const WeightFormat& f) {
       if (f.bits == 4) return {prepare4_256, affine_rows_256, in_vector_tiles<AffineTile256>};
       return {};
     case WeightKind::F32: return {nullptr, f32_rows_256, in_vector_tiles<F32Tile256>};
-    case WeightKind::Ggml: return {};
+    case WeightKind::Ggml: return ggml_avx2_kernel(f);
   }
   return {};
 }
@@ -1076,7 +1069,7 @@ MatvecKernel avx512_kernel(const WeightFormat& f) {
       if (f.bits == 4) return {prepare4_512, affine_rows_512, affine_batch_512<4>(f.group_size)};
       return {};
     case WeightKind::F32: return {nullptr, f32_rows_512, f32_rows_batch_512};
-    case WeightKind::Ggml: return {};
+    case WeightKind::Ggml: return ggml_avx512_kernel(f);
   }
   return {};
 }

@@ -41,7 +41,15 @@ int64_t WeightFormat::row_bytes(int64_t cols) const {
   return cols * bits / 8;
 }
 
-int WeightFormat::sum_group() const { return kind == WeightKind::Affine ? group_size : 0; }
+int WeightFormat::sum_group() const {
+  if (kind == WeightKind::Affine) return group_size;
+  if (kind != WeightKind::Ggml) return 0;
+  switch (ggml) {  // the SIMD kernels apply a group's min (Q4_K) or code offset (Q6_K) to its sum of x
+    case GgmlType::Q4_K: return 32;
+    case GgmlType::Q6_K: return 16;
+    default: return 0;
+  }
+}
 
 namespace {
 

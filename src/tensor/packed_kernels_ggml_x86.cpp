@@ -1,0 +1,300 @@
+// AVX2 and AVX-512 matrix-vector kernels for ggml's block types (tensor/ggml_blocks.h): the blocks
+// are read as a GGUF file stores them and unpacked in registers, never written out as floats.
+//
+// Why they differ from the plain C++ kernel (which decodes each block as ggml's dequantizer does,
+// then multiplies): a block's scale is applied once to a group's sum of code * x, and a group's
+// offset (-min, or -32 and -8 for the symmetric types' codes) once to the group's sum of x, which
+// the caller computes once for all rows (WeightFormat::sum_group). A weight then costs a widening,
+// a mask or shift, a conversion and an FMA. The values differ from dequantize-then-multiply by f32
+// rounding only: the tests hold every set within 1e-4 of double products of ggml's dequantization.
+// Each row is its own chains in a fixed order (the row range, the other rows and the other vectors
+// of a batch change no bit).
+//
+// Layouts (ggml_blocks.h), the parts these kernels read:
+//   Q8_0  half d; i8 q[32]
+//   Q4_K  half d, dmin; u8 scales[12]; u8 qs[128]: bytes 32j..32j+31 hold group 2j in their low
+//         nibbles and group 2j+1 in their high ones, element l of each at byte l (natural order)
+//   Q6_K  u8 ql[128]; u8 qh[64]; i8 scales[16]; half d: per half of 128, element l < 32 of the four
+//         quarters from ql[l] low, ql[l + 32] low, ql[l] high, ql[l + 32] high, with bit pairs
+//         0-1, 2-3, 4-5, 6-7 of qh[l] above them; 16 groups of 16
+#include <cmath>
+#include <cstring>
+
+#include "tensor/packed_kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_reduce_add_ps (packed_kernels_x86.cpp)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define TPCLI_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TPCLI_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#endif
+
+namespace tpcli::tensor::kernels {
+
+#if defined(__x86_64__)
+
+namespace {
+
+constexpr int QK_K = 256;
+constexpr int Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q6_K_BYTES = 210;
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+TPCLI_AVX2 float hsum256(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+TPCLI_AVX2 __m128i load8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+TPCLI_AVX2 __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// Q4_K's eight 6-bit scales and mins from its 12 scale bytes, as bytes 0-7 of two words. Groups
+// 0-3 keep the low six bits of bytes 0-3 (scales) and 4-7 (mins); groups 4-7 take their low four
+// bits from the nibbles of bytes 8-11 and their top two from the spare high bits of bytes 0-7.
+struct ScaleMinBytes {
+  uint64_t scales, mins;
+};
+ScaleMinBytes q4_k_scale_min_bytes(const uint8_t* b) {
+  uint32_t w[3];
+  std::memcpy(w, b, 12);
+  const uint32_t six = 0x3F3F3F3Fu, four = 0x0F0F0F0Fu, two = 0x03030303u;
+  const uint32_t scales_high = (w[2] & four) | (((w[0] >> 6) & two) << 4);
+  const uint32_t mins_high = ((w[2] >> 4) & four) | (((w[1] >> 6) & two) << 4);
+  return {(w[0] & six) | (uint64_t{scales_high} << 32), (w[1] & six) | (uint64_t{mins_high} << 32)};
+}
+
+// The eight groups' d * scale and dmin * min, each product as ggml's dequantizer rounds it.
+TPCLI_AVX2 void q4_k_scales(const uint8_t* block, float* scale, __m256* min) {
+  const ScaleMinBytes sm = q4_k_scale_min_bytes(block + 4);
+  const __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sm.scales))));
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sm.mins))));
+  _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_set1_ps(half_at(block)), s));
+  *min = _mm256_mul_ps(_mm256_set1_ps(half_at(block + 2)), m);
+}
+
+// ---- AVX-512 ----
+
+TPCLI_AVX512 void q8_0_rows_512(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
+  const int64_t blocks = w.cols / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* q = row + b * Q8_0_BYTES + 2;
+      _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
+      const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(q)));
+      const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(q + 16)));
+      const __m512 g = _mm512_fmadd_ps(v1, _mm512_loadu_ps(x + 32 * b + 16), _mm512_mul_ps(v0, _mm512_loadu_ps(x + 32 * b)));
+      acc[b & 1] = _mm512_fmadd_ps(g, _mm512_set1_ps(half_at(q - 2)), acc[b & 1]);
+    }
+    out[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+  }
+}
+
+TPCLI_AVX512 void q4_k_rows_512(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
+  const int64_t blocks = w.cols / QK_K;
+  const __m512i low4 = _mm512_set1_epi32(15);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 min_acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = row + b * Q4_K_BYTES;
+      const float* xb = x + b * QK_K;
+      alignas(32) float scale[8];
+      __m256 min;
+      q4_k_scales(block, scale, &min);
+      min_acc = _mm256_fmadd_ps(min, _mm256_loadu_ps(xsum + 8 * b), min_acc);
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t* q = block + 16 + 32 * j;
+        _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
+        const __m512i b0 = _mm512_cvtepu8_epi32(load16(q)), b1 = _mm512_cvtepu8_epi32(load16(q + 16));
+        const float* xg = xb + 64 * j;
+        __m512 ga = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, low4)), _mm512_loadu_ps(xg));
+        ga = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, low4)), _mm512_loadu_ps(xg + 16), ga);
+        __m512 gb = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), _mm512_loadu_ps(xg + 32));
+        gb = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)), _mm512_loadu_ps(xg + 48), gb);
+        acc[0] = _mm512_fmadd_ps(ga, _mm512_set1_ps(scale[2 * j]), acc[0]);
+        acc[1] = _mm512_fmadd_ps(gb, _mm512_set1_ps(scale[2 * j + 1]), acc[1]);
+      }
+    }
+    out[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) - hsum256(min_acc);
+  }
+}
+
+// Q6_K: code q (0..63) stands for q - 32; the -32 is applied once per group through the group's
+// sum of x (sum_group 16), so a group's 16 codes are one vector of lanes converted as they are.
+TPCLI_AVX512 void q6_k_rows_512(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
+  const int64_t blocks = w.cols / QK_K;
+  const __m512i low4 = _mm512_set1_epi32(15), bits45 = _mm512_set1_epi32(48);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 offset_acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = row + b * Q6_K_BYTES;
+      const float* xb = x + b * QK_K;
+      alignas(64) float scale[16];
+      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(half_at(block + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(block + 192))));
+      _mm512_store_ps(scale, s);
+      offset_acc = _mm512_fmadd_ps(s, _mm512_loadu_ps(xsum + 16 * b), offset_acc);
+      _mm_prefetch(reinterpret_cast<const char*>(block + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(block + 64 + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(block + 128 + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(block + 192 + PREFETCH_BYTES), _MM_HINT_T0);
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = block + 64 * half;
+        const uint8_t* qh = block + 128 + 32 * half;
+        for (int c = 0; c < 32; c += 16) {
+          const __m512i a = _mm512_cvtepu8_epi32(load16(ql + c)), bq = _mm512_cvtepu8_epi32(load16(ql + 32 + c));
+          const __m512i h = _mm512_cvtepu8_epi32(load16(qh + c));
+          const __m512i q[4] = {
+              _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi32(h, 4), bits45)),
+              _mm512_or_si512(_mm512_and_si512(bq, low4), _mm512_and_si512(_mm512_slli_epi32(h, 2), bits45)),
+              _mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_and_si512(h, bits45)),
+              _mm512_or_si512(_mm512_srli_epi32(bq, 4), _mm512_and_si512(_mm512_srli_epi32(h, 2), bits45))};
+          for (int k = 0; k < 4; ++k) {
+            const int element = 128 * half + 32 * k + c;
+            const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(q[k]), _mm512_loadu_ps(xb + element));
+            acc[k] = _mm512_fmadd_ps(p, _mm512_set1_ps(scale[element / 16]), acc[k]);
+          }
+        }
+      }
+    }
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    out[r - r0] = std::fma(-32.0f, _mm512_reduce_add_ps(offset_acc), _mm512_reduce_add_ps(sum));
+  }
+}
+
+// ---- AVX2 ----
+
+TPCLI_AVX2 void q8_0_rows_256(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
+  const int64_t blocks = w.cols / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* q = row + b * Q8_0_BYTES + 2;
+      _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
+      const float* xb = x + 32 * b;
+      __m256 g = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(q))), _mm256_loadu_ps(xb));
+      for (int k = 1; k < 4; ++k)
+        g = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(q + 8 * k))), _mm256_loadu_ps(xb + 8 * k), g);
+      acc[b & 1] = _mm256_fmadd_ps(g, _mm256_set1_ps(half_at(q - 2)), acc[b & 1]);
+    }
+    out[r - r0] = hsum256(_mm256_add_ps(acc[0], acc[1]));
+  }
+}
+
+TPCLI_AVX2 void q4_k_rows_256(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
+  const int64_t blocks = w.cols / QK_K;
+  const __m256i low4 = _mm256_set1_epi32(15);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 min_acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = row + b * Q4_K_BYTES;
+      const float* xb = x + b * QK_K;
+      alignas(32) float scale[8];
+      __m256 min;
+      q4_k_scales(block, scale, &min);
+      min_acc = _mm256_fmadd_ps(min, _mm256_loadu_ps(xsum + 8 * b), min_acc);
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t* q = block + 16 + 32 * j;
+        _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
+        const float* xg = xb + 64 * j;
+        __m256 ga = _mm256_setzero_ps(), gb = _mm256_setzero_ps();
+        for (int k = 0; k < 4; ++k) {
+          const __m256i v = _mm256_cvtepu8_epi32(load8(q + 8 * k));
+          ga = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, low4)), _mm256_loadu_ps(xg + 8 * k), ga);
+          gb = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), _mm256_loadu_ps(xg + 32 + 8 * k), gb);
+        }
+        acc[0] = _mm256_fmadd_ps(ga, _mm256_set1_ps(scale[2 * j]), acc[0]);
+        acc[1] = _mm256_fmadd_ps(gb, _mm256_set1_ps(scale[2 * j + 1]), acc[1]);
+      }
+    }
+    out[r - r0] = hsum256(_mm256_add_ps(acc[0], acc[1])) - hsum256(min_acc);
+  }
+}
+
+TPCLI_AVX2 void q6_k_rows_256(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
+  const int64_t blocks = w.cols / QK_K;
+  const __m256i low4 = _mm256_set1_epi32(15), bits45 = _mm256_set1_epi32(48);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 offset_acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = row + b * Q6_K_BYTES;
+      const float* xb = x + b * QK_K;
+      alignas(32) float scale[16];
+      const __m256 d = _mm256_set1_ps(half_at(block + 208));
+      for (int i = 0; i < 2; ++i) {
+        const __m256 s = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(block + 192 + 8 * i))));
+        _mm256_store_ps(scale + 8 * i, s);
+        offset_acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(xsum + 16 * b + 8 * i), offset_acc);
+      }
+      for (int p = 0; p < Q6_K_BYTES; p += 64) _mm_prefetch(reinterpret_cast<const char*>(block + p + PREFETCH_BYTES), _MM_HINT_T0);
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = block + 64 * half;
+        const uint8_t* qh = block + 128 + 32 * half;
+        for (int c = 0; c < 32; c += 16) {  // one group of 16 in each quarter
+          __m256 g[4];
+          for (int e = 0; e < 16; e += 8) {
+            const __m256i a = _mm256_cvtepu8_epi32(load8(ql + c + e)), bq = _mm256_cvtepu8_epi32(load8(ql + 32 + c + e));
+            const __m256i h = _mm256_cvtepu8_epi32(load8(qh + c + e));
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi32(h, 4), bits45)),
+                _mm256_or_si256(_mm256_and_si256(bq, low4), _mm256_and_si256(_mm256_slli_epi32(h, 2), bits45)),
+                _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_and_si256(h, bits45)),
+                _mm256_or_si256(_mm256_srli_epi32(bq, 4), _mm256_and_si256(_mm256_srli_epi32(h, 2), bits45))};
+            for (int k = 0; k < 4; ++k) {
+              const __m256 v = _mm256_cvtepi32_ps(q[k]), xv = _mm256_loadu_ps(xb + 128 * half + 32 * k + c + e);
+              g[k] = e == 0 ? _mm256_mul_ps(v, xv) : _mm256_fmadd_ps(v, xv, g[k]);
+            }
+          }
+          for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_fmadd_ps(g[k], _mm256_set1_ps(scale[(128 * half + 32 * k + c) / 16]), acc[k]);
+        }
+      }
+    }
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    out[r - r0] = std::fma(-32.0f, hsum256(offset_acc), hsum256(sum));
+  }
+}
+
+}  // namespace
+
+MatvecKernel ggml_avx2_kernel(const WeightFormat& f) {
+  switch (f.ggml) {
+    case GgmlType::Q8_0: return {nullptr, q8_0_rows_256};
+    case GgmlType::Q4_K: return {nullptr, q4_k_rows_256};
+    case GgmlType::Q6_K: return {nullptr, q6_k_rows_256};
+    default: return {};
+  }
+}
+
+MatvecKernel ggml_avx512_kernel(const WeightFormat& f) {
+  switch (f.ggml) {
+    case GgmlType::Q8_0: return {nullptr, q8_0_rows_512};
+    case GgmlType::Q4_K: return {nullptr, q4_k_rows_512};
+    case GgmlType::Q6_K: return {nullptr, q6_k_rows_512};
+    default: return {};
+  }
+}
+
+#else
+
+MatvecKernel ggml_avx2_kernel(const WeightFormat&) { return {}; }
+MatvecKernel ggml_avx512_kernel(const WeightFormat&) { return {}; }
+
+#endif
+
+}  // namespace tpcli::tensor::kernels
