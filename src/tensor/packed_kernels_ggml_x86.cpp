@@ -17,6 +17,7 @@
 //   Q6_K  u8 ql[128]; u8 qh[64]; i8 scales[16]; half d: per half of 128, element l < 32 of the four
 //         quarters from ql[l] low, ql[l + 32] low, ql[l] high, ql[l + 32] high, with bit pairs
 //         0-1, 2-3, 4-5, 6-7 of qh[l] above them; 16 groups of 16
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -78,214 +79,296 @@ TPCLI_AVX2 void q4_k_scales(const uint8_t* block, float* scale, __m256* min) {
   *min = _mm256_mul_ps(_mm256_set1_ps(half_at(block + 2)), m);
 }
 
+// ---- one row, V vectors ----
+//
+// Each type's kernel is a struct with row<V>(row, cols, x, xsum, out): row `row` times V vectors,
+// out[v] for vector v. A block's codes are unpacked and its scales decoded once for the V vectors;
+// each vector's sums are its own chains, the same operations in the same order whatever V is, so a
+// batch gives each vector the bits it gets alone.
+template <int V>
+struct Inputs {
+  const float* x[V];
+  const float* sum[V];
+};
+
+template <class Type, int V>
+void row_range(float* out, int64_t ld_out, const View& w, const Inputs<V>& in, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float o[V];
+    Type::template row<V>(w.data + r * w.row_bytes, w.cols, in, o);
+    for (int v = 0; v < V; ++v) out[v * ld_out + r - r0] = o[v];
+  }
+}
+
+template <class Type>
+void single_rows(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
+  row_range<Type, 1>(out, 0, w, Inputs<1>{{x}, {xsum}}, r0, r1);
+}
+
+// The vectors in tiles of Type::MAX_V (the last one smaller), row by row, so a row read from memory
+// for the first tile comes from L1 for the others.
+template <class Type, int V>
+void tile_of(float* out_row, int64_t ld_out, const View& w, const Vectors& x, int64_t first, int64_t count, int64_t r) {
+  if constexpr (V > 1) {
+    if (count < V) return tile_of<Type, V - 1>(out_row, ld_out, w, x, first, count, r);
+  }
+  Inputs<V> in;
+  for (int v = 0; v < V; ++v) in.x[v] = x.x(first + v), in.sum[v] = x.sum(first + v);
+  float o[V];
+  Type::template row<V>(w.data + r * w.row_bytes, w.cols, in, o);
+  for (int v = 0; v < V; ++v) out_row[(first + v) * ld_out] = o[v];
+}
+
+template <class Type>
+void batch_rows(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t v = 0; v < x.count; v += Type::MAX_V)
+      tile_of<Type, Type::MAX_V>(out + r - r0, ld_out, w, x, v, std::min<int64_t>(Type::MAX_V, x.count - v), r);
+}
+
+template <class Type>
+MatvecKernel kernel_of() {
+  return {nullptr, single_rows<Type>, batch_rows<Type>};
+}
+
 // ---- AVX-512 ----
 
-TPCLI_AVX512 void q8_0_rows_512(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
-  const int64_t blocks = w.cols / 32;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes;
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int64_t b = 0; b < blocks; ++b) {
+struct Q8_0x512 {
+  static constexpr int MAX_V = 4;
+  template <int V>
+  TPCLI_AVX512 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    __m512 acc[V][2];
+    for (int v = 0; v < V; ++v) acc[v][0] = acc[v][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < cols / 32; ++b) {
       const uint8_t* q = row + b * Q8_0_BYTES + 2;
       _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
       const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(q)));
       const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(q + 16)));
-      const __m512 g = _mm512_fmadd_ps(v1, _mm512_loadu_ps(x + 32 * b + 16), _mm512_mul_ps(v0, _mm512_loadu_ps(x + 32 * b)));
-      acc[b & 1] = _mm512_fmadd_ps(g, _mm512_set1_ps(half_at(q - 2)), acc[b & 1]);
+      const __m512 d = _mm512_set1_ps(half_at(q - 2));
+      for (int v = 0; v < V; ++v) {
+        const float* xb = in.x[v] + 32 * b;
+        const __m512 g = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(v0, _mm512_loadu_ps(xb)));
+        acc[v][b & 1] = _mm512_fmadd_ps(g, d, acc[v][b & 1]);
+      }
     }
-    out[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+    for (int v = 0; v < V; ++v) out[v] = _mm512_reduce_add_ps(_mm512_add_ps(acc[v][0], acc[v][1]));
   }
-}
+};
 
-TPCLI_AVX512 void q4_k_rows_512(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
-  const int64_t blocks = w.cols / QK_K;
-  const __m512i low4 = _mm512_set1_epi32(15);
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes;
-    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    __m256 min_acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
+struct Q4_Kx512 {
+  static constexpr int MAX_V = 4;
+  template <int V>
+  TPCLI_AVX512 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    const __m512i low4 = _mm512_set1_epi32(15);
+    __m512 acc[V][2];
+    __m256 min_acc[V];
+    for (int v = 0; v < V; ++v) acc[v][0] = acc[v][1] = _mm512_setzero_ps(), min_acc[v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < cols / QK_K; ++b) {
       const uint8_t* block = row + b * Q4_K_BYTES;
-      const float* xb = x + b * QK_K;
       alignas(32) float scale[8];
       __m256 min;
       q4_k_scales(block, scale, &min);
-      min_acc = _mm256_fmadd_ps(min, _mm256_loadu_ps(xsum + 8 * b), min_acc);
+      for (int v = 0; v < V; ++v) min_acc[v] = _mm256_fmadd_ps(min, _mm256_loadu_ps(in.sum[v] + 8 * b), min_acc[v]);
       for (int j = 0; j < 4; ++j) {
         const uint8_t* q = block + 16 + 32 * j;
         _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
         const __m512i b0 = _mm512_cvtepu8_epi32(load16(q)), b1 = _mm512_cvtepu8_epi32(load16(q + 16));
-        const float* xg = xb + 64 * j;
-        __m512 ga = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, low4)), _mm512_loadu_ps(xg));
-        ga = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, low4)), _mm512_loadu_ps(xg + 16), ga);
-        __m512 gb = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), _mm512_loadu_ps(xg + 32));
-        gb = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)), _mm512_loadu_ps(xg + 48), gb);
-        acc[0] = _mm512_fmadd_ps(ga, _mm512_set1_ps(scale[2 * j]), acc[0]);
-        acc[1] = _mm512_fmadd_ps(gb, _mm512_set1_ps(scale[2 * j + 1]), acc[1]);
+        const __m512 lo0 = _mm512_cvtepi32_ps(_mm512_and_si512(b0, low4)), lo1 = _mm512_cvtepi32_ps(_mm512_and_si512(b1, low4));
+        const __m512 hi0 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), hi1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4));
+        const __m512 s0 = _mm512_set1_ps(scale[2 * j]), s1 = _mm512_set1_ps(scale[2 * j + 1]);
+        for (int v = 0; v < V; ++v) {
+          const float* xg = in.x[v] + b * QK_K + 64 * j;
+          const __m512 ga = _mm512_fmadd_ps(lo1, _mm512_loadu_ps(xg + 16), _mm512_mul_ps(lo0, _mm512_loadu_ps(xg)));
+          const __m512 gb = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(xg + 48), _mm512_mul_ps(hi0, _mm512_loadu_ps(xg + 32)));
+          acc[v][0] = _mm512_fmadd_ps(ga, s0, acc[v][0]);
+          acc[v][1] = _mm512_fmadd_ps(gb, s1, acc[v][1]);
+        }
       }
     }
-    out[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) - hsum256(min_acc);
+    for (int v = 0; v < V; ++v) out[v] = _mm512_reduce_add_ps(_mm512_add_ps(acc[v][0], acc[v][1])) - hsum256(min_acc[v]);
   }
-}
+};
 
 // Q6_K: code q (0..63) stands for q - 32; the -32 is applied once per group through the group's
 // sum of x (sum_group 16), so a group's 16 codes are one vector of lanes converted as they are.
-TPCLI_AVX512 void q6_k_rows_512(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
-  const int64_t blocks = w.cols / QK_K;
-  const __m512i low4 = _mm512_set1_epi32(15), bits45 = _mm512_set1_epi32(48);
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    __m512 offset_acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
+struct Q6_Kx512 {
+  static constexpr int MAX_V = 4;
+  template <int V>
+  TPCLI_AVX512 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    const __m512i low4 = _mm512_set1_epi32(15), bits45 = _mm512_set1_epi32(48);
+    __m512 acc[V][4], offset_acc[V];
+    for (int v = 0; v < V; ++v) {
+      for (int k = 0; k < 4; ++k) acc[v][k] = _mm512_setzero_ps();
+      offset_acc[v] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < cols / QK_K; ++b) {
       const uint8_t* block = row + b * Q6_K_BYTES;
-      const float* xb = x + b * QK_K;
+      for (int p = 0; p < Q6_K_BYTES; p += 64) _mm_prefetch(reinterpret_cast<const char*>(block + p + PREFETCH_BYTES), _MM_HINT_T0);
       alignas(64) float scale[16];
       const __m512 s = _mm512_mul_ps(_mm512_set1_ps(half_at(block + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(block + 192))));
       _mm512_store_ps(scale, s);
-      offset_acc = _mm512_fmadd_ps(s, _mm512_loadu_ps(xsum + 16 * b), offset_acc);
-      _mm_prefetch(reinterpret_cast<const char*>(block + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(block + 64 + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(block + 128 + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(block + 192 + PREFETCH_BYTES), _MM_HINT_T0);
+      for (int v = 0; v < V; ++v) offset_acc[v] = _mm512_fmadd_ps(s, _mm512_loadu_ps(in.sum[v] + 16 * b), offset_acc[v]);
       for (int half = 0; half < 2; ++half) {
         const uint8_t* ql = block + 64 * half;
         const uint8_t* qh = block + 128 + 32 * half;
         for (int c = 0; c < 32; c += 16) {
           const __m512i a = _mm512_cvtepu8_epi32(load16(ql + c)), bq = _mm512_cvtepu8_epi32(load16(ql + 32 + c));
           const __m512i h = _mm512_cvtepu8_epi32(load16(qh + c));
-          const __m512i q[4] = {
-              _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi32(h, 4), bits45)),
-              _mm512_or_si512(_mm512_and_si512(bq, low4), _mm512_and_si512(_mm512_slli_epi32(h, 2), bits45)),
-              _mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_and_si512(h, bits45)),
-              _mm512_or_si512(_mm512_srli_epi32(bq, 4), _mm512_and_si512(_mm512_srli_epi32(h, 2), bits45))};
+          const __m512 q[4] = {
+              _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi32(h, 4), bits45))),
+              _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_and_si512(bq, low4), _mm512_and_si512(_mm512_slli_epi32(h, 2), bits45))),
+              _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_srli_epi32(a, 4), _mm512_and_si512(h, bits45))),
+              _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_srli_epi32(bq, 4), _mm512_and_si512(_mm512_srli_epi32(h, 2), bits45)))};
           for (int k = 0; k < 4; ++k) {
             const int element = 128 * half + 32 * k + c;
-            const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(q[k]), _mm512_loadu_ps(xb + element));
-            acc[k] = _mm512_fmadd_ps(p, _mm512_set1_ps(scale[element / 16]), acc[k]);
+            const __m512 sk = _mm512_set1_ps(scale[element / 16]);
+            for (int v = 0; v < V; ++v) {
+              const __m512 p = _mm512_mul_ps(q[k], _mm512_loadu_ps(in.x[v] + b * QK_K + element));
+              acc[v][k] = _mm512_fmadd_ps(p, sk, acc[v][k]);
+            }
           }
         }
       }
     }
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-    out[r - r0] = std::fma(-32.0f, _mm512_reduce_add_ps(offset_acc), _mm512_reduce_add_ps(sum));
+    for (int v = 0; v < V; ++v) {
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[v][0], acc[v][1]), _mm512_add_ps(acc[v][2], acc[v][3]));
+      out[v] = std::fma(-32.0f, _mm512_reduce_add_ps(offset_acc[v]), _mm512_reduce_add_ps(sum));
+    }
   }
-}
+};
 
 // ---- AVX2 ----
 
-TPCLI_AVX2 void q8_0_rows_256(float* out, const View& w, const float* x, const float*, int64_t r0, int64_t r1) {
-  const int64_t blocks = w.cols / 32;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < blocks; ++b) {
+struct Q8_0x256 {
+  static constexpr int MAX_V = 3;
+  template <int V>
+  TPCLI_AVX2 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    __m256 acc[V][2];
+    for (int v = 0; v < V; ++v) acc[v][0] = acc[v][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < cols / 32; ++b) {
       const uint8_t* q = row + b * Q8_0_BYTES + 2;
       _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
-      const float* xb = x + 32 * b;
-      __m256 g = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(q))), _mm256_loadu_ps(xb));
-      for (int k = 1; k < 4; ++k)
-        g = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(q + 8 * k))), _mm256_loadu_ps(xb + 8 * k), g);
-      acc[b & 1] = _mm256_fmadd_ps(g, _mm256_set1_ps(half_at(q - 2)), acc[b & 1]);
+      __m256 c[4];
+      for (int k = 0; k < 4; ++k) c[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(q + 8 * k)));
+      const __m256 d = _mm256_set1_ps(half_at(q - 2));
+      for (int v = 0; v < V; ++v) {
+        const float* xb = in.x[v] + 32 * b;
+        __m256 g = _mm256_mul_ps(c[0], _mm256_loadu_ps(xb));
+        for (int k = 1; k < 4; ++k) g = _mm256_fmadd_ps(c[k], _mm256_loadu_ps(xb + 8 * k), g);
+        acc[v][b & 1] = _mm256_fmadd_ps(g, d, acc[v][b & 1]);
+      }
     }
-    out[r - r0] = hsum256(_mm256_add_ps(acc[0], acc[1]));
+    for (int v = 0; v < V; ++v) out[v] = hsum256(_mm256_add_ps(acc[v][0], acc[v][1]));
   }
-}
+};
 
-TPCLI_AVX2 void q4_k_rows_256(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
-  const int64_t blocks = w.cols / QK_K;
-  const __m256i low4 = _mm256_set1_epi32(15);
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m256 min_acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
+struct Q4_Kx256 {
+  static constexpr int MAX_V = 3;
+  template <int V>
+  TPCLI_AVX2 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    const __m256i low4 = _mm256_set1_epi32(15);
+    __m256 acc[V][2], min_acc[V];
+    for (int v = 0; v < V; ++v) acc[v][0] = acc[v][1] = min_acc[v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < cols / QK_K; ++b) {
       const uint8_t* block = row + b * Q4_K_BYTES;
-      const float* xb = x + b * QK_K;
       alignas(32) float scale[8];
       __m256 min;
       q4_k_scales(block, scale, &min);
-      min_acc = _mm256_fmadd_ps(min, _mm256_loadu_ps(xsum + 8 * b), min_acc);
+      for (int v = 0; v < V; ++v) min_acc[v] = _mm256_fmadd_ps(min, _mm256_loadu_ps(in.sum[v] + 8 * b), min_acc[v]);
       for (int j = 0; j < 4; ++j) {
         const uint8_t* q = block + 16 + 32 * j;
         _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
-        const float* xg = xb + 64 * j;
-        __m256 ga = _mm256_setzero_ps(), gb = _mm256_setzero_ps();
+        __m256 ga[V], gb[V];
         for (int k = 0; k < 4; ++k) {
-          const __m256i v = _mm256_cvtepu8_epi32(load8(q + 8 * k));
-          ga = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, low4)), _mm256_loadu_ps(xg + 8 * k), ga);
-          gb = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), _mm256_loadu_ps(xg + 32 + 8 * k), gb);
+          const __m256i u = _mm256_cvtepu8_epi32(load8(q + 8 * k));
+          const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(u, low4)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(u, 4));
+          for (int v = 0; v < V; ++v) {
+            const float* xg = in.x[v] + b * QK_K + 64 * j + 8 * k;
+            ga[v] = k == 0 ? _mm256_mul_ps(lo, _mm256_loadu_ps(xg)) : _mm256_fmadd_ps(lo, _mm256_loadu_ps(xg), ga[v]);
+            gb[v] = k == 0 ? _mm256_mul_ps(hi, _mm256_loadu_ps(xg + 32)) : _mm256_fmadd_ps(hi, _mm256_loadu_ps(xg + 32), gb[v]);
+          }
         }
-        acc[0] = _mm256_fmadd_ps(ga, _mm256_set1_ps(scale[2 * j]), acc[0]);
-        acc[1] = _mm256_fmadd_ps(gb, _mm256_set1_ps(scale[2 * j + 1]), acc[1]);
+        const __m256 s0 = _mm256_set1_ps(scale[2 * j]), s1 = _mm256_set1_ps(scale[2 * j + 1]);
+        for (int v = 0; v < V; ++v) {
+          acc[v][0] = _mm256_fmadd_ps(ga[v], s0, acc[v][0]);
+          acc[v][1] = _mm256_fmadd_ps(gb[v], s1, acc[v][1]);
+        }
       }
     }
-    out[r - r0] = hsum256(_mm256_add_ps(acc[0], acc[1])) - hsum256(min_acc);
+    for (int v = 0; v < V; ++v) out[v] = hsum256(_mm256_add_ps(acc[v][0], acc[v][1])) - hsum256(min_acc[v]);
   }
-}
+};
 
-TPCLI_AVX2 void q6_k_rows_256(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
-  const int64_t blocks = w.cols / QK_K;
-  const __m256i low4 = _mm256_set1_epi32(15), bits45 = _mm256_set1_epi32(48);
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.data + r * w.row_bytes;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    __m256 offset_acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
+struct Q6_Kx256 {
+  static constexpr int MAX_V = 2;
+  template <int V>
+  TPCLI_AVX2 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    const __m256i low4 = _mm256_set1_epi32(15), bits45 = _mm256_set1_epi32(48);
+    __m256 acc[V][4], offset_acc[V];
+    for (int v = 0; v < V; ++v) {
+      for (int k = 0; k < 4; ++k) acc[v][k] = _mm256_setzero_ps();
+      offset_acc[v] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < cols / QK_K; ++b) {
       const uint8_t* block = row + b * Q6_K_BYTES;
-      const float* xb = x + b * QK_K;
+      for (int p = 0; p < Q6_K_BYTES; p += 64) _mm_prefetch(reinterpret_cast<const char*>(block + p + PREFETCH_BYTES), _MM_HINT_T0);
       alignas(32) float scale[16];
       const __m256 d = _mm256_set1_ps(half_at(block + 208));
       for (int i = 0; i < 2; ++i) {
         const __m256 s = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(block + 192 + 8 * i))));
         _mm256_store_ps(scale + 8 * i, s);
-        offset_acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(xsum + 16 * b + 8 * i), offset_acc);
+        for (int v = 0; v < V; ++v)
+          offset_acc[v] = _mm256_fmadd_ps(s, _mm256_loadu_ps(in.sum[v] + 16 * b + 8 * i), offset_acc[v]);
       }
-      for (int p = 0; p < Q6_K_BYTES; p += 64) _mm_prefetch(reinterpret_cast<const char*>(block + p + PREFETCH_BYTES), _MM_HINT_T0);
       for (int half = 0; half < 2; ++half) {
         const uint8_t* ql = block + 64 * half;
         const uint8_t* qh = block + 128 + 32 * half;
         for (int c = 0; c < 32; c += 16) {  // one group of 16 in each quarter
-          __m256 g[4];
+          __m256 g[V][4];
           for (int e = 0; e < 16; e += 8) {
             const __m256i a = _mm256_cvtepu8_epi32(load8(ql + c + e)), bq = _mm256_cvtepu8_epi32(load8(ql + 32 + c + e));
             const __m256i h = _mm256_cvtepu8_epi32(load8(qh + c + e));
-            const __m256i q[4] = {
-                _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi32(h, 4), bits45)),
-                _mm256_or_si256(_mm256_and_si256(bq, low4), _mm256_and_si256(_mm256_slli_epi32(h, 2), bits45)),
-                _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_and_si256(h, bits45)),
-                _mm256_or_si256(_mm256_srli_epi32(bq, 4), _mm256_and_si256(_mm256_srli_epi32(h, 2), bits45))};
-            for (int k = 0; k < 4; ++k) {
-              const __m256 v = _mm256_cvtepi32_ps(q[k]), xv = _mm256_loadu_ps(xb + 128 * half + 32 * k + c + e);
-              g[k] = e == 0 ? _mm256_mul_ps(v, xv) : _mm256_fmadd_ps(v, xv, g[k]);
-            }
+            const __m256 q[4] = {
+                _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi32(h, 4), bits45))),
+                _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(bq, low4), _mm256_and_si256(_mm256_slli_epi32(h, 2), bits45))),
+                _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_and_si256(h, bits45))),
+                _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(bq, 4), _mm256_and_si256(_mm256_srli_epi32(h, 2), bits45)))};
+            for (int v = 0; v < V; ++v)
+              for (int k = 0; k < 4; ++k) {
+                const __m256 xv = _mm256_loadu_ps(in.x[v] + b * QK_K + 128 * half + 32 * k + c + e);
+                g[v][k] = e == 0 ? _mm256_mul_ps(q[k], xv) : _mm256_fmadd_ps(q[k], xv, g[v][k]);
+              }
           }
-          for (int k = 0; k < 4; ++k)
-            acc[k] = _mm256_fmadd_ps(g[k], _mm256_set1_ps(scale[(128 * half + 32 * k + c) / 16]), acc[k]);
+          for (int k = 0; k < 4; ++k) {
+            const __m256 sk = _mm256_set1_ps(scale[(128 * half + 32 * k + c) / 16]);
+            for (int v = 0; v < V; ++v) acc[v][k] = _mm256_fmadd_ps(g[v][k], sk, acc[v][k]);
+          }
         }
       }
     }
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    out[r - r0] = std::fma(-32.0f, hsum256(offset_acc), hsum256(sum));
+    for (int v = 0; v < V; ++v) {
+      const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[v][0], acc[v][1]), _mm256_add_ps(acc[v][2], acc[v][3]));
+      out[v] = std::fma(-32.0f, hsum256(offset_acc[v]), hsum256(sum));
+    }
   }
-}
+};
 
 }  // namespace
 
 MatvecKernel ggml_avx2_kernel(const WeightFormat& f) {
   switch (f.ggml) {
-    case GgmlType::Q8_0: return {nullptr, q8_0_rows_256};
-    case GgmlType::Q4_K: return {nullptr, q4_k_rows_256};
-    case GgmlType::Q6_K: return {nullptr, q6_k_rows_256};
+    case GgmlType::Q8_0: return kernel_of<Q8_0x256>();
+    case GgmlType::Q4_K: return kernel_of<Q4_Kx256>();
+    case GgmlType::Q6_K: return kernel_of<Q6_Kx256>();
     default: return {};
   }
 }
 
 MatvecKernel ggml_avx512_kernel(const WeightFormat& f) {
   switch (f.ggml) {
-    case GgmlType::Q8_0: return {nullptr, q8_0_rows_512};
-    case GgmlType::Q4_K: return {nullptr, q4_k_rows_512};
-    case GgmlType::Q6_K: return {nullptr, q6_k_rows_512};
+    case GgmlType::Q8_0: return kernel_of<Q8_0x512>();
+    case GgmlType::Q4_K: return kernel_of<Q4_Kx512>();
+    case GgmlType::Q6_K: return kernel_of<Q6_Kx512>();
     default: return {};
   }
 }
