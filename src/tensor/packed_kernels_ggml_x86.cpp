@@ -22,12 +22,14 @@
 #include <cstring>
 
 #include "tensor/packed_kernels.h"
+#include "tensor/x86_bf16_codes.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_reduce_add_ps (packed_kernels_x86.cpp)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define TPCLI_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TPCLI_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 #define TPCLI_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #endif
 
@@ -71,7 +73,7 @@ ScaleMinBytes q4_k_scale_min_bytes(const uint8_t* b) {
 }
 
 // The eight groups' d * scale and dmin * min, each product as ggml's dequantizer rounds it.
-TPCLI_AVX2 void q4_k_scales(const uint8_t* block, float* scale, __m256* min) {
+TPCLI_AVX2 inline __attribute__((always_inline)) void q4_k_scales(const uint8_t* block, float* scale, __m256* min) {
   const ScaleMinBytes sm = q4_k_scale_min_bytes(block + 4);
   const __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sm.scales))));
   const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sm.mins))));
@@ -189,6 +191,61 @@ struct Q4_Kx512 {
   }
 };
 
+// Q4_K on CPUs with AVX512_BF16: a code 0..15 becomes its bf16 value by a table lookup and
+// vdpbf16ps does 32 products an instruction, against x split into bf16 halves, hi = bf16(x) and
+// lo = bf16(x - hi) (the affine 4-bit path's method, packed_kernels_x86.cpp: each product of a code
+// with a half is exact in f32; x loses at most 2^-16 of itself, and x below 2^-126 counts as 0).
+// Prepared x, per 32 elements: [hi of the 32, lo of the 32], so 32 codes in element order (one
+// Q4_K group, two Q6_K groups) line up with their x.
+TPCLI_AVX512BF16 void prepare_halves_512(float* xp, const float* x, int64_t cols) {
+  auto* out = reinterpret_cast<uint16_t*>(xp);  // [cols / 32][64] words: the same bytes as x
+  for (int64_t c = 0; c < cols; c += 32) {
+    const __m512 a = _mm512_loadu_ps(x + c), b = _mm512_loadu_ps(x + c + 16);
+    const __m512i hi = bf16_halves(a, b);
+    const __m512 ra = _mm512_sub_ps(a, bf16_to_f32_16(_mm512_castsi512_si256(hi)));
+    const __m512 rb = _mm512_sub_ps(b, bf16_to_f32_16(_mm512_extracti64x4_epi64(hi, 1)));
+    _mm512_storeu_si512(out + 2 * c, hi);
+    _mm512_storeu_si512(out + 2 * c + 32, bf16_halves(ra, rb));
+  }
+}
+
+// 32 codes times the prepared x of their 32 elements: lane i holds elements 2i and 2i + 1.
+TPCLI_AVX512BF16 __m512 halves_dot(__m512bh codes, const float* prepared) {
+  const auto* words = reinterpret_cast<const uint16_t*>(prepared);
+  const __m512 a = _mm512_dpbf16_ps(_mm512_setzero_ps(), codes, reinterpret_cast<__m512bh>(_mm512_loadu_si512(words)));
+  return _mm512_dpbf16_ps(a, codes, reinterpret_cast<__m512bh>(_mm512_loadu_si512(words + 32)));
+}
+
+struct Q4_Kbf16 {
+  static constexpr int MAX_V = 4;
+  template <int V>
+  TPCLI_AVX512BF16 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    const __m512i table = code_table_bf16();
+    __m512 acc[V][2];
+    __m256 min_acc[V];
+    for (int v = 0; v < V; ++v) acc[v][0] = acc[v][1] = _mm512_setzero_ps(), min_acc[v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < cols / QK_K; ++b) {
+      const uint8_t* block = row + b * Q4_K_BYTES;
+      alignas(32) float scale[8];
+      __m256 min;
+      q4_k_scales(block, scale, &min);
+      for (int v = 0; v < V; ++v) min_acc[v] = _mm256_fmadd_ps(min, _mm256_loadu_ps(in.sum[v] + 8 * b), min_acc[v]);
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t* q = block + 16 + 32 * j;
+        _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
+        const CodesBf16 codes = chunk_codes_bf16(q, table);
+        const __m512 s0 = _mm512_set1_ps(scale[2 * j]), s1 = _mm512_set1_ps(scale[2 * j + 1]);
+        for (int v = 0; v < V; ++v) {
+          const float* xc = in.x[v] + b * QK_K + 64 * j;  // prepared: 32 elements take 32 floats' bytes
+          acc[v][0] = _mm512_fmadd_ps(halves_dot(codes.even, xc), s0, acc[v][0]);
+          acc[v][1] = _mm512_fmadd_ps(halves_dot(codes.odd, xc + 32), s1, acc[v][1]);
+        }
+      }
+    }
+    for (int v = 0; v < V; ++v) out[v] = _mm512_reduce_add_ps(_mm512_add_ps(acc[v][0], acc[v][1])) - hsum256(min_acc[v]);
+  }
+};
+
 // Q6_K: code q (0..63) stands for q - 32; the -32 is applied once per group through the group's
 // sum of x (sum_group 16), so a group's 16 codes are one vector of lanes converted as they are.
 struct Q6_Kx512 {
@@ -233,6 +290,61 @@ struct Q6_Kx512 {
     for (int v = 0; v < V; ++v) {
       const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[v][0], acc[v][1]), _mm512_add_ps(acc[v][2], acc[v][3]));
       out[v] = std::fma(-32.0f, _mm512_reduce_add_ps(offset_acc[v]), _mm512_reduce_add_ps(sum));
+    }
+  }
+};
+
+// Q6_K on CPUs with AVX512_BF16, as Q4_Kbf16: code q becomes the bf16 of q - 32 through a 64-word
+// table (vpermt2w reads 6 index bits), a quarter's 32 codes in one vector, two groups of 16: lanes
+// 0-7 take the first group's scale, 8-15 the second's. The -32 is in the table, not applied to the
+// group's sum of x: x's bf16 halves miss up to 2^-16 of x, and a sum of q * x, 32 times the size of
+// the sum of (q - 32) * x, would carry 32 times that error into the difference.
+TPCLI_AVX512BF16 __m512i code_table64_bf16(int half) {  // bf16 of 32 * half + 0..31 - 32
+  alignas(64) uint16_t table[32];
+  for (int i = 0; i < 32; ++i) {
+    const float f = static_cast<float>(32 * half + i - 32);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    table[i] = static_cast<uint16_t>(bits >> 16);  // exact: at most 6 significant bits
+  }
+  return _mm512_load_si512(table);
+}
+
+struct Q6_Kbf16 {
+  static constexpr int MAX_V = 4;
+  template <int V>
+  TPCLI_AVX512BF16 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+    const __m512i table_low = code_table64_bf16(0), table_high = code_table64_bf16(1);
+    const __m512i low4 = _mm512_set1_epi16(15), bits45 = _mm512_set1_epi16(48);
+    const __m512i two_groups = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512 acc[V][4];
+    for (int v = 0; v < V; ++v)
+      for (int k = 0; k < 4; ++k) acc[v][k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < cols / QK_K; ++b) {
+      const uint8_t* block = row + b * Q6_K_BYTES;
+      for (int p = 0; p < Q6_K_BYTES; p += 64) _mm_prefetch(reinterpret_cast<const char*>(block + p + PREFETCH_BYTES), _MM_HINT_T0);
+      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(half_at(block + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(block + 192))));
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = block + 64 * half;
+        const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql)));
+        const __m512i bq = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32)));
+        const __m512i h = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 128 + 32 * half)));
+        const __m512i q[4] = {
+            _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_and_si512(_mm512_slli_epi16(h, 4), bits45)),
+            _mm512_or_si512(_mm512_and_si512(bq, low4), _mm512_and_si512(_mm512_slli_epi16(h, 2), bits45)),
+            _mm512_or_si512(_mm512_srli_epi16(a, 4), _mm512_and_si512(h, bits45)),
+            _mm512_or_si512(_mm512_srli_epi16(bq, 4), _mm512_and_si512(_mm512_srli_epi16(h, 2), bits45))};
+        for (int k = 0; k < 4; ++k) {
+          const __m512bh codes = reinterpret_cast<__m512bh>(_mm512_permutex2var_epi16(table_low, q[k], table_high));
+          const int first = 128 * half + 32 * k;
+          const __m512 sk = _mm512_permutexvar_ps(_mm512_add_epi32(two_groups, _mm512_set1_epi32(first / 16)), s);
+          for (int v = 0; v < V; ++v) acc[v][k] = _mm512_fmadd_ps(halves_dot(codes, in.x[v] + b * QK_K + first), sk, acc[v][k]);
+        }
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[v][0], acc[v][1]), _mm512_add_ps(acc[v][2], acc[v][3]));
+      out[v] = _mm512_reduce_add_ps(sum);
     }
   }
 };
@@ -367,8 +479,12 @@ MatvecKernel ggml_avx2_kernel(const WeightFormat& f) {
 MatvecKernel ggml_avx512_kernel(const WeightFormat& f) {
   switch (f.ggml) {
     case GgmlType::Q8_0: return kernel_of<Q8_0x512>();
-    case GgmlType::Q4_K: return kernel_of<Q4_Kx512>();
-    case GgmlType::Q6_K: return kernel_of<Q6_Kx512>();
+    case GgmlType::Q4_K:
+      if (cpu_has_avx512_bf16()) return {prepare_halves_512, single_rows<Q4_Kbf16>, batch_rows<Q4_Kbf16>};
+      return kernel_of<Q4_Kx512>();
+    case GgmlType::Q6_K:
+      if (cpu_has_avx512_bf16()) return {prepare_halves_512, single_rows<Q6_Kbf16>, batch_rows<Q6_Kbf16>};
+      return kernel_of<Q6_Kx512>();
     default: return {};
   }
 }

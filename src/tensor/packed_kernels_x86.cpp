@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "tensor/packed_kernels.h"
+#include "tensor/x86_bf16_codes.h"
 #include "tensor/x86_sums.h"
 
 #if defined(__x86_64__)
@@ -574,14 +575,6 @@ struct HalfTile512 {
 
 constexpr int64_t BF16_CHUNK = 64;  // weights per step; xp words per chunk: 2 * BF16_CHUNK
 
-TPCLI_AVX512BF16 __m512i bf16_halves(__m512 a, __m512 b) {  // [bf16(a), bf16(b)], round to nearest even
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
-}
-
-TPCLI_AVX512BF16 __m512 bf16_to_f32_16(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 TPCLI_AVX512BF16 void prepare4_bf16_512(float* xp, const float* x, int64_t cols) {
   auto* out = reinterpret_cast<uint16_t*>(xp);  // [cols / 64][128] words: the same bytes as x
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
@@ -603,17 +596,6 @@ TPCLI_AVX512BF16 void prepare4_bf16_512(float* xp, const float* x, int64_t cols)
   }
 }
 
-// A chunk's 64 codes as bf16 words, lined up with prepared x's even and odd halves.
-struct CodesBf16 {
-  __m512bh even, odd;
-};
-
-TPCLI_AVX512BF16 CodesBf16 chunk_codes_bf16(const uint8_t* q, __m512i table) {
-  const __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-  return {reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(bytes, table)),  // index: low 5 bits
-          reinterpret_cast<__m512bh>(_mm512_permutexvar_epi16(_mm512_srli_epi16(bytes, 4), table))};
-}
-
 // One row's running sum over a group: `a` += the chunk's codes times prepared x. Pairs of rows and
 // single rows call this, and the batch kernel takes its four steps in the same order, so a row's
 // value depends on neither its neighbours nor the other vectors.
@@ -627,17 +609,6 @@ TPCLI_AVX512BF16 __m512 codes_dot_bf16(__m512 a, const CodesBf16& codes, const u
 TPCLI_AVX512BF16 __m512 chunk_dot_bf16(__m512 a, const uint8_t* q, const uint16_t* xc, __m512i table) {
   return codes_dot_bf16(a, chunk_codes_bf16(q, table), xc);
 }
-
-// bf16 bit patterns of 0..15, twice: vpermw reads the low 5 bits of a word, so a widened byte
-// indexes its low nibble directly.
-TPCLI_AVX512BF16 __m512i code_table_bf16() {
-  alignas(64) static const uint16_t table[32] = {
-      0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120,
-      0x4130, 0x4140, 0x4150, 0x4160, 0x4170, 0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0,
-      0x40C0, 0x40E0, 0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
-  return _mm512_load_si512(table);
-}
-
 
 TPCLI_AVX512BF16 void affine4_bf16_rows_512(float* out, const View& w, const float* xp, const float* xsum, int64_t r0,
                                             int64_t r1) {
