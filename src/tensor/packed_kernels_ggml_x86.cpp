@@ -23,6 +23,7 @@
 
 #include "tensor/packed_kernels.h"
 #include "tensor/x86_bf16_codes.h"
+#include "tensor/x86_tiles.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -209,40 +210,67 @@ TPCLI_AVX512BF16 void prepare_halves_512(float* xp, const float* x, int64_t cols
   }
 }
 
-// 32 codes times the prepared x of their 32 elements: lane i holds elements 2i and 2i + 1.
-TPCLI_AVX512BF16 __m512 halves_dot(__m512bh codes, const float* prepared) {
-  const auto* words = reinterpret_cast<const uint16_t*>(prepared);
-  const __m512 a = _mm512_dpbf16_ps(_mm512_setzero_ps(), codes, reinterpret_cast<__m512bh>(_mm512_loadu_si512(words)));
-  return _mm512_dpbf16_ps(a, codes, reinterpret_cast<__m512bh>(_mm512_loadu_si512(words + 32)));
+// 32 codes times the prepared x of their 32 elements (hi, lo): lane i holds elements 2i and 2i + 1.
+TPCLI_AVX512BF16 __m512 halves_dot(__m512bh codes, __m512bh hi, __m512bh lo) {
+  return _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), codes, hi), codes, lo);
 }
 
-struct Q4_Kbf16 {
-  static constexpr int MAX_V = 4;
-  template <int V>
-  TPCLI_AVX512BF16 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+TPCLI_AVX512BF16 __m512bh prepared_words(const float* p) {  // 32 bf16 words: 16 floats' bytes
+  return reinterpret_cast<__m512bh>(in_register(_mm512_loadu_si512(p)));
+}
+
+// The bf16 kernels are register tiles of ROWS rows x V vectors (x86_tiles.h): a block's codes are
+// looked up once for the V vectors and each prepared x vector loaded once for the rows. One vector
+// alone (`rows`) runs the same tile, so its bits are the batch's.
+struct Q4_KTileBf16 {
+  static constexpr int MAX_V = 4, ROWS = 2;  // 16 sums, 4 code vectors, 4 x halves, the table
+  struct State {
+    __m512 acc[2];  // the even and the odd groups of the row
+    __m256 min;     // the groups' dmin * min times their sums of x
+  };
+  static int64_t unit(const View&) { return QK_K; }
+  static int64_t body(const View& w) { return w.cols; }
+
+  template <int RT, int V>
+  TPCLI_AVX512BF16 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
     const __m512i table = code_table_bf16();
-    __m512 acc[V][2];
-    __m256 min_acc[V];
-    for (int v = 0; v < V; ++v) acc[v][0] = acc[v][1] = _mm512_setzero_ps(), min_acc[v] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < cols / QK_K; ++b) {
-      const uint8_t* block = row + b * Q4_K_BYTES;
-      alignas(32) float scale[8];
-      __m256 min;
-      q4_k_scales(block, scale, &min);
-      for (int v = 0; v < V; ++v) min_acc[v] = _mm256_fmadd_ps(min, _mm256_loadu_ps(in.sum[v] + 8 * b), min_acc[v]);
+    __m512 acc[RT][V][2];
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) acc[i][v][0] = s[i][v].acc[0], acc[i][v][1] = s[i][v].acc[1];
+    for (int64_t b = c0 / QK_K; b < c1 / QK_K; ++b) {
+      const uint8_t* block[RT];
+      alignas(32) float scale[RT][8];
+      for (int i = 0; i < RT; ++i) {
+        block[i] = w.data + (r + i) * w.row_bytes + b * Q4_K_BYTES;
+        __m256 min;
+        q4_k_scales(block[i], scale[i], &min);
+        for (int v = 0; v < V; ++v) s[i][v].min = _mm256_fmadd_ps(min, _mm256_loadu_ps(in.sum[v] + 8 * b), s[i][v].min);
+      }
       for (int j = 0; j < 4; ++j) {
-        const uint8_t* q = block + 16 + 32 * j;
-        _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
-        const CodesBf16 codes = chunk_codes_bf16(q, table);
-        const __m512 s0 = _mm512_set1_ps(scale[2 * j]), s1 = _mm512_set1_ps(scale[2 * j + 1]);
+        CodesBf16 codes[RT];
+        for (int i = 0; i < RT; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(block[i] + 16 + 32 * j + PREFETCH_BYTES), _MM_HINT_T0);
+          codes[i] = chunk_codes_bf16(block[i] + 16 + 32 * j, table);
+        }
         for (int v = 0; v < V; ++v) {
           const float* xc = in.x[v] + b * QK_K + 64 * j;  // prepared: 32 elements take 32 floats' bytes
-          acc[v][0] = _mm512_fmadd_ps(halves_dot(codes.even, xc), s0, acc[v][0]);
-          acc[v][1] = _mm512_fmadd_ps(halves_dot(codes.odd, xc + 32), s1, acc[v][1]);
+          const __m512bh a_hi = prepared_words(xc), a_lo = prepared_words(xc + 16);
+          const __m512bh b_hi = prepared_words(xc + 32), b_lo = prepared_words(xc + 48);
+          for (int i = 0; i < RT; ++i) {
+            acc[i][v][0] = _mm512_fmadd_ps(halves_dot(codes[i].even, a_hi, a_lo), _mm512_set1_ps(scale[i][2 * j]), acc[i][v][0]);
+            acc[i][v][1] = _mm512_fmadd_ps(halves_dot(codes[i].odd, b_hi, b_lo), _mm512_set1_ps(scale[i][2 * j + 1]), acc[i][v][1]);
+          }
         }
       }
     }
-    for (int v = 0; v < V; ++v) out[v] = _mm512_reduce_add_ps(_mm512_add_ps(acc[v][0], acc[v][1])) - hsum256(min_acc[v]);
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) s[i][v].acc[0] = acc[i][v][0], s[i][v].acc[1] = acc[i][v][1];
+  }
+
+  template <int V>
+  TPCLI_AVX512BF16 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(_mm512_add_ps(s[v].acc[0], s[v].acc[1])) - hsum256(s[v].min);
   }
 };
 
@@ -294,11 +322,11 @@ struct Q6_Kx512 {
   }
 };
 
-// Q6_K on CPUs with AVX512_BF16, as Q4_Kbf16: code q becomes the bf16 of q - 32 through a 64-word
-// table (vpermt2w reads 6 index bits), a quarter's 32 codes in one vector, two groups of 16: lanes
-// 0-7 take the first group's scale, 8-15 the second's. The -32 is in the table, not applied to the
-// group's sum of x: x's bf16 halves miss up to 2^-16 of x, and a sum of q * x, 32 times the size of
-// the sum of (q - 32) * x, would carry 32 times that error into the difference.
+// Q6_K on CPUs with AVX512_BF16, as Q4_KTileBf16: code q becomes the bf16 of q - 32 through a
+// 64-word table (vpermt2w reads 6 index bits), a quarter's 32 codes in one vector, two groups of
+// 16: lanes 0-7 take the first group's scale, 8-15 the second's. The -32 is in the table, not
+// applied to the group's sum of x: x's bf16 halves miss up to 2^-16 of x, and a sum of q * x, 32
+// times the size of the sum of (q - 32) * x, would carry 32 times that error into the difference.
 TPCLI_AVX512BF16 __m512i code_table64_bf16(int half) {  // bf16 of 32 * half + 0..31 - 32
   alignas(64) uint16_t table[32];
   for (int i = 0; i < 32; ++i) {
@@ -310,20 +338,27 @@ TPCLI_AVX512BF16 __m512i code_table64_bf16(int half) {  // bf16 of 32 * half + 0
   return _mm512_load_si512(table);
 }
 
-struct Q6_Kbf16 {
-  static constexpr int MAX_V = 4;
+struct Q6_KTileBf16 {
+  static constexpr int MAX_V = 4;  // 16 sums, 4 code vectors, 2 x halves, 2 tables
+  struct State {
+    __m512 acc[4];  // one per quarter of a half
+  };
+  static int64_t unit(const View&) { return QK_K; }
+  static int64_t body(const View& w) { return w.cols; }
+
   template <int V>
-  TPCLI_AVX512BF16 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
+  TPCLI_AVX512BF16 static void columns(State (&s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
     const __m512i table_low = code_table64_bf16(0), table_high = code_table64_bf16(1);
     const __m512i low4 = _mm512_set1_epi16(15), bits45 = _mm512_set1_epi16(48);
     const __m512i two_groups = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m512 acc[V][4];
     for (int v = 0; v < V; ++v)
-      for (int k = 0; k < 4; ++k) acc[v][k] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < cols / QK_K; ++b) {
-      const uint8_t* block = row + b * Q6_K_BYTES;
+      for (int k = 0; k < 4; ++k) acc[v][k] = s[v].acc[k];
+    for (int64_t b = c0 / QK_K; b < c1 / QK_K; ++b) {
+      const uint8_t* block = w.data + r * w.row_bytes + b * Q6_K_BYTES;
       for (int p = 0; p < Q6_K_BYTES; p += 64) _mm_prefetch(reinterpret_cast<const char*>(block + p + PREFETCH_BYTES), _MM_HINT_T0);
-      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(half_at(block + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(block + 192))));
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(half_at(block + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(block + 192))));
       for (int half = 0; half < 2; ++half) {
         const uint8_t* ql = block + 64 * half;
         const __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql)));
@@ -337,17 +372,35 @@ struct Q6_Kbf16 {
         for (int k = 0; k < 4; ++k) {
           const __m512bh codes = reinterpret_cast<__m512bh>(_mm512_permutex2var_epi16(table_low, q[k], table_high));
           const int first = 128 * half + 32 * k;
-          const __m512 sk = _mm512_permutexvar_ps(_mm512_add_epi32(two_groups, _mm512_set1_epi32(first / 16)), s);
-          for (int v = 0; v < V; ++v) acc[v][k] = _mm512_fmadd_ps(halves_dot(codes, in.x[v] + b * QK_K + first), sk, acc[v][k]);
+          const __m512 sk = _mm512_permutexvar_ps(_mm512_add_epi32(two_groups, _mm512_set1_epi32(first / 16)), scale);
+          for (int v = 0; v < V; ++v) {
+            const float* xc = in.x[v] + b * QK_K + first;
+            acc[v][k] = _mm512_fmadd_ps(halves_dot(codes, prepared_words(xc), prepared_words(xc + 16)), sk, acc[v][k]);
+          }
         }
       }
     }
-    for (int v = 0; v < V; ++v) {
-      const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[v][0], acc[v][1]), _mm512_add_ps(acc[v][2], acc[v][3]));
-      out[v] = _mm512_reduce_add_ps(sum);
-    }
+    for (int v = 0; v < V; ++v)
+      for (int k = 0; k < 4; ++k) s[v].acc[k] = acc[v][k];
+  }
+
+  template <int V>
+  TPCLI_AVX512BF16 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v)
+      out[v * ld_out] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[v].acc[0], s[v].acc[1]), _mm512_add_ps(s[v].acc[2], s[v].acc[3])));
   }
 };
+
+// A tile kernel's single vector: the batch's tile with one vector.
+template <class Tile>
+void tile_rows_one(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
+  in_vector_tiles<Tile>(out, 0, w, Vectors{x, 0, xsum, 0, 1}, r0, r1);
+}
+
+template <class Tile>
+MatvecKernel tile_kernel(void (*prepare)(float*, const float*, int64_t)) {
+  return {prepare, tile_rows_one<Tile>, in_vector_tiles<Tile>};
+}
 
 // ---- AVX2 ----
 
@@ -480,10 +533,10 @@ MatvecKernel ggml_avx512_kernel(const WeightFormat& f) {
   switch (f.ggml) {
     case GgmlType::Q8_0: return kernel_of<Q8_0x512>();
     case GgmlType::Q4_K:
-      if (cpu_has_avx512_bf16()) return {prepare_halves_512, single_rows<Q4_Kbf16>, batch_rows<Q4_Kbf16>};
+      if (cpu_has_avx512_bf16()) return tile_kernel<Q4_KTileBf16>(prepare_halves_512);
       return kernel_of<Q4_Kx512>();
     case GgmlType::Q6_K:
-      if (cpu_has_avx512_bf16()) return {prepare_halves_512, single_rows<Q6_Kbf16>, batch_rows<Q6_Kbf16>};
+      if (cpu_has_avx512_bf16()) return tile_kernel<Q6_KTileBf16>(prepare_halves_512);
       return kernel_of<Q6_Kx512>();
     default: return {};
   }
