@@ -56,10 +56,30 @@ void block_columns(typename Tile::State (*s)[V], const View& w, int64_t r, int64
   }
 }
 
+// RT rows' whole bodies in one block, then their finish: the running sums a local the compiler
+// keeps in registers, rather than STATE_ROWS rows' zeroed in memory, stored and loaded again.
+template <class Tile, int V, int RT>
+void whole_rows_step(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r) {
+  typename Tile::State s[RT][V] = {};
+  block_columns<Tile, V>(s, w, r, RT, 0, Tile::body(w), x);
+  for (int i = 0; i < RT; ++i) Tile::template finish<V>(out + i, ld_out, s[i], w, r + i, x);
+}
+
+template <class Tile, int V>
+void whole_row_tiles(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
+  constexpr int RT = rows_per_step<Tile>();
+  int64_t r = r0;
+  for (; r + RT <= r1; r += RT) whole_rows_step<Tile, V, RT>(out + r - r0, ld_out, w, x, r);
+  for (; r < r1; ++r) whole_rows_step<Tile, V, 1>(out + r - r0, ld_out, w, x, r);
+}
+
 template <class Tile, int V>
 void tile_rows(float* out, int64_t ld_out, const View& w, const Vectors& x, int64_t r0, int64_t r1) {
   const int64_t unit = Tile::unit(w), body = Tile::body(w);
   const int64_t block = std::max(unit, X_BLOCK_BYTES / (4 * V) / unit * unit);  // x: 4 bytes a column
+  if constexpr (!requires { Tile::FINISHES_ROWS; }) {
+    if (body <= block) return whole_row_tiles<Tile, V>(out, ld_out, w, x, r0, r1);  // the same steps, one block
+  }
   for (int64_t rb = r0; rb < r1; rb += STATE_ROWS) {
     const int64_t rn = std::min(STATE_ROWS, r1 - rb);
     typename Tile::State s[STATE_ROWS][V] = {};
