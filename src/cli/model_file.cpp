@@ -86,7 +86,7 @@ void describe_gguf(const std::string& path, std::ostream& out) {
   out << "\n";
   const formats::GgufModel model(path);
   describe_config(model.config(), out);
-  out << "  kept as stored: each tensor in its own type (a device part that would cut a block: f32)\n";
+  out << "  kept as stored: each tensor in its own type (a device whose columns cut a block holds the whole block)\n";
   describe_storage(model, out);
 }
 

@@ -127,7 +127,7 @@ std::unique_ptr<nn::FeedForward> make_packed_moe(const WeightSource& w, const Ll
   for (int64_t e = mine.offset; e < mine.offset + mine.count; ++e)
     local.push_back({packed_rows(w, name(Matrix::ExpertsW1), E * FE, C, {e * FE + h.offset, h.count}),
                      packed_rows(w, name(Matrix::ExpertsW3), E * FE, C, {e * FE + h.offset, h.count}),
-                     packed_part_or_f32(w, name(Matrix::ExpertsW2), E * C, FE, {e * C, C}, h)});
+                     packed_part(w, name(Matrix::ExpertsW2), E * C, FE, {e * C, C}, h)});
   Tensor router({E, C}, checked_values(w, name(Matrix::Router), E * C));
   return std::make_unique<nn::QuantizedMoeFeedForward>(sizes, std::move(router), std::move(local), core.expert_group,
                                                        core.group);

@@ -200,18 +200,16 @@ int64_t lane_unit(const WeightSource& w, const std::string& name, int64_t unit) 
   return f.quantized() ? std::lcm(unit, f.group_size) : unit;
 }
 
-// Rows `rows` and columns `mine` of `name` [R, K] as stored; a quantized matrix whose groups the
-// columns cut (wo's local heads' rows; w2's FFN rows where the shard plan knows no group, as in a
-// GGUF file whose block sizes differ by tensor) is kept in f32 for this device (its part of the
-// dequantized weight), so every device count works.
-nn::QuantizedLinear packed_part_or_f32(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range rows,
-                                       dist::Range mine) {
-  const tensor::WeightFormat f = stored_format(w, name);
-  if (!f.quantized() || (mine.offset % f.group_size == 0 && mine.count % f.group_size == 0))
-    return nn::QuantizedLinear(load_packed(w, name, R, K, rows.offset, rows.count, {{mine.offset, mine.count}}));
-  const float* first = checked_values(w, name, R * K).data() + rows.offset * K;
-  const Tensor local = nn::slice_columns(first, rows.count, K, {mine});  // [rows, KL]
-  return nn::QuantizedLinear(tensor::PackedMatrix::from_f32(local.data(), rows.count, mine.count, tensor::WeightFormat::f32()));
+// Rows `rows` and columns `mine` of `name` [R, K] as stored. Columns that cut its quantization
+// groups (wo's local heads' rows; w2's FFN rows where the shard plan knows no group, as in a GGUF
+// file whose block sizes differ by tensor) keep the whole groups they touch, their input placed
+// among zeros (nn::QuantizedLinear), so every device count works and no f32 copy is made.
+nn::QuantizedLinear packed_part(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range rows,
+                                dist::Range mine) {
+  const dist::Range held = held_columns(stored_format(w, name), mine);
+  tensor::PackedMatrix part = load_packed(w, name, R, K, rows.offset, rows.count, {{held.offset, held.count}});
+  if (held.count == mine.count) return nn::QuantizedLinear(std::move(part));
+  return nn::QuantizedLinear(std::move(part), mine.offset - held.offset, mine.count);
 }
 
 namespace {
@@ -237,7 +235,7 @@ nn::QuantizedShardedToAllLinear LlamaCore::load_wo(const WeightSource& weights, 
   const int64_t C = config.dim, Q = config.q_dim();
   const dist::Range q_rows = plan.q_rows();
   return lanes_or(weights, name, C, Q, q_rows, config.head_size(), group,
-                  [&] { return packed_part_or_f32(weights, name, C, Q, {0, C}, q_rows); });
+                  [&] { return packed_part(weights, name, C, Q, {0, C}, q_rows); });
 }
 
 // The dense SwiGLU, its matrices as stored (f32 as f32): w1, w3 by this device's FFN rows, w2 by
@@ -248,7 +246,7 @@ std::unique_ptr<nn::QuantizedSwiGluFeedForward> LlamaCore::load_dense_ffn(const 
   const dist::Range ffn = plan.ffn;
   return std::make_unique<nn::QuantizedSwiGluFeedForward>(
       nn::QuantizedAllToShardedLinear({packed_rows(weights, w1, F, C, ffn), packed_rows(weights, w3, F, C, ffn)}, group),
-      lanes_or(weights, w2, C, F, ffn, 1, group, [&] { return packed_part_or_f32(weights, w2, C, F, {0, C}, ffn); }));
+      lanes_or(weights, w2, C, F, ffn, 1, group, [&] { return packed_part(weights, w2, C, F, {0, C}, ffn); }));
 }
 
 // wq|wk|wv as stored, this device's rows of each.

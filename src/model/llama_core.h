@@ -102,10 +102,10 @@ struct LlamaCore {
 // Rows r (or columns c) of parameter `name` [R, K] in its stored format.
 nn::QuantizedLinear packed_rows(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range r);
 nn::QuantizedLinear packed_columns(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range c);
-// Rows r and columns c of `name` [R, K] in its stored format, or in f32 where c cuts its
-// quantization groups (then only this part is dequantized).
-nn::QuantizedLinear packed_part_or_f32(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range r,
-                                       dist::Range c);
+// Rows r and columns c of `name` [R, K] in its stored format: where c cuts its quantization groups,
+// the whole groups c touches (held_columns), c's input placed among zeros.
+nn::QuantizedLinear packed_part(const WeightSource& w, const std::string& name, int64_t R, int64_t K, dist::Range r,
+                                dist::Range c);
 // The lanes of a ShardedToAll product's K input columns (nn/quantized_linear.h): their width, in
 // whole `unit`s (lane_unit: and whole quantization groups of `name`), and whether columns r are a
 // whole subtree of them (then the device computes its lanes alone, split-invariantly).

@@ -177,6 +177,12 @@ PackedMatrix load_packed_full(const WeightSource& weights, const std::string& na
   throw std::out_of_range("weights: no parameter named '" + name + "'");
 }
 
+dist::Range held_columns(const WeightFormat& f, dist::Range mine) {
+  if (!f.quantized() || mine.count == 0) return mine;
+  const int64_t g = f.group_size, first = mine.offset / g * g, end = (mine.offset + mine.count + g - 1) / g * g;
+  return {first, end - first};
+}
+
 int64_t stored_bytes(const WeightFormat& f, int64_t rows, int64_t cols) {
   const int64_t groups = f.quantized() ? rows * (cols / f.group_size) : 0;
   const int64_t group_bytes = f.kind == WeightKind::Mxfp8 ? 1 : f.kind == WeightKind::Affine ? 8 : 0;  // scale (+bias)
@@ -185,7 +191,8 @@ int64_t stored_bytes(const WeightFormat& f, int64_t rows, int64_t cols) {
 
 DecodeStorage decode_storage(const WeightSource& weights) {
   return {[&weights](const std::string& tensor, int64_t rows, int64_t cols) {
-            return stored_bytes(stored_format(weights, tensor), rows, cols);
+            const WeightFormat f = stored_format(weights, tensor);
+            return stored_bytes(f, rows, held_columns(f, {0, cols}).count);  // device 0's columns
           },
           !holds_packed_weights(weights)};
 }
@@ -198,12 +205,15 @@ int64_t shard_bytes(const WeightSource& weights, const ShardPlan& plan) {
     const auto [rows, cols] = matrix_dims(spec.shape);
     const WeightFormat f = is_matrix(spec) ? stored_format(weights, spec.name) : WeightFormat::f32();
     const int64_t full = stored_bytes(f, rows, cols);
-    // The fraction held: local rows (or columns) over all of them, along the dimension it is split by.
+    // The fraction held: local rows (or columns: whole groups) over all of them, along the dimension
+    // it is split by.
     int64_t part = 1, of = 1;
     if (spec.sharded_dim == ShardedDim::Experts) part = plan.expert_ffn.count, of = FE;
     else if (spec.split != Split::Replicated) {
-      part = plan.range_of(spec.sharded_dim).count;
-      of = spec.split == Split::Rows ? spec.shape[0] : spec.shape[1];
+      const dist::Range mine = plan.range_of(spec.sharded_dim);
+      const bool by_rows = spec.split == Split::Rows;
+      part = by_rows ? mine.count : held_columns(f, mine).count;
+      of = by_rows ? spec.shape[0] : spec.shape[1];
     }
     total += full * part / of;
   }

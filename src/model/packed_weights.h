@@ -44,6 +44,9 @@ tensor::PackedMatrix load_packed(const WeightSource& weights, const std::string&
 // The whole parameter (leading dims folded into rows), in its stored format.
 tensor::PackedMatrix load_packed_full(const WeightSource& weights, const std::string& name);
 
+// The columns a device holds of `mine` in format f: whole quantization groups, those `mine` touches.
+dist::Range held_columns(const tensor::WeightFormat& f, dist::Range mine);
+
 // Bytes of [rows, cols] in format f as stored (tensor::PackedMatrix::bytes): the elements plus, per
 // group, an f32 scale and bias (affine) or a shared exponent byte (mxfp8).
 int64_t stored_bytes(const tensor::WeightFormat& f, int64_t rows, int64_t cols);

@@ -11,7 +11,26 @@ namespace tpcli::nn {
 using tensor::Columns;
 using tensor::PackedMatrix;
 
-QuantizedLinear::QuantizedLinear(PackedMatrix weight) : weight_(std::move(weight)) {}
+QuantizedLinear::QuantizedLinear(PackedMatrix weight) : weight_(std::move(weight)), in_(weight_.cols()) {}
+
+QuantizedLinear::QuantizedLinear(PackedMatrix weight, int64_t lead, int64_t in_features)
+    : weight_(std::move(weight)), lead_(lead), in_(in_features) {
+  if (lead < 0 || in_features < 0 || lead + in_features > weight_.cols())
+    throw std::invalid_argument("quantized linear: columns [" + std::to_string(lead) + ", " + std::to_string(lead + in_features) +
+                                ") are not within the weight's " + std::to_string(weight_.cols()));
+}
+
+namespace {
+
+// Rows of `n` floats placed at column `lead` of rows of `width` zeros (thread-local: a step's scratch).
+const float* among_zeros(const float* rows, int64_t N, int64_t n, int64_t lead, int64_t width) {
+  thread_local std::vector<float> wide;
+  wide.assign(static_cast<size_t>(N * width), 0.0f);
+  for (int64_t r = 0; r < N; ++r) std::copy(rows + r * n, rows + (r + 1) * n, wide.begin() + r * width + lead);
+  return wide.data();
+}
+
+}  // namespace
 
 QuantizedLinear QuantizedLinear::from_linear(const Linear& linear, tensor::WeightFormat format) {
   const auto& w = linear.weight();
@@ -25,12 +44,20 @@ void QuantizedLinear::forward(float* out, const float* inp, int64_t N, int64_t l
     for (int64_t n = 0; n < N; ++n) std::fill(out + n * ld, out + n * ld + out_features(), 0.0f);
     return;
   }
-  weight_.matmul(out, inp, N, ld_out);
+  weight_.matmul(out, padded() ? among_zeros(inp, N, in_, lead_, weight_.cols()) : inp, N, ld_out);
 }
 
 void QuantizedLinear::input_gradient(float* target, const float* dout, int64_t N, bool accumulate, int64_t ld_dout,
                                      int64_t ld_target) const {
-  weight_.transposed_product(target, dout, N, accumulate ? 1.0f : 0.0f, ld_dout, ld_target);
+  if (!padded()) return weight_.transposed_product(target, dout, N, accumulate ? 1.0f : 0.0f, ld_dout, ld_target);
+  const int64_t width = weight_.cols(), ld = ld_target ? ld_target : in_;
+  std::vector<float> wide(static_cast<size_t>(N * width));
+  weight_.transposed_product(wide.data(), dout, N, 0.0f, ld_dout, width);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < in_; ++i) {
+      const float g = wide[static_cast<size_t>(r * width + lead_ + i)];
+      target[r * ld + i] = accumulate ? target[r * ld + i] + g : g;
+    }
 }
 
 // ---- QuantizedAllToShardedLinear ----

@@ -35,11 +35,15 @@ class QuantizedLinear {
  public:
   QuantizedLinear() = default;
   explicit QuantizedLinear(tensor::PackedMatrix weight);  // [OUT, IN]
+  // A device's input columns that cut the weight's quantization groups: `weight` holds the whole
+  // groups they touch, [OUT, lead + IN + the rest], and the input sits among zeros at `lead`, so
+  // the stored blocks are kept (no f32 copy) and the zeros add nothing to any sum.
+  QuantizedLinear(tensor::PackedMatrix weight, int64_t lead, int64_t in_features);
   // MLX's QuantizedLinear.from_linear: the f32 weight in `format` (IN % GS == 0 when quantized).
   static QuantizedLinear from_linear(const Linear& linear, tensor::WeightFormat format);
 
   int64_t out_features() const { return weight_.rows(); }
-  int64_t in_features() const { return weight_.cols(); }
+  int64_t in_features() const { return in_; }
   const tensor::WeightFormat& format() const { return weight_.format(); }  // bits, group size, mode
   const tensor::PackedMatrix& weight() const { return weight_; }
   int64_t bytes() const { return weight_.bytes(); }
@@ -55,7 +59,10 @@ class QuantizedLinear {
                       int64_t ld_target = 0) const;
 
  private:
-  tensor::PackedMatrix weight_;  // [OUT, IN]
+  bool padded() const { return in_ != weight_.cols(); }
+
+  tensor::PackedMatrix weight_;  // [OUT, lead_ + IN + the rest]
+  int64_t lead_ = 0, in_ = 0;
 };
 
 // Replicated in, split out: out[N, OUT_local] = inp @ W_local^T, the segments' outputs concatenated

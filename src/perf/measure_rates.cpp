@@ -287,7 +287,7 @@ tensor::PackedMatrix sample_matrix(const std::vector<float>& w, int64_t rows, in
 double time_matvec_passes(const model::PlannedWork& item, const tensor::WeightFormat& format, bool packed, int devices,
                           int threads, int64_t stream_bytes, int64_t& streamed) {
   constexpr int PASSES = 7;
-  const int64_t rows = item.m, cols = item.k;
+  const int64_t rows = item.m, cols = model::held_columns(format, {0, item.k}).count;  // device 0's whole groups
   std::vector<std::vector<double>> pass_s(static_cast<size_t>(devices), std::vector<double>(PASSES));
   dist::RunOptions options;
   options.blas_threads = threads;

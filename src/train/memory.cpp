@@ -36,7 +36,8 @@ int64_t activation_floats(const model::LlamaConfig& c, const MemoryLayout& m, co
 }
 
 // Bytes of `spec`'s local part on a frozen base stored in `f` (QLoRA): the matrix as stored
-// (model::stored_bytes), f32 when not packable or when its local columns cut groups (wo).
+// (model::stored_bytes; local columns that cut groups, as wo's may, hold the whole groups they
+// touch), f32 when not packable.
 int64_t base_bytes(const model::ParamSpec& spec, const tensor::WeightFormat& f, const model::LlamaConfig& c,
                    const model::ShardPlan& plan) {
   const int64_t F32 = sizeof(float);
@@ -45,8 +46,7 @@ int64_t base_bytes(const model::ParamSpec& spec, const tensor::WeightFormat& f, 
   if (spec.split == model::Split::Replicated) return model::stored_bytes(f, s[0], s[1]);
   const dist::Range r = plan.range_of(spec.sharded_dim);
   if (spec.split == model::Split::Rows) return model::stored_bytes(f, r.count, s[1]);
-  if (f.quantized() && (r.offset % f.group_size != 0 || r.count % f.group_size != 0)) return s[0] * r.count * F32;
-  return model::stored_bytes(f, s[0], r.count);
+  return model::stored_bytes(f, s[0], model::held_columns(f, r).count);
 }
 
 // The format `name` is stored in on a QLoRA base.
@@ -68,7 +68,7 @@ DeviceBytes device_bytes(const model::LlamaConfig& config, const MemoryLayout& m
   const tensor::WeightFormat* packed = m.lora && m.packed_base ? &*m.packed_base : nullptr;
   model::LlamaConfig c = config;
   // The planner deals out the FFN rows in whole MLX groups (ggml blocks differ by tensor: a device's
-  // part of a w2 they cut is kept in f32, model/llama_core.h).
+  // part of a w2 they cut holds the whole blocks it touches, model/llama_core.h).
   if (packed && (packed->kind == tensor::WeightKind::Affine || packed->kind == tensor::WeightKind::Mxfp8))
     c.quantization = model::Quantization{packed->bits, packed->group_size,
                                          packed->kind == tensor::WeightKind::Mxfp8 ? "mxfp8" : "affine"};

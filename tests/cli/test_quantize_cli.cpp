@@ -57,7 +57,7 @@ TEST_CASE("tpcli quantize writes a file that infer runs the same on 1 and 2 devi
   CHECK(one.out.find("Once upon a time") != std::string::npos);
   CHECK(two.out == one.out);
   CHECK(on_load.out == one.out);
-  // 4 devices hold 2 heads of 8 = 16 of wo's columns, cutting its groups of 32: wo stays f32 there
+  // 4 devices hold 2 heads of 8 = 16 of wo's columns, cutting its groups of 32: each holds the groups they touch
   const Result four = infer({"--model", q8, "--devices", "4"});
   CHECK(four.code == 0);
   CHECK(four.out == one.out);

@@ -55,6 +55,40 @@ TEST_CASE("QuantizedLinear forward equals x @ dequantize(W)^T, decode and batche
   }
 }
 
+TEST_CASE("QuantizedLinear on columns that cut groups holds the groups they touch: the product and input gradient of those columns alone",
+          "[nn][quantized]") {
+  std::mt19937 rng(92);
+  const int64_t OUT = 7, K = 256, lead = 40, IN = 100;  // columns [40, 140) of groups of 64: the groups [0, 192)
+  const auto w = random_vector(OUT * K, rng);
+  for (const auto& f : {WeightFormat::affine(4, 64), WeightFormat::affine(8, 64)}) {
+    INFO(f.name());
+    const tensor::PackedMatrix whole = tensor::PackedMatrix::from_f32(w.data(), OUT, K, f);
+    const tensor::Tensor dequantized = whole.dequantize();
+    const nn::QuantizedLinear part(tensor::PackedMatrix::from_f32(w.data(), OUT, K, f).slice_columns({{0, 192}}), lead, IN);
+    CHECK(part.in_features() == IN);
+    for (int64_t N : {1, 3}) {
+      const auto x = random_vector(N * IN, rng), dout = random_vector(N * OUT, rng);
+      std::vector<float> out(size_t(N * OUT)), dx(size_t(N * IN), 1.0f);
+      part.forward(out.data(), x.data(), N);
+      part.input_gradient(dx.data(), dout.data(), N, true);
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t o = 0; o < OUT; ++o) {
+          double s = 0;
+          for (int64_t i = 0; i < IN; ++i) s += double(dequantized[o * K + lead + i]) * x[size_t(n * IN + i)];
+          CHECK(out[size_t(n * OUT + o)] == Approx(s).epsilon(1e-5).margin(1e-4));
+        }
+        for (int64_t i = 0; i < IN; ++i) {
+          double g = 1.0;  // accumulated onto
+          for (int64_t o = 0; o < OUT; ++o) g += double(dequantized[o * K + lead + i]) * dout[size_t(n * OUT + o)];
+          CHECK(dx[size_t(n * IN + i)] == Approx(g).epsilon(1e-5).margin(1e-4));
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(nn::QuantizedLinear(tensor::PackedMatrix::from_f32(w.data(), OUT, K, WeightFormat::affine(4, 64)), 200, 100),
+                    Catch::Contains("not within the weight's 256"));
+}
+
 TEST_CASE("quantized sharded linears from shard_linear equal the unsharded QuantizedLinear on 1..4 devices",
           "[nn][quantized][sharded]") {
   std::mt19937 rng(92);

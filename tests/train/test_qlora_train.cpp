@@ -48,7 +48,7 @@ using tpcli::testing::same_losses_on_meshes;
 
 // Every matrix's input dimension a multiple of 32, so every one is packed: dim 64 (4 heads of 16
 // over 2 KV heads: three devices split the heads 2, 1, 1, share a KV head, and the 1-head devices
-// cut wo's groups of 32, keeping their wo slice in f32), hidden 96 (3 groups of 32).
+// cut wo's groups of 32, holding the whole groups their columns touch), hidden 96 (3 groups of 32).
 model::LlamaConfig qlora_config(bool tied = false) {
   return {.dim = 64, .hidden_dim = 96, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 29, .seq_len = 16,
           .shared_classifier = tied};
@@ -323,8 +323,8 @@ TEST_CASE("QLoRA: a device holds the base packed, as the inference model does", 
     }
   }
   // 8-bit: a byte per weight plus an f32 scale and bias per 32: 1.25 bytes against f32's 4; 4-bit
-  // 0.75. (On 2 devices each holds 3 heads of 48 columns of wo, which cut its groups: wo stays f32
-  // there, as in the inference model.)
+  // 0.75. (On 3 devices the one-head devices' 16 columns of wo cut its groups: they hold the group
+  // their columns touch, as the inference model does.)
   const double f = static_cast<double>(held["f32"][0]);
   CHECK(held["affine 8-bit g32"][0] / f == Approx(1.25 / 4).epsilon(0.01));
   CHECK(held["affine 4-bit g32"][0] / f == Approx(0.75 / 4).epsilon(0.01));
@@ -337,7 +337,7 @@ TEST_CASE("QLoRA: train::device_bytes counts the packed base as the model holds 
   const auto o = lora_options();
   for (const auto& format : {WeightFormat::affine(8, 32), WeightFormat::affine(4, 32), WeightFormat::bf16()}) {
     const model::ConvertedWeights packed(f32, format);
-    for (int TP : {1, 2, 3}) {  // 3: devices of one head cut wo's groups and keep it f32
+    for (int TP : {1, 2, 3}) {  // 3: devices of one head cut wo's groups and hold the groups they touch
       std::mutex mu;
       std::vector<std::string> failures;
       dist::run_on_mesh(dist::Mesh::line(TP), [&](dist::Device& dev) {
