@@ -11,7 +11,7 @@
 #include "formats/gguf_model.h"
 #include "formats/hf_model.h"
 #include "formats/llama2c.h"
-#include "formats/peft_adapter.h"
+#include "formats/gguf_adapter.h"
 #include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
@@ -151,7 +151,7 @@ void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context
 }
 
 void add_adapter_flag(CLI::App& sub, std::string& dir) {
-  sub.add_option("--adapter", dir, "LoRA adapter folder in Hugging Face PEFT's format, applied unmerged");
+  sub.add_option("--adapter", dir, "LoRA adapter, applied unmerged: a Hugging Face PEFT folder or a llama.cpp GGUF adapter file");
 }
 
 void add_int8_activations_flag(CLI::App& sub, bool& on) {
@@ -163,7 +163,7 @@ void add_int8_activations_flag(CLI::App& sub, bool& on) {
 void apply_adapter(OpenedModel& opened, const std::string& dir) {
   if (dir.empty()) return;
   try {
-    model::LoraAdapterSet set = formats::load_peft_adapter(dir, opened.weights->config());
+    model::LoraAdapterSet set = formats::load_adapter(dir, opened.weights->config());
     opened.weights = std::make_unique<model::AdaptedWeights>(std::move(opened.weights), std::move(set), dir);
   } catch (const std::runtime_error& e) {
     throw UsageError(std::string("--adapter ") + e.what());
