@@ -84,6 +84,11 @@ void describe_gguf(const std::string& path, std::ostream& out) {
       << f.tensors().size() << " tensors (" << bytes / 1e6 << " MB):";
   for (const auto& [type, count] : types) out << " " << type << " x" << count;
   out << "\n";
+  if (f.string("general.type") == "adapter") {  // convert_lora_to_gguf.py's file: no model to describe
+    out << "  LoRA adapter (adapter.type " << f.string("adapter.type").value_or("(not stated)") << ", alpha "
+        << f.number("adapter.lora.alpha").value_or(0) << "): run it as --adapter beside its base model\n";
+    return;
+  }
   const formats::GgufModel model(path);
   describe_config(model.config(), out);
   out << "  kept as stored: each tensor in its own type (a device part that would cut a block: f32)\n";

@@ -210,6 +210,9 @@ TEST_CASE("gguf adapter: a GGUF that is no adapter for the model is a one-line e
                                              return v;
                                            }}});
   CHECK_THAT(error(nan, base.config()), Catch::Contains("nan.gguf: tensor blk.4.ffn_down.weight.lora_b: non-finite value at element 7"));
+  // The adapter passed as a model.
+  CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { formats::GgufModel model(gguf_path(ADAPTER)); }),
+             Catch::Contains("stories260K-lora-f32.gguf: general.type is 'adapter': a LoRA adapter, not a model"));
   // A file that is neither GGUF nor a folder.
   const std::string text = tmp.write("adapter.txt", "not an adapter\n");
   CHECK_THAT(error(text, base.config()), Catch::Contains("adapter.txt: neither a GGUF LoRA adapter"));
