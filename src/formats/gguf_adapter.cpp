@@ -7,6 +7,8 @@
 #include <regex>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "formats/gguf_file.h"
 #include "formats/gguf_keys.h"
@@ -38,9 +40,12 @@ std::string shape_text(const tensor::Shape& s) { return tensor::to_string(s); }
 // A tensor's shape in tpcli's order (rows first): ggml's ne reversed.
 tensor::Shape shape_of(const gguf::TensorInfo& t) { return tensor::Shape(t.ne.rbegin(), t.ne.rend()); }
 
-// One lora_a / lora_b pair of the file: the matrix it adapts and its two tensors.
+// One lora_a / lora_b pair of the file: the block, the matrices it adapts (several for Phi-3's fused
+// tensors, whose B rows are theirs in order and whose A all of them share), and its two tensors.
 struct GgufPair {
-  model::BlockKey key;
+  int layer = 0;
+  std::vector<model::Matrix> parts;
+  std::string tensor;  // the base's: "attn_q.weight"
   const gguf::TensorInfo* a = nullptr;
   const gguf::TensorInfo* b = nullptr;
 };
@@ -59,7 +64,7 @@ class AdapterReader {
     std::set<model::Matrix> targets;
     for (const std::string& name : order_) {
       add_pair(set, pairs_.at(name));
-      targets.insert(pairs_.at(name).key.matrix);
+      targets.insert(pairs_.at(name).parts.begin(), pairs_.at(name).parts.end());
     }
     for (model::Matrix m : model::lora_matrix_order())
       if (targets.count(m)) set.targets.emplace_back(model::facts(m).peft);
@@ -105,15 +110,15 @@ class AdapterReader {
     static const std::regex re(R"(blk\.(\d{1,6})\.(\w+\.weight)\.lora_(a|b))");
     for (const gguf::TensorInfo& t : file_.tensors()) {
       std::smatch m;
-      const auto matrix = std::regex_match(t.name, m, re) ? matrix_of_gguf(m[2].str()) : std::nullopt;
-      if (!matrix)
-        fail_tensor(t, "not the lora_a / lora_b of a block's attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up or ffn_down, "
-                       "the matrices tpcli adapts");
-      if (architecture_ == "phi3" && model::facts(*matrix).fused_hf_module)
-        fail_tensor(t, "Phi-3's fused attn_qkv / ffn_up (gate|up) adapters are not read");
+      const std::vector<model::Matrix> parts = std::regex_match(t.name, m, re) ? matrices_of_gguf(m[2].str()) : std::vector<model::Matrix>{};
+      if (parts.empty())
+        fail_tensor(t, std::string("not the lora_a / lora_b of a block's ") +
+                           (architecture_ == "phi3" ? "attn_qkv, attn_output, ffn_up (gate|up) or ffn_down"
+                                                    : "attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up or ffn_down") +
+                           ", the matrices tpcli adapts");
       const int layer = std::stoi(m[1].str());
       if (layer >= c_.n_layers) fail_tensor(t, "layer " + std::to_string(layer) + " beyond the model's " + std::to_string(c_.n_layers));
-      if (model::facts(*matrix).blocks == model::Blocks::Dense && c_.is_moe_layer(layer))
+      if (model::facts(parts[0]).blocks == model::Blocks::Dense && c_.is_moe_layer(layer))
         fail_tensor(t, "layer " + std::to_string(layer) + " is a mixture of experts, with no dense " + m[2].str());
       if (t.ne.size() != 2) fail_tensor(t, "has " + std::to_string(t.ne.size()) + " dimensions, not 2");
       if (!tensor::ggml_traits(t.type).dequantizable)
@@ -121,7 +126,9 @@ class AdapterReader {
       const std::string name = m[1].str() + "." + m[2].str();
       if (!pairs_.count(name)) order_.push_back(name);
       GgufPair& pair = pairs_[name];
-      pair.key = {layer, *matrix};
+      pair.layer = layer;
+      pair.parts = parts;
+      pair.tensor = m[2].str();
       (m[3].str() == "a" ? pair.a : pair.b) = &t;
     }
     if (pairs_.empty()) fail("holds no LoRA tensors");
@@ -132,10 +139,16 @@ class AdapterReader {
     }
   }
 
-  std::optional<model::Matrix> matrix_of_gguf(const std::string& name) const {
+  // The matrices base tensor `name` holds; none when tpcli adapts no such tensor. Phi-3 fuses
+  // q|k|v as attn_qkv and gate|up as ffn_up, as its Hugging Face directory does.
+  std::vector<model::Matrix> matrices_of_gguf(const std::string& name) const {
+    if (architecture_ == "phi3") {
+      if (name == "attn_qkv.weight") return model::linear_parts(model::Matrix::Wq);
+      if (name == "ffn_up.weight") return model::linear_parts(model::Matrix::W1);
+    }
     for (model::Matrix m : model::lora_matrix_order())
-      if (name == model::facts(m).gguf) return m;
-    return std::nullopt;
+      if (name == model::facts(m).gguf && !(architecture_ == "phi3" && model::facts(m).fused_hf_module)) return {m};
+    return {};
   }
 
   // The adapter's one rank: every lora_b's rows' length (llama.cpp's scale divides by it).
@@ -150,29 +163,37 @@ class AdapterReader {
     return static_cast<int>(r);
   }
 
-  // The pair's A [r, IN] and B [OUT, r], checked against the model, B's q/k rows in tpcli's order.
+  // The pair's A [r, IN] and B [OUT, r] of each matrix it adapts, checked against the model, B's
+  // q/k rows in tpcli's order.
   void add_pair(model::LoraAdapterSet& set, const GgufPair& pair) const {
-    const tensor::Shape w = model::block_shape(pair.key.matrix, c_);
-    const int64_t OUT = w[0], IN = w[1], r = set.rank;
-    const std::string base = std::string(model::facts(pair.key.matrix).gguf);
+    int64_t OUT = 0;  // every part's rows
+    for (model::Matrix part : pair.parts) OUT += model::block_shape(part, c_)[0];
+    const int64_t IN = model::block_shape(pair.parts[0], c_)[1], r = set.rank;
     const auto check = [&](const gguf::TensorInfo& t, const tensor::Shape& want, const char* role) {
       if (shape_of(t) != want)
-        fail_tensor(t, "shape " + shape_text(shape_of(t)) + ", expected " + shape_text(want) + " (" + role + ") for this model, whose " + base +
-                           " is " + shape_text(w) + " (wrong base model?)");
+        fail_tensor(t, "shape " + shape_text(shape_of(t)) + ", expected " + shape_text(want) + " (" + role + ") for this model, whose " +
+                           pair.tensor + " is " + shape_text({OUT, IN}) + " (wrong base model?)");
     };
     if (pair.a->ne[1] != pair.b->ne[0])
       fail_tensor(*pair.a, "rank " + std::to_string(pair.a->ne[1]) + " but its lora_b's is " + std::to_string(pair.b->ne[0]));
     check(*pair.a, {r, IN}, "A [r, IN]");
     check(*pair.b, {OUT, r}, "B [OUT, r]");
-    std::vector<float> b = values(*pair.b);
-    if (const int heads = architecture_ == "llama" ? 0 : model::rope_heads(pair.key.matrix, c_)) {  // rotate-half rows, as the base's
-      std::vector<float> reordered(b.size());
-      rope_rows_from_hf(reinterpret_cast<std::byte*>(reordered.data()), reinterpret_cast<const std::byte*>(b.data()), heads,
-                        static_cast<int>(OUT / heads), static_cast<size_t>(r) * sizeof(float));
-      b = std::move(reordered);
+    const std::vector<float> a = values(*pair.a), b = values(*pair.b);
+    size_t first_row = 0;
+    for (model::Matrix part : pair.parts) {
+      const int64_t rows = model::block_shape(part, c_)[0];
+      std::vector<float> part_b(b.begin() + static_cast<ptrdiff_t>(first_row * r), b.begin() + static_cast<ptrdiff_t>((first_row + rows) * r));
+      first_row += static_cast<size_t>(rows);
+      if (const int heads = architecture_ == "llama" ? 0 : model::rope_heads(part, c_)) {  // rotate-half rows, as the base's
+        std::vector<float> reordered(part_b.size());
+        rope_rows_from_hf(reinterpret_cast<std::byte*>(reordered.data()), reinterpret_cast<const std::byte*>(part_b.data()), heads,
+                          static_cast<int>(rows / heads), static_cast<size_t>(r) * sizeof(float));
+        part_b = std::move(reordered);
+      }
+      const model::BlockKey key{pair.layer, part};
+      set.tensors.emplace(model::lora_tensor_name(key, 'a'), tensor::Tensor({r, IN}, a));
+      set.tensors.emplace(model::lora_tensor_name(key, 'b'), tensor::Tensor({rows, r}, std::move(part_b)));
     }
-    set.tensors.emplace(model::lora_tensor_name(pair.key, 'a'), tensor::Tensor({r, IN}, values(*pair.a)));
-    set.tensors.emplace(model::lora_tensor_name(pair.key, 'b'), tensor::Tensor({OUT, r}, std::move(b)));
   }
 
   // A tensor's values in f32, as ggml dequantizes them; finite.

@@ -3,7 +3,8 @@
 // llama.cpp computes with it on 1, 2 and 4 devices within the README's 1e-4, and its greedy
 // continuation; the PEFT folder it was converted from reads to the same adapter, on a GGUF base and
 // on the llama2.c checkpoint. A qwen2 adapter (random, written as the converter writes one: lora_b's
-// q/k rows left in rotate-half order) reads as its PEFT folder. Files that are no adapter for the model are one-line errors naming the
+// q/k rows left in rotate-half order) reads as its PEFT folder; random qwen2 and phi3 adapters (phi3's
+// on its fused attn_qkv and ffn_up) give the logits of the base file with them merged in its own layout. Files that are no adapter for the model are one-line errors naming the
 // file and the key or tensor.
 #include <catch2/catch.hpp>
 
@@ -13,7 +14,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <regex>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
@@ -261,5 +264,88 @@ TEST_CASE("gguf adapter: a qwen2 adapter, its q/k lora_b rows in rotate-half ord
     INFO(name);
     REQUIRE(from_gguf.tensors.count(name));
     CHECK(max_abs_diff(from_gguf.tensors.at(name).span(), t.span()) == 0.0f);
+  }
+}
+
+namespace {
+
+// A random adapter (seeded) on `tensors` of every block of the GGUF model `base`, laid out as
+// convert_lora_to_gguf.py writes one, and `base` with W + alpha/r * B @ A merged into those tensors
+// in the file's own layout, in double: the merged model is read with no adapter reader in between.
+struct AdapterAndMerged {
+  std::string adapter, merged;
+};
+AdapterAndMerged random_adapter_and_merged(const tpcli::testing::TempDir& tmp, const std::string& base_name,
+                                           const std::set<std::string>& tensors, int64_t r, float alpha) {
+  namespace gguf = formats::gguf;
+  const gguf::GgufFile base(gguf_path(base_name));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.2f);
+  gguf::GgufWriter adapter;
+  adapter.add("general.architecture", gguf::string_value(*base.string("general.architecture")));
+  adapter.add("general.type", gguf::string_value("adapter"));
+  adapter.add("adapter.type", gguf::string_value("lora"));
+  adapter.add("adapter.lora.alpha", gguf::f32_value(alpha));
+  std::map<std::string, std::vector<float>> merged_values;
+  const std::regex block_tensor(R"(blk\.\d+\.(\w+)\.weight)");
+  for (const gguf::TensorInfo& t : base.tensors()) {
+    std::smatch m;
+    if (!std::regex_match(t.name, m, block_tensor) || !tensors.count(m[1].str())) continue;
+    REQUIRE(t.type == tensor::GgmlType::F32);
+    const int64_t IN = static_cast<int64_t>(t.ne[0]), OUT = static_cast<int64_t>(t.ne[1]);
+    std::vector<float> a(static_cast<size_t>(r * IN)), b(static_cast<size_t>(OUT * r));
+    for (float& x : a) x = normal(rng);
+    for (float& x : b) x = normal(rng);
+    const auto* w = reinterpret_cast<const float*>(t.data.data());
+    std::vector<float>& merged = merged_values[t.name];
+    merged.resize(static_cast<size_t>(OUT * IN));
+    for (int64_t o = 0; o < OUT; ++o)
+      for (int64_t i = 0; i < IN; ++i) {
+        double delta = 0;
+        for (int64_t k = 0; k < r; ++k) delta += static_cast<double>(b[o * r + k]) * a[k * IN + i];
+        merged[o * IN + i] = static_cast<float>(w[o * IN + i] + alpha / r * delta);
+      }
+    adapter.add_tensor({t.name + ".lora_a", {static_cast<uint64_t>(IN), static_cast<uint64_t>(r)}, tensor::GgmlType::F32, [a] { return a; }});
+    adapter.add_tensor({t.name + ".lora_b", {static_cast<uint64_t>(r), static_cast<uint64_t>(OUT)}, tensor::GgmlType::F32, [b] { return b; }});
+  }
+  REQUIRE(!merged_values.empty());
+  gguf::GgufWriter merged;
+  for (const auto& [key, value] : base.metadata())
+    if (key != "general.alignment") merged.add(key, value);
+  for (const gguf::TensorInfo& t : base.tensors())
+    merged.add_tensor({t.name, t.ne, tensor::GgmlType::F32, [&t, &merged_values] {
+                         if (merged_values.count(t.name)) return merged_values.at(t.name);
+                         const auto* w = reinterpret_cast<const float*>(t.data.data());
+                         return std::vector<float>(w, w + t.elements());
+                       }});
+  std::ostringstream adapter_bytes, merged_bytes;
+  adapter.write(adapter_bytes);
+  merged.write(merged_bytes);
+  return {tmp.write(base_name + ".lora.gguf", adapter_bytes.str()), tmp.write(base_name + ".merged.gguf", merged_bytes.str())};
+}
+
+}  // namespace
+
+TEST_CASE("gguf adapter: qwen2 and phi3 (fused attn_qkv and gate|up ffn_up) adapters equal their merge into the base file on 1 and 2 devices", "[gguf]") {
+  TPCLI_REQUIRE_SHARED("reference/gguf/hf-phi3-f32.gguf");
+  const tpcli::testing::TempDir tmp;
+  const std::vector<std::pair<std::string, std::set<std::string>>> cases = {
+      {"hf-qwen2-f32", {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
+      {"hf-phi3-f32", {"attn_qkv", "attn_output", "ffn_up", "ffn_down"}},
+  };
+  for (const auto& [name, tensors] : cases) {
+    INFO(name);
+    const auto files = random_adapter_and_merged(tmp, name + ".gguf", tensors, 4, 6.0f);
+    const auto weights = adapted(gguf_path(name + ".gguf"), files.adapter);
+    CHECK(weights->adapter()->tensors.size() == 14 * static_cast<size_t>(weights->config().n_layers));  // phi3's fused ones split
+    const formats::GgufModel merged(files.merged), base(gguf_path(name + ".gguf"));
+    const std::vector<int> tokens = comma_ids(gguf_path(name + ".tokens"));
+    const std::vector<float> want = prefill_on(merged, tokens, 1);
+    CHECK(max_abs_diff(prefill_on(base, tokens, 1), want) > 0.1f);  // the adapter matters
+    for (int devices : {1, 2}) {
+      const float diff = max_abs_diff(prefill_on(*weights, tokens, devices), want);
+      INFO(devices << " devices: max abs diff " << diff);
+      CHECK(diff <= 1e-4f);
+    }
   }
 }
