@@ -191,7 +191,8 @@ class AdapterReader {
         part_b = std::move(reordered);
       }
       const model::BlockKey key{pair.layer, part};
-      set.tensors.emplace(model::lora_tensor_name(key, 'a'), tensor::Tensor({r, IN}, a));
+      if (!set.tensors.emplace(model::lora_tensor_name(key, 'a'), tensor::Tensor({r, IN}, a)).second)  // "blk.01." beside "blk.1."
+        fail_tensor(*pair.a, "a second adapter on layer " + std::to_string(pair.layer) + "'s " + pair.tensor);
       set.tensors.emplace(model::lora_tensor_name(key, 'b'), tensor::Tensor({rows, r}, std::move(part_b)));
     }
   }

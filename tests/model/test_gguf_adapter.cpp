@@ -213,6 +213,11 @@ TEST_CASE("gguf adapter: a GGUF that is no adapter for the model is a one-line e
                                              return v;
                                            }}});
   CHECK_THAT(error(nan, base.config()), Catch::Contains("nan.gguf: tensor blk.4.ffn_down.weight.lora_b: non-finite value at element 7"));
+  // Two pairs on one matrix, their layer spelled two ways.
+  const std::string twice = edited_adapter(tmp, "twice.gguf", [](const std::string&) { return true; },
+                                           {{"blk.01.attn_v.weight.lora_a", {64, 4}, tensor::GgmlType::F32, [] { return std::vector<float>(256); }},
+                                            {"blk.01.attn_v.weight.lora_b", {4, 32}, tensor::GgmlType::F32, [] { return std::vector<float>(128); }}});
+  CHECK_THAT(error(twice, base.config()), Catch::Contains("twice.gguf: tensor blk.01.attn_v.weight.lora_a: a second adapter on layer 1's attn_v.weight"));
   // The adapter passed as a model.
   CHECK_THAT(tpcli::testing::error_of<std::runtime_error>([&] { formats::GgufModel model(gguf_path(ADAPTER)); }),
              Catch::Contains("stories260K-lora-f32.gguf: general.type is 'adapter': a LoRA adapter, not a model"));
