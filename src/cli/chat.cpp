@@ -36,7 +36,7 @@ namespace {
 
 struct ChatFlags {
   std::string model;
-  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
+  std::string adapter;  // --adapter: a PEFT LoRA folder or GGUF LoRA file, applied unmerged
   std::string tokenizer;  // "" = the model directory, else the checkpoint's recorded tokenizer
   std::string system;
   ChatTemplateFlags chat_template;

@@ -44,7 +44,7 @@ struct EvalFlags {
   std::string format = "auto";
   int max_tokens = 64;
   bool verbose = false;
-  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
+  std::string adapter;  // --adapter: a PEFT LoRA folder or GGUF LoRA file, applied unmerged
 };
 
 std::string tokenizer_path(const EvalFlags& f, const OpenedModel& opened) {

@@ -5,7 +5,8 @@
 // tpcli export --to peft --model runs/NAME/latest.safetensors --out DIR — the adapters of a LoRA
 // training run ([train.lora]) as a Hugging Face PEFT adapter folder (model/lora_adapter.h), which
 // infer --adapter, export --fuse and peft.PeftModel.from_pretrained read.
-// tpcli export ... --adapter ADAPTER_DIR --fuse — either format with a PEFT LoRA adapter merged in
+// tpcli export ... --adapter ADAPTER --fuse — any format with a LoRA adapter (a PEFT folder or a GGUF
+// adapter file, formats/gguf_adapter.h) merged in
 // (W + alpha/r * B @ A in f32; a quantized model is dequantized first and written unquantized).
 // tpcli export --to hf --model CKPT --out DIR [--dtype bf16|f16|f32] [--shards K] — the same as a
 // Hugging Face model directory (config.json, generation_config.json, model.safetensors or K shards
@@ -31,6 +32,7 @@
 #include "cli/gguf_vocabulary.h"
 #include "cli/model_file.h"
 #include "files/atomic_file.h"
+#include "formats/gguf_adapter.h"
 #include "formats/gguf_writer.h"
 #include "formats/hf_model.h"
 #include "formats/llama2c.h"
@@ -51,7 +53,7 @@ struct ExportFlags {
   std::string dtype = "bf16";  // --to hf, gguf
   std::string tokenizer;       // --to gguf: -z FILE ("" = the model's own)
   int shards = 1;              // --to hf
-  std::string adapter;         // --adapter DIR (with --fuse): a PEFT LoRA folder
+  std::string adapter;         // --adapter PATH (with --fuse): a PEFT LoRA folder or GGUF LoRA file
   bool fuse = false;           // --fuse: write W + scale * B @ A for every adapted matrix
   bool force = false;          // --force: --to llama2c or gguf may replace an existing --out (never the input)
 };
@@ -164,9 +166,9 @@ void export_gguf(const ExportFlags& f, const OpenedModel& opened) {
 // which moves to opened.original; `set` must outlive the export). A quantized base is dequantized,
 // merged in f32 and written in the export's dtype: it is not quantized again (tpcli quantize can).
 void fuse_adapter(const ExportFlags& f, OpenedModel& opened, std::optional<model::LoraAdapterSet>& set) {
-  if (f.adapter.empty()) throw UsageError("--fuse needs --adapter DIR (a PEFT LoRA folder)");
+  if (f.adapter.empty()) throw UsageError("--fuse needs --adapter PATH (a PEFT LoRA folder or a GGUF LoRA file)");
   try {
-    set = formats::load_peft_adapter(f.adapter, opened.weights->config());
+    set = formats::load_adapter(f.adapter, opened.weights->config());
     opened.original = std::move(opened.weights);
     opened.weights = std::make_unique<model::LoraMergedWeights>(*opened.original, *set, f.adapter);
   } catch (const std::runtime_error& e) {
@@ -250,7 +252,7 @@ void run_export(const ExportFlags& f) {
   if (f.to == "gguf") gguf_type(f.dtype);
   if (f.shards < 1) throw UsageError("--shards " + std::to_string(f.shards) + " must be >= 1");
   if (!f.adapter.empty() && !f.fuse)
-    throw UsageError("--adapter " + f.adapter + ": export merges an adapter only with --fuse (the adapter folder is already PEFT's format)");
+    throw UsageError("--adapter " + f.adapter + ": export merges an adapter only with --fuse (it does not convert adapters)");
   if (f.to == "llama2c" || f.to == "gguf") check_output_file(f.out, f.model, f.force);
   OpenedModel opened = open_model(f.model);
   std::optional<model::LoraAdapterSet> set;
@@ -279,7 +281,7 @@ void setup_export(CLI::App& sub) {
   sub.add_option("--dtype", flags->dtype, "hf: weight dtype, bf16, f16 or f32; gguf: also q8_0")->capture_default_str();
   sub.add_option("-z,--tokenizer", flags->tokenizer, "gguf: the tokenizer to put inside (tokenizer.bin, tokenizer.json or its folder; default: the model's)");
   sub.add_option("--shards", flags->shards, "hf: number of safetensors files, at most the model's tensor count")->capture_default_str();
-  sub.add_option("--adapter", flags->adapter, "with --fuse: LoRA adapter folder (Hugging Face PEFT's format) to merge");
+  sub.add_option("--adapter", flags->adapter, "with --fuse: LoRA adapter to merge (a Hugging Face PEFT folder or a llama.cpp GGUF adapter file)");
   sub.add_flag("--fuse", flags->fuse, "write the model merged with --adapter (W + alpha/r * B @ A, in f32, then --dtype)");
   sub.add_flag("--force", flags->force, "llama2c, gguf: replace --out if it exists (never the input model)");
   sub.callback([flags] { run_export(*flags); });

@@ -43,7 +43,7 @@ namespace {
 
 struct InferFlags {
   std::string model;
-  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
+  std::string adapter;  // --adapter: a PEFT LoRA folder or GGUF LoRA file, applied unmerged
   std::string tokenizer;  // "" = from the checkpoint's metadata, else llama2.c's "tokenizer.bin"
   std::string prompt;
   std::string prompt_file;  // -f: the prompt is this file's content, exactly

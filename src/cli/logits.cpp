@@ -29,7 +29,7 @@ namespace {
 
 struct LogitsFlags {
   std::string model;
-  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
+  std::string adapter;  // --adapter: a PEFT LoRA folder or GGUF LoRA file, applied unmerged
   std::string tokens;          // --tokens 5,17,3
   std::string dtype = "auto";  // "f32": convert 16-bit / quantized weights to f32 on load
   int context = 0;             // KV cache positions; 0 = the model's (capped for Hugging Face directories)

@@ -11,7 +11,7 @@
 #include "formats/gguf_model.h"
 #include "formats/hf_model.h"
 #include "formats/llama2c.h"
-#include "formats/peft_adapter.h"
+#include "formats/gguf_adapter.h"
 #include "formats/safetensors.h"
 #include "model/llama.h"
 #include "model/lora_adapter.h"
@@ -84,6 +84,11 @@ void describe_gguf(const std::string& path, std::ostream& out) {
       << f.tensors().size() << " tensors (" << bytes / 1e6 << " MB):";
   for (const auto& [type, count] : types) out << " " << type << " x" << count;
   out << "\n";
+  if (f.string("general.type") == "adapter") {  // convert_lora_to_gguf.py's file: no model to describe
+    out << "  LoRA adapter (adapter.type " << f.string("adapter.type").value_or("(not stated)") << ", alpha "
+        << f.number("adapter.lora.alpha").value_or(0) << "): run it as --adapter beside its base model\n";
+    return;
+  }
   const formats::GgufModel model(path);
   describe_config(model.config(), out);
   out << "  kept as stored: each tensor in its own type (a device whose columns cut a block holds the whole block)\n";
@@ -151,7 +156,7 @@ void apply_load_flags(OpenedModel& opened, const std::string& dtype, int context
 }
 
 void add_adapter_flag(CLI::App& sub, std::string& dir) {
-  sub.add_option("--adapter", dir, "LoRA adapter folder in Hugging Face PEFT's format, applied unmerged");
+  sub.add_option("--adapter", dir, "LoRA adapter, applied unmerged: a Hugging Face PEFT folder or a llama.cpp GGUF adapter file");
 }
 
 void add_int8_activations_flag(CLI::App& sub, bool& on) {
@@ -163,7 +168,7 @@ void add_int8_activations_flag(CLI::App& sub, bool& on) {
 void apply_adapter(OpenedModel& opened, const std::string& dir) {
   if (dir.empty()) return;
   try {
-    model::LoraAdapterSet set = formats::load_peft_adapter(dir, opened.weights->config());
+    model::LoraAdapterSet set = formats::load_adapter(dir, opened.weights->config());
     opened.weights = std::make_unique<model::AdaptedWeights>(std::move(opened.weights), std::move(set), dir);
   } catch (const std::runtime_error& e) {
     throw UsageError(std::string("--adapter ") + e.what());

@@ -34,7 +34,7 @@ namespace {
 
 struct PerplexityFlags {
   std::string model, data, tokenizer;
-  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
+  std::string adapter;  // --adapter: a PEFT LoRA folder or GGUF LoRA file, applied unmerged
   int max_windows = 0;  // 0 = all
   int ctx = 0;          // window length; 0 = seq_len
   std::string quantize;

@@ -48,7 +48,7 @@ engine::EngineOptions serving_engine() {
 struct ServeFlags {
   ChatTemplateFlags chat_template;
   std::string model, tokenizer, model_name, dtype = "auto", quantize, kv_memory, kv_dtype = "f32";
-  std::string adapter;  // --adapter: a PEFT LoRA folder, applied unmerged
+  std::string adapter;  // --adapter: a PEFT LoRA folder or GGUF LoRA file, applied unmerged
   int group_size = 64, context = 0, max_queue = 256, grace = 10;
   bool int8_activations = false;  // tensor::set_int8_activations
   serve::ServerOptions server;

@@ -36,6 +36,8 @@ bool looks_like_gguf(const std::string& path) {
 }
 
 GgufModel::GgufModel(const std::string& path) : file_(path) {
+  if (file_.string("general.type") == "adapter")  // convert_lora_to_gguf.py's: no block_count, no embedding
+    throw std::runtime_error(path + ": general.type is 'adapter': a LoRA adapter, not a model (pass it as --adapter beside its base model)");
   const auto architecture = file_.string(gguf_keys::ARCHITECTURE);
   if (!architecture) throw std::runtime_error(path + ": metadata 'general.architecture' is missing");
   architecture_ = *architecture;

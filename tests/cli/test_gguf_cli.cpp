@@ -2,11 +2,16 @@
 // types with counts, `infer` generates from a k-quant file on 2 devices what it generates on 1, and
 // a file tpcli does not read yet (Llama 3 RoPE scaling as a tensor) is one line and a non-zero exit.
 // Without -z, a GGUF model runs with the tokenizer it carries (the same text as with tok512.bin);
-// one that carries none is a one-line error.
+// one that carries none is a one-line error. `logits` and `infer --ids` with llama.cpp's GGUF LoRA
+// adapter give llama.cpp's logits and greedy ids; `inspect` names an adapter file as one; an adapter
+// passed as --model and a model as --adapter are one line.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -94,4 +99,54 @@ TEST_CASE("gguf cli: a GGUF model's own tokenizer without -z, in infer and token
   const RunResult with_z = run_tpcli({"infer", "--model", bare, "-z", shared_path("data/tok512.bin"), "-t", "0", "-n", "100", "-i", "Once upon a time"},
                                      {.timeout_seconds = 60});
   CHECK(with_z.out == texts[1]);
+}
+
+TEST_CASE("gguf cli: logits and infer --ids with --adapter FILE.gguf give llama.cpp's logits and greedy ids, inspect names it, and a model and an adapter swapped are refused") {
+  require_shared("reference/gguf/stories260K-lora.logits.txt");
+  const std::string base = shared_path("reference/gguf/stories260K-f32.gguf"), adapter = shared_path("reference/gguf/stories260K-lora-f32.gguf");
+  std::ifstream tokens_file(shared_path("reference/gguf/stories260K-lora.tokens"));
+  std::string tokens;
+  std::getline(tokens_file, tokens);
+  std::istringstream want(slurp(shared_path("reference/gguf/stories260K-lora.logits.txt")));
+  for (const char* devices : {"1", "2"}) {
+    INFO("devices " << devices);
+    const RunResult r = run_tpcli({"logits", "--model", base, "--adapter", adapter, "--tokens", tokens, "--devices", devices}, {.timeout_seconds = 60});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    std::istringstream got(r.out);
+    want.clear();
+    want.seekg(0);
+    size_t count = 0;
+    double worst = 0;
+    for (double g, w; want >> w;) {
+      REQUIRE(got >> g);
+      worst = std::max(worst, std::abs(g - w));
+      ++count;
+    }
+    CHECK(count == 16 * 512);
+    CHECK(worst <= 1e-4);  // the README's tolerance for llama.cpp's f32 forward pass
+  }
+  // -n 32: the 16 prompt ids, then 16 picked ids fed, and the one picked after the last.
+  const RunResult r = run_tpcli({"infer", "--model", base, "--adapter", adapter, "--tokens", tokens, "-t", "0", "-n", "32", "--ids"},
+                                {.timeout_seconds = 60});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::vector<int> greedy;
+  std::istringstream greedy_file(slurp(shared_path("reference/gguf/stories260K-lora.greedy.txt")));
+  for (std::string id; std::getline(greedy_file, id, ',');) greedy.push_back(std::stoi(id));
+  const std::vector<int> got = nlohmann::json::parse(r.out).get<std::vector<int>>();
+  REQUIRE(got.size() == 17);
+  CHECK(std::vector<int>(got.begin(), got.begin() + 16) == greedy);
+
+  const RunResult inspected = run_tpcli({"inspect", adapter}, {.timeout_seconds = 60});
+  INFO(inspected.err);
+  CHECK(inspected.code == 0);
+  CHECK(inspected.out.find("LoRA adapter (adapter.type lora, alpha 8)") != std::string::npos);
+  const RunResult as_model = run_tpcli({"logits", "--model", adapter, "--tokens", tokens}, {.timeout_seconds = 60});
+  CHECK(as_model.code != 0);
+  CHECK(as_model.err.find("a LoRA adapter, not a model") != std::string::npos);
+  const RunResult refused = run_tpcli({"logits", "--model", base, "--adapter", base, "--tokens", tokens}, {.timeout_seconds = 60});
+  CHECK(refused.code != 0);
+  CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
+  CHECK(refused.err.find("stories260K-f32.gguf: general.type is missing, not 'adapter'") != std::string::npos);
 }

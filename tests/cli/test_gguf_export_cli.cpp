@@ -2,8 +2,8 @@
 // (../shared/reference/gguf): the tokenizer of an exported llama2.c model holds the tokens, scores
 // and token types convert-llama2c-to-ggml wrote from the same tok512; a byte-level BPE
 // tokenizer.json gives the tokens, merges and pre-tokenizer convert_hf_to_gguf.py wrote; a model
-// merged with a LoRA adapter (--fuse) gives the logits llama.cpp computes applying that adapter
-// itself; bad flags are one line each and leave no file.
+// merged with a LoRA adapter (--fuse), PEFT's folder or llama.cpp's GGUF adapter, gives the logits
+// llama.cpp computes applying that adapter itself; bad flags are one line each and leave no file.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -134,27 +134,31 @@ TEST_CASE("gguf export cli: a byte-level BPE tokenizer.json becomes gpt2 tokens,
   CHECK(got.string(keys::CHAT_TEMPLATE) == chat_template);
 }
 
-TEST_CASE("gguf export cli: a model fused with a LoRA adapter gives the logits llama.cpp computes with the adapter", "[gguf]") {
+TEST_CASE("gguf export cli: a model fused with a LoRA adapter, from its PEFT folder or llama.cpp's GGUF file, gives the logits llama.cpp computes with the adapter", "[gguf]") {
   require_shared("reference/gguf/stories260K-lora.logits.txt");
   const TempDir dir;
-  const std::string out = (dir.path() / "fused.gguf").string();
-  const RunResult r = export_gguf({"--model", shared_path("data/stories260K.bin"), "-z", shared_path("data/tok512.bin"), "--adapter",
-                                   shared_path("reference/gguf/stories260K-lora-peft"), "--fuse", "--dtype", "f32", "--out", out});
-  INFO(r.err);
-  REQUIRE(r.code == 0);
   std::ifstream tokens_file(shared_path("reference/gguf/stories260K-lora.tokens"));
   std::string tokens;
   std::getline(tokens_file, tokens);
-  const RunResult logits = run_tpcli({"logits", "--model", out, "--tokens", tokens}, {.timeout_seconds = 60});
-  REQUIRE(logits.code == 0);
-  const auto got = logit_lines(logits.out), want = logit_lines(slurp(shared_path("reference/gguf/stories260K-lora.logits.txt")));
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  for (size_t p = 0; p < want.size(); ++p) {
-    REQUIRE(got[p].size() == want[p].size());
-    for (size_t v = 0; v < want[p].size(); ++v) worst = std::max(worst, std::abs(got[p][v] - want[p][v]));
+  const auto want = logit_lines(slurp(shared_path("reference/gguf/stories260K-lora.logits.txt")));
+  for (const char* adapter : {"stories260K-lora-peft", "stories260K-lora-f32.gguf"}) {
+    INFO(adapter);
+    const std::string out = (dir.path() / (std::string(adapter) + ".fused.gguf")).string();
+    const RunResult r = export_gguf({"--model", shared_path("data/stories260K.bin"), "-z", shared_path("data/tok512.bin"), "--adapter",
+                                     shared_path(std::string("reference/gguf/") + adapter), "--fuse", "--dtype", "f32", "--out", out});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const RunResult logits = run_tpcli({"logits", "--model", out, "--tokens", tokens}, {.timeout_seconds = 60});
+    REQUIRE(logits.code == 0);
+    const auto got = logit_lines(logits.out);
+    REQUIRE(got.size() == want.size());
+    double worst = 0;
+    for (size_t p = 0; p < want.size(); ++p) {
+      REQUIRE(got[p].size() == want[p].size());
+      for (size_t v = 0; v < want[p].size(); ++v) worst = std::max(worst, std::abs(got[p][v] - want[p][v]));
+    }
+    CHECK(worst <= 1e-4);  // the README's tolerance for llama.cpp's f32 forward pass
   }
-  CHECK(worst <= 1e-4);  // the README's tolerance for llama.cpp's f32 forward pass
 }
 
 TEST_CASE("gguf export cli: bad flags and tokenizers are one line and leave no file", "[gguf]") {

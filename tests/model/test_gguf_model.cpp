@@ -44,7 +44,8 @@ std::vector<float> logits_file(const std::string& path) {
   return out;
 }
 
-// The cases GgufModel reads so far: the llama architecture without rope_freqs, qwen2 and phi3.
+// The cases GgufModel reads so far: the llama architecture without rope_freqs, qwen2 and phi3. The
+// LoRA adapter's case is test_gguf_adapter.cpp's.
 std::vector<std::string> supported_cases() {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(shared_path("reference/gguf"))) {
