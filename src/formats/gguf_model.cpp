@@ -233,9 +233,9 @@ void GgufModel::release_conversions() const {
 
 void GgufModel::release_pages(const std::string& name) const {
   const gguf::TensorInfo& t = *file_.tensor(slice(name).tensor);
-  file_.mapped().release_pages(t.data.data(), t.data.size());
+  file_.release_pages(t);
 }
 
-void GgufModel::release_all_pages() const { file_.mapped().release_all_pages(); }
+void GgufModel::release_all_pages() const { file_.release_all_pages(); }
 
 }  // namespace tpcli::formats

@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -240,4 +243,86 @@ TEST_CASE("gguf model: export --to gguf of a llama3-scaled Hugging Face model wr
   const std::vector<int> tokens = comma_ids(gguf_path("hf-llama-f32.tokens"));
   for (int devices : {1, 2}) CHECK(max_abs_diff(logits_on(back, devices, tokens), logits_on(*hf.weights, devices, tokens)) <= 1e-4f);
   CHECK(max_abs_diff(logits_on(back, 1, tokens), logits_file(gguf_path("hf-llama-f32.logits.txt"))) <= 1e-4f);
+}
+
+namespace {
+
+formats::gguf::Value split_u16(uint64_t v) { return {formats::gguf::ValueType::u16, formats::gguf::ValueType::u32, {v}}; }
+formats::gguf::Value split_i32(int64_t v) { return {formats::gguf::ValueType::i32, formats::gguf::ValueType::u32, {v}}; }
+
+// One part of a split set as llama.cpp's gguf-split writes it: the first part has the model's
+// metadata, every part split.no (from 0), split.count and split.tensors.count, and its tensors
+// (`whole`'s, f32, copied as they are).
+void write_split_part(const std::string& path, const formats::gguf::GgufFile& whole, int no, int count, const std::vector<size_t>& tensors) {
+  formats::gguf::GgufWriter w;
+  if (no == 0)
+    for (const auto& [key, value] : whole.metadata())
+      if (key != "general.alignment") w.add(key, value);
+  w.add("split.no", split_u16(static_cast<uint64_t>(no)));
+  w.add("split.count", split_u16(static_cast<uint64_t>(count)));
+  w.add("split.tensors.count", split_i32(static_cast<int64_t>(whole.tensors().size())));
+  for (const size_t i : tensors) {
+    const formats::gguf::TensorInfo& t = whole.tensors()[i];
+    REQUIRE(t.type == tensor::GgmlType::F32);
+    w.add_tensor({t.name, t.ne, t.type, [&t] {
+                    std::vector<float> v(t.elements());
+                    std::memcpy(v.data(), t.data.data(), t.bytes);
+                    return v;
+                  }});
+  }
+  std::ofstream out(path, std::ios::binary);
+  w.write(out);
+  REQUIRE(out.good());
+}
+
+}  // namespace
+
+TEST_CASE("gguf model: a split set (gguf-split's NAME-0000i-of-0000n.gguf) gives the whole file's logits, a missing or mismatched part is one line", "[gguf]") {
+  TPCLI_REQUIRE_SHARED("reference/gguf/hf-llama-f32.gguf");
+  const formats::GgufModel whole(gguf_path("hf-llama-f32.gguf"));
+  const formats::gguf::GgufFile& file = whole.file();
+  const size_t n = file.tensors().size();
+  const tpcli::testing::TempDir tmp;
+  const auto part_path = [&](const std::string& set, int i, int count) {
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, "-%05d-of-%05d.gguf", i, count);
+    return (tmp.path() / (set + suffix)).string();
+  };
+  std::vector<std::vector<size_t>> thirds(3);
+  for (size_t i = 0; i < n; ++i) thirds[i * 3 / n].push_back(i);
+  // `count_of_part_2` and `extra_in_part_3` make the faulty sets: a part's split.count, a tensor given twice.
+  const auto write_set = [&](const std::string& set, int parts_written, int count_of_part_2, std::optional<size_t> extra_in_part_3) {
+    for (int p = 0; p < parts_written; ++p) {
+      std::vector<size_t> tensors = thirds[static_cast<size_t>(p)];
+      if (p == 2 && extra_in_part_3) tensors.push_back(*extra_in_part_3);
+      write_split_part(part_path(set, p + 1, 3), file, p, p == 1 ? count_of_part_2 : 3, tensors);
+    }
+    return part_path(set, 1, 3);
+  };
+
+  const formats::OpenedModel split = formats::open(write_set("llama", 3, 3, std::nullopt));
+  const auto& split_file = dynamic_cast<const formats::GgufModel&>(*split.weights).file();
+  CHECK(split_file.tensors().size() == n);
+  CHECK(split_file.other_parts().size() == 2);
+  CHECK(split.weights->config().rope_freq_factors == whole.config().rope_freq_factors);
+  const std::vector<int> tokens = comma_ids(gguf_path("hf-llama-f32.tokens"));
+  for (int devices : {1, 2}) CHECK(logits_on(*split.weights, devices, tokens) == logits_on(whole, devices, tokens));
+
+  const auto one_line_error = [](const std::string& path) {
+    try {
+      formats::GgufModel m(path);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string missing = one_line_error(write_set("gone", 2, 3, std::nullopt));
+  CHECK(missing.find("split part 3 of 3, " + part_path("gone", 3, 3) + ", is missing") != std::string::npos);
+  const std::string count = one_line_error(write_set("count", 3, 2, std::nullopt));
+  CHECK(count.find(part_path("count", 2, 3) + ": metadata 'split.count' is 2, the first part's is 3") != std::string::npos);
+  const std::string twice = one_line_error(write_set("twice", 3, 3, thirds[1].front()));
+  CHECK(twice.find(part_path("twice", 3, 3) + ": tensor '" + file.tensors()[thirds[1].front()].name + "' is also in " + part_path("twice", 2, 3)) !=
+        std::string::npos);
+  CHECK(one_line_error(part_path("llama", 2, 3)).find("metadata 'split.no' is 1: open a split set by its first part") != std::string::npos);
+  for (const std::string& e : {missing, count, twice}) CHECK(e.find('\n') == std::string::npos);
 }
