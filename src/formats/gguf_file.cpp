@@ -258,9 +258,9 @@ GgufFile::GgufFile(const std::string& path) : GgufFile(path, AsPart{}) { open_ot
 void GgufFile::open_other_parts() {
   const std::optional<int64_t> count = integer(SPLIT_COUNT);
   if (!count || *count <= 1) return;
-  const std::optional<int64_t> number = integer(SPLIT_NO).value_or(0);
-  if (*number != 0)
-    fail("metadata '" + std::string(SPLIT_NO) + "' is " + std::to_string(*number) + ": open a split set by its first part (-00001-of-)");
+  const int64_t number = integer(SPLIT_NO).value_or(0);
+  if (number != 0)
+    fail("metadata '" + std::string(SPLIT_NO) + "' is " + std::to_string(number) + ": open a split set by its first part (-00001-of-)");
   const std::optional<std::vector<std::string>> names = split_parts(path());
   if (!names) fail("metadata '" + std::string(SPLIT_COUNT) + "' is " + std::to_string(*count) + ", but the name is not a split set's first part, NAME-00001-of-" +
                    "NNNNN.gguf, which names the others");
