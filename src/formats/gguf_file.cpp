@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <regex>
 #include <stdexcept>
 
@@ -13,6 +14,10 @@ namespace tpcli::formats::gguf {
 namespace {
 
 constexpr uint32_t MAGIC = 0x46554747;  // "GGUF" read as a little-endian u32
+// llama.cpp's split keys (llama-arch.cpp LLM_KV_SPLIT_*; gguf-split writes them in every part).
+constexpr const char* SPLIT_NO = "split.no";
+constexpr const char* SPLIT_COUNT = "split.count";
+constexpr const char* SPLIT_TENSORS_COUNT = "split.tensors.count";
 constexpr size_t MAX_KEY_BYTES = 65535;
 constexpr int MAX_DIMS = 4;
 // The least bytes a tensor's description can take: name length, n_dims, one ne, type, offset.
@@ -246,7 +251,56 @@ class HeaderReader {
   uint64_t metadata_elements_ = 0;
 };
 
-GgufFile::GgufFile(const std::string& path) : file_(std::make_unique<MappedFile>(path)) { HeaderReader(*this).read(); }
+GgufFile::GgufFile(const std::string& path, AsPart) : file_(std::make_unique<MappedFile>(path)) { HeaderReader(*this).read(); }
+
+GgufFile::GgufFile(const std::string& path) : GgufFile(path, AsPart{}) { open_other_parts(); }
+
+void GgufFile::open_other_parts() {
+  const std::optional<int64_t> count = integer(SPLIT_COUNT);
+  if (!count || *count <= 1) return;
+  const int64_t number = integer(SPLIT_NO).value_or(0);
+  if (number != 0)
+    fail("metadata '" + std::string(SPLIT_NO) + "' is " + std::to_string(number) + ": open a split set by its first part (-00001-of-)");
+  const std::optional<std::vector<std::string>> names = split_parts(path());
+  if (!names) fail("metadata '" + std::string(SPLIT_COUNT) + "' is " + std::to_string(*count) + ", but the name is not a split set's first part, NAME-00001-of-" +
+                   "NNNNN.gguf, which names the others");
+  if (static_cast<int64_t>(names->size()) != *count)
+    fail("metadata '" + std::string(SPLIT_COUNT) + "' is " + std::to_string(*count) + ", the file name says " + std::to_string(names->size()) + " parts");
+  for (size_t i = 1; i < names->size(); ++i) {
+    const std::string& name = (*names)[i];
+    std::error_code ignored;
+    if (!std::filesystem::exists(name, ignored))
+      fail("split part " + std::to_string(i + 1) + " of " + std::to_string(*count) + ", " + name + ", is missing");
+    auto part = std::unique_ptr<GgufFile>(new GgufFile(name, AsPart{}));
+    const std::optional<int64_t> its_count = part->integer(SPLIT_COUNT), its_number = part->integer(SPLIT_NO);
+    if (its_count != count)
+      part->fail("metadata '" + std::string(SPLIT_COUNT) + "' is " + (its_count ? std::to_string(*its_count) : "missing") + ", the first part's is " +
+                 std::to_string(*count));
+    if (its_number != static_cast<int64_t>(i))
+      part->fail("metadata '" + std::string(SPLIT_NO) + "' is " + (its_number ? std::to_string(*its_number) : "missing") + ", its name says " +
+                 std::to_string(i));
+    for (TensorInfo t : part->tensors_) {
+      if (const TensorInfo* before = tensor(t.name))
+        part->fail("tensor '" + printable(t.name) + "' is also in " + (before->part == 0 ? path() : parts_[before->part - 1]->path()));
+      t.part = static_cast<int>(i);
+      tensor_index_.emplace(t.name, tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
+    parts_.push_back(std::move(part));
+  }
+  if (const std::optional<int64_t> total = integer(SPLIT_TENSORS_COUNT); total && *total != static_cast<int64_t>(tensors_.size()))
+    fail("metadata '" + std::string(SPLIT_TENSORS_COUNT) + "' is " + std::to_string(*total) + ", the " + std::to_string(*count) + " parts hold " +
+         std::to_string(tensors_.size()) + " tensors");
+}
+
+void GgufFile::release_pages(const TensorInfo& t) const {
+  (t.part == 0 ? *file_ : parts_.at(static_cast<size_t>(t.part - 1))->mapped()).release_pages(t.data.data(), t.data.size());
+}
+
+void GgufFile::release_all_pages() const {
+  file_->release_all_pages();
+  for (const auto& part : parts_) part->release_all_pages();
+}
 
 GgufFile::~GgufFile() = default;
 

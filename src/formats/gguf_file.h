@@ -14,6 +14,13 @@
 // Every error is one std::runtime_error line naming the file and what is wrong: a bad magic or
 // version, a count, length or dimension the file cannot hold, an unknown value or tensor type, a
 // duplicate key or tensor, a tensor outside the file, misaligned or overlapping another.
+//
+// A split set (llama.cpp's gguf-split: "NAME-00001-of-00003.gguf" ... "NAME-00003-of-00003.gguf")
+// is opened by its first file, whose metadata says split.count (UINT16) > 1: every part is mapped,
+// each holding split.no (its index from 0) and some of the tensors, and tensors() and tensor() span
+// them all (split.tensors.count in all). The model's metadata is the first part's. A missing part,
+// a part whose split.count or split.no disagrees, or a tensor in two parts is a one-line error
+// naming the part.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +63,7 @@ struct TensorInfo {
   uint64_t offset = 0;       // from the data section
   uint64_t bytes = 0;
   std::span<const std::byte> data;  // inside the map
+  int part = 0;                      // the split part that holds it (0: the first file)
   uint64_t elements() const;
   uint64_t rows() const { return elements() / ne[0]; }
 };
@@ -89,9 +97,18 @@ class GgufFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* tensor(const std::string& name) const;
 
-  const MappedFile& mapped() const { return *file_; }
+  const MappedFile& mapped() const { return *file_; }  // the first part's map
+  // The parts of a split set after the first (empty for a single file).
+  const std::vector<std::unique_ptr<GgufFile>>& other_parts() const { return parts_; }
+  // Lets the kernel drop the pages holding tensor t (in whichever part), or every part's pages.
+  void release_pages(const TensorInfo& t) const;
+  void release_all_pages() const;
 
  private:
+  struct AsPart {};
+  GgufFile(const std::string& path, AsPart);  // one part of a split set: its own tensors only
+  // The other parts of a split set whose first file this is (split.count > 1), their tensors added.
+  void open_other_parts();
   [[noreturn]] void fail(const std::string& what) const;
   const Value& typed(const std::string& key, const Value& value, bool array) const;
 
@@ -102,6 +119,7 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> metadata_index_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<std::unique_ptr<GgufFile>> parts_;
 
   friend class HeaderReader;
 };

@@ -51,6 +51,10 @@ constexpr const char* ADD_EOS = "tokenizer.ggml.add_eos_token";
 constexpr const char* ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix";
 constexpr const char* CHAT_TEMPLATE = "tokenizer.chat_template";
 
+// A tensor, not a key: Llama 3's "llama3" RoPE scaling as a divisor per pair of head dimensions
+// [HS/2] (llama.cpp's convert_hf_to_gguf.py writes it; the metadata holds no rope_scaling).
+constexpr const char* ROPE_FREQS_TENSOR = "rope_freqs.weight";
+
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class TokenType : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
 

@@ -1,6 +1,7 @@
 #include "formats/gguf_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -43,8 +44,6 @@ GgufModel::GgufModel(const std::string& path) : file_(path) {
   architecture_ = *architecture;
   if (architecture_ != "llama" && architecture_ != "qwen2" && architecture_ != "phi3")
     throw std::runtime_error(path + ": general.architecture '" + gguf::printable(architecture_) + "' is not supported (supported: llama, qwen2, phi3)");
-  if (file_.tensor("rope_freqs.weight"))
-    throw std::runtime_error(path + ": tensor 'rope_freqs.weight' (Llama 3's RoPE scaling as frequency factors) is not supported");
   config_ = read_config();
   for (const model::ParamSpec& p : model::llama_parameters(config_)) slices_[p.name] = slice_of(p.name);
   check_tensors();
@@ -72,6 +71,7 @@ model::LlamaConfig GgufModel::read_config() const {
                              ": RoPE over part of a head (" + std::to_string(c.head_size()) + " values) is not supported");
   c.norm_eps = static_cast<float>(file_.number(prefix + gguf_keys::RMS_EPSILON).value_or(1e-5));
   c.rope_theta = static_cast<float>(file_.number(prefix + gguf_keys::ROPE_FREQ_BASE).value_or(10000.0));
+  c.rope_freq_factors = rope_frequency_factors(c.head_size());
   const gguf::TensorInfo* embedding = file_.tensor("token_embd.weight");
   if (!embedding || embedding->ne.size() != 2) throw std::runtime_error(file_.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
   c.vocab_size = static_cast<int>(embedding->ne[1]);
@@ -96,6 +96,25 @@ model::LlamaConfig GgufModel::read_config() const {
     throw std::runtime_error(file_.path() + ": " + e.what());
   }
   return c;
+}
+
+std::vector<float> GgufModel::rope_frequency_factors(int head_size) const {
+  const gguf::TensorInfo* t = file_.tensor(gguf_keys::ROPE_FREQS_TENSOR);
+  if (!t) return {};
+  const auto refuse = [&](const std::string& what) {
+    return std::runtime_error(file_.path() + ": tensor '" + gguf_keys::ROPE_FREQS_TENSOR + "' " + what);
+  };
+  const size_t pairs = static_cast<size_t>(head_size / 2);
+  if (t->ne.size() != 1 || t->ne[0] != pairs)
+    throw refuse("is " + shape_text(tensor::Shape(t->ne.rbegin(), t->ne.rend())) + ", the head size " + std::to_string(head_size) +
+                 " needs [" + std::to_string(pairs) + "] (a factor per pair of RoPE dimensions)");
+  if (t->type != tensor::GgmlType::F32 && t->type != tensor::GgmlType::F16 && t->type != tensor::GgmlType::BF16)
+    throw refuse("is of type " + std::string(tensor::ggml_traits(t->type).name) + ", not a float type");
+  std::vector<float> factors(pairs);
+  tensor::dequantize_row(t->type, t->data.data(), factors.data(), static_cast<int64_t>(pairs));
+  for (const float f : factors)
+    if (!std::isfinite(f) || f <= 0) throw refuse("holds " + std::to_string(f) + ", not a finite factor > 0");
+  return factors;
 }
 
 GgufModel::TensorSlice GgufModel::slice_of(const std::string& name) const {
@@ -216,9 +235,9 @@ void GgufModel::release_conversions() const {
 
 void GgufModel::release_pages(const std::string& name) const {
   const gguf::TensorInfo& t = *file_.tensor(slice(name).tensor);
-  file_.mapped().release_pages(t.data.data(), t.data.size());
+  file_.release_pages(t);
 }
 
-void GgufModel::release_all_pages() const { file_.mapped().release_all_pages(); }
+void GgufModel::release_all_pages() const { file_.release_all_pages(); }
 
 }  // namespace tpcli::formats

@@ -7,7 +7,8 @@
 // interleaved RoPE pairs (llama.cpp's converter permutes Hugging Face's), as tpcli holds them.
 //
 // Supported so far: the `llama` architecture, dense or with experts (Mixtral: ffn_{gate,up,down}_exps
-// stacked [E, out, in], the router ffn_gate_inp), without rope_freqs (Llama 3's RoPE scaling); and
+// stacked [E, out, in], the router ffn_gate_inp; rope_freqs, Llama 3's RoPE scaling as a divisor of
+// each pair's frequency, read into config().rope_freq_factors); and
 // `qwen2` (q/k/v biases), whose q/k rows llama.cpp keeps in Hugging Face's rotate-half order (its
 // NEOX RoPE): they are reordered on the way in, as from a Hugging Face directory; and `phi3`
 // (rotate-half too; q|k|v fused in attn_qkv, gate|up in ffn_up, read as rows of those tensors; the
@@ -47,6 +48,8 @@ class GgufModel : public model::WeightSource {
 
  private:
   model::LlamaConfig read_config() const;
+  // rope_freqs.weight's [head_size / 2] factors; empty when the file has none.
+  std::vector<float> rope_frequency_factors(int head_size) const;
   // Where parameter `name` lives: a tensor, or rows of one (Phi-3's fused q|k|v and gate|up).
   struct TensorSlice {
     std::string tensor;

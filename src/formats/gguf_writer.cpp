@@ -295,7 +295,6 @@ std::string gguf_architecture_of(const model::LlamaConfig& c) {
   const auto refuse = [&](const std::string& what) {
     return std::invalid_argument("cannot be written as GGUF: " + what + " (tpcli writes llama, Mixtral-style llama, qwen2 and phi3)");
   };
-  if (c.rope_scaling) throw refuse("RoPE scaling (Llama 3's rope_freqs) is not written");
   if (c.quantization) throw refuse("the model is quantized in tpcli's own format; dequantize it (export --to hf --dtype f32) first");
   if (hf == "Qwen2ForCausalLM") {
     model::LlamaConfig without_bias = c;
@@ -325,6 +324,11 @@ gguf::GgufWriter gguf_model_writer(const model::WeightSource& weights, const Ggu
   if (options.vocabulary) add_vocabulary(w, *options.vocabulary, c.vocab_size);
 
   ModelTensors tensors(weights, arch, options.type, fallbacks);
+  // Llama 3's scaling as llama.cpp's converter writes it: a divisor per pair, before the model's tensors.
+  std::vector<float> factors = c.rope_freq_factors;
+  if (c.rope_scaling) factors = nn::llama3_frequency_factors(c.head_size(), c.rope_theta, *c.rope_scaling);
+  if (!factors.empty())
+    w.add_tensor({gguf_keys::ROPE_FREQS_TENSOR, {factors.size()}, GgmlType::F32, [factors] { return factors; }});
   const auto shape_of = [&](const std::string& name) {
     for (const model::ParamSpec& p : model::llama_parameters(c))
       if (p.name == name) return ggml_shape(p.shape);

@@ -444,6 +444,8 @@ void write_hf_model(const std::string& dir, const model::WeightSource& weights, 
     throw std::invalid_argument(dir + ": Hugging Face " + architecture + " directories cannot hold a mixture-of-experts model");
   if (const std::string feature = c.beyond_llama_feature(); !feature.empty() && architecture == "LlamaForCausalLM")
     throw std::invalid_argument(dir + ": Hugging Face Llama directories cannot hold a model with " + feature);
+  if (!c.rope_freq_factors.empty())  // config.json holds the llama3 formula's four numbers, not a factor per pair
+    throw std::invalid_argument(dir + ": Hugging Face directories cannot hold RoPE frequency factors (a GGUF's rope_freqs.weight)");
   if (!is_float(options.dtype)) throw std::invalid_argument(dir + ": export dtype must be F32, F16 or BF16");
   if (options.shards < 1) throw std::invalid_argument(dir + ": shards must be >= 1");
   std::error_code ec;

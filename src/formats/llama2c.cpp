@@ -181,7 +181,8 @@ void write_llama2c(const std::string& path, const model::WeightSource& weights) 
   if (c.q_dim() != c.dim)
     throw std::invalid_argument(path + ": llama2.c checkpoints need head size dim / n_heads (model has head_dim " +
                                 std::to_string(c.head_size()) + ")");
-  if (c.rope_scaling) throw std::invalid_argument(path + ": llama2.c checkpoints cannot hold rope_scaling (llama3)");
+  if (c.rope_scaling || !c.rope_freq_factors.empty())
+    throw std::invalid_argument(path + ": llama2.c checkpoints cannot hold rope_scaling (llama3) or RoPE frequency factors");
 
   write_atomically(path, [&](std::ostream& out) {
     const int32_t header[HEADER_INTS] = {c.dim,        c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,

@@ -83,6 +83,10 @@ void config_to_metadata(const model::LlamaConfig& c, Metadata& m) {
     m["model.rope_scaling.high_freq_factor"] = format_float(c.rope_scaling->high_freq_factor);
     m["model.rope_scaling.original_max_position"] = std::to_string(c.rope_scaling->original_max_position);
   }
+  std::string factors;
+  for (const float f : c.rope_freq_factors) factors += (factors.empty() ? "" : ",") + format_float(f);
+  if (!factors.empty()) m["model.rope_freq_factors"] = factors;
+  else m.erase("model.rope_freq_factors");
   if (c.quantization) {
     m["quant.bits"] = std::to_string(c.quantization->bits);
     m["quant.group_size"] = std::to_string(c.quantization->group_size);
@@ -182,6 +186,19 @@ model::LlamaConfig config_from_metadata(const Metadata& m, const std::string& or
     real("model.rope_scaling.low_freq_factor", s.low_freq_factor);
     real("model.rope_scaling.high_freq_factor", s.high_freq_factor);
     integer("model.rope_scaling.original_max_position", s.original_max_position, true);
+  }
+  if (m.count("model.rope_freq_factors")) {
+    const std::string& list = text("model.rope_freq_factors");
+    for (size_t start = 0; start <= list.size();) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      const std::string item = list.substr(start, comma - start);
+      char* end = nullptr;
+      const float f = std::strtof(item.c_str(), &end);
+      if (item.empty() || *end != '\0')
+        throw std::runtime_error(origin + ": metadata model.rope_freq_factors = '" + list.substr(0, 120) + "' is not a list of numbers");
+      c.rope_freq_factors.push_back(f);
+      start = comma + 1;
+    }
   }
   try {
     c.validate();

@@ -18,6 +18,8 @@
 //   "model.capacity_factor"       float; absent when unset
 //   "model.rope_scaling.factor", ".low_freq_factor", ".high_freq_factor"   floats, and
 //   "model.rope_scaling.original_max_position"   integer: Llama 3's rope_scaling; absent when unset
+//   "model.rope_freq_factors"     comma-separated floats [HS/2]: the same scaling as a GGUF stores it
+//                                 (LlamaConfig::rope_freq_factors); absent when unset
 //   "quant.bits", "quant.group_size", "quant.mode"   a quantized checkpoint (LlamaConfig::quantization):
 //                                 a quantized parameter NAME [R, K] is stored as NAME (U32 [R, K*bits/32],
 //                                 MLX packing), NAME.scales and NAME.biases (F32 [R, K/group_size]; for

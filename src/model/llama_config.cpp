@@ -46,6 +46,13 @@ void LlamaConfig::validate() const {
                                 std::to_string(n_heads));
   if (head_size() % 2 != 0)
     throw std::invalid_argument("head size = " + std::to_string(head_size()) + " must be even for RoPE");
+  if (!rope_freq_factors.empty()) {
+    if (rope_freq_factors.size() != static_cast<size_t>(head_size() / 2))
+      throw std::invalid_argument("rope_freq_factors: " + std::to_string(rope_freq_factors.size()) + " values, the head size " +
+                                  std::to_string(head_size()) + " needs " + std::to_string(head_size() / 2));
+    for (const float f : rope_freq_factors) finite_positive("rope_freq_factors value", f);
+    if (rope_scaling) throw std::invalid_argument("rope_freq_factors and rope_scaling together: the model has one llama3 scaling");
+  }
   if (n_experts < 0 || n_experts > MAX_EXPERTS.max)
     throw std::invalid_argument("n_experts = " + std::to_string(n_experts) + " must be in [0, " +
                                 std::to_string(MAX_EXPERTS.max) + "]");

@@ -40,6 +40,9 @@ struct LlamaConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   std::optional<nn::RopeScaling> rope_scaling;  // Llama 3.1+ "llama3" scaling; none for older models
+  // [HS/2] divisors of the RoPE frequencies: how a GGUF file (llama.cpp's rope_freqs.weight)
+  // stores the llama3 scaling, which it does not keep as rope_scaling. Empty: none.
+  std::vector<float> rope_freq_factors;
   // Mixture of experts (0 experts = dense feed-forward).
   int n_experts = 0;  // E
   int top_k = 0;      // K

@@ -26,7 +26,7 @@ LlamaCore::LlamaCore(LlamaConfig c, dist::Group tensor_group, dist::Group expert
   plan = all_plans[static_cast<size_t>(group.rank())];
   const int kv_mul = config.n_heads / config.n_kv_heads;
   for (int h = 0; h < plan.heads.count; ++h) kv_of.push_back(plan.kv_head_of(h, kv_mul));
-  rope = nn::RopeTable(config.seq_len, config.head_size(), config.rope_theta, config.rope_scaling);
+  rope = nn::RopeTable(config.seq_len, config.head_size(), config.rope_theta, config.rope_scaling, config.rope_freq_factors);
 }
 
 nn::AttentionShape LlamaCore::attention_shape() const {

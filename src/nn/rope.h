@@ -4,11 +4,13 @@
 // Within every head, the pair (2i, 2i+1) is rotated by the angle pos * theta^(-2i / HS), computed
 // in float exactly as llama2.c's run.c does (powf, then cosf/sinf of pos * freq).
 // Llama 3.1's "llama3" rope_scaling (optional) stretches the low frequencies of long-context
-// models: see llama3_frequency.
+// models: see llama3_frequency. A GGUF file stores that scaling as per-pair factors instead
+// (llama.cpp's rope_freqs.weight): each pair's frequency is divided by its factor.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace tpcli::nn {
@@ -27,10 +29,19 @@ struct RopeScaling {
 // freq / factor, and those between are interpolated linearly in original_max_position / wavelength.
 float llama3_frequency(float freq, const RopeScaling& scaling);
 
+// The unscaled inverse frequency of pair i (theta^(-2i / HS), in float as llama2.c computes it).
+float rope_frequency(int i, int head_size, float theta);
+
+// llama.cpp's rope_freqs for `scaling` [HS/2]: its converter's factor freq / scaled freq per pair,
+// which divides the frequency as llama.cpp's RoPE applies it.
+std::vector<float> llama3_frequency_factors(int head_size, float theta, const RopeScaling& scaling);
+
 class RopeTable {
  public:
   RopeTable() = default;
   RopeTable(int seq_len, int head_size, float theta, std::optional<RopeScaling> scaling = std::nullopt);
+  // Per-pair divisors of the frequencies [HS/2] (a GGUF's rope_freqs.weight); empty: none.
+  RopeTable(int seq_len, int head_size, float theta, std::optional<RopeScaling> scaling, std::span<const float> frequency_factors);
 
   int head_size() const { return head_size_; }
   int seq_len() const { return seq_len_; }

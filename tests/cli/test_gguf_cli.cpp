@@ -1,6 +1,7 @@
 // GGUF files through the CLI as a user meets them: `inspect` names the architecture and the tensor
-// types with counts, `infer` generates from a k-quant file on 2 devices what it generates on 1, and
-// a file tpcli does not read yet (Llama 3 RoPE scaling as a tensor) is one line and a non-zero exit.
+// types with counts, `infer` generates from a k-quant file on 2 devices what it generates on 1, so
+// does a file with Llama 3's RoPE scaling as a tensor (rope_freqs), and one whose rope_freqs does
+// not fit the heads is one line and a non-zero exit.
 // Without -z, a GGUF model runs with the tokenizer it carries (the same text as with tok512.bin);
 // one that carries none is a one-line error. `logits` and `infer --ids` with llama.cpp's GGUF LoRA
 // adapter give llama.cpp's logits and greedy ids; `inspect` names an adapter file as one; an adapter
@@ -21,7 +22,7 @@
 
 using namespace tpcli::testing;
 
-TEST_CASE("gguf cli: inspect, infer on 1 and 2 devices, and a file it does not read yet") {
+TEST_CASE("gguf cli: inspect, infer on 1 and 2 devices, Llama 3's rope_freqs, and one that does not fit") {
   require_shared("reference/gguf/stories260K-q4_k_m.gguf");
   const RunResult inspected = run_tpcli({"inspect", shared_path("reference/gguf/rand256-q4_k_m.gguf")}, {.timeout_seconds = 60});
   INFO(inspected.out << inspected.err);
@@ -29,26 +30,35 @@ TEST_CASE("gguf cli: inspect, infer on 1 and 2 devices, and a file it does not r
   CHECK(inspected.out.find("architecture llama, 21 tensors") != std::string::npos);
   CHECK(inspected.out.find("F32 x5 Q4_K x13 Q6_K x3") != std::string::npos);
 
-  std::string texts[2];
-  for (int devices : {1, 2}) {
-    const RunResult r = run_tpcli({"infer", "--model", shared_path("reference/gguf/stories260K-q4_k_m.gguf"), "-z",
-                                   shared_path("data/tok512.bin"), "--devices", std::to_string(devices), "-t", "0", "-n", "24",
-                                   "-i", "Once upon a time"},
-                                  {.timeout_seconds = 60});
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    texts[devices - 1] = r.out;
+  for (const std::string file : {"stories260K-q4_k_m.gguf", "hf-llama-q8_0.gguf"}) {
+    std::string texts[2];
+    for (int devices : {1, 2}) {
+      const RunResult r = run_tpcli({"infer", "--model", shared_path("reference/gguf/" + file), "-z", shared_path("data/tok512.bin"),
+                                     "--devices", std::to_string(devices), "-t", "0", "-n", "24", "-i", "Once upon a time"},
+                                    {.timeout_seconds = 60});
+      INFO(file << ": " << r.err);
+      REQUIRE(r.code == 0);
+      texts[devices - 1] = r.out;
+    }
+    INFO(file);
+    CHECK(texts[0].rfind("Once upon a time", 0) == 0);
+    CHECK(texts[0].size() > 24);  // 24 tokens of hf-llama's random weights spell little
+    CHECK(texts[0] == texts[1]);
   }
-  CHECK(texts[0].rfind("Once upon a time", 0) == 0);
-  CHECK(texts[0].size() > 40);
-  CHECK(texts[0] == texts[1]);
 
-  const RunResult refused = run_tpcli({"infer", "--model", shared_path("reference/gguf/hf-llama-q8_0.gguf"), "-z",
-                                       shared_path("data/tok512.bin"), "-n", "2"},
-                                      {.timeout_seconds = 60});
+  // hf-llama's rope_freqs.weight cut from 8 factors to 4 (its ne[0], after the name and n_dims).
+  std::ifstream in(shared_path("reference/gguf/hf-llama-q8_0.gguf"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const size_t name = bytes.find("rope_freqs.weight");
+  REQUIRE(name != std::string::npos);
+  REQUIRE(bytes[name + 17 + 4] == 8);
+  bytes[name + 17 + 4] = 4;
+  const TempDir tmp;
+  const std::string bad = tmp.write("short-rope-freqs.gguf", bytes);
+  const RunResult refused = run_tpcli({"infer", "--model", bad, "-z", shared_path("data/tok512.bin"), "-n", "2"}, {.timeout_seconds = 60});
   CHECK(refused.code != 0);
   CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
-  CHECK(refused.err.find("tensor 'rope_freqs.weight'") != std::string::npos);
+  CHECK(refused.err.find("short-rope-freqs.gguf: tensor 'rope_freqs.weight' is [4]") != std::string::npos);
 }
 
 TEST_CASE("gguf cli: a GGUF model's own tokenizer without -z, in infer and tokenizer encode, and a file without one") {

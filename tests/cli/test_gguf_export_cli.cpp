@@ -184,7 +184,9 @@ TEST_CASE("gguf export cli: bad flags and tokenizers are one line and leave no f
   one_line_failure({"--to", "hf", "--model", model, "-z", tok, "--out", out}, "--tokenizer: only --to gguf writes a tokenizer");
   one_line_failure({"--model", shared_path("reference/hf-archs/qwen2"), "-z", shared_path("data/hf-tokenizers/llama3"), "--out", out},
                    "more than the model's vocab_size 512");
-  one_line_failure({"--model", shared_path("reference/hf-archs/llama"), "-z", tok, "--out", out}, "RoPE scaling");
+  // Llama 3's RoPE scaling as a GGUF's per-pair factors: config.json has no place for them.
+  one_line_failure({"--to", "hf", "--model", shared_path("reference/gguf/hf-llama-f32.gguf"), "--out", out},
+                   "Hugging Face directories cannot hold RoPE frequency factors");
   one_line_failure({"--model", model, "-z", shared_path("data/hf-tokenizers/mistral"), "--out", out}, "not byte-level BPE");
   const std::string existing = dir.write("existing.gguf", "keep");
   const RunResult kept = export_gguf({"--model", model, "-z", tok, "--out", existing});

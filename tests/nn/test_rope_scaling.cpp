@@ -60,3 +60,25 @@ TEST_CASE("RoPE llama3 scaling: angles match transformers' formula in every band
   CHECK(tpcli::nn::llama3_frequency(0.5f, llama32) == 0.5f);                 // short wavelength: kept
   CHECK(tpcli::nn::llama3_frequency(1e-5f, llama32) == Approx(1e-5f / 32));  // long: divided by factor
 }
+
+// A GGUF's rope_freqs: one divisor per pair. The factors of a llama3 scaling turn the plain table
+// into the scaled one (to float rounding), and a count that is not HS/2 is refused.
+TEST_CASE("RoPE frequency factors: the llama3 scaling's factors give its angles, a wrong count is refused", "[nn][rope]") {
+  const RopeScaling llama32{32.0f, 1.0f, 4.0f, 8192};
+  const int HS = 64, S = 3000;
+  const float theta = 500000.0f;
+  const std::vector<float> factors = tpcli::nn::llama3_frequency_factors(HS, theta, llama32);
+  REQUIRE(factors.size() == HS / 2);
+  CHECK(factors.front() == 1.0f);   // the shortest wavelength: unscaled
+  CHECK(factors.back() == 32.0f);   // the longest: divided by factor
+  const RopeTable scaled(S, HS, theta, llama32), by_factors(S, HS, theta, std::nullopt, factors);
+  for (int i = 0; i < HS / 2; ++i)
+    for (int pos : {1, 100, 2999}) {
+      INFO("pair " << i << " pos " << pos);
+      const double want = llama3_inv_freq(i, HS, theta, llama32);
+      CHECK(std::remainder(table_angle(by_factors, pos, i) - pos * want, 2.0 * M_PI) == Approx(0.0).margin(2e-3));
+      CHECK(std::remainder(table_angle(by_factors, pos, i) - table_angle(scaled, pos, i), 2.0 * M_PI) == Approx(0.0).margin(1e-3));
+    }
+  const std::vector<float> seven(7, 1.0f);
+  CHECK_THROWS_WITH(RopeTable(S, 16, theta, std::nullopt, seven), Catch::Contains("7 frequency factors for 8 pairs"));
+}
