@@ -243,6 +243,7 @@ struct Q4_KTileBf16 {
       alignas(32) float scale[RT][8];
       for (int i = 0; i < RT; ++i) {
         block[i] = w.data + (r + i) * w.row_bytes + b * Q4_K_BYTES;
+        for (int p = 0; p < Q4_K_BYTES; p += 64) _mm_prefetch(reinterpret_cast<const char*>(block[i] + p + PREFETCH_BYTES), _MM_HINT_T0);
         __m256 min;
         q4_k_scales(block[i], scale[i], &min);
         for (int v = 0; v < V; ++v) s[i][v].min = _mm256_fmadd_ps(min, _mm256_loadu_ps(in.sum[v] + 8 * b), s[i][v].min);
@@ -250,7 +251,6 @@ struct Q4_KTileBf16 {
       for (int j = 0; j < 4; ++j) {
         CodesBf16 codes[RT];
         for (int i = 0; i < RT; ++i) {
-          _mm_prefetch(reinterpret_cast<const char*>(block[i] + 16 + 32 * j + PREFETCH_BYTES), _MM_HINT_T0);
           codes[i] = chunk_codes_bf16(block[i] + 16 + 32 * j, table);
         }
         for (int v = 0; v < V; ++v) {
