@@ -136,28 +136,6 @@ MatvecKernel kernel_of() {
 
 // ---- AVX-512 ----
 
-struct Q8_0x512 {
-  static constexpr int MAX_V = 4;
-  template <int V>
-  TPCLI_AVX512 static void row(const uint8_t* row, int64_t cols, const Inputs<V>& in, float* out) {
-    __m512 acc[V][2];
-    for (int v = 0; v < V; ++v) acc[v][0] = acc[v][1] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < cols / 32; ++b) {
-      const uint8_t* q = row + b * Q8_0_BYTES + 2;
-      _mm_prefetch(reinterpret_cast<const char*>(q + PREFETCH_BYTES), _MM_HINT_T0);
-      const __m512 v0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(q)));
-      const __m512 v1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(q + 16)));
-      const __m512 d = _mm512_set1_ps(half_at(q - 2));
-      for (int v = 0; v < V; ++v) {
-        const float* xb = in.x[v] + 32 * b;
-        const __m512 g = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xb + 16), _mm512_mul_ps(v0, _mm512_loadu_ps(xb)));
-        acc[v][b & 1] = _mm512_fmadd_ps(g, d, acc[v][b & 1]);
-      }
-    }
-    for (int v = 0; v < V; ++v) out[v] = _mm512_reduce_add_ps(_mm512_add_ps(acc[v][0], acc[v][1]));
-  }
-};
-
 struct Q4_Kx512 {
   static constexpr int MAX_V = 4;
   template <int V>
@@ -391,6 +369,53 @@ struct Q6_KTileBf16 {
   }
 };
 
+// Q8_0 as a register tile of two rows x up to four vectors: a block's 32 weights d * q are exact
+// in f32 (an f16 times an int8), so they are made once for the vectors and multiplied as f32 ones,
+// each (row, vector) with two chains (the block's first and second 16), each x vector loaded once
+// for the rows.
+struct Q8_0Tile512 {
+  static constexpr int MAX_V = 4, ROWS = 2;  // 16 sums, 4 weight vectors, 2 x vectors
+  struct State {
+    __m512 acc[2];
+  };
+  static int64_t unit(const View&) { return 32; }
+  static int64_t body(const View& w) { return w.cols; }
+
+  template <int RT, int V>
+  TPCLI_AVX512 static void rows_columns(State (*s)[V], const View& w, int64_t r, int64_t c0, int64_t c1, const Vectors& vs) {
+    const TileInputs<V> in(vs);
+    __m512 acc[RT][V][2];
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) acc[i][v][0] = s[i][v].acc[0], acc[i][v][1] = s[i][v].acc[1];
+    for (int64_t b = c0 / 32; b < c1 / 32; ++b) {
+      // The RT rows' blocks are RT streams side by side that run into one another: one prefetch a
+      // step, sweeping at RT blocks a step, asks for each line ahead about once, not RT times.
+      _mm_prefetch(reinterpret_cast<const char*>(w.data + r * w.row_bytes + PREFETCH_BYTES + RT * b * Q8_0_BYTES), _MM_HINT_T0);
+      __m512 lo[RT], hi[RT];
+      for (int i = 0; i < RT; ++i) {
+        const uint8_t* block = w.data + (r + i) * w.row_bytes + b * Q8_0_BYTES;
+        const __m512 d = _mm512_set1_ps(half_at(block));
+        lo[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(block + 2))), d);
+        hi[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(block + 18))), d);
+      }
+      for (int v = 0; v < V; ++v) {
+        const __m512 x0 = in_register(_mm512_loadu_ps(in.x[v] + 32 * b)), x1 = in_register(_mm512_loadu_ps(in.x[v] + 32 * b + 16));
+        for (int i = 0; i < RT; ++i) {
+          acc[i][v][0] = _mm512_fmadd_ps(lo[i], x0, acc[i][v][0]);
+          acc[i][v][1] = _mm512_fmadd_ps(hi[i], x1, acc[i][v][1]);
+        }
+      }
+    }
+    for (int i = 0; i < RT; ++i)
+      for (int v = 0; v < V; ++v) s[i][v].acc[0] = acc[i][v][0], s[i][v].acc[1] = acc[i][v][1];
+  }
+
+  template <int V>
+  TPCLI_AVX512 static void finish(float* out, int64_t ld_out, State (&s)[V], const View&, int64_t, const Vectors&) {
+    for (int v = 0; v < V; ++v) out[v * ld_out] = _mm512_reduce_add_ps(_mm512_add_ps(s[v].acc[0], s[v].acc[1]));
+  }
+};
+
 // A tile kernel's single vector: the batch's tile with one vector.
 template <class Tile>
 void tile_rows_one(float* out, const View& w, const float* x, const float* xsum, int64_t r0, int64_t r1) {
@@ -531,7 +556,7 @@ MatvecKernel ggml_avx2_kernel(const WeightFormat& f) {
 
 MatvecKernel ggml_avx512_kernel(const WeightFormat& f) {
   switch (f.ggml) {
-    case GgmlType::Q8_0: return kernel_of<Q8_0x512>();
+    case GgmlType::Q8_0: return tile_kernel<Q8_0Tile512>(nullptr);
     case GgmlType::Q4_K:
       if (cpu_has_avx512_bf16()) return tile_kernel<Q4_KTileBf16>(prepare_halves_512);
       return kernel_of<Q4_Kx512>();
