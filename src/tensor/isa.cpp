@@ -47,6 +47,8 @@ Isa cpu_isa() {
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__)
   static const bool has = [] {
+    const char* use = std::getenv("TPCLI_AVX512_BF16");
+    if (use != nullptr && std::string(use) == "0") return false;  // the kernels of AVX-512 CPUs without it
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
   }();

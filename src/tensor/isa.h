@@ -17,7 +17,8 @@ Isa cpu_isa();
 Isa detected_isa();
 const char* isa_name(Isa isa);
 // AVX512_BF16 (vdpbf16ps; cpuid leaf 7 subleaf 1, eax bit 5): the AVX-512 set uses it for 4-bit
-// affine weights when present.
+// affine weights and the Q4_K and Q6_K blocks when present. TPCLI_AVX512_BF16=0 says absent, so
+// the kernels of AVX-512 CPUs without it run (and are tested) where the CPU has it.
 bool cpu_has_avx512_bf16();
 
 }  // namespace tpcli::tensor
