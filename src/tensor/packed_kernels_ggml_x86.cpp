@@ -43,7 +43,7 @@ namespace {
 constexpr int QK_K = 256;
 constexpr int Q8_0_BYTES = 34, Q4_K_BYTES = 144, Q6_K_BYTES = 210;
 
-float half_at(const uint8_t* p) {
+__attribute__((target("f16c"))) float half_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
