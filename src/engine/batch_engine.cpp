@@ -28,6 +28,11 @@ struct BatchEngine::Sequence {
   std::vector<int32_t> blocks;   // the pool blocks of positions 0.. in order
   BatchResult result;
   bool finished = false;
+  // Speculation: this step's guesses (fed after its last token), how many the next step may
+  // guess (grows while they are right, shrinks to what was right), and steps to wait before
+  // guessing again after guesses that were all wrong (doubling with each such miss).
+  std::vector<int> guesses;
+  int guess_limit = 0, guess_pause = 0, misses = 0;
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }  // rows still to run (>= 1 while running)
 };
 
@@ -43,6 +48,7 @@ void check_request(const BatchRequest& r, int id, int context, int vocab, const 
   for (int t : r.prompt)
     if (t < 0 || t >= vocab) throw std::invalid_argument(which + "token " + std::to_string(t) + " outside the vocabulary");
   if (r.max_tokens < 1) throw std::invalid_argument(which + "max_tokens must be >= 1");
+  if (r.guesses < -1) throw std::invalid_argument(which + "guesses must be >= 0 (or -1: the engine's)");
   if (!r.stop.empty() && !tokenizer) throw std::invalid_argument(which + "stop strings need the engine's tokenizer");
   if (std::ranges::any_of(r.stop, [](const std::string& s) { return s.empty(); }))
     throw std::invalid_argument(which + "an empty stop string");
@@ -120,6 +126,7 @@ BatchEngine::BatchEngine(model::Llama& llama, const EngineOptions& options, cons
   if (options.parallel < 1) throw std::invalid_argument("batch engine: parallel must be >= 1");
   if (options.step_tokens < 1) throw std::invalid_argument("batch engine: step_tokens must be >= 1");
   if (options.busy_prefill_tokens < 0) throw std::invalid_argument("batch engine: busy_prefill_tokens must be >= 0");
+  if (options.speculation.guesses < 0) throw std::invalid_argument("batch engine: speculation.guesses must be >= 0");
 }
 
 BatchEngine::~BatchEngine() = default;
@@ -132,6 +139,7 @@ int BatchEngine::add(BatchRequest request) {
   s->sampler = std::make_unique<Sampler>(llama_.config().vocab_size, request.temperature, request.topp, request.seed,
                                          request.sampling);
   s->tokens = request.prompt;
+  s->guess_limit = request.guesses >= 0 ? request.guesses : options_.speculation.guesses;
   if (tokenizer_) s->text.emplace(*tokenizer_, request.prompt, request.stop);
   if (request.constraint) s->constraint = request.constraint();
   s->request = std::move(request);
@@ -184,8 +192,9 @@ void BatchEngine::plan_running(std::vector<Planned>& plan, int64_t& budget) {
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Sequence& s = *sequences_[static_cast<size_t>(running_[i])];
       if ((s.pending() == 1) != decoding) continue;
-      const int64_t rows = reserve(s, std::min(s.pending(), budget), &plan);
+      int64_t rows = reserve(s, std::min(s.pending(), budget), &plan);
       if (rows == 0) break;  // it preempted itself: it was the newest
+      if (decoding) rows += add_guesses(s, budget - rows);
       plan.push_back({s.id, rows});
       budget -= rows;
     }
@@ -260,9 +269,52 @@ int64_t BatchEngine::reserve(Sequence& s, int64_t rows, std::vector<Planned>* pr
   return std::min(rows, static_cast<int64_t>(s.blocks.size()) * bs - s.computed);
 }
 
+// Guesses of a decoding sequence's next tokens, as many rows as the budget and its blocks allow:
+// a guess takes a free block only while one stays for every running sequence's next token, so
+// speculation never preempts.
+int64_t BatchEngine::add_guesses(Sequence& s, int64_t budget) {
+  s.guesses.clear();
+  if (s.guess_pause > 0) {
+    --s.guess_pause;
+    return 0;
+  }
+  const int count = guess_count(s, budget);
+  if (count == 0) return 0;
+  s.guesses = guess ? guess(s.id, s.tokens, count) : lookup_guesses(s.tokens, count, options_.speculation.lookup);
+  if (std::ssize(s.guesses) > count) s.guesses.resize(static_cast<size_t>(count));
+  const int64_t bs = options_.block_size, want = ceil_div(s.computed + 1 + std::ssize(s.guesses), bs);
+  while (std::ssize(s.blocks) < want && allocator_.free() > std::ssize(running_)) s.blocks.push_back(allocator_.allocate());
+  const int64_t held = std::ssize(s.blocks) * bs - s.computed - 1;
+  if (std::ssize(s.guesses) > held) s.guesses.resize(static_cast<size_t>(held));
+  return std::ssize(s.guesses);
+}
+
+// How many tokens s guesses this step: never past its max_tokens (the last row's pick is a token
+// of its own) or the context's last position.
+int BatchEngine::guess_count(const Sequence& s, int64_t budget) const {
+  if (s.guess_limit <= 0) return 0;
+  const int64_t left = s.request.max_tokens - std::ssize(s.result.tokens) - 1, room = context_ - 1 - s.computed;
+  return static_cast<int>(std::clamp<int64_t>(std::min({int64_t{s.guess_limit}, budget, left, room}), 0, s.guess_limit));
+}
+
+void BatchEngine::after_guesses(Sequence& s, int guessed, int right) {
+  stats_.guessed += guessed;
+  stats_.guessed_right += right;
+  const int limit = s.request.guesses >= 0 ? s.request.guesses : options_.speculation.guesses;
+  if (right == 0) {
+    s.misses = std::min(s.misses + 1, 4);
+    s.guess_pause = (1 << s.misses) - 1;
+    s.guess_limit = 1;
+    return;
+  }
+  s.misses = 0;
+  s.guess_limit = right == guessed ? std::min(limit, 2 * s.guess_limit) : right + 1;
+}
+
 void BatchEngine::preempt_newest(std::vector<Planned>& plan) {
   Sequence& s = *sequences_[static_cast<size_t>(running_.back())];
   running_.pop_back();
+  s.guesses.clear();
   std::erase_if(plan, [&](const Planned& p) { return p.id == s.id; });
   allocator_.release(s.blocks);
   s.blocks.clear();
@@ -279,9 +331,12 @@ void BatchEngine::run(const std::vector<Planned>& plan) {
   bool greedy = true;
   for (const Planned& p : plan) {
     const Sequence& s = *sequences_[static_cast<size_t>(p.id)];
-    tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + p.rows);
-    rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, s.computed + p.rows == static_cast<int64_t>(s.tokens.size())});
-    if (rows.back().logits && (s.request.temperature != 0.0f || s.request.logits || s.request.sampling.changes_logits() || s.constraint))
+    const int64_t known = p.rows - std::ssize(s.guesses);
+    tokens.insert(tokens.end(), s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + known);
+    tokens.insert(tokens.end(), s.guesses.begin(), s.guesses.end());
+    const bool last = s.computed + known == std::ssize(s.tokens);
+    rows.push_back({p.rows, static_cast<int>(s.computed), s.blocks, last ? 1 + std::ssize(s.guesses) : 0});
+    if (last && (s.request.temperature != 0.0f || s.request.logits || s.request.sampling.changes_logits() || s.constraint))
       greedy = false;
   }
   std::span<float> logits;              // [sequences asking, V]
@@ -290,25 +345,46 @@ void BatchEngine::run(const std::vector<Planned>& plan) {
   else logits = llama_.step(tokens, rows, pool_);
   ++stats_.steps;
   stats_.rows += static_cast<int64_t>(tokens.size());
-  const size_t V = static_cast<size_t>(llama_.config().vocab_size);
   size_t next = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     Sequence& s = *sequences_[static_cast<size_t>(plan[i].id)];
-    advance(s, plan[i].rows);
-    if (!rows[i].logits) continue;
-    const size_t k = next++;
-    if (!greedy) {
-      take_token(s, logits.data() + V * k);
-      continue;
-    }
-    if (greedy_tokens[k] >= 0) {
-      accept_token(s, greedy_tokens[k]);
-      continue;
-    }
-    if (logits.empty()) logits = llama_.step_logits();  // every device has the same -1: the error names the logit
-    take_token(s, logits.data() + V * k);
+    advance(s, plan[i].rows - std::ssize(s.guesses));
+    if (rows[i].logits == 0) continue;
+    take_rows(s, next, greedy, greedy_tokens, logits);
+    next += static_cast<size_t>(rows[i].logits);
   }
   std::erase_if(running_, [&](int id) { return sequences_[static_cast<size_t>(id)]->finished; });
+}
+
+// s's next token from its first row of logits; then, while the token picked is the guess fed
+// after it, the guess's row is s's own (its keys and values stay) and the next row gives the next
+// token. The rows after a wrong guess are dropped, and with them the blocks only they filled.
+void BatchEngine::take_rows(Sequence& s, size_t first, bool greedy, std::span<const int> greedy_tokens, std::span<float>& logits) {
+  const std::vector<int> guesses = std::move(s.guesses);
+  s.guesses.clear();
+  size_t right = 0;
+  for (;; ++right) {
+    pick(s, first + right, greedy, greedy_tokens, logits);
+    if (s.finished || right == guesses.size() || s.tokens.back() != guesses[right]) break;
+    advance(s, 1);
+  }
+  if (guesses.empty()) return;
+  after_guesses(s, static_cast<int>(guesses.size()), static_cast<int>(right));
+  if (s.finished) return;
+  const size_t keep = static_cast<size_t>(s.computed / options_.block_size + 1);  // the next token's block
+  if (s.blocks.size() <= keep) return;
+  allocator_.release(std::span<const int32_t>(s.blocks).subspan(keep));
+  s.blocks.resize(keep);
+}
+
+void BatchEngine::pick(Sequence& s, size_t row, bool greedy, std::span<const int> greedy_tokens, std::span<float>& logits) {
+  const size_t V = static_cast<size_t>(llama_.config().vocab_size);
+  if (greedy && greedy_tokens[row] >= 0) {
+    accept_token(s, greedy_tokens[row]);
+    return;
+  }
+  if (logits.empty()) logits = llama_.step_logits();  // greedy: every device has the same -1, the error names the logit
+  take_token(s, logits.data() + V * row);
 }
 
 // `rows` more of s's tokens are in its blocks; the blocks they filled are keyed for later prompts.
@@ -382,6 +458,7 @@ void BatchEngine::finish(Sequence& s, FinishReason reason) {
   s.sampler.reset();  // its vocabulary-sized scratch
   s.constraint.reset();
   s.mask = {};
+  s.guesses = {};
   if (on_finished) on_finished(s.id);
 }
 

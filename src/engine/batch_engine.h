@@ -22,6 +22,15 @@
 // A collective over the model's groups: every device makes the same calls with the same requests
 // (scheduling is deterministic) and gets the same results.
 //
+// Speculation: a decoding sequence may add guesses of its next tokens (prompt lookup, or the
+// engine's `guess` function) as more rows of its step. Row j's logits are those plain decoding
+// computes after the sequence's tokens and the first j guesses (the rows keep decode's bits), so
+// the sequence picks its next token from row 0 as always, and as long as each pick equals the
+// guess fed after it, goes on to pick from the next row: each right guess is a token for the price
+// of a row. Picks are made one at a time by the request's own sampler, greedy or sampled, with
+// its penalties and grammar, so the tokens are those of plain decoding, bit for bit, seed for
+// seed. Rows after the first wrong guess are dropped (their positions are written again later).
+//
 // Text: an engine given a tokenizer detokenizes each sequence as it goes (text/text_stream.h) and
 // matches its stop strings there, on every device alike: a sequence ends at the step whose token
 // completes a stop string, and its text ends before it.
@@ -37,6 +46,7 @@
 #include <vector>
 
 #include "engine/kv_block_allocator.h"
+#include "engine/prompt_lookup.h"
 #include "engine/sampling_params.h"
 #include "engine/token_constraint.h"
 #include "model/llama.h"
@@ -70,6 +80,7 @@ struct BatchRequest {
   std::vector<std::string> stop;  // stop strings: generation ends at the token whose text completes one
                                   // (the text is cut before it); needs the engine's tokenizer
   TokenConstraintFactory constraint;  // a grammar the output must follow (engine/token_constraint.h); empty: none
+  int guesses = -1;            // guessed tokens checked per step at most (-1: the engine's Speculation::guesses; 0: none)
   bool logits = false;         // on_logits sees this sequence's logits (log-probabilities); without, a
                                // greedy sequence's logits stay split (only each device's best moves)
                                // unless its logit_bias or penalties change them
@@ -88,6 +99,11 @@ struct BatchResult {
                                // it continues the same random stream (a chat's next turn)
 };
 
+struct Speculation {
+  int guesses = 0;      // tokens a decoding sequence guesses and checks per step at most (0: none)
+  PromptLookup lookup;  // where the guesses come from when the engine has no `guess` function
+};
+
 struct EngineOptions {
   int parallel = 16;        // running sequences at most
   int block_size = 16;      // positions per KV block
@@ -100,12 +116,14 @@ struct EngineOptions {
   // with nothing decoding a prompt still takes the whole step.
   int busy_prefill_tokens = 0;
   bool prefix_sharing = true;
+  Speculation speculation;
 };
 
 struct EngineStats {
   int64_t steps = 0, rows = 0;
   int64_t cached_tokens = 0;  // prompt tokens reused from the pool
   int64_t preemptions = 0;
+  int64_t guessed = 0, guessed_right = 0;  // speculation: guesses checked, and those that were the token picked
 };
 
 class BatchEngine {
@@ -134,6 +152,10 @@ class BatchEngine {
   // The logits [V] a sequence's next token is sampled from, before sampling and before its
   // logit_bias and penalties (log-probabilities, as vLLM's raw ones; tests), for the sequences whose request asks (BatchRequest::logits: the same on every device).
   std::function<void(int id, std::span<const float> logits)> on_logits;
+  // Up to `count` guesses of the next tokens of sequence `id`, whose tokens so far are `tokens`
+  // (prompt and output). Null: prompt lookup (Speculation::lookup). Must answer the same on every
+  // device; what it answers changes no token, only how many rows a step runs.
+  std::function<std::vector<int>(int id, std::span<const int> tokens, int count)> guess;
 
   const EngineStats& stats() const { return stats_; }
   int kv_blocks() const { return allocator_.total(); }
@@ -152,6 +174,11 @@ class BatchEngine {
   void plan_running(std::vector<Planned>& plan, int64_t& budget);
   void admit_waiting(std::vector<Planned>& plan, int64_t& budget);
   int64_t reserve(Sequence& s, int64_t rows, std::vector<Planned>* preempt_for);
+  int64_t add_guesses(Sequence& s, int64_t budget);
+  int guess_count(const Sequence& s, int64_t budget) const;
+  void take_rows(Sequence& s, size_t first, bool greedy, std::span<const int> greedy_tokens, std::span<float>& logits);
+  void pick(Sequence& s, size_t row, bool greedy, std::span<const int> greedy_tokens, std::span<float>& logits);
+  void after_guesses(Sequence& s, int guessed, int right);
   bool awaits_shared_prefill(const Sequence& s) const;
   void preempt_newest(std::vector<Planned>& plan);
   void run(const std::vector<Planned>& plan);

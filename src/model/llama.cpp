@@ -412,16 +412,21 @@ int64_t Llama::step_local(std::span<const int> tokens, std::span<const SequenceR
   for (const SequenceRows& q : sequences) {
     segments.push_back({rows, q.count, q.pos, &pool, q.blocks});
     rows += q.count;
-    wanted += q.logits ? 1 : 0;
+    if (q.logits < 0 || q.logits > q.count)
+      throw std::invalid_argument("llama: the logits of " + std::to_string(q.logits) + " rows of a sequence's " + std::to_string(q.count));
+    wanted += q.logits;
   }
   if (rows != static_cast<int64_t>(tokens.size()))
     throw std::invalid_argument("llama: a step of " + std::to_string(tokens.size()) + " tokens for " + std::to_string(rows) + " rows");
   blocks_forward(tokens, segments);
   if (wanted == 0) return 0;  // prompt chunks only (every device has the same sequences)
-  std::vector<float> last(static_cast<size_t>(wanted * C));  // [wanted, C] the last row of each sequence asking
+  std::vector<float> last(static_cast<size_t>(wanted * C));  // [wanted, C] the last rows of each sequence asking
   int64_t n = 0;
-  for (size_t i = 0; i < sequences.size(); ++i)
-    if (sequences[i].logits) std::copy_n(run_.x.data() + (segments[i].first + segments[i].count - 1) * C, C, last.data() + C * n++);
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const int64_t first = segments[i].first + segments[i].count - sequences[i].logits;
+    std::copy_n(run_.x.data() + first * C, sequences[i].logits * C, last.data() + C * n);
+    n += sequences[i].logits;
+  }
   // Kept between steps: a fresh [wanted, V] per step would page-fault in megabytes of zeros.
   step_logits_.resize(static_cast<size_t>(wanted * V));
   if (core_.group.size() == 1) {

@@ -119,27 +119,28 @@ class Llama {
 
   // The rows of one sequence in a batched step: `count` tokens at positions pos..pos+count-1, whose
   // keys and values go into (and whose attention reads) the pool blocks `blocks` (position t in
-  // blocks[t / block_size]). `logits`: return the logits after its last row.
+  // blocks[t / block_size]). `logits`: return the logits after each of its last `logits` rows
+  // (0 to count; one for a decode token, several for the guesses a speculating sequence checks).
   struct SequenceRows {
     int64_t count = 0;
     int pos = 0;
     std::span<const int32_t> blocks;
-    bool logits = false;
+    int64_t logits = 0;
   };
   // One step of the batched engine over `pool`: tokens holds each sequence's rows in turn. As in
   // every call here, each product keeps every row's single-row arithmetic (tensor/blas.h
   // DecodeRows) and attention runs each row alone over its sequence's blocks, so a row's bits are what forward() gives that token on
   // its own: they depend neither on the other sequences, nor on where the blocks lie, nor on how
   // a prompt was cut into steps (tested on 1 and 2 devices; on more, the all-sums may add in
-  // another order). Returns the logits [n, V], full vocabulary on every device, of the sequences
-  // asking for them, in order (valid until the next step; the caller may overwrite them). MoE
+  // another order). Returns the logits [n, V], full vocabulary on every device, of the rows
+  // asked for, in order (valid until the next step; the caller may overwrite them). MoE
   // blocks too: the router and every expert run row by row.
   std::span<float> step(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
-  // The same step when only the greedy token of each sequence asking is wanted: argmax of its
+  // The same step when only the greedy token of each row asked for is wanted: argmax of its
   // logits, ties to the lowest token id, -1 (on every device) when they are not finite. Moves one
-  // (logit, token) record per sequence and device instead of the logits, as forward_argmax.
+  // (logit, token) record per row and device instead of the logits, as forward_argmax.
   std::span<const int> step_greedy(std::span<const int> tokens, std::span<const SequenceRows> sequences, KvCache& pool);
-  // The logits [n, V] of the last step_greedy's sequences, gathered now (every device calls it,
+  // The logits [n, V] of the last step_greedy's rows, gathered now (every device calls it,
   // e.g. to name a non-finite logit).
   std::span<float> step_logits();
 

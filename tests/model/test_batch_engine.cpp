@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -99,20 +100,23 @@ struct EngineRun {
   engine::EngineStats stats;
 };
 
+using Guess = std::function<std::vector<int>(int id, std::span<const int> tokens, int count)>;
+
 EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<engine::BatchRequest>& requests,
-                     const engine::EngineOptions& options);
+                     const engine::EngineOptions& options, const Guess& guess = {});
 
 EngineRun run_engine(const model::WeightSource& w, int devices, const std::vector<engine::BatchRequest>& requests,
-                     const engine::EngineOptions& options) {
-  return run_engine(w, dist::Mesh::line(devices), requests, options);
+                     const engine::EngineOptions& options, const Guess& guess = {}) {
+  return run_engine(w, dist::Mesh::line(devices), requests, options, guess);
 }
 
 EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<engine::BatchRequest>& requests,
-                     const engine::EngineOptions& options) {
+                     const engine::EngineOptions& options, const Guess& guess) {
   EngineRun out;
   dist::run_on_mesh(mesh, [&](dist::Device& dev) {
     model::Llama m(w, dev.axis("model"), dev.axis("expert"));
     engine::BatchEngine engine(m, options);
+    engine.guess = guess;
     std::vector<Outcome> mine(requests.size());
     engine.on_logits = [&](int id, std::span<const float> l) { mine[static_cast<size_t>(id)].logits.emplace_back(l.begin(), l.end()); };
     for (const engine::BatchRequest& r : requests) engine.add(r);
@@ -825,4 +829,161 @@ TEST_CASE("batch engine: the n choices of one prompt prefill its blocks once and
   require_same(together.outcomes, run_alone(w, 1, choices));
   CHECK(together.stats.cached_tokens == 3 * 32);  // the three after the first reuse its two blocks
   CHECK(together.stats.rows == 40 + 3 * 8 + 4 * 4);
+}
+
+// Speculation: a sequence's guessed tokens are checked as more rows of its step, and its picks
+// are those of plain decoding, bit for bit and seed for seed, whatever the guesses are.
+namespace {
+
+// Guesses from what plain decoding gave each request, each step's made wrong at one place that
+// moves with the position: some steps all right, some right up to a point, some wrong at once.
+Guess oracle_guess(const std::vector<engine::BatchRequest>& requests, const std::vector<Outcome>& truth, int vocab) {
+  return [&requests, &truth, vocab](int id, std::span<const int> tokens, int count) {
+    const size_t done = tokens.size() - requests[static_cast<size_t>(id)].prompt.size();
+    const std::vector<int>& next = truth[static_cast<size_t>(id)].tokens;
+    std::vector<int> guesses;
+    for (size_t j = done; j < next.size() && std::ssize(guesses) < count; ++j) guesses.push_back(next[j]);
+    const size_t wrong = (done * 7 + static_cast<size_t>(id)) % static_cast<size_t>(count + 2);
+    if (wrong < guesses.size()) guesses[wrong] = (guesses[wrong] + 1) % vocab;
+    return guesses;
+  };
+}
+
+engine::EngineOptions speculating(engine::EngineOptions options, int guesses) {
+  options.speculation.guesses = guesses;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("speculation: guesses right and wrong change no bit of 16 requests, greedy and sampled, in f32, 8- and 4-bit, on 1 and 2 devices",
+          "[llama][batch][speculation]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights f32 = random_weights(c, 91);
+  const model::ConvertedWeights q8(f32, tensor::WeightFormat::affine(8, 32)), q4(f32, tensor::WeightFormat::affine(4, 32));
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (size_t i = 0; i < requests.size(); ++i) requests[i].max_tokens = 6 + static_cast<int>(i % 7);
+  const std::pair<const char*, const model::WeightSource*> formats[] = {{"f32", &f32}, {"8-bit", &q8}, {"4-bit", &q4}};
+  for (const auto& [name, w] : formats)
+    for (int devices : {1, 2}) {
+      INFO(name << " on " << devices << " devices");
+      const EngineRun plain = run_engine(*w, devices, requests, {});
+      const EngineRun guessed = run_engine(*w, devices, requests, speculating({}, 4), oracle_guess(requests, plain.outcomes, c.vocab_size));
+      require_same(guessed.outcomes, plain.outcomes);
+      CHECK(guessed.stats.guessed_right > 0);
+      CHECK(guessed.stats.guessed_right < guessed.stats.guessed);
+      CHECK(guessed.stats.steps < plain.stats.steps);  // right guesses saved steps
+      CHECK(guessed.stats.rows == plain.stats.rows + guessed.stats.guessed - guessed.stats.guessed_right);
+    }
+}
+
+TEST_CASE("speculation: under chunked prefill, a busy prefill budget, preemption and prefix sharing, guesses change no bit",
+          "[llama][batch][speculation]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 92);
+  const std::vector<int> system = random_tokens(37, c.vocab_size, 9);
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size, system);
+  for (size_t i = 0; i < requests.size(); ++i) requests[i].max_tokens = 5 + static_cast<int>(i % 9);
+  engine::EngineOptions fresh;
+  fresh.prefix_sharing = false;
+  const EngineRun plain = run_engine(w, 1, requests, fresh);
+  const Guess guess = oracle_guess(requests, plain.outcomes, c.vocab_size);
+  engine::EngineOptions chunked = fresh, busy = fresh, small_pool, shared;
+  chunked.step_tokens = 7;
+  chunked.parallel = 4;
+  busy.busy_prefill_tokens = 3;
+  busy.parallel = 6;
+  small_pool.kv_blocks = 9;
+  shared.parallel = 4;
+  for (const engine::EngineOptions& o : {fresh, chunked, busy, small_pool, shared})
+    for (int devices : {1, 2}) {
+      INFO("step_tokens " << o.step_tokens << ", busy " << o.busy_prefill_tokens << ", kv_blocks " << o.kv_blocks << ", parallel "
+                          << o.parallel << ", on " << devices << " devices");
+      const EngineRun guessed = run_engine(w, devices, requests, speculating(o, 3), guess);
+      require_same(guessed.outcomes, plain.outcomes);
+      CHECK(guessed.stats.guessed_right > 0);
+      if (o.kv_blocks) CHECK(guessed.stats.preemptions > 0);
+      if (o.prefix_sharing) CHECK(guessed.stats.cached_tokens > 0);
+    }
+}
+
+TEST_CASE("speculation: stop ids, on_token, max_tokens and a grammar met inside a step's guesses end where plain decoding does",
+          "[llama][batch][speculation]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 93);
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  std::vector<engine::BatchRequest> unstopped = requests;
+  for (auto& r : unstopped) r.max_tokens = 12;
+  const EngineRun free = run_engine(w, 1, unstopped, {});
+  for (size_t i = 0; i < requests.size(); ++i) {
+    engine::BatchRequest& r = requests[i];
+    r.max_tokens = 12;
+    if (i % 3 == 0) r.stop_ids = {free.outcomes[i].tokens[3 + i % 5]};  // met part way through some step's guesses
+    if (i % 3 == 1) r.constraint = residue_constraint(c.vocab_size, 5, static_cast<int>(i % 5), 3, 6 + static_cast<int>(i % 4));
+  }
+  const EngineRun plain = run_engine(w, 1, requests, {});
+  for (const Guess& guess : {oracle_guess(requests, plain.outcomes, c.vocab_size), oracle_guess(unstopped, free.outcomes, c.vocab_size)}) {
+    const EngineRun guessed = run_engine(w, 1, requests, speculating({}, 5), guess);
+    require_same(guessed.outcomes, plain.outcomes);
+    CHECK(guessed.stats.guessed_right > 0);
+  }
+  // on_token ending a sequence part way through its guesses: the tokens after are not taken.
+  dist::run_on_mesh(dist::Mesh::line(1), [&](dist::Device& dev) {
+    model::Llama m(w, dev.axis("model"));
+    engine::BatchEngine engine(m, speculating({}, 5));
+    engine.guess = oracle_guess(unstopped, free.outcomes, c.vocab_size);
+    for (const engine::BatchRequest& r : unstopped) engine.add(r);
+    engine.on_token = [&](int id, int) { return id != 2 || engine.result(2).tokens.size() < 4; };
+    while (engine.step()) {
+    }
+    CHECK(engine.result(2).tokens == std::vector<int>(free.outcomes[2].tokens.begin(), free.outcomes[2].tokens.begin() + 4));
+    CHECK(engine.result(2).finish_reason == engine::FinishReason::stop);
+    CHECK(engine.kv_blocks_free() == engine.kv_blocks());  // no block left behind by dropped rows
+  });
+}
+
+TEST_CASE("speculation: prompt lookup guesses what followed the latest earlier occurrence of the sequence's end",
+          "[batch][speculation]") {
+  using engine::lookup_guesses;
+  const std::vector<int> tokens = {5, 1, 2, 3, 4, 7, 1, 2, 3};
+  CHECK(lookup_guesses(tokens, 3) == std::vector<int>{4, 7, 1});  // "1 2 3" came before, then "4 7 1"
+  CHECK(lookup_guesses(tokens, 1) == std::vector<int>{4});
+  CHECK(lookup_guesses(tokens, 10) == std::vector<int>{4, 7, 1, 2, 3});  // up to the end
+  CHECK(lookup_guesses(tokens, 0).empty());
+  const std::vector<int> twice = {8, 2, 3, 9, 6, 2, 3, 5, 1, 2, 3};
+  CHECK(lookup_guesses(twice, 2) == std::vector<int>{5, 1});  // the latest of two occurrences
+  const std::vector<int> longer = {4, 2, 3, 7, 1, 2, 3, 8, 4, 2, 3};
+  CHECK(lookup_guesses(longer, 2) == std::vector<int>{7, 1});  // "4 2 3" matched before the shorter "2 3"
+  CHECK(lookup_guesses(std::vector<int>{1, 2, 3, 4, 5, 6}, 4).empty());  // no end came before
+  CHECK(lookup_guesses(std::vector<int>{9, 1, 2, 3, 4, 5, 6, 1}, 4).empty());  // one token says too little
+  CHECK(lookup_guesses(std::vector<int>{9, 1, 2, 3, 4, 5, 6, 1}, 4, {.longest = 4, .shortest = 1}) == std::vector<int>{2, 3, 4, 5});
+  CHECK(lookup_guesses(std::vector<int>{7, 7, 7, 7}, 3) == std::vector<int>{7});  // overlapping runs
+  CHECK(lookup_guesses(std::vector<int>{}, 3).empty());
+}
+
+TEST_CASE("speculation: prompt lookup on outputs that repeat their prompt guesses right and changes no bit",
+          "[llama][batch][speculation]") {
+  const model::LlamaConfig c = engine_config();
+  const model::TensorWeights w = random_weights(c, 94);
+  // Greedy continuations of a small random model fall into loops: the output soon repeats itself.
+  std::vector<engine::BatchRequest> requests = mixed_requests(c.vocab_size);
+  for (engine::BatchRequest& r : requests) {
+    r.max_tokens = 40;
+    r.temperature = 0.0f;
+  }
+  engine::EngineOptions one_at_a_time;  // the steps then count each request's own
+  one_at_a_time.parallel = 1;
+  const EngineRun plain = run_engine(w, 1, requests, one_at_a_time);
+  for (int devices : {1, 2}) {
+    const EngineRun looked_up = run_engine(w, devices, requests, speculating(one_at_a_time, 6));
+    require_same(looked_up.outcomes, plain.outcomes);
+    CHECK(looked_up.stats.guessed_right > 0);
+    CHECK(looked_up.stats.steps < plain.stats.steps);
+    require_same(run_engine(w, devices, requests, speculating({}, 6)).outcomes, plain.outcomes);  // together
+  }
+  // Per request: none for one, the engine's for the others.
+  requests[0].guesses = 0;
+  const EngineRun one_off = run_engine(w, 1, {requests[0]}, speculating({}, 6));
+  CHECK(one_off.stats.guessed == 0);
+  require_same(one_off.outcomes, {plain.outcomes[0]});
 }
