@@ -184,17 +184,17 @@ bool BatchEngine::step() {
   return true;
 }
 
-// Decode rows first (one each, oldest sequence first), then the prompt chunks of sequences still
-// prefilling. A sequence short of blocks preempts the newest.
+// Decode rows first (one each, oldest sequence first), then their guesses, then the prompt chunks
+// of sequences still prefilling. A sequence short of blocks preempts the newest.
 void BatchEngine::plan_running(std::vector<Planned>& plan, int64_t& budget) {
   for (const bool decoding : {true, false}) {
+    if (!decoding) add_guesses(plan, budget);
     if (!decoding && !plan.empty() && options_.busy_prefill_tokens > 0) budget = std::min<int64_t>(budget, options_.busy_prefill_tokens);
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Sequence& s = *sequences_[static_cast<size_t>(running_[i])];
       if ((s.pending() == 1) != decoding) continue;
-      int64_t rows = reserve(s, std::min(s.pending(), budget), &plan);
+      const int64_t rows = reserve(s, std::min(s.pending(), budget), &plan);
       if (rows == 0) break;  // it preempted itself: it was the newest
-      if (decoding) rows += add_guesses(s, budget - rows);
       plan.push_back({s.id, rows});
       budget -= rows;
     }
@@ -269,24 +269,41 @@ int64_t BatchEngine::reserve(Sequence& s, int64_t rows, std::vector<Planned>* pr
   return std::min(rows, static_cast<int64_t>(s.blocks.size()) * bs - s.computed);
 }
 
-// Guesses of a decoding sequence's next tokens, as many rows as the budget and its blocks allow:
-// a guess takes a free block only while one stays for every running sequence's next token, so
-// speculation never preempts.
-int64_t BatchEngine::add_guesses(Sequence& s, int64_t budget) {
-  s.guesses.clear();
-  if (s.guess_pause > 0) {
-    --s.guess_pause;
-    return 0;
+// Guesses of the decoding sequences' next tokens (`plan` holds their rows), as many as the budget
+// left and their blocks allow, asked for all of them at once (a draft model runs them as one
+// batch). A guess takes a free block only while one stays for every running sequence's next
+// token, so speculation never preempts.
+void BatchEngine::add_guesses(std::vector<Planned>& plan, int64_t& budget) {
+  std::vector<GuessRequest> wanted;
+  std::vector<size_t> rows_of;  // wanted[i]'s entry in plan
+  for (size_t i = 0; i < plan.size(); ++i) {
+    Sequence& s = *sequences_[static_cast<size_t>(plan[i].id)];
+    s.guesses.clear();
+    if (s.guess_pause > 0) {
+      --s.guess_pause;
+      continue;
+    }
+    const int count = guess_count(s, budget);
+    if (count == 0) continue;
+    wanted.push_back({s.id, s.tokens, count, {}});
+    rows_of.push_back(i);
+    budget -= count;
   }
-  const int count = guess_count(s, budget);
-  if (count == 0) return 0;
-  s.guesses = guess ? guess(s.id, s.tokens, count) : lookup_guesses(s.tokens, count, options_.speculation.lookup);
-  if (std::ssize(s.guesses) > count) s.guesses.resize(static_cast<size_t>(count));
-  const int64_t bs = options_.block_size, want = ceil_div(s.computed + 1 + std::ssize(s.guesses), bs);
-  while (std::ssize(s.blocks) < want && allocator_.free() > std::ssize(running_)) s.blocks.push_back(allocator_.allocate());
-  const int64_t held = std::ssize(s.blocks) * bs - s.computed - 1;
-  if (std::ssize(s.guesses) > held) s.guesses.resize(static_cast<size_t>(held));
-  return std::ssize(s.guesses);
+  if (wanted.empty()) return;
+  if (guess) guess(wanted);
+  else
+    for (GuessRequest& g : wanted) g.guesses = lookup_guesses(g.tokens, g.count, options_.speculation.lookup);
+  const int64_t bs = options_.block_size;
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    Sequence& s = *sequences_[static_cast<size_t>(wanted[i].id)];
+    s.guesses = std::move(wanted[i].guesses);
+    const int64_t want = ceil_div(s.computed + 1 + std::min<int64_t>(std::ssize(s.guesses), wanted[i].count), bs);
+    while (std::ssize(s.blocks) < want && allocator_.free() > std::ssize(running_)) s.blocks.push_back(allocator_.allocate());
+    const int64_t held = std::min<int64_t>(std::ssize(s.blocks) * bs - s.computed - 1, wanted[i].count);
+    if (std::ssize(s.guesses) > held) s.guesses.resize(static_cast<size_t>(held));
+    plan[rows_of[i]].rows += std::ssize(s.guesses);
+    budget += wanted[i].count - std::ssize(s.guesses);
+  }
 }
 
 // How many tokens s guesses this step: never past its max_tokens (the last row's pick is a token

@@ -152,10 +152,17 @@ class BatchEngine {
   // The logits [V] a sequence's next token is sampled from, before sampling and before its
   // logit_bias and penalties (log-probabilities, as vLLM's raw ones; tests), for the sequences whose request asks (BatchRequest::logits: the same on every device).
   std::function<void(int id, std::span<const float> logits)> on_logits;
-  // Up to `count` guesses of the next tokens of sequence `id`, whose tokens so far are `tokens`
-  // (prompt and output). Null: prompt lookup (Speculation::lookup). Must answer the same on every
-  // device; what it answers changes no token, only how many rows a step runs.
-  std::function<std::vector<int>(int id, std::span<const int> tokens, int count)> guess;
+  // Guesses of the next tokens of the sequences decoding this step: for each, up to `count`
+  // tokens to follow `tokens` (its prompt and output so far) into `guesses`. Null: prompt lookup
+  // (Speculation::lookup). Must answer the same on every device; what it answers changes no token,
+  // only how many rows a step runs.
+  struct GuessRequest {
+    int id = 0;
+    std::span<const int> tokens;
+    int count = 0;
+    std::vector<int> guesses;
+  };
+  std::function<void(std::span<GuessRequest> sequences)> guess;
 
   const EngineStats& stats() const { return stats_; }
   int kv_blocks() const { return allocator_.total(); }
@@ -174,7 +181,7 @@ class BatchEngine {
   void plan_running(std::vector<Planned>& plan, int64_t& budget);
   void admit_waiting(std::vector<Planned>& plan, int64_t& budget);
   int64_t reserve(Sequence& s, int64_t rows, std::vector<Planned>* preempt_for);
-  int64_t add_guesses(Sequence& s, int64_t budget);
+  void add_guesses(std::vector<Planned>& plan, int64_t& budget);
   int guess_count(const Sequence& s, int64_t budget) const;
   void take_rows(Sequence& s, size_t first, bool greedy, std::span<const int> greedy_tokens, std::span<float>& logits);
   void pick(Sequence& s, size_t row, bool greedy, std::span<const int> greedy_tokens, std::span<float>& logits);

@@ -100,7 +100,7 @@ struct EngineRun {
   engine::EngineStats stats;
 };
 
-using Guess = std::function<std::vector<int>(int id, std::span<const int> tokens, int count)>;
+using Guess = std::function<void(std::span<engine::BatchEngine::GuessRequest>)>;
 
 EngineRun run_engine(const model::WeightSource& w, const dist::Mesh& mesh, const std::vector<engine::BatchRequest>& requests,
                      const engine::EngineOptions& options, const Guess& guess = {});
@@ -838,14 +838,14 @@ namespace {
 // Guesses from what plain decoding gave each request, each step's made wrong at one place that
 // moves with the position: some steps all right, some right up to a point, some wrong at once.
 Guess oracle_guess(const std::vector<engine::BatchRequest>& requests, const std::vector<Outcome>& truth, int vocab) {
-  return [&requests, &truth, vocab](int id, std::span<const int> tokens, int count) {
-    const size_t done = tokens.size() - requests[static_cast<size_t>(id)].prompt.size();
-    const std::vector<int>& next = truth[static_cast<size_t>(id)].tokens;
-    std::vector<int> guesses;
-    for (size_t j = done; j < next.size() && std::ssize(guesses) < count; ++j) guesses.push_back(next[j]);
-    const size_t wrong = (done * 7 + static_cast<size_t>(id)) % static_cast<size_t>(count + 2);
-    if (wrong < guesses.size()) guesses[wrong] = (guesses[wrong] + 1) % vocab;
-    return guesses;
+  return [&requests, &truth, vocab](std::span<engine::BatchEngine::GuessRequest> sequences) {
+    for (engine::BatchEngine::GuessRequest& g : sequences) {
+      const size_t done = g.tokens.size() - requests[static_cast<size_t>(g.id)].prompt.size();
+      const std::vector<int>& next = truth[static_cast<size_t>(g.id)].tokens;
+      for (size_t j = done; j < next.size() && std::ssize(g.guesses) < g.count; ++j) g.guesses.push_back(next[j]);
+      const size_t wrong = (done * 7 + static_cast<size_t>(g.id)) % static_cast<size_t>(g.count + 2);
+      if (wrong < g.guesses.size()) g.guesses[wrong] = (g.guesses[wrong] + 1) % vocab;
+    }
   };
 }
 
