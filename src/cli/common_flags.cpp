@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -201,6 +202,27 @@ void add_kv_dtype_flag(CLI::App& sub, std::string& value) {
 nn::KvDtype parse_kv_dtype(const std::string& text) {
   if (auto dtype = nn::kv_dtype_from_name(text)) return *dtype;
   throw UsageError("--kv-dtype " + text + ": not a KV cache type (f32, bf16 or f16)");
+}
+
+void add_speculate_flag(CLI::App& sub, std::string& value) {
+  sub.add_option("--speculate", value,
+                 "ngram[:K]: guess up to K tokens a step (default " + std::to_string(SPECULATE_GUESSES) +
+                     ") from where the text's last tokens appeared before, and check them in the same forward; the "
+                     "tokens are those of plain decoding, bit for bit. off: none")
+      ->capture_default_str();
+}
+
+int parse_speculate(const std::string& text) {
+  if (text == "off") return 0;
+  if (text == "ngram") return SPECULATE_GUESSES;
+  const std::string bad = "--speculate " + text + ": ";
+  if (!text.starts_with("ngram:")) throw UsageError(bad + "not a speculation (ngram, ngram:K or off)");
+  const std::string count = text.substr(6);
+  int guesses = 0;
+  const auto [end, error] = std::from_chars(count.data(), count.data() + count.size(), guesses);
+  if (error != std::errc{} || end != count.data() + count.size() || guesses < 1 || guesses > SPECULATE_MAX_GUESSES)
+    throw UsageError(bad + "K must be a whole number from 1 to " + std::to_string(SPECULATE_MAX_GUESSES));
+  return guesses;
 }
 
 int64_t parse_bytes(const std::string& text, const std::string& flag) {

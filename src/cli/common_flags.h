@@ -110,13 +110,20 @@ void write_trace(const dist::Trace& trace, const std::string& path, const char* 
 // UsageError names `flag` (or "size") and the text when it is none, below 4 bytes or past int64_t.
 int64_t parse_bytes(const std::string& text, const std::string& flag = "");
 
-// --kv-dtype f32|bf16|f16, the KV cache's element type (default f32): the flag, and its value
-// read (a UsageError naming the flag and the value when it is none of them).
 // --top-k --min-p --presence-penalty --frequency-penalty --repetition-penalty (engine/sampling_params.h).
 void add_sampling_flags(CLI::App& sub, engine::SamplingParams& params);
 // UsageError naming the flag of the first value out of range.
 void check_sampling_flags(const engine::SamplingParams& params, int vocab);
+// --kv-dtype f32|bf16|f16, the KV cache's element type (default f32): the flag, and its value
+// read (a UsageError naming the flag and the value when it is none of them).
 void add_kv_dtype_flag(CLI::App& sub, std::string& value);
 nn::KvDtype parse_kv_dtype(const std::string& text);
+
+// --speculate ngram[:K] | off: guesses checked per decode step (engine/batch_engine.h,
+// Speculation), from prompt lookup; the tokens do not change. parse_speculate gives K (ngram
+// alone: SPECULATE_GUESSES; off: 0), a UsageError naming the flag and the value otherwise.
+inline constexpr int SPECULATE_GUESSES = 8, SPECULATE_MAX_GUESSES = 64;
+void add_speculate_flag(CLI::App& sub, std::string& value);
+int parse_speculate(const std::string& text);
 
 }  // namespace tpcli::cli

@@ -64,6 +64,7 @@ struct InferFlags {
   std::string kv_dtype = "f32";  // --kv-dtype
   std::string tokens;  // --tokens: the prompt as token ids ("" = -i / -f text)
   bool ids = false;    // --ids: print the generated ids as a JSON array instead of text
+  std::string speculate = "off";  // --speculate
 };
 
 // The tokenizer file: -z, else the one a safetensors checkpoint records or a GGUF file's own, else
@@ -189,6 +190,14 @@ void print_device_report(const engine::MeshGenerateResult& r, const std::vector<
   }
 }
 
+// What speculation did: the guesses checked and taken, and the forwards the tokens took.
+void print_speculation(const engine::GenerateResult& r) {
+  const double rate = r.guessed > 0 ? 100.0 * static_cast<double>(r.guessed_right) / static_cast<double>(r.guessed) : 0;
+  std::fprintf(stderr, "speculation: %lld of %lld guesses right (%.1f%%), %d positions in %lld forwards\n",
+               static_cast<long long>(r.guessed_right), static_cast<long long>(r.guessed), rate, r.positions,
+               static_cast<long long>(r.steps));
+}
+
 void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   const nn::KvDtype kv_dtype = parse_kv_dtype(f.kv_dtype);
   const InferenceAxes where = inference_mesh_from_flags(run_flags);
@@ -214,6 +223,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
   options.seed = static_cast<uint64_t>(f.seed);  // as run.c: a negative int wraps around
   check_sampling_flags(f.sampling, config.vocab_size);
   options.sampling = f.sampling;
+  options.guesses = parse_speculate(f.speculate);
   try {
     options = engine::normalized(options, config.seq_len);  // rejects a NaN -t / -p
   } catch (const std::invalid_argument& e) {
@@ -244,6 +254,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     engine::EngineOptions engine = f.engine;
     if (!f.kv_memory.empty()) engine.kv_memory = parse_bytes(f.kv_memory, "--kv-memory");
     engine.kv_dtype = kv_dtype;
+    engine.speculation.guesses = options.guesses;
     run_infer_batch({f.batch, tokenizer, f.chat_template, f.steps > 0 ? f.steps : config.seq_len, options.temperature, options.topp,
                      static_cast<unsigned long long>(options.seed), options.sampling, engine},
                     opened, placement, run_options);
@@ -258,6 +269,7 @@ void run_infer(const InferFlags& f, const RunFlags& run_flags) {
     std::fprintf(stderr, "prompt: %d tokens in one batch, %.1f tok/s\n", r.result.prefill_tokens,
                  r.result.prefill_tokens_per_second);
   if (r.result.tokens_per_second > 0) std::fprintf(stderr, "achieved tok/s: %f\n", r.result.tokens_per_second);
+  if (options.guesses > 0) print_speculation(r.result);
   print_device_report(r, run_options.local_ranks);
 }
 
@@ -311,6 +323,7 @@ void setup_infer(CLI::App& sub) {
   sub.add_option("-p,--topp", flags->topp, "top-p (nucleus) sampling; 0 or 1 = off")->capture_default_str();
   sub.add_option("-s,--seed", flags->seed, "random seed (default: the clock)");
   add_sampling_flags(sub, flags->sampling);
+  add_speculate_flag(sub, flags->speculate);
   sub.add_option("--quantize", flags->quantize, "quantize an f32 checkpoint on load: 4, 8 (affine), mxfp8, or bf16/f16");
   sub.add_option("--group-size", flags->group_size, "affine group size with --quantize: 32, 64, 128")->capture_default_str();
   add_int8_activations_flag(sub, flags->int8_activations);

@@ -331,6 +331,9 @@ size_t run_jobs(model::Llama& llama, SharedJobs& jobs, int rank, size_t total, c
                  static_cast<long long>(tokens), seconds, static_cast<double>(tokens) / seconds, static_cast<long long>(st.rows),
                  static_cast<long long>(st.steps), static_cast<long long>(st.cached_tokens), static_cast<long long>(st.preemptions),
                  engine.kv_blocks(), static_cast<double>(engine.kv_pool_bytes()) / 1e6);
+  if (reporter && o.engine.speculation.guesses > 0)
+    std::fprintf(stderr, "speculation: %lld of %lld guesses right\n", static_cast<long long>(st.guessed_right),
+                 static_cast<long long>(st.guessed));
   return failed;
 }
 

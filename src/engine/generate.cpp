@@ -98,6 +98,7 @@ GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> pro
   request.topp = options.topp;
   request.sampling = options.sampling;
   request.seed = options.seed;
+  request.guesses = options.guesses;
 
   int token = prompt[0];  // the last token taken
   bool ended = false;     // on_next said stop
@@ -142,6 +143,9 @@ GenerateResult generate_from_ids(const ModelFns& model, std::span<const int> pro
   const BatchResult& r = engine.result(id);
   if (r.finish_reason == FinishReason::error && !ended && picks > 0) throw std::runtime_error(r.error);
   result.positions = static_cast<int>(result.tokens.size()) - 1;
+  result.steps = engine.stats().steps;
+  result.guessed = engine.stats().guessed;
+  result.guessed_right = engine.stats().guessed_right;
   if (result.positions > first_rows) {
     const double seconds = std::chrono::duration<double>(Clock::now() - first_end).count();
     result.tokens_per_second = seconds > 0 ? static_cast<double>(result.positions - first_rows) / seconds : 0;

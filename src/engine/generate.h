@@ -47,6 +47,7 @@ struct GenerateOptions {
   float topp = 0.9f;         // outside (0, 1): plain multinomial sampling
   SamplingParams sampling;   // top_k, min_p, penalties, logit_bias (engine/sampling_params.h)
   uint64_t seed = 0;         // 0 = from the clock (llama2.c: time(NULL))
+  int guesses = 0;           // speculation: tokens guessed and checked per step at most (the tokens do not change)
 };
 
 // llama2.c's main() overrides: seed <= 0 -> time, temperature < 0 -> 0, topp outside [0, 1] ->
@@ -62,6 +63,8 @@ struct GenerateResult {
   double tokens_per_second = 0;
   int prefill_tokens = 0;              // prompt positions fed in one batch (0: token by token)
   double prefill_tokens_per_second = 0;
+  int64_t steps = 0;                   // forwards run (prompt included)
+  int64_t guessed = 0, guessed_right = 0;  // speculation's guesses checked, and those taken
 };
 
 // Greedy shortcut: the argmax token after feeding (token, pos), KV cache advanced (first max wins);
